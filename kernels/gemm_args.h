@@ -1,0 +1,40 @@
+// The problem every SGEMM backend in kernels/ solves:
+//   C = alpha * A * B + beta * C
+// fp32 operands, fp32 accumulation, row-major storage with leading dimensions
+// (lda >= k, ldb >= n, ldc >= n). All pointers are device pointers on the
+// current device. C is read only when beta != 0 (BLAS semantics: with beta == 0
+// the old C is never read, so NaN in it does not propagate).
+#pragma once
+
+#include <cstdint>
+
+namespace sgemm {
+
+struct GemmShape {
+  int64_t m = 0;  // rows of A and C
+  int64_t n = 0;  // columns of B and C
+  int64_t k = 0;  // columns of A, rows of B
+
+  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+  friend bool operator==(const GemmShape&, const GemmShape&) = default;
+};
+
+struct GemmArgs {
+  GemmShape shape;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  const float* a = nullptr;  // m x k, row-major, leading dimension lda
+  int64_t lda = 0;
+  const float* b = nullptr;  // k x n, row-major, leading dimension ldb
+  int64_t ldb = 0;
+  float* c = nullptr;        // m x n, row-major, leading dimension ldc
+  int64_t ldc = 0;
+};
+
+// Convenience: a densely packed problem (lda = k, ldb = n, ldc = n).
+inline GemmArgs dense_gemm_args(GemmShape s, float alpha, const float* a, const float* b, float beta,
+                                float* c) {
+  return GemmArgs{s, alpha, beta, a, s.k, b, s.n, c, s.n};
+}
+
+}  // namespace sgemm
