@@ -1,4 +1,12 @@
-// Planner types: how one GEMM is split across devices. Pure C++: no CUDA.
+// Planner: how one GEMM is split across devices. Pure C++: no CUDA, no gRPC.
+//
+// make_plan() is a pure function of (problem, device capabilities, load,
+// forced strategy, cost-model constants) -> Plan. It estimates the time of
+// each strategy with a small cost model (copy in over each GPU's host link,
+// kernel at the GPU's fp32 rate, NCCL traffic over NVLink, copy out) that
+// assumes the engine's pipelining (copies of one chunk overlap the kernel of
+// another), and picks the cheapest. The constants live in PlannerOptions and
+// are measured values (see docs/engine.md), not guesses buried in code.
 #pragma once
 
 #include <cstdint>
@@ -30,5 +38,85 @@ struct Shard {
   int64_t k_end = 0;
   friend bool operator==(const Shard&, const Shard&) = default;
 };
+
+// What the planner knows of one device. Rates are configured or measured
+// (docs/engine.md has the H100/H200 figures the defaults come from).
+struct DeviceCaps {
+  int device = -1;               // the engine's device id (CUDA ordinal)
+  double fp32_tflops = 50.0;     // sustained SGEMM rate of the default kernel
+  double host_link_gbps = 54.0;  // pinned host<->device copy rate, each direction
+  double peer_gbps = 390.0;      // NVLink rate seen by NCCL broadcast/reduce (busBw)
+  int busy_lanes = 0;            // requests running on it right now
+};
+
+// Cost-model constants and split geometry. Defaults are measured on H100/H200
+// (SXM, NVLink 4) and documented in docs/engine.md.
+struct PlannerOptions {
+  // Alignment of row-split boundaries (rows), when the rows allow it.
+  int64_t row_align = 128;
+  // Alignment of K-split boundaries (elements of K), when K allows it.
+  int64_t k_align = 16;
+  // Fixed cost of a single-GPU request: launches, events, host sync (ms).
+  double single_overhead_ms = 0.02;
+  // Extra fixed cost of a split request: NCCL launches, one lane per GPU, the
+  // split mutex (ms).
+  double split_overhead_ms = 0.10;
+  // Latency of one NCCL collective, beyond its bandwidth term (ms).
+  double nccl_latency_ms = 0.02;
+  // NCCL sum-reduce algBw as a fraction of DeviceCaps::peer_gbps: a 64 MiB
+  // reduce over 2 H100/H200 takes ~0.2 ms, 335 GB/s, against 390 GB/s.
+  double reduce_vs_peer = 0.86;
+  // Chunks per shard the engine pipelines copy-in / kernel / copy-out over.
+  int pipeline_chunks = 8;
+  // Kernel efficiency falls for thin problems; below this many rows, columns
+  // or K the rate scales down linearly (a 64-row product runs at ~1/8 of the
+  // full rate of a 512-row one).
+  int64_t full_rate_extent = 512;
+  // A busy device shares its rate among its requests: effective rate is
+  // rate / (1 + busy_lanes * busy_share).
+  double busy_share = 1.0;
+};
+
+// The K-split partial sums are combined either by reduce-scatter (every GPU
+// copies out its own block of rows) or by reduce to one GPU that copies out
+// everything. The engine picks; the planner costs the one it is told.
+enum class KReduce { kReduceScatter, kReduceToRoot };
+std::string_view k_reduce_name(KReduce r);
+
+struct PlanRequest {
+  GemmShape shape;
+  bool has_c = false;
+  SplitMode forced = SplitMode::kAuto;  // kAuto: the cost model decides
+  KReduce k_reduce = KReduce::kReduceScatter;
+  std::vector<DeviceCaps> devices;      // at least one
+};
+
+struct Plan {
+  SplitMode mode = SplitMode::kSingle;  // never kAuto
+  // kSingle: one shard. kRows / kK: one shard per device in request order
+  // (some may be empty when the problem is smaller than the device count).
+  std::vector<Shard> shards;
+  double est_ms = 0;          // estimate of the chosen strategy
+  double single_est_ms = 0;   // estimate on the best single device, for the reason
+  std::string reason;         // human readable: "rows: 2 GPUs, est 12.1 ms vs single 22.0 ms"
+};
+
+// Estimates (ms) of each strategy; exposed for tests and the benchmark.
+double estimate_single_ms(const GemmShape& s, bool has_c, const DeviceCaps& d, const PlannerOptions& o);
+double estimate_rows_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCaps>& d,
+                        const std::vector<Shard>& shards, const PlannerOptions& o);
+double estimate_k_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCaps>& d,
+                     const std::vector<Shard>& shards, KReduce r, const PlannerOptions& o);
+
+// Splits [0, total) into weights.size() consecutive ranges with sizes roughly
+// proportional to the weights, boundaries at multiples of `align` where that
+// leaves every part non-empty; otherwise the alignment is relaxed (down to 1).
+// Parts may be empty only when total < number of parts. Returns the
+// boundaries: weights.size() + 1 values, first 0, last total.
+std::vector<int64_t> split_range(int64_t total, const std::vector<double>& weights, int64_t align);
+
+// Chooses the strategy. Forced kRows/kK on one device degenerates to kSingle
+// (the reason says so). Small requests go whole to the least busy device.
+Plan make_plan(const PlanRequest& request, const PlannerOptions& options = {});
 
 }  // namespace sgemm

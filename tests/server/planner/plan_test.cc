@@ -1,0 +1,161 @@
+#include "server/planner/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace sgemm {
+namespace {
+
+std::vector<DeviceCaps> gpus(int n) {
+  std::vector<DeviceCaps> d;
+  for (int i = 0; i < n; ++i) d.push_back(DeviceCaps{.device = i});
+  return d;
+}
+
+PlanRequest request(int64_t m, int64_t n, int64_t k, int devices, SplitMode forced = SplitMode::kAuto) {
+  PlanRequest r;
+  r.shape = GemmShape{m, n, k};
+  r.forced = forced;
+  r.devices = gpus(devices);
+  return r;
+}
+
+// Every row (kRows) or every K index (kK) is covered exactly once, shards in
+// device order, and the other dimension is whole.
+void expect_cover(const Plan& p, const GemmShape& s) {
+  ASSERT_FALSE(p.shards.empty());
+  if (p.mode == SplitMode::kSingle) {
+    ASSERT_EQ(p.shards.size(), 1u);
+    EXPECT_EQ(p.shards[0], (Shard{p.shards[0].device, 0, s.m, 0, s.k}));
+    return;
+  }
+  std::vector<int> rows(size_t(s.m), 0), ks(size_t(s.k), 0);
+  for (const Shard& sh : p.shards) {
+    EXPECT_LE(sh.row_begin, sh.row_end);
+    EXPECT_LE(sh.k_begin, sh.k_end);
+    for (int64_t r = sh.row_begin; r < sh.row_end; ++r) rows[size_t(r)]++;
+    for (int64_t k = sh.k_begin; k < sh.k_end; ++k) ks[size_t(k)]++;
+  }
+  const int shards = int(p.shards.size());
+  for (int64_t r = 0; r < s.m; ++r)
+    ASSERT_EQ(rows[size_t(r)], p.mode == SplitMode::kRows ? 1 : shards) << "row " << r;
+  for (int64_t k = 0; k < s.k; ++k)
+    ASSERT_EQ(ks[size_t(k)], p.mode == SplitMode::kK ? 1 : shards) << "k " << k;
+}
+
+TEST(SplitRange, EvenAlignedAndCovering) {
+  auto b = split_range(4096, {1, 1}, 128);
+  EXPECT_EQ(b, (std::vector<int64_t>{0, 2048, 4096}));
+  b = split_range(1025, {1, 1}, 128);
+  EXPECT_EQ(b.front(), 0);
+  EXPECT_EQ(b.back(), 1025);
+  EXPECT_EQ(b[1] % 128, 0);
+  b = split_range(3001, {1, 1, 1}, 16);
+  for (size_t i = 1; i + 1 < b.size(); ++i) EXPECT_EQ(b[i] % 16, 0);
+  EXPECT_EQ(b.back(), 3001);
+}
+
+TEST(SplitRange, RelaxesAlignmentForSmallTotals) {
+  auto b = split_range(200, {1, 1, 1, 1}, 128);  // 4 parts of 128 do not fit
+  for (size_t i = 0; i + 1 < b.size(); ++i) EXPECT_GT(b[i + 1], b[i]);
+  b = split_range(3, {1, 1, 1, 1, 1}, 128);  // fewer elements than parts
+  EXPECT_EQ(b, (std::vector<int64_t>{0, 1, 2, 3, 3, 3}));
+  b = split_range(0, {1, 1}, 128);
+  EXPECT_EQ(b, (std::vector<int64_t>{0, 0, 0}));
+}
+
+TEST(SplitRange, ProportionalToWeights) {
+  auto b = split_range(4096, {3, 1}, 128);
+  EXPECT_EQ(b[1], 3072);
+  b = split_range(4096, {0, 0}, 128);  // unusable weights: even
+  EXPECT_EQ(b[1], 2048);
+}
+
+TEST(Planner, CoversEveryRowAndKOnOneToEightDevices) {
+  const std::vector<GemmShape> shapes = {{1, 1, 1},         {7, 5, 3},          {1025, 777, 3001},
+                                         {4097, 4097, 4097}, {1024, 1024, 65536}, {16384, 16384, 16384},
+                                         {130, 64, 9},      {5000, 3, 17}};
+  for (int devices = 1; devices <= 8; ++devices) {
+    for (const auto& s : shapes) {
+      for (SplitMode f : {SplitMode::kAuto, SplitMode::kSingle, SplitMode::kRows, SplitMode::kK}) {
+        SCOPED_TRACE(std::to_string(devices) + " devices, " + std::to_string(s.m) + "x" + std::to_string(s.n) +
+                     "x" + std::to_string(s.k) + " " + std::string(split_mode_name(f)));
+        const Plan p = make_plan(request(s.m, s.n, s.k, devices, f));
+        EXPECT_NE(p.mode, SplitMode::kAuto);
+        EXPECT_FALSE(p.reason.empty());
+        EXPECT_GT(p.est_ms, 0);
+        expect_cover(p, s);
+        if (p.mode != SplitMode::kSingle) {
+          EXPECT_EQ(int(p.shards.size()), devices);
+        }
+        if (devices == 1 || f == SplitMode::kSingle) {
+          EXPECT_EQ(p.mode, SplitMode::kSingle);
+        } else if (f == SplitMode::kRows || f == SplitMode::kK) {
+          EXPECT_EQ(p.mode, f);
+        }
+      }
+    }
+  }
+}
+
+TEST(Planner, RowBoundariesAlignedWhenPossible) {
+  const Plan p = make_plan(request(4097, 4097, 4097, 3, SplitMode::kRows));
+  for (size_t i = 0; i + 1 < p.shards.size(); ++i) EXPECT_EQ(p.shards[i].row_end % 128, 0);
+  const Plan q = make_plan(request(1025, 777, 3001, 2, SplitMode::kK));
+  EXPECT_EQ(q.shards[0].k_end % 16, 0);
+}
+
+TEST(Planner, SmallRequestGoesWholeToLeastBusyGpu) {
+  PlanRequest r = request(256, 256, 256, 4);
+  r.devices[0].busy_lanes = 2;
+  r.devices[1].busy_lanes = 1;
+  r.devices[2].busy_lanes = 0;
+  r.devices[3].busy_lanes = 1;
+  const Plan p = make_plan(r);
+  EXPECT_EQ(p.mode, SplitMode::kSingle);
+  EXPECT_EQ(p.shards[0].device, 2);
+  EXPECT_NE(p.reason.find("single"), std::string::npos) << p.reason;
+}
+
+TEST(Planner, LargeSquareUsesAllGpus) {
+  for (int devices : {2, 4, 8}) {
+    const Plan p = make_plan(request(16384, 16384, 16384, devices));
+    EXPECT_NE(p.mode, SplitMode::kSingle) << p.reason;
+    EXPECT_EQ(int(p.shards.size()), devices);
+    EXPECT_LT(p.est_ms, p.single_est_ms);
+  }
+  const Plan p = make_plan(request(8192, 8192, 8192, 2));
+  EXPECT_EQ(p.mode, SplitMode::kRows) << p.reason;
+  EXPECT_NE(p.reason.find("rows: 2 GPUs"), std::string::npos) << p.reason;
+}
+
+TEST(Planner, TallKPrefersKSplit) {
+  const Plan p = make_plan(request(1024, 1024, 65536, 2));
+  EXPECT_EQ(p.mode, SplitMode::kK) << p.reason;
+  EXPECT_EQ(p.shards[0].k_end, 32768);
+}
+
+TEST(Planner, ForcedSplitOnOneDeviceDegeneratesWithReason) {
+  const Plan p = make_plan(request(4096, 4096, 4096, 1, SplitMode::kK));
+  EXPECT_EQ(p.mode, SplitMode::kSingle);
+  EXPECT_NE(p.reason.find("k requested but 1 GPU"), std::string::npos) << p.reason;
+}
+
+TEST(Planner, FasterDeviceGetsMoreRows) {
+  PlanRequest r = request(8192, 8192, 8192, 2, SplitMode::kRows);
+  r.devices[0].fp32_tflops = 60;
+  r.devices[1].fp32_tflops = 30;
+  const Plan p = make_plan(r);
+  EXPECT_GT(p.shards[0].row_end - p.shards[0].row_begin, p.shards[1].row_end - p.shards[1].row_begin);
+}
+
+TEST(Planner, EstimatesGrowWithWork) {
+  const DeviceCaps d;
+  const PlannerOptions o;
+  EXPECT_LT(estimate_single_ms({1024, 1024, 1024}, false, d, o), estimate_single_ms({4096, 4096, 4096}, false, d, o));
+  EXPECT_LT(estimate_single_ms({4096, 4096, 4096}, false, d, o), estimate_single_ms({4096, 4096, 4096}, true, d, o));
+}
+
+}  // namespace
+}  // namespace sgemm
