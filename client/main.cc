@@ -1,0 +1,226 @@
+// sgemm-client: submit products to sgemm-server and show where the time went.
+//
+//   sgemm-client submit --size 4096 --verify
+//   sgemm-client submit --m 1000 --n 1 --k 1000 --alpha 2 --beta 0.5 --json
+//   sgemm-client info
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+
+namespace {
+
+struct SubmitOptions {
+  int64_t size = 0, m = 0, n = 0, k = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  bool with_c = false;  // send C (implied by a non-zero --beta)
+  uint64_t seed = 0;    // 0: a fresh random seed
+  int repeat = 1;
+  bool verify = false, json = false;
+  std::string kernel, split;
+  int64_t timeout_ms = 0;
+};
+
+void print_info(const sgemm::ServerInfo& info) {
+  std::printf("sgemm-server %s, backend %s (this build has:", info.version.c_str(), info.backend.c_str());
+  for (const auto& b : info.backends) std::printf(" %s", b.c_str());
+  std::printf(")\nkernels:");
+  for (const auto& k : info.kernels) std::printf(" %s", k.c_str());
+  std::printf("\n%-6s %-32s %6s %10s %8s\n", "device", "name", "SMs", "memory", "cc");
+  for (const auto& d : info.devices)
+    std::printf("%-6d %-32s %6d %8.1fG %6d.%d\n", d.index, d.name.c_str(), d.sm_count, d.memory_bytes / 1073741824.0,
+                d.compute_major, d.compute_minor);
+  std::printf("limits: %lld elements per matrix, %d in flight, %d queued, %lld bytes per chunk\n",
+              (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued, (long long)info.max_chunk_bytes);
+  std::printf("load: %d in flight, %d queued, %lld requests (%lld failed), %lld host bytes held\n", info.in_flight,
+              info.queued, (long long)info.requests_total, (long long)info.requests_failed,
+              (long long)info.host_bytes_in_use);
+}
+
+void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
+  const auto& sum = r.summary;
+  std::printf("request %s: %lldx%lldx%lld on backend %s, kernel %s, split %s\n", sum.request_id.c_str(),
+              (long long)s.m, (long long)s.n, (long long)s.k, sum.backend.c_str(), sum.kernel.c_str(),
+              sum.split.c_str());
+  if (!sum.plan_reason.empty()) std::printf("plan: %s\n", sum.plan_reason.c_str());
+  std::printf("%-6s %-28s %-15s %-15s %10s %10s %10s %11s\n", "device", "name", "rows", "k", "copy-in ms",
+              "kernel ms", "reduce ms", "copy-out ms");
+  for (const auto& d : sum.devices) {
+    const std::string rows = std::to_string(d.row_begin) + "-" + std::to_string(d.row_end);
+    const std::string ks = std::to_string(d.k_begin) + "-" + std::to_string(d.k_end);
+    std::printf("%-6d %-28.28s %-15s %-15s %10.3f %10.3f %10.3f %11.3f\n", d.index, d.name.c_str(), rows.c_str(),
+                ks.c_str(), d.copy_in_ms, d.kernel_ms, d.reduce_ms, d.copy_out_ms);
+  }
+  std::printf("server: queue %.3f ms, receive %.3f ms, compute %.3f ms, total %.3f ms\n", sum.queue_ms,
+              sum.receive_ms, sum.compute_ms, sum.total_ms);
+  std::printf("client: total %.3f ms, effective %.1f GFLOP/s, %.1f MB sent, %.1f MB received\n", r.wall_ms,
+              s.flops() / (r.wall_ms * 1e6), r.bytes_sent / 1e6, r.bytes_received / 1e6);
+}
+
+nlohmann::json to_json(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
+  const auto& sum = r.summary;
+  nlohmann::json j;
+  j["shape"] = {{"m", s.m}, {"n", s.n}, {"k", s.k}};
+  j["request_id"] = sum.request_id;
+  j["backend"] = sum.backend;
+  j["kernel"] = sum.kernel;
+  j["split"] = sum.split;
+  j["plan"] = sum.plan_reason;
+  j["times_ms"] = {{"client_total", r.wall_ms}, {"server_total", sum.total_ms}, {"queue", sum.queue_ms},
+                   {"receive", sum.receive_ms}, {"compute", sum.compute_ms}};
+  j["gflops"] = s.flops() / (r.wall_ms * 1e6);
+  j["bytes_sent"] = r.bytes_sent;
+  j["bytes_received"] = r.bytes_received;
+  auto& devs = j["devices"] = nlohmann::json::array();
+  for (const auto& d : sum.devices)
+    devs.push_back({{"index", d.index}, {"name", d.name}, {"row_begin", d.row_begin}, {"row_end", d.row_end},
+                    {"k_begin", d.k_begin}, {"k_end", d.k_end}, {"copy_in_ms", d.copy_in_ms},
+                    {"kernel_ms", d.kernel_ms}, {"reduce_ms", d.reduce_ms}, {"copy_out_ms", d.copy_out_ms}});
+  return j;
+}
+
+int submit(const std::string& server, int64_t chunk_bytes, SubmitOptions o) {
+  sgemm::GemmShape s{o.m, o.n, o.k};
+  if (o.size > 0) s = {o.size, o.size, o.size};
+  if (s.m < 1 || s.n < 1 || s.k < 1) {
+    std::fprintf(stderr, "sgemm-client: give --size N or all of --m, --n, --k (each >= 1)\n");
+    return 2;
+  }
+  if (o.seed == 0) o.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
+  const bool with_c = o.with_c || o.beta != 0.0f;
+  std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n)), c0;
+  sgemm::fill_random(a, o.seed);
+  sgemm::fill_random(b, o.seed + 1);
+  if (with_c) {
+    c0.resize(std::size_t(s.m * s.n));
+    sgemm::fill_random(c0, o.seed + 2);
+  }
+  sgemm::ClientOptions copt;
+  copt.chunk_bytes = chunk_bytes;
+  auto client = sgemm::Client::connect(server, copt);
+  sgemm::MultiplyOptions mopt;
+  mopt.alpha = o.alpha;
+  mopt.beta = o.beta;
+  mopt.kernel = o.kernel;
+  mopt.split = o.split;
+  mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
+
+  nlohmann::json runs = nlohmann::json::array();
+  int exit_code = 0;
+  for (int rep = 0; rep < o.repeat; ++rep) {
+    auto r = client->multiply(s, a.data(), b.data(), with_c ? c0.data() : nullptr, mopt);
+    if (!r.ok()) {
+      if (o.json) {
+        std::printf("%s\n", nlohmann::json({{"shape", {{"m", s.m}, {"n", s.n}, {"k", s.k}}},
+                                            {"error", {{"code", sgemm::status_code_name(r.status().code())},
+                                                       {"message", r.status().message()}}}})
+                                .dump()
+                                .c_str());
+      } else {
+        std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
+      }
+      return 3;
+    }
+    nlohmann::json j = to_json(s, *r);
+    if (!o.json) print_table(s, *r);
+    if (o.verify) {
+      const auto rows = sgemm::rows_to_verify(s.m, s.n, s.k, o.seed);
+      const auto v = sgemm::verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta,
+                                        with_c ? c0.data() : nullptr, r->c.data(), rows);
+      const bool pass = v.passed(sgemm::kSgemmTolerance);
+      j["verify"] = {{"max_rel_error", v.max_rel_error}, {"rows_checked", rows.size()},
+                     {"elements_checked", v.checked}, {"nonfinite_mismatches", v.mismatched_nonfinite},
+                     {"tolerance", sgemm::kSgemmTolerance}, {"passed", pass}};
+      if (!o.json)
+        std::printf("verify: max relative error %.3e over %zu of %lld rows (fp64 reference, tolerance %.0e): %s\n",
+                    v.max_rel_error, rows.size(), (long long)s.m, sgemm::kSgemmTolerance, pass ? "PASS" : "FAIL");
+      if (!pass) exit_code = 1;
+    }
+    j["seed"] = o.seed;
+    runs.push_back(j);
+  }
+  if (o.json) {
+    nlohmann::json out = runs.back();
+    if (o.repeat > 1) {
+      std::vector<double> walls;
+      for (const auto& r : runs) walls.push_back(r["times_ms"]["client_total"].get<double>());
+      out["repeat"] = o.repeat;
+      out["client_total_ms_all"] = walls;
+    }
+    std::printf("%s\n", out.dump().c_str());
+  } else if (o.repeat > 1) {
+    std::vector<double> walls;
+    for (const auto& r : runs) walls.push_back(r["times_ms"]["client_total"].get<double>());
+    std::sort(walls.begin(), walls.end());
+    std::printf("%d runs: client total min %.3f ms, median %.3f ms, max %.3f ms\n", o.repeat, walls.front(),
+                walls[walls.size() / 2], walls.back());
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sgemm-client: submit SGEMM products to sgemm-server"};
+  app.require_subcommand(1);
+  std::string server = "localhost:50051";
+  int64_t chunk_bytes = 1 << 20;
+  app.add_option("--server", server, "sgemm-server address host:port")->capture_default_str();
+  app.add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent")
+      ->check(CLI::Range(int64_t{4}, int64_t{(4 << 20) - 1024}))
+      ->capture_default_str();
+
+  SubmitOptions o;
+  CLI::App* sub = app.add_subcommand("submit", "multiply random matrices on the server");
+  sub->add_option("--server", server, "sgemm-server address host:port");
+  sub->add_option("--size", o.size, "square problem: m = n = k = SIZE")->check(CLI::PositiveNumber);
+  sub->add_option("--m", o.m, "rows of A and C")->check(CLI::PositiveNumber);
+  sub->add_option("--n", o.n, "columns of B and C")->check(CLI::PositiveNumber);
+  sub->add_option("--k", o.k, "columns of A, rows of B")->check(CLI::PositiveNumber);
+  sub->add_option("--alpha", o.alpha, "C = alpha*A*B + beta*C")->capture_default_str();
+  sub->add_option("--beta", o.beta, "non-zero sends a random C")->capture_default_str();
+  sub->add_flag("--with-c", o.with_c, "send a random C even when beta is 0");
+  sub->add_option("--seed", o.seed, "random seed for A, B, C (default: fresh)");
+  sub->add_option("--repeat", o.repeat, "run the product this many times")->check(CLI::PositiveNumber);
+  sub->add_flag("--verify", o.verify, "check C against an fp64 reference on the CPU (sampled rows when large)");
+  sub->add_flag("--json", o.json, "print one JSON object instead of the table");
+  sub->add_option("--kernel", o.kernel, "pingpong or cublas (default: the server's)")
+      ->check(CLI::IsMember({"pingpong", "cublas"}));
+  sub->add_option("--split", o.split, "auto, single, rows or k")->check(CLI::IsMember({"auto", "single", "rows", "k"}));
+  sub->add_option("--timeout-ms", o.timeout_ms, "deadline for the request (0 = none)");
+  sub->add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent");
+
+  CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
+  info->add_option("--server", server, "sgemm-server address host:port");
+  bool info_json = false;
+  info->add_flag("--json", info_json, "print JSON");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*sub) return submit(server, chunk_bytes, o);
+  auto client = sgemm::Client::connect(server);
+  auto r = client->info();
+  if (!r.ok()) {
+    std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
+    return 3;
+  }
+  if (info_json) {
+    nlohmann::json j = {{"version", r->version}, {"backend", r->backend}, {"backends", r->backends},
+                        {"kernels", r->kernels}, {"max_matrix_elements", r->max_matrix_elements},
+                        {"max_in_flight", r->max_in_flight}, {"max_queued", r->max_queued},
+                        {"in_flight", r->in_flight}, {"queued", r->queued},
+                        {"requests_total", r->requests_total}, {"requests_failed", r->requests_failed},
+                        {"host_bytes_in_use", r->host_bytes_in_use}};
+    auto& devs = j["devices"] = nlohmann::json::array();
+    for (const auto& d : r->devices)
+      devs.push_back({{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memory_bytes}, {"sm_count", d.sm_count}});
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    print_info(*r);
+  }
+  return 0;
+}

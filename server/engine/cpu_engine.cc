@@ -1,0 +1,97 @@
+#include "server/engine/cpu_engine.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace sgemm {
+namespace {
+
+class CpuEngine final : public Engine {
+ public:
+  explicit CpuEngine(const CpuEngineOptions& options) : options_(options) {
+    if (options_.threads > 0) openblas_set_num_threads(options_.threads);
+    name_ = "cpu (OpenBLAS, " + std::to_string(openblas_get_num_threads()) + " threads)";
+  }
+
+  EngineInfo info() const override {
+    EngineInfo info;
+    info.backend = "cpu";
+    DeviceInfo d;
+    d.index = -1;
+    d.name = name_;
+    d.sm_count = int(std::thread::hardware_concurrency());
+    info.devices.push_back(d);
+    info.kernels = {"openblas"};
+    info.default_kernel = "openblas";
+    return info;
+  }
+
+  HostAllocator& host_allocator() override { return allocator_; }
+
+  Status validate(const GemmShape&, const ExecOptions& options) const override {
+    if (!options.kernel.empty() && options.kernel != "openblas")
+      return FailedPrecondition("kernel '" + options.kernel +
+                                "' needs the cuda backend; this server runs the cpu backend (OpenBLAS)");
+    if (options.split == SplitMode::kRows || options.split == SplitMode::kK)
+      return FailedPrecondition("split '" + std::string(split_mode_name(options.split)) +
+                                "' needs several GPUs; this server runs the cpu backend");
+    return Status::Ok();
+  }
+
+  StatusOr<GemmReport> run(const GemmJob& job) override {
+    SGEMM_RETURN_IF_ERROR(validate(job.shape, job.options));
+    const GemmShape s = job.shape;
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    if (job.feed) {
+      SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, s.k * s.n));
+      if (job.has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
+    }
+    const auto t1 = Clock::now();
+    double kernel_ms = 0;
+    const float beta = job.has_c ? job.beta : 0.0f;
+    std::lock_guard lock(mu_);
+    for (int64_t r0 = 0; r0 < s.m; r0 += options_.rows_per_block) {
+      const int64_t r1 = std::min(s.m, r0 + options_.rows_per_block);
+      if (job.feed) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
+      const auto k0 = Clock::now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k),
+                  job.alpha, job.a + r0 * s.k, blasint(s.k), job.b, blasint(s.n), beta, job.c + r0 * s.n,
+                  blasint(s.n));
+      kernel_ms += std::chrono::duration<double, std::milli>(Clock::now() - k0).count();
+      if (job.sink) job.sink->rows_ready(r0, r1);
+    }
+    GemmReport report;
+    report.backend = "cpu";
+    report.kernel = "openblas";
+    report.split = SplitMode::kSingle;
+    report.plan_reason = "cpu backend: the whole product on the host";
+    DeviceTiming t;
+    t.device = -1;
+    t.name = name_;
+    t.shard = {-1, 0, s.m, 0, s.k};
+    t.copy_in_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();  // waiting for input
+    t.kernel_ms = kernel_ms;
+    report.devices.push_back(t);
+    return report;
+  }
+
+ private:
+  const CpuEngineOptions options_;
+  std::string name_;
+  AlignedHostAllocator allocator_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(const CpuEngineOptions& options) {
+  return std::make_unique<CpuEngine>(options);
+}
+
+}  // namespace sgemm

@@ -1,0 +1,57 @@
+#include "server/engine/engine_factory.h"
+
+#include "server/engine/cpu_engine.h"
+#ifdef SGEMM_HAVE_CUDA_ENGINE
+#include "server/engine/cuda_engine.h"
+#endif
+
+namespace sgemm {
+
+bool parse_backend_choice(std::string_view text, BackendChoice* out) {
+  if (text == "auto") *out = BackendChoice::kAuto;
+  else if (text == "cuda") *out = BackendChoice::kCuda;
+  else if (text == "cpu") *out = BackendChoice::kCpu;
+  else return false;
+  return true;
+}
+
+std::vector<std::string> built_backends() {
+#ifdef SGEMM_HAVE_CUDA_ENGINE
+  return {"cuda", "cpu"};
+#else
+  return {"cpu"};
+#endif
+}
+
+StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
+  BuiltEngine built;
+  CpuEngineOptions cpu_options;
+  cpu_options.threads = options.cpu_threads;
+  if (options.backend == BackendChoice::kCpu) {
+    built.engine = make_cpu_engine(cpu_options);
+    built.note = "cpu backend requested (--backend cpu)";
+    return built;
+  }
+#ifdef SGEMM_HAVE_CUDA_ENGINE
+  CudaEngineOptions cuda_options;
+  cuda_options.devices = options.devices;
+  cuda_options.default_kernel = options.kernel;
+  auto cuda = make_cuda_engine(cuda_options);
+  if (cuda.ok()) {
+    built.engine = std::move(cuda).value();
+    built.note = "cuda backend on " + std::to_string(built.engine->info().devices.size()) + " GPU(s)";
+    return built;
+  }
+  if (options.backend == BackendChoice::kCuda) return cuda.status().with_context("--backend cuda");
+  built.note = "no usable GPU (" + cuda.status().message() + "); falling back to the CPU backend (OpenBLAS)";
+#else
+  if (options.backend == BackendChoice::kCuda)
+    return Unavailable("--backend cuda: this build has no CUDA engine");
+  built.note = "this build has no CUDA engine; falling back to the CPU backend (OpenBLAS)";
+#endif
+  built.fell_back = true;
+  built.engine = make_cpu_engine(cpu_options);
+  return built;
+}
+
+}  // namespace sgemm

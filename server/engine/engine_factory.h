@@ -1,0 +1,35 @@
+// Chooses and builds the engine sgemm-server runs: the multi-GPU CUDA engine
+// or the CPU engine, with `auto` falling back to the CPU when no GPU is usable.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/engine/engine.h"
+
+namespace sgemm {
+
+enum class BackendChoice { kAuto, kCuda, kCpu };
+
+bool parse_backend_choice(std::string_view text, BackendChoice* out);
+
+struct EngineOptions {
+  BackendChoice backend = BackendChoice::kAuto;  // auto: cuda when a GPU is usable, else cpu
+  std::vector<int> devices;                      // CUDA ordinals; empty = every visible GPU
+  std::string kernel;                            // default GPU kernel; "" = the engine's choice
+  int cpu_threads = 0;                           // OpenBLAS threads; 0 = all cores
+};
+
+struct BuiltEngine {
+  std::unique_ptr<Engine> engine;
+  std::string note;  // why this backend (e.g. "no usable GPU: ... ; falling back to the CPU")
+  bool fell_back = false;
+};
+
+StatusOr<BuiltEngine> make_engine(const EngineOptions& options);
+
+// Backends compiled into this build ("cuda", "cpu").
+std::vector<std::string> built_backends();
+
+}  // namespace sgemm

@@ -1,0 +1,176 @@
+// sgemm-server: owns this host's GPUs (or its CPU) and serves sgemm.v1 over gRPC.
+//
+//   sgemm-server --listen 0.0.0.0:50051 --backend auto --log-dir /var/log/sgemm
+//
+// SIGINT/SIGTERM: stop accepting, finish what is in flight, exit 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "server/engine/engine_factory.h"
+#include "server/service/sgemm_service.h"
+
+#ifndef SGEMM_VERSION
+#define SGEMM_VERSION "dev"
+#endif
+
+namespace {
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:50051";  // address:port; port 0 picks a free one (see --port-file)
+  std::string devices = "all";           // "all" or a comma list of CUDA ordinals
+  std::string backend = "auto";          // auto | cuda | cpu
+  std::string kernel;                    // pingpong | cublas; "" = the engine's default
+  std::string log_dir;                   // request log and timings.jsonl go here; "" = stdout only
+  std::string port_file;                 // write the bound port here once listening (tests, orchestration)
+  std::string log_level = "info";
+  sgemm::ServiceOptions service;         // limits, queue, response chunk size
+  int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
+};
+
+sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
+  out->clear();
+  if (text == "all" || text.empty()) return sgemm::Status::Ok();
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      std::size_t used = 0;
+      const int d = std::stoi(item, &used);
+      if (used != item.size() || d < 0) throw std::invalid_argument(item);
+      out->push_back(d);
+    } catch (const std::exception&) {
+      return sgemm::InvalidArgument("--devices: '" + item + "' is not a device ordinal (use 'all' or e.g. 0,1)");
+    }
+  }
+  return sgemm::Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ServerOptions opt;
+  CLI::App app{"sgemm-server: multi-GPU SGEMM over gRPC (sgemm.v1)"};
+  app.add_option("--listen", opt.listen, "address:port to serve on")->capture_default_str();
+  app.add_option("--devices", opt.devices, "GPUs to own: all, or a list such as 0,1")->capture_default_str();
+  app.add_option("--backend", opt.backend, "auto (GPU if usable, else CPU), cuda, or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  app.add_option("--kernel", opt.kernel, "default GPU kernel: pingpong or cublas (default: the faster, pingpong)")
+      ->check(CLI::IsMember({"pingpong", "cublas"}));
+  app.add_option("--max-matrix-elements", opt.service.limits.max_matrix_elements,
+                 "largest A, B or C accepted, in elements")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-in-flight", opt.service.max_in_flight, "requests computed at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-queued", opt.service.max_queued, "requests that may wait beyond those; more get UNAVAILABLE")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--response-chunk-bytes", opt.service.response_chunk_bytes, "payload of each C chunk sent back")
+      ->check(CLI::Range(int64_t{4096}, int64_t{(4 << 20) - 1024}))
+      ->capture_default_str();
+  app.add_option("--cpu-threads", opt.cpu_threads, "OpenBLAS threads for the cpu backend (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
+  app.add_option("--port-file", opt.port_file, "write the bound port to this file once serving");
+  app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
+  std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stdout_color_sink_mt>()};
+  std::shared_ptr<spdlog::logger> timing_log;
+  try {
+    if (!opt.log_dir.empty()) {
+      std::filesystem::create_directories(opt.log_dir);
+      sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(opt.log_dir + "/sgemm-server.log"));
+      auto timing_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(opt.log_dir + "/timings.jsonl");
+      timing_sink->set_pattern("%v");
+      timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
+      timing_log->flush_on(spdlog::level::info);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sgemm-server: cannot open logs in --log-dir %s: %s\n", opt.log_dir.c_str(), e.what());
+    return 2;
+  }
+  auto log = std::make_shared<spdlog::logger>("sgemm", sinks.begin(), sinks.end());
+  log->set_level(spdlog::level::from_str(opt.log_level));
+  log->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(log);
+
+  sgemm::EngineOptions eopt;
+  sgemm::parse_backend_choice(opt.backend, &eopt.backend);
+  eopt.kernel = opt.kernel;
+  eopt.cpu_threads = opt.cpu_threads;
+  if (auto st = parse_devices(opt.devices, &eopt.devices); !st.ok()) {
+    log->error("{}", st.message());
+    return 2;
+  }
+  auto built = sgemm::make_engine(eopt);
+  if (!built.ok()) {
+    log->error("cannot start the {} backend: {}", opt.backend, built.status().to_string());
+    return 1;
+  }
+  if (built->fell_back) {
+    log->warn("**************************************************************");
+    log->warn("* {}", built->note);
+    log->warn("* Requests are computed on the CPU: expect GFLOP/s, not TFLOP/s.");
+    log->warn("**************************************************************");
+  } else {
+    log->info("{}", built->note);
+  }
+  sgemm::Engine& engine = *built->engine;
+  for (const auto& d : engine.info().devices)
+    log->info("device {}: {} ({} SMs, {:.1f} GiB)", d.index, d.name, d.sm_count, d.memory_bytes / 1073741824.0);
+
+  opt.service.version = SGEMM_VERSION;
+  opt.service.backends = sgemm::built_backends();
+  sgemm::SgemmService service(engine, opt.service, log, timing_log);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(opt.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    log->error("cannot listen on {}", opt.listen);
+    return 1;
+  }
+  log->info("sgemm-server {} listening on {} (port {}), backend {}, max {} in flight + {} queued", SGEMM_VERSION,
+            opt.listen, port, engine.info().backend, opt.service.max_in_flight, opt.service.max_queued);
+  if (!opt.port_file.empty()) {
+    const std::string tmp = opt.port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::filesystem::rename(tmp, opt.port_file);  // appears whole, never half-written
+  }
+
+  // Signals: block them here, wait for one on a thread, then shut down gracefully.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    log->info("signal {} received: refusing new requests, finishing those in flight", sig);
+    server->GetHealthCheckService()->Shutdown();
+    server->Shutdown();  // waits for every in-flight RPC to finish
+  });
+  server->Wait();
+  waiter.join();
+  log->info("sgemm-server stopped");
+  return 0;
+}

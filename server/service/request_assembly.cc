@@ -1,0 +1,138 @@
+#include "server/service/request_assembly.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace sgemm {
+
+std::string_view matrix_name(MatrixId m) {
+  switch (m) {
+    case MatrixId::kA: return "A";
+    case MatrixId::kB: return "B";
+    case MatrixId::kC: return "C";
+  }
+  return "?";
+}
+
+int64_t matrix_elements(const GemmShape& s, MatrixId m) {
+  switch (m) {
+    case MatrixId::kA: return s.m * s.k;
+    case MatrixId::kB: return s.k * s.n;
+    case MatrixId::kC: return s.m * s.n;
+  }
+  return 0;
+}
+
+namespace {
+
+Status check_product(const char* what, const char* dims, int64_t x, int64_t y, const RequestLimits& limits) {
+  if (x > std::numeric_limits<int64_t>::max() / y)
+    return InvalidArgument(std::string(what) + " (" + dims + " = " + std::to_string(x) + " x " +
+                           std::to_string(y) + ") overflows a 64-bit element count");
+  const int64_t elements = x * y;
+  if (elements > limits.max_matrix_elements)
+    return ResourceExhausted(std::string(what) + " has " + std::to_string(elements) + " elements (" + dims +
+                             "), over the server's limit of " + std::to_string(limits.max_matrix_elements) +
+                             " (--max-matrix-elements)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate_header(const RequestHeader& h, const RequestLimits& limits) {
+  const std::pair<const char*, int64_t> dims[] = {{"m", h.shape.m}, {"n", h.shape.n}, {"k", h.shape.k}};
+  for (const auto& [name, v] : dims)
+    if (v < 1) return InvalidArgument(std::string("header.") + name + " must be >= 1, got " + std::to_string(v));
+  if (!std::isfinite(h.alpha)) return InvalidArgument("header.alpha must be finite, got " + std::to_string(h.alpha));
+  if (!std::isfinite(h.beta)) return InvalidArgument("header.beta must be finite, got " + std::to_string(h.beta));
+  SGEMM_RETURN_IF_ERROR(check_product("A", "m x k", h.shape.m, h.shape.k, limits));
+  SGEMM_RETURN_IF_ERROR(check_product("B", "k x n", h.shape.k, h.shape.n, limits));
+  SGEMM_RETURN_IF_ERROR(check_product("C", "m x n", h.shape.m, h.shape.n, limits));
+  return Status::Ok();
+}
+
+MatrixAssembler::MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c,
+                                 int64_t max_chunk_bytes)
+    : has_c_(has_c), max_chunk_bytes_(max_chunk_bytes) {
+  expected_ = {matrix_elements(shape, MatrixId::kA), matrix_elements(shape, MatrixId::kB),
+               has_c ? matrix_elements(shape, MatrixId::kC) : 0};
+  dst_ = {a, b, has_c ? c : nullptr};
+}
+
+Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes) {
+  const int idx = static_cast<int>(matrix);
+  const std::string name(matrix_name(matrix));
+  if (!declared(matrix))
+    return InvalidArgument("chunk for matrix C, but the header declared no C (set header.has_c to send C)");
+  if (bytes == 0) return InvalidArgument("chunk for " + name + " at offset " + std::to_string(offset) + " is empty");
+  if (bytes % sizeof(float) != 0)
+    return InvalidArgument("chunk for " + name + " has " + std::to_string(bytes) +
+                           " bytes, not a multiple of 4 (fp32 values)");
+  if (int64_t(bytes) > max_chunk_bytes_)
+    return InvalidArgument("chunk for " + name + " has " + std::to_string(bytes) + " bytes, over the limit of " +
+                           std::to_string(max_chunk_bytes_));
+  const int64_t count = int64_t(bytes / sizeof(float));
+  std::unique_lock lock(mu_);
+  if (!failure_.ok()) return failure_;
+  const int64_t have = received_[idx];
+  if (offset != have)
+    return InvalidArgument("chunk for " + name + " starts at offset " + std::to_string(offset) + " but " +
+                           std::to_string(have) + " elements of " + name +
+                           " have arrived; a matrix's chunks must arrive in order without gaps or overlaps");
+  if (count > expected_[idx] - have)
+    return InvalidArgument("chunk for " + name + " overruns the matrix: offset " + std::to_string(offset) + " + " +
+                           std::to_string(count) + " values > " + std::to_string(expected_[idx]) + " elements");
+  lock.unlock();
+  // Only this thread writes this region, and readers wait until received_ covers it.
+  std::memcpy(dst_[idx] + offset, data, bytes);
+  lock.lock();
+  received_[idx] = have + count;
+  lock.unlock();
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status MatrixAssembler::finish() {
+  std::lock_guard lock(mu_);
+  if (!failure_.ok()) return failure_;
+  for (MatrixId m : {MatrixId::kA, MatrixId::kB, MatrixId::kC}) {
+    const int idx = static_cast<int>(m);
+    if (received_[idx] != expected_[idx])
+      return InvalidArgument("the request stream ended early: " + std::string(matrix_name(m)) + " has " +
+                             std::to_string(received_[idx]) + " of " + std::to_string(expected_[idx]) +
+                             " elements");
+  }
+  return Status::Ok();
+}
+
+void MatrixAssembler::fail(const Status& why) {
+  {
+    std::lock_guard lock(mu_);
+    if (failure_.ok()) failure_ = why.ok() ? Internal("request failed without a reason") : why;
+  }
+  cv_.notify_all();
+}
+
+Status MatrixAssembler::wait_for(MatrixId matrix, int64_t elements) {
+  const int idx = static_cast<int>(matrix);
+  std::unique_lock lock(mu_);
+  if (elements > expected_[idx])
+    return Internal("engine waited for " + std::to_string(elements) + " elements of " +
+                    std::string(matrix_name(matrix)) + ", which has " + std::to_string(expected_[idx]));
+  cv_.wait(lock, [&] { return !failure_.ok() || received_[idx] >= elements; });
+  if (received_[idx] >= elements) return Status::Ok();
+  return failure_;
+}
+
+int64_t MatrixAssembler::received(MatrixId matrix) const {
+  std::lock_guard lock(mu_);
+  return received_[static_cast<int>(matrix)];
+}
+
+int64_t MatrixAssembler::bytes_received() const {
+  std::lock_guard lock(mu_);
+  return (received_[0] + received_[1] + received_[2]) * int64_t(sizeof(float));
+}
+
+}  // namespace sgemm

@@ -1,0 +1,72 @@
+// Assembles one request's matrices from streamed chunks, and is the engine's
+// InputFeed for that request. Protobuf-free so it can be unit-tested alone.
+//
+// Threads: the service's RPC thread calls add_chunk()/finish()/fail(); the
+// engine's thread calls wait_for(). All state is guarded by mu_.
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "server/engine/engine.h"
+
+namespace sgemm {
+
+// A request's header, after conversion from the wire.
+struct RequestHeader {
+  GemmShape shape;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  bool has_c = false;
+  ExecOptions options;
+};
+
+struct RequestLimits {
+  int64_t max_matrix_elements = int64_t{1} << 30;  // largest A, B or C (4 GiB of fp32)
+  int64_t max_chunk_bytes = (4 << 20) - 1024;      // one chunk's payload, under gRPC's 4 MiB default
+};
+
+std::string_view matrix_name(MatrixId m);
+
+// Checks dimensions (>= 1, no overflow, within limits) and alpha/beta (finite).
+// INVALID_ARGUMENT or RESOURCE_EXHAUSTED with a message naming the field.
+Status validate_header(const RequestHeader& header, const RequestLimits& limits);
+
+// Element count of each matrix for a shape (C counted even without has_c).
+int64_t matrix_elements(const GemmShape& shape, MatrixId m);
+
+class MatrixAssembler final : public InputFeed {
+ public:
+  // Destinations must hold matrix_elements() floats each; `c` may be null when !has_c.
+  MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c, int64_t max_chunk_bytes);
+
+  // Copies a chunk into place. Chunks of one matrix must be contiguous and in
+  // order; matrices may interleave. Errors name the matrix and the offsets.
+  Status add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes);
+  // The client half-closed: every declared matrix must be complete.
+  Status finish();
+  // Fails the request: waiters in wait_for() return `why`. First failure wins.
+  void fail(const Status& why);
+
+  Status wait_for(MatrixId matrix, int64_t elements) override;
+
+  int64_t received(MatrixId matrix) const;
+  bool declared(MatrixId matrix) const { return matrix != MatrixId::kC || has_c_; }
+  int64_t bytes_received() const;
+
+ private:
+  const bool has_c_;
+  const int64_t max_chunk_bytes_;
+  std::array<int64_t, 3> expected_{};
+  std::array<float*, 3> dst_{};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::array<int64_t, 3> received_{};  // guarded by mu_
+  Status failure_;                      // guarded by mu_
+};
+
+}  // namespace sgemm
