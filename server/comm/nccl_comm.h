@@ -1,0 +1,61 @@
+// One NCCL communicator over the engine's device pool, made once at start-up
+// with ncclCommInitAll (single process, one rank per device) and destroyed
+// with the pool.
+//
+// Ownership and threads: the engine owns it. NCCL requires that collectives
+// on a communicator are enqueued in the same order on every rank and that the
+// per-rank calls of one collective are issued from one thread inside
+// ncclGroupStart/End; callers therefore hold `order_mutex()` from the first
+// enqueue of a multi-GPU job until its last collective is enqueued (the CUDA
+// engine holds it for the whole split job).
+#pragma once
+
+#include <nccl.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/status.h"
+#include "server/comm/nccl_status.h"
+
+namespace sgemm {
+
+class NcclCommunicator {
+ public:
+  // `devices`: CUDA ordinals; rank i is devices[i]. Needs at least 2 devices.
+  static StatusOr<std::unique_ptr<NcclCommunicator>> create(const std::vector<int>& devices);
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int size() const { return int(comms_.size()); }
+  int device(int rank) const { return devices_[size_t(rank)]; }
+  ncclComm_t comm(int rank) const { return comms_[size_t(rank)]; }
+  // Serialises jobs that enqueue collectives (see the header comment).
+  std::mutex& order_mutex() { return order_mutex_; }
+
+ private:
+  NcclCommunicator() = default;
+  std::vector<int> devices_;
+  std::vector<ncclComm_t> comms_;
+  std::mutex order_mutex_;
+};
+
+// ncclGroupStart in the constructor; end() runs ncclGroupEnd and reports its
+// result. A group not ended explicitly is ended by the destructor.
+class NcclGroup {
+ public:
+  NcclGroup();
+  ~NcclGroup();
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  Status start_status() const { return start_; }
+  Status end();
+
+ private:
+  Status start_;
+  bool open_ = false;
+};
+
+}  // namespace sgemm

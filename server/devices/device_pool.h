@@ -1,0 +1,146 @@
+// The engine's GPUs, set up once at start-up and torn down with the engine.
+//
+// Per device: its properties, the default stream-ordered memory pool with a
+// release threshold high enough that freed memory stays cached in the pool
+// (cudaMallocAsync/cudaFreeAsync then cost no cudaMalloc per request), and
+// `lanes_per_device` lanes. A lane is what one request uses on one device:
+// four non-blocking streams (host->device copies, kernels, NCCL,
+// device->host copies), a growing pool of reusable CUDA events, and one
+// GemmBackend per available kernel kind (a cuBLAS handle inside, not
+// thread-safe, hence one per lane).
+//
+// Ownership and threads: DevicePool owns devices and lanes. acquire() is
+// thread-safe and blocks until a lane of that device is free; the LaneLease
+// gives its holder exclusive use of the lane (streams, events, backends)
+// until it is destroyed. Everything else on Lane is for the lease holder only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/gemm_backend.h"
+#include "server/engine/engine.h"
+
+namespace sgemm {
+
+struct DevicePoolOptions {
+  std::vector<int> devices;         // CUDA ordinals; empty = every visible GPU
+  int lanes_per_device = 2;         // concurrent requests per GPU
+  std::vector<KernelKind> kernels;  // backends made per lane; empty = every kind that builds
+  // Bytes the device memory pool keeps cached after frees (default: all).
+  uint64_t mempool_release_threshold = std::numeric_limits<uint64_t>::max();
+};
+
+class Lane {
+ public:
+  ~Lane();
+  Lane(const Lane&) = delete;
+  Lane& operator=(const Lane&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t h2d() const { return h2d_; }
+  cudaStream_t compute() const { return compute_; }
+  cudaStream_t comm() const { return comm_; }
+  cudaStream_t d2h() const { return d2h_; }
+  std::vector<cudaStream_t> streams() const { return {h2d_, compute_, comm_, d2h_}; }
+
+  // The backend of `kind`; null when that kind is not available.
+  GemmBackend* backend(KernelKind kind) const;
+
+  // Events for the current job: next_event() hands out the next one (creating
+  // more as needed); reset_events() at the start of a job recycles them all.
+  StatusOr<cudaEvent_t> next_event();
+  void reset_events() { next_event_ = 0; }
+
+ private:
+  friend class DevicePool;
+  Lane() = default;
+  int device_ = -1;
+  cudaStream_t h2d_ = nullptr, compute_ = nullptr, comm_ = nullptr, d2h_ = nullptr;
+  std::vector<std::unique_ptr<GemmBackend>> backends_;
+  std::vector<cudaEvent_t> events_;
+  size_t next_event_ = 0;
+};
+
+class DevicePool;
+
+// Exclusive use of one lane; gives it back on destruction.
+class LaneLease {
+ public:
+  LaneLease() = default;
+  LaneLease(DevicePool* pool, int index, int lane) : pool_(pool), index_(index), lane_(lane) {}
+  LaneLease(LaneLease&& o) noexcept { *this = std::move(o); }
+  LaneLease& operator=(LaneLease&& o) noexcept;
+  ~LaneLease() { release(); }
+  Lane* operator->() const;
+  Lane& operator*() const { return *operator->(); }
+  int index() const { return index_; }  // device's position in the pool
+  void release();
+
+ private:
+  DevicePool* pool_ = nullptr;
+  int index_ = -1;
+  int lane_ = -1;
+};
+
+class DevicePool {
+ public:
+  // UNAVAILABLE when no GPU is visible or none of the kernel kinds builds.
+  static StatusOr<std::unique_ptr<DevicePool>> create(const DevicePoolOptions& options);
+  ~DevicePool();
+
+  int size() const { return int(devices_.size()); }
+  int ordinal(int index) const { return devices_[size_t(index)]->info.index; }
+  const DeviceInfo& info(int index) const { return devices_[size_t(index)]->info; }
+  std::vector<int> ordinals() const;
+  // Kinds with a backend on every lane of every device, in all_kernel_kinds() order.
+  const std::vector<KernelKind>& kernels() const { return kernels_; }
+
+  // Blocks until a lane of device `index` is free.
+  LaneLease acquire(int index);
+  int busy_lanes(int index) const;
+
+ private:
+  friend class LaneLease;
+  struct Device {
+    DeviceInfo info;
+    std::vector<std::unique_ptr<Lane>> lanes;
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    std::vector<bool> in_use;  // guarded by mu
+    int busy = 0;              // guarded by mu
+  };
+  DevicePool() = default;
+  void give_back(int index, int lane);
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<KernelKind> kernels_;
+};
+
+// Device memory from the current device's stream-ordered pool, freed (stream
+// ordered, on the stream it was allocated on) when destroyed. The owner must
+// have synchronised every stream that used it before destroying it.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static StatusOr<DeviceBuffer> allocate(int device, std::size_t bytes, cudaStream_t stream);
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  ~DeviceBuffer() { reset(); }
+  float* floats() const { return static_cast<float*>(ptr_); }
+  void reset();
+
+ private:
+  void* ptr_ = nullptr;
+  int device_ = -1;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace sgemm

@@ -1,0 +1,95 @@
+#include "server/devices/pinned_host_pool.h"
+
+#include <cuda_runtime_api.h>
+
+#include <bit>
+#include <string>
+
+#include "common/cuda_status.h"
+
+namespace sgemm {
+
+std::size_t PinnedHostPool::size_class(std::size_t bytes) {
+  constexpr std::size_t kMin = std::size_t(64) << 10;
+  if (bytes <= kMin) return kMin;
+  const std::size_t top = std::bit_floor(bytes);
+  const std::size_t step = top / 4;
+  return (bytes + step - 1) / step * step;
+}
+
+PinnedHostPool::PinnedHostPool(std::size_t cache_bytes) : state_(std::make_shared<State>()) {
+  state_->cache_limit = cache_bytes;
+}
+
+PinnedHostPool::~PinnedHostPool() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->trim_locked(0);
+}
+
+PinnedHostPool::State::~State() { trim_locked(0); }
+
+void PinnedHostPool::State::trim_locked(std::size_t limit) {
+  // Largest slabs first: fewest cudaFreeHost calls to get under the limit.
+  while (stats.cached_bytes > limit && !cache.empty()) {
+    auto it = std::prev(cache.end());
+    (void)cudaFreeHost(it->second);
+    (void)cudaGetLastError();
+    stats.cached_bytes -= it->first;
+    cache.erase(it);
+  }
+}
+
+void PinnedHostPool::State::release(void* p, std::size_t cls) {
+  std::lock_guard<std::mutex> lock(mu);
+  stats.live_bytes -= cls;
+  if (cls > cache_limit) {
+    (void)cudaFreeHost(p);
+    (void)cudaGetLastError();
+    return;
+  }
+  cache.emplace(cls, p);
+  stats.cached_bytes += cls;
+  trim_locked(cache_limit);
+}
+
+StatusOr<HostBuffer> PinnedHostPool::allocate(std::size_t bytes) {
+  const std::size_t cls = size_class(bytes);
+  std::shared_ptr<State> st = state_;
+  auto make = [&](void* p) {
+    return HostBuffer(p, bytes, [st, cls](void* q, std::size_t) { st->release(q, cls); });
+  };
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (auto it = st->cache.find(cls); it != st->cache.end()) {
+      void* p = it->second;
+      st->cache.erase(it);
+      st->stats.cached_bytes -= cls;
+      st->stats.live_bytes += cls;
+      st->stats.reuses++;
+      return make(p);
+    }
+  }
+  void* p = nullptr;
+  Status s = SGEMM_CUDA_STATUS(cudaHostAlloc(&p, cls, cudaHostAllocPortable));
+  if (!s.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      st->trim_locked(0);
+    }
+    s = SGEMM_CUDA_STATUS(cudaHostAlloc(&p, cls, cudaHostAllocPortable));
+  }
+  if (!s.ok()) {
+    return ResourceExhausted("pinned host buffer of " + std::to_string(bytes) + " bytes: " + s.message());
+  }
+  std::lock_guard<std::mutex> lock(st->mu);
+  st->stats.live_bytes += cls;
+  st->stats.allocations++;
+  return make(p);
+}
+
+PinnedHostPoolStats PinnedHostPool::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->stats;
+}
+
+}  // namespace sgemm

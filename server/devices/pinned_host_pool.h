@@ -1,0 +1,55 @@
+// Page-locked host memory for request matrices, reused across requests.
+//
+// Buffers come from cudaHostAlloc(cudaHostAllocPortable) slabs, so every
+// device of the pool copies from/to them at full link rate (no pageable
+// staging on the hot path). A released buffer goes back into a cache keyed by
+// size class (four classes per power of two above 64 KiB, so at most ~19%
+// waste); the next request of that class reuses it. The cache keeps at most
+// `cache_bytes`; beyond that released slabs are freed. When cudaHostAlloc
+// fails the cache is emptied and the allocation retried once.
+//
+// Ownership and threads: thread-safe. The state lives in a shared_ptr held by
+// every outstanding HostBuffer, so buffers may outlive the pool object.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "server/engine/host_buffer.h"
+
+namespace sgemm {
+
+struct PinnedHostPoolStats {
+  std::size_t cached_bytes = 0;     // released slabs kept for reuse
+  std::size_t live_bytes = 0;       // handed out, not yet released
+  std::size_t allocations = 0;      // cudaHostAlloc calls so far
+  std::size_t reuses = 0;           // requests served from the cache
+};
+
+class PinnedHostPool final : public HostAllocator {
+ public:
+  // cache_bytes: released memory kept for reuse (default 8 GiB).
+  explicit PinnedHostPool(std::size_t cache_bytes = std::size_t(8) << 30);
+  ~PinnedHostPool() override;
+  StatusOr<HostBuffer> allocate(std::size_t bytes) override;
+  PinnedHostPoolStats stats() const;
+  // The size class a request of `bytes` is served from.
+  static std::size_t size_class(std::size_t bytes);
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::size_t cache_limit = 0;
+    std::multimap<std::size_t, void*> cache;  // size class -> slab; guarded by mu
+    PinnedHostPoolStats stats;                // guarded by mu
+    void release(void* p, std::size_t cls);
+    void trim_locked(std::size_t limit);
+    ~State();
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace sgemm

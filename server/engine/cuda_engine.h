@@ -1,0 +1,62 @@
+// The multi-GPU CUDA engine: runs each GemmJob on one GPU or split across the
+// pool (row split or K split, chosen by the planner), pipelined so copies of
+// one block overlap the kernel of another. Design: docs/engine.md.
+//
+// Ownership and threads: the engine owns the device pool (streams, events,
+// GemmBackends, memory pools; server/devices/), the pinned host pool it hands
+// out through host_allocator(), and the NCCL communicator (server/comm/, only
+// with more than one device). run() is thread-safe and is called from many
+// service threads at once: a single-GPU job leases one lane of one device
+// (blocking while all lanes there are busy); a split job first takes the
+// communicator's order mutex, so NCCL collectives of different jobs never
+// interleave, then one lane on every device. rows_ready() is called on the
+// thread that called run().
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "server/engine/engine.h"
+#include "server/planner/plan.h"
+
+namespace sgemm {
+
+struct CudaEngineOptions {
+  std::vector<int> devices;        // CUDA ordinals to own; empty = every visible GPU
+  std::string default_kernel;      // "" = pingpong when built, else cublas
+  int lanes_per_device = 2;        // concurrent streams (requests) per GPU
+
+  // Released pinned host memory kept for reuse by host_allocator() (8 GiB).
+  std::size_t pinned_cache_bytes = std::size_t(8) << 30;
+  // Rows per block of the row pipeline (copy in, kernel, copy out, rows_ready);
+  // 0 = the shard's rows / planner.pipeline_chunks, rounded up to 128, >= 256.
+  int64_t chunk_rows = 0;
+  // K per block of the K-split pipeline (copy in, kernel accumulating into the
+  // partial C); 0 = the slice / planner.pipeline_chunks, rounded up to 16, >= 2048.
+  int64_t chunk_k = 0;
+  // How K-split partial Cs are summed: reduce-scatter (every GPU copies out its
+  // own rows; default) or reduce to the first GPU, which copies out all of C.
+  KReduce k_reduce = KReduce::kReduceScatter;
+
+  // Cost-model capabilities given to the planner for every device. Measured on
+  // H100/H200 SXM (docs/engine.md): cuBLAS fp32 ~50 TFLOP/s, pinned host<->device
+  // ~54 GB/s per GPU, NCCL over NVLink ~390 GB/s.
+  double gpu_tflops = 50.0;
+  double host_link_gbps = 54.0;
+  double peer_gbps = 390.0;
+  PlannerOptions planner;          // split geometry and cost constants
+
+  // Start-up and fallback messages; null = silent. Called from any thread.
+  std::function<void(std::string_view)> log;
+};
+
+// UNAVAILABLE when no GPU (or no GEMM backend) is usable; INVALID_ARGUMENT for
+// bad options (unknown default_kernel, an ordinal that is not visible).
+StatusOr<std::unique_ptr<Engine>> make_cuda_engine(const CudaEngineOptions& options);
+
+}  // namespace sgemm
