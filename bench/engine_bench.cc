@@ -1,0 +1,265 @@
+// engine-bench: scaling of the CUDA engine from one GPU to two.
+//
+// For each shape (4096^3, 8192^3, 16384^3, 1024x1024x65536 by default) and
+// each strategy (single on GPU 0; row split, K split with reduce-scatter, K
+// split with reduce to root, on GPUs 0 and 1) it first checks sampled rows
+// against the fp64 reference, then runs `--warmup` untimed and `--iters`
+// timed requests and reports medians:
+//   kernel phase: the slowest device's summed kernel time (CUDA events)
+//   end-to-end:   wall time of Engine::run, pinned host in -> pinned host out
+// and the scaling of each against the single-GPU figures. Inputs live in
+// pinned memory (the engine's host pool), so this is the device side of a
+// request without the network.
+//
+//   engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] [--shapes MxNxK,...] [--sample ROWS]
+//                [--csv-out FILE]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/reference_gemm.h"
+#include "server/devices/pinned_host_pool.h"
+#include "server/engine/cuda_engine.h"
+
+namespace {
+
+using namespace sgemm;
+
+struct Args {
+  int iters = 10;
+  int warmup = 2;
+  bool csv = false;
+  std::string csv_out;  // also write the CSV here (the table still goes to stdout)
+  std::string kernel;
+  int64_t sample = 8;
+  std::vector<GemmShape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 16384, 16384}, {1024, 1024, 65536}};
+};
+
+[[noreturn]] void usage(const char* msg) {
+  std::fprintf(stderr, "engine-bench: %s\nusage: engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] "
+                       "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE]\n", msg);
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value for " + s).c_str());
+      return argv[++i];
+    };
+    if (s == "--iters") a.iters = std::max(1, std::atoi(next().c_str()));
+    else if (s == "--warmup") a.warmup = std::max(0, std::atoi(next().c_str()));
+    else if (s == "--csv") a.csv = true;
+    else if (s == "--csv-out") a.csv_out = next();
+    else if (s == "--kernel") a.kernel = next();
+    else if (s == "--sample") a.sample = std::max(1, std::atoi(next().c_str()));
+    else if (s == "--shapes") {
+      a.shapes.clear();
+      std::string list = next();
+      size_t pos = 0;
+      while (pos < list.size()) {
+        size_t end = list.find(',', pos);
+        std::string one = list.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+        long long m, n, k;
+        if (std::sscanf(one.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) usage(("bad shape " + one).c_str());
+        a.shapes.push_back({m, n, k});
+        if (end == std::string::npos) break;
+        pos = end + 1;
+      }
+    } else usage(("unknown argument " + s).c_str());
+  }
+  return a;
+}
+
+struct Config {
+  std::string name;
+  Engine* engine;
+  SplitMode split;
+  int gpus;
+};
+
+struct Result {
+  std::string shape, config;
+  int gpus = 1;
+  std::string plan;
+  double e2e_ms = 0, kernel_ms = 0, copy_in_ms = 0, reduce_ms = 0, copy_out_ms = 0;
+  double tflops_e2e = 0, tflops_kernel = 0;
+  double scale_e2e = 0, scale_kernel = 0;
+  double max_err = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::unique_ptr<Engine> engine_or_die(std::vector<int> devices, KReduce reduce, const std::string& kernel) {
+  CudaEngineOptions o;
+  o.devices = std::move(devices);
+  o.k_reduce = reduce;
+  o.default_kernel = kernel;
+  o.lanes_per_device = 1;
+  auto e = make_cuda_engine(o);
+  if (!e.ok()) {
+    std::fprintf(stderr, "engine-bench: %s\n", e.status().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(e).value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
+    std::fprintf(stderr, "engine-bench: no CUDA device\n");
+    return 1;
+  }
+  auto one = engine_or_die({0}, KReduce::kReduceScatter, args.kernel);
+  std::unique_ptr<Engine> two_rs, two_root;
+  std::vector<Config> configs = {{"single", one.get(), SplitMode::kSingle, 1}};
+  if (gpus >= 2) {
+    two_rs = engine_or_die({0, 1}, KReduce::kReduceScatter, args.kernel);
+    two_root = engine_or_die({0, 1}, KReduce::kReduceToRoot, args.kernel);
+    configs.push_back({"rows", two_rs.get(), SplitMode::kRows, 2});
+    configs.push_back({"k/reduce-scatter", two_rs.get(), SplitMode::kK, 2});
+    configs.push_back({"k/reduce-to-root", two_root.get(), SplitMode::kK, 2});
+    configs.push_back({"auto", two_rs.get(), SplitMode::kAuto, 2});
+  } else {
+    std::fprintf(stderr, "engine-bench: only 1 GPU visible: single-GPU figures only\n");
+  }
+  const EngineInfo info = one->info();
+  std::fprintf(stderr, "engine-bench: %s, kernel %s, %d GPU(s) visible\n", info.devices[0].name.c_str(),
+               args.kernel.empty() ? info.default_kernel.c_str() : args.kernel.c_str(), gpus);
+
+  PinnedHostPool host(0);
+  std::vector<Result> results;
+  bool all_ok = true;
+  for (const GemmShape& s : args.shapes) {
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)s.m, (long long)s.n, (long long)s.k);
+    auto a = host.allocate(size_t(s.m * s.k) * 4), b = host.allocate(size_t(s.k * s.n) * 4),
+         c = host.allocate(size_t(s.m * s.n) * 4);
+    if (!a.ok() || !b.ok() || !c.ok()) {
+      std::fprintf(stderr, "engine-bench: pinned host memory for %s: out of memory\n", shape);
+      return 1;
+    }
+    fill_random(a->floats(), s.m * s.k, 1);
+    fill_random(b->floats(), s.k * s.n, 2);
+    const auto rows = rows_to_verify(s.m, s.n, s.k, 3, args.sample);
+    double single_e2e = 0, single_kernel = 0;
+    for (const Config& cfg : configs) {
+      GemmJob job;
+      job.shape = s;
+      job.options.split = cfg.split;
+      job.options.kernel = args.kernel;
+      job.a = a->floats();
+      job.b = b->floats();
+      job.c = c->floats();
+      std::memset(c->floats(), 0xff, size_t(s.m * s.n) * 4);  // NaN: unwritten rows fail verification
+      auto first = cfg.engine->run(job);
+      if (!first.ok()) {
+        std::fprintf(stderr, "engine-bench: %s %s: %s\n", shape, cfg.name.c_str(), first.status().to_string().c_str());
+        all_ok = false;
+        continue;
+      }
+      const VerifyResult v = verify_gemm(s.m, s.n, s.k, 1.0f, a->floats(), b->floats(), 0.0f, nullptr, c->floats(), rows);
+      if (!v.passed(kSgemmTolerance)) {
+        std::fprintf(stderr, "engine-bench: %s %s: WRONG RESULT (max rel error %.3g at %lld,%lld); not timed\n", shape,
+                     cfg.name.c_str(), v.max_rel_error, (long long)v.worst_row, (long long)v.worst_col);
+        all_ok = false;
+        continue;
+      }
+      for (int i = 0; i < args.warmup; ++i) (void)cfg.engine->run(job);
+      std::vector<double> e2e, kern, cin, red, cout;
+      std::string plan = first->plan_reason;
+      for (int i = 0; i < args.iters; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = cfg.engine->run(job);
+        const auto t1 = std::chrono::steady_clock::now();
+        if (!r.ok()) {
+          std::fprintf(stderr, "engine-bench: %s\n", r.status().to_string().c_str());
+          return 1;
+        }
+        e2e.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        double k = 0, ci = 0, rd = 0, co = 0;
+        for (const auto& d : r->devices) {
+          k = std::max(k, d.kernel_ms);
+          ci = std::max(ci, d.copy_in_ms);
+          rd = std::max(rd, d.reduce_ms);
+          co = std::max(co, d.copy_out_ms);
+        }
+        kern.push_back(k);
+        cin.push_back(ci);
+        red.push_back(rd);
+        cout.push_back(co);
+        plan = r->plan_reason;
+      }
+      Result res;
+      res.shape = shape;
+      res.config = cfg.name;
+      res.gpus = cfg.gpus;
+      res.plan = plan;
+      res.e2e_ms = median(e2e);
+      res.kernel_ms = median(kern);
+      res.copy_in_ms = median(cin);
+      res.reduce_ms = median(red);
+      res.copy_out_ms = median(cout);
+      res.tflops_e2e = s.flops() / (res.e2e_ms * 1e-3) / 1e12;
+      res.tflops_kernel = s.flops() / (res.kernel_ms * 1e-3) / 1e12;
+      res.max_err = v.max_rel_error;
+      if (cfg.name == "single") {
+        single_e2e = res.e2e_ms;
+        single_kernel = res.kernel_ms;
+      }
+      res.scale_e2e = single_e2e > 0 ? single_e2e / res.e2e_ms : 0;
+      res.scale_kernel = single_kernel > 0 ? single_kernel / res.kernel_ms : 0;
+      results.push_back(res);
+      if (!args.csv)
+        std::fprintf(stderr, "  %s %-18s e2e %8.2f ms  kernel %8.2f ms  [%s]\n", shape, cfg.name.c_str(), res.e2e_ms,
+                     res.kernel_ms, plan.c_str());
+    }
+  }
+  auto write_csv = [&](FILE* f) {
+    std::fprintf(f, "shape,config,gpus,e2e_ms,e2e_tflops,e2e_scaling,kernel_ms,kernel_tflops,kernel_scaling,copy_in_ms,"
+                    "reduce_ms,copy_out_ms,max_rel_err,plan\n");
+    for (const auto& r : results)
+      std::fprintf(f, "%s,%s,%d,%.3f,%.2f,%.3f,%.3f,%.2f,%.3f,%.3f,%.3f,%.3f,%.3g,\"%s\"\n", r.shape.c_str(),
+                   r.config.c_str(), r.gpus, r.e2e_ms, r.tflops_e2e, r.scale_e2e, r.kernel_ms, r.tflops_kernel,
+                   r.scale_kernel, r.copy_in_ms, r.reduce_ms, r.copy_out_ms, r.max_err, r.plan.c_str());
+  };
+  if (!args.csv_out.empty()) {
+    if (FILE* f = std::fopen(args.csv_out.c_str(), "w")) {
+      write_csv(f);
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "engine-bench: cannot write %s\n", args.csv_out.c_str());
+      all_ok = false;
+    }
+  }
+  if (args.csv) {
+    write_csv(stdout);
+  } else {
+    std::printf("%-20s %-18s %4s %10s %8s %7s %10s %8s %7s %9s %9s %9s\n", "shape", "strategy", "gpus", "e2e ms",
+                "TFLOP/s", "scale", "kernel ms", "TFLOP/s", "scale", "in ms", "nccl ms", "out ms");
+    for (const auto& r : results)
+      std::printf("%-20s %-18s %4d %10.2f %8.2f %6.2fx %10.2f %8.2f %6.2fx %9.2f %9.2f %9.2f\n", r.shape.c_str(),
+                  r.config.c_str(), r.gpus, r.e2e_ms, r.tflops_e2e, r.scale_e2e, r.kernel_ms, r.tflops_kernel,
+                  r.scale_kernel, r.copy_in_ms, r.reduce_ms, r.copy_out_ms);
+    std::printf("(medians of %d runs after %d warm-up; e2e = Engine::run wall time, pinned host in -> pinned host out;"
+                " kernel = slowest GPU's summed kernel time; in/nccl/out = slowest GPU's summed copy-in, NCCL, copy-out"
+                " time, which overlap)\n", args.iters, args.warmup);
+  }
+  return all_ok ? 0 : 1;
+}
