@@ -199,9 +199,21 @@ int main(int argc, char** argv) {
   bool info_json = false;
   info->add_flag("--json", info_json, "print JSON");
 
+  CLI::App* health = app.add_subcommand("health", "exit 0 when the server reports SERVING (grpc.health.v1)");
+  health->add_option("--server", server, "sgemm-server address host:port");
+
   CLI11_PARSE(app, argc, argv);
 
   if (*sub) return submit(server, chunk_bytes, o);
+  if (*health) {
+    auto r = sgemm::Client::connect(server)->serving();
+    if (!r.ok()) {
+      std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
+      return 3;
+    }
+    std::printf("%s\n", *r ? "SERVING" : "NOT_SERVING");
+    return *r ? 0 : 1;
+  }
   auto client = sgemm::Client::connect(server);
   auto r = client->info();
   if (!r.ok()) {

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
 namespace sgemm {
@@ -21,7 +22,19 @@ class GrpcClient final : public Client {
  public:
   GrpcClient(const std::string& target, const ClientOptions& options)
       : options_(options),
-        stub_(v1::Sgemm::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+        channel_(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+        stub_(v1::Sgemm::NewStub(channel_)),
+        health_(grpc::health::v1::Health::NewStub(channel_)) {}
+
+  StatusOr<bool> serving(const std::string& service, std::chrono::milliseconds timeout) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    SGEMM_RETURN_IF_ERROR(from_grpc(health_->Check(&ctx, req, &resp)));
+    return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  }
 
   StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                     const MultiplyOptions& opt) override {
@@ -148,7 +161,9 @@ class GrpcClient final : public Client {
 
  private:
   const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sgemm::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
 
 }  // namespace

@@ -82,6 +82,9 @@ class Client {
   virtual StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                             const MultiplyOptions& options) = 0;
   virtual StatusOr<ServerInfo> info(std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) = 0;
+  // grpc.health.v1 Check for `service` ("" = the whole server): true when SERVING.
+  virtual StatusOr<bool> serving(const std::string& service = "",
+                                 std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) = 0;
 };
 
 }  // namespace sgemm

@@ -11,6 +11,9 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +27,13 @@
 #endif
 
 namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);  // async-signal-safe
+}
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:50051";  // address:port; port 0 picks a free one (see --port-file)
@@ -58,6 +68,17 @@ sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGINT/SIGTERM: a handler writes the signal number to a pipe, whichever
+  // thread takes it (libraries such as OpenBLAS start threads before main, so
+  // masking alone cannot route signals); a waiter thread reads the pipe and
+  // shuts the server down gracefully.
+  if (pipe(g_signal_pipe) != 0) return 1;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
   ServerOptions opt;
   CLI::App app{"sgemm-server: multi-GPU SGEMM over gRPC (sgemm.v1)"};
   app.add_option("--listen", opt.listen, "address:port to serve on")->capture_default_str();
@@ -156,15 +177,10 @@ int main(int argc, char** argv) {
     std::filesystem::rename(tmp, opt.port_file);  // appears whole, never half-written
   }
 
-  // Signals: block them here, wait for one on a thread, then shut down gracefully.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
     log->info("signal {} received: refusing new requests, finishing those in flight", sig);
     server->GetHealthCheckService()->Shutdown();
     server->Shutdown();  // waits for every in-flight RPC to finish

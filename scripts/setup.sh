@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 / Ubuntu 24.04 machine lacks to build
+# sgemm-service, then configures and builds it (CMake preset "default").
+#
+#   scripts/setup.sh            # install missing packages, configure, build everything
+#   SGEMM_PRESET=debug scripts/setup.sh
+#
+# The CUDA Toolkit 13 (nvcc, cuBLAS, NCCL) is expected to be installed already
+# (it is on our GPU hosts, CI machines and the CUDA devel image); everything
+# else comes from the distribution's packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libspdlog-dev libcli11-dev nlohmann-json3-dev libopenblas-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# CUDA: nvcc on PATH, or the usual install location.
+if ! command -v nvcc >/dev/null 2>&1; then
+  for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
+    [ -x "$d/nvcc" ] && export PATH="$d:$PATH" && break
+  done
+fi
+command -v nvcc >/dev/null 2>&1 || {
+  echo "setup: nvcc not found. Install the CUDA Toolkit 13 (with cuBLAS and NCCL) and put nvcc on PATH." >&2
+  exit 1
+}
+
+preset="${SGEMM_PRESET:-default}"
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "$(nproc)"
+echo "setup: built with preset '$preset'"

@@ -1,0 +1,179 @@
+// End to end: the real server binary, the real client library, results
+// checked against an fp64 reference on fresh random inputs.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+#include "tests/e2e/server_process.h"
+
+namespace sgemm {
+namespace {
+
+using testing::ServerProcess;
+
+uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
+
+struct Case {
+  GemmShape shape;
+  float alpha, beta;
+  bool with_c;
+};
+
+void multiply_and_verify(Client& client, const Case& c, const MultiplyOptions& base = {}) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("shape " + std::to_string(c.shape.m) + "x" + std::to_string(c.shape.n) + "x" +
+               std::to_string(c.shape.k) + " alpha " + std::to_string(c.alpha) + " beta " + std::to_string(c.beta) +
+               " seed " + std::to_string(seed));
+  const GemmShape s = c.shape;
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c0;
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  if (c.with_c) {
+    c0.resize(s.m * s.n);
+    fill_random(c0, seed + 2);
+  }
+  MultiplyOptions opt = base;
+  opt.alpha = c.alpha;
+  opt.beta = c.beta;
+  auto r = client.multiply(s, a.data(), b.data(), c.with_c ? c0.data() : nullptr, opt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(int64_t(r->c.size()), s.m * s.n);
+  const auto rows = rows_to_verify(s.m, s.n, s.k, seed);
+  auto v = verify_gemm(s.m, s.n, s.k, c.alpha, a.data(), b.data(), c.beta, c.with_c ? c0.data() : nullptr,
+                       r->c.data(), rows);
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", "
+                                         << v.worst_col << ")";
+  EXPECT_FALSE(r->summary.devices.empty());
+  EXPECT_EQ(r->bytes_received, s.m * s.n * 4);
+  EXPECT_EQ(r->bytes_sent, (s.m * s.k + s.k * s.n + (c.with_c ? s.m * s.n : 0)) * 4);
+  // The devices' shards cover every row of C.
+  int64_t rows_covered = 0;
+  for (const auto& d : r->summary.devices)
+    if (d.k_begin == 0) rows_covered += d.row_end - d.row_begin;
+  EXPECT_EQ(rows_covered, s.m);
+}
+
+class MultiplyE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess();
+    ASSERT_TRUE(server_->running()) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << "server did not exit cleanly on SIGTERM";
+    delete server_;
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* MultiplyE2E::server_ = nullptr;
+
+TEST_F(MultiplyE2E, OddAndRoundShapesAgainstFp64Reference) {
+  auto client = Client::connect(server_->address());
+  for (GemmShape s : {GemmShape{1, 1, 1}, GemmShape{17, 33, 65}, GemmShape{1000, 1, 1000}, GemmShape{513, 1025, 257},
+                      GemmShape{1, 1000, 1}, GemmShape{64, 64, 64}}) {
+    multiply_and_verify(*client, {s, 1.0f, 0.0f, false});
+  }
+}
+
+TEST_F(MultiplyE2E, LargeProductTravelsInManyChunks) {
+  ClientOptions opt;
+  opt.chunk_bytes = 1 << 20;  // A and B are 16 MiB each: 16 chunks apiece, C comes back in 16
+  auto client = Client::connect(server_->address(), opt);
+  int64_t chunks = 0;
+  MultiplyOptions mopt;
+  mopt.on_chunk = [&](int64_t, int64_t) { ++chunks; };
+  multiply_and_verify(*client, {{2048, 2048, 2048}, 1.0f, 0.0f, false}, mopt);
+  EXPECT_GE(chunks, 16);
+}
+
+TEST_F(MultiplyE2E, AlphaBetaVariantsWithAndWithoutC) {
+  auto client = Client::connect(server_->address());
+  const GemmShape s{129, 77, 301};
+  multiply_and_verify(*client, {s, 2.5f, 0.0f, false});
+  multiply_and_verify(*client, {s, -1.0f, 0.0f, true});   // C given, beta 0: C is ignored
+  multiply_and_verify(*client, {s, 1.0f, 1.0f, true});
+  multiply_and_verify(*client, {s, 0.5f, -2.0f, true});
+  multiply_and_verify(*client, {s, 0.0f, 3.0f, true});    // alpha 0: C = beta*C
+  multiply_and_verify(*client, {{513, 1025, 257}, 1.5f, 0.25f, true});
+}
+
+TEST_F(MultiplyE2E, SmallChunksFromTheClientStillAssemble) {
+  ClientOptions opt;
+  opt.chunk_bytes = 4 * 37;  // chunks that straddle rows
+  auto client = Client::connect(server_->address(), opt);
+  multiply_and_verify(*client, {{45, 23, 31}, 1.0f, 0.5f, true});
+}
+
+TEST_F(MultiplyE2E, NanAndInfInInputsPropagateAsData) {
+  auto client = Client::connect(server_->address());
+  const GemmShape s{8, 8, 8};
+  std::vector<float> a(64), b(64);
+  fill_random(a, fresh_seed());
+  fill_random(b, fresh_seed());
+  a[2 * 8 + 3] = std::numeric_limits<float>::quiet_NaN();  // row 2 of C becomes NaN
+  auto r = client->multiply(s, a.data(), b.data(), nullptr, {});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  for (int j = 0; j < 8; ++j) EXPECT_TRUE(std::isnan(r->c[2 * 8 + j]));
+  auto v = verify_gemm(8, 8, 8, 1, a.data(), b.data(), 0, nullptr, r->c.data());
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+}
+
+TEST_F(MultiplyE2E, EightClientsAtOnceAllCorrect) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      auto client = Client::connect(server_->address());
+      const GemmShape s{100 + 37 * t, 90 + 11 * t, 200 + 53 * t};
+      for (int rep = 0; rep < 3; ++rep) {
+        const uint64_t seed = fresh_seed();
+        std::vector<float> a(s.m * s.k), b(s.k * s.n), c0(s.m * s.n);
+        fill_random(a, seed);
+        fill_random(b, seed + 1);
+        fill_random(c0, seed + 2);
+        MultiplyOptions o;
+        o.alpha = 1.25f;
+        o.beta = 0.75f;
+        auto r = client->multiply(s, a.data(), b.data(), c0.data(), o);
+        if (!r.ok() || !verify_gemm(s.m, s.n, s.k, 1.25f, a.data(), b.data(), 0.75f, c0.data(), r->c.data())
+                            .passed(kSgemmTolerance))
+          ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto info = Client::connect(server_->address())->info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->host_bytes_in_use, 0);
+}
+
+TEST_F(MultiplyE2E, InfoReportsDevicesKernelsLimitsAndHealth) {
+  auto client = Client::connect(server_->address());
+  auto info = client->info();
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_FALSE(info->version.empty());
+  EXPECT_FALSE(info->devices.empty());
+  EXPECT_FALSE(info->kernels.empty());
+  EXPECT_GT(info->max_matrix_elements, 0);
+  auto serving = client->serving();
+  ASSERT_TRUE(serving.ok()) << serving.status().to_string();
+  EXPECT_TRUE(*serving);
+}
+
+TEST_F(MultiplyE2E, TimingLogHasOneJsonLinePerRequest) {
+  auto client = Client::connect(server_->address());
+  multiply_and_verify(*client, {{31, 29, 23}, 1.0f, 0.0f, false});
+  std::ifstream f(server_->dir() + "/logs/timings.jsonl");
+  std::string line, last;
+  while (std::getline(f, line)) last = line;
+  EXPECT_NE(last.find("\"devices\":[{"), std::string::npos) << last;
+  EXPECT_NE(last.find("\"kernel_ms\""), std::string::npos) << last;
+  EXPECT_NE(last.find("\"m\":31"), std::string::npos) << last;
+}
+
+}  // namespace
+}  // namespace sgemm

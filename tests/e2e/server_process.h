@@ -1,0 +1,109 @@
+// Starts the real sgemm-server binary on 127.0.0.1 with an ephemeral port for
+// end-to-end tests, and stops it with SIGTERM (checking it exits 0).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace sgemm::testing {
+
+inline std::string make_temp_dir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "sgemm-e2e-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) return {};
+  return tmpl;
+}
+
+class ServerProcess {
+ public:
+  // Extra flags after the defaults (127.0.0.1:0, a fresh log dir, SGEMM_E2E_BACKEND or auto).
+  explicit ServerProcess(std::vector<std::string> extra = {}) {
+    dir_ = make_temp_dir();
+    const char* backend = std::getenv("SGEMM_E2E_BACKEND");
+    std::vector<std::string> args = {SGEMM_SERVER_BIN, "--listen", "127.0.0.1:0", "--port-file", dir_ + "/port",
+                                     "--log-dir", dir_ + "/logs", "--backend", backend ? backend : "auto"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    const std::string out = dir_ + "/stdout.log";
+    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (pid_ > 0 && std::chrono::steady_clock::now() < give_up) {
+      std::ifstream f(dir_ + "/port");
+      if (f >> port_) break;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {  // died at start
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) stop();
+    std::error_code ec;
+    if (!std::getenv("SGEMM_E2E_KEEP")) std::filesystem::remove_all(dir_, ec);
+  }
+  bool running() const { return pid_ > 0 && port_ > 0; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  pid_t pid() const { return pid_; }
+  const std::string& dir() const { return dir_; }
+  std::string log() const {
+    std::ifstream f(dir_ + "/stdout.log");
+    return {std::istreambuf_iterator<char>(f), {}};
+  }
+  // SIGTERM, then waits; returns the exit code (or 128+signal).
+  int stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs a shell command line and captures its stdout.
+inline CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace sgemm::testing

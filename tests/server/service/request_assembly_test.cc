@@ -1,0 +1,124 @@
+#include "server/service/request_assembly.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+namespace sgemm {
+namespace {
+
+RequestHeader header(int64_t m, int64_t n, int64_t k) {
+  RequestHeader h;
+  h.shape = {m, n, k};
+  return h;
+}
+
+TEST(ValidateHeader, AcceptsOrdinaryShapes) {
+  EXPECT_TRUE(validate_header(header(1, 1, 1), {}).ok());
+  EXPECT_TRUE(validate_header(header(513, 1025, 257), {}).ok());
+}
+
+TEST(ValidateHeader, RejectsZeroAndNegativeDimensionsNamingThem) {
+  for (auto [m, n, k, field] : {std::tuple{0, 1, 1, "header.m"}, {1, -3, 1, "header.n"}, {1, 1, 0, "header.k"}}) {
+    Status st = validate_header(header(m, n, k), {});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find(field), std::string::npos) << st.message();
+  }
+}
+
+TEST(ValidateHeader, RejectsOverflowingElementCounts) {
+  const int64_t big = int64_t{1} << 40;
+  Status st = validate_header(header(big, 1, big), {});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("overflows"), std::string::npos) << st.message();
+}
+
+TEST(ValidateHeader, RejectsMatricesOverTheLimit) {
+  RequestLimits limits;
+  limits.max_matrix_elements = 1000;
+  Status st = validate_header(header(10, 200, 10), limits);  // B = 10 x 200 = 2000
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("B has 2000 elements"), std::string::npos) << st.message();
+}
+
+TEST(ValidateHeader, RejectsNonFiniteAlphaAndBeta) {
+  RequestHeader h = header(2, 2, 2);
+  h.alpha = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_NE(validate_header(h, {}).message().find("alpha"), std::string::npos);
+  h.alpha = 1;
+  h.beta = std::numeric_limits<float>::infinity();
+  Status st = validate_header(h, {});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("beta"), std::string::npos);
+}
+
+struct Buffers {
+  explicit Buffers(GemmShape s) : a(s.m * s.k), b(s.k * s.n), c(s.m * s.n) {}
+  std::vector<float> a, b, c;
+};
+
+TEST(MatrixAssembler, AssemblesInterleavedInOrderChunks) {
+  GemmShape s{3, 4, 5};
+  Buffers buf(s);
+  MatrixAssembler as(s, true, buf.a.data(), buf.b.data(), buf.c.data(), 1 << 20);
+  std::vector<float> a(15), b(20), c(12);
+  for (int i = 0; i < 15; ++i) a[i] = float(i);
+  for (int i = 0; i < 20; ++i) b[i] = float(100 + i);
+  for (int i = 0; i < 12; ++i) c[i] = float(-i);
+  ASSERT_TRUE(as.add_chunk(MatrixId::kA, 0, a.data(), 7 * 4).ok());
+  ASSERT_TRUE(as.add_chunk(MatrixId::kB, 0, b.data(), 20 * 4).ok());
+  ASSERT_TRUE(as.add_chunk(MatrixId::kA, 7, a.data() + 7, 8 * 4).ok());
+  ASSERT_TRUE(as.add_chunk(MatrixId::kC, 0, c.data(), 12 * 4).ok());
+  ASSERT_TRUE(as.finish().ok());
+  EXPECT_EQ(buf.a, a);
+  EXPECT_EQ(buf.b, b);
+  EXPECT_EQ(buf.c, c);
+  EXPECT_EQ(as.bytes_received(), (15 + 20 + 12) * 4);
+}
+
+TEST(MatrixAssembler, RejectsBadChunksNamingTheProblem) {
+  GemmShape s{2, 2, 2};
+  Buffers buf(s);
+  MatrixAssembler as(s, false, buf.a.data(), buf.b.data(), buf.c.data(), 64);
+  float v[32] = {};
+  auto expect = [](Status st, StatusCode code, const char* words) {
+    EXPECT_EQ(st.code(), code) << st.to_string();
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.message();
+  };
+  expect(as.add_chunk(MatrixId::kC, 0, v, 16), StatusCode::kInvalidArgument, "declared no C");
+  expect(as.add_chunk(MatrixId::kA, 0, v, 7), StatusCode::kInvalidArgument, "not a multiple of 4");
+  expect(as.add_chunk(MatrixId::kA, 0, v, 0), StatusCode::kInvalidArgument, "empty");
+  expect(as.add_chunk(MatrixId::kA, 0, v, 80), StatusCode::kInvalidArgument, "over the limit");
+  expect(as.add_chunk(MatrixId::kA, 2, v, 8), StatusCode::kInvalidArgument, "in order");
+  expect(as.add_chunk(MatrixId::kA, 0, v, 20), StatusCode::kInvalidArgument, "overruns");
+  ASSERT_TRUE(as.add_chunk(MatrixId::kA, 0, v, 8).ok());
+  expect(as.add_chunk(MatrixId::kA, 0, v, 8), StatusCode::kInvalidArgument, "in order");  // overlap
+  expect(as.finish(), StatusCode::kInvalidArgument, "A has 2 of 4 elements");
+}
+
+TEST(MatrixAssembler, WaitForReleasesAsDataArrivesAndFailReleasesWaiters) {
+  GemmShape s{4, 1, 1};
+  Buffers buf(s);
+  MatrixAssembler as(s, false, buf.a.data(), buf.b.data(), nullptr, 1 << 20);
+  float v[4] = {1, 2, 3, 4};
+  Status waited_a, waited_b;
+  std::thread t([&] {
+    waited_a = as.wait_for(MatrixId::kA, 4);
+    waited_b = as.wait_for(MatrixId::kB, 1);
+  });
+  ASSERT_TRUE(as.add_chunk(MatrixId::kA, 0, v, 8).ok());
+  ASSERT_TRUE(as.add_chunk(MatrixId::kA, 2, v + 2, 8).ok());
+  as.fail(Cancelled("client went away"));
+  t.join();
+  EXPECT_TRUE(waited_a.ok());
+  EXPECT_EQ(waited_b.code(), StatusCode::kCancelled);
+  EXPECT_EQ(buf.a[3], 4.0f);
+  // After a failure, chunks are refused with the failure.
+  EXPECT_EQ(as.add_chunk(MatrixId::kB, 0, v, 4).code(), StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace sgemm
