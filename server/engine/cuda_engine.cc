@@ -602,6 +602,9 @@ class CudaEngine final : public Engine {
 
 StatusOr<std::unique_ptr<Engine>> make_cuda_engine(const CudaEngineOptions& options) {
   if (options.lanes_per_device < 1) return InvalidArgument("lanes_per_device must be >= 1");
+  if (!(options.gpu_tflops > 0) || !(options.host_link_gbps > 0) || !(options.peer_gbps > 0))
+    return InvalidArgument("gpu_tflops, host_link_gbps and peer_gbps must be > 0");
+  if (options.chunk_rows < 0 || options.chunk_k < 0) return InvalidArgument("chunk_rows and chunk_k must be >= 0");
   DevicePoolOptions po;
   po.devices = options.devices;
   po.lanes_per_device = options.lanes_per_device;
