@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
   sgemm::parse_backend_choice(opt.backend, &eopt.backend);
   eopt.kernel = opt.kernel;
   eopt.cpu_threads = opt.cpu_threads;
+  eopt.log = [log](std::string_view msg) { log->info("engine: {}", msg); };
   if (auto st = parse_devices(opt.devices, &eopt.devices); !st.ok()) {
     log->error("{}", st.message());
     return 2;

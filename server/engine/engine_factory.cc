@@ -36,6 +36,7 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   CudaEngineOptions cuda_options;
   cuda_options.devices = options.devices;
   cuda_options.default_kernel = options.kernel;
+  cuda_options.log = options.log;
   auto cuda = make_cuda_engine(cuda_options);
   if (cuda.ok()) {
     built.engine = std::move(cuda).value();

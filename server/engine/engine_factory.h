@@ -2,6 +2,7 @@
 // or the CPU engine, with `auto` falling back to the CPU when no GPU is usable.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct EngineOptions {
   std::vector<int> devices;                      // CUDA ordinals; empty = every visible GPU
   std::string kernel;                            // default GPU kernel; "" = the engine's choice
   int cpu_threads = 0;                           // OpenBLAS threads; 0 = all cores
+  std::function<void(std::string_view)> log;     // engine start-up and fallback messages; null = silent
 };
 
 struct BuiltEngine {

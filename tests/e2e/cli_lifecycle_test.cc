@@ -17,7 +17,7 @@ namespace {
 using testing::run_command;
 using testing::ServerProcess;
 
-std::string cli(const ServerProcess& s) { return std::string(SGEMM_CLIENT_BIN) + " "; }
+std::string cli(const ServerProcess&) { return testing::client_bin() + " "; }
 
 TEST(CliE2E, SubmitVerifyPrintsTableAndPasses) {
   ServerProcess server;

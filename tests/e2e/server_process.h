@@ -22,6 +22,17 @@ extern char** environ;
 
 namespace sgemm::testing {
 
+// The binaries under test: compiled-in build paths, overridable at run time
+// (SGEMM_SERVER_BIN / SGEMM_CLIENT_BIN) for builds carried to another host.
+inline std::string server_bin() {
+  const char* e = std::getenv("SGEMM_SERVER_BIN");
+  return e ? e : SGEMM_SERVER_BIN;
+}
+inline std::string client_bin() {
+  const char* e = std::getenv("SGEMM_CLIENT_BIN");
+  return e ? e : SGEMM_CLIENT_BIN;
+}
+
 inline std::string make_temp_dir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "sgemm-e2e-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) return {};
@@ -34,7 +45,7 @@ class ServerProcess {
   explicit ServerProcess(std::vector<std::string> extra = {}) {
     dir_ = make_temp_dir();
     const char* backend = std::getenv("SGEMM_E2E_BACKEND");
-    std::vector<std::string> args = {SGEMM_SERVER_BIN, "--listen", "127.0.0.1:0", "--port-file", dir_ + "/port",
+    std::vector<std::string> args = {server_bin(), "--listen", "127.0.0.1:0", "--port-file", dir_ + "/port",
                                      "--log-dir", dir_ + "/logs", "--backend", backend ? backend : "auto"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;

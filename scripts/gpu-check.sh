@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# gpu-check.sh: everything that needs a GPU, in one call on the GPU machine.
+#
+# Build here (the build host has gRPC; the GPU host does not), bundle, carry:
+#   cmake --build build && scripts/gpu-check.sh --bundle      # fills .runtime/
+#   (device) OUT=... scripts/gpu-check.sh [PART...]           # runs there
+# PARTs (default: tests e2e serve): tests (kernel + engine gpu/multigpu suites),
+# e2e (the e2e suite with the cuda backend), serve (sgemm-server --backend cuda
+# and sgemm-client submit --size 4096/8192 --verify), bench-kernels (sgemm-bench),
+# bench-engine (engine-bench), sanitize (compute-sanitizer on kernel tests).
+# Every log goes to $OUT; every part runs even if an earlier one failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RT=${SGEMM_RUNTIME:-.runtime}
+
+if [ "${1:-}" = "--bundle" ]; then
+  b=${SGEMM_BUILD:-build}
+  rm -rf "$RT"
+  bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench)
+  for t in "$b"/tests/*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
+  exec scripts/bundle-runtime.sh "$RT" "${bins[@]}"
+fi
+
+: "${OUT:?set OUT to the folder for logs}"
+BIN=$RT/bin
+export LD_LIBRARY_PATH="$RT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export NCCL_NVLS_ENABLE=0   # never NVLink multicast on the shared hosts
+export SGEMM_SERVER_BIN=$PWD/$BIN/sgemm-server SGEMM_CLIENT_BIN=$PWD/$BIN/sgemm-client
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(tests e2e serve)
+failed=()
+step() {  # step NAME TIMEOUT_S CMD...
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: rc=$rc in $((SECONDS - start)) s: $*" | tee -a "$OUT/summary.txt"
+  grep -E "PASSED|FAILED|SKIPPED \]|Failure|error" "$OUT/$name.log" | tail -n 8
+  [ $rc -eq 0 ] || failed+=("$name")
+}
+has() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
+
+{ date -u +%FT%TZ; nvidia-smi --query-gpu=index,name,memory.total,clocks.sm,clocks.max.sm --format=csv; } \
+  | tee "$OUT/summary.txt"
+
+if has tests; then
+  for t in pingpong_sgemm_test kernels_can_implement_test cuda_engine_gpu_test cuda_engine_multigpu_test; do
+    [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
+  done
+fi
+if has sanitize; then
+  step memcheck 300 compute-sanitizer --tool memcheck "$BIN/pingpong_sgemm_test" --gtest_filter='*Small*:*Edge*'
+  step racecheck 300 compute-sanitizer --tool racecheck "$BIN/pingpong_sgemm_test" --gtest_filter='*Small*'
+fi
+if has e2e; then
+  for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test; do
+    SGEMM_E2E_BACKEND=cuda step "$t" 300 "$BIN/$t" --gtest_brief=1
+  done
+fi
+if has serve; then
+  tmp=$(mktemp -d)
+  "$BIN/sgemm-server" --listen 127.0.0.1:0 --port-file "$tmp/port" --backend cuda --log-dir "$OUT/server-logs" \
+    >"$OUT/server.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  addr=127.0.0.1:$(cat "$tmp/port" 2>/dev/null)
+  step client-info 60 "$BIN/sgemm-client" info --server "$addr"
+  step submit-4096 300 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --verify --repeat 3
+  step submit-8192 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --verify --repeat 2
+  step submit-odd 300 "$BIN/sgemm-client" submit --server "$addr" --m 1025 --n 777 --k 3001 --beta 0.5 --verify
+  for f in client-info submit-4096 submit-8192 submit-odd; do echo "--- $f"; cat "$OUT/$f.log"; done
+  kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
+fi
+if has bench-kernels; then
+  step sgemm-bench 580 "$BIN/sgemm-bench" --csv "$OUT/sgemm-bench.csv"
+  cat "$OUT/sgemm-bench.log"
+fi
+if has bench-engine; then
+  step engine-bench 580 "$BIN/engine-bench" --csv-out "$OUT/engine-bench.csv" ${SGEMM_ENGINE_BENCH_ARGS:-}
+  cat "$OUT/engine-bench.log"
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: ${failed[*]}" | tee -a "$OUT/summary.txt"
+  exit 1
+fi
+echo "gpu-check: all parts passed (${parts[*]})" | tee -a "$OUT/summary.txt"
