@@ -1,5 +1,9 @@
 #include "kernels/gemm_backend.h"
 
+#include <string>
+
+#include "kernels/backend_factories.h"
+
 namespace sgemm {
 
 std::string_view kernel_kind_name(KernelKind kind) {
@@ -23,7 +27,11 @@ bool parse_kernel_kind(std::string_view text, KernelKind* out) {
 std::vector<KernelKind> all_kernel_kinds() { return {KernelKind::kPingpong, KernelKind::kCublas}; }
 
 StatusOr<std::unique_ptr<GemmBackend>> make_gemm_backend(KernelKind kind) {
-  return Unimplemented("kernel backend '" + std::string(kernel_kind_name(kind)) + "' is not built yet");
+  switch (kind) {
+    case KernelKind::kPingpong: return make_pingpong_backend();
+    case KernelKind::kCublas: return make_cublas_backend();
+  }
+  return InvalidArgument("kind: unknown kernel kind " + std::to_string(int(kind)));
 }
 
 }  // namespace sgemm

@@ -1,0 +1,308 @@
+// sgemm-bench: verify first, warm up, then time each SGEMM backend with CUDA
+// events (median of many runs), rotating several input buffer sets so that L2
+// is not left warm by the previous run. Prints a table of median ms, TFLOP/s,
+// % of cuBLAS and the error against cuBLAS (max |c - c_cublas| / max |c_cublas|)
+// and against the fp64 reference on sampled rows (common/reference_gemm.h).
+//
+//   sgemm-bench [--shapes 1024,4096,8192x8192x1024] [--kernels pingpong,cublas]
+//               [--runs 30] [--warmup 5] [--csv FILE] [--variants] [--variant I] [--ref-rows 8]
+// --variants times every ping-pong tile configuration as well (for tuning);
+// --variant I times configuration I in place of the one the kernel would pick.
+// Exit status 1 if any verification fails.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/reference_gemm.h"
+#include "kernels/gemm_backend.h"
+#include "kernels/pingpong_sgemm.h"
+
+namespace {
+
+using namespace sgemm;
+
+#define BENCH_CHECK(expr)                                                                          \
+  do {                                                                                             \
+    cudaError_t e_ = (expr);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "%s failed: %s at %s:%d\n", #expr, cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(2);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+void check_status(const Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+    std::exit(2);
+  }
+}
+
+struct Options {
+  std::vector<GemmShape> shapes;      // default: the list
+  std::vector<KernelKind> kernels;    // default: all
+  int runs = 30;                      // timed runs per kernel and shape (median reported)
+  int warmup = 5;                     // untimed runs first
+  std::string csv;                    // also write rows here
+  bool variants = false;              // time every ping-pong variant too
+  int ref_rows = 8;                   // rows checked against the fp64 reference
+  int only_variant = -1;              // >= 0: time this ping-pong variant instead of the picked one
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+GemmShape parse_shape(const std::string& s) {
+  auto parts = split(s, 'x');
+  if (parts.size() == 1) {
+    const int64_t v = std::stoll(parts[0]);
+    return {v, v, v};
+  }
+  if (parts.size() == 3) return {std::stoll(parts[0]), std::stoll(parts[1]), std::stoll(parts[2])};
+  std::fprintf(stderr, "bad shape '%s' (use N or MxNxK)\n", s.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--shapes") {
+      for (auto& s : split(next(), ',')) o.shapes.push_back(parse_shape(s));
+    } else if (a == "--kernels") {
+      for (auto& s : split(next(), ',')) {
+        KernelKind k;
+        if (!parse_kernel_kind(s, &k)) {
+          std::fprintf(stderr, "unknown kernel '%s'\n", s.c_str());
+          std::exit(2);
+        }
+        o.kernels.push_back(k);
+      }
+    } else if (a == "--runs") {
+      o.runs = std::max(1, std::stoi(next()));
+    } else if (a == "--warmup") {
+      o.warmup = std::max(0, std::stoi(next()));
+    } else if (a == "--csv") {
+      o.csv = next();
+    } else if (a == "--variants") {
+      o.variants = true;
+    } else if (a == "--variant") {
+      o.only_variant = std::stoi(next());
+    } else if (a == "--ref-rows") {
+      o.ref_rows = std::max(0, std::stoi(next()));
+    } else {
+      std::fprintf(stderr,
+                   "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas] [--runs N] "
+                   "[--warmup N] [--csv FILE] [--variants] [--variant I] [--ref-rows N]\n");
+      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+    }
+  }
+  if (o.shapes.empty())
+    o.shapes = {{1024, 1024, 1024}, {2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192},
+                {8192, 8192, 1024}, {1024, 1024, 16384}, {4095, 4095, 4095}, {8191, 8193, 1000}};
+  if (o.kernels.empty()) o.kernels = all_kernel_kinds();
+  return o;
+}
+
+struct BufferSet {
+  float *a = nullptr, *b = nullptr, *c = nullptr;
+};
+
+struct Row {
+  std::string shape, kernel, variant;
+  int64_t m, n, k;
+  double median_ms, min_ms, tflops, pct_cublas, err_vs_cublas, err_vs_fp64;
+  bool ok;
+};
+
+std::string shape_name(const GemmShape& s) {
+  if (s.m == s.n && s.n == s.k) return std::to_string(s.m);
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse(argc, argv);
+  int device = 0;
+  BENCH_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, device));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+
+  auto cublas_or = make_gemm_backend(KernelKind::kCublas);
+  if (!cublas_or.ok()) check_status(cublas_or.status(), "cublas backend");
+  std::unique_ptr<GemmBackend> cublas = std::move(cublas_or).value();
+  auto pp_or = make_gemm_backend(KernelKind::kPingpong);
+  if (!pp_or.ok()) check_status(pp_or.status(), "pingpong backend");
+  std::unique_ptr<GemmBackend> pingpong = std::move(pp_or).value();
+
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreate(&stream));
+  cudaEvent_t ev0, ev1;
+  BENCH_CHECK(cudaEventCreate(&ev0));
+  BENCH_CHECK(cudaEventCreate(&ev1));
+
+  std::vector<Row> rows;
+  bool all_ok = true;
+  std::printf("%-16s %-9s %-28s %10s %9s %9s %12s %12s %s\n", "shape", "kernel", "variant", "median_ms",
+              "TFLOP/s", "%cuBLAS", "err_vs_cublas", "err_vs_fp64", "check");
+
+  for (const GemmShape& s : opt.shapes) {
+    const size_t na = size_t(s.m * s.k), nb = size_t(s.k * s.n), nc = size_t(s.m * s.n);
+    const size_t set_bytes = (na + nb + nc) * sizeof(float);
+    // Enough sets that their total is well past the L2 size; at least two.
+    int sets = int(std::clamp<size_t>((size_t(4) * prop.l2CacheSize + set_bytes - 1) / set_bytes, 2, 16));
+    while (sets > 2 && size_t(sets) * set_bytes > (size_t(8) << 30)) --sets;
+    std::vector<BufferSet> bufs(sets);
+    std::vector<float> ha(na), hb(nb);
+    for (int i = 0; i < sets; ++i) {
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&bufs[i].a), na * 4));
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&bufs[i].b), nb * 4));
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&bufs[i].c), nc * 4));
+      if (i < 2) {  // two distinct random sets; the rest are copies (their addresses differ, which is what matters)
+        fill_random(ha, 1000 + 2 * i);
+        fill_random(hb, 1001 + 2 * i);
+      }
+      BENCH_CHECK(cudaMemcpy(bufs[i].a, ha.data(), na * 4, cudaMemcpyHostToDevice));
+      BENCH_CHECK(cudaMemcpy(bufs[i].b, hb.data(), nb * 4, cudaMemcpyHostToDevice));
+    }
+    // Host copies of set 0's inputs for the fp64 reference.
+    fill_random(ha, 1000);
+    fill_random(hb, 1001);
+    const std::vector<int64_t> ref_rows =
+        opt.ref_rows > 0 ? rows_to_verify(s.m, s.n, s.k, 7, std::min<int64_t>(opt.ref_rows, s.m))
+                         : std::vector<int64_t>{};
+
+    auto args_for = [&](int set) { return dense_gemm_args(s, 1.0f, bufs[set].a, bufs[set].b, 0.0f, bufs[set].c); };
+
+    // cuBLAS result on set 0: the yardstick for every kernel's error.
+    std::vector<float> c_ref(nc), c_got(nc);
+    check_status(cublas->run(args_for(0), stream), "cublas run");
+    BENCH_CHECK(cudaStreamSynchronize(stream));
+    BENCH_CHECK(cudaMemcpy(c_ref.data(), bufs[0].c, nc * 4, cudaMemcpyDeviceToHost));
+    double ref_max = 0;
+    for (float v : c_ref) ref_max = std::max(ref_max, double(std::fabs(v)));
+
+    struct Job {
+      KernelKind kind;
+      int variant;  // -1: the backend's own choice
+    };
+    std::vector<Job> jobs;
+    // cuBLAS first so that "% of cuBLAS" is known for the rest.
+    for (KernelKind k : opt.kernels)
+      if (k == KernelKind::kCublas) jobs.push_back({k, -1});
+    for (KernelKind k : opt.kernels)
+      if (k != KernelKind::kCublas) jobs.push_back({k, opt.only_variant});
+    if (opt.variants)
+      for (int v = 0; v < pingpong_variant_count(); ++v) jobs.push_back({KernelKind::kPingpong, v});
+
+    double cublas_ms = 0;
+    for (const Job& job : jobs) {
+      GemmBackend* be = job.kind == KernelKind::kCublas ? cublas.get() : pingpong.get();
+      auto launch = [&](int set) {
+        const GemmArgs g = args_for(set);
+        return job.variant >= 0 ? pingpong_sgemm_variant(g, job.variant, stream) : be->run(g, stream);
+      };
+      std::string variant_name =
+          job.kind == KernelKind::kCublas
+              ? "-"
+              : std::string(pingpong_variant_name(job.variant >= 0 ? job.variant
+                                                                   : pingpong_pick_variant(s, prop.multiProcessorCount)));
+      if (job.variant < 0 && job.kind != KernelKind::kCublas) variant_name = "auto:" + variant_name;
+
+      // Verify first: poison C, run once on set 0.
+      BENCH_CHECK(cudaMemsetAsync(bufs[0].c, 0xff, nc * 4, stream));  // NaN pattern
+      check_status(launch(0), "run");
+      BENCH_CHECK(cudaStreamSynchronize(stream));
+      BENCH_CHECK(cudaMemcpy(c_got.data(), bufs[0].c, nc * 4, cudaMemcpyDeviceToHost));
+      double max_diff = 0;
+      bool finite = true;
+      for (size_t i = 0; i < nc; ++i) {
+        const double d = std::fabs(double(c_got[i]) - double(c_ref[i]));
+        if (!std::isfinite(c_got[i])) finite = false;
+        max_diff = std::max(max_diff, d);
+      }
+      const double err_cublas = finite ? max_diff / std::max(ref_max, 1e-30) : INFINITY;
+      double err_fp64 = NAN;
+      bool ok = finite && err_cublas < 1e-4;
+      if (!ref_rows.empty() && job.variant < 0) {
+        const VerifyResult vr =
+            verify_gemm(s.m, s.n, s.k, 1.0f, ha.data(), hb.data(), 0.0f, nullptr, c_got.data(), ref_rows);
+        err_fp64 = vr.max_rel_error;
+        ok = ok && vr.passed(kSgemmTolerance);
+      }
+      all_ok = all_ok && ok;
+
+      for (int i = 0; i < opt.warmup; ++i) check_status(launch(i % sets), "warm-up run");
+      std::vector<float> times(opt.runs);
+      for (int i = 0; i < opt.runs; ++i) {
+        const int set = (i + 1) % sets;
+        BENCH_CHECK(cudaEventRecord(ev0, stream));
+        check_status(launch(set), "timed run");
+        BENCH_CHECK(cudaEventRecord(ev1, stream));
+        BENCH_CHECK(cudaEventSynchronize(ev1));
+        BENCH_CHECK(cudaEventElapsedTime(&times[i], ev0, ev1));
+      }
+      std::vector<float> sorted = times;
+      std::sort(sorted.begin(), sorted.end());
+      const double median = opt.runs % 2 ? sorted[opt.runs / 2]
+                                         : 0.5 * (sorted[opt.runs / 2 - 1] + sorted[opt.runs / 2]);
+      if (job.kind == KernelKind::kCublas) cublas_ms = median;
+      const double tflops = s.flops() / (median * 1e-3) / 1e12;
+      const double pct = cublas_ms > 0 ? 100.0 * cublas_ms / median : NAN;
+      Row r{shape_name(s), std::string(kernel_kind_name(job.kind)), variant_name, s.m, s.n, s.k, median,
+            sorted[0], tflops, pct, err_cublas, err_fp64, ok};
+      rows.push_back(r);
+      std::printf("%-16s %-9s %-28s %10.4f %9.2f %8.1f%% %12.3e %12.3e %s\n", r.shape.c_str(), r.kernel.c_str(),
+                  r.variant.c_str(), r.median_ms, r.tflops, r.pct_cublas, r.err_vs_cublas, r.err_vs_fp64,
+                  ok ? "ok" : "FAIL");
+      std::fflush(stdout);
+    }
+    for (auto& b : bufs) {
+      cudaFree(b.a);
+      cudaFree(b.b);
+      cudaFree(b.c);
+    }
+  }
+
+  if (!opt.csv.empty()) {
+    FILE* f = std::fopen(opt.csv.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", opt.csv.c_str());
+      return 2;
+    }
+    std::fprintf(f, "device,shape,m,n,k,kernel,variant,median_ms,min_ms,tflops,pct_cublas,err_vs_cublas,err_vs_fp64,runs,ok\n");
+    for (const Row& r : rows)
+      std::fprintf(f, "%s,%s,%lld,%lld,%lld,%s,%s,%.5f,%.5f,%.3f,%.2f,%.3e,%.3e,%d,%d\n", prop.name, r.shape.c_str(),
+                   (long long)r.m, (long long)r.n, (long long)r.k, r.kernel.c_str(), r.variant.c_str(), r.median_ms,
+                   r.min_ms, r.tflops, r.pct_cublas, r.err_vs_cublas, r.err_vs_fp64, opt.runs, r.ok ? 1 : 0);
+    std::fclose(f);
+  }
+  cudaEventDestroy(ev0);
+  cudaEventDestroy(ev1);
+  cudaStreamDestroy(stream);
+  std::printf(all_ok ? "all verifications passed\n" : "SOME VERIFICATIONS FAILED\n");
+  return all_ok ? 0 : 1;
+}

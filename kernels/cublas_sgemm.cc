@@ -1,0 +1,94 @@
+// cuBLAS behind the GemmBackend interface: the reference our kernels are
+// measured against. fp32 operands, CUBLAS_COMPUTE_32F and the default math
+// mode (no TF32, no tensor cores).
+//
+// Row-major through the column-major trick: a row-major m x n C with leading
+// dimension ldc is the column-major n x m matrix C^T, and C^T = B^T A^T, so we
+// ask cuBLAS for the (n, m, k) product of B (as B^T, ld ldb) and A (as A^T, ld
+// lda), no transposes. cuBLAS does not read C when beta == 0.
+//
+// Ownership: the backend owns one cuBLAS handle made on the device current at
+// construction. Not thread-safe (gemm_backend.h): one backend per stream/lane;
+// run() binds the handle to the caller's stream each time.
+#include <cublas_v2.h>
+
+#include <climits>
+#include <memory>
+#include <string>
+
+#include "common/cuda_status.h"
+#include "kernels/backend_factories.h"
+
+namespace sgemm {
+namespace {
+
+Status cublas_status(cublasStatus_t st, const char* what, const char* file, int line) {
+  if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  (void)cudaGetLastError();  // leave no sticky runtime error behind for the next call
+  std::string msg = std::string(what) + " failed: " + cublasGetStatusName(st) + " (" +
+                    cublasGetStatusString(st) + ") at " + file + ":" + std::to_string(line);
+  switch (st) {
+    case CUBLAS_STATUS_ALLOC_FAILED: return ResourceExhausted(std::move(msg));
+    case CUBLAS_STATUS_INVALID_VALUE: return InvalidArgument(std::move(msg));
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+    case CUBLAS_STATUS_ARCH_MISMATCH: return Unavailable(std::move(msg));
+    default: return Internal(std::move(msg));
+  }
+}
+
+#define SGEMM_CUBLAS_TRY(expr) SGEMM_RETURN_IF_ERROR(cublas_status((expr), #expr, __FILE__, __LINE__))
+
+class CublasBackend final : public GemmBackend {
+ public:
+  explicit CublasBackend(cublasHandle_t handle) : handle_(handle) {}
+  ~CublasBackend() override { cublasDestroy(handle_); }
+  CublasBackend(const CublasBackend&) = delete;
+  CublasBackend& operator=(const CublasBackend&) = delete;
+
+  KernelKind kind() const override { return KernelKind::kCublas; }
+  Status can_implement(const GemmArgs& args) const override { return cublas_can_implement(args); }
+
+  Status run(const GemmArgs& g, cudaStream_t stream) override {
+    SGEMM_RETURN_IF_ERROR(cublas_can_implement(g));
+    SGEMM_CUBLAS_TRY(cublasSetStream(handle_, stream));
+    SGEMM_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, int(g.shape.n), int(g.shape.m),
+                                  int(g.shape.k), &g.alpha, g.b, CUDA_R_32F, int(g.ldb), g.a, CUDA_R_32F,
+                                  int(g.lda), &g.beta, g.c, CUDA_R_32F, int(g.ldc), CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    return Status::Ok();
+  }
+
+ private:
+  cublasHandle_t handle_;  // owned
+};
+
+}  // namespace
+
+Status cublas_can_implement(const GemmArgs& g) {
+  const GemmShape& s = g.shape;
+  if (s.m < 1 || s.m > INT_MAX) return InvalidArgument("shape.m: must be in [1, 2^31), got " + std::to_string(s.m));
+  if (s.n < 1 || s.n > INT_MAX) return InvalidArgument("shape.n: must be in [1, 2^31), got " + std::to_string(s.n));
+  if (s.k < 1 || s.k > INT_MAX) return InvalidArgument("shape.k: must be in [1, 2^31), got " + std::to_string(s.k));
+  if (g.a == nullptr) return InvalidArgument("a: null pointer");
+  if (g.b == nullptr) return InvalidArgument("b: null pointer");
+  if (g.c == nullptr) return InvalidArgument("c: null pointer");
+  if (g.lda < s.k || g.lda > INT_MAX) return InvalidArgument("lda: must be in [k, 2^31), got " + std::to_string(g.lda));
+  if (g.ldb < s.n || g.ldb > INT_MAX) return InvalidArgument("ldb: must be in [n, 2^31), got " + std::to_string(g.ldb));
+  if (g.ldc < s.n || g.ldc > INT_MAX) return InvalidArgument("ldc: must be in [n, 2^31), got " + std::to_string(g.ldc));
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<GemmBackend>> make_cublas_backend() {
+  cublasHandle_t handle = nullptr;
+  SGEMM_CUBLAS_TRY(cublasCreate(&handle));
+  // Default math: no TF32 tensor-core shortcut, whatever NVIDIA_TF32_OVERRIDE says elsewhere.
+  const Status st = cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode",
+                                  __FILE__, __LINE__);
+  if (!st.ok()) {
+    cublasDestroy(handle);
+    return st;
+  }
+  return std::unique_ptr<GemmBackend>(std::make_unique<CublasBackend>(handle));
+}
+
+}  // namespace sgemm

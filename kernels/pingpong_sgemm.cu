@@ -1,0 +1,187 @@
+// Launchers of the ping-pong SGEMM (kernels/pingpong_sgemm.cuh). The only place
+// its kernels are launched; each launcher returns the launch's cudaGetLastError()
+// as a Status.
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "common/cuda_status.h"
+#include "kernels/pingpong_sgemm.cuh"
+#include "kernels/pingpong_sgemm.h"
+
+namespace sgemm {
+namespace {
+
+using pingpong::PingpongConfig;
+
+//                                 BM   BN  BK WM WN TWM TWN TM  TN  ST MINB
+using Large = PingpongConfig<128, 128, 16, 4, 2, 4, 8, 8, 8, 3, 2>;        // 256 thr, warp 32x64
+using Wide = PingpongConfig<128, 128, 8, 2, 2, 8, 4, 8, 16, 4, 2>;         // 128 thr, warp 64x64
+using Huge = PingpongConfig<128, 256, 8, 2, 4, 8, 4, 8, 16, 4, 1>;         // 256 thr, warp 64x64
+using Medium = PingpongConfig<128, 64, 16, 2, 2, 8, 4, 8, 8, 3, 4>;        // 128 thr, warp 64x32
+using Small = PingpongConfig<64, 64, 16, 2, 2, 4, 8, 8, 4, 4, 4>;          // 128 thr, warp 32x32
+using SmallWide = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 3, 4>;     // 128 thr, warp 32x64
+using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;    // 128 thr, warp 32x64
+using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;    // 128 thr, warp 32x64
+using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;           // 64 thr, warp 32x64
+
+// Raises a kernel's dynamic shared-memory limit once per device.
+template <class Kernel>
+Status ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_mask) {
+  if (bytes <= 48 * 1024) return Status::Ok();
+  int device = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
+  SGEMM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  return Status::Ok();
+}
+
+// C = beta * C ahead of split-K accumulation (C is not read when beta == 0).
+Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
+  if (g.beta == 1.0f) return Status::Ok();
+  if (g.beta == 0.0f)
+    return SGEMM_CUDA_STATUS(cudaMemset2DAsync(g.c, size_t(g.ldc) * sizeof(float), 0, size_t(g.shape.n) * sizeof(float),
+                                               size_t(g.shape.m), stream));
+  const unsigned cols = unsigned(std::min<int64_t>((g.shape.n + 255) / 256, 64));
+  const unsigned rows = unsigned(std::min<int64_t>(g.shape.m, 65535));
+  pingpong::scale_matrix_kernel<<<dim3(cols, rows), 256, 0, stream>>>(int(g.shape.m), int(g.shape.n), g.beta, g.c,
+                                                                        g.ldc);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+template <class Cfg, bool kVectorized>
+Status launch(const GemmArgs& g, cudaStream_t stream, int splits) {
+  static std::atomic<uint64_t> smem_raised{0};
+  auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized>;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
+  const int64_t tiles = ((g.shape.m + Cfg::BM - 1) / Cfg::BM) * ((g.shape.n + Cfg::BN - 1) / Cfg::BN);
+  if (tiles > INT_MAX) return InvalidArgument("shape: too many tiles for one launch");
+  const int k_tiles = int((g.shape.k + Cfg::BK - 1) / Cfg::BK);
+  splits = std::clamp(splits, 1, std::min(k_tiles, 64));
+  const int per_split = (k_tiles + splits - 1) / splits;
+  splits = (k_tiles + per_split - 1) / per_split;  // no empty splits
+  if (splits > 1) SGEMM_RETURN_IF_ERROR(prescale_c(g, stream));
+  kernel<<<dim3(unsigned(tiles), unsigned(splits)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(
+      int(g.shape.m), int(g.shape.n), int(g.shape.k), g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc,
+      per_split);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// B and C are touched 16 bytes at a time only when their pointers and leading
+// dimensions keep every row 16-byte aligned. A is always copied 4 bytes at a time.
+bool vectorizable(const GemmArgs& g) {
+  return aligned16(g.b) && aligned16(g.c) && g.ldb % 4 == 0 && g.ldc % 4 == 0;
+}
+
+template <class Cfg>
+Status run_config(const GemmArgs& g, cudaStream_t stream) {
+  return vectorizable(g) ? launch<Cfg, true>(g, stream, 1) : launch<Cfg, false>(g, stream, 1);
+}
+
+int sm_count_of_current_device();
+
+// Split-K count for a shape: enough (tile, split) blocks for about `waves` full
+// waves of `per_sm` resident blocks, each split keeping at least 1024 of K.
+int pick_splits(const GemmShape& s, int64_t bm, int64_t bn, int sm_count, int per_sm) {
+  const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+  const int64_t slots = int64_t(sm_count) * per_sm;
+  if (tiles >= slots || s.k < 2048) return 1;
+  const int64_t by_slots = slots / tiles;
+  const int64_t by_k = s.k / 1024;
+  return int(std::max<int64_t>(1, std::min(by_slots, by_k)));
+}
+
+template <class Cfg>
+Status run_config_split_k(const GemmArgs& g, cudaStream_t stream) {
+  const int splits = pick_splits(g.shape, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS);
+  return vectorizable(g) ? launch<Cfg, true>(g, stream, splits) : launch<Cfg, false>(g, stream, splits);
+}
+
+struct Variant {
+  const char* name;
+  Status (*run)(const GemmArgs&, cudaStream_t);
+};
+
+constexpr Variant kVariants[] = {
+    {"128x128x16_w32x64_t8x8_s3", run_config<Large>},
+    {"128x128x8_w64x64_t8x16_s4", run_config<Wide>},
+    {"128x256x8_w64x64_t8x16_s4", run_config<Huge>},
+    {"128x64x16_w64x32_t8x8_s3", run_config<Medium>},
+    {"64x64x16_w32x32_t8x4_s4", run_config<Small>},
+    {"64x128x16_w32x64_t8x8_s3", run_config<SmallWide>},
+    {"64x128x16_w32x64_t8x8_s4", run_config<SmallWide4>},
+    {"64x128x8_w32x64_t8x8_s4", run_config<SmallWideK8>},
+    {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>},
+    {"64x128x16_w32x64_t8x8_s3_splitk", run_config_split_k<SmallWide>},
+};
+constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
+enum VariantId {
+  kLarge = 0, kWide, kHuge, kMedium, kSmall, kSmallWide, kSmallWide4, kSmallWideK8, kMini, kSmallWideSplitK
+};
+
+int sm_count_of_current_device() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 132;  // an H100 SXM; only the choice of tile shape depends on it
+  }
+  return sms;
+}
+
+}  // namespace
+
+Status pingpong_can_implement(const GemmArgs& g) {
+  const GemmShape& s = g.shape;
+  if (s.m < 1) return InvalidArgument("shape.m: must be >= 1, got " + std::to_string(s.m));
+  if (s.n < 1) return InvalidArgument("shape.n: must be >= 1, got " + std::to_string(s.n));
+  if (s.k < 1) return InvalidArgument("shape.k: must be >= 1, got " + std::to_string(s.k));
+  if (s.m > INT_MAX) return InvalidArgument("shape.m: must be < 2^31, got " + std::to_string(s.m));
+  if (s.n > INT_MAX) return InvalidArgument("shape.n: must be < 2^31, got " + std::to_string(s.n));
+  if (s.k > INT_MAX) return InvalidArgument("shape.k: must be < 2^31, got " + std::to_string(s.k));
+  if (g.a == nullptr) return InvalidArgument("a: null pointer");
+  if (g.b == nullptr) return InvalidArgument("b: null pointer");
+  if (g.c == nullptr) return InvalidArgument("c: null pointer");
+  if (g.lda < s.k) return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
+  if (g.ldb < s.n) return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
+  if (g.ldc < s.n) return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
+  // The smallest tile is 64 x 64: the 1-D grid of tiles must fit a launch.
+  const int64_t tiles = ((s.m + 63) / 64) * ((s.n + 63) / 64);
+  if (tiles > INT_MAX) return InvalidArgument("shape: m x n needs more than 2^31-1 thread blocks");
+  return Status::Ok();
+}
+
+int pingpong_variant_count() { return kNumVariants; }
+
+std::string_view pingpong_variant_name(int variant) {
+  if (variant < 0 || variant >= kNumVariants) return "unknown";
+  return kVariants[variant].name;
+}
+
+int pingpong_pick_variant(const GemmShape& s, int sm_count) {
+  const auto tiles = [&](int64_t bm, int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
+  if (pick_splits(s, SmallWide::BM, SmallWide::BN, sm_count, SmallWide::MIN_BLOCKS) > 1) return kSmallWideSplitK;
+  (void)tiles;
+  return kSmallWide;
+}
+
+Status pingpong_sgemm_variant(const GemmArgs& args, int variant, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(pingpong_can_implement(args));
+  if (variant < 0 || variant >= kNumVariants)
+    return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
+                           std::to_string(variant));
+  return kVariants[variant].run(args, stream);
+}
+
+Status pingpong_sgemm(const GemmArgs& args, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(pingpong_can_implement(args));
+  return kVariants[pingpong_pick_variant(args.shape, sm_count_of_current_device())].run(args, stream);
+}
+
+}  // namespace sgemm

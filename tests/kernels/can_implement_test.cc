@@ -1,0 +1,114 @@
+// can_implement of the ping-pong kernel and of cuBLAS: pure shape/pointer checks,
+// no GPU needed (the pointers are never dereferenced).
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <string>
+
+#include "kernels/backend_factories.h"
+#include "kernels/gemm_backend.h"
+#include "kernels/pingpong_sgemm.h"
+
+namespace sgemm {
+namespace {
+
+// Fake, never dereferenced device addresses (16-byte aligned and not).
+const float* const kA = reinterpret_cast<const float*>(uintptr_t{0x10000});
+const float* const kB = reinterpret_cast<const float*>(uintptr_t{0x20000});
+float* const kC = reinterpret_cast<float*>(uintptr_t{0x30000});
+
+GemmArgs args(int64_t m, int64_t n, int64_t k) { return dense_gemm_args({m, n, k}, 1.0f, kA, kB, 0.0f, kC); }
+
+void expect_invalid(const Status& s, const std::string& field) {
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find(field), std::string::npos) << "message should name '" << field << "': " << s.message();
+}
+
+TEST(PingpongCanImplement, AcceptsAnyPositiveShape) {
+  for (int64_t m : {1, 7, 128, 129, 4095, 8193})
+    for (int64_t n : {1, 3, 64, 1000})
+      for (int64_t k : {1, 5, 16, 16384}) EXPECT_TRUE(pingpong_can_implement(args(m, n, k)).ok()) << m << " " << n << " " << k;
+}
+
+TEST(PingpongCanImplement, AcceptsUnalignedPointersAndLeadingDimensions) {
+  GemmArgs g = args(100, 100, 100);
+  g.a = kA + 1;
+  g.b = kB + 3;
+  g.c = kC + 2;
+  g.lda = 101;
+  g.ldb = 103;
+  g.ldc = 105;
+  EXPECT_TRUE(pingpong_can_implement(g).ok());
+}
+
+TEST(PingpongCanImplement, RejectsEmptyOrNegativeSizes) {
+  expect_invalid(pingpong_can_implement(args(0, 4, 4)), "shape.m");
+  expect_invalid(pingpong_can_implement(args(4, 0, 4)), "shape.n");
+  expect_invalid(pingpong_can_implement(args(4, 4, 0)), "shape.k");
+  expect_invalid(pingpong_can_implement(args(-1, 4, 4)), "shape.m");
+}
+
+TEST(PingpongCanImplement, RejectsSizesPast32Bits) {
+  expect_invalid(pingpong_can_implement(args(int64_t{INT_MAX} + 1, 4, 4)), "shape.m");
+  expect_invalid(pingpong_can_implement(args(4, int64_t{INT_MAX} + 1, 4)), "shape.n");
+  expect_invalid(pingpong_can_implement(args(4, 4, int64_t{INT_MAX} + 1)), "shape.k");
+}
+
+TEST(PingpongCanImplement, RejectsShortLeadingDimensions) {
+  GemmArgs g = args(10, 20, 30);
+  g.lda = 29;
+  expect_invalid(pingpong_can_implement(g), "lda");
+  g = args(10, 20, 30);
+  g.ldb = 19;
+  expect_invalid(pingpong_can_implement(g), "ldb");
+  g = args(10, 20, 30);
+  g.ldc = 19;
+  expect_invalid(pingpong_can_implement(g), "ldc");
+}
+
+TEST(PingpongCanImplement, RejectsNullPointers) {
+  GemmArgs g = args(4, 4, 4);
+  g.a = nullptr;
+  expect_invalid(pingpong_can_implement(g), "a:");
+  g = args(4, 4, 4);
+  g.b = nullptr;
+  expect_invalid(pingpong_can_implement(g), "b:");
+  g = args(4, 4, 4);
+  g.c = nullptr;
+  expect_invalid(pingpong_can_implement(g), "c:");
+}
+
+TEST(PingpongVariants, HaveNamesAndPicksAreValid) {
+  ASSERT_GT(pingpong_variant_count(), 0);
+  for (int v = 0; v < pingpong_variant_count(); ++v) EXPECT_NE(pingpong_variant_name(v), "unknown");
+  EXPECT_EQ(pingpong_variant_name(-1), "unknown");
+  for (int64_t s : {1, 100, 1024, 2048, 4096, 8192}) {
+    const int v = pingpong_pick_variant({s, s, s}, 132);
+    EXPECT_GE(v, 0);
+    EXPECT_LT(v, pingpong_variant_count());
+  }
+}
+
+TEST(CublasCanImplement, MirrorsTheInterfaceRules) {
+  EXPECT_TRUE(cublas_can_implement(args(1, 1, 1)).ok());
+  expect_invalid(cublas_can_implement(args(0, 1, 1)), "shape.m");
+  GemmArgs g = args(10, 20, 30);
+  g.ldc = 5;
+  expect_invalid(cublas_can_implement(g), "ldc");
+  g = args(10, 20, 30);
+  g.lda = int64_t{INT_MAX} + 1;
+  expect_invalid(cublas_can_implement(g), "lda");
+}
+
+TEST(KernelKind, NamesRoundTrip) {
+  for (KernelKind k : all_kernel_kinds()) {
+    KernelKind parsed;
+    ASSERT_TRUE(parse_kernel_kind(kernel_kind_name(k), &parsed));
+    EXPECT_EQ(parsed, k);
+  }
+  KernelKind unused;
+  EXPECT_FALSE(parse_kernel_kind("tf32", &unused));
+}
+
+}  // namespace
+}  // namespace sgemm

@@ -1,0 +1,257 @@
+// Numerical tests of the ping-pong SGEMM (and of cuBLAS as our yardstick) on
+// the GPU: every case draws fresh random inputs (seed printed on failure),
+// checks against the fp64 reference (common/reference_gemm.h) and checks that
+// the ping-pong kernel's largest error stays within 2x cuBLAS's own error on
+// the same inputs, plus a floor of a few fp32 roundings.
+//
+// Outputs are poisoned with NaN before runs with beta == 0, so an element the
+// kernel forgets to write fails; padding of A and B (past k / n in each row) is
+// NaN too, so reading it fails; padding of C must come back untouched.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/reference_gemm.h"
+#include "kernels/gemm_backend.h"
+#include "kernels/pingpong_sgemm.h"
+#include "tests/common/gpu_test.h"
+
+namespace sgemm {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// Floor of the "within 2x cuBLAS" check: 8 fp32 roundings in the normalised measure.
+constexpr double kErrorFloor = 8.0 / (1 << 24);
+
+struct Case {
+  int64_t m, n, k;
+  float alpha = 1.0f, beta = 0.0f;
+  int64_t lda_pad = 0, ldb_pad = 0, ldc_pad = 0;  // extra floats per row
+  int64_t a_off = 0, b_off = 0, c_off = 0;        // pointer offsets in floats (unaligned when % 4 != 0)
+  int variant = -1;                                // -1: the backend's own choice
+};
+
+std::string describe(const Case& c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " alpha=" +
+         std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) + " pads=(" + std::to_string(c.lda_pad) +
+         "," + std::to_string(c.ldb_pad) + "," + std::to_string(c.ldc_pad) + ") offs=(" +
+         std::to_string(c.a_off) + "," + std::to_string(c.b_off) + "," + std::to_string(c.c_off) +
+         ") variant=" + (c.variant < 0 ? std::string("auto") : std::string(pingpong_variant_name(c.variant)));
+}
+
+struct DeviceBuffer {
+  float* p = nullptr;
+  explicit DeviceBuffer(size_t count) { EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), count * sizeof(float)), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+// Strided host matrix: rows x cols in a rows x ld array, padding NaN.
+std::vector<float> strided_random(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+  std::vector<float> dense(size_t(rows * cols));
+  fill_random(dense, seed);
+  std::vector<float> out(size_t(rows * ld), kNaN);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&out[r * ld], &dense[r * cols], cols * sizeof(float));
+  return out;
+}
+
+std::vector<float> compact(const std::vector<float>& s, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> d(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&d[r * cols], &s[r * ld], cols * sizeof(float));
+  return d;
+}
+
+struct Outcome {
+  VerifyResult verify;
+  bool padding_intact = true;
+};
+
+// Runs one backend (or one ping-pong variant) on the inputs and verifies.
+Outcome run_one(GemmBackend* backend, const Case& cs, const std::vector<float>& ha, const std::vector<float>& hb,
+                const std::vector<float>& hc0, uint64_t seed) {
+  const int64_t lda = cs.k + cs.lda_pad, ldb = cs.n + cs.ldb_pad, ldc = cs.n + cs.ldc_pad;
+  DeviceBuffer da(ha.size() + cs.a_off), db(hb.size() + cs.b_off), dc(hc0.size() + cs.c_off);
+  EXPECT_EQ(cudaMemcpy(da.p + cs.a_off, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(db.p + cs.b_off, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  // beta == 0: poison the whole C (the padding is compared later against this poison).
+  std::vector<float> c_in = hc0;
+  if (cs.beta == 0.0f) {
+    for (int64_t r = 0; r < cs.m; ++r)
+      for (int64_t j = 0; j < cs.n; ++j) c_in[r * ldc + j] = kNaN;
+  }
+  EXPECT_EQ(cudaMemcpy(dc.p + cs.c_off, c_in.data(), c_in.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+
+  GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.p + cs.a_off, lda, db.p + cs.b_off, ldb, dc.p + cs.c_off, ldc};
+  Status st = (cs.variant >= 0 && backend->kind() == KernelKind::kPingpong)
+                  ? pingpong_sgemm_variant(g, cs.variant, nullptr)
+                  : backend->run(g, nullptr);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> hc(c_in.size());
+  EXPECT_EQ(cudaMemcpy(hc.data(), dc.p + cs.c_off, hc.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+
+  Outcome out;
+  for (int64_t r = 0; r < cs.m; ++r)
+    for (int64_t j = cs.n; j < ldc; ++j)
+      if (std::memcmp(&hc[r * ldc + j], &c_in[r * ldc + j], 4) != 0) out.padding_intact = false;
+  const auto a = compact(ha, cs.m, cs.k, lda), b = compact(hb, cs.k, cs.n, ldb);
+  const auto c0 = compact(hc0, cs.m, cs.n, ldc), c = compact(hc, cs.m, cs.n, ldc);
+  out.verify = verify_gemm(cs.m, cs.n, cs.k, cs.alpha, a.data(), b.data(), cs.beta, c0.data(), c.data(),
+                           rows_to_verify(cs.m, cs.n, cs.k, seed, 48));
+  return out;
+}
+
+class PingpongSgemm : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    SGEMM_REQUIRE_GPUS(1);
+    auto pp = make_gemm_backend(KernelKind::kPingpong);
+    auto cb = make_gemm_backend(KernelKind::kCublas);
+    ASSERT_TRUE(pp.ok()) << pp.status().to_string();
+    ASSERT_TRUE(cb.ok()) << cb.status().to_string();
+    pingpong_ = std::move(pp).value();
+    cublas_ = std::move(cb).value();
+  }
+  std::unique_ptr<GemmBackend> pingpong_, cublas_;
+};
+
+TEST_P(PingpongSgemm, MatchesReferenceAndCublas) {
+  const Case cs = GetParam();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("case " + describe(cs) + " seed " + std::to_string(seed));
+  const int64_t lda = cs.k + cs.lda_pad, ldb = cs.n + cs.ldb_pad, ldc = cs.n + cs.ldc_pad;
+  const auto ha = strided_random(cs.m, cs.k, lda, seed);
+  const auto hb = strided_random(cs.k, cs.n, ldb, seed + 1);
+  const auto hc0 = strided_random(cs.m, cs.n, ldc, seed + 2);
+
+  ASSERT_TRUE(pingpong_->can_implement({{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, reinterpret_cast<float*>(16), lda,
+                                        reinterpret_cast<float*>(16), ldb, reinterpret_cast<float*>(16), ldc})
+                  .ok());
+  const Outcome pp = run_one(pingpong_.get(), cs, ha, hb, hc0, seed);
+  const Outcome cb = run_one(cublas_.get(), cs, ha, hb, hc0, seed);
+
+  EXPECT_TRUE(pp.padding_intact) << "ping-pong wrote into C's padding";
+  EXPECT_EQ(pp.verify.mismatched_nonfinite, 0)
+      << "non-finite output (unwritten or NaN-polluted) first at row " << pp.verify.worst_row << " col "
+      << pp.verify.worst_col;
+  EXPECT_TRUE(pp.verify.passed(kSgemmTolerance))
+      << "max rel error " << pp.verify.max_rel_error << " at (" << pp.verify.worst_row << ","
+      << pp.verify.worst_col << ")";
+  EXPECT_TRUE(cb.verify.passed(kSgemmTolerance)) << "cuBLAS itself: max rel error " << cb.verify.max_rel_error;
+  EXPECT_LE(pp.verify.max_rel_error, 2.0 * cb.verify.max_rel_error + kErrorFloor)
+      << "ping-pong error " << pp.verify.max_rel_error << " vs cuBLAS " << cb.verify.max_rel_error;
+}
+
+std::vector<Case> square_cases() {
+  std::vector<Case> v;
+  for (int64_t s : {1, 2, 3, 7, 31, 64, 127, 128, 129, 255, 257, 1023, 1024, 4095}) v.push_back({s, s, s});
+  return v;
+}
+
+std::vector<Case> degenerate_cases() {
+  return {{1, 1, 1}, {1, 513, 77}, {513, 1, 77}, {300, 200, 1}, {1, 1, 5000}, {1, 1000, 1},
+          {1000, 1, 1}, {2, 130, 3}, {129, 2, 17}, {5, 5, 9}};
+}
+
+std::vector<Case> rectangular_cases() {
+  return {{64, 64, 16384}, {33, 17, 10000}, {128, 256, 8192}, {1000, 37, 129}, {37, 1000, 300},
+          {2049, 1025, 513}, {8191, 40, 33}, {40, 8193, 24}, {700, 900, 1100}};
+}
+
+std::vector<Case> alpha_beta_cases() {
+  std::vector<Case> v;
+  const float ab[][2] = {{1, 0}, {0.5f, 0}, {1, 1}, {-1.5f, 0.25f}, {0, 1}, {2, -1}, {0, 0}};
+  for (auto [alpha, beta] : ab) {
+    Case c{257, 129, 65};
+    c.alpha = alpha;
+    c.beta = beta;
+    v.push_back(c);
+    Case d{1024, 1024, 256};
+    d.alpha = alpha;
+    d.beta = beta;
+    v.push_back(d);
+  }
+  return v;
+}
+
+std::vector<Case> unaligned_cases() {
+  std::vector<Case> v;
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{129, 130, 131}, {1023, 257, 100}, {64, 64, 64}}) {
+    Case ld{m, n, k, 1.0f, 0.5f, 1, 3, 1};               // odd leading dimensions
+    Case ptr{m, n, k, 1.0f, 0.5f, 0, 0, 0, 1, 2, 3};     // misaligned pointers, aligned ld
+    Case both{m, n, k, -1.0f, 0.0f, 2, 1, 5, 3, 1, 1};   // both
+    Case c_only{m, n, k, 1.0f, 0.0f, 0, 0, 0, 0, 0, 1};  // only C misaligned
+    Case pad4{m, n, k, 1.0f, 0.0f, 4, 4, 8, 0, 0, 0};    // padded but still aligned
+    v.insert(v.end(), {ld, ptr, both, c_only, pad4});
+  }
+  return v;
+}
+
+// Every variant, not only the ones the heuristic picks, on edge shapes, aligned and not.
+std::vector<Case> variant_cases() {
+  std::vector<Case> v;
+  for (int var = 0; var < pingpong_variant_count(); ++var) {
+    for (Case c : {Case{129, 131, 37}, Case{300, 520, 301, 1.0f, 1.0f}, Case{7, 9, 5},
+                   Case{257, 259, 33, 1.0f, 0.5f, 1, 1, 3, 1, 1, 1}}) {
+      c.variant = var;
+      v.push_back(c);
+    }
+  }
+  return v;
+}
+
+// Few output tiles and a long K: the picker splits K (atomics into a pre-scaled C).
+std::vector<Case> split_k_cases() {
+  std::vector<Case> v;
+  const float ab[][2] = {{1, 0}, {1, 1}, {-0.5f, 0.5f}, {2, 0}};
+  for (auto [alpha, beta] : ab) {
+    Case c{200, 300, 5000};
+    c.alpha = alpha;
+    c.beta = beta;
+    v.push_back(c);
+  }
+  v.push_back(Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3});  // unaligned, scalar path
+  v.push_back(Case{1, 1, 8191});
+  v.push_back(Case{1024, 1024, 16384});
+  return v;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string s = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" +
+                  std::to_string(info.index);
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Square, PingpongSgemm, ::testing::ValuesIn(square_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Degenerate, PingpongSgemm, ::testing::ValuesIn(degenerate_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Rectangular, PingpongSgemm, ::testing::ValuesIn(rectangular_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(AlphaBeta, PingpongSgemm, ::testing::ValuesIn(alpha_beta_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Unaligned, PingpongSgemm, ::testing::ValuesIn(unaligned_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(SplitK, PingpongSgemm, ::testing::ValuesIn(split_k_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Variants, PingpongSgemm, ::testing::ValuesIn(variant_cases()), case_name);
+
+// A backend refuses what it cannot run, before touching the device.
+TEST(PingpongBackend, RunRefusesInvalidArguments) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto pp = make_gemm_backend(KernelKind::kPingpong);
+  ASSERT_TRUE(pp.ok());
+  GemmArgs g{{4, 4, 4}, 1.0f, 0.0f, nullptr, 4, nullptr, 4, nullptr, 4};
+  EXPECT_EQ(pp.value()->run(g, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sgemm
