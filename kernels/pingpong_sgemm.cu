@@ -26,6 +26,7 @@ using SmallWide = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 3, 4>;     // 12
 using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;    // 128 thr, warp 32x64
 using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;    // 128 thr, warp 32x64
 using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;           // 64 thr, warp 32x64
+using SmallWideK32 = PingpongConfig<64, 128, 32, 2, 2, 4, 8, 8, 8, 2, 4>;  // 128 thr, warp 32x64
 
 // Raises a kernel's dynamic shared-memory limit once per device.
 template <class Kernel>
@@ -118,11 +119,12 @@ constexpr Variant kVariants[] = {
     {"64x128x16_w32x64_t8x8_s4", run_config<SmallWide4>},
     {"64x128x8_w32x64_t8x8_s4", run_config<SmallWideK8>},
     {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>},
-    {"64x128x16_w32x64_t8x8_s3_splitk", run_config_split_k<SmallWide>},
+    {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>},
+    {"64x128x32_w32x64_t8x8_s2", run_config<SmallWideK32>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kLarge = 0, kWide, kHuge, kMedium, kSmall, kSmallWide, kSmallWide4, kSmallWideK8, kMini, kSmallWideSplitK
+  kLarge = 0, kWide, kHuge, kMedium, kSmall, kSmallWide, kSmallWide4, kSmallWideK8, kMini, kSmallWide4SplitK, kSmallWideK32
 };
 
 int sm_count_of_current_device() {
@@ -166,9 +168,13 @@ std::string_view pingpong_variant_name(int variant) {
 
 int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   const auto tiles = [&](int64_t bm, int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
-  if (pick_splits(s, SmallWide::BM, SmallWide::BN, sm_count, SmallWide::MIN_BLOCKS) > 1) return kSmallWideSplitK;
+  // Measured on H100 (docs/kernels.md, bench/results/): the 64x128x16 4-stage tile
+  // with 4 resident blocks per SM is the best or within 2% of the best on every
+  // shape from 1024 to 8192; shapes with too few tiles for a wave and a long K
+  // split K instead.
   (void)tiles;
-  return kSmallWide;
+  if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) return kSmallWide4SplitK;
+  return kSmallWide4;
 }
 
 Status pingpong_sgemm_variant(const GemmArgs& args, int variant, cudaStream_t stream) {
