@@ -26,7 +26,6 @@ using SmallWide = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 3, 4>;     // 12
 using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;    // 128 thr, warp 32x64
 using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;    // 128 thr, warp 32x64
 using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;           // 64 thr, warp 32x64
-using SmallWideK32 = PingpongConfig<64, 128, 32, 2, 2, 4, 8, 8, 8, 2, 4>;  // 128 thr, warp 32x64
 
 // Raises a kernel's dynamic shared-memory limit once per device.
 template <class Kernel>
@@ -120,11 +119,10 @@ constexpr Variant kVariants[] = {
     {"64x128x8_w32x64_t8x8_s4", run_config<SmallWideK8>},
     {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>},
     {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>},
-    {"64x128x32_w32x64_t8x8_s2", run_config<SmallWideK32>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kLarge = 0, kWide, kHuge, kMedium, kSmall, kSmallWide, kSmallWide4, kSmallWideK8, kMini, kSmallWide4SplitK, kSmallWideK32
+  kLarge = 0, kWide, kHuge, kMedium, kSmall, kSmallWide, kSmallWide4, kSmallWideK8, kMini, kSmallWide4SplitK
 };
 
 int sm_count_of_current_device() {
