@@ -33,6 +33,8 @@ namespace {
 
 using namespace sgemm;
 
+int64_t g_chunk_k = 0, g_chunk_rows = 0;  // pipeline block sizes for every engine made
+
 struct Args {
   int iters = 10;
   int warmup = 2;
@@ -40,12 +42,14 @@ struct Args {
   std::string csv_out;  // also write the CSV here (the table still goes to stdout)
   std::string kernel;
   int64_t sample = 8;
+  int64_t chunk_k = 0;     // CudaEngineOptions::chunk_k (0 = the engine's default)
+  int64_t chunk_rows = 0;  // CudaEngineOptions::chunk_rows (0 = the engine's default)
   std::vector<GemmShape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 16384, 16384}, {1024, 1024, 65536}};
 };
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr, "engine-bench: %s\nusage: engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] "
-                       "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE]\n", msg);
+                       "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]\n", msg);
   std::exit(2);
 }
 
@@ -63,6 +67,8 @@ Args parse(int argc, char** argv) {
     else if (s == "--csv-out") a.csv_out = next();
     else if (s == "--kernel") a.kernel = next();
     else if (s == "--sample") a.sample = std::max(1, std::atoi(next().c_str()));
+    else if (s == "--chunk-k") g_chunk_k = a.chunk_k = std::max(0LL, std::atoll(next().c_str()));
+    else if (s == "--chunk-rows") g_chunk_rows = a.chunk_rows = std::max(0LL, std::atoll(next().c_str()));
     else if (s == "--shapes") {
       a.shapes.clear();
       std::string list = next();
@@ -105,6 +111,8 @@ double median(std::vector<double> v) {
 
 std::unique_ptr<Engine> engine_or_die(std::vector<int> devices, KReduce reduce, const std::string& kernel) {
   CudaEngineOptions o;
+  o.chunk_k = g_chunk_k;
+  o.chunk_rows = g_chunk_rows;
   o.devices = std::move(devices);
   o.k_reduce = reduce;
   o.default_kernel = kernel;

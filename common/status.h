@@ -66,7 +66,7 @@ class [[nodiscard]] StatusOr {
  public:
   StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
-    if (status_.ok()) status_ = Internal("StatusOr constructed from an OK status without a value");
+    if (status_.ok()) (void)(status_ = Internal("StatusOr constructed from an OK status without a value"));
   }
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }

@@ -207,7 +207,10 @@ class JobRun {
 
   int64_t row_block(int64_t rows) const {
     if (set_.chunk_rows > 0) return set_.chunk_rows;
-    return std::max<int64_t>(256, round_up(ceil_div(rows, std::max(1, set_.pipeline_chunks)), 128));
+    // At least 512 rows: smaller blocks leave the ping-pong kernel's grid too
+    // small to fill 132 SMs (2xH200 sweep, docs/engine.md: 4096^3 row split
+    // kernel phase 1.90x with 256-row blocks, 1.99x with 512).
+    return std::max<int64_t>(512, round_up(ceil_div(rows, std::max(1, set_.pipeline_chunks)), 128));
   }
 
   // Single GPU and row split. B enters through every device's host link (a
@@ -343,9 +346,15 @@ class JobRun {
             return Status::Ok();
           },
           nullptr));
+      // K blocks: 1/pipeline_chunks of the slice, at least 2048. When C is small
+      // (m*n <= 4 Mi elements) each block's product is too small to fill the GPU
+      // and A's strided 2-D copy moves short rows, so blocks are at least 16384
+      // deep there (2xH200 sweep at 1024x1024x65536, docs/engine.md: kernel plus
+      // reduce 1.49x with 4096-deep blocks, 1.92x with 16384).
+      const int64_t min_step = s.m * s.n <= (int64_t{4} << 20) ? 16384 : 2048;
       const int64_t step = set_.chunk_k > 0
                                ? set_.chunk_k
-                               : std::max<int64_t>(2048, round_up(ceil_div(kc, std::max(1, set_.pipeline_chunks)), 16));
+                               : std::max<int64_t>(min_step, round_up(ceil_div(kc, std::max(1, set_.pipeline_chunks)), 16));
       bool first = true;
       for (int64_t s0 = k0; s0 < k1; s0 += step) {
         const int64_t s1 = std::min(k1, s0 + step);

@@ -34,10 +34,11 @@ struct CudaEngineOptions {
   // Released pinned host memory kept for reuse by host_allocator() (8 GiB).
   std::size_t pinned_cache_bytes = std::size_t(8) << 30;
   // Rows per block of the row pipeline (copy in, kernel, copy out, rows_ready);
-  // 0 = the shard's rows / planner.pipeline_chunks, rounded up to 128, >= 256.
+  // 0 = the shard's rows / planner.pipeline_chunks, rounded up to 128, >= 512.
   int64_t chunk_rows = 0;
   // K per block of the K-split pipeline (copy in, kernel accumulating into the
-  // partial C); 0 = the slice / planner.pipeline_chunks, rounded up to 16, >= 2048.
+  // partial C); 0 = the slice / planner.pipeline_chunks, rounded up to 16, >= 2048
+  // (>= 16384 when m*n <= 4 Mi elements).
   int64_t chunk_k = 0;
   // How K-split partial Cs are summed: reduce-scatter (every GPU copies out its
   // own rows; default) or reduce to the first GPU, which copies out all of C.
