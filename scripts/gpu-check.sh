@@ -49,9 +49,12 @@ if has tests; then
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
-if has sanitize; then
-  step memcheck 300 compute-sanitizer --tool memcheck "$BIN/pingpong_sgemm_test" --gtest_filter='*Small*:*Edge*'
-  step racecheck 300 compute-sanitizer --tool racecheck "$BIN/pingpong_sgemm_test" --gtest_filter='*Small*'
+if has sanitize; then  # the filters scripts/gpu-kernels.sh uses: every variant, edges, split-K
+  step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
+    --gtest_brief=1 --gtest_filter='Variants/*:Degenerate/*:Square/*_[0-8]:Unaligned/*_1*:SplitK/*_[0-5]'
+  step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
+    --gtest_brief=1 --gtest_filter='Variants/*:Square/*_[0-6]:SplitK/*_[0-4]'
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" | tee -a "$OUT/summary.txt"
 fi
 if has e2e; then
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test; do
@@ -75,6 +78,7 @@ fi
 if has bench-kernels; then
   step sgemm-bench 580 "$BIN/sgemm-bench" --csv "$OUT/sgemm-bench.csv"
   cat "$OUT/sgemm-bench.log"
+  python3 scripts/plot_bench.py "$OUT/sgemm-bench.csv" "$OUT/sgemm-bench.png" >/dev/null 2>&1 || echo "(no plot)"
 fi
 if has bench-engine; then
   step engine-bench 580 "$BIN/engine-bench" --csv-out "$OUT/engine-bench.csv" ${SGEMM_ENGINE_BENCH_ARGS:-}

@@ -44,12 +44,13 @@ struct CudaEngineOptions {
   // own rows; default) or reduce to the first GPU, which copies out all of C.
   KReduce k_reduce = KReduce::kReduceScatter;
 
-  // Cost-model capabilities given to the planner for every device. Measured on
-  // H100/H200 SXM (docs/engine.md): cuBLAS fp32 ~50 TFLOP/s, pinned host<->device
-  // ~54 GB/s per GPU, NCCL over NVLink ~390 GB/s.
-  double gpu_tflops = 50.0;
+  // Cost-model capabilities given to the planner for every device, measured by
+  // engine-bench on 2 x H200 and sgemm-bench on H100 (docs/engine.md, 2026-11-22):
+  // ping-pong fp32 46-48 TFLOP/s, pinned host<->device 53-55 GB/s per GPU,
+  // NCCL broadcast of B over NVLink 305-318 GB/s.
+  double gpu_tflops = 47.0;
   double host_link_gbps = 54.0;
-  double peer_gbps = 390.0;
+  double peer_gbps = 310.0;
   PlannerOptions planner;          // split geometry and cost constants
 
   // Start-up and fallback messages; null = silent. Called from any thread.

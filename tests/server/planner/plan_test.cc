@@ -157,5 +157,24 @@ TEST(Planner, EstimatesGrowWithWork) {
   EXPECT_LT(estimate_single_ms({4096, 4096, 4096}, false, d, o), estimate_single_ms({4096, 4096, 4096}, true, d, o));
 }
 
+// With the default (measured) constants, two idle GPUs get the strategy that
+// was fastest end to end on 2 x H200 (docs/engine.md, "Measured").
+TEST(Planner, DefaultsPickTheMeasuredFastestStrategyOnTwoGpus) {
+  const struct {
+    GemmShape shape;
+    SplitMode expected;
+  } cases[] = {
+      {{1024, 1024, 1024}, SplitMode::kSingle},
+      {{4096, 4096, 4096}, SplitMode::kRows},
+      {{8192, 8192, 8192}, SplitMode::kRows},
+      {{16384, 16384, 16384}, SplitMode::kRows},
+      {{1024, 1024, 65536}, SplitMode::kK},
+  };
+  for (const auto& c : cases) {
+    Plan p = make_plan(request(c.shape.m, c.shape.n, c.shape.k, 2));
+    EXPECT_EQ(p.mode, c.expected) << c.shape.m << "x" << c.shape.n << "x" << c.shape.k << ": " << p.reason;
+  }
+}
+
 }  // namespace
 }  // namespace sgemm
