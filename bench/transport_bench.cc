@@ -19,44 +19,35 @@ namespace {
 std::string g_server = "127.0.0.1:50051";
 std::string g_direction = "up";
 
-void BM_Upload(benchmark::State& state) {
-  const int64_t chunk = state.range(0);
-  sgemm::ClientOptions opt;
-  opt.chunk_bytes = chunk;
-  auto client = sgemm::Client::connect(g_server, opt);
-  const sgemm::GemmShape s{4096, 1, 4096};
+// Times requests of `shape` with random inputs; counts the payload bytes one
+// direction moves (sent when `upload`, else received).
+void run_requests(benchmark::State& state, sgemm::Client& client, const sgemm::GemmShape& s, bool upload) {
   std::vector<float> a(s.m * s.k), b(s.k * s.n);
   sgemm::fill_random(a, 1);
   sgemm::fill_random(b, 2);
   int64_t bytes = 0;
   for (auto _ : state) {
-    auto r = client->multiply(s, a.data(), b.data(), nullptr, {});
+    auto r = client.multiply(s, a.data(), b.data(), nullptr, {});
     if (!r.ok()) {
       state.SkipWithError(r.status().to_string().c_str());
       return;
     }
-    bytes += r->bytes_sent;
+    bytes += upload ? r->bytes_sent : r->bytes_received;
   }
   state.SetBytesProcessed(bytes);
-  state.counters["chunk_KiB"] = double(chunk) / 1024;
+}
+
+void BM_Upload(benchmark::State& state) {
+  sgemm::ClientOptions opt;
+  opt.chunk_bytes = state.range(0);
+  auto client = sgemm::Client::connect(g_server, opt);
+  run_requests(state, *client, {4096, 1, 4096}, /*upload=*/true);
+  state.counters["chunk_KiB"] = double(opt.chunk_bytes) / 1024;
 }
 
 void BM_Download(benchmark::State& state) {
   auto client = sgemm::Client::connect(g_server);
-  const sgemm::GemmShape s{4096, 4096, 1};
-  std::vector<float> a(s.m * s.k), b(s.k * s.n);
-  sgemm::fill_random(a, 1);
-  sgemm::fill_random(b, 2);
-  int64_t bytes = 0;
-  for (auto _ : state) {
-    auto r = client->multiply(s, a.data(), b.data(), nullptr, {});
-    if (!r.ok()) {
-      state.SkipWithError(r.status().to_string().c_str());
-      return;
-    }
-    bytes += r->bytes_received;
-  }
-  state.SetBytesProcessed(bytes);
+  run_requests(state, *client, {4096, 4096, 1}, /*upload=*/false);
 }
 
 }  // namespace

@@ -79,14 +79,7 @@ class BadInputE2E : public ::testing::Test {
     auto r = client->multiply({6, 4, 5}, a.data(), b.data(), nullptr, {});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_TRUE(verify_gemm(6, 4, 5, 1, a.data(), b.data(), 0, nullptr, r->c.data()).passed(kSgemmTolerance));
-    int64_t held = -1;
-    for (int i = 0; i < 200 && held != 0; ++i) {  // the server frees after it answers
-      auto info = client->info();
-      ASSERT_TRUE(info.ok());
-      held = info->host_bytes_in_use;
-      if (held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_EQ(held, 0) << "request buffers leaked";
+    EXPECT_EQ(testing::wait_for_no_held_bytes(*client), 0) << "request buffers leaked";
   }
 
   static ServerProcess* server_;

@@ -84,14 +84,7 @@ TEST(LifecycleE2E, ClientKilledMidUploadLeavesServerServing) {
   auto r = client->multiply({300, 100, 200}, a.data(), b.data(), nullptr, {});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(verify_gemm(300, 100, 200, 1, a.data(), b.data(), 0, nullptr, r->c.data()).passed(kSgemmTolerance));
-  int64_t held = -1;
-  for (int i = 0; i < 300 && held != 0; ++i) {
-    auto info = client->info();
-    ASSERT_TRUE(info.ok());
-    held = info->host_bytes_in_use;
-    if (held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(held, 0) << "request buffers leaked after killed clients";
+  EXPECT_EQ(testing::wait_for_no_held_bytes(*client), 0) << "request buffers leaked";
   EXPECT_EQ(server.stop(), 0);
 }
 

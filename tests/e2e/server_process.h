@@ -99,6 +99,20 @@ class ServerProcess {
   int port_ = 0;
 };
 
+// Polls GetInfo until the server holds no request buffers (it frees them just
+// after answering), for up to `tries` x 10 ms; returns the last count seen.
+template <typename ClientT>
+int64_t wait_for_no_held_bytes(ClientT& client, int tries = 300) {
+  int64_t held = -1;
+  for (int i = 0; i < tries && held != 0; ++i) {
+    auto info = client.info();
+    if (!info.ok()) return -1;
+    held = info->host_bytes_in_use;
+    if (held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return held;
+}
+
 struct CommandResult {
   int exit_code = -1;
   std::string output;
