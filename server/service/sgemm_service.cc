@@ -221,9 +221,11 @@ grpc::Status SgemmService::Multiply(
   job.sink = &rows;
   Clock::time_point t_compute_end;
   const Clock::time_point t_compute = Clock::now();
+  std::atomic<bool> engine_failed{false};  // lets the reader stop early: no use receiving the rest
   std::thread worker([&] {
     report = engine_.run(job);
     t_compute_end = Clock::now();
+    if (!report.ok()) engine_failed = true;
     rows.close();
   });
   // Whatever happens below, the engine thread is joined before buffers go.
@@ -236,7 +238,7 @@ grpc::Status SgemmService::Multiply(
 
   // 5. Receive chunks.
   Status failure;
-  while (stream->Read(&req)) {
+  while (!engine_failed && stream->Read(&req)) {
     if (!req.has_chunk()) {
       failure = InvalidArgument("a Multiply stream carries one header; got a second `header` message");
       break;
@@ -249,6 +251,10 @@ grpc::Status SgemmService::Multiply(
     }
     failure = assembler.add_chunk(*matrix, chunk.offset(), chunk.data().data(), chunk.data().size());
     if (!failure.ok()) break;
+  }
+  if (failure.ok() && engine_failed) {
+    worker.join();
+    return finish(report.status());
   }
   if (failure.ok()) {
     if (ctx->IsCancelled()) {

@@ -1,0 +1,162 @@
+// The gRPC service in-process against fake engines: behaviour that the real
+// engines cannot be made to show on demand (a failure mid-upload, rows of C
+// finished out of order).
+#include "server/service/sgemm_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <spdlog/sinks/null_sink.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "sgemm/v1/sgemm.grpc.pb.h"
+
+namespace sgemm {
+namespace {
+
+namespace v1 = ::sgemm::v1;
+
+class FakeEngine : public Engine {
+ public:
+  EngineInfo info() const override { return {"fake", {}, {"fake"}, "fake"}; }
+  HostAllocator& host_allocator() override { return alloc_; }
+  Status validate(const GemmShape&, const ExecOptions&) const override { return Status::Ok(); }
+
+ private:
+  AlignedHostAllocator alloc_;
+};
+
+// Fails at once, as a GPU engine does when device memory runs out.
+class FailingEngine final : public FakeEngine {
+ public:
+  StatusOr<GemmReport> run(const GemmJob&) override {
+    return ResourceExhausted("out of device memory on GPU 0 (fake)");
+  }
+};
+
+// Computes C = alpha*A*B + beta*C naively and reports rows last to first.
+class ReverseRowsEngine final : public FakeEngine {
+ public:
+  StatusOr<GemmReport> run(const GemmJob& job) override {
+    const GemmShape s = job.shape;
+    SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, s.m * s.k));
+    SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, s.k * s.n));
+    if (job.has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
+    for (int64_t i = s.m - 1; i >= 0; --i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        float acc = 0;
+        for (int64_t p = 0; p < s.k; ++p) acc += job.a[i * s.k + p] * job.b[p * s.n + j];
+        job.c[i * s.n + j] = job.alpha * acc + (job.has_c ? job.beta * job.c[i * s.n + j] : 0.0f);
+      }
+      job.sink->rows_ready(i, i + 1);
+    }
+    GemmReport r;
+    r.backend = "fake";
+    r.kernel = "fake";
+    r.devices.push_back(DeviceTiming{.device = 7, .name = "fake device", .shard = {7, 0, s.m, 0, s.k}});
+    return r;
+  }
+};
+
+struct InProcessServer {
+  explicit InProcessServer(Engine& engine, ServiceOptions opt = {}) {
+    auto log = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+    service = std::make_unique<SgemmService>(engine, opt, log, nullptr);
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(service.get());
+    server = b.BuildAndStart();
+    stub = v1::Sgemm::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  }
+  ~InProcessServer() { server->Shutdown(); }
+  int port = 0;
+  std::unique_ptr<SgemmService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<v1::Sgemm::Stub> stub;
+};
+
+v1::MultiplyRequest header(int64_t m, int64_t n, int64_t k) {
+  v1::MultiplyRequest r;
+  r.mutable_header()->set_m(m);
+  r.mutable_header()->set_n(n);
+  r.mutable_header()->set_k(k);
+  return r;
+}
+
+v1::MultiplyRequest chunk(v1::Matrix m, int64_t offset, const float* data, int64_t count) {
+  v1::MultiplyRequest r;
+  r.mutable_chunk()->set_matrix(m);
+  r.mutable_chunk()->set_offset(offset);
+  r.mutable_chunk()->set_data(reinterpret_cast<const char*>(data), std::size_t(count) * 4);
+  return r;
+}
+
+TEST(SgemmService, EngineFailureMidUploadEndsTheCallWithoutWaitingForTheRest) {
+  FailingEngine engine;
+  InProcessServer srv(engine);
+  grpc::ClientContext ctx;
+  auto stream = srv.stub->Multiply(&ctx);
+  ASSERT_TRUE(stream->Write(header(1024, 1024, 1024)));
+  // Upload A slowly; the server must answer long before A is complete.
+  std::vector<float> block(1024, 1.0f);
+  int written = 0;
+  for (int64_t row = 0; row < 1024; ++row, ++written) {
+    if (!stream->Write(chunk(v1::MATRIX_A, row * 1024, block.data(), 1024))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(st.error_message().find("out of device memory"), std::string::npos) << st.error_message();
+  EXPECT_LT(written, 1024) << "the server kept reading after the engine failed";
+}
+
+TEST(SgemmService, RowsFinishedOutOfOrderArriveAsCorrectChunksAndASummary) {
+  ReverseRowsEngine engine;
+  ServiceOptions opt;
+  opt.response_chunk_bytes = 4096;  // 1 KiB rows: C comes back in many chunks
+  InProcessServer srv(engine, opt);
+  const int64_t m = 9, n = 256, k = 3;
+  std::vector<float> a(m * k), b(k * n);
+  for (int64_t i = 0; i < m * k; ++i) a[i] = float(i % 7) - 3;
+  for (int64_t i = 0; i < k * n; ++i) b[i] = float(i % 5) - 2;
+  grpc::ClientContext ctx;
+  auto stream = srv.stub->Multiply(&ctx);
+  ASSERT_TRUE(stream->Write(header(m, n, k)));
+  ASSERT_TRUE(stream->Write(chunk(v1::MATRIX_A, 0, a.data(), m * k)));
+  ASSERT_TRUE(stream->Write(chunk(v1::MATRIX_B, 0, b.data(), k * n)));
+  stream->WritesDone();
+  std::vector<float> c(m * n, std::nanf(""));
+  std::vector<int> seen(m * n, 0);
+  v1::MultiplyResponse resp;
+  int summaries = 0, chunks = 0;
+  while (stream->Read(&resp)) {
+    if (resp.has_summary()) {
+      ++summaries;
+      ASSERT_EQ(resp.summary().devices_size(), 1);
+      EXPECT_EQ(resp.summary().devices(0).name(), "fake device");
+      EXPECT_EQ(resp.summary().bytes_sent(), m * n * 4);
+      continue;
+    }
+    ++chunks;
+    const auto& ch = resp.chunk();
+    EXPECT_EQ(summaries, 0) << "a chunk after the summary";
+    EXPECT_LE(ch.data().size(), 4096u);
+    std::memcpy(c.data() + ch.offset(), ch.data().data(), ch.data().size());
+    for (std::size_t e = 0; e < ch.data().size() / 4; ++e) seen[ch.offset() + e]++;
+  }
+  ASSERT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(summaries, 1);
+  EXPECT_EQ(chunks, m);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float ref = 0;
+      for (int64_t p = 0; p < k; ++p) ref += a[i * k + p] * b[p * n + j];
+      EXPECT_EQ(c[i * n + j], ref);
+      EXPECT_EQ(seen[i * n + j], 1);
+    }
+}
+
+}  // namespace
+}  // namespace sgemm
