@@ -5,6 +5,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "common/cuda_status.h"
@@ -16,7 +18,8 @@ namespace {
 
 using pingpong::PingpongConfig;
 
-//                                 BM   BN  BK WM WN TWM TWN TM  TN  ST MINB
+//                                 BM   BN  BK WM WN TWM TWN TM  TN  ST MINB (GROUP_M)
+// (WM, WN: warps along M and N)
 using Large = PingpongConfig<128, 128, 16, 4, 2, 4, 8, 8, 8, 3, 2>;        // 256 thr, warp 32x64
 using Wide = PingpongConfig<128, 128, 8, 2, 2, 8, 4, 8, 16, 4, 2>;         // 128 thr, warp 64x64
 using Huge = PingpongConfig<128, 256, 8, 2, 4, 8, 4, 8, 16, 4, 1>;         // 256 thr, warp 64x64
@@ -53,8 +56,53 @@ Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
+// Workspace of deterministic split-K: stream-ordered allocations from one memory
+// pool per device, created on first use and kept for the life of the process. The
+// pool keeps up to kWorkspaceKeepBytes of freed memory mapped, so repeated calls
+// (the workspace is at most #SMs * blocks/SM * BM * BN floats, ~17 MB on an H100)
+// neither map memory again nor synchronize.
+constexpr uint64_t kWorkspaceKeepBytes = uint64_t{256} << 20;
+
+Status workspace_pool(cudaMemPool_t* pool) {
+  static std::mutex mu;
+  static std::map<int, cudaMemPool_t> pools;  // device -> pool; guarded by mu
+  int device = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = pools.find(device);
+  if (it == pools.end()) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t p = nullptr;
+    SGEMM_CUDA_TRY(cudaMemPoolCreate(&p, &props));
+    uint64_t keep = kWorkspaceKeepBytes;
+    SGEMM_CUDA_TRY(cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep));
+    it = pools.emplace(device, p).first;
+  }
+  *pool = it->second;
+  return Status::Ok();
+}
+
+// C = sum of the workspace slices + beta*C (deterministic split-K, second launch).
+Status launch_splitk_reduce(const GemmArgs& g, int splits, const float* w, int64_t ldw, cudaStream_t stream) {
+  const bool vec = (reinterpret_cast<uintptr_t>(g.c) & 15u) == 0 && g.ldc % 4 == 0;
+  const int v = vec ? 4 : 1;
+  const dim3 grid{unsigned(std::min<int64_t>((g.shape.n + 256 * v - 1) / (256 * v), 64)),
+                  unsigned(std::min<int64_t>(g.shape.m, 65535))};
+  const int m = int(g.shape.m), n = int(g.shape.n);
+  if (vec)
+    pingpong::splitk_reduce_kernel<true><<<grid, 256, 0, stream>>>(m, n, splits, w, ldw, g.beta, g.c, g.ldc);
+  else
+    pingpong::splitk_reduce_kernel<false><<<grid, 256, 0, stream>>>(m, n, splits, w, ldw, g.beta, g.c, g.ldc);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+enum class SplitReduce { kWorkspace, kAtomic };
+
 template <class Cfg, bool kVectorized>
-Status launch(const GemmArgs& g, cudaStream_t stream, int splits) {
+Status launch(const GemmArgs& g, cudaStream_t stream, int splits, SplitReduce reduce = SplitReduce::kWorkspace) {
   static std::atomic<uint64_t> smem_raised{0};
   auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized>;
   SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
@@ -64,10 +112,26 @@ Status launch(const GemmArgs& g, cudaStream_t stream, int splits) {
   splits = std::clamp(splits, 1, std::min(k_tiles, 64));
   const int per_split = (k_tiles + splits - 1) / splits;
   splits = (k_tiles + per_split - 1) / per_split;  // no empty splits
+  const dim3 grid{unsigned(tiles), unsigned(splits)};
+  const int m = int(g.shape.m), n = int(g.shape.n), k = int(g.shape.k);
+  if (splits > 1 && reduce == SplitReduce::kWorkspace) {
+    const int64_t ldw = (g.shape.n + 3) / 4 * 4;
+    cudaMemPool_t pool = nullptr;
+    SGEMM_RETURN_IF_ERROR(workspace_pool(&pool));
+    void* ws = nullptr;
+    SGEMM_CUDA_TRY(cudaMallocFromPoolAsync(&ws, size_t(splits) * size_t(g.shape.m) * size_t(ldw) * sizeof(float),
+                                           pool, stream));
+    float* w = static_cast<float*>(ws);
+    kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta,
+                                                                    g.c, g.ldc, per_split, w, ldw);
+    const Status launched = SGEMM_CUDA_STATUS(cudaGetLastError());
+    const Status reduced = launched.ok() ? launch_splitk_reduce(g, splits, w, ldw, stream) : launched;
+    const Status freed = SGEMM_CUDA_STATUS(cudaFreeAsync(ws, stream));  // after the reduction, stream-ordered
+    return reduced.ok() ? freed : reduced;
+  }
   if (splits > 1) SGEMM_RETURN_IF_ERROR(prescale_c(g, stream));
-  kernel<<<dim3(unsigned(tiles), unsigned(splits)), dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(
-      int(g.shape.m), int(g.shape.n), int(g.shape.k), g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc,
-      per_split);
+  kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta,
+                                                                  g.c, g.ldc, per_split, nullptr, 0);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
@@ -84,6 +148,13 @@ Status run_config(const GemmArgs& g, cudaStream_t stream) {
   return vectorizable(g) ? launch<Cfg, true>(g, stream, 1) : launch<Cfg, false>(g, stream, 1);
 }
 
+// One tile, stage count by alignment: the 4-byte-copy (unaligned) instantiation
+// of the 4-stage ring measured 7% slower than the 3-stage one (v5, docs/kernels.md).
+template <class CfgAligned, class CfgUnaligned>
+Status run_config_by_alignment(const GemmArgs& g, cudaStream_t stream) {
+  return vectorizable(g) ? launch<CfgAligned, true>(g, stream, 1) : launch<CfgUnaligned, false>(g, stream, 1);
+}
+
 int sm_count_of_current_device();
 
 // Split-K count for a shape: enough (tile, split) blocks for about `waves` full
@@ -97,10 +168,11 @@ int pick_splits(const GemmShape& s, int64_t bm, int64_t bn, int sm_count, int pe
   return int(std::max<int64_t>(1, std::min(by_slots, by_k)));
 }
 
-template <class Cfg>
+template <class Cfg, SplitReduce kReduce = SplitReduce::kWorkspace>
 Status run_config_split_k(const GemmArgs& g, cudaStream_t stream) {
   const int splits = pick_splits(g.shape, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS);
-  return vectorizable(g) ? launch<Cfg, true>(g, stream, splits) : launch<Cfg, false>(g, stream, splits);
+  return vectorizable(g) ? launch<Cfg, true>(g, stream, splits, kReduce)
+                         : launch<Cfg, false>(g, stream, splits, kReduce);
 }
 
 struct Variant {
@@ -119,11 +191,15 @@ constexpr Variant kVariants[] = {
     {"64x128x8_w32x64_t8x8_s4", run_config<SmallWideK8>},
     {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>},
     {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>},
+    {"64x128x16_w32x64_t8x8_s4_splitk_atomic", run_config_split_k<SmallWide4, SplitReduce::kAtomic>},
+    {"64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kLarge = 0, kWide, kHuge, kMedium, kSmall, kSmallWide, kSmallWide4, kSmallWideK8, kMini, kSmallWide4SplitK
+  kLarge = 0, kWide, kHuge, kMedium, kSmall, kSmallWide, kSmallWide4, kSmallWideK8, kMini, kSmallWide4SplitK,
+  kSmallWide4SplitKAtomic, kSmallWideByAlignment
 };
+static_assert(kSmallWideByAlignment + 1 == kNumVariants, "VariantId must list kVariants in order");
 
 int sm_count_of_current_device() {
   int device = 0, sms = 0;
@@ -166,13 +242,13 @@ std::string_view pingpong_variant_name(int variant) {
 
 int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   const auto tiles = [&](int64_t bm, int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
-  // Measured on H100 (docs/kernels.md, bench/results/): the 64x128x16 4-stage tile
-  // with 4 resident blocks per SM is the best or within 2% of the best on every
-  // shape from 1024 to 8192; shapes with too few tiles for a wave and a long K
-  // split K instead.
+  // Measured on H100 (docs/kernels.md, bench/results/): the 64x128x16 tile with 4
+  // resident blocks per SM is the best or within 2% of the best on every shape from
+  // 1024 to 8192, with 4 stages when B and C allow 16-byte copies and 3 otherwise;
+  // shapes with too few tiles for a wave and a long K split K (deterministically).
   (void)tiles;
   if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) return kSmallWide4SplitK;
-  return kSmallWide4;
+  return kSmallWideByAlignment;
 }
 
 Status pingpong_sgemm_variant(const GemmArgs& args, int variant, cudaStream_t stream) {

@@ -23,11 +23,14 @@
 //   needs b and c 16-byte aligned and ldb, ldc multiples of 4; otherwise the launcher
 //   picks kVectorized = false (4-byte loads and stores). C is not read when beta == 0.
 // Split-K: with gridDim.y = S > 1, block (x, y) multiplies only the y-th run of
-//   k_tiles_per_split K tiles and adds alpha * partial into C with atomics; the
-//   launcher first makes C = beta*C (scale_matrix_kernel, or zero when beta == 0).
-//   Used for shapes with few output tiles and a long K (results are then not
-//   bitwise reproducible run to run: the order of the S additions varies).
-// Block order: blocks are rasterized in groups of kGroupM tile rows so that blocks
+//   k_tiles_per_split K tiles. Deterministic mode (workspace != nullptr): it stores
+//   alpha * partial into slice y of an S x m x ldw workspace and splitk_reduce_kernel
+//   then writes C = (slice 0 + ... + slice S-1) + beta*C in that fixed order, so
+//   results are bitwise reproducible run to run. Atomic mode (workspace == nullptr,
+//   kept for comparison): it adds alpha * partial into C with atomics after the
+//   launcher made C = beta*C (results then vary in the last bits run to run).
+//   Used for shapes with few output tiles and a long K.
+// Block order: blocks are rasterized in groups of GROUP_M tile rows so that blocks
 //   running together share A and B panels in L2.
 #pragma once
 
@@ -38,7 +41,7 @@
 namespace sgemm::pingpong {
 
 template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int TWM_, int TWN_, int TM_, int TN_,
-          int STAGES_, int MIN_BLOCKS_>
+          int STAGES_, int MIN_BLOCKS_, int GROUP_M_ = 8>
 struct PingpongConfig {
   static constexpr int BM = BM_, BN = BN_, BK = BK_;
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
@@ -46,6 +49,7 @@ struct PingpongConfig {
   static constexpr int TM = TM_, TN = TN_;      // accumulators per thread along M and N
   static constexpr int STAGES = STAGES_;
   static constexpr int MIN_BLOCKS = MIN_BLOCKS_;  // __launch_bounds__ occupancy target
+  static constexpr int GROUP_M = GROUP_M_;        // tile rows per rasterization group
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
   static constexpr int WM = TWM * TM, WN = TWN * TN;
   static constexpr int A_STRIDE = BM + 4;  // floats per k row of the transposed A tile
@@ -63,9 +67,8 @@ struct PingpongConfig {
   static_assert((BM * BK) % THREADS == 0, "every thread must copy the same number of A elements");
   static_assert((BK * BN / 4) % THREADS == 0, "every thread must copy the same number of B float4s");
   static_assert(STAGES >= 2, "the cp.async pipeline needs at least two stages");
+  static_assert(GROUP_M >= 1, "a rasterization group holds at least one tile row");
 };
-
-constexpr int kGroupM = 8;  // tile rows per rasterization group
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -92,7 +95,7 @@ template <class Cfg, bool kVectorized>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     pingpong_sgemm_kernel(int m, int n, int k, float alpha, const float* __restrict__ a, int64_t lda,
                           const float* __restrict__ b, int64_t ldb, float beta, float* __restrict__ c,
-                          int64_t ldc, int k_tiles_per_split) {
+                          int64_t ldc, int k_tiles_per_split, float* __restrict__ workspace, int64_t ldw) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   constexpr int TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
   constexpr int THREADS = Cfg::THREADS, STAGES = Cfg::STAGES;
@@ -104,10 +107,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const int tiles_m = (m + BM - 1) / BM;
   const int tiles_n = (n + BN - 1) / BN;
   const int bid = blockIdx.x;
-  const int per_group = kGroupM * tiles_n;
+  const int per_group = Cfg::GROUP_M * tiles_n;
   const int group = bid / per_group;
-  const int first_m = group * kGroupM;
-  const int group_rows = min(tiles_m - first_m, kGroupM);
+  const int first_m = group * Cfg::GROUP_M;
+  const int group_rows = min(tiles_m - first_m, Cfg::GROUP_M);
   const int in_group = bid - group * per_group;
   const int tile_m = first_m + in_group % group_rows;
   const int tile_n = in_group / group_rows;
@@ -267,8 +270,29 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 
   // ---- epilogue: C = alpha*acc + beta*C, float4 where possible ----
   const bool full_block = (m0 + BM <= m) && (n0 + BN <= n);
+  if (gridDim.y > 1 && workspace != nullptr) {
+    // Deterministic split-K: alpha * partial into this split's workspace slice
+    // (ldw is a multiple of 4 and the slice 16-byte aligned: whole float4 stores;
+    // columns in [n, ldw) receive zeros, never read back).
+    float* slice = workspace + int64_t(blockIdx.y) * m * ldw;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int row = m0 + warp_m * Cfg::WM + (i / 4) * TWM * 4 + lane_m * 4 + (i % 4);
+      if (row >= m) continue;
+      float* wrow = slice + int64_t(row) * ldw;
+#pragma unroll
+      for (int j4 = 0; j4 < TN / 4; ++j4) {
+        const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
+        if (col < ldw)
+          *reinterpret_cast<float4*>(wrow + col) =
+              make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
+                          alpha * acc[i][4 * j4 + 3]);
+      }
+    }
+    return;
+  }
   if (gridDim.y > 1) {
-    // Split-K: the launcher has already made C = beta*C; each split adds its part.
+    // Atomic split-K: the launcher has already made C = beta*C; each split adds its part.
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const int row = m0 + warp_m * Cfg::WM + (i / 4) * TWM * 4 + lane_m * 4 + (i % 4);
@@ -323,6 +347,50 @@ __global__ void scale_matrix_kernel(int m, int n, float beta, float* __restrict_
   for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
     for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < n; col += gridDim.x * blockDim.x) {
       c[row * ldc + col] *= beta;
+    }
+  }
+}
+
+// Deterministic split-K reduction: C = (w[0] + w[1] + ... + w[S-1]) + beta*C, with
+// w[s] the m x ldw slices of the workspace (already scaled by alpha), summed in
+// slice order. kVectorized: 4 columns per thread with float4 (C 16-byte aligned,
+// ldc % 4 == 0); else 1. Threads stride over columns (x) and rows (y).
+template <bool kVectorized>
+__global__ void splitk_reduce_kernel(int m, int n, int splits, const float* __restrict__ workspace, int64_t ldw,
+                                     float beta, float* __restrict__ c, int64_t ldc) {
+  constexpr int V = kVectorized ? 4 : 1;
+  const int64_t slice = int64_t(m) * ldw;
+  for (int64_t row = blockIdx.y; row < m; row += gridDim.y) {
+    for (int col = (blockIdx.x * blockDim.x + threadIdx.x) * V; col < n; col += gridDim.x * blockDim.x * V) {
+      const float* w = workspace + row * ldw + col;
+      float* crow = c + row * ldc + col;
+      if constexpr (kVectorized) {
+        float4 sum = *reinterpret_cast<const float4*>(w);
+        for (int s = 1; s < splits; ++s) {
+          const float4 v = *reinterpret_cast<const float4*>(w + s * slice);
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        if (col + 3 < n) {
+          if (beta != 0.0f) {
+            const float4 old = *reinterpret_cast<const float4*>(crow);
+            sum.x = fmaf(beta, old.x, sum.x);
+            sum.y = fmaf(beta, old.y, sum.y);
+            sum.z = fmaf(beta, old.z, sum.z);
+            sum.w = fmaf(beta, old.w, sum.w);
+          }
+          *reinterpret_cast<float4*>(crow) = sum;
+        } else {
+          const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+          for (int q = 0; q < 4 && col + q < n; ++q) crow[q] = beta != 0.0f ? fmaf(beta, crow[q], v[q]) : v[q];
+        }
+      } else {
+        float sum = w[0];
+        for (int s = 1; s < splits; ++s) sum += w[s * slice];
+        crow[0] = beta != 0.0f ? fmaf(beta, crow[0], sum) : sum;
+      }
     }
   }
 }

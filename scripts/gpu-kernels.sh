@@ -48,6 +48,13 @@ run_sanitize() {
   compute-sanitizer --tool racecheck --error-exitcode 9 $RT/bin/pingpong_sgemm_test --gtest_brief=1 \
     --gtest_filter='Variants/*:Square/*_[0-6]:SplitK/*_[0-4]' > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED' "$OUT/racecheck.log" | tail -3 | tr '\n' ' ')"
+  # Split-K (workspace + reduction kernel, and the atomic variant), incl. 1024x1024x16384.
+  compute-sanitizer --tool memcheck --error-exitcode 9 $RT/bin/pingpong_sgemm_test --gtest_brief=1 \
+    --gtest_filter='SplitK/*:PingpongSplitK.*' > "$OUT/memcheck-splitk.log" 2>&1
+  echo "memcheck split-K rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/memcheck-splitk.log" | tail -3 | tr '\n' ' ')"
+  compute-sanitizer --tool racecheck --error-exitcode 9 $RT/bin/pingpong_sgemm_test --gtest_brief=1 \
+    --gtest_filter='SplitK/*5000_*:SplitK/*4099_*' > "$OUT/racecheck-splitk.log" 2>&1
+  echo "racecheck split-K rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED' "$OUT/racecheck-splitk.log" | tail -3 | tr '\n' ' ')"
 }
 
 run_bench() {

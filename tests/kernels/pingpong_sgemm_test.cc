@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/reference_gemm.h"
@@ -213,7 +214,15 @@ std::vector<Case> variant_cases() {
   return v;
 }
 
-// Few output tiles and a long K: the picker splits K (atomics into a pre-scaled C).
+int variant_named(std::string_view name) {
+  for (int v = 0; v < pingpong_variant_count(); ++v)
+    if (pingpong_variant_name(v) == name) return v;
+  ADD_FAILURE() << "no variant " << name;
+  return -1;
+}
+
+// Few output tiles and a long K: the picker splits K (partials in a workspace,
+// reduced in a fixed order); the last cases run the atomic split-K variant.
 std::vector<Case> split_k_cases() {
   std::vector<Case> v;
   const float ab[][2] = {{1, 0}, {1, 1}, {-0.5f, 0.5f}, {2, 0}};
@@ -226,6 +235,10 @@ std::vector<Case> split_k_cases() {
   v.push_back(Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3});  // unaligned, scalar path
   v.push_back(Case{1, 1, 8191});
   v.push_back(Case{1024, 1024, 16384});
+  for (Case c : {Case{200, 300, 5000, 1.0f, 0.5f}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3}}) {
+    c.variant = variant_named("64x128x16_w32x64_t8x8_s4_splitk_atomic");
+    v.push_back(c);
+  }
   return v;
 }
 
@@ -245,6 +258,38 @@ INSTANTIATE_TEST_SUITE_P(SplitK, PingpongSgemm, ::testing::ValuesIn(split_k_case
 INSTANTIATE_TEST_SUITE_P(Variants, PingpongSgemm, ::testing::ValuesIn(variant_cases()), case_name);
 
 // A backend refuses what it cannot run, before touching the device.
+// Deterministic split-K: the same inputs give bit-identical C run after run.
+TEST(PingpongSplitK, RunToRunBitIdentical) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto pp = make_gemm_backend(KernelKind::kPingpong);
+  ASSERT_TRUE(pp.ok()) << pp.status().to_string();
+  for (Case cs : {Case{1024, 1024, 16384, 1.0f, 0.5f}, Case{131, 67, 4099, -1.0f, 0.25f, 1, 3, 5, 1, 2, 3},
+                  Case{200, 300, 5000}}) {
+    SCOPED_TRACE(describe(cs));
+    const int64_t lda = cs.k + cs.lda_pad, ldb = cs.n + cs.ldb_pad, ldc = cs.n + cs.ldc_pad;
+    const uint64_t seed = fresh_seed();
+    const auto ha = strided_random(cs.m, cs.k, lda, seed);
+    const auto hb = strided_random(cs.k, cs.n, ldb, seed + 1);
+    const auto hc0 = strided_random(cs.m, cs.n, ldc, seed + 2);
+    DeviceBuffer da(ha.size() + cs.a_off), db(hb.size() + cs.b_off), dc(hc0.size() + cs.c_off);
+    ASSERT_EQ(cudaMemcpy(da.p + cs.a_off, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(db.p + cs.b_off, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    const GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.p + cs.a_off, lda, db.p + cs.b_off, ldb,
+                     dc.p + cs.c_off, ldc};
+    ASSERT_NE(pingpong_variant_name(pingpong_pick_variant(g.shape, 132)).find("splitk"), std::string_view::npos);
+    std::vector<float> first, got(hc0.size());
+    for (int run = 0; run < 4; ++run) {
+      ASSERT_EQ(cudaMemcpy(dc.p + cs.c_off, hc0.data(), hc0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      const Status st = pp.value()->run(g, nullptr);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), dc.p + cs.c_off, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      if (run == 0) first = got;
+      else EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0) << "run " << run << " differs";
+    }
+  }
+}
+
 TEST(PingpongBackend, RunRefusesInvalidArguments) {
   SGEMM_REQUIRE_GPUS(1);
   auto pp = make_gemm_backend(KernelKind::kPingpong);
