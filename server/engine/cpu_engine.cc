@@ -58,6 +58,7 @@ class CpuEngine final : public Engine {
     std::lock_guard lock(mu_);
     for (int64_t r0 = 0; r0 < s.m; r0 += options_.rows_per_block) {
       const int64_t r1 = std::min(s.m, r0 + options_.rows_per_block);
+      if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
       if (job.feed) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
       const auto k0 = Clock::now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k),

@@ -12,8 +12,10 @@
 // called concurrently; each implementation says how it shares devices.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,31 @@ class OutputSink {
   virtual void rows_ready(int64_t row_begin, int64_t row_end) = 0;
 };
 
+// Set by the service when a request's deadline passes or its client goes away;
+// engines read it at every block boundary (and while they wait for their
+// GPUs) and stop with status(). Thread-safe; the first cancel() wins.
+class CancelToken {
+ public:
+  void cancel(Status why) {
+    std::lock_guard lock(mu_);
+    if (cancelled_.load(std::memory_order_relaxed)) return;
+    why_ = std::move(why);
+    cancelled_.store(true, std::memory_order_release);
+  }
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  // OK while not cancelled, else the reason given to cancel().
+  Status status() const {
+    if (!cancelled()) return Status::Ok();
+    std::lock_guard lock(mu_);
+    return why_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::atomic<bool> cancelled_{false};
+  Status why_;  // guarded by mu_
+};
+
 // Which implementation runs the product on a GPU (ignored by the CPU engine).
 struct ExecOptions {
   std::string kernel;                    // "" = the engine's default, else a KernelKind name
@@ -62,6 +89,7 @@ struct GemmJob {
   float* c = nullptr;
   InputFeed* feed = nullptr;  // null: all inputs are present
   OutputSink* sink = nullptr; // null: nobody listens for early rows
+  const CancelToken* cancel = nullptr;  // null: the job is never cancelled
 };
 
 struct DeviceTiming {
