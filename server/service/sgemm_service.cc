@@ -28,9 +28,9 @@ StatusOr<RequestHeader> header_from_proto(const v1::GemmHeader& h) {
   out.beta = h.has_beta() ? h.beta() : 0.0f;
   out.has_c = h.has_c();
   switch (h.kernel()) {
-    case v1::KERNEL_UNSPECIFIED: out.options.kernel = ""; break;
-    case v1::KERNEL_PINGPONG: out.options.kernel = "pingpong"; break;
-    case v1::KERNEL_CUBLAS: out.options.kernel = "cublas"; break;
+    case v1::KERNEL_UNSPECIFIED: out.options.kernel = std::nullopt; break;
+    case v1::KERNEL_PINGPONG: out.options.kernel = KernelKind::kPingpong; break;
+    case v1::KERNEL_CUBLAS: out.options.kernel = KernelKind::kCublas; break;
     default: return InvalidArgument("header.kernel has unknown value " + std::to_string(int(h.kernel())));
   }
   switch (h.split()) {
@@ -137,7 +137,7 @@ grpc::Status SgemmService::Multiply(
           "request id={} peer={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
           "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
           "bytes_out={} gflops={:.1f} devices={} plan=\"{}\"",
-          id, ctx->peer(), s.m, s.n, s.k, header.alpha, header.beta, header.has_c, r.backend, r.kernel,
+          id, ctx->peer(), s.m, s.n, s.k, header.alpha, header.beta, header.has_c, r.backend, kernel_kind_name(r.kernel),
           split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in, bytes_out,
           s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
       if (timing_log_) {
@@ -148,7 +148,7 @@ grpc::Status SgemmService::Multiply(
         j["n"] = s.n;
         j["k"] = s.k;
         j["backend"] = r.backend;
-        j["kernel"] = r.kernel;
+        j["kernel"] = kernel_kind_name(r.kernel);
         j["split"] = split_mode_name(r.split);
         j["plan"] = r.plan_reason;
         j["queue_ms"] = queue_ms;
@@ -188,7 +188,9 @@ grpc::Status SgemmService::Multiply(
     header = *parsed;
   }
   if (Status st = validate_header(header, options_.limits); !st.ok()) return finish(st);
-  if (Status st = engine_.validate(header.shape, header.options); !st.ok()) return finish(st);
+  if (Status st = engine_.validate(GemmRequest{header.shape, header.alpha, header.beta, header.has_c, header.options});
+      !st.ok())
+    return finish(st);
 
   // 2. Admission: wait for a compute slot, or refuse when the queue is full.
   const Clock::time_point t_queue = Clock::now();
@@ -208,11 +210,7 @@ grpc::Status SgemmService::Multiply(
 
   // 4. The engine starts now and waits on the assembler for each prefix it needs.
   GemmJob job;
-  job.shape = header.shape;
-  job.alpha = header.alpha;
-  job.beta = header.beta;
-  job.has_c = header.has_c;
-  job.options = header.options;
+  job.request = GemmRequest{header.shape, header.alpha, header.beta, header.has_c, header.options};
   job.a = a_buf.floats();
   job.b = b_buf.floats();
   job.c = c_buf.floats();
@@ -305,7 +303,7 @@ grpc::Status SgemmService::Multiply(
   v1::MultiplySummary* sum = last.mutable_summary();
   sum->set_request_id(id);
   sum->set_backend(report->backend);
-  sum->set_kernel(report->kernel);
+  sum->set_kernel(std::string(kernel_kind_name(report->kernel)));
   sum->set_split(split_to_proto(report->split));
   sum->set_plan_reason(report->plan_reason);
   for (const DeviceTiming& d : report->devices) {
@@ -336,7 +334,7 @@ grpc::Status SgemmService::GetInfo(grpc::ServerContext*, const v1::GetInfoReques
   out->set_version(options_.version);
   out->set_backend(info.backend);
   for (const auto& b : options_.backends) out->add_backends(b);
-  for (const auto& k : info.kernels) out->add_kernels(k);
+  for (KernelKind k : info.kernels) out->add_kernels(std::string(kernel_kind_name(k)));
   for (const DeviceInfo& d : info.devices) {
     v1::DeviceInfo* p = out->add_devices();
     p->set_index(d.index);

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <memory>
 
-#include "server/engine/host_buffer.h"
+#include "common/host_buffer.h"
 
 namespace sgemm {
 

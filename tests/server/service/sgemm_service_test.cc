@@ -19,9 +19,9 @@ namespace v1 = ::sgemm::v1;
 
 class FakeEngine : public Engine {
  public:
-  EngineInfo info() const override { return {"fake", {}, {"fake"}, "fake"}; }
+  EngineInfo info() const override { return {"fake", {}, {KernelKind::kOpenblas}, KernelKind::kOpenblas}; }
   HostAllocator& host_allocator() override { return alloc_; }
-  Status validate(const GemmShape&, const ExecOptions&) const override { return Status::Ok(); }
+  Status validate(const GemmRequest& r) const override { return check_gemm_request(r); }
 
  private:
   AlignedHostAllocator alloc_;
@@ -39,21 +39,23 @@ class FailingEngine final : public FakeEngine {
 class ReverseRowsEngine final : public FakeEngine {
  public:
   StatusOr<GemmReport> run(const GemmJob& job) override {
-    const GemmShape s = job.shape;
+    const GemmShape s = job.request.shape;
+    const float alpha = job.request.alpha, beta = job.request.beta;
+    const bool has_c = job.request.has_c;
     SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, s.m * s.k));
     SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, s.k * s.n));
-    if (job.has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
+    if (has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
     for (int64_t i = s.m - 1; i >= 0; --i) {
       for (int64_t j = 0; j < s.n; ++j) {
         float acc = 0;
         for (int64_t p = 0; p < s.k; ++p) acc += job.a[i * s.k + p] * job.b[p * s.n + j];
-        job.c[i * s.n + j] = job.alpha * acc + (job.has_c ? job.beta * job.c[i * s.n + j] : 0.0f);
+        job.c[i * s.n + j] = alpha * acc + (has_c ? beta * job.c[i * s.n + j] : 0.0f);
       }
       job.sink->rows_ready(i, i + 1);
     }
     GemmReport r;
     r.backend = "fake";
-    r.kernel = "fake";
+    r.kernel = KernelKind::kOpenblas;
     r.devices.push_back(DeviceTiming{.device = 7, .name = "fake device", .shard = {7, 0, s.m, 0, s.k}});
     return r;
   }
