@@ -4,11 +4,20 @@
 # Build here (the build host has gRPC; the GPU host does not), bundle, carry:
 #   cmake --build build && scripts/gpu-check.sh --bundle      # fills .runtime/
 #   (device) OUT=... scripts/gpu-check.sh [PART...]           # runs there
-# PARTs (default: tests e2e serve): tests (kernel + engine gpu/multigpu suites),
-# e2e (the e2e suite with the cuda backend), serve (sgemm-server --backend cuda
-# and sgemm-client submit --size 4096/8192 --verify), bench-kernels (sgemm-bench),
-# bench-engine (engine-bench), sanitize (compute-sanitizer on kernel tests).
+# The one GPU driver script: kernels, engine, service.
+# PARTs (default: tests e2e serve):
+#   tests          kernel + engine gpu/multigpu suites (SGEMM_TEST_GPUS="2,4" narrows the counts)
+#   sanitize       compute-sanitizer memcheck + racecheck on the kernel tests
+#   e2e            the e2e suite with the cuda backend
+#   serve          sgemm-server --backend cuda and sgemm-client submit --size 4096/8192 --verify
+#   bench-kernels  sgemm-bench (SGEMM_KERNEL_BENCH_ARGS), CSV and plot
+#   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
+#   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build)
+#   sass           instruction mix of the kernels (cuobjdump)
+#   ncu [SHAPE]    Nsight Compute on one ping-pong and one cuBLAS launch (SGEMM_NCU_SHAPE)
 # Every log goes to $OUT; every part runs even if an earlier one failed.
+# A bundle over the device tool's 64 MiB carry limit is also packed as
+# .runtime.tar.xz; carry that instead and the script unpacks it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RT=${SGEMM_RUNTIME:-.runtime}
@@ -18,8 +27,13 @@ if [ "${1:-}" = "--bundle" ]; then
   rm -rf "$RT"
   bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench)
   for t in "$b"/tests/*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
-  exec scripts/bundle-runtime.sh "$RT" "${bins[@]}"
+  scripts/bundle-runtime.sh "$RT" "${bins[@]}"
+  if [ "$(du -sm "$RT" | cut -f1)" -gt 60 ]; then
+    tar -cJf "$RT.tar.xz" "$RT" && echo "packed $RT.tar.xz ($(du -sh "$RT.tar.xz" | cut -f1)): carry that"
+  fi
+  exit 0
 fi
+if [ ! -d "$RT" ] && [ -f "$RT.tar.xz" ]; then tar -xJf "$RT.tar.xz"; fi
 
 : "${OUT:?set OUT to the folder for logs}"
 BIN=$RT/bin
@@ -49,7 +63,7 @@ if has tests; then
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
-if has sanitize; then  # the filters scripts/gpu-kernels.sh uses: every variant, edges, split-K
+if has sanitize; then  # every variant, edges, split-K
   step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
     --gtest_brief=1 --gtest_filter='Variants/*:Degenerate/*:Square/*_[0-8]:Unaligned/*_1*:SplitK/*_[0-5]'
   step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
@@ -76,13 +90,36 @@ if has serve; then
   kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
 fi
 if has bench-kernels; then
-  step sgemm-bench 580 "$BIN/sgemm-bench" --csv "$OUT/sgemm-bench.csv"
+  # shellcheck disable=SC2086  # a list of arguments
+  step sgemm-bench 580 "$BIN/sgemm-bench" --csv "$OUT/sgemm-bench.csv" ${SGEMM_KERNEL_BENCH_ARGS:-}
   cat "$OUT/sgemm-bench.log"
   python3 scripts/plot_bench.py "$OUT/sgemm-bench.csv" "$OUT/sgemm-bench.png" >/dev/null 2>&1 || echo "(no plot)"
 fi
 if has bench-engine; then
   step engine-bench 580 "$BIN/engine-bench" --csv-out "$OUT/engine-bench.csv" ${SGEMM_ENGINE_BENCH_ARGS:-}
   cat "$OUT/engine-bench.log"
+fi
+if has variants; then
+  step variants 580 "$BIN/sgemm-bench" --variants --runs 20 --ref-rows 0 --csv "$OUT/variants.csv"
+  cat "$OUT/variants.log"
+fi
+if has sass; then
+  cuobjdump -sass "$BIN/sgemm-bench" >"$OUT/sass.txt" 2>/dev/null
+  awk '/Function :/{name=$3} /FFMA/{f[name]++} /LDS\.128/{l[name]++} /LDS[^.]/{s[name]++} /LDGSTS/{g[name]++} /LDL|STL/{x[name]++}
+       END{for(n in f) printf "%6d FFMA %4d LDS.128 %4d LDS(other) %4d LDGSTS %3d local  %s\n", f[n], l[n], s[n], g[n], x[n], n}' \
+    "$OUT/sass.txt" | sort -k11 | cut -c1-200 | tee "$OUT/sass-mix.txt"
+  gzip -f "$OUT/sass.txt"
+fi
+if has ncu; then
+  shape=${SGEMM_NCU_SHAPE:-4096}
+  sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
+  # shellcheck disable=SC2086  # $sections is a list of arguments
+  step ncu-pingpong 300 ncu --clock-control none -k regex:pingpong_sgemm_kernel --launch-count 1 $sections \
+    "$BIN/sgemm-bench" --shapes "$shape" --kernels pingpong --runs 1 --warmup 0 --ref-rows 0
+  # shellcheck disable=SC2086
+  step ncu-cublas 300 ncu --clock-control none -k regex:'gemm|xmma' --launch-count 1 $sections \
+    "$BIN/sgemm-bench" --shapes "$shape" --kernels cublas --runs 1 --warmup 0 --ref-rows 0
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}" | tee -a "$OUT/summary.txt"
