@@ -10,6 +10,8 @@ std::string_view kernel_kind_name(KernelKind kind) {
   switch (kind) {
     case KernelKind::kPingpong: return "pingpong";
     case KernelKind::kCublas: return "cublas";
+    case KernelKind::kTf32: return "tf32";
+    case KernelKind::kFp32x3: return "fp32x3";
   }
   return "unknown";
 }
@@ -24,12 +26,16 @@ bool parse_kernel_kind(std::string_view text, KernelKind* out) {
   return false;
 }
 
-std::vector<KernelKind> all_kernel_kinds() { return {KernelKind::kPingpong, KernelKind::kCublas}; }
+std::vector<KernelKind> all_kernel_kinds() {
+  return {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kTf32, KernelKind::kFp32x3};
+}
 
 StatusOr<std::unique_ptr<GemmBackend>> make_gemm_backend(KernelKind kind) {
   switch (kind) {
     case KernelKind::kPingpong: return make_pingpong_backend();
     case KernelKind::kCublas: return make_cublas_backend();
+    case KernelKind::kTf32: return make_cublas_tf32_backend();
+    case KernelKind::kFp32x3: return make_fp32x3_backend();
   }
   return InvalidArgument("kind: unknown kernel kind " + std::to_string(int(kind)));
 }

@@ -22,10 +22,12 @@ namespace sgemm {
 enum class KernelKind {
   kPingpong,  // our double-buffered shared-memory SIMT kernel (kernels/pingpong_sgemm.cuh)
   kCublas,    // cublasSgemm with CUBLAS_COMPUTE_32F, the reference
+  kTf32,      // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32: tensor cores, tf32 inputs (~1e-3 relative)
+  kFp32x3,    // our 3xTF32 wgmma kernel (kernels/fp32x3_sgemm.cuh): tensor cores, fp32 accuracy, sm_90 only
 };
 
 std::string_view kernel_kind_name(KernelKind kind);
-// Parses "pingpong" / "cublas"; returns false for anything else.
+// Parses "pingpong" / "cublas" / "tf32" / "fp32x3"; returns false for anything else.
 bool parse_kernel_kind(std::string_view text, KernelKind* out);
 std::vector<KernelKind> all_kernel_kinds();
 

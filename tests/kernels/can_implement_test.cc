@@ -107,7 +107,7 @@ TEST(KernelKind, NamesRoundTrip) {
     EXPECT_EQ(parsed, k);
   }
   KernelKind unused;
-  EXPECT_FALSE(parse_kernel_kind("tf32", &unused));
+  EXPECT_FALSE(parse_kernel_kind("fp16", &unused));
 }
 
 }  // namespace

@@ -1,0 +1,207 @@
+// Launchers of the fp32x3 SGEMM (kernels/fp32x3_sgemm.cuh): the only place its
+// kernels are launched; each launch's cudaGetLastError() becomes a Status.
+// This translation unit alone is compiled for sm_90a (kernels/CMakeLists.txt).
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "common/cuda_status.h"
+#include "kernels/fp32x3_sgemm.cuh"
+#include "kernels/fp32x3_sgemm.h"
+
+namespace sgemm {
+namespace {
+
+using fp32x3::Fp32x3Config;
+
+//                          kWgM  kBN  stages pingpong promote-every
+using PingpongTile = Fp32x3Config<128, 128, 3, true, 0>;      // 128x128 per consumer, alternate tiles
+using PingpongPromote = Fp32x3Config<64, 128, 4, true, 1>;    // 64x128 per consumer, promoted
+using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;      // 128x128 tile, 64 rows per consumer
+using CoopPromote2 = Fp32x3Config<64, 128, 3, false, 2>;
+using Coop = Fp32x3Config<64, 128, 3, false, 0>;
+using CoopWide = Fp32x3Config<64, 256, 2, false, 0>;         // 128x256 tile, 2 stages
+
+constexpr int64_t kAlignBytes = 256;
+
+int64_t padded_k(int64_t k) { return (k + 3) / 4 * 4; }
+int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda).
+StatusOr<PFN_cuTensorMapEncodeTiled_v12000> encode_tiled_fn() {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static cudaError_t err = cudaSuccess;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  if (fn == nullptr) {
+    (void)cudaGetLastError();
+    return Unavailable(std::string("cuTensorMapEncodeTiled: driver entry point not found (") +
+                       cudaGetErrorName(err) + ")");
+  }
+  return fn;
+}
+
+// TMA map over hi/lo planes [2][rows][kp] of fp32, box {32, box_rows, 2}, 128-byte swizzle;
+// out-of-range rows and k are zero-filled.
+Status make_plane_map(CUtensorMap* map, const float* planes, int64_t rows, int64_t k, int box_rows) {
+  SGEMM_ASSIGN_OR_RETURN(auto encode, encode_tiled_fn());
+  const int64_t kp = padded_k(k);
+  const cuuint64_t dims[3] = {cuuint64_t(k), cuuint64_t(rows), 2};
+  const cuuint64_t strides[2] = {cuuint64_t(kp * 4), cuuint64_t(rows * kp * 4)};
+  const cuuint32_t box[3] = {cuuint32_t(fp32x3::kBK), cuuint32_t(box_rows), 2};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(planes), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Internal("cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r)) + " (rows " +
+                    std::to_string(rows) + ", k " + std::to_string(k) + ")");
+  return Status::Ok();
+}
+
+template <class Kernel>
+Status ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_mask) {
+  int device = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
+  SGEMM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  return Status::Ok();
+}
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int major = 0, minor = 0;
+};
+
+Status device_info(DeviceInfo* info) {
+  int device = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&info->sm_count, cudaDevAttrMultiProcessorCount, device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&info->minor, cudaDevAttrComputeCapabilityMinor, device));
+  return Status::Ok();
+}
+
+// Kernel 1: A -> planes [2][m][kp]; B -> Bt planes [2][n][kp].
+Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, cudaStream_t stream) {
+  const int64_t kp = padded_k(g.shape.k);
+  const int m = int(g.shape.m), n = int(g.shape.n), k = int(g.shape.k);
+  const dim3 block(32, 8);
+  const dim3 grid_a(unsigned((k + 31) / 32), unsigned(std::min<int64_t>((g.shape.m + 31) / 32, 65535)));
+  fp32x3::fp32x3_split_kernel<false><<<grid_a, block, 0, stream>>>(g.a, g.lda, m, k, a_planes, kp, g.shape.m * kp);
+  SGEMM_CUDA_TRY(cudaGetLastError());
+  const dim3 grid_b(unsigned((n + 31) / 32), unsigned(std::min<int64_t>((g.shape.k + 31) / 32, 65535)));
+  fp32x3::fp32x3_split_kernel<true><<<grid_b, block, 0, stream>>>(g.b, g.ldb, k, n, b_planes, kp, g.shape.n * kp);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+template <class Cfg>
+Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStream_t stream) {
+  if (workspace == nullptr || bytes < fp32x3_workspace_bytes(g.shape))
+    return InvalidArgument("workspace: needs " + std::to_string(fp32x3_workspace_bytes(g.shape)) + " bytes, got " +
+                           std::to_string(workspace == nullptr ? 0 : bytes));
+  DeviceInfo dev;
+  SGEMM_RETURN_IF_ERROR(device_info(&dev));
+  if (dev.major != 9 || dev.minor != 0)
+    return FailedPrecondition("device: fp32x3 needs an sm_90 GPU (Hopper), this one is sm_" +
+                              std::to_string(dev.major) + std::to_string(dev.minor));
+  static std::atomic<uint64_t> smem_raised{0};
+  auto kernel = fp32x3::fp32x3_gemm_kernel<Cfg>;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::kSmemBytes, smem_raised));
+
+  const int64_t kp = padded_k(g.shape.k);
+  float* a_planes = static_cast<float*>(workspace);
+  float* b_planes = reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                             align_up(2 * g.shape.m * kp * 4, kAlignBytes));
+  SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, stream));
+
+  CUtensorMap map_a, map_b;
+  SGEMM_RETURN_IF_ERROR(make_plane_map(&map_a, a_planes, g.shape.m, g.shape.k, Cfg::kBM));
+  SGEMM_RETURN_IF_ERROR(make_plane_map(&map_b, b_planes, g.shape.n, g.shape.k, Cfg::kBN));
+
+  const int64_t tiles = ((g.shape.m + Cfg::kBM - 1) / Cfg::kBM) * ((g.shape.n + Cfg::kBN - 1) / Cfg::kBN);
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, dev.sm_count));
+  const int k_blocks = int((g.shape.k + fp32x3::kBK - 1) / fp32x3::kBK);
+  const bool c_pairs = (reinterpret_cast<uintptr_t>(g.c) & 7u) == 0 && g.ldc % 2 == 0;
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, int(g.shape.m), int(g.shape.n), k_blocks,
+                                                             g.alpha, g.beta, g.c, g.ldc, c_pairs);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+struct Variant {
+  const char* name;
+  Status (*run)(const GemmArgs&, void*, std::size_t, cudaStream_t);
+};
+
+constexpr Variant kVariants[] = {
+    {"pingpong_128x128_s3", run_config<PingpongTile>},
+    {"pingpong_64x128_s4_promote1", run_config<PingpongPromote>},
+    {"coop_128x128_s3_promote1", run_config<CoopPromote1>},
+    {"coop_128x128_s3_promote2", run_config<CoopPromote2>},
+    {"coop_128x128_s3", run_config<Coop>},
+    {"coop_128x256_s2", run_config<CoopWide>},
+};
+constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
+
+}  // namespace
+
+Status fp32x3_can_implement(const GemmArgs& g) {
+  const GemmShape& s = g.shape;
+  if (s.m < 1 || s.m > INT_MAX) return InvalidArgument("shape.m: must be in [1, 2^31), got " + std::to_string(s.m));
+  if (s.n < 1 || s.n > INT_MAX) return InvalidArgument("shape.n: must be in [1, 2^31), got " + std::to_string(s.n));
+  if (s.k < 1 || s.k > INT_MAX - 3) return InvalidArgument("shape.k: must be in [1, 2^31 - 3), got " + std::to_string(s.k));
+  if (g.a == nullptr) return InvalidArgument("a: null pointer");
+  if (g.b == nullptr) return InvalidArgument("b: null pointer");
+  if (g.c == nullptr) return InvalidArgument("c: null pointer");
+  if (g.lda < s.k) return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
+  if (g.ldb < s.n) return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
+  if (g.ldc < s.n) return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
+  // TMA: a plane's byte stride must stay below 2^40; the tile count must fit an int.
+  const int64_t kp = padded_k(s.k);
+  if (s.m * kp * 4 >= (int64_t{1} << 40)) return InvalidArgument("shape.m: m * k too large for the tensor-copy unit");
+  if (s.n * kp * 4 >= (int64_t{1} << 40)) return InvalidArgument("shape.n: n * k too large for the tensor-copy unit");
+  if (((s.m + 63) / 64) * ((s.n + 127) / 128) > INT_MAX) return InvalidArgument("shape: m x n has too many tiles");
+  return Status::Ok();
+}
+
+std::size_t fp32x3_workspace_bytes(const GemmShape& s) {
+  const int64_t kp = padded_k(std::max<int64_t>(s.k, 1));
+  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes));
+}
+
+int fp32x3_variant_count() { return kNumVariants; }
+
+std::string_view fp32x3_variant_name(int variant) {
+  if (variant < 0 || variant >= kNumVariants) return "unknown";
+  return kVariants[variant].name;
+}
+
+int fp32x3_pick_variant(const GemmShape& /*shape*/) { return 2; }
+
+Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t bytes,
+                            cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  if (variant < 0 || variant >= kNumVariants)
+    return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
+                           std::to_string(variant));
+  return kVariants[variant].run(args, workspace, bytes, stream);
+}
+
+Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  return kVariants[fp32x3_pick_variant(args.shape)].run(args, workspace, bytes, stream);
+}
+
+}  // namespace sgemm

@@ -1,0 +1,468 @@
+// fp32x3 SGEMM: fp32-accurate C = alpha*A*B + beta*C on Hopper tensor cores
+// (wgmma, TF32 inputs, fp32 accumulation) by the 3xTF32 scheme:
+//   x = hi + lo, hi = rn_tf32(x), lo = rn_tf32(x - hi)      (round to nearest, ties away)
+//   A*B ~= A_lo*B_hi + A_hi*B_lo + A_hi*B_hi                 (A_lo*B_lo, ~2^-22, dropped)
+// for row-major A (m x k), B (k x n), C (m x n) with leading dimensions.
+//
+// Two kernels, launched back to back by kernels/fp32x3_sgemm.cu:
+//  1. fp32x3_split_kernel: splits A and B once per element into tf32 hi/lo planes
+//     in the caller's workspace, K-major for both (A as is, B transposed, which
+//     tf32 wgmma needs: it has no transposed-operand mode for 32-bit types):
+//       A planes  [2][m][kp]   (hi, lo), kp = k rounded up to 4 (16-byte rows for TMA)
+//       Bt planes [2][n][kp]
+//     Any lda/ldb and any alignment of A and B are accepted here, so the GEMM kernel
+//     always gets a layout the bulk tensor copy (TMA) can describe.
+//  2. fp32x3_gemm_kernel: persistent, warp-specialized, 384 threads (3 warp groups):
+//     warp group 0 is the producer (one thread issues TMA bulk tensor copies into a
+//     kStages-deep shared-memory ring, completion on mbarriers; the group gives up
+//     registers with setmaxnreg), warp groups 1 and 2 are consumers (setmaxnreg up)
+//     issuing wgmma.m64nNk8.f32.tf32.tf32 from shared memory (SS, 128-byte swizzle).
+//     Stage = one BK = 32 slice of K (one 128-byte swizzle row of fp32) of the hi and
+//     lo planes of A's BM rows and of Bt's BN rows (3D TMA box {32, rows, 2}).
+//     Per k8 step and m64 block: 3 wgmmas (lo*hi, hi*lo, hi*hi) into one accumulator.
+//   Schedules (Cfg::kPingpong):
+//     ping-pong   : each consumer owns whole BM x BN tiles, alternating (tile j of this
+//                   CTA goes to consumer j % 2); two named barriers order their
+//                   mainloops, so one consumer's epilogue overlaps the other's math.
+//     cooperative : both consumers share each tile, 64 rows (kWgM) each.
+//   Promotion (Cfg::kPromoteEvery = P > 0): the wgmma accumulator restarts every P
+//     k-blocks (scale-d = 0) and is added into an fp32 register sum with FADD (round to
+//     nearest). The tensor core's own fp32 accumulation is not round-to-nearest; this
+//     bounds how many of its additions any partial sum sees (needed for long K).
+//   Tile order: tiles rasterized in groups of kGroupM tile rows; CTA b takes tiles
+//     b, b + gridDim.x, ...
+//   Edges: TMA zero-fills rows >= m (n) and k >= K, so any m, n, k >= 1 run; the
+//     epilogue (straight from registers, float2 where C allows) stores in-range elements
+//     only and reads C only when beta != 0.
+// Accepted: m, n, k in [1, 2^31), lda >= k, ldb >= n, ldc >= n (fp32x3_can_implement).
+// sm_90a only (wgmma, setmaxnreg).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (type only; the driver is reached through the runtime)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace sgemm::fp32x3 {
+
+constexpr int kBK = 32;            // k per stage: one 128-byte swizzle row of fp32
+constexpr int kRowBytes = kBK * 4;  // 128
+constexpr int kConsumerRegs = 232;  // setmaxnreg for the two consumer warp groups
+constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <= 64K
+
+template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kGroupM_ = 8>
+struct Fp32x3Config {
+  static constexpr int kWgM = kWgM_;          // rows of C per consumer warp group per tile
+  static constexpr int kBN = kBN_;            // columns of C per tile
+  static constexpr int kStages = kStages_;
+  static constexpr bool kPingpong = kPingpong_;
+  static constexpr int kPromoteEvery = kPromoteEvery_;  // k-blocks per wgmma accumulation run; 0: whole K
+  static constexpr int kGroupM = kGroupM_;
+  static constexpr int kBM = kPingpong ? kWgM : 2 * kWgM;  // rows of a tile
+  static constexpr int kThreads = 384;
+  static constexpr int kMmaM = kWgM / 64;                 // m64 wgmmas per k8 step
+  static constexpr int kAccRegs = kBN / 2;                // fp32 per thread per m64 block
+  static constexpr int kABytes = 2 * kBM * kRowBytes;     // hi + lo planes
+  static constexpr int kBBytes = 2 * kBN * kRowBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kConsumerArrivals = kPingpong ? 4 : 8;  // warps releasing a stage
+  // 1024 bytes of slack to align the ring to the 128-byte swizzle's 1024-byte period.
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+
+  static_assert(kWgM == 64 || kWgM == 128, "a consumer warp group covers one or two m64 wgmma rows");
+  static_assert(kBN == 128 || kBN == 256, "wgmma wrappers exist for n = 128 and n = 256");
+  static_assert(kBM <= 256 && kBN <= 256, "a TMA box dimension is at most 256 rows");
+  static_assert(kStages >= 2, "the ring needs two stages to overlap copies with math");
+  static_assert(kSmemBytes <= 227 * 1024, "the ring must fit an SM's 227 KB of shared memory");
+  static_assert(kMmaM * kAccRegs * (kPromoteEvery > 0 ? 2 : 1) <= 160,
+                "accumulators (twice as many when promoting) must leave registers for addresses");
+  static_assert(kStageBytes % 1024 == 0, "each stage must keep the 1024-byte swizzle alignment");
+};
+
+// ---------------------------------------------------------------------------------
+// Split into tf32 hi/lo planes (kernel 1).
+
+__device__ __forceinline__ float tf32_round_nearest(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return __uint_as_float(r & 0xffffe000u);
+}
+
+// x: rows x cols (ld ldx). Writes hi to out[i], lo to out[plane + i] where
+// i = r * ldo + c, or c * ldo + r when kTranspose. 32 x 32 tiles, 32 x 8 threads.
+template <bool kTranspose>
+__global__ void __launch_bounds__(256) fp32x3_split_kernel(const float* __restrict__ x, int64_t ldx, int rows,
+                                                           int cols, float* __restrict__ out, int64_t ldo,
+                                                           int64_t plane) {
+  __shared__ float tile[32][33];
+  const int tiles_r = (rows + 31) / 32;
+  const int c0 = blockIdx.x * 32;
+  for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
+    const int r0 = tr * 32;
+    if constexpr (!kTranspose) {
+      const int c = c0 + threadIdx.x;
+      for (int i = threadIdx.y; i < 32; i += 8) {
+        const int r = r0 + i;
+        if (r < rows && c < cols) {
+          const float v = x[int64_t(r) * ldx + c];
+          const float hi = tf32_round_nearest(v);
+          const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
+          out[int64_t(r) * ldo + c] = hi;
+          out[plane + int64_t(r) * ldo + c] = lo;
+        }
+      }
+    } else {
+      for (int i = threadIdx.y; i < 32; i += 8) {
+        const int r = r0 + i, c = c0 + threadIdx.x;
+        tile[i][threadIdx.x] = (r < rows && c < cols) ? x[int64_t(r) * ldx + c] : 0.0f;
+      }
+      __syncthreads();
+      for (int i = threadIdx.y; i < 32; i += 8) {
+        const int c = c0 + i, r = r0 + threadIdx.x;  // output row c, column r
+        if (r < rows && c < cols) {
+          const float v = tile[threadIdx.x][i];
+          const float hi = tf32_round_nearest(v);
+          const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
+          out[int64_t(c) * ldo + r] = hi;
+          out[plane + int64_t(c) * ldo + r] = lo;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// PTX wrappers (sm_90a).
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of accumulator registers across wgmma
+// issue/wait points.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+// Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle
+// layout: rows of 128 bytes, 8-row (1024-byte) swizzle atoms stacked 1024 bytes apart
+// (stride byte offset); the leading byte offset is unused for this layout (set to 1).
+// Advancing the start address by 32 bytes moves by one k8 step inside the atom.
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
+  return uint64_t((addr & 0x3ffff) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// D(64 x 128, fp32) (+)= A(64 x 8, tf32, smem) * B(8 x 128, tf32, smem); both K-major.
+__device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D(64 x 256, fp32) (+)= A(64 x 8, tf32, smem) * B(8 x 256, tf32, smem); both K-major.
+__device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+
+template <int kBN>
+__device__ __forceinline__ void wgmma_tf32(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  if constexpr (kBN == 128) {
+    wgmma_m64n128k8_tf32(d, desc_a, desc_b, scale_d);
+  } else {
+    wgmma_m64n256k8_tf32(d, desc_a, desc_b, scale_d);
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// The GEMM kernel (kernel 2). tmap_a: A planes {k, m, 2}; tmap_b: Bt planes {k, n, 2}.
+template <class Cfg>
+__global__ void __launch_bounds__(384, 1)
+    fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
+                       int n, int k_blocks, float alpha, float beta, float* __restrict__ c, int64_t ldc,
+                       bool c_pairs) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s at ring + s * kStageBytes
+  const uint32_t full_bar = ring + Cfg::kStages * Cfg::kStageBytes;  // kStages x 8 bytes
+  const uint32_t empty_bar = full_bar + Cfg::kStages * 8;
+
+  const int tiles_m = (m + Cfg::kBM - 1) / Cfg::kBM;
+  const int tiles_n = (n + Cfg::kBN - 1) / Cfg::kBN;
+  const int tiles = tiles_m * tiles_n;
+  const int warp_group = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(full_bar + 8 * s, 1);
+      mbar_init(empty_bar + 8 * s, Cfg::kConsumerArrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+
+  // Tile t -> (tile row, tile column), rasterized in groups of kGroupM tile rows.
+  auto tile_coords = [&](int t, int& tm, int& tn) {
+    const int per_group = Cfg::kGroupM * tiles_n;
+    const int first_m = (t / per_group) * Cfg::kGroupM;
+    const int group_rows = min(tiles_m - first_m, Cfg::kGroupM);
+    const int in_group = t % per_group;
+    tm = first_m + in_group % group_rows;
+    tn = in_group / group_rows;
+  };
+
+  if (warp_group == 0) {
+    // ---------------- producer ----------------
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      tma_prefetch_descriptor(&tmap_a);
+      tma_prefetch_descriptor(&tmap_b);
+      uint32_t g = 0;  // k-block counter over all tiles of this CTA
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        tile_coords(t, tm, tn);
+        for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+          const uint32_t s = g % Cfg::kStages;
+          const uint32_t phase = (g / Cfg::kStages) & 1u;
+          mbar_wait(empty_bar + 8 * s, phase ^ 1u);
+          const uint32_t stage = ring + s * Cfg::kStageBytes;
+          mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::kStageBytes);
+          tma_load_3d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM, 0);
+          tma_load_3d(stage + Cfg::kABytes, &tmap_b, full_bar + 8 * s, kb * kBK, tn * Cfg::kBN, 0);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  setmaxnreg_inc<kConsumerRegs>();
+  const int consumer = warp_group - 1;  // 0 or 1
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  // Rows of A (within the tile) this consumer multiplies.
+  const int a_row0 = Cfg::kPingpong ? 0 : consumer * Cfg::kWgM;
+
+  float acc[Cfg::kMmaM][Cfg::kAccRegs];
+  float sum[Cfg::kMmaM][Cfg::kPromoteEvery > 0 ? Cfg::kAccRegs : 1];
+
+  int j = 0;  // local tile index in this CTA
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++j) {
+    if (Cfg::kPingpong && (j & 1) != consumer) continue;
+    int tm, tn;
+    tile_coords(t, tm, tn);
+    // Ping-pong order: wait for the other consumer to have issued its mainloop.
+    if (Cfg::kPingpong && j > 0) named_barrier_sync(1 + consumer, 256);
+
+    if constexpr (Cfg::kPromoteEvery > 0) {
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+        for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] = 0.0f;
+    }
+
+    uint32_t g = uint32_t(j) * uint32_t(k_blocks);
+    for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+      const uint32_t s = g % Cfg::kStages;
+      mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
+      const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;
+      const uint32_t a_lo = ring + s * Cfg::kStageBytes + (Cfg::kBM + a_row0) * kRowBytes;
+      const uint32_t b_hi = ring + s * Cfg::kStageBytes + Cfg::kABytes;
+      const uint32_t b_lo = b_hi + Cfg::kBN * kRowBytes;
+      const bool restart =
+          Cfg::kPromoteEvery > 0 ? (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0) : (kb == 0);
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 8; ++kk) {
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+          const uint32_t a_off = mi * 64 * kRowBytes + kk * 32;
+          const uint64_t da_hi = smem_desc_sw128(a_hi + a_off), da_lo = smem_desc_sw128(a_lo + a_off);
+          const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
+          // Small terms first; the first wgmma of a run overwrites the accumulator.
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_lo, db_hi, (restart && kk == 0) ? 0 : 1);
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_lo, 1);
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_hi, 1);
+        }
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+
+      const bool run_ends = Cfg::kPromoteEvery > 0 &&
+                            ((kb + 1) % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0 || kb + 1 == k_blocks);
+      if (Cfg::kPromoteEvery > 0) {
+        // Stages of this run are released once its wgmmas completed.
+        if (run_ends) {
+          wgmma_wait<0>();
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+            fence_registers(acc[mi]);
+#pragma unroll
+            for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
+          }
+          if (lane == 0) {
+            const int run_len = (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1)) + 1;
+            for (int r = 0; r < run_len; ++r) mbar_arrive(empty_bar + 8 * ((g - r) % Cfg::kStages));
+          }
+        }
+      } else {
+        // Keep one k-block of wgmmas in flight; release the stage before it.
+        wgmma_wait<1>();
+        if (kb > 0 && lane == 0) mbar_arrive(empty_bar + 8 * ((g - 1) % Cfg::kStages));
+      }
+    }
+    if constexpr (Cfg::kPromoteEvery == 0) {
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+      if (lane == 0) mbar_arrive(empty_bar + 8 * ((g - 1) % Cfg::kStages));
+    }
+    // Let the other consumer start its mainloop while this one stores.
+    if (Cfg::kPingpong) named_barrier_arrive(1 + (consumer ^ 1), 256);
+
+    // ---------------- epilogue ----------------
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = tm * Cfg::kBM + a_row0 + mi * 64 + warp * 16 + (lane >> 2) + 8 * h;
+        if (row >= m) continue;
+        float* crow = c + int64_t(row) * ldc;
+#pragma unroll
+        for (int nb = 0; nb < Cfg::kBN / 8; ++nb) {
+          const int col = tn * Cfg::kBN + nb * 8 + (lane & 3) * 2;
+          float v0, v1;
+          if constexpr (Cfg::kPromoteEvery > 0) {
+            v0 = sum[mi][nb * 4 + h * 2];
+            v1 = sum[mi][nb * 4 + h * 2 + 1];
+          } else {
+            v0 = acc[mi][nb * 4 + h * 2];
+            v1 = acc[mi][nb * 4 + h * 2 + 1];
+          }
+          v0 *= alpha;
+          v1 *= alpha;
+          if (c_pairs && col + 1 < n) {
+            float2* p = reinterpret_cast<float2*>(crow + col);
+            if (beta != 0.0f) {
+              const float2 old = *p;
+              v0 = fmaf(beta, old.x, v0);
+              v1 = fmaf(beta, old.y, v1);
+            }
+            *p = make_float2(v0, v1);
+          } else {
+            if (col < n) crow[col] = beta != 0.0f ? fmaf(beta, crow[col], v0) : v0;
+            if (col + 1 < n) crow[col + 1] = beta != 0.0f ? fmaf(beta, crow[col + 1], v1) : v1;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace sgemm::fp32x3

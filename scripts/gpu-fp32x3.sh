@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# fp32x3 (3xTF32 wgmma) checks and benchmarks for the GPU machine, in one device call.
+#
+# Here (no GPU needed), build and collect the binaries and this script into .runtime-fp32x3/:
+#   scripts/gpu-fp32x3.sh collect [BUILD_DIR=build]
+# On the GPU machine (device tool; carry .runtime-fp32x3, or .wt/<name>/.runtime-fp32x3
+# from the main checkout; results go to $OUT or ./out):
+#   RT=<carried dir> <carried dir>/gpu-fp32x3.sh all      # test, sanitize, bench, sass
+#   ... test | sanitize | bench [sgemm-bench args] | variants [args] | sass | ncu [SHAPE]
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+RT=${RT:-$HERE}
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+SHAPES=${SHAPES:-2048,4096,8192,4095,8191x8193x1000,1024,8192x8192x1024,1024x1024x16384}
+
+collect() {
+  local build=${1:-build}
+  local dest=.runtime-fp32x3
+  cmake --build "$build" --target sgemm-bench fp32x3_sgemm_test fp32x3_can_implement_test \
+    kernels_can_implement_test || exit 1
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  for b in "$build/bin/sgemm-bench" "$build/tests/fp32x3_sgemm_test" "$build/tests/fp32x3_can_implement_test" \
+           "$build/tests/kernels_can_implement_test"; do
+    cp -L "$b" "$dest/"
+    # Only the CUDA runtime and cuBLAS (on the GPU host) beyond libc; list anything else:
+    ldd "$b" | awk '/=> \// {print $3}' | grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt)\.so' || true
+  done
+  cp scripts/gpu-fp32x3.sh "$dest/"
+  du -sh "$dest"
+}
+
+run_tests() {
+  echo "== tests"
+  timeout 60 "$RT/fp32x3_can_implement_test" --gtest_brief=1 2>&1 | tail -2
+  timeout 60 "$RT/kernels_can_implement_test" --gtest_brief=1 2>&1 | tail -2
+  timeout 300 "$RT/fp32x3_sgemm_test" --gtest_brief=1 > "$OUT/test-fp32x3.log" 2>&1
+  echo "fp32x3_sgemm_test rc=$?"
+  grep -E "^\[ errors" "$OUT/test-fp32x3.log" | awk '{print}' | cut -c1-160 | head -150
+  grep -E "FAILED|PASSED|SKIPPED|Failure|error" "$OUT/test-fp32x3.log" | head -60
+}
+
+run_sanitize() {
+  echo "== compute-sanitizer"
+  local filter='Square/*_[0-9]:Shapes/*:Unaligned/*:Variants/*x1_*:Variants/*7x9x5*:Variants/*129x131x37*:Fp32x3Backend.*'
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
+    --gtest_filter="$filter" > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/memcheck.log" | tail -3 | tr '\n' ' ')"
+  timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
+    --gtest_filter='Square/*_[0-6]:Variants/*129x131x37*:Variants/*7x9x5*' > "$OUT/racecheck.log" 2>&1
+  echo "racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED' "$OUT/racecheck.log" | tail -3 | tr '\n' ' ')"
+  timeout 300 compute-sanitizer --tool synccheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
+    --gtest_filter='Square/*_[0-6]:Variants/*129x131x37*' > "$OUT/synccheck.log" 2>&1
+  echo "synccheck rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/synccheck.log" | tail -3 | tr '\n' ' ')"
+}
+
+run_bench() {
+  echo "== sgemm-bench (cuBLAS SGEMM, cuBLAS TF32, fp32x3)"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader | tee "$OUT/device.txt"
+  timeout 400 "$RT/sgemm-bench" --shapes "$SHAPES" --kernels cublas,tf32,fp32x3 --csv "$OUT/sgemm-bench-fp32x3.csv" "$@" \
+    2>&1 | tee "$OUT/sgemm-bench-fp32x3.txt"
+}
+
+run_variants() {
+  echo "== fp32x3 variants"
+  timeout 500 "$RT/sgemm-bench" --shapes "$SHAPES" --kernels cublas,fp32x3 --fp32x3-variants --runs 15 \
+    --csv "$OUT/fp32x3-variants.csv" "$@" 2>&1 | tee "$OUT/fp32x3-variants.txt"
+}
+
+run_sass() {
+  echo "== SASS of the fp32x3 kernels"
+  cuobjdump -sass "$RT/sgemm-bench" > "$OUT/sass-all.txt" 2>/dev/null
+  awk '/Function :/{name=$3} /HGMMA/{h[name]++} /SYNCS/{s[name]++} /UTMALDG/{t[name]++} /LDL|STL/{x[name]++}
+       END{for(n in h) printf "%5d HGMMA %4d SYNCS %3d UTMALDG %3d local  %s\n", h[n], s[n], t[n], x[n], n}' \
+       "$OUT/sass-all.txt" | cut -c1-200
+  grep -m3 "HGMMA" "$OUT/sass-all.txt"
+  rm -f "$OUT/sass-all.txt"
+}
+
+run_ncu() {
+  local shape=${1:-4096}
+  ncu --clock-control none -k regex:fp32x3_gemm_kernel --launch-count 1 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+      "$RT/sgemm-bench" --shapes "$shape" --kernels fp32x3 --runs 1 --warmup 0 --ref-rows 0 > "$OUT/ncu-fp32x3-$shape.txt" 2>&1
+  grep -E "Duration|Throughput|L2 Cache Throughput|DRAM Throughput|Registers|Stall|No Eligible|Issued" \
+      "$OUT/ncu-fp32x3-$shape.txt" | head -30
+}
+
+cmd=${1:-all}
+shift || true
+case "$cmd" in
+  collect) collect "$@" ;;
+  test) run_tests ;;
+  sanitize) run_sanitize ;;
+  bench) run_bench "$@" ;;
+  variants) run_variants "$@" ;;
+  sass) run_sass ;;
+  ncu) run_ncu "$@" ;;
+  all) run_sass; run_tests; run_variants; run_sanitize ;;
+  *) echo "unknown command $cmd"; exit 2 ;;
+esac
