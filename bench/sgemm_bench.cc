@@ -249,6 +249,23 @@ int main(int argc, char** argv) {
       for (int v = 0; v < pingpong_variant_count(); ++v) jobs.push_back({KernelKind::kPingpong, v});
     if (opt.fp32x3_variants)
       for (int v = 0; v < fp32x3_variant_count(); ++v) jobs.push_back({KernelKind::kFp32x3, v});
+    if (opt.fp32x3_variants) {
+      // The split pass alone (its share of every fp32x3 time): median of the timed runs.
+      for (int i = 0; i < opt.warmup; ++i)
+        check_status(fp32x3_split_operands(args_for(0), fp32x3_ws, fp32x3_ws_bytes, stream), "split");
+      std::vector<float> t(opt.runs);
+      for (int i = 0; i < opt.runs; ++i) {
+        BENCH_CHECK(cudaEventRecord(ev0, stream));
+        check_status(fp32x3_split_operands(args_for((i + 1) % sets), fp32x3_ws, fp32x3_ws_bytes, stream), "split");
+        BENCH_CHECK(cudaEventRecord(ev1, stream));
+        BENCH_CHECK(cudaEventSynchronize(ev1));
+        BENCH_CHECK(cudaEventElapsedTime(&t[i], ev0, ev1));
+      }
+      std::sort(t.begin(), t.end());
+      const double bytes = 12.0 * double(s.k) * double(s.m + s.n);  // read 4, write 8 per element of A and B
+      std::printf("%-16s %-9s %-30s %10.4f   (split pass alone: %.0f GB/s of reads + writes)\n", shape_name(s).c_str(),
+                  "fp32x3", "split-only", t[opt.runs / 2], bytes / (t[opt.runs / 2] * 1e-3) / 1e9);
+    }
 
     double cublas_ms = 0;
     for (const Job& job : jobs) {

@@ -29,8 +29,12 @@
 //     k-blocks (scale-d = 0) and is added into an fp32 register sum with FADD (round to
 //     nearest). The tensor core's own fp32 accumulation is not round-to-nearest; this
 //     bounds how many of its additions any partial sum sees (needed for long K).
-//   Tile order: tiles rasterized in groups of kGroupM tile rows; CTA b takes tiles
-//     b, b + gridDim.x, ...
+//   Clusters (Cfg::kClusterM = 2): the two CTAs of a cluster take vertically adjacent
+//     tiles with the same B columns; each loads half of B's rows and multicasts it to
+//     both, so L2 serves 3/4 of the bytes per stage. A stage is free again only when the
+//     consumers of both CTAs released it (they arrive on both CTAs' empty barriers).
+//   Tile order: work units (kClusterM tile rows x 1 tile column) rasterized in groups of
+//     kGroupM unit rows; cluster c takes units c, c + #clusters, ...
 //   Edges: TMA zero-fills rows >= m (n) and k >= K, so any m, n, k >= 1 run; the
 //     epilogue (straight from registers, float2 where C allows) stores in-range elements
 //     only and reads C only when beta != 0.
@@ -50,13 +54,15 @@ constexpr int kRowBytes = kBK * 4;  // 128
 constexpr int kConsumerRegs = 232;  // setmaxnreg for the two consumer warp groups
 constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <= 64K
 
-template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kGroupM_ = 8>
+template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kClusterM_ = 1,
+          int kGroupM_ = 8>
 struct Fp32x3Config {
   static constexpr int kWgM = kWgM_;          // rows of C per consumer warp group per tile
   static constexpr int kBN = kBN_;            // columns of C per tile
   static constexpr int kStages = kStages_;
   static constexpr bool kPingpong = kPingpong_;
   static constexpr int kPromoteEvery = kPromoteEvery_;  // k-blocks per wgmma accumulation run; 0: whole K
+  static constexpr int kClusterM = kClusterM_;  // CTAs of a cluster (consecutive tile rows) sharing B tiles
   static constexpr int kGroupM = kGroupM_;
   static constexpr int kBM = kPingpong ? kWgM : 2 * kWgM;  // rows of a tile
   static constexpr int kThreads = 384;
@@ -65,7 +71,9 @@ struct Fp32x3Config {
   static constexpr int kABytes = 2 * kBM * kRowBytes;     // hi + lo planes
   static constexpr int kBBytes = 2 * kBN * kRowBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kConsumerArrivals = kPingpong ? 4 : 8;  // warps releasing a stage
+  // Warps releasing a stage: each consuming warp of every CTA of the cluster (B is multicast).
+  static constexpr int kConsumerArrivals = (kPingpong ? 4 : 8) * kClusterM;
+  static constexpr int kBBoxRows = kBN / kClusterM;  // B rows each CTA of a cluster loads (and multicasts)
   // 1024 bytes of slack to align the ring to the 128-byte swizzle's 1024-byte period.
   static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
 
@@ -77,6 +85,8 @@ struct Fp32x3Config {
   static_assert(kMmaM * kAccRegs * (kPromoteEvery > 0 ? 2 : 1) <= 160,
                 "accumulators (twice as many when promoting) must leave registers for addresses");
   static_assert(kStageBytes % 1024 == 0, "each stage must keep the 1024-byte swizzle alignment");
+  static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
+  static_assert(kBBoxRows % 8 == 0, "a multicast share of B must be whole 8-row swizzle atoms");
 };
 
 // ---------------------------------------------------------------------------------
@@ -88,48 +98,65 @@ __device__ __forceinline__ float tf32_round_nearest(float x) {
   return __uint_as_float(r & 0xffffe000u);
 }
 
-// x: rows x cols (ld ldx). Writes hi to out[i], lo to out[plane + i] where
-// i = r * ldo + c, or c * ldo + r when kTranspose. 32 x 32 tiles, 32 x 8 threads.
-template <bool kTranspose>
-__global__ void __launch_bounds__(256) fp32x3_split_kernel(const float* __restrict__ x, int64_t ldx, int rows,
-                                                           int cols, float* __restrict__ out, int64_t ldo,
-                                                           int64_t plane) {
-  __shared__ float tile[32][33];
-  const int tiles_r = (rows + 31) / 32;
-  const int c0 = blockIdx.x * 32;
-  for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
-    const int r0 = tr * 32;
-    if constexpr (!kTranspose) {
-      const int c = c0 + threadIdx.x;
-      for (int i = threadIdx.y; i < 32; i += 8) {
-        const int r = r0 + i;
-        if (r < rows && c < cols) {
-          const float v = x[int64_t(r) * ldx + c];
-          const float hi = tf32_round_nearest(v);
-          const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
-          out[int64_t(r) * ldo + c] = hi;
-          out[plane + int64_t(r) * ldo + c] = lo;
-        }
+// Splits one 32 x 32 tile of x (rows x cols, ld ldx) at (r0, c0): hi to out[i], lo to
+// out[plane + i] where i = r * ldo + c, or c * ldo + r when `transpose` (through a padded
+// shared tile, so that both the reads and the writes are coalesced). 32 x 8 threads.
+__device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t ldx, int rows, int cols, int r0,
+                                           int c0, bool transpose, float* __restrict__ out, int64_t ldo,
+                                           int64_t plane, float (&tile)[32][33]) {
+  if (!transpose) {
+    const int c = c0 + threadIdx.x;
+#pragma unroll
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int r = r0 + i;
+      if (r < rows && c < cols) {
+        const float v = x[int64_t(r) * ldx + c];
+        const float hi = tf32_round_nearest(v);
+        const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
+        out[int64_t(r) * ldo + c] = hi;
+        out[plane + int64_t(r) * ldo + c] = lo;
       }
-    } else {
-      for (int i = threadIdx.y; i < 32; i += 8) {
-        const int r = r0 + i, c = c0 + threadIdx.x;
-        tile[i][threadIdx.x] = (r < rows && c < cols) ? x[int64_t(r) * ldx + c] : 0.0f;
-      }
-      __syncthreads();
-      for (int i = threadIdx.y; i < 32; i += 8) {
-        const int c = c0 + i, r = r0 + threadIdx.x;  // output row c, column r
-        if (r < rows && c < cols) {
-          const float v = tile[threadIdx.x][i];
-          const float hi = tf32_round_nearest(v);
-          const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
-          out[int64_t(c) * ldo + r] = hi;
-          out[plane + int64_t(c) * ldo + r] = lo;
-        }
-      }
-      __syncthreads();
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int r = r0 + i, c = c0 + threadIdx.x;
+    tile[i][threadIdx.x] = (r < rows && c < cols) ? x[int64_t(r) * ldx + c] : 0.0f;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int c = c0 + i, r = r0 + threadIdx.x;  // output row c, column r
+    if (r < rows && c < cols) {
+      const float v = tile[threadIdx.x][i];
+      const float hi = tf32_round_nearest(v);
+      const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
+      out[int64_t(c) * ldo + r] = hi;
+      out[plane + int64_t(c) * ldo + r] = lo;
     }
   }
+  __syncthreads();
+}
+
+// One launch for both operands: blockIdx.z == 0 splits A (m x k) into [2][m][kp];
+// blockIdx.z == 1 splits B (k x n) into Bt planes [2][n][kp]. Tiles are walked with
+// grid strides (the y dimension of a grid is limited to 65535).
+__global__ void __launch_bounds__(256) fp32x3_split_kernel(const float* __restrict__ a, int64_t lda, int m,
+                                                           const float* __restrict__ b, int64_t ldb, int n, int k,
+                                                           float* __restrict__ a_planes, float* __restrict__ b_planes,
+                                                           int64_t kp) {
+  __shared__ float tile[32][33];
+  const bool is_b = blockIdx.z == 1;
+  const float* x = is_b ? b : a;
+  const int64_t ldx = is_b ? ldb : lda;
+  const int rows = is_b ? k : m, cols = is_b ? n : k;
+  float* out = is_b ? b_planes : a_planes;
+  const int64_t plane = int64_t(is_b ? n : m) * kp;
+  const int tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32;
+  for (int tc = blockIdx.x; tc < tiles_c; tc += gridDim.x)
+    for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y)
+      split_tile(x, ldx, rows, cols, tr * 32, tc * 32, is_b, out, kp, plane, tile);
 }
 
 // ---------------------------------------------------------------------------------
@@ -168,6 +195,32 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "[%5];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
+}
+
+// The same box into the same shared-memory offset of every CTA in `cta_mask`; each
+// destination's mbarrier at offset `bar` receives the bytes.
+__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                                      int c1, int c2, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3, %4}], [%5], %6;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Arrives on the mbarrier at shared offset `bar` of CTA `cta` of this cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
@@ -289,9 +342,15 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t full_bar = ring + Cfg::kStages * Cfg::kStageBytes;  // kStages x 8 bytes
   const uint32_t empty_bar = full_bar + Cfg::kStages * 8;
 
+  // Work units: with clusters of kClusterM CTAs, a unit is kClusterM consecutive tile
+  // rows times one tile column; CTA r of the cluster takes tile row unit * kClusterM + r.
+  constexpr int kCl = Cfg::kClusterM;
   const int tiles_m = (m + Cfg::kBM - 1) / Cfg::kBM;
+  const int units_m = (tiles_m + kCl - 1) / kCl;
   const int tiles_n = (n + Cfg::kBN - 1) / Cfg::kBN;
-  const int tiles = tiles_m * tiles_n;
+  const int units = units_m * tiles_n;
+  const int cta_rank = kCl > 1 ? int(cluster_cta_rank()) : 0;
+  const int unit0 = blockIdx.x / kCl, unit_stride = gridDim.x / kCl;
   const int warp_group = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -302,15 +361,20 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  __syncthreads();
+  // Barriers initialised before any CTA of the cluster signals or fills them.
+  if constexpr (kCl > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
-  // Tile t -> (tile row, tile column), rasterized in groups of kGroupM tile rows.
+  // Unit t -> (tile row, tile column) of this CTA, rasterized in groups of kGroupM unit rows.
   auto tile_coords = [&](int t, int& tm, int& tn) {
     const int per_group = Cfg::kGroupM * tiles_n;
     const int first_m = (t / per_group) * Cfg::kGroupM;
-    const int group_rows = min(tiles_m - first_m, Cfg::kGroupM);
+    const int group_rows = min(units_m - first_m, Cfg::kGroupM);
     const int in_group = t % per_group;
-    tm = first_m + in_group % group_rows;
+    tm = (first_m + in_group % group_rows) * kCl + cta_rank;
     tn = in_group / group_rows;
   };
 
@@ -321,25 +385,46 @@ __global__ void __launch_bounds__(384, 1)
       tma_prefetch_descriptor(&tmap_a);
       tma_prefetch_descriptor(&tmap_b);
       uint32_t g = 0;  // k-block counter over all tiles of this CTA
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int t = unit0; t < units; t += unit_stride) {
         int tm, tn;
         tile_coords(t, tm, tn);
         for (int kb = 0; kb < k_blocks; ++kb, ++g) {
           const uint32_t s = g % Cfg::kStages;
           const uint32_t phase = (g / Cfg::kStages) & 1u;
+          // Free in every CTA of the cluster (B shares are written into all of them).
           mbar_wait(empty_bar + 8 * s, phase ^ 1u);
           const uint32_t stage = ring + s * Cfg::kStageBytes;
           mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::kStageBytes);
           tma_load_3d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM, 0);
-          tma_load_3d(stage + Cfg::kABytes, &tmap_b, full_bar + 8 * s, kb * kBK, tn * Cfg::kBN, 0);
+          if constexpr (kCl == 1) {
+            tma_load_3d(stage + Cfg::kABytes, &tmap_b, full_bar + 8 * s, kb * kBK, tn * Cfg::kBN, 0);
+          } else {
+            // This CTA's share of B's rows, both planes, into every CTA of the cluster.
+            const int share = cta_rank * Cfg::kBBoxRows;
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+              tma_load_3d_multicast(stage + Cfg::kABytes + (p * Cfg::kBN + share) * kRowBytes, &tmap_b,
+                                    full_bar + 8 * s, kb * kBK, tn * Cfg::kBN + share, p,
+                                    uint16_t((1u << kCl) - 1u));
+          }
         }
       }
     }
+    if constexpr (kCl > 1) cluster_sync();  // stay until no CTA of the cluster signals this one
     return;
   }
 
   // ---------------- consumers ----------------
   setmaxnreg_inc<kConsumerRegs>();
+  // Releases stage `s` in every CTA of the cluster (one arrival per warp and CTA).
+  auto release = [&](uint32_t s) {
+    if constexpr (kCl == 1) {
+      mbar_arrive(empty_bar + 8 * s);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kCl; ++r) mbar_arrive_cluster(empty_bar + 8 * s, uint32_t(r));
+    }
+  };
   const int consumer = warp_group - 1;  // 0 or 1
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
@@ -350,7 +435,7 @@ __global__ void __launch_bounds__(384, 1)
   float sum[Cfg::kMmaM][Cfg::kPromoteEvery > 0 ? Cfg::kAccRegs : 1];
 
   int j = 0;  // local tile index in this CTA
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++j) {
+  for (int t = unit0; t < units; t += unit_stride, ++j) {
     if (Cfg::kPingpong && (j & 1) != consumer) continue;
     int tm, tn;
     tile_coords(t, tm, tn);
@@ -408,20 +493,20 @@ __global__ void __launch_bounds__(384, 1)
           }
           if (lane == 0) {
             const int run_len = (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1)) + 1;
-            for (int r = 0; r < run_len; ++r) mbar_arrive(empty_bar + 8 * ((g - r) % Cfg::kStages));
+            for (int r = 0; r < run_len; ++r) release((g - r) % Cfg::kStages);
           }
         }
       } else {
         // Keep one k-block of wgmmas in flight; release the stage before it.
         wgmma_wait<1>();
-        if (kb > 0 && lane == 0) mbar_arrive(empty_bar + 8 * ((g - 1) % Cfg::kStages));
+        if (kb > 0 && lane == 0) release((g - 1) % Cfg::kStages);
       }
     }
     if constexpr (Cfg::kPromoteEvery == 0) {
       wgmma_wait<0>();
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
-      if (lane == 0) mbar_arrive(empty_bar + 8 * ((g - 1) % Cfg::kStages));
+      if (lane == 0) release((g - 1) % Cfg::kStages);
     }
     // Let the other consumer start its mainloop while this one stores.
     if (Cfg::kPingpong) named_barrier_arrive(1 + (consumer ^ 1), 256);
@@ -463,6 +548,7 @@ __global__ void __launch_bounds__(384, 1)
       }
     }
   }
+  if constexpr (kCl > 1) cluster_sync();  // the peer may still arrive on this CTA's barriers until here
 }
 
 }  // namespace sgemm::fp32x3

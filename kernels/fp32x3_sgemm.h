@@ -34,6 +34,9 @@ std::size_t fp32x3_workspace_bytes(const GemmShape& shape);
 Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 
 // Schedule/tile variants, for tuning, tests and benchmarks.
+// Only the first kernel (the split into tf32 hi/lo planes), for timing its share.
+Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
 int fp32x3_variant_count();
 std::string_view fp32x3_variant_name(int variant);
 int fp32x3_pick_variant(const GemmShape& shape);
