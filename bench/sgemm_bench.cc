@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
         variant_name = std::string(
             pingpong_variant_name(job.variant >= 0 ? job.variant : pingpong_pick_variant(s, prop.multiProcessorCount)));
       if (is_fp32x3)
-        variant_name = std::string(fp32x3_variant_name(job.variant >= 0 ? job.variant : fp32x3_pick_variant(s)));
+        variant_name = std::string(fp32x3_variant_name(job.variant >= 0 ? job.variant : fp32x3_pick_variant(args_for(0))));
       if (job.variant < 0 && (is_pingpong || is_fp32x3)) variant_name = "auto:" + variant_name;
       const bool is_tf32 = job.kind == KernelKind::kTf32;
 

@@ -25,8 +25,8 @@ using PingpongPromote = Fp32x3Config<64, 128, 4, true, 1>;        // 64x128 per 
 using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;          // 128x128 tile, 64 rows per consumer
 using Coop = Fp32x3Config<64, 128, 3, false, 0>;
 using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;  // + B multicast to 2 CTAs
-using PingpongTileCluster2 = Fp32x3Config<128, 128, 3, true, 0, 2>;
-using PingpongPromoteCluster2 = Fp32x3Config<64, 128, 4, true, 1, 2>;
+using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;     // raw A, split in registers
+using PingpongPromote1SplitA = Fp32x3Config<64, 128, 5, true, 1, 1, true>;   // 64x128 per consumer
 
 constexpr int64_t kAlignBytes = 256;
 
@@ -70,6 +70,27 @@ Status make_plane_map(CUtensorMap* map, const float* planes, int64_t rows, int64
   return Status::Ok();
 }
 
+// TMA map over the caller's A itself (rows x k, ld lda, fp32), box {32, box_rows},
+// 128-byte swizzle. Only where TMA can describe it (a_tma_describable).
+Status make_raw_map(CUtensorMap* map, const float* a, int64_t rows, int64_t k, int64_t ld, int box_rows) {
+  SGEMM_ASSIGN_OR_RETURN(auto encode, encode_tiled_fn());
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld * 4)};
+  const cuuint32_t box[2] = {cuuint32_t(fp32x3::kBK), cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(a), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Internal("cuTensorMapEncodeTiled (A) failed with CUresult " + std::to_string(int(r)));
+  return Status::Ok();
+}
+
+// Whether the bulk tensor copy can read A in place: 16-byte aligned base and rows.
+bool a_tma_describable(const GemmArgs& g) {
+  return (reinterpret_cast<uintptr_t>(g.a) & 15u) == 0 && g.lda % 4 == 0 && g.lda * 4 < (int64_t{1} << 40);
+}
+
 template <class Kernel>
 Status ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_mask) {
   int device = 0;
@@ -95,15 +116,18 @@ Status device_info(DeviceInfo* info) {
   return Status::Ok();
 }
 
-// Kernel 1: A -> planes [2][m][kp]; B -> Bt planes [2][n][kp], one launch.
+// Kernel 1: A -> planes [2][m][kp] (unless a_planes is null: A is split in kernel 2);
+// B -> Bt planes [2][n][kp]; one launch.
 Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, cudaStream_t stream) {
   const int64_t kp = padded_k(g.shape.k);
-  const int64_t tiles_c = std::max((g.shape.k + 31) / 32, (g.shape.n + 31) / 32);
-  const int64_t tiles_r = std::max((g.shape.m + 31) / 32, (g.shape.k + 31) / 32);
-  const dim3 grid(unsigned(std::min<int64_t>(tiles_c, INT_MAX)), unsigned(std::min<int64_t>(tiles_r, 65535)), 2);
+  const bool with_a = a_planes != nullptr;
+  const int64_t tiles_c = std::max(with_a ? (g.shape.k + 31) / 32 : 0, (g.shape.n + 31) / 32);
+  const int64_t tiles_r = std::max(with_a ? (g.shape.m + 31) / 32 : 0, (g.shape.k + 31) / 32);
+  const dim3 grid(unsigned(std::min<int64_t>(tiles_c, INT_MAX)), unsigned(std::min<int64_t>(tiles_r, 65535)),
+                  with_a ? 2 : 1);
   fp32x3::fp32x3_split_kernel<<<grid, dim3(32, 8), 0, stream>>>(g.a, g.lda, int(g.shape.m), g.b, g.ldb,
                                                                  int(g.shape.n), int(g.shape.k), a_planes, b_planes,
-                                                                 kp);
+                                                                 kp, with_a ? 0 : 1);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
@@ -131,13 +155,19 @@ Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStr
   auto kernel = fp32x3::fp32x3_gemm_kernel<Cfg>;
   SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::kSmemBytes, smem_raised));
 
-  float* a_planes = a_planes_of(workspace);
+  if (Cfg::kSplitAInKernel && !a_tma_describable(g))
+    return InvalidArgument("a: this variant reads A with TMA: needs a 16-byte aligned a and lda % 4 == 0");
+  float* a_planes = Cfg::kSplitAInKernel ? nullptr : a_planes_of(workspace);
   float* b_planes = b_planes_of(workspace, g.shape);
   SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, stream));
 
   constexpr int kCl = Cfg::kClusterM;
   CUtensorMap map_a, map_b;
-  SGEMM_RETURN_IF_ERROR(make_plane_map(&map_a, a_planes, g.shape.m, g.shape.k, Cfg::kBM, 2));
+  if constexpr (Cfg::kSplitAInKernel) {
+    SGEMM_RETURN_IF_ERROR(make_raw_map(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::kBM));
+  } else {
+    SGEMM_RETURN_IF_ERROR(make_plane_map(&map_a, a_planes, g.shape.m, g.shape.k, Cfg::kBM, 2));
+  }
   SGEMM_RETURN_IF_ERROR(make_plane_map(&map_b, b_planes, g.shape.n, g.shape.k, Cfg::kBBoxRows, kCl == 1 ? 2 : 1));
 
   const int64_t tiles_m = (g.shape.m + Cfg::kBM - 1) / Cfg::kBM;
@@ -187,10 +217,15 @@ constexpr Variant kVariants[] = {
     {"coop_128x128_s3_promote1", run_config<CoopPromote1>},
     {"coop_128x128_s3", run_config<Coop>},
     {"coop_128x128_s3_promote1_cluster2", run_config<CoopPromote1Cluster2>},
-    {"pingpong_128x128_s3_cluster2", run_config<PingpongTileCluster2>},
-    {"pingpong_64x128_s4_promote1_cluster2", run_config<PingpongPromoteCluster2>},
+    {"coop_128x128_s4_promote1_splitA", run_config<CoopPromote1SplitA>},
+    {"pingpong_64x128_s5_promote1_splitA", run_config<PingpongPromote1SplitA>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
+enum VariantId {
+  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA,
+  kPingpongPromote1SplitA
+};
+static_assert(kPingpongPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
 
 }  // namespace
 
@@ -225,7 +260,11 @@ std::string_view fp32x3_variant_name(int variant) {
   return kVariants[variant].name;
 }
 
-int fp32x3_pick_variant(const GemmShape& /*shape*/) { return 2; }
+int fp32x3_pick_variant(const GemmArgs& args) {
+  // Promoted variants only (accuracy for any K). A read in place and split in the
+  // kernel where TMA can describe it; otherwise both operands through the split pass.
+  return a_tma_describable(args) ? kCoopPromote1SplitA : kCoopPromote1;
+}
 
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t bytes,
                             cudaStream_t stream) {
@@ -244,7 +283,7 @@ Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t 
 
 Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
-  return kVariants[fp32x3_pick_variant(args.shape)].run(args, workspace, bytes, stream);
+  return kVariants[fp32x3_pick_variant(args)].run(args, workspace, bytes, stream);
 }
 
 }  // namespace sgemm

@@ -38,6 +38,12 @@
 //   Edges: TMA zero-fills rows >= m (n) and k >= K, so any m, n, k >= 1 run; the
 //     epilogue (straight from registers, float2 where C allows) stores in-range elements
 //     only and reads C only when beta != 0.
+//   Split of A in the kernel (Cfg::kSplitAInKernel): where TMA can describe A itself
+//     (16-byte aligned base, lda a multiple of 4), A is copied raw (one 128-byte-swizzled
+//     fp32 plane, half the bytes) and each consumer loads its register fragments of A
+//     from shared memory, splits them into hi/lo once per tile and k-block, and issues
+//     the register-A form of wgmma; only B goes through kernel 1. Otherwise the
+//     launcher falls back to splitting A in kernel 1 too.
 // Accepted: m, n, k in [1, 2^31), lda >= k, ldb >= n, ldc >= n (fp32x3_can_implement).
 // sm_90a only (wgmma, setmaxnreg).
 #pragma once
@@ -55,7 +61,7 @@ constexpr int kConsumerRegs = 232;  // setmaxnreg for the two consumer warp grou
 constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <= 64K
 
 template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kClusterM_ = 1,
-          int kGroupM_ = 8>
+          bool kSplitAInKernel_ = false, int kGroupM_ = 8>
 struct Fp32x3Config {
   static constexpr int kWgM = kWgM_;          // rows of C per consumer warp group per tile
   static constexpr int kBN = kBN_;            // columns of C per tile
@@ -63,12 +69,15 @@ struct Fp32x3Config {
   static constexpr bool kPingpong = kPingpong_;
   static constexpr int kPromoteEvery = kPromoteEvery_;  // k-blocks per wgmma accumulation run; 0: whole K
   static constexpr int kClusterM = kClusterM_;  // CTAs of a cluster (consecutive tile rows) sharing B tiles
+  // A is copied raw (fp32) and split by the consumers, in registers, for wgmma's
+  // register-A form; only B goes through the split pass.
+  static constexpr bool kSplitAInKernel = kSplitAInKernel_;
   static constexpr int kGroupM = kGroupM_;
   static constexpr int kBM = kPingpong ? kWgM : 2 * kWgM;  // rows of a tile
   static constexpr int kThreads = 384;
   static constexpr int kMmaM = kWgM / 64;                 // m64 wgmmas per k8 step
   static constexpr int kAccRegs = kBN / 2;                // fp32 per thread per m64 block
-  static constexpr int kABytes = 2 * kBM * kRowBytes;     // hi + lo planes
+  static constexpr int kABytes = (kSplitAInKernel ? 1 : 2) * kBM * kRowBytes;  // raw, or hi + lo planes
   static constexpr int kBBytes = 2 * kBN * kRowBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
   // Warps releasing a stage: each consuming warp of every CTA of the cluster (B is multicast).
@@ -86,6 +95,9 @@ struct Fp32x3Config {
                 "accumulators (twice as many when promoting) must leave registers for addresses");
   static_assert(kStageBytes % 1024 == 0, "each stage must keep the 1024-byte swizzle alignment");
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
+  static_assert(!kSplitAInKernel || kPromoteEvery == 1,
+                "register A fragments are rewritten every k-block: only after waiting for all its wgmmas");
+  static_assert(!kSplitAInKernel || kBN == 128, "the register-A wgmma wrapper exists for n = 128");
   static_assert(kBBoxRows % 8 == 0, "a multicast share of B must be whole 8-row swizzle atoms");
 };
 
@@ -139,15 +151,16 @@ __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t 
   __syncthreads();
 }
 
-// One launch for both operands: blockIdx.z == 0 splits A (m x k) into [2][m][kp];
-// blockIdx.z == 1 splits B (k x n) into Bt planes [2][n][kp]. Tiles are walked with
+// One launch for both operands: blockIdx.z + first_operand == 0 splits A (m x k) into
+// [2][m][kp]; == 1 splits B (k x n) into Bt planes [2][n][kp] (first_operand = 1 and one
+// z slice: B only). Tiles are walked with
 // grid strides (the y dimension of a grid is limited to 65535).
 __global__ void __launch_bounds__(256) fp32x3_split_kernel(const float* __restrict__ a, int64_t lda, int m,
                                                            const float* __restrict__ b, int64_t ldb, int n, int k,
                                                            float* __restrict__ a_planes, float* __restrict__ b_planes,
-                                                           int64_t kp) {
+                                                           int64_t kp, int first_operand) {
   __shared__ float tile[32][33];
-  const bool is_b = blockIdx.z == 1;
+  const bool is_b = blockIdx.z + first_operand == 1;
   const float* x = is_b ? b : a;
   const int64_t ldx = is_b ? ldb : lda;
   const int rows = is_b ? k : m, cols = is_b ? n : k;
@@ -223,6 +236,20 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) 
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
+
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
@@ -239,6 +266,12 @@ template <int N>
 __device__ __forceinline__ void fence_registers(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// The same for register A fragments, which the tensor core reads until the wgmma completes.
+template <int N>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
@@ -320,6 +353,28 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], uint64_t d
 }
 
 
+// D(64 x 128, fp32) (+)= A(64 x 8, tf32, registers) * B(8 x 128, tf32, smem, K-major).
+__device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+
 template <int kBN>
 __device__ __forceinline__ void wgmma_tf32(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   if constexpr (kBN == 128) {
@@ -395,7 +450,11 @@ __global__ void __launch_bounds__(384, 1)
           mbar_wait(empty_bar + 8 * s, phase ^ 1u);
           const uint32_t stage = ring + s * Cfg::kStageBytes;
           mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::kStageBytes);
-          tma_load_3d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM, 0);
+          if constexpr (Cfg::kSplitAInKernel) {
+            tma_load_2d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM);
+          } else {
+            tma_load_3d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM, 0);
+          }
           if constexpr (kCl == 1) {
             tma_load_3d(stage + Cfg::kABytes, &tmap_b, full_bar + 8 * s, kb * kBK, tn * Cfg::kBN, 0);
           } else {
@@ -432,6 +491,8 @@ __global__ void __launch_bounds__(384, 1)
   const int a_row0 = Cfg::kPingpong ? 0 : consumer * Cfg::kWgM;
 
   float acc[Cfg::kMmaM][Cfg::kAccRegs];
+  // Register A fragments (kSplitAInKernel): tf32 hi and lo of this k-block, per m64 block and k8 step.
+  uint32_t a_frag_hi[Cfg::kMmaM][kBK / 8][4], a_frag_lo[Cfg::kMmaM][kBK / 8][4];
   float sum[Cfg::kMmaM][Cfg::kPromoteEvery > 0 ? Cfg::kAccRegs : 1];
 
   int j = 0;  // local tile index in this CTA
@@ -453,7 +514,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int kb = 0; kb < k_blocks; ++kb, ++g) {
       const uint32_t s = g % Cfg::kStages;
       mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
-      const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;
+      const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;  // (the raw tile if kSplitAInKernel)
       const uint32_t a_lo = ring + s * Cfg::kStageBytes + (Cfg::kBM + a_row0) * kRowBytes;
       const uint32_t b_hi = ring + s * Cfg::kStageBytes + Cfg::kABytes;
       const uint32_t b_lo = b_hi + Cfg::kBN * kRowBytes;
@@ -461,18 +522,48 @@ __global__ void __launch_bounds__(384, 1)
           Cfg::kPromoteEvery > 0 ? (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0) : (kb == 0);
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+      if constexpr (Cfg::kSplitAInKernel) {
+        // Register fragments of A (tf32 m64k8 layout: lane holds rows g, g+8 and columns
+        // t, t+4 of its warp's 16 rows, g = lane / 4, t = lane % 4), read from the raw
+        // 128-byte-swizzled tile (16-byte chunk c of row r sits at chunk c ^ (r % 8)) and
+        // split here, once per element and tile.
+        const int g8 = lane >> 2, t4 = lane & 3;
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+          const uint32_t row0 = a_hi + (mi * 64 + warp * 16 + g8) * kRowBytes + t4 * 4;
+#pragma unroll
+          for (int kk = 0; kk < kBK / 8; ++kk) {
+            const uint32_t c0 = uint32_t(((2 * kk) ^ g8) << 4), c1 = uint32_t(((2 * kk + 1) ^ g8) << 4);
+            const float x[4] = {lds_f32(row0 + c0), lds_f32(row0 + 8 * kRowBytes + c0), lds_f32(row0 + c1),
+                                lds_f32(row0 + 8 * kRowBytes + c1)};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float hi = tf32_round_nearest(x[i]);
+              const float lo = isfinite(hi) ? tf32_round_nearest(x[i] - hi) : 0.0f;
+              a_frag_hi[mi][kk][i] = __float_as_uint(hi);
+              a_frag_lo[mi][kk][i] = __float_as_uint(lo);
+            }
+          }
+        }
+      }
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 8; ++kk) {
 #pragma unroll
         for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
-          const uint32_t a_off = mi * 64 * kRowBytes + kk * 32;
-          const uint64_t da_hi = smem_desc_sw128(a_hi + a_off), da_lo = smem_desc_sw128(a_lo + a_off);
           const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
           // Small terms first; the first wgmma of a run overwrites the accumulator.
-          wgmma_tf32<Cfg::kBN>(acc[mi], da_lo, db_hi, (restart && kk == 0) ? 0 : 1);
-          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_lo, 1);
-          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_hi, 1);
+          if constexpr (Cfg::kSplitAInKernel) {
+            wgmma_m64n128k8_tf32_rs(acc[mi], a_frag_lo[mi][kk], db_hi, (restart && kk == 0) ? 0 : 1);
+            wgmma_m64n128k8_tf32_rs(acc[mi], a_frag_hi[mi][kk], db_lo, 1);
+            wgmma_m64n128k8_tf32_rs(acc[mi], a_frag_hi[mi][kk], db_hi, 1);
+          } else {
+            const uint32_t a_off = mi * 64 * kRowBytes + kk * 32;
+            const uint64_t da_hi = smem_desc_sw128(a_hi + a_off), da_lo = smem_desc_sw128(a_lo + a_off);
+            wgmma_tf32<Cfg::kBN>(acc[mi], da_lo, db_hi, (restart && kk == 0) ? 0 : 1);
+            wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_lo, 1);
+            wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_hi, 1);
+          }
         }
       }
       wgmma_commit();
@@ -485,6 +576,15 @@ __global__ void __launch_bounds__(384, 1)
         // Stages of this run are released once its wgmmas completed.
         if (run_ends) {
           wgmma_wait<0>();
+          if constexpr (Cfg::kSplitAInKernel) {
+#pragma unroll
+            for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+              for (int kk = 0; kk < kBK / 8; ++kk) {
+                fence_registers(a_frag_hi[mi][kk]);
+                fence_registers(a_frag_lo[mi][kk]);
+              }
+          }
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
             fence_registers(acc[mi]);

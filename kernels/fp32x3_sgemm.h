@@ -39,7 +39,8 @@ Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t 
 
 int fp32x3_variant_count();
 std::string_view fp32x3_variant_name(int variant);
-int fp32x3_pick_variant(const GemmShape& shape);
+// The variant fp32x3_sgemm() uses for `args` (its shape and the alignment of A).
+int fp32x3_pick_variant(const GemmArgs& args);
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,
                             cudaStream_t stream);
 
