@@ -26,7 +26,6 @@ using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;          // 128x128 til
 using Coop = Fp32x3Config<64, 128, 3, false, 0>;
 using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;  // + B multicast to 2 CTAs
 using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;     // raw A, split in registers
-using PingpongPromote1SplitA = Fp32x3Config<64, 128, 5, true, 1, 1, true>;   // 64x128 per consumer
 
 constexpr int64_t kAlignBytes = 256;
 
@@ -218,14 +217,12 @@ constexpr Variant kVariants[] = {
     {"coop_128x128_s3", run_config<Coop>},
     {"coop_128x128_s3_promote1_cluster2", run_config<CoopPromote1Cluster2>},
     {"coop_128x128_s4_promote1_splitA", run_config<CoopPromote1SplitA>},
-    {"pingpong_64x128_s5_promote1_splitA", run_config<PingpongPromote1SplitA>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA,
-  kPingpongPromote1SplitA
+  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA
 };
-static_assert(kPingpongPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
+static_assert(kCoopPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
 
 }  // namespace
 

@@ -491,8 +491,6 @@ __global__ void __launch_bounds__(384, 1)
   const int a_row0 = Cfg::kPingpong ? 0 : consumer * Cfg::kWgM;
 
   float acc[Cfg::kMmaM][Cfg::kAccRegs];
-  // Register A fragments (kSplitAInKernel): tf32 hi and lo of this k-block, per m64 block and k8 step.
-  uint32_t a_frag_hi[Cfg::kMmaM][kBK / 8][4], a_frag_lo[Cfg::kMmaM][kBK / 8][4];
   float sum[Cfg::kMmaM][Cfg::kPromoteEvery > 0 ? Cfg::kAccRegs : 1];
 
   int j = 0;  // local tile index in this CTA
@@ -511,26 +509,22 @@ __global__ void __launch_bounds__(384, 1)
     }
 
     uint32_t g = uint32_t(j) * uint32_t(k_blocks);
-    for (int kb = 0; kb < k_blocks; ++kb, ++g) {
-      const uint32_t s = g % Cfg::kStages;
-      mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
-      const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;  // (the raw tile if kSplitAInKernel)
-      const uint32_t a_lo = ring + s * Cfg::kStageBytes + (Cfg::kBM + a_row0) * kRowBytes;
-      const uint32_t b_hi = ring + s * Cfg::kStageBytes + Cfg::kABytes;
-      const uint32_t b_lo = b_hi + Cfg::kBN * kRowBytes;
-      const bool restart =
-          Cfg::kPromoteEvery > 0 ? (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0) : (kb == 0);
-#pragma unroll
-      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
-      if constexpr (Cfg::kSplitAInKernel) {
-        // Register fragments of A (tf32 m64k8 layout: lane holds rows g, g+8 and columns
-        // t, t+4 of its warp's 16 rows, g = lane / 4, t = lane % 4), read from the raw
-        // 128-byte-swizzled tile (16-byte chunk c of row r sits at chunk c ^ (r % 8)) and
-        // split here, once per element and tile.
+    if constexpr (Cfg::kSplitAInKernel) {
+      // Software-pipelined: the fragments of k-block kb+1 are loaded and split while the
+      // wgmmas of k-block kb run (two fragment buffers, the loop unrolled by two).
+      uint32_t f0_hi[Cfg::kMmaM][kBK / 8][4], f0_lo[Cfg::kMmaM][kBK / 8][4];
+      uint32_t f1_hi[Cfg::kMmaM][kBK / 8][4], f1_lo[Cfg::kMmaM][kBK / 8][4];
+      auto stage_of = [&](uint32_t gg) { return ring + (gg % Cfg::kStages) * Cfg::kStageBytes; };
+      auto wait_full = [&](uint32_t gg) { mbar_wait(full_bar + 8 * (gg % Cfg::kStages), (gg / Cfg::kStages) & 1u); };
+      // Register fragments of A (tf32 m64k8 layout: lane holds rows g, g+8 and columns
+      // t, t+4 of its warp's 16 rows, g = lane / 4, t = lane % 4), read from the raw
+      // 128-byte-swizzled tile (16-byte chunk c of row r sits at chunk c ^ (r % 8)) and
+      // split here, once per element and tile.
+      auto prep = [&](uint32_t stage, uint32_t(&hi)[Cfg::kMmaM][kBK / 8][4], uint32_t(&lo)[Cfg::kMmaM][kBK / 8][4]) {
         const int g8 = lane >> 2, t4 = lane & 3;
 #pragma unroll
         for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
-          const uint32_t row0 = a_hi + (mi * 64 + warp * 16 + g8) * kRowBytes + t4 * 4;
+          const uint32_t row0 = stage + (a_row0 + mi * 64 + warp * 16 + g8) * kRowBytes + t4 * 4;
 #pragma unroll
           for (int kk = 0; kk < kBK / 8; ++kk) {
             const uint32_t c0 = uint32_t(((2 * kk) ^ g8) << 4), c1 = uint32_t(((2 * kk + 1) ^ g8) << 4);
@@ -538,32 +532,83 @@ __global__ void __launch_bounds__(384, 1)
                                 lds_f32(row0 + 8 * kRowBytes + c1)};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const float hi = tf32_round_nearest(x[i]);
-              const float lo = isfinite(hi) ? tf32_round_nearest(x[i] - hi) : 0.0f;
-              a_frag_hi[mi][kk][i] = __float_as_uint(hi);
-              a_frag_lo[mi][kk][i] = __float_as_uint(lo);
+              const float h = tf32_round_nearest(x[i]);
+              hi[mi][kk][i] = __float_as_uint(h);
+              lo[mi][kk][i] = __float_as_uint(isfinite(h) ? tf32_round_nearest(x[i] - h) : 0.0f);
             }
           }
         }
+      };
+      auto step = [&](uint32_t gg, bool has_next, uint32_t(&cur_hi)[Cfg::kMmaM][kBK / 8][4],
+                      uint32_t(&cur_lo)[Cfg::kMmaM][kBK / 8][4], uint32_t(&nxt_hi)[Cfg::kMmaM][kBK / 8][4],
+                      uint32_t(&nxt_lo)[Cfg::kMmaM][kBK / 8][4]) {
+        const uint32_t b_hi = stage_of(gg) + Cfg::kABytes, b_lo = b_hi + Cfg::kBN * kRowBytes;
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 8; ++kk) {
+          const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+            // Small terms first; each k-block restarts the accumulator (promotion every k-block).
+            wgmma_m64n128k8_tf32_rs(acc[mi], cur_lo[mi][kk], db_hi, kk == 0 ? 0 : 1);
+            wgmma_m64n128k8_tf32_rs(acc[mi], cur_hi[mi][kk], db_lo, 1);
+            wgmma_m64n128k8_tf32_rs(acc[mi], cur_hi[mi][kk], db_hi, 1);
+          }
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+        if (has_next) {
+          wait_full(gg + 1);
+          prep(stage_of(gg + 1), nxt_hi, nxt_lo);
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+#pragma unroll
+          for (int kk = 0; kk < kBK / 8; ++kk) {
+            fence_registers(cur_hi[mi][kk]);
+            fence_registers(cur_lo[mi][kk]);
+          }
+          fence_registers(acc[mi]);
+#pragma unroll
+          for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
+        }
+        if (lane == 0) release(gg % Cfg::kStages);
+      };
+      wait_full(g);
+      prep(stage_of(g), f0_hi, f0_lo);
+      for (int kb = 0; kb < k_blocks; kb += 2) {
+        step(g + kb, kb + 1 < k_blocks, f0_hi, f0_lo, f1_hi, f1_lo);
+        if (kb + 1 < k_blocks) step(g + kb + 1, kb + 2 < k_blocks, f1_hi, f1_lo, f0_hi, f0_lo);
       }
+      g += k_blocks;
+    } else {
+    for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+      const uint32_t s = g % Cfg::kStages;
+      mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
+      const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;
+      const uint32_t a_lo = ring + s * Cfg::kStageBytes + (Cfg::kBM + a_row0) * kRowBytes;
+      const uint32_t b_hi = ring + s * Cfg::kStageBytes + Cfg::kABytes;
+      const uint32_t b_lo = b_hi + Cfg::kBN * kRowBytes;
+      const bool restart =
+          Cfg::kPromoteEvery > 0 ? (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0) : (kb == 0);
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 8; ++kk) {
 #pragma unroll
         for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+          const uint32_t a_off = mi * 64 * kRowBytes + kk * 32;
+          const uint64_t da_hi = smem_desc_sw128(a_hi + a_off), da_lo = smem_desc_sw128(a_lo + a_off);
           const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
           // Small terms first; the first wgmma of a run overwrites the accumulator.
-          if constexpr (Cfg::kSplitAInKernel) {
-            wgmma_m64n128k8_tf32_rs(acc[mi], a_frag_lo[mi][kk], db_hi, (restart && kk == 0) ? 0 : 1);
-            wgmma_m64n128k8_tf32_rs(acc[mi], a_frag_hi[mi][kk], db_lo, 1);
-            wgmma_m64n128k8_tf32_rs(acc[mi], a_frag_hi[mi][kk], db_hi, 1);
-          } else {
-            const uint32_t a_off = mi * 64 * kRowBytes + kk * 32;
-            const uint64_t da_hi = smem_desc_sw128(a_hi + a_off), da_lo = smem_desc_sw128(a_lo + a_off);
-            wgmma_tf32<Cfg::kBN>(acc[mi], da_lo, db_hi, (restart && kk == 0) ? 0 : 1);
-            wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_lo, 1);
-            wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_hi, 1);
-          }
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_lo, db_hi, (restart && kk == 0) ? 0 : 1);
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_lo, 1);
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_hi, 1);
         }
       }
       wgmma_commit();
@@ -576,15 +621,6 @@ __global__ void __launch_bounds__(384, 1)
         // Stages of this run are released once its wgmmas completed.
         if (run_ends) {
           wgmma_wait<0>();
-          if constexpr (Cfg::kSplitAInKernel) {
-#pragma unroll
-            for (int mi = 0; mi < Cfg::kMmaM; ++mi)
-#pragma unroll
-              for (int kk = 0; kk < kBK / 8; ++kk) {
-                fence_registers(a_frag_hi[mi][kk]);
-                fence_registers(a_frag_lo[mi][kk]);
-              }
-          }
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
             fence_registers(acc[mi]);
@@ -602,6 +638,7 @@ __global__ void __launch_bounds__(384, 1)
         if (kb > 0 && lane == 0) release((g - 1) % Cfg::kStages);
       }
     }
+    }  // kSplitAInKernel
     if constexpr (Cfg::kPromoteEvery == 0) {
       wgmma_wait<0>();
 #pragma unroll
