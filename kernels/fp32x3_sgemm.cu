@@ -26,6 +26,8 @@ using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;          // 128x128 til
 using Coop = Fp32x3Config<64, 128, 3, false, 0>;
 using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;  // + B multicast to 2 CTAs
 using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;     // raw A, split in registers
+using CoopPromote2SplitA = Fp32x3Config<64, 128, 4, false, 2, 1, true>;
+using CoopPromote4SplitA = Fp32x3Config<64, 128, 4, false, 4, 1, true>;
 
 constexpr int64_t kAlignBytes = 256;
 
@@ -217,12 +219,15 @@ constexpr Variant kVariants[] = {
     {"coop_128x128_s3", run_config<Coop>},
     {"coop_128x128_s3_promote1_cluster2", run_config<CoopPromote1Cluster2>},
     {"coop_128x128_s4_promote1_splitA", run_config<CoopPromote1SplitA>},
+    {"coop_128x128_s4_promote2_splitA", run_config<CoopPromote2SplitA>},
+    {"coop_128x128_s4_promote4_splitA", run_config<CoopPromote4SplitA>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA
+  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA,
+  kCoopPromote2SplitA, kCoopPromote4SplitA
 };
-static_assert(kCoopPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
+static_assert(kCoopPromote4SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
 
 }  // namespace
 

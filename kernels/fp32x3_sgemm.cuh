@@ -95,8 +95,8 @@ struct Fp32x3Config {
                 "accumulators (twice as many when promoting) must leave registers for addresses");
   static_assert(kStageBytes % 1024 == 0, "each stage must keep the 1024-byte swizzle alignment");
   static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
-  static_assert(!kSplitAInKernel || kPromoteEvery == 1,
-                "register A fragments are rewritten every k-block: only after waiting for all its wgmmas");
+  static_assert(!kSplitAInKernel || kPromoteEvery >= 1,
+                "the in-kernel split of A is written for promoted accumulation");
   static_assert(!kSplitAInKernel || kBN == 128, "the register-A wgmma wrapper exists for n = 128");
   static_assert(kBBoxRows % 8 == 0, "a multicast share of B must be whole 8-row swizzle atoms");
 };
@@ -539,50 +539,68 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
       };
-      auto step = [&](uint32_t gg, bool has_next, uint32_t(&cur_hi)[Cfg::kMmaM][kBK / 8][4],
+      // One k-block kb (global index gg). Its wgmmas read the fragments `cur`; `nxt` held
+      // k-block kb-1's, whose wgmmas may still run unless kb-1 ended a promotion run.
+      constexpr int kP = Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1;
+      auto step = [&](int kb, uint32_t gg, uint32_t(&cur_hi)[Cfg::kMmaM][kBK / 8][4],
                       uint32_t(&cur_lo)[Cfg::kMmaM][kBK / 8][4], uint32_t(&nxt_hi)[Cfg::kMmaM][kBK / 8][4],
                       uint32_t(&nxt_lo)[Cfg::kMmaM][kBK / 8][4]) {
+        const bool run_starts = kb % kP == 0;
+        const bool run_ends = (kb + 1) % kP == 0 || kb + 1 == k_blocks;
+        const bool has_next = kb + 1 < k_blocks;
         const uint32_t b_hi = stage_of(gg) + Cfg::kABytes, b_lo = b_hi + Cfg::kBN * kRowBytes;
-#pragma unroll
-        for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+        // No register fences on acc between wgmmas of a run (ptxas would wait for the run
+        // to drain): the wgmma asm statements order themselves against reads of acc.
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 8; ++kk) {
           const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
-            // Small terms first; each k-block restarts the accumulator (promotion every k-block).
-            wgmma_m64n128k8_tf32_rs(acc[mi], cur_lo[mi][kk], db_hi, kk == 0 ? 0 : 1);
+            // Small terms first; the first wgmma of a promotion run overwrites the accumulator.
+            wgmma_m64n128k8_tf32_rs(acc[mi], cur_lo[mi][kk], db_hi, (run_starts && kk == 0) ? 0 : 1);
             wgmma_m64n128k8_tf32_rs(acc[mi], cur_hi[mi][kk], db_lo, 1);
             wgmma_m64n128k8_tf32_rs(acc[mi], cur_hi[mi][kk], db_hi, 1);
           }
         }
         wgmma_commit();
+        if (!run_starts) {
+          // k-block kb-1 done: its stage and its fragments (nxt) are free.
+          wgmma_wait<1>();
 #pragma unroll
-        for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+            for (int kk = 0; kk < kBK / 8; ++kk) {
+              fence_registers(nxt_hi[mi][kk]);
+              fence_registers(nxt_lo[mi][kk]);
+            }
+          if (lane == 0) release((gg - 1) % Cfg::kStages);
+        }
         if (has_next) {
           wait_full(gg + 1);
           prep(stage_of(gg + 1), nxt_hi, nxt_lo);
         }
-        wgmma_wait<0>();
+        if (run_ends) {
+          wgmma_wait<0>();
 #pragma unroll
-        for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
 #pragma unroll
-          for (int kk = 0; kk < kBK / 8; ++kk) {
-            fence_registers(cur_hi[mi][kk]);
-            fence_registers(cur_lo[mi][kk]);
+            for (int kk = 0; kk < kBK / 8; ++kk) {
+              fence_registers(cur_hi[mi][kk]);
+              fence_registers(cur_lo[mi][kk]);
+            }
+            fence_registers(acc[mi]);
+#pragma unroll
+            for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
           }
-          fence_registers(acc[mi]);
-#pragma unroll
-          for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
+          if (lane == 0) release(gg % Cfg::kStages);
         }
-        if (lane == 0) release(gg % Cfg::kStages);
       };
       wait_full(g);
       prep(stage_of(g), f0_hi, f0_lo);
       for (int kb = 0; kb < k_blocks; kb += 2) {
-        step(g + kb, kb + 1 < k_blocks, f0_hi, f0_lo, f1_hi, f1_lo);
-        if (kb + 1 < k_blocks) step(g + kb + 1, kb + 2 < k_blocks, f1_hi, f1_lo, f0_hi, f0_lo);
+        step(kb, g + kb, f0_hi, f0_lo, f1_hi, f1_lo);
+        if (kb + 1 < k_blocks) step(kb + 1, g + kb + 1, f1_hi, f1_lo, f0_hi, f0_lo);
       }
       g += k_blocks;
     } else {
