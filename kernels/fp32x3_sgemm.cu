@@ -26,8 +26,6 @@ using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;          // 128x128 til
 using Coop = Fp32x3Config<64, 128, 3, false, 0>;
 using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;  // + B multicast to 2 CTAs
 using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;     // raw A, split in registers
-using CoopPromote2SplitA = Fp32x3Config<64, 128, 4, false, 2, 1, true>;
-using CoopPromote4SplitA = Fp32x3Config<64, 128, 4, false, 4, 1, true>;
 
 constexpr int64_t kAlignBytes = 256;
 
@@ -219,15 +217,12 @@ constexpr Variant kVariants[] = {
     {"coop_128x128_s3", run_config<Coop>},
     {"coop_128x128_s3_promote1_cluster2", run_config<CoopPromote1Cluster2>},
     {"coop_128x128_s4_promote1_splitA", run_config<CoopPromote1SplitA>},
-    {"coop_128x128_s4_promote2_splitA", run_config<CoopPromote2SplitA>},
-    {"coop_128x128_s4_promote4_splitA", run_config<CoopPromote4SplitA>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA,
-  kCoopPromote2SplitA, kCoopPromote4SplitA
+  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA
 };
-static_assert(kCoopPromote4SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
+static_assert(kCoopPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
 
 }  // namespace
 
@@ -263,9 +258,15 @@ std::string_view fp32x3_variant_name(int variant) {
 }
 
 int fp32x3_pick_variant(const GemmArgs& args) {
-  // Promoted variants only (accuracy for any K). A read in place and split in the
-  // kernel where TMA can describe it; otherwise both operands through the split pass.
-  return a_tma_describable(args) ? kCoopPromote1SplitA : kCoopPromote1;
+  // Promoted variants only (accuracy for any K). Measured on H100 (docs/kernels.md,
+  // bench/results/fp32x3-*): splitting A in the kernel saves the split pass's A share
+  // (about 12 bytes per element of A, ~288/n of the run time) but its mainloop is 5-10%
+  // slower than the all-shared-memory one; it wins at 1024-4096 and on k = 1000, and
+  // loses at 8192 (111 vs 116 TFLOP/s). Where TMA cannot read A in place (unaligned
+  // a or lda % 4 != 0), both operands go through the split pass.
+  const GemmShape& s = args.shape;
+  const bool large_n_and_k = s.n >= 6144 && s.k >= 6144;
+  return a_tma_describable(args) && !large_n_and_k ? kCoopPromote1SplitA : kCoopPromote1;
 }
 
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t bytes,

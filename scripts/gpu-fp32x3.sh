@@ -12,7 +12,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 RT=${RT:-$HERE}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-SHAPES=${SHAPES:-2048,4096,8192,4095,8191x8193x1000,1024,8192x8192x1024,1024x1024x16384}
+SHAPES=${SHAPES:-1024,2048,4096,8192,8192x8192x1024,1024x1024x16384,4095,8191x8193x1000}
 
 collect() {
   local build=${1:-build}
@@ -33,38 +33,37 @@ collect() {
 
 run_tests() {
   echo "== tests"
-  timeout 60 "$RT/fp32x3_can_implement_test" --gtest_brief=1 2>&1 | tail -2
-  timeout 60 "$RT/kernels_can_implement_test" --gtest_brief=1 2>&1 | tail -2
+  timeout 60 "$RT/fp32x3_can_implement_test" --gtest_brief=1 2>&1 | tail -1
+  timeout 60 "$RT/kernels_can_implement_test" --gtest_brief=1 2>&1 | tail -1
   timeout 300 "$RT/fp32x3_sgemm_test" --gtest_brief=1 > "$OUT/test-fp32x3.log" 2>&1
   echo "fp32x3_sgemm_test rc=$?"
-  grep -E "^\[ errors" "$OUT/test-fp32x3.log" | awk '{print}' | cut -c1-160 | head -150
-  grep -E "FAILED|PASSED|SKIPPED|Failure|error" "$OUT/test-fp32x3.log" | head -60
+  grep -E "^\[  FAILED|^\[  PASSED|SKIPPED" "$OUT/test-fp32x3.log" | cut -c1-120 | head -20
 }
 
 run_sanitize() {
   echo "== compute-sanitizer"
-  local filter='Square/*_[0-9]:Shapes/*:Unaligned/*:Variants/*x1_*:Variants/*7x9x5*:Variants/*129x131x37*:Fp32x3Backend.*'
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
+  local filter='Square/*_[0-9]:Shapes/*:Unaligned/*:Variants/*x1x1_*:Variants/*7x9x5*:Variants/*129x131x3*:Variants/*257x259x*:Variants/*65x3x4*:Fp32x3Backend.*:CublasTf32.*'
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
     --gtest_filter="$filter" > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/memcheck.log" | tail -3 | tr '\n' ' ')"
-  timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
-    --gtest_filter='Square/*_[0-6]:Variants/*129x131x37*:Variants/*7x9x5*' > "$OUT/racecheck.log" 2>&1
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
+    --gtest_filter='Square/*_[0-6]:Variants/*129x131x3*:Variants/*7x9x5*' > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED' "$OUT/racecheck.log" | tail -3 | tr '\n' ' ')"
-  timeout 300 compute-sanitizer --tool synccheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
-    --gtest_filter='Square/*_[0-6]:Variants/*129x131x37*' > "$OUT/synccheck.log" 2>&1
+  timeout 120 compute-sanitizer --tool synccheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
+    --gtest_filter='Square/*_[0-6]:Variants/*129x131x3*' > "$OUT/synccheck.log" 2>&1
   echo "synccheck rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/synccheck.log" | tail -3 | tr '\n' ' ')"
 }
 
 run_bench() {
   echo "== sgemm-bench (cuBLAS SGEMM, cuBLAS TF32, fp32x3)"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader | tee "$OUT/device.txt"
-  timeout 400 "$RT/sgemm-bench" --shapes "$SHAPES" --kernels cublas,tf32,fp32x3 --csv "$OUT/sgemm-bench-fp32x3.csv" "$@" \
+  timeout 300 "$RT/sgemm-bench" --shapes "$SHAPES" --kernels cublas,tf32,fp32x3 --csv "$OUT/sgemm-bench-fp32x3.csv" "$@" \
     2>&1 | tee "$OUT/sgemm-bench-fp32x3.txt"
 }
 
 run_variants() {
   echo "== fp32x3 variants"
-  timeout 500 "$RT/sgemm-bench" --shapes "$SHAPES" --kernels cublas,fp32x3 --fp32x3-variants --runs 15 \
+  timeout 300 "$RT/sgemm-bench" --shapes "${VSHAPES:-2048,4096,8192,4095,8191x8193x1000}" --kernels cublas,fp32x3 --fp32x3-variants --runs 15 \
     --csv "$OUT/fp32x3-variants.csv" "$@" 2>&1 | tee "$OUT/fp32x3-variants.txt"
 }
 
@@ -83,8 +82,8 @@ run_ncu() {
   ncu --clock-control none -k regex:fp32x3_gemm_kernel --launch-count 1 --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
       "$RT/sgemm-bench" --shapes "$shape" --kernels fp32x3 --runs 1 --warmup 0 --ref-rows 0 > "$OUT/ncu-fp32x3-$shape.txt" 2>&1
-  grep -E "Duration|Throughput|L2 Cache Throughput|DRAM Throughput|Registers|Stall|No Eligible|Issued" \
-      "$OUT/ncu-fp32x3-$shape.txt" | head -30
+  grep -E "fp32x3_gemm_kernel|Duration|Throughput|Hit Rate|Registers|No Eligible|Issued Warp|Active Warps" \
+      "$OUT/ncu-fp32x3-$shape.txt" | cut -c1-150 | head -30
 }
 
 cmd=${1:-all}
@@ -97,6 +96,8 @@ case "$cmd" in
   variants) run_variants "$@" ;;
   sass) run_sass ;;
   ncu) run_ncu "$@" ;;
-  all) run_sass; run_tests; run_variants; run_sanitize ;;
+  all) run_sass; run_tests; run_sanitize; run_bench; run_variants --runs 15; run_ncu 4096
+       tar czf "$OUT/logs.tgz" -C "$OUT" memcheck.log racecheck.log synccheck.log device.txt "ncu-fp32x3-4096.txt" \
+         && rm -f "$OUT"/memcheck.log "$OUT"/racecheck.log "$OUT"/synccheck.log "$OUT"/device.txt "$OUT"/ncu-fp32x3-4096.txt ;;
   *) echo "unknown command $cmd"; exit 2 ;;
 esac

@@ -21,12 +21,14 @@ STAMP=$(date -u +%Y-%m-%d)
 
 collect() {
   local build=${1:-build-kernels}
-  cmake --build "$build" --target sgemm-bench kernels_can_implement_test pingpong_sgemm_test || exit 1
+  cmake --build "$build" --target sgemm-bench kernels_can_implement_test pingpong_sgemm_test \
+    fp32x3_can_implement_test fp32x3_sgemm_test || exit 1
   rm -rf "$RT"
   mkdir -p "$RT/bin" "$RT/lib"
   # The binaries need only the CUDA runtime and cuBLAS (present on the GPU host);
   # GoogleTest is linked statically. List anything else they would need:
-  for b in "$build/bin/sgemm-bench" "$build/tests/kernels_can_implement_test" "$build/tests/pingpong_sgemm_test"; do
+  for b in "$build/bin/sgemm-bench" "$build/tests/kernels_can_implement_test" "$build/tests/pingpong_sgemm_test" \
+           "$build/tests/fp32x3_can_implement_test" "$build/tests/fp32x3_sgemm_test"; do
     cp -L "$b" "$RT/bin/"
     ldd "$b" | awk '/=> \// {print $3}' | grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt)\.so' || true
   done
@@ -37,6 +39,9 @@ run_tests() {
   echo "== tests"
   $RT/bin/kernels_can_implement_test --gtest_brief=1 2>&1 | tee "$OUT/test-unit.log" | tail -3
   $RT/bin/pingpong_sgemm_test --gtest_brief=1 2>&1 | tee "$OUT/test-gpu.log" | tail -25
+  # fp32x3 (3xTF32 wgmma, sm_90a) and cuBLAS TF32; scripts/gpu-fp32x3.sh has its benchmarks.
+  $RT/bin/fp32x3_can_implement_test --gtest_brief=1 2>&1 | tail -2
+  $RT/bin/fp32x3_sgemm_test --gtest_brief=1 2>&1 | tee "$OUT/test-fp32x3.log" | grep -E "FAILED|PASSED|SKIPPED" | tail -25
 }
 
 run_sanitize() {
