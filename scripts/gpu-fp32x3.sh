@@ -5,7 +5,7 @@
 #   scripts/gpu-fp32x3.sh collect [BUILD_DIR=build]
 # On the GPU machine (device tool; carry .runtime-fp32x3, or .wt/<name>/.runtime-fp32x3
 # from the main checkout; results go to $OUT or ./out):
-#   RT=<carried dir> <carried dir>/gpu-fp32x3.sh all      # test, sanitize, bench, sass
+#   RT=<carried dir> <carried dir>/gpu-fp32x3.sh all      # sass, test, bench, variants, ncu, sanitize
 #   ... test | sanitize | bench [sgemm-bench args] | variants [args] | sass | ncu [SHAPE]
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -40,25 +40,30 @@ run_tests() {
   grep -E "^\[  FAILED|^\[  PASSED|SKIPPED" "$OUT/test-fp32x3.log" | cut -c1-120 | head -20
 }
 
+# One log (sanitize.log) for the three tools, so that few files come back from the device.
+sanitize_one() {  # TOOL TIMEOUT FILTER
+  local tool=$1 limit=$2 filter=$3
+  timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
+    --gtest_filter="$filter" > "$OUT/$tool.tmp" 2>&1
+  local rc=$?
+  echo "$tool rc=$rc $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED' "$OUT/$tool.tmp" | tail -3 | tr '\n' ' ')"
+  { echo "===== $tool (rc=$rc) filter: $filter"; cat "$OUT/$tool.tmp"; } >> "$OUT/sanitize.log"
+  rm -f "$OUT/$tool.tmp"
+}
+
 run_sanitize() {
   echo "== compute-sanitizer"
-  local filter='Square/*_[0-9]:Shapes/*:Unaligned/*:Variants/*x1x1_*:Variants/*7x9x5*:Variants/*129x131x3*:Variants/*257x259x*:Variants/*65x3x4*:Fp32x3Backend.*:CublasTf32.*'
-  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
-    --gtest_filter="$filter" > "$OUT/memcheck.log" 2>&1
-  echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/memcheck.log" | tail -3 | tr '\n' ' ')"
-  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
-    --gtest_filter='Square/*_[0-6]:Variants/*129x131x3*:Variants/*7x9x5*' > "$OUT/racecheck.log" 2>&1
-  echo "racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED' "$OUT/racecheck.log" | tail -3 | tr '\n' ' ')"
-  timeout 120 compute-sanitizer --tool synccheck --error-exitcode 9 "$RT/fp32x3_sgemm_test" --gtest_brief=1 \
-    --gtest_filter='Square/*_[0-6]:Variants/*129x131x3*' > "$OUT/synccheck.log" 2>&1
-  echo "synccheck rc=$? $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/synccheck.log" | tail -3 | tr '\n' ' ')"
+  sanitize_one memcheck 180 'Square/*_[0-9]:Shapes/*:Unaligned/*:Variants/*x1x1_*:Variants/*7x9x5*:Variants/*129x131x3*:Variants/*257x259x*:Variants/*65x3x4*:Fp32x3Backend.*:CublasTf32.*'
+  sanitize_one racecheck 120 'Square/*_[0-6]:Variants/*129x131x3*:Variants/*7x9x5*'
+  sanitize_one synccheck 90 'Square/*_[0-6]:Variants/*129x131x3*'
 }
 
 run_bench() {
   echo "== sgemm-bench (cuBLAS SGEMM, cuBLAS TF32, fp32x3)"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader | tee "$OUT/device.txt"
+  { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader; } \
+    > "$OUT/sgemm-bench-fp32x3.txt"
   timeout 300 "$RT/sgemm-bench" --shapes "$SHAPES" --kernels cublas,tf32,fp32x3 --csv "$OUT/sgemm-bench-fp32x3.csv" "$@" \
-    2>&1 | tee "$OUT/sgemm-bench-fp32x3.txt"
+    2>&1 | tee -a "$OUT/sgemm-bench-fp32x3.txt"
 }
 
 run_variants() {
@@ -96,8 +101,7 @@ case "$cmd" in
   variants) run_variants "$@" ;;
   sass) run_sass ;;
   ncu) run_ncu "$@" ;;
-  all) run_sass; run_tests; run_sanitize; run_bench; run_variants --runs 15; run_ncu 4096
-       tar czf "$OUT/logs.tgz" -C "$OUT" memcheck.log racecheck.log synccheck.log device.txt "ncu-fp32x3-4096.txt" \
-         && rm -f "$OUT"/memcheck.log "$OUT"/racecheck.log "$OUT"/synccheck.log "$OUT"/device.txt "$OUT"/ncu-fp32x3-4096.txt ;;
+  # Measurements first, sanitizers last; 7 files in $OUT (the device tool returns at most 8).
+  all) run_sass; run_tests; run_bench; run_variants --runs 15; run_ncu 4096; run_sanitize ;;
   *) echo "unknown command $cmd"; exit 2 ;;
 esac
