@@ -142,7 +142,7 @@ float* b_planes_of(void* workspace, const GemmShape& s) {
   return reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(2 * s.m * padded_k(s.k) * 4, kAlignBytes));
 }
 
-template <class Cfg, bool kStagger = false>
+template <class Cfg>
 Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(check_workspace(g, workspace, bytes));
   DeviceInfo dev;
@@ -177,7 +177,7 @@ Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStr
   if constexpr (kCl == 1) {
     const unsigned grid = unsigned(std::min<int64_t>(units, dev.sm_count));
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c,
-                                                               g.ldc, c_pairs, kStagger);
+                                                               g.ldc, c_pairs);
     return SGEMM_CUDA_STATUS(cudaGetLastError());
   } else {
     cudaLaunchConfig_t config{};
@@ -197,7 +197,7 @@ Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStr
     if (clusters < 1) return Internal("fp32x3: no cluster of " + std::to_string(kCl) + " CTAs fits on this device");
     config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * kCl));
     SGEMM_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c, g.ldc,
-                                      c_pairs, kStagger));
+                                      c_pairs));
     return SGEMM_CUDA_STATUS(cudaGetLastError());
   }
 }
@@ -217,15 +217,12 @@ constexpr Variant kVariants[] = {
     {"coop_128x128_s3", run_config<Coop>},
     {"coop_128x128_s3_promote1_cluster2", run_config<CoopPromote1Cluster2>},
     {"coop_128x128_s4_promote1_splitA", run_config<CoopPromote1SplitA>},
-    {"coop_128x128_s3_promote1_stagger", run_config<CoopPromote1, true>},
-    {"coop_128x128_s4_promote1_splitA_stagger", run_config<CoopPromote1SplitA, true>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA,
-  kCoopPromote1Stagger, kCoopPromote1SplitAStagger
+  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA
 };
-static_assert(kCoopPromote1SplitAStagger + 1 == kNumVariants, "VariantId must list kVariants in order");
+static_assert(kCoopPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
 
 }  // namespace
 

@@ -33,8 +33,6 @@
 //     tiles with the same B columns; each loads half of B's rows and multicasts it to
 //     both, so L2 serves 3/4 of the bytes per stage. A stage is free again only when the
 //     consumers of both CTAs released it (they arrive on both CTAs' empty barriers).
-//   Stagger (kernel argument, cooperative only): consumer 1 starts each tile's first
-//     k-block after consumer 0 issued its own (one named barrier per tile).
 //   Tile order: work units (kClusterM tile rows x 1 tile column) rasterized in groups of
 //     kGroupM unit rows; cluster c takes units c, c + #clusters, ...
 //   Edges: TMA zero-fills rows >= m (n) and k >= K, so any m, n, k >= 1 run; the
@@ -392,7 +390,7 @@ template <class Cfg>
 __global__ void __launch_bounds__(384, 1)
     fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
                        int n, int k_blocks, float alpha, float beta, float* __restrict__ c, int64_t ldc,
-                       bool c_pairs, bool stagger) {
+                       bool c_pairs) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s at ring + s * kStageBytes
@@ -491,12 +489,6 @@ __global__ void __launch_bounds__(384, 1)
   const int warp = tid / 32, lane = tid % 32;
   // Rows of A (within the tile) this consumer multiplies.
   const int a_row0 = Cfg::kPingpong ? 0 : consumer * Cfg::kWgM;
-  // Cooperative stagger: consumer 1 issues a tile's first k-block only after consumer 0
-  // has issued its own, so that their wgmma batches (and the waits and FADDs of the
-  // promotion between them) alternate on the tensor pipe instead of coinciding. Only
-  // with at least kStages k-blocks per tile: then consumer 0 cannot reach the next
-  // tile's first k-block (and arrive twice) before consumer 1 passed this one.
-  const bool staggered = !Cfg::kPingpong && stagger && k_blocks >= Cfg::kStages;
 
   float acc[Cfg::kMmaM][Cfg::kAccRegs];
   float sum[Cfg::kMmaM][Cfg::kPromoteEvery > 0 ? Cfg::kAccRegs : 1];
@@ -559,7 +551,6 @@ __global__ void __launch_bounds__(384, 1)
         const uint32_t b_hi = stage_of(gg) + Cfg::kABytes, b_lo = b_hi + Cfg::kBN * kRowBytes;
         // No register fences on acc between wgmmas of a run (ptxas would wait for the run
         // to drain): the wgmma asm statements order themselves against reads of acc.
-        if (staggered && consumer == 1 && kb == 0) named_barrier_sync(1, 256);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 8; ++kk) {
@@ -573,7 +564,6 @@ __global__ void __launch_bounds__(384, 1)
           }
         }
         wgmma_commit();
-        if (staggered && consumer == 0 && kb == 0) named_barrier_arrive(1, 256);
         if (!run_starts) {
           // k-block kb-1 done: its stage and its fragments (nxt) are free.
           wgmma_wait<1>();
@@ -625,7 +615,6 @@ __global__ void __launch_bounds__(384, 1)
           Cfg::kPromoteEvery > 0 ? (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0) : (kb == 0);
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
-      if (staggered && consumer == 1 && kb == 0) named_barrier_sync(1, 256);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 8; ++kk) {
@@ -641,7 +630,6 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
       wgmma_commit();
-      if (staggered && consumer == 0 && kb == 0) named_barrier_arrive(1, 256);
 #pragma unroll
       for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
 
