@@ -5,9 +5,10 @@
 // for row-major A (m x k), B (k x n), C (m x n) with leading dimensions.
 //
 // Two kernels, launched back to back by kernels/fp32x3_sgemm.cu:
-//  1. fp32x3_split_kernel: splits A and B once per element into tf32 hi/lo planes
-//     in the caller's workspace, K-major for both (A as is, B transposed, which
-//     tf32 wgmma needs: it has no transposed-operand mode for 32-bit types):
+//  1. fp32x3_split_kernel: splits B (and A, unless kernel 2 splits A itself, see below)
+//     once per element into tf32 hi/lo planes in the caller's workspace, K-major for
+//     both (A as is, B transposed, which tf32 wgmma needs: it has no transposed-operand
+//     mode for 32-bit types):
 //       A planes  [2][m][kp]   (hi, lo), kp = k rounded up to 4 (16-byte rows for TMA)
 //       Bt planes [2][n][kp]
 //     Any lda/ldb and any alignment of A and B are accepted here, so the GEMM kernel
@@ -42,8 +43,13 @@
 //     (16-byte aligned base, lda a multiple of 4), A is copied raw (one 128-byte-swizzled
 //     fp32 plane, half the bytes) and each consumer loads its register fragments of A
 //     from shared memory, splits them into hi/lo once per tile and k-block, and issues
-//     the register-A form of wgmma; only B goes through kernel 1. Otherwise the
-//     launcher falls back to splitting A in kernel 1 too.
+//     the register-A form of wgmma; only B goes through kernel 1. Software-pipelined:
+//     k-block kb+1's fragments are loaded and split while kb's wgmmas run. Otherwise
+//     (A not TMA-describable) the launcher falls back to splitting A in kernel 1 too.
+// Tiling of the picked variants (fp32x3_sgemm.cu): 128 x 128 tiles, cooperative, 64 rows
+// per consumer, BK = 32, 3 stages of 64 KB (A planes) or 4 of 48 KB (raw A), promotion
+// every k-block; registers per consumer thread: 64 accumulators + 64 sums (+ 64 fragment
+// registers when A is split in the kernel).
 // Accepted: m, n, k in [1, 2^31), lda >= k, ldb >= n, ldc >= n (fp32x3_can_implement).
 // sm_90a only (wgmma, setmaxnreg).
 #pragma once
