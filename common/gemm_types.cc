@@ -6,18 +6,23 @@ std::string_view kernel_kind_name(KernelKind kind) {
   switch (kind) {
     case KernelKind::kPingpong: return "pingpong";
     case KernelKind::kCublas: return "cublas";
+    case KernelKind::kTf32: return "tf32";
+    case KernelKind::kFp32x3: return "fp32x3";
     case KernelKind::kOpenblas: return "openblas";
   }
   return "unknown";
 }
 
 std::optional<KernelKind> parse_kernel_kind(std::string_view text) {
-  for (KernelKind k : {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kOpenblas})
+  for (KernelKind k :
+       {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kTf32, KernelKind::kFp32x3, KernelKind::kOpenblas})
     if (text == kernel_kind_name(k)) return k;
   return std::nullopt;
 }
 
-std::vector<KernelKind> gpu_kernel_kinds() { return {KernelKind::kPingpong, KernelKind::kCublas}; }
+std::vector<KernelKind> gpu_kernel_kinds() {
+  return {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kTf32, KernelKind::kFp32x3};
+}
 
 std::string kernel_kind_list(const std::vector<KernelKind>& kinds) {
   std::string out;

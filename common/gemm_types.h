@@ -27,6 +27,8 @@ struct GemmShape {
 enum class KernelKind {
   kPingpong,  // our multistage shared-memory SIMT kernel (kernels/pingpong_sgemm.cuh)
   kCublas,    // cublasSgemm with CUBLAS_COMPUTE_32F, the reference
+  kTf32,      // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32: tensor cores, tf32 inputs (~1e-4 relative error)
+  kFp32x3,    // our 3xTF32 wgmma kernel (kernels/fp32x3_sgemm.cuh): tensor cores, fp32 accuracy, sm_90 only
   kOpenblas,  // cblas_sgemm on the host (the CPU engine)
 };
 std::string_view kernel_kind_name(KernelKind kind);

@@ -11,6 +11,8 @@
 #   e2e            the e2e suite with the cuda backend
 #   serve          sgemm-server --backend cuda and sgemm-client submit --size 4096/8192 --verify
 #   bench-kernels  sgemm-bench (SGEMM_KERNEL_BENCH_ARGS), CSV and plot
+#   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
+#   variants-fp32x3  every fp32x3 schedule/tile variant
 #   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
 #   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build)
 #   sass           instruction mix of the kernels (cuobjdump)
@@ -59,16 +61,26 @@ has() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; r
   | tee "$OUT/summary.txt"
 
 if has tests; then
-  for t in pingpong_sgemm_test kernels_can_implement_test cuda_engine_gpu_test cuda_engine_multigpu_test; do
+  for t in kernels_can_implement_test fp32x3_can_implement_test pingpong_sgemm_test fp32x3_sgemm_test \
+           cuda_engine_gpu_test cuda_engine_multigpu_test; do
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
-if has sanitize; then  # every variant, edges, split-K
+if has sanitize; then
+  # gtest filters know only * and ?, no [0-9] classes: the cases are named.
+  small='Square/*/1x1x1_*:Square/*/7x7x7_*:Square/*/31x31x31_*:Square/*/127x127x127_*:Square/*/129x129x129_*:Square/*/257x257x257_*'
   step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter='Variants/*:Degenerate/*:Square/*_[0-8]:Unaligned/*_1*:SplitK/*_[0-5]'
+    --gtest_brief=1 --gtest_filter="Variants/*:Degenerate/*:$small:Unaligned/*:SplitK/*:PingpongSplitK.*"
   step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter='Variants/*:Square/*_[0-6]:SplitK/*_[0-4]'
-  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" | tee -a "$OUT/summary.txt"
+    --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*"
+  step memcheck-fp32x3 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="$small:Shapes/*:Unaligned/*:AlphaBeta/*/257x129x65_*:WideExponent/*/300x200x77_*:Variants/*:Fp32x3Determinism.*:Fp32x3Backend.*:CublasTf32.*"
+  step racecheck-fp32x3 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="$small:Variants/*/129x131x3?_*:Variants/*/7x9x5_*:Variants/*/257x259x*"
+  step synccheck-fp32x3 100 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="$small:Variants/*/129x131x3?_*:Variants/*/257x259x*"
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck*.log "$OUT"/racecheck*.log "$OUT"/synccheck*.log \
+    | tee -a "$OUT/summary.txt"
 fi
 if has e2e; then
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test; do
@@ -99,14 +111,24 @@ if has bench-engine; then
   step engine-bench 580 "$BIN/engine-bench" --csv-out "$OUT/engine-bench.csv" ${SGEMM_ENGINE_BENCH_ARGS:-}
   cat "$OUT/engine-bench.log"
 fi
+if has bench-fp32x3; then
+  step sgemm-bench-fp32x3 300 "$BIN/sgemm-bench" --kernels cublas,tf32,fp32x3 --csv "$OUT/sgemm-bench-fp32x3.csv" \
+    --shapes "${SGEMM_FP32X3_SHAPES:-1024,2048,4096,8192,8192x8192x1024,1024x1024x16384,4095,8191x8193x1000}"
+  cat "$OUT/sgemm-bench-fp32x3.log"
+fi
+if has variants-fp32x3; then
+  step fp32x3-variants 300 "$BIN/sgemm-bench" --shapes "${SGEMM_FP32X3_SHAPES:-2048,4096,8192,4095,8191x8193x1000}" \
+    --kernels cublas,fp32x3 --fp32x3-variants --runs 15 --csv "$OUT/fp32x3-variants.csv"
+  cat "$OUT/fp32x3-variants.log"
+fi
 if has variants; then
   step variants 580 "$BIN/sgemm-bench" --variants --runs 20 --ref-rows 0 --csv "$OUT/variants.csv"
   cat "$OUT/variants.log"
 fi
 if has sass; then
   cuobjdump -sass "$BIN/sgemm-bench" >"$OUT/sass.txt" 2>/dev/null
-  awk '/Function :/{name=$3} /FFMA/{f[name]++} /LDS\.128/{l[name]++} /LDS[^.]/{s[name]++} /LDGSTS/{g[name]++} /LDL|STL/{x[name]++}
-       END{for(n in f) printf "%6d FFMA %4d LDS.128 %4d LDS(other) %4d LDGSTS %3d local  %s\n", f[n], l[n], s[n], g[n], x[n], n}' \
+  awk '/Function :/{name=$3} /FFMA/{f[name]++} /HGMMA/{h[name]++} /LDS\.128/{l[name]++} /LDS[^.]/{s[name]++} /LDGSTS/{g[name]++} /UTMALDG/{t[name]++} /LDL|STL/{x[name]++}
+       END{for(n in f) printf "%6d FFMA %5d HGMMA %4d LDS.128 %4d LDS(other) %4d LDGSTS %3d UTMALDG %3d local  %s\n", f[n], h[n], l[n], s[n], g[n], t[n], x[n], n}' \
     "$OUT/sass.txt" | sort -k11 | cut -c1-200 | tee "$OUT/sass-mix.txt"
   gzip -f "$OUT/sass.txt"
 fi
@@ -118,6 +140,9 @@ if has ncu; then
   step ncu-pingpong 300 ncu --clock-control none -k regex:pingpong_sgemm_kernel --launch-count 1 $sections \
     "$BIN/sgemm-bench" --shapes "$shape" --kernels pingpong --runs 1 --warmup 0 --ref-rows 0
   # shellcheck disable=SC2086
+  # shellcheck disable=SC2086
+  step ncu-fp32x3 300 ncu --clock-control none -k regex:fp32x3_gemm_kernel --launch-count 1 $sections \
+    "$BIN/sgemm-bench" --shapes "$shape" --kernels fp32x3 --runs 1 --warmup 0 --ref-rows 0
   step ncu-cublas 300 ncu --clock-control none -k regex:'gemm|xmma' --launch-count 1 $sections \
     "$BIN/sgemm-bench" --shapes "$shape" --kernels cublas --runs 1 --warmup 0 --ref-rows 0
 fi
