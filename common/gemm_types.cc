@@ -30,6 +30,21 @@ std::string kernel_kind_list(const std::vector<KernelKind>& kinds) {
   return out;
 }
 
+std::string_view precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kFp32x3: return "fp32x3";
+  }
+  return "unknown";
+}
+
+std::optional<Precision> parse_precision(std::string_view text) {
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp32x3})
+    if (text == precision_name(p)) return p;
+  return std::nullopt;
+}
+
 std::string_view split_mode_name(SplitMode mode) {
   switch (mode) {
     case SplitMode::kAuto: return "auto";
