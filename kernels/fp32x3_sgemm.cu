@@ -26,12 +26,6 @@ using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;          // 128x128 til
 using Coop = Fp32x3Config<64, 128, 3, false, 0>;
 using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;  // + B multicast to 2 CTAs
 using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;     // raw A, split in registers
-// + raw B, split and transposed in shared memory by the transform warps: no split pass.
-// 4 ring stages of raw A and B (32 KB) and 3 stages of B's planes (32 KB): 224 KB.
-using CoopPromote1SplitAB = Fp32x3Config<64, 128, 4, false, 1, 1, true, 3>;
-// The same two with the in-kernel splits rounding by integer operations (not cvt.rna).
-using CoopPromote1SplitAAlu = Fp32x3Config<64, 128, 4, false, 1, 1, true, 0, true>;
-using CoopPromote1SplitABAlu = Fp32x3Config<64, 128, 4, false, 1, 1, true, 3, true>;
 
 constexpr int64_t kAlignBytes = 256;
 
@@ -75,31 +69,26 @@ Status make_plane_map(CUtensorMap* map, const float* planes, int64_t rows, int64
   return Status::Ok();
 }
 
-// TMA map over a caller's row-major matrix itself (rows x cols, ld, fp32), box
-// {box_cols, box_rows}: A with 128-byte swizzle (box {32, rows}), or B unswizzled (box
-// {kBN, 32}). Only where TMA can describe it (tma_describable).
-Status make_raw_map(CUtensorMap* map, const float* x, int64_t rows, int64_t cols, int64_t ld, int box_cols,
-                    int box_rows, CUtensorMapSwizzle swizzle) {
+// TMA map over the caller's A itself (rows x k, ld lda, fp32), box {32, box_rows},
+// 128-byte swizzle. Only where TMA can describe it (a_tma_describable).
+Status make_raw_map(CUtensorMap* map, const float* a, int64_t rows, int64_t k, int64_t ld, int box_rows) {
   SGEMM_ASSIGN_OR_RETURN(auto encode, encode_tiled_fn());
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(ld * 4)};
-  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+  const cuuint32_t box[2] = {cuuint32_t(fp32x3::kBK), cuuint32_t(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(x), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(a), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    return Internal("cuTensorMapEncodeTiled (raw operand) failed with CUresult " + std::to_string(int(r)));
+    return Internal("cuTensorMapEncodeTiled (A) failed with CUresult " + std::to_string(int(r)));
   return Status::Ok();
 }
 
-// Whether the bulk tensor copy can read a row-major operand in place: 16-byte aligned
-// base and rows.
-bool tma_describable(const float* p, int64_t ld) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0 && ld % 4 == 0 && ld * 4 < (int64_t{1} << 40);
+// Whether the bulk tensor copy can read A in place: 16-byte aligned base and rows.
+bool a_tma_describable(const GemmArgs& g) {
+  return (reinterpret_cast<uintptr_t>(g.a) & 15u) == 0 && g.lda % 4 == 0 && g.lda * 4 < (int64_t{1} << 40);
 }
-bool a_tma_describable(const GemmArgs& g) { return tma_describable(g.a, g.lda); }
-bool b_tma_describable(const GemmArgs& g) { return tma_describable(g.b, g.ldb); }
 
 template <class Kernel>
 Status ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_mask) {
@@ -167,27 +156,18 @@ Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStr
 
   if (Cfg::kSplitAInKernel && !a_tma_describable(g))
     return InvalidArgument("a: this variant reads A with TMA: needs a 16-byte aligned a and lda % 4 == 0");
-  if (Cfg::kSplitBInKernel && !b_tma_describable(g))
-    return InvalidArgument("b: this variant reads B with TMA: needs a 16-byte aligned b and ldb % 4 == 0");
   float* a_planes = Cfg::kSplitAInKernel ? nullptr : a_planes_of(workspace);
   float* b_planes = b_planes_of(workspace, g.shape);
-  if constexpr (!Cfg::kSplitBInKernel) SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, stream));
+  SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, stream));
 
   constexpr int kCl = Cfg::kClusterM;
   CUtensorMap map_a, map_b;
   if constexpr (Cfg::kSplitAInKernel) {
-    SGEMM_RETURN_IF_ERROR(make_raw_map(&map_a, g.a, g.shape.m, g.shape.k, g.lda, fp32x3::kBK, Cfg::kBM,
-                                       CU_TENSOR_MAP_SWIZZLE_128B));
+    SGEMM_RETURN_IF_ERROR(make_raw_map(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::kBM));
   } else {
     SGEMM_RETURN_IF_ERROR(make_plane_map(&map_a, a_planes, g.shape.m, g.shape.k, Cfg::kBM, 2));
   }
-  if constexpr (Cfg::kSplitBInKernel) {
-    SGEMM_RETURN_IF_ERROR(make_raw_map(&map_b, g.b, g.shape.k, g.shape.n, g.ldb, Cfg::kBN, fp32x3::kBK,
-                                       CU_TENSOR_MAP_SWIZZLE_NONE));
-  } else {
-    SGEMM_RETURN_IF_ERROR(
-        make_plane_map(&map_b, b_planes, g.shape.n, g.shape.k, Cfg::kBBoxRows, kCl == 1 ? 2 : 1));
-  }
+  SGEMM_RETURN_IF_ERROR(make_plane_map(&map_b, b_planes, g.shape.n, g.shape.k, Cfg::kBBoxRows, kCl == 1 ? 2 : 1));
 
   const int64_t tiles_m = (g.shape.m + Cfg::kBM - 1) / Cfg::kBM;
   const int64_t units = (tiles_m + kCl - 1) / kCl * ((g.shape.n + Cfg::kBN - 1) / Cfg::kBN);
@@ -237,16 +217,12 @@ constexpr Variant kVariants[] = {
     {"coop_128x128_s3", run_config<Coop>},
     {"coop_128x128_s3_promote1_cluster2", run_config<CoopPromote1Cluster2>},
     {"coop_128x128_s4_promote1_splitA", run_config<CoopPromote1SplitA>},
-    {"coop_128x128_s4p3_promote1_splitAB", run_config<CoopPromote1SplitAB>},
-    {"coop_128x128_s4_promote1_splitA_alu", run_config<CoopPromote1SplitAAlu>},
-    {"coop_128x128_s4p3_promote1_splitAB_alu", run_config<CoopPromote1SplitABAlu>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA,
-  kCoopPromote1SplitAB, kCoopPromote1SplitAAlu, kCoopPromote1SplitABAlu
+  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA
 };
-static_assert(kCoopPromote1SplitABAlu + 1 == kNumVariants, "VariantId must list kVariants in order");
+static_assert(kCoopPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
 
 }  // namespace
 
@@ -290,8 +266,7 @@ int fp32x3_pick_variant(const GemmArgs& args) {
   // a or lda % 4 != 0), both operands go through the split pass.
   const GemmShape& s = args.shape;
   const bool large_n_and_k = s.n >= 6144 && s.k >= 6144;
-  if (!a_tma_describable(args) || large_n_and_k) return kCoopPromote1;
-  return b_tma_describable(args) ? kCoopPromote1SplitAB : kCoopPromote1SplitA;
+  return a_tma_describable(args) && !large_n_and_k ? kCoopPromote1SplitA : kCoopPromote1;
 }
 
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t bytes,

@@ -67,7 +67,7 @@ constexpr int kConsumerRegs = 232;  // setmaxnreg for the two consumer warp grou
 constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <= 64K
 
 template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kClusterM_ = 1,
-          bool kSplitAInKernel_ = false, int kPlaneStages_ = 0, bool kAluRound_ = false, int kGroupM_ = 8>
+          bool kSplitAInKernel_ = false, int kGroupM_ = 8>
 struct Fp32x3Config {
   static constexpr int kWgM = kWgM_;          // rows of C per consumer warp group per tile
   static constexpr int kBN = kBN_;            // columns of C per tile
@@ -78,39 +78,19 @@ struct Fp32x3Config {
   // A is copied raw (fp32) and split by the consumers, in registers, for wgmma's
   // register-A form; only B goes through the split pass.
   static constexpr bool kSplitAInKernel = kSplitAInKernel_;
-  // kPlaneStages > 0: B is copied raw ([32 k][kBN n], no swizzle) with A into the ring of
-  // kStages stages, and split and transposed into its K-major hi/lo planes, in a second
-  // ring of kPlaneStages stages, by the producer group's three spare warps (the transform
-  // warps); no split pass at all. A ring stage is released as soon as the consumers have
-  // their A fragments and the transform warps their B values; a plane stage when its
-  // wgmmas completed.
-  static constexpr int kPlaneStages = kPlaneStages_;
-  static constexpr bool kSplitBInKernel = kPlaneStages > 0;
-  static constexpr int kPlaneRing = kSplitBInKernel ? kPlaneStages : 1;  // a non-zero modulus
-  // The in-kernel splits round with integer ALU operations (tf32_round_nearest_alu)
-  // instead of cvt.rna.tf32.f32; the same values.
-  static constexpr bool kAluRound = kAluRound_;
-  static constexpr int kTransformWarps = kSplitBInKernel ? 3 : 0;
   static constexpr int kGroupM = kGroupM_;
   static constexpr int kBM = kPingpong ? kWgM : 2 * kWgM;  // rows of a tile
   static constexpr int kThreads = 384;
   static constexpr int kMmaM = kWgM / 64;                 // m64 wgmmas per k8 step
   static constexpr int kAccRegs = kBN / 2;                // fp32 per thread per m64 block
   static constexpr int kABytes = (kSplitAInKernel ? 1 : 2) * kBM * kRowBytes;  // raw, or hi + lo planes
-  static constexpr int kBBytes = 2 * kBN * kRowBytes;               // B's hi + lo planes
-  static constexpr int kBRawBytes = kSplitBInKernel ? kBK * kBN * 4 : 0;  // raw B, before the transform
-  // Ring stage: A (raw or planes), then B's planes, or raw B when B is split in the kernel.
-  static constexpr int kStageBytes = kABytes + (kSplitBInKernel ? kBRawBytes : kBBytes);
-  static constexpr int kTmaBytes = kStageBytes;  // copied per stage
-  // Warps releasing a ring stage: the consumers' (and, splitting B, the transform warps).
-  static constexpr int kRingArrivals = (kPingpong ? 4 : 8) * kClusterM_ + kTransformWarps;
+  static constexpr int kBBytes = 2 * kBN * kRowBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;
   // Warps releasing a stage: each consuming warp of every CTA of the cluster (B is multicast).
   static constexpr int kConsumerArrivals = (kPingpong ? 4 : 8) * kClusterM;
   static constexpr int kBBoxRows = kBN / kClusterM;  // B rows each CTA of a cluster loads (and multicasts)
   // 1024 bytes of slack to align the ring to the 128-byte swizzle's 1024-byte period.
-  // full, empty (and, with the in-kernel split of B, ready) mbarriers per stage.
-  static constexpr int kSmemBytes =
-      kStages * kStageBytes + kPlaneStages * kBBytes + 2 * (kStages + kPlaneStages) * 8 + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
 
   static_assert(kWgM == 64 || kWgM == 128, "a consumer warp group covers one or two m64 wgmma rows");
   static_assert(kBN == 128 || kBN == 256, "wgmma wrappers exist for n = 128 and n = 256");
@@ -125,10 +105,6 @@ struct Fp32x3Config {
                 "the in-kernel split of A is written for promoted accumulation");
   static_assert(!kSplitAInKernel || kBN == 128, "the register-A wgmma wrapper exists for n = 128");
   static_assert(kBBoxRows % 8 == 0, "a multicast share of B must be whole 8-row swizzle atoms");
-  static_assert(!kSplitBInKernel || (kSplitAInKernel && !kPingpong && kClusterM == 1 && kPromoteEvery == 1),
-                "the in-kernel split of B is written for the cooperative split-A kernel promoting every "
-                "k-block, without clusters");
-  static_assert(kPlaneStages != 1, "B's planes need two stages to overlap the transform with the math");
 };
 
 // ---------------------------------------------------------------------------------
@@ -138,23 +114,6 @@ __device__ __forceinline__ float tf32_round_nearest(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return __uint_as_float(r & 0xffffe000u);
-}
-
-// The same rounding by integer arithmetic: add half a tf32 ulp to the magnitude's bits
-// and truncate (round to nearest, ties away); inf and NaN pass through unchanged.
-__device__ __forceinline__ float tf32_round_nearest_alu(float x) {
-  const uint32_t b = __float_as_uint(x);
-  const uint32_t r = (b + 0x1000u) & 0xffffe000u;
-  return (b & 0x7f800000u) == 0x7f800000u ? x : __uint_as_float(r);
-}
-
-template <bool kAlu>
-__device__ __forceinline__ float tf32_round(float x) {
-  if constexpr (kAlu) {
-    return tf32_round_nearest_alu(x);
-  } else {
-    return tf32_round_nearest(x);
-  }
 }
 
 // Splits one 32 x 32 tile of x (rows x cols, ld ldx) at (r0, c0): hi to out[i], lo to
@@ -295,11 +254,6 @@ __device__ __forceinline__ float lds_f32(uint32_t addr) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
   return v;
-}
-
-__device__ __forceinline__ void sts_v4(uint32_t addr, const uint32_t (&v)[4]) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
-               : "memory");
 }
 
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
@@ -446,11 +400,8 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s at ring + s * kStageBytes
-  const uint32_t planes = ring + Cfg::kStages * Cfg::kStageBytes;  // kPlaneStages x kBBytes (kSplitBInKernel)
-  const uint32_t full_bar = planes + Cfg::kPlaneStages * Cfg::kBBytes;  // kStages x 8 bytes
+  const uint32_t full_bar = ring + Cfg::kStages * Cfg::kStageBytes;  // kStages x 8 bytes
   const uint32_t empty_bar = full_bar + Cfg::kStages * 8;
-  const uint32_t ready_bar = empty_bar + Cfg::kStages * 8;        // plane stage written: kPlaneStages x 8
-  const uint32_t free_bar = ready_bar + Cfg::kPlaneStages * 8;    // plane stage's wgmmas done
 
   // Work units: with clusters of kClusterM CTAs, a unit is kClusterM consecutive tile
   // rows times one tile column; CTA r of the cluster takes tile row unit * kClusterM + r.
@@ -466,11 +417,7 @@ __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, Cfg::kSplitBInKernel ? Cfg::kRingArrivals : Cfg::kConsumerArrivals);
-    }
-    for (int p = 0; p < Cfg::kPlaneStages; ++p) {
-      mbar_init(ready_bar + 8 * p, Cfg::kTransformWarps);
-      mbar_init(free_bar + 8 * p, Cfg::kConsumerArrivals);
+      mbar_init(empty_bar + 8 * s, Cfg::kConsumerArrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -508,16 +455,13 @@ __global__ void __launch_bounds__(384, 1)
           // Free in every CTA of the cluster (B shares are written into all of them).
           mbar_wait(empty_bar + 8 * s, phase ^ 1u);
           const uint32_t stage = ring + s * Cfg::kStageBytes;
-          mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::kTmaBytes);
+          mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::kStageBytes);
           if constexpr (Cfg::kSplitAInKernel) {
             tma_load_2d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM);
           } else {
             tma_load_3d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM, 0);
           }
-          if constexpr (Cfg::kSplitBInKernel) {
-            // Raw B rows kb*32.. and columns tn*kBN..: [32][kBN] fp32, dense.
-            tma_load_2d(stage + Cfg::kABytes, &tmap_b, full_bar + 8 * s, tn * Cfg::kBN, kb * kBK);
-          } else if constexpr (kCl == 1) {
+          if constexpr (kCl == 1) {
             tma_load_3d(stage + Cfg::kABytes, &tmap_b, full_bar + 8 * s, kb * kBK, tn * Cfg::kBN, 0);
           } else {
             // This CTA's share of B's rows, both planes, into every CTA of the cluster.
@@ -527,59 +471,6 @@ __global__ void __launch_bounds__(384, 1)
               tma_load_3d_multicast(stage + Cfg::kABytes + (p * Cfg::kBN + share) * kRowBytes, &tmap_b,
                                     full_bar + 8 * s, kb * kBK, tn * Cfg::kBN + share, p,
                                     uint16_t((1u << kCl) - 1u));
-          }
-        }
-      }
-    } else if (Cfg::kSplitBInKernel && threadIdx.x >= 32) {
-      // Transform warps (1..3): raw B [32 k][kBN n] -> K-major hi/lo planes [kBN n][32 k]
-      // in the 128-byte swizzle layout wgmma reads (16-byte chunk c of row r at c ^ (r % 8)).
-      // Thread item i: column nn = i % kBN, k chunk kc = i / kBN; a warp reads 32
-      // consecutive words per load and writes 16-byte chunks 8 rows apart in distinct
-      // banks (conflict-free both ways). Zero-filled rows/columns (TMA) give zero planes.
-      const int x = threadIdx.x - 32, lane = threadIdx.x % 32;
-      constexpr int kItems = Cfg::kBN * (kBK / 4), kStride = 32 * Cfg::kTransformWarps;
-      uint32_t g = 0;
-      for (int t = unit0; t < units; t += unit_stride) {
-        for (int kb = 0; kb < k_blocks; ++kb, ++g) {
-          const uint32_t s = g % Cfg::kStages, p = g % Cfg::kPlaneRing;
-          mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
-          mbar_wait(free_bar + 8 * p, ((g / Cfg::kPlaneRing) & 1u) ^ 1u);
-          const uint32_t raw_b = ring + s * Cfg::kStageBytes + Cfg::kABytes;
-          const uint32_t hi = planes + p * Cfg::kBBytes, lo = hi + Cfg::kBN * kRowBytes;
-          // Two items per pass, their eight loads issued before any arithmetic.
-          for (int i0 = x; i0 < kItems; i0 += 2 * kStride) {
-            const bool second = i0 + kStride < kItems;
-            float v[2][4];
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const int i = second ? i0 + j * kStride : i0;
-              const int nn = i % Cfg::kBN, kc = i / Cfg::kBN;
-#pragma unroll
-              for (int q = 0; q < 4; ++q) v[j][q] = lds_f32(raw_b + uint32_t(((4 * kc + q) * Cfg::kBN + nn) * 4));
-            }
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              if (j == 1 && !second) break;
-              const int i = i0 + j * kStride;
-              const int nn = i % Cfg::kBN, kc = i / Cfg::kBN;
-              uint32_t h[4], l[4];
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                const float vh = tf32_round<Cfg::kAluRound>(v[j][q]);
-                h[q] = __float_as_uint(vh);
-                l[q] = __float_as_uint(isfinite(vh) ? tf32_round<Cfg::kAluRound>(v[j][q] - vh) : 0.0f);
-              }
-              const uint32_t off = uint32_t(nn * kRowBytes + ((kc ^ (nn & 7)) << 4));
-              sts_v4(hi + off, h);
-              sts_v4(lo + off, l);
-            }
-          }
-          // The planes are read by wgmma (the async proxy) next.
-          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-          __syncwarp();
-          if (lane == 0) {
-            mbar_arrive(ready_bar + 8 * p);
-            mbar_arrive(empty_bar + 8 * s);  // raw B read
           }
         }
       }
@@ -647,19 +538,11 @@ __global__ void __launch_bounds__(384, 1)
                                 lds_f32(row0 + 8 * kRowBytes + c1)};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const float h = tf32_round<Cfg::kAluRound>(x[i]);
+              const float h = tf32_round_nearest(x[i]);
               hi[mi][kk][i] = __float_as_uint(h);
-              lo[mi][kk][i] = __float_as_uint(isfinite(h) ? tf32_round<Cfg::kAluRound>(x[i] - h) : 0.0f);
+              lo[mi][kk][i] = __float_as_uint(isfinite(h) ? tf32_round_nearest(x[i] - h) : 0.0f);
             }
           }
-        }
-      };
-      // Splitting B in the kernel, a ring stage holds only raw A and B: free once every
-      // lane of the warp has loaded its A fragments.
-      auto release_raw = [&](uint32_t gg) {
-        if constexpr (Cfg::kSplitBInKernel) {
-          __syncwarp();
-          if (lane == 0) mbar_arrive(empty_bar + 8 * (gg % Cfg::kStages));
         }
       };
       // One k-block kb (global index gg). Its wgmmas read the fragments `cur`; `nxt` held
@@ -671,13 +554,7 @@ __global__ void __launch_bounds__(384, 1)
         const bool run_starts = kb % kP == 0;
         const bool run_ends = (kb + 1) % kP == 0 || kb + 1 == k_blocks;
         const bool has_next = kb + 1 < k_blocks;
-        uint32_t b_hi = stage_of(gg) + Cfg::kABytes;
-        if constexpr (Cfg::kSplitBInKernel) {
-          const uint32_t p = gg % Cfg::kPlaneRing;
-          mbar_wait(ready_bar + 8 * p, (gg / Cfg::kPlaneRing) & 1u);
-          b_hi = planes + p * Cfg::kBBytes;
-        }
-        const uint32_t b_lo = b_hi + Cfg::kBN * kRowBytes;
+        const uint32_t b_hi = stage_of(gg) + Cfg::kABytes, b_lo = b_hi + Cfg::kBN * kRowBytes;
         // No register fences on acc between wgmmas of a run (ptxas would wait for the run
         // to drain): the wgmma asm statements order themselves against reads of acc.
         wgmma_fence();
@@ -708,7 +585,6 @@ __global__ void __launch_bounds__(384, 1)
         if (has_next) {
           wait_full(gg + 1);
           prep(stage_of(gg + 1), nxt_hi, nxt_lo);
-          release_raw(gg + 1);
         }
         if (run_ends) {
           wgmma_wait<0>();
@@ -723,16 +599,11 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
           }
-          if constexpr (Cfg::kSplitBInKernel) {
-            if (lane == 0) mbar_arrive(free_bar + 8 * (gg % Cfg::kPlaneRing));
-          } else {
-            if (lane == 0) release(gg % Cfg::kStages);
-          }
+          if (lane == 0) release(gg % Cfg::kStages);
         }
       };
       wait_full(g);
       prep(stage_of(g), f0_hi, f0_lo);
-      release_raw(g);
       for (int kb = 0; kb < k_blocks; kb += 2) {
         step(kb, g + kb, f0_hi, f0_lo, f1_hi, f1_lo);
         if (kb + 1 < k_blocks) step(kb + 1, g + kb + 1, f1_hi, f1_lo, f0_hi, f0_lo);
