@@ -1,7 +1,8 @@
 # CTest (label unit): `cmake --install` the client component of this build into
 # a fresh prefix, then configure, build and run tests/install/consumer against
 # it with find_package(sgemm_client). Only the consumer's one file compiles.
-#   cmake -DBUILD_DIR=build -DCONSUMER_DIR=tests/install/consumer -DWORK_DIR=... -DGENERATOR=Ninja -P check_install.cmake
+#   cmake -DBUILD_DIR=build -DCONSUMER_DIR=tests/install/consumer -DWORK_DIR=... -DGENERATOR=Ninja
+#         [-DLINK_FLAGS=-fsanitize=thread] -P check_install.cmake
 foreach(v BUILD_DIR CONSUMER_DIR WORK_DIR GENERATOR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "check_install.cmake: -D${v}= is required")
@@ -30,7 +31,7 @@ if(IS_SYMLINK ${prefix}/include/client/sgemm_client.h)
   message(FATAL_ERROR "installed headers must be files, not links into the source tree")
 endif()
 run(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release
-    -DCMAKE_PREFIX_PATH=${prefix})
+    -DCMAKE_PREFIX_PATH=${prefix} "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
 message(STATUS "${last_output}")
