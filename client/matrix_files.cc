@@ -78,6 +78,24 @@ StatusOr<std::string> read_whole_file(const std::string& path) {
   return bytes;
 }
 
+// Raw row-major little-endian fp32 of rows x cols; `what` labels the size error ("raw fp32 A").
+StatusOr<MatrixData> parse_raw(std::string_view bytes, int64_t rows, int64_t cols, std::string_view name,
+                               std::string_view what) {
+  if (rows < 1 || cols < 1) return bad(name, "raw shape must be at least 1x1");
+  if (rows > std::numeric_limits<int64_t>::max() / cols / int64_t(sizeof(float))) return bad(name, "shape too large");
+  const auto want = static_cast<std::size_t>(rows * cols) * sizeof(float);
+  if (bytes.size() != want) {
+    return bad(name, std::string(what) + " of " + std::to_string(rows) + "x" + std::to_string(cols) + " needs " +
+                         std::to_string(want) + " bytes, the file has " + std::to_string(bytes.size()));
+  }
+  MatrixData m;
+  m.rows = rows;
+  m.cols = cols;
+  m.values.resize(static_cast<std::size_t>(rows * cols));
+  std::memcpy(m.values.data(), bytes.data(), want);
+  return m;
+}
+
 }  // namespace
 
 MatrixFileFormat matrix_format_for_path(std::string_view path) {
@@ -174,19 +192,7 @@ StatusOr<MatrixData> read_matrix_file(const std::string& path, std::optional<std
   if (!raw_shape) {
     return bad(path, "not a .npy file; for raw little-endian fp32 give its shape (--m, --n, --k)");
   }
-  const auto [rows, cols] = *raw_shape;
-  if (rows < 1 || cols < 1) return bad(path, "raw shape must be at least 1x1");
-  const auto want = static_cast<std::size_t>(rows * cols) * sizeof(float);
-  if (bytes.size() != want) {
-    return bad(path, "raw fp32 " + std::to_string(rows) + "x" + std::to_string(cols) + " needs " +
-                         std::to_string(want) + " bytes, the file has " + std::to_string(bytes.size()));
-  }
-  MatrixData m;
-  m.rows = rows;
-  m.cols = cols;
-  m.values.resize(static_cast<std::size_t>(rows * cols));
-  std::memcpy(m.values.data(), bytes.data(), want);
-  return m;
+  return parse_raw(bytes, raw_shape->first, raw_shape->second, path, "raw fp32");
 }
 
 Status write_matrix_file(const std::string& path, const float* values, int64_t rows, int64_t cols,
@@ -246,18 +252,7 @@ StatusOr<GemmInputs> read_gemm_inputs(const std::string& a_path, const std::stri
       return bad(*s.path, std::string("raw fp32 ") + s.role + " needs its shape: give --" +
                               (*s.rows == 0 ? s.row_dim : s.col_dim) + " (or a .npy file that implies it)");
     }
-    const auto want = static_cast<std::size_t>(*s.rows * *s.cols) * sizeof(float);
-    if (s.bytes.size() != want) {
-      return bad(*s.path, std::string("raw fp32 ") + s.role + " of " + std::to_string(*s.rows) + "x" +
-                              std::to_string(*s.cols) + " needs " + std::to_string(want) + " bytes, the file has " +
-                              std::to_string(s.bytes.size()));
-    }
-    MatrixData d;
-    d.rows = *s.rows;
-    d.cols = *s.cols;
-    d.values.resize(want / sizeof(float));
-    std::memcpy(d.values.data(), s.bytes.data(), want);
-    s.data = std::move(d);
+    SGEMM_ASSIGN_OR_RETURN(s.data, parse_raw(s.bytes, *s.rows, *s.cols, *s.path, std::string("raw fp32 ") + s.role));
   }
   GemmInputs in;
   in.shape = {dims[0], dims[1], dims[2]};
