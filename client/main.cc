@@ -83,7 +83,7 @@ nlohmann::json to_json(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r
   return j;
 }
 
-int submit(const std::string& server, int64_t chunk_bytes, SubmitOptions o) {
+int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o) {
   sgemm::GemmShape s{o.m, o.n, o.k};
   if (o.size > 0) s = {o.size, o.size, o.size};
   if (s.m < 1 || s.n < 1 || s.k < 1) {
@@ -101,6 +101,7 @@ int submit(const std::string& server, int64_t chunk_bytes, SubmitOptions o) {
   }
   sgemm::ClientOptions copt;
   copt.chunk_bytes = chunk_bytes;
+  if (no_retry) copt.retry.max_attempts = 1;
   auto client = sgemm::Client::connect(server, copt);
   sgemm::MultiplyOptions mopt;
   mopt.alpha = o.alpha;
@@ -169,6 +170,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string server = "localhost:50051";
   int64_t chunk_bytes = 1 << 20;
+  bool no_retry = false;
+  app.add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
   app.add_option("--server", server, "sgemm-server address host:port")->capture_default_str();
   app.add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent")
       ->check(CLI::Range(int64_t{4}, int64_t{(4 << 20) - 1024}))
@@ -193,6 +196,7 @@ int main(int argc, char** argv) {
   sub->add_option("--split", o.split, "auto, single, rows or k")->check(CLI::IsMember({"auto", "single", "rows", "k"}));
   sub->add_option("--timeout-ms", o.timeout_ms, "deadline for the request (0 = none)");
   sub->add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent");
+  sub->add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
 
   CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
   info->add_option("--server", server, "sgemm-server address host:port");
@@ -204,7 +208,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
-  if (*sub) return submit(server, chunk_bytes, o);
+  if (*sub) return submit(server, chunk_bytes, no_retry, o);
   if (*health) {
     auto r = sgemm::Client::connect(server)->serving();
     if (!r.ok()) {

@@ -41,8 +41,16 @@ int64_t matrix_elements(const GemmShape& shape, MatrixId m);
 
 class MatrixAssembler final : public InputFeed {
  public:
-  // Destinations must hold matrix_elements() floats each; `c` may be null when !has_c.
+  // Destinations must hold matrix_elements() floats each; `c` may be null when
+  // !has_c. Any may be null until set_destination() (buffers allocated when a
+  // matrix's first chunk arrives).
   MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c, int64_t max_chunk_bytes);
+
+  void set_destination(MatrixId matrix, float* dst);
+  // Whether a chunk would be accepted (the checks add_chunk makes), without copying.
+  Status check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes) const;
+  // Every declared matrix has all its elements.
+  bool complete() const;
 
   // Copies a chunk into place. Chunks of one matrix must be contiguous and in
   // order; matrices may interleave. Errors name the matrix and the offsets.

@@ -106,7 +106,7 @@ int64_t wait_for_no_held_bytes(ClientT& client, int tries = 300) {
   int64_t held = -1;
   for (int i = 0; i < tries && held != 0; ++i) {
     auto info = client.info();
-    if (!info.ok()) return -1;
+    if (!info.ok()) { fprintf(stderr, "info: %s\n", info.status().to_string().c_str()); return -1; }
     held = info->host_bytes_in_use;
     if (held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

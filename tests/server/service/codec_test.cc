@@ -1,0 +1,85 @@
+#include "server/service/codec.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+#include <gtest/gtest.h>
+
+namespace sgemm {
+namespace {
+
+namespace v1 = ::sgemm::v1;
+
+grpc::ByteBuffer to_buffer(const std::string& bytes) {
+  grpc::Slice s(bytes);
+  return grpc::ByteBuffer(&s, 1);
+}
+
+TEST(Codec, CChunkDecodesAsAMultiplyResponse) {
+  std::vector<float> c(1000);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = float(i) * 0.5f;
+  for (int64_t offset : {int64_t{0}, int64_t{1}, int64_t{300}}) {
+    grpc::ByteBuffer bb = encode_c_chunk(c.data(), offset, 700);
+    v1::MultiplyResponse resp;
+    grpc::ProtoBufferReader reader(&bb);
+    ASSERT_TRUE(resp.ParseFromZeroCopyStream(&reader));
+    ASSERT_TRUE(resp.has_chunk());
+    EXPECT_EQ(resp.chunk().matrix(), v1::MATRIX_C);
+    EXPECT_EQ(resp.chunk().offset(), offset);
+    ASSERT_EQ(resp.chunk().data().size(), 700u * 4);
+    EXPECT_EQ(std::memcmp(resp.chunk().data().data(), c.data() + offset, 700 * 4), 0);
+  }
+}
+
+TEST(Codec, ParseErrorsEmptyMessagesAndOversizedChunksAreNamed) {
+  grpc::ByteBuffer junk = to_buffer("\xff\xff\xff\xff not protobuf");
+  auto r = decode_request(junk, 1, 1 << 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("does not parse"), std::string::npos) << r.status().message();
+
+  grpc::ByteBuffer empty = to_buffer("");
+  auto e = decode_request(empty, 2, 1 << 20);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->kind, RequestMessage::Kind::kEmpty);
+
+  v1::MultiplyRequest big;
+  big.mutable_chunk()->set_matrix(v1::MATRIX_A);
+  big.mutable_chunk()->set_data(std::string(2 << 20, '\0'));
+  grpc::ByteBuffer bb = to_buffer(big.SerializeAsString());
+  auto o = decode_request(bb, 3, 1 << 20);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(o.status().message().find("1048576 bytes of matrix data per message"), std::string::npos)
+      << o.status().message();
+  EXPECT_NE(o.status().message().find("several MatrixChunk messages"), std::string::npos);
+}
+
+TEST(Codec, HeaderAndChunkConvert) {
+  v1::MultiplyRequest h;
+  h.mutable_header()->set_m(3);
+  h.mutable_header()->set_n(4);
+  h.mutable_header()->set_k(5);
+  h.mutable_header()->set_beta(0.5f);
+  h.mutable_header()->set_split(v1::SPLIT_SINGLE);
+  grpc::ByteBuffer hb = to_buffer(h.SerializeAsString());
+  auto r = decode_request(hb, 1, 1 << 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, RequestMessage::Kind::kHeader);
+  EXPECT_EQ(r->header.shape.k, 5);
+  EXPECT_EQ(r->header.alpha, 1.0f);
+  EXPECT_EQ(r->header.beta, 0.5f);
+  EXPECT_EQ(r->header.options.split, SplitMode::kSingle);
+
+  v1::MultiplyRequest c;
+  c.mutable_chunk()->set_matrix(v1::MATRIX_B);
+  c.mutable_chunk()->set_offset(8);
+  c.mutable_chunk()->set_data(std::string(16, '\1'));
+  grpc::ByteBuffer cb = to_buffer(c.SerializeAsString());
+  auto d = decode_request(cb, 2, 1 << 20);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->matrix, MatrixId::kB);
+  EXPECT_EQ(d->offset, 8);
+  EXPECT_EQ(d->data.size(), 16u);
+}
+
+}  // namespace
+}  // namespace sgemm
