@@ -233,16 +233,18 @@ int main(int argc, char** argv) {
     log->info("signal {} received: refusing new requests, finishing those in flight (up to {} s)", sig,
               opt.shutdown_grace_s);
     server->GetHealthCheckService()->Shutdown();  // NOT_SERVING for every name
-    service.begin_shutdown();                     // streams without a request end now
-    const auto deadline = steady_clock::now() + grace;
-    // gRPC stops accepting at once and, at the deadline, cancels what is left.
-    std::thread stopper([&] { server->Shutdown(system_clock::now() + grace + seconds(2)); });
-    if (!service.wait_for_no_calls(deadline)) {
+    // The service refuses new calls (UNAVAILABLE) and ends streams that carry
+    // no request; requests under way get the grace, then are cancelled.
+    service.begin_shutdown();
+    if (!service.wait_for_no_calls(steady_clock::now() + grace)) {
       log->warn("shutdown grace ({} s) over: cancelling the requests still open", opt.shutdown_grace_s);
       service.cancel_all(sgemm::Unavailable("server shut down before this request finished (--shutdown-grace " +
-                                            std::to_string(opt.shutdown_grace_s) + " s); retry"));
+                                            fmt::format("{}", opt.shutdown_grace_s) + " s); retry"));
+      service.wait_for_no_calls(steady_clock::now() + seconds(2));
     }
-    stopper.join();
+    // Nothing of ours is left: a short deadline, after which gRPC drops idle
+    // connections instead of waiting for their clients to close them.
+    server->Shutdown(system_clock::now());
   });
   server->Wait();
   waiter.join();

@@ -4,6 +4,7 @@
 
 #include "server/service/codec.h"
 #include "server/service/multiply_call.h"
+#include "server/service/status_mapping.h"
 
 namespace sgemm {
 
@@ -71,6 +72,11 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multi
 
 grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
                                                 v1::GetInfoResponse* out) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (shared_->shutting_down.load()) {
+    reactor->Finish(to_grpc_status(Unavailable("server shutting down")));
+    return reactor;
+  }
   InfoFigures f;
   f.version = options_.version;
   f.backends = options_.backends;
@@ -89,7 +95,6 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   f.requests_failed = shared_->requests_failed.load();
   f.host_bytes_in_use = shared_->budget.in_use();
   info_to_proto(shared_->engine.info(), f, out);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -161,6 +161,14 @@ TEST_F(MultiplyE2E, InfoReportsDevicesKernelsLimitsAndHealth) {
   auto serving = client->serving();
   ASSERT_TRUE(serving.ok()) << serving.status().to_string();
   EXPECT_TRUE(*serving);
+  // Probes that name the service get an answer too; unknown names NOT_FOUND.
+  auto by_name = client->serving("sgemm.v1.Sgemm");
+  ASSERT_TRUE(by_name.ok()) << by_name.status().to_string();
+  EXPECT_TRUE(*by_name);
+  auto unknown = client->serving("no.such.Service");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(int(unknown.status().code()), 5) << unknown.status().to_string();  // NOT_FOUND
+  EXPECT_GT(info->host_memory_bytes, 0);
 }
 
 TEST_F(MultiplyE2E, TimingLogHasOneJsonLinePerRequest) {
