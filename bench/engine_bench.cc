@@ -1,8 +1,9 @@
-// engine-bench: scaling of the CUDA engine from one GPU to two.
+// engine-bench: scaling of the CUDA engine from one GPU to several.
 //
 // For each shape (4096^3, 8192^3, 16384^3, 1024x1024x65536 by default) and
-// each strategy (single on GPU 0; row split, K split with reduce-scatter, K
-// split with reduce to root, on GPUs 0 and 1) it first checks sampled rows
+// each strategy (single on GPU 0; then, for every count in --gpus above one,
+// row split, K split with reduce-scatter, K split with reduce to root and the
+// planner's own choice on GPUs 0..count-1) it first checks sampled rows
 // against the fp64 reference, then runs `--warmup` untimed and `--iters`
 // timed requests and reports medians:
 //   kernel phase: the slowest device's summed kernel time (CUDA events)
@@ -11,8 +12,9 @@
 // pinned memory (the engine's host pool), so this is the device side of a
 // request without the network.
 //
-//   engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] [--shapes MxNxK,...] [--sample ROWS]
-//                [--csv-out FILE]
+//   engine-bench [--gpus 1,2,4] [--iters N] [--warmup N] [--csv] [--kernel NAME] [--shapes MxNxK,...]
+//                [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]
+// --gpus defaults to 1, 2, 4, 8 up to the GPUs visible; a count over that is an error.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -22,12 +24,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/reference_gemm.h"
 #include "server/devices/pinned_host_pool.h"
-#include "server/engine/cuda_engine.h"
+#include "server/engine/cuda/cuda_engine.h"
 
 namespace {
 
@@ -40,7 +43,8 @@ struct Args {
   int warmup = 2;
   bool csv = false;
   std::string csv_out;  // also write the CSV here (the table still goes to stdout)
-  std::string kernel;
+  std::optional<KernelKind> kernel;  // nullopt: the engine's choice per shape
+  std::vector<int> gpus;             // GPU counts to compare; empty = 1, 2, 4, 8 up to those visible
   int64_t sample = 8;
   int64_t chunk_k = 0;     // CudaEngineOptions::chunk_k (0 = the engine's default)
   int64_t chunk_rows = 0;  // CudaEngineOptions::chunk_rows (0 = the engine's default)
@@ -65,7 +69,19 @@ Args parse(int argc, char** argv) {
     else if (s == "--warmup") a.warmup = std::max(0, std::atoi(next().c_str()));
     else if (s == "--csv") a.csv = true;
     else if (s == "--csv-out") a.csv_out = next();
-    else if (s == "--kernel") a.kernel = next();
+    else if (s == "--kernel") {
+      a.kernel = parse_kernel_kind(next());
+      if (!a.kernel) usage("--kernel takes pingpong or cublas");
+    } else if (s == "--gpus") {
+      std::string list = next();
+      for (size_t pos = 0; pos <= list.size();) {
+        const size_t end = std::min(list.find(',', pos), list.size());
+        const int g = std::atoi(list.substr(pos, end - pos).c_str());
+        if (g < 1) usage(("bad GPU count in --gpus " + list).c_str());
+        a.gpus.push_back(g);
+        pos = end + 1;
+      }
+    }
     else if (s == "--sample") a.sample = std::max(1, std::atoi(next().c_str()));
     else if (s == "--chunk-k") g_chunk_k = a.chunk_k = std::max(0LL, std::atoll(next().c_str()));
     else if (s == "--chunk-rows") g_chunk_rows = a.chunk_rows = std::max(0LL, std::atoll(next().c_str()));
@@ -109,7 +125,9 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-std::unique_ptr<Engine> engine_or_die(std::vector<int> devices, KReduce reduce, const std::string& kernel) {
+std::unique_ptr<Engine> engine_or_die(int gpus, KReduce reduce, std::optional<KernelKind> kernel) {
+  std::vector<int> devices;
+  for (int i = 0; i < gpus; ++i) devices.push_back(i);
   CudaEngineOptions o;
   o.chunk_k = g_chunk_k;
   o.chunk_rows = g_chunk_rows;
@@ -134,22 +152,32 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "engine-bench: no CUDA device\n");
     return 1;
   }
-  auto one = engine_or_die({0}, KReduce::kReduceScatter, args.kernel);
-  std::unique_ptr<Engine> two_rs, two_root;
+  std::vector<int> counts = args.gpus;
+  if (counts.empty())
+    for (int g = 1; g <= gpus; g *= 2) counts.push_back(g);
+  for (int g : counts)
+    if (g > gpus) {
+      std::fprintf(stderr, "engine-bench: --gpus asks for %d GPUs, %d visible\n", g, gpus);
+      return 1;
+    }
+  auto one = engine_or_die(1, KReduce::kReduceScatter, args.kernel);
+  std::vector<std::unique_ptr<Engine>> engines;  // owns the split engines
   std::vector<Config> configs = {{"single", one.get(), SplitMode::kSingle, 1}};
-  if (gpus >= 2) {
-    two_rs = engine_or_die({0, 1}, KReduce::kReduceScatter, args.kernel);
-    two_root = engine_or_die({0, 1}, KReduce::kReduceToRoot, args.kernel);
-    configs.push_back({"rows", two_rs.get(), SplitMode::kRows, 2});
-    configs.push_back({"k/reduce-scatter", two_rs.get(), SplitMode::kK, 2});
-    configs.push_back({"k/reduce-to-root", two_root.get(), SplitMode::kK, 2});
-    configs.push_back({"auto", two_rs.get(), SplitMode::kAuto, 2});
-  } else {
-    std::fprintf(stderr, "engine-bench: only 1 GPU visible: single-GPU figures only\n");
+  for (int g : counts) {
+    if (g < 2) continue;
+    engines.push_back(engine_or_die(g, KReduce::kReduceScatter, args.kernel));
+    Engine* rs = engines.back().get();
+    engines.push_back(engine_or_die(g, KReduce::kReduceToRoot, args.kernel));
+    Engine* root = engines.back().get();
+    configs.push_back({"rows", rs, SplitMode::kRows, g});
+    configs.push_back({"k/reduce-scatter", rs, SplitMode::kK, g});
+    configs.push_back({"k/reduce-to-root", root, SplitMode::kK, g});
+    configs.push_back({"auto", rs, SplitMode::kAuto, g});
   }
+  if (configs.size() == 1) std::fprintf(stderr, "engine-bench: one GPU: single-GPU figures only\n");
   const EngineInfo info = one->info();
   std::fprintf(stderr, "engine-bench: %s, kernel %s, %d GPU(s) visible\n", info.devices[0].name.c_str(),
-               args.kernel.empty() ? info.default_kernel.c_str() : args.kernel.c_str(), gpus);
+               args.kernel ? std::string(kernel_kind_name(*args.kernel)).c_str() : "chosen per shape", gpus);
 
   PinnedHostPool host(0);
   std::vector<Result> results;
@@ -169,9 +197,9 @@ int main(int argc, char** argv) {
     double single_e2e = 0, single_kernel = 0;
     for (const Config& cfg : configs) {
       GemmJob job;
-      job.shape = s;
-      job.options.split = cfg.split;
-      job.options.kernel = args.kernel;
+      job.request.shape = s;
+      job.request.options.split = cfg.split;
+      job.request.options.kernel = args.kernel;
       job.a = a->floats();
       job.b = b->floats();
       job.c = c->floats();

@@ -7,5 +7,4 @@ if(SGEMM_BUILD_GRPC)
   add_executable(sgemm-load ${CMAKE_CURRENT_LIST_DIR}/sgemm_load.cc)
   target_link_libraries(sgemm-load PRIVATE sgemm_client sgemm_proto sgemm_common CLI11::CLI11
                         nlohmann_json::nlohmann_json gRPC::grpc++)
-  target_include_directories(sgemm-load PRIVATE ${CMAKE_SOURCE_DIR})
 endif()

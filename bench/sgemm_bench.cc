@@ -92,12 +92,12 @@ Options parse(int argc, char** argv) {
       for (auto& s : split(next(), ',')) o.shapes.push_back(parse_shape(s));
     } else if (a == "--kernels") {
       for (auto& s : split(next(), ',')) {
-        KernelKind k;
-        if (!parse_kernel_kind(s, &k)) {
-          std::fprintf(stderr, "unknown kernel '%s'\n", s.c_str());
+        const auto k = parse_kernel_kind(s);
+        if (!k || *k == KernelKind::kOpenblas) {
+          std::fprintf(stderr, "unknown GPU kernel '%s'\n", s.c_str());
           std::exit(2);
         }
-        o.kernels.push_back(k);
+        o.kernels.push_back(*k);
       }
     } else if (a == "--runs") {
       o.runs = std::max(1, std::stoi(next()));
@@ -120,8 +120,11 @@ Options parse(int argc, char** argv) {
   }
   if (o.shapes.empty())
     o.shapes = {{1024, 1024, 1024}, {2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192},
-                {8192, 8192, 1024}, {1024, 1024, 16384}, {4095, 4095, 4095}, {8191, 8193, 1000}};
-  if (o.kernels.empty()) o.kernels = all_kernel_kinds();
+                {8192, 8192, 1024}, {1024, 1024, 16384}, {4095, 4095, 4095}, {8191, 8193, 1000},
+                // Thin classes (the engine's kernel-choice table, server/planner/kernel_choice.cc):
+                {1, 4096, 4096},    {4096, 1, 4096},    {8192, 64, 8192},   {8192, 128, 8192},
+                {128, 8192, 8192}};
+  if (o.kernels.empty()) o.kernels = gpu_kernel_kinds();
   return o;
 }
 
@@ -199,7 +202,7 @@ int main(int argc, char** argv) {
 
     // cuBLAS result on set 0: the yardstick for every kernel's error.
     std::vector<float> c_ref(nc), c_got(nc);
-    check_status(cublas->run(args_for(0), stream), "cublas run");
+    check_status(cublas->run(args_for(0), nullptr, 0, stream), "cublas run");
     BENCH_CHECK(cudaStreamSynchronize(stream));
     BENCH_CHECK(cudaMemcpy(c_ref.data(), bufs[0].c, nc * 4, cudaMemcpyDeviceToHost));
     double ref_max = 0;
@@ -221,9 +224,15 @@ int main(int argc, char** argv) {
     double cublas_ms = 0;
     for (const Job& job : jobs) {
       GemmBackend* be = job.kind == KernelKind::kCublas ? cublas.get() : pingpong.get();
+      // The caller owns the kernel's scratch (split-K slices), as the engine's lanes do.
+      const size_t ws_bytes = job.variant >= 0 ? pingpong_variant_workspace_bytes(s, job.variant)
+                                               : be->workspace_bytes(args_for(0));
+      void* ws = nullptr;
+      if (ws_bytes) BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
       auto launch = [&](int set) {
         const GemmArgs g = args_for(set);
-        return job.variant >= 0 ? pingpong_sgemm_variant(g, job.variant, stream) : be->run(g, stream);
+        return job.variant >= 0 ? pingpong_sgemm_variant(g, job.variant, ws, ws_bytes, stream)
+                                : be->run(g, ws, ws_bytes, stream);
       };
       std::string variant_name =
           job.kind == KernelKind::kCublas
@@ -279,6 +288,7 @@ int main(int argc, char** argv) {
                   r.variant.c_str(), r.median_ms, r.tflops, r.pct_cublas, r.err_vs_cublas, r.err_vs_fp64,
                   ok ? "ok" : "FAIL");
       std::fflush(stdout);
+      if (ws) BENCH_CHECK(cudaFree(ws));
     }
     for (auto& b : bufs) {
       cudaFree(b.a);

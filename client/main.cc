@@ -106,8 +106,8 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   sgemm::MultiplyOptions mopt;
   mopt.alpha = o.alpha;
   mopt.beta = o.beta;
-  mopt.kernel = o.kernel;
-  mopt.split = o.split;
+  if (!o.kernel.empty()) mopt.kernel = sgemm::parse_kernel_kind(o.kernel);
+  if (!o.split.empty()) mopt.split = sgemm::parse_split_mode(o.split).value_or(sgemm::SplitMode::kAuto);
   mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
 
   nlohmann::json runs = nlohmann::json::array();

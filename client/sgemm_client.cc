@@ -86,13 +86,20 @@ class GrpcClient final : public Client {
     h->set_alpha(opt.alpha);
     h->set_beta(opt.beta);
     h->set_has_c(c != nullptr);
-    if (opt.kernel == "pingpong") h->set_kernel(v1::KERNEL_PINGPONG);
-    else if (opt.kernel == "cublas") h->set_kernel(v1::KERNEL_CUBLAS);
-    else if (!opt.kernel.empty()) return InvalidArgument("unknown kernel '" + opt.kernel + "'");
-    if (opt.split == "single") h->set_split(v1::SPLIT_SINGLE);
-    else if (opt.split == "rows") h->set_split(v1::SPLIT_ROWS);
-    else if (opt.split == "k") h->set_split(v1::SPLIT_K);
-    else if (!opt.split.empty() && opt.split != "auto") return InvalidArgument("unknown split '" + opt.split + "'");
+    if (opt.kernel) {
+      switch (*opt.kernel) {
+        case KernelKind::kPingpong: h->set_kernel(v1::KERNEL_PINGPONG); break;
+        case KernelKind::kCublas: h->set_kernel(v1::KERNEL_CUBLAS); break;
+        case KernelKind::kOpenblas:
+          return InvalidArgument("kernel 'openblas' cannot be requested: the cpu backend uses it for every request");
+      }
+    }
+    switch (opt.split) {
+      case SplitMode::kAuto: break;
+      case SplitMode::kSingle: h->set_split(v1::SPLIT_SINGLE); break;
+      case SplitMode::kRows: h->set_split(v1::SPLIT_ROWS); break;
+      case SplitMode::kK: h->set_split(v1::SPLIT_K); break;
+    }
 
     MultiplyResult result;
     bool write_ok = stream->Write(req);

@@ -12,11 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
-#include "kernels/gemm_args.h"
+#include "common/gemm_types.h"
 
 namespace sgemm {
 
@@ -39,8 +40,8 @@ struct ClientOptions {
 struct MultiplyOptions {
   float alpha = 1.0f;
   float beta = 0.0f;                     // applies to C when C is given
-  std::string kernel;                    // "", "pingpong" or "cublas"
-  std::string split;                     // "", "single", "rows" or "k"
+  std::optional<KernelKind> kernel;      // nullopt: the server chooses per shape
+  SplitMode split = SplitMode::kAuto;    // kAuto: the server's planner decides
   std::chrono::milliseconds timeout{0};  // 0 = no deadline
   // Called as rows of C arrive: elements [offset, offset + count) are final.
   std::function<void(int64_t offset, int64_t count)> on_chunk;

@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "common/cuda_status.h"
+#include "kernels/cuda_status.h"
 #include "kernels/backend_factories.h"
 
 namespace sgemm {
@@ -29,7 +29,8 @@ Status cublas_status(cublasStatus_t st, const char* what, const char* file, int 
                     cublasGetStatusString(st) + ") at " + file + ":" + std::to_string(line);
   switch (st) {
     case CUBLAS_STATUS_ALLOC_FAILED: return ResourceExhausted(std::move(msg));
-    case CUBLAS_STATUS_INVALID_VALUE: return InvalidArgument(std::move(msg));
+    // Requests are validated before they reach cuBLAS: a rejected value is our bug.
+    case CUBLAS_STATUS_INVALID_VALUE: return Internal(std::move(msg));
     case CUBLAS_STATUS_NOT_INITIALIZED:
     case CUBLAS_STATUS_ARCH_MISMATCH: return Unavailable(std::move(msg));
     default: return Internal(std::move(msg));
@@ -48,7 +49,7 @@ class CublasBackend final : public GemmBackend {
   KernelKind kind() const override { return KernelKind::kCublas; }
   Status can_implement(const GemmArgs& args) const override { return cublas_can_implement(args); }
 
-  Status run(const GemmArgs& g, cudaStream_t stream) override {
+  Status run(const GemmArgs& g, void* /*workspace*/, std::size_t /*workspace_bytes*/, cudaStream_t stream) override {
     SGEMM_RETURN_IF_ERROR(cublas_can_implement(g));
     SGEMM_CUBLAS_TRY(cublasSetStream(handle_, stream));
     SGEMM_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, int(g.shape.n), int(g.shape.m),

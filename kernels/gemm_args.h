@@ -8,16 +8,9 @@
 
 #include <cstdint>
 
+#include "common/gemm_types.h"
+
 namespace sgemm {
-
-struct GemmShape {
-  int64_t m = 0;  // rows of A and C
-  int64_t n = 0;  // columns of B and C
-  int64_t k = 0;  // columns of A, rows of B
-
-  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
-  friend bool operator==(const GemmShape&, const GemmShape&) = default;
-};
 
 struct GemmArgs {
   GemmShape shape;

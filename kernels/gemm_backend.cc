@@ -6,30 +6,11 @@
 
 namespace sgemm {
 
-std::string_view kernel_kind_name(KernelKind kind) {
-  switch (kind) {
-    case KernelKind::kPingpong: return "pingpong";
-    case KernelKind::kCublas: return "cublas";
-  }
-  return "unknown";
-}
-
-bool parse_kernel_kind(std::string_view text, KernelKind* out) {
-  for (KernelKind k : all_kernel_kinds()) {
-    if (text == kernel_kind_name(k)) {
-      *out = k;
-      return true;
-    }
-  }
-  return false;
-}
-
-std::vector<KernelKind> all_kernel_kinds() { return {KernelKind::kPingpong, KernelKind::kCublas}; }
-
 StatusOr<std::unique_ptr<GemmBackend>> make_gemm_backend(KernelKind kind) {
   switch (kind) {
     case KernelKind::kPingpong: return make_pingpong_backend();
     case KernelKind::kCublas: return make_cublas_backend();
+    case KernelKind::kOpenblas: break;  // the CPU engine's, no GPU backend
   }
   return InvalidArgument("kind: unknown kernel kind " + std::to_string(int(kind)));
 }

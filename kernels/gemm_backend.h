@@ -10,24 +10,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <memory>
 #include <string_view>
 #include <vector>
 
+#include "common/gemm_types.h"
 #include "common/status.h"
 #include "kernels/gemm_args.h"
 
 namespace sgemm {
-
-enum class KernelKind {
-  kPingpong,  // our double-buffered shared-memory SIMT kernel (kernels/pingpong_sgemm.cuh)
-  kCublas,    // cublasSgemm with CUBLAS_COMPUTE_32F, the reference
-};
-
-std::string_view kernel_kind_name(KernelKind kind);
-// Parses "pingpong" / "cublas"; returns false for anything else.
-bool parse_kernel_kind(std::string_view text, KernelKind* out);
-std::vector<KernelKind> all_kernel_kinds();
 
 class GemmBackend {
  public:
@@ -39,8 +31,14 @@ class GemmBackend {
   // dimensions). INVALID_ARGUMENT naming the offending field when it does not.
   virtual Status can_implement(const GemmArgs& args) const = 0;
 
-  // Enqueues the product on `stream`; returns once it is enqueued.
-  virtual Status run(const GemmArgs& args, cudaStream_t stream) = 0;
+  // Device scratch run() needs for `args` (the caller owns it, as in CUTLASS's
+  // get_workspace_size); 0 when none.
+  virtual std::size_t workspace_bytes(const GemmArgs& /*args*/) const { return 0; }
+
+  // Enqueues the product on `stream`; returns once it is enqueued. `workspace`
+  // holds at least workspace_bytes(args) bytes on this device (null when 0) and
+  // must stay valid until the work on `stream` is done.
+  virtual Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) = 0;
 };
 
 // Makes a backend for the current device.

@@ -12,7 +12,10 @@ class PingpongBackend final : public GemmBackend {
  public:
   KernelKind kind() const override { return KernelKind::kPingpong; }
   Status can_implement(const GemmArgs& args) const override { return pingpong_can_implement(args); }
-  Status run(const GemmArgs& args, cudaStream_t stream) override { return pingpong_sgemm(args, stream); }
+  std::size_t workspace_bytes(const GemmArgs& args) const override { return pingpong_workspace_bytes(args); }
+  Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
+    return pingpong_sgemm(args, workspace, workspace_bytes, stream);
+  }
 };
 
 }  // namespace

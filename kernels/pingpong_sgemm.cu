@@ -5,11 +5,9 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 
-#include "common/cuda_status.h"
+#include "kernels/cuda_status.h"
 #include "kernels/pingpong_sgemm.cuh"
 #include "kernels/pingpong_sgemm.h"
 
@@ -56,35 +54,6 @@ Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
-// Workspace of deterministic split-K: stream-ordered allocations from one memory
-// pool per device, created on first use and kept for the life of the process. The
-// pool keeps up to kWorkspaceKeepBytes of freed memory mapped, so repeated calls
-// (the workspace is at most #SMs * blocks/SM * BM * BN floats, ~17 MB on an H100)
-// neither map memory again nor synchronize.
-constexpr uint64_t kWorkspaceKeepBytes = uint64_t{256} << 20;
-
-Status workspace_pool(cudaMemPool_t* pool) {
-  static std::mutex mu;
-  static std::map<int, cudaMemPool_t> pools;  // device -> pool; guarded by mu
-  int device = 0;
-  SGEMM_CUDA_TRY(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = pools.find(device);
-  if (it == pools.end()) {
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = device;
-    cudaMemPool_t p = nullptr;
-    SGEMM_CUDA_TRY(cudaMemPoolCreate(&p, &props));
-    uint64_t keep = kWorkspaceKeepBytes;
-    SGEMM_CUDA_TRY(cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &keep));
-    it = pools.emplace(device, p).first;
-  }
-  *pool = it->second;
-  return Status::Ok();
-}
-
 // C = sum of the workspace slices + beta*C (deterministic split-K, second launch).
 Status launch_splitk_reduce(const GemmArgs& g, int splits, const float* w, int64_t ldw, cudaStream_t stream) {
   const bool vec = (reinterpret_cast<uintptr_t>(g.c) & 15u) == 0 && g.ldc % 4 == 0;
@@ -101,33 +70,51 @@ Status launch_splitk_reduce(const GemmArgs& g, int splits, const float* w, int64
 
 enum class SplitReduce { kWorkspace, kAtomic };
 
+// The caller's scratch for deterministic split-K: `bytes` at `data`.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// Bytes of the split-K workspace: one m x ldw slice per split (ldw = n rounded up to 4).
+std::size_t splitk_workspace_bytes(const GemmShape& s, int splits) {
+  if (splits <= 1) return 0;
+  return std::size_t(splits) * std::size_t(s.m) * std::size_t((s.n + 3) / 4 * 4) * sizeof(float);
+}
+
+// The split count launch() really uses: clamped to [1, min(k tiles, 64)], no empty split.
+int effective_splits(const GemmShape& s, int bk, int splits) {
+  const int k_tiles = int((s.k + bk - 1) / bk);
+  splits = std::clamp(splits, 1, std::max(1, std::min(k_tiles, 64)));
+  const int per_split = (k_tiles + splits - 1) / splits;
+  return (k_tiles + per_split - 1) / per_split;
+}
+
 template <class Cfg, bool kVectorized>
-Status launch(const GemmArgs& g, cudaStream_t stream, int splits, SplitReduce reduce = SplitReduce::kWorkspace) {
+Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
+              SplitReduce reduce = SplitReduce::kWorkspace) {
   static std::atomic<uint64_t> smem_raised{0};
   auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized>;
   SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
   const int64_t tiles = ((g.shape.m + Cfg::BM - 1) / Cfg::BM) * ((g.shape.n + Cfg::BN - 1) / Cfg::BN);
   if (tiles > INT_MAX) return InvalidArgument("shape: too many tiles for one launch");
   const int k_tiles = int((g.shape.k + Cfg::BK - 1) / Cfg::BK);
-  splits = std::clamp(splits, 1, std::min(k_tiles, 64));
+  splits = effective_splits(g.shape, Cfg::BK, splits);
   const int per_split = (k_tiles + splits - 1) / splits;
-  splits = (k_tiles + per_split - 1) / per_split;  // no empty splits
   const dim3 grid{unsigned(tiles), unsigned(splits)};
   const int m = int(g.shape.m), n = int(g.shape.n), k = int(g.shape.k);
   if (splits > 1 && reduce == SplitReduce::kWorkspace) {
     const int64_t ldw = (g.shape.n + 3) / 4 * 4;
-    cudaMemPool_t pool = nullptr;
-    SGEMM_RETURN_IF_ERROR(workspace_pool(&pool));
-    void* ws = nullptr;
-    SGEMM_CUDA_TRY(cudaMallocFromPoolAsync(&ws, size_t(splits) * size_t(g.shape.m) * size_t(ldw) * sizeof(float),
-                                           pool, stream));
-    float* w = static_cast<float*>(ws);
+    const std::size_t need = splitk_workspace_bytes(g.shape, splits);
+    if (ws.data == nullptr || ws.bytes < need)
+      return InvalidArgument("workspace: split-K over " + std::to_string(splits) + " slices needs " +
+                             std::to_string(need) + " bytes, got " + std::to_string(ws.bytes) +
+                             " (ask pingpong_workspace_bytes)");
+    float* w = static_cast<float*>(ws.data);
     kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta,
                                                                     g.c, g.ldc, per_split, w, ldw);
-    const Status launched = SGEMM_CUDA_STATUS(cudaGetLastError());
-    const Status reduced = launched.ok() ? launch_splitk_reduce(g, splits, w, ldw, stream) : launched;
-    const Status freed = SGEMM_CUDA_STATUS(cudaFreeAsync(ws, stream));  // after the reduction, stream-ordered
-    return reduced.ok() ? freed : reduced;
+    SGEMM_CUDA_TRY(cudaGetLastError());
+    return launch_splitk_reduce(g, splits, w, ldw, stream);
   }
   if (splits > 1) SGEMM_RETURN_IF_ERROR(prescale_c(g, stream));
   kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta,
@@ -143,16 +130,18 @@ bool vectorizable(const GemmArgs& g) {
   return aligned16(g.b) && aligned16(g.c) && g.ldb % 4 == 0 && g.ldc % 4 == 0;
 }
 
+#ifdef SGEMM_KERNEL_TUNING
 template <class Cfg>
-Status run_config(const GemmArgs& g, cudaStream_t stream) {
-  return vectorizable(g) ? launch<Cfg, true>(g, stream, 1) : launch<Cfg, false>(g, stream, 1);
+Status run_config(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  return vectorizable(g) ? launch<Cfg, true>(g, ws, stream, 1) : launch<Cfg, false>(g, ws, stream, 1);
 }
+#endif
 
 // One tile, stage count by alignment: the 4-byte-copy (unaligned) instantiation
 // of the 4-stage ring measured 7% slower than the 3-stage one (v5, docs/kernels.md).
 template <class CfgAligned, class CfgUnaligned>
-Status run_config_by_alignment(const GemmArgs& g, cudaStream_t stream) {
-  return vectorizable(g) ? launch<CfgAligned, true>(g, stream, 1) : launch<CfgUnaligned, false>(g, stream, 1);
+Status run_config_by_alignment(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  return vectorizable(g) ? launch<CfgAligned, true>(g, ws, stream, 1) : launch<CfgUnaligned, false>(g, ws, stream, 1);
 }
 
 int sm_count_of_current_device();
@@ -169,37 +158,46 @@ int pick_splits(const GemmShape& s, int64_t bm, int64_t bn, int sm_count, int pe
 }
 
 template <class Cfg, SplitReduce kReduce = SplitReduce::kWorkspace>
-Status run_config_split_k(const GemmArgs& g, cudaStream_t stream) {
+Status run_config_split_k(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
   const int splits = pick_splits(g.shape, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS);
-  return vectorizable(g) ? launch<Cfg, true>(g, stream, splits, kReduce)
-                         : launch<Cfg, false>(g, stream, splits, kReduce);
+  return vectorizable(g) ? launch<Cfg, true>(g, ws, stream, splits, kReduce)
+                         : launch<Cfg, false>(g, ws, stream, splits, kReduce);
 }
+
+template <class Cfg>
+std::size_t split_k_workspace(const GemmShape& s) {
+  const int splits = pick_splits(s, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS);
+  return splitk_workspace_bytes(s, effective_splits(s, Cfg::BK, splits));
+}
+std::size_t no_workspace(const GemmShape&) { return 0; }
 
 struct Variant {
   const char* name;
-  Status (*run)(const GemmArgs&, cudaStream_t);
+  Status (*run)(const GemmArgs&, Workspace, cudaStream_t);
+  std::size_t (*workspace_bytes)(const GemmShape&);
 };
 
+// Production builds carry the variants pingpong_pick_variant() chooses from;
+// the tile configurations measured against them (docs/kernels.md) and the
+// atomic split-K compile only with -DSGEMM_KERNEL_TUNING=ON.
 constexpr Variant kVariants[] = {
-    {"128x128x16_w32x64_t8x8_s3", run_config<Large>},
-    {"128x128x8_w64x64_t8x16_s4", run_config<Wide>},
-    {"128x256x8_w64x64_t8x16_s4", run_config<Huge>},
-    {"128x64x16_w64x32_t8x8_s3", run_config<Medium>},
-    {"64x64x16_w32x32_t8x4_s4", run_config<Small>},
-    {"64x128x16_w32x64_t8x8_s3", run_config<SmallWide>},
-    {"64x128x16_w32x64_t8x8_s4", run_config<SmallWide4>},
-    {"64x128x8_w32x64_t8x8_s4", run_config<SmallWideK8>},
-    {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>},
-    {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>},
-    {"64x128x16_w32x64_t8x8_s4_splitk_atomic", run_config_split_k<SmallWide4, SplitReduce::kAtomic>},
-    {"64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide>},
+    {"64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide>, no_workspace},
+    {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>, split_k_workspace<SmallWide4>},
+#ifdef SGEMM_KERNEL_TUNING
+    {"128x128x16_w32x64_t8x8_s3", run_config<Large>, no_workspace},
+    {"128x128x8_w64x64_t8x16_s4", run_config<Wide>, no_workspace},
+    {"128x256x8_w64x64_t8x16_s4", run_config<Huge>, no_workspace},
+    {"128x64x16_w64x32_t8x8_s3", run_config<Medium>, no_workspace},
+    {"64x64x16_w32x32_t8x4_s4", run_config<Small>, no_workspace},
+    {"64x128x16_w32x64_t8x8_s3", run_config<SmallWide>, no_workspace},
+    {"64x128x16_w32x64_t8x8_s4", run_config<SmallWide4>, no_workspace},
+    {"64x128x8_w32x64_t8x8_s4", run_config<SmallWideK8>, no_workspace},
+    {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>, no_workspace},
+    {"64x128x16_w32x64_t8x8_s4_splitk_atomic", run_config_split_k<SmallWide4, SplitReduce::kAtomic>, no_workspace},
+#endif
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
-enum VariantId {
-  kLarge = 0, kWide, kHuge, kMedium, kSmall, kSmallWide, kSmallWide4, kSmallWideK8, kMini, kSmallWide4SplitK,
-  kSmallWide4SplitKAtomic, kSmallWideByAlignment
-};
-static_assert(kSmallWideByAlignment + 1 == kNumVariants, "VariantId must list kVariants in order");
+enum VariantId { kSmallWideByAlignment = 0, kSmallWide4SplitK = 1 };
 
 int sm_count_of_current_device() {
   int device = 0, sms = 0;
@@ -251,17 +249,29 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   return kSmallWideByAlignment;
 }
 
-Status pingpong_sgemm_variant(const GemmArgs& args, int variant, cudaStream_t stream) {
+std::size_t pingpong_variant_workspace_bytes(const GemmShape& shape, int variant) {
+  if (variant < 0 || variant >= kNumVariants) return 0;
+  return kVariants[variant].workspace_bytes(shape);
+}
+
+std::size_t pingpong_workspace_bytes(const GemmArgs& args) {
+  return pingpong_variant_workspace_bytes(args.shape,
+                                          pingpong_pick_variant(args.shape, sm_count_of_current_device()));
+}
+
+Status pingpong_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(pingpong_can_implement(args));
   if (variant < 0 || variant >= kNumVariants)
     return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
                            std::to_string(variant));
-  return kVariants[variant].run(args, stream);
+  return kVariants[variant].run(args, Workspace{workspace, workspace_bytes}, stream);
 }
 
-Status pingpong_sgemm(const GemmArgs& args, cudaStream_t stream) {
+Status pingpong_sgemm(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(pingpong_can_implement(args));
-  return kVariants[pingpong_pick_variant(args.shape, sm_count_of_current_device())].run(args, stream);
+  return kVariants[pingpong_pick_variant(args.shape, sm_count_of_current_device())].run(
+      args, Workspace{workspace, workspace_bytes}, stream);
 }
 
 }  // namespace sgemm

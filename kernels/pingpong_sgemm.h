@@ -1,14 +1,18 @@
 // Host API of the ping-pong SGEMM kernel (device code: pingpong_sgemm.cuh,
 // launchers: pingpong_sgemm.cu). Plain functions; no state beyond a per-device
-// "shared-memory limit raised" flag per kernel instantiation.
+// "shared-memory limit raised" flag per kernel instantiation. Scratch memory
+// belongs to the caller (CUTLASS's get_workspace_size / initialize): ask
+// pingpong_workspace_bytes(args) and pass that many bytes of device memory.
 //
-// The kernel comes in several tile configurations ("variants"); pingpong_sgemm()
-// picks one per class of shape (see pingpong_pick_variant), and benchmarks may
-// run any variant by index to measure them against each other.
+// The kernel comes in tile configurations ("variants"); pingpong_sgemm() picks
+// one per class of shape (see pingpong_pick_variant). Production builds carry
+// the two it picks from; -DSGEMM_KERNEL_TUNING=ON adds the measured
+// alternatives (docs/kernels.md) for benchmarks to run by index.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <string_view>
 
 #include "common/status.h"
@@ -21,15 +25,25 @@ namespace sgemm {
 // variant). INVALID_ARGUMENT naming the offending field otherwise.
 Status pingpong_can_implement(const GemmArgs& args);
 
-// Enqueues C = alpha*A*B + beta*C on `stream` with the variant chosen for the shape.
-Status pingpong_sgemm(const GemmArgs& args, cudaStream_t stream);
+// Device bytes of scratch pingpong_sgemm() needs for `args` on the current
+// device (deterministic split-K slices); 0 for most shapes.
+std::size_t pingpong_workspace_bytes(const GemmArgs& args);
+
+// Enqueues C = alpha*A*B + beta*C on `stream` with the variant chosen for the
+// shape. `workspace` (device memory on the current device, stream-ordered with
+// `stream`) must hold pingpong_workspace_bytes(args) bytes; it may be null when
+// that is 0. INVALID_ARGUMENT naming `workspace` when it is too small.
+Status pingpong_sgemm(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 
 // Tile-configuration variants, for tuning and benchmarks.
 int pingpong_variant_count();
 std::string_view pingpong_variant_name(int variant);
 // The variant pingpong_sgemm() uses for `shape` on a device with `sm_count` SMs.
 int pingpong_pick_variant(const GemmShape& shape, int sm_count);
+// Scratch bytes of one variant for `shape` on the current device.
+std::size_t pingpong_variant_workspace_bytes(const GemmShape& shape, int variant);
 // Enqueues the product with one given variant (0 <= variant < pingpong_variant_count()).
-Status pingpong_sgemm_variant(const GemmArgs& args, int variant, cudaStream_t stream);
+Status pingpong_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream);
 
 }  // namespace sgemm

@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
   app.add_option("--backend", opt.backend, "auto (GPU if usable, else CPU), cuda, or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  app.add_option("--kernel", opt.kernel, "default GPU kernel: pingpong or cublas (default: the faster, pingpong)")
+  app.add_option("--kernel", opt.kernel,
+                 "GPU kernel for shapes the measured kernel-choice table does not assign (default pingpong)")
       ->check(CLI::IsMember({"pingpong", "cublas"}));
   app.add_option("--max-matrix-elements", opt.service.limits.max_matrix_elements,
                  "largest A, B or C accepted, in elements")
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
 
   sgemm::EngineOptions eopt;
   sgemm::parse_backend_choice(opt.backend, &eopt.backend);
-  eopt.kernel = opt.kernel;
+  if (!opt.kernel.empty()) eopt.kernel = sgemm::parse_kernel_kind(opt.kernel);
   eopt.cpu_threads = opt.cpu_threads;
   eopt.log = [log](std::string_view msg) { log->info("engine: {}", msg); };
   if (auto st = parse_devices(opt.devices, &eopt.devices); !st.ok()) {

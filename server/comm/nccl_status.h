@@ -1,7 +1,8 @@
 // NCCL results as sgemm::Status, made where the call is: file:line and the
-// call text in the message, NCCL's last error string appended. Bad arguments
-// or usage are INVALID_ARGUMENT, a host out-of-memory RESOURCE_EXHAUSTED, the
-// rest INTERNAL (the communicator should be considered broken).
+// call text in the message, NCCL's last error string appended. A host
+// out-of-memory is RESOURCE_EXHAUSTED; everything else, bad arguments and usage
+// included (requests are validated before NCCL sees them), is INTERNAL: our bug
+// or a broken communicator.
 #pragma once
 
 #include <nccl.h>
@@ -17,7 +18,6 @@ inline Status nccl_status(ncclResult_t r, ncclComm_t comm, const char* what, con
   std::string msg = std::string(what) + " failed: " + ncclGetErrorString(r);
   if (const char* last = ncclGetLastError(comm); last && *last) msg += std::string(" (") + last + ")";
   msg += std::string(" at ") + file + ":" + std::to_string(line);
-  if (r == ncclInvalidArgument || r == ncclInvalidUsage) return InvalidArgument(std::move(msg));
   if (r == ncclSystemError && msg.find("out of memory") != std::string::npos) return ResourceExhausted(std::move(msg));
   return Internal(std::move(msg));
 }

@@ -1,15 +1,18 @@
 #include "server/devices/device_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
-#include "common/cuda_status.h"
+#include "kernels/cuda_status.h"
 
 namespace sgemm {
 
 Lane::~Lane() {
   (void)cudaSetDevice(device_);
   backends_.clear();
+  workspace_.reset();
+  if (compute_) (void)cudaStreamSynchronize(compute_);
   for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
   for (cudaStream_t s : {h2d_, compute_, comm_, d2h_})
     if (s) (void)cudaStreamDestroy(s);
@@ -20,6 +23,17 @@ GemmBackend* Lane::backend(KernelKind kind) const {
   for (const auto& b : backends_)
     if (b->kind() == kind) return b.get();
   return nullptr;
+}
+
+StatusOr<void*> Lane::workspace(std::size_t bytes) {
+  if (bytes == 0) return static_cast<void*>(nullptr);
+  if (bytes > workspace_bytes_) {
+    workspace_.reset();  // stream-ordered after every earlier use on compute()
+    workspace_bytes_ = 0;
+    SGEMM_ASSIGN_OR_RETURN(workspace_, DeviceBuffer::allocate(device_, bytes, compute_));
+    workspace_bytes_ = bytes;
+  }
+  return static_cast<void*>(workspace_.floats());
 }
 
 StatusOr<cudaEvent_t> Lane::next_event() {
@@ -70,7 +84,7 @@ StatusOr<std::unique_ptr<DevicePool>> DevicePool::create(const DevicePoolOptions
 
   std::unique_ptr<DevicePool> pool(new DevicePool());
   // Which kinds build: try each on the first device; the others must agree.
-  std::vector<KernelKind> wanted = options.kernels.empty() ? all_kernel_kinds() : options.kernels;
+  std::vector<KernelKind> wanted = options.kernels.empty() ? gpu_kernel_kinds() : options.kernels;
   std::string refusals;
   SGEMM_CUDA_TRY(cudaSetDevice(ordinals[0]));
   for (KernelKind k : wanted) {
@@ -128,14 +142,21 @@ std::vector<int> DevicePool::ordinals() const {
   return v;
 }
 
-LaneLease DevicePool::acquire(int index) {
+StatusOr<LaneLease> DevicePool::acquire(int index, const CancelToken* cancel) {
   Device& d = *devices_[size_t(index)];
   std::unique_lock<std::mutex> lock(d.mu);
-  d.cv.wait(lock, [&] { return d.busy < int(d.lanes.size()); });
+  // Woken by give_back(); the timeout only bounds how late a cancellation is seen.
+  while (!d.cv.wait_for(lock, std::chrono::milliseconds(5), [&] { return d.busy < int(d.lanes.size()); }))
+    if (cancel) SGEMM_RETURN_IF_ERROR(cancel->status());
   const int lane = int(std::find(d.in_use.begin(), d.in_use.end(), false) - d.in_use.begin());
   d.in_use[size_t(lane)] = true;
   d.busy++;
   return LaneLease(this, index, lane);
+}
+
+const GemmBackend* DevicePool::probe_backend(KernelKind kind) const {
+  if (devices_.empty() || devices_[0]->lanes.empty()) return nullptr;
+  return devices_[0]->lanes[0]->backend(kind);
 }
 
 void DevicePool::give_back(int index, int lane) {

@@ -5,12 +5,13 @@
 // (cudaMallocAsync/cudaFreeAsync then cost no cudaMalloc per request), and
 // `lanes_per_device` lanes. A lane is what one request uses on one device:
 // four non-blocking streams (host->device copies, kernels, NCCL,
-// device->host copies), a growing pool of reusable CUDA events, and one
+// device->host copies), a growing pool of reusable CUDA events, one
 // GemmBackend per available kernel kind (a cuBLAS handle inside, not
-// thread-safe, hence one per lane).
+// thread-safe, hence one per lane), and the backends' workspace (kernels/ keeps
+// no scratch of its own: the lane owns it, grown to the largest request seen).
 //
 // Ownership and threads: DevicePool owns devices and lanes. acquire() is
-// thread-safe and blocks until a lane of that device is free; the LaneLease
+// thread-safe and waits until a lane of that device is free; the LaneLease
 // gives its holder exclusive use of the lane (streams, events, backends)
 // until it is destroyed. Everything else on Lane is for the lease holder only.
 #pragma once
@@ -25,9 +26,10 @@
 #include <string>
 #include <vector>
 
+#include "common/cancel_token.h"
+#include "common/gemm_types.h"
 #include "common/status.h"
 #include "kernels/gemm_backend.h"
-#include "server/engine/engine.h"
 
 namespace sgemm {
 
@@ -37,6 +39,25 @@ struct DevicePoolOptions {
   std::vector<KernelKind> kernels;  // backends made per lane; empty = every kind that builds
   // Bytes the device memory pool keeps cached after frees (default: all).
   uint64_t mempool_release_threshold = std::numeric_limits<uint64_t>::max();
+};
+
+// Device memory from the current device's stream-ordered pool, freed (stream
+// ordered, on the stream it was allocated on) when destroyed. The owner must
+// have synchronised every stream that used it before destroying it.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static StatusOr<DeviceBuffer> allocate(int device, std::size_t bytes, cudaStream_t stream);
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  ~DeviceBuffer() { reset(); }
+  float* floats() const { return static_cast<float*>(ptr_); }
+  void reset();
+
+ private:
+  void* ptr_ = nullptr;
+  int device_ = -1;
+  cudaStream_t stream_ = nullptr;
 };
 
 class Lane {
@@ -55,6 +76,11 @@ class Lane {
   // The backend of `kind`; null when that kind is not available.
   GemmBackend* backend(KernelKind kind) const;
 
+  // At least `bytes` of device scratch for GemmBackend::run on compute(),
+  // kept for later jobs; grown (stream-ordered on compute()) when too small.
+  StatusOr<void*> workspace(std::size_t bytes);
+  std::size_t workspace_bytes() const { return workspace_bytes_; }
+
   // Events for the current job: next_event() hands out the next one (creating
   // more as needed); reset_events() at the start of a job recycles them all.
   StatusOr<cudaEvent_t> next_event();
@@ -68,6 +94,8 @@ class Lane {
   std::vector<std::unique_ptr<GemmBackend>> backends_;
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
+  DeviceBuffer workspace_;  // before the streams are destroyed: see ~Lane
+  std::size_t workspace_bytes_ = 0;
 };
 
 class DevicePool;
@@ -101,11 +129,15 @@ class DevicePool {
   int ordinal(int index) const { return devices_[size_t(index)]->info.index; }
   const DeviceInfo& info(int index) const { return devices_[size_t(index)]->info; }
   std::vector<int> ordinals() const;
-  // Kinds with a backend on every lane of every device, in all_kernel_kinds() order.
+  // Kinds with a backend on every lane of every device, in gpu_kernel_kinds() order.
   const std::vector<KernelKind>& kernels() const { return kernels_; }
 
-  // Blocks until a lane of device `index` is free.
-  LaneLease acquire(int index);
+  // Waits until a lane of device `index` is free; `cancel`'s status if the
+  // caller is cancelled first (null: waits as long as it takes).
+  StatusOr<LaneLease> acquire(int index, const CancelToken* cancel = nullptr);
+  // A backend of `kind` to ask can_implement() (pure, so any thread may);
+  // null when the pool has none. Never run() it: that needs a lease.
+  const GemmBackend* probe_backend(KernelKind kind) const;
   int busy_lanes(int index) const;
 
  private:
@@ -124,23 +156,5 @@ class DevicePool {
   std::vector<KernelKind> kernels_;
 };
 
-// Device memory from the current device's stream-ordered pool, freed (stream
-// ordered, on the stream it was allocated on) when destroyed. The owner must
-// have synchronised every stream that used it before destroying it.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  static StatusOr<DeviceBuffer> allocate(int device, std::size_t bytes, cudaStream_t stream);
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  ~DeviceBuffer() { reset(); }
-  float* floats() const { return static_cast<float*>(ptr_); }
-  void reset();
-
- private:
-  void* ptr_ = nullptr;
-  int device_ = -1;
-  cudaStream_t stream_ = nullptr;
-};
 
 }  // namespace sgemm

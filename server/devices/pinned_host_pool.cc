@@ -5,7 +5,7 @@
 #include <bit>
 #include <string>
 
-#include "common/cuda_status.h"
+#include "kernels/cuda_status.h"
 
 namespace sgemm {
 

@@ -18,7 +18,7 @@
 #include <mutex>
 #include <vector>
 
-#include "server/engine/host_buffer.h"
+#include "common/host_buffer.h"
 
 namespace sgemm {
 

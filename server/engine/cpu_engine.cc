@@ -26,16 +26,18 @@ class CpuEngine final : public Engine {
     d.name = name_;
     d.sm_count = int(std::thread::hardware_concurrency());
     info.devices.push_back(d);
-    info.kernels = {"openblas"};
-    info.default_kernel = "openblas";
+    info.kernels = {KernelKind::kOpenblas};
+    info.default_kernel = KernelKind::kOpenblas;
     return info;
   }
 
   HostAllocator& host_allocator() override { return allocator_; }
 
-  Status validate(const GemmShape&, const ExecOptions& options) const override {
-    if (!options.kernel.empty() && options.kernel != "openblas")
-      return FailedPrecondition("kernel '" + options.kernel +
+  Status validate(const GemmRequest& r) const override {
+    SGEMM_RETURN_IF_ERROR(check_gemm_request(r));
+    const ExecOptions& options = r.options;
+    if (options.kernel && *options.kernel != KernelKind::kOpenblas)
+      return FailedPrecondition("kernel '" + std::string(kernel_kind_name(*options.kernel)) +
                                 "' needs the cuda backend; this server runs the cpu backend (OpenBLAS)");
     if (options.split == SplitMode::kRows || options.split == SplitMode::kK)
       return FailedPrecondition("split '" + std::string(split_mode_name(options.split)) +
@@ -44,17 +46,19 @@ class CpuEngine final : public Engine {
   }
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
-    SGEMM_RETURN_IF_ERROR(validate(job.shape, job.options));
-    const GemmShape s = job.shape;
+    if (Status v = validate(job.request); !v.ok())
+      return Internal("a request that was not validated reached run(): " + v.to_string());
+    const GemmRequest& r = job.request;
+    const GemmShape s = r.shape;
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     if (job.feed) {
       SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, s.k * s.n));
-      if (job.has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
+      if (r.has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
     }
     const auto t1 = Clock::now();
     double kernel_ms = 0;
-    const float beta = job.has_c ? job.beta : 0.0f;
+    const float beta = r.has_c ? r.beta : 0.0f;
     // The lock is taken only when the inputs are present (the service runs a
     // job once its upload is complete); a cancelled job stops waiting for it.
     std::unique_lock lock(mu_, std::defer_lock);
@@ -66,14 +70,14 @@ class CpuEngine final : public Engine {
       if (job.feed) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
       const auto k0 = Clock::now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k),
-                  job.alpha, job.a + r0 * s.k, blasint(s.k), job.b, blasint(s.n), beta, job.c + r0 * s.n,
+                  r.alpha, job.a + r0 * s.k, blasint(s.k), job.b, blasint(s.n), beta, job.c + r0 * s.n,
                   blasint(s.n));
       kernel_ms += std::chrono::duration<double, std::milli>(Clock::now() - k0).count();
       if (job.sink) job.sink->rows_ready(r0, r1);
     }
     GemmReport report;
     report.backend = "cpu";
-    report.kernel = "openblas";
+    report.kernel = KernelKind::kOpenblas;
     report.split = SplitMode::kSingle;
     report.plan_reason = "cpu backend: the whole product on the host";
     DeviceTiming t;

@@ -12,16 +12,16 @@
 // called concurrently; each implementation says how it shares devices.
 #pragma once
 
-#include <atomic>
+#include <optional>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/cancel_token.h"
+#include "common/gemm_types.h"
+#include "common/host_buffer.h"
 #include "common/status.h"
-#include "kernels/gemm_args.h"
-#include "server/engine/host_buffer.h"
 #include "server/planner/plan.h"
 
 namespace sgemm {
@@ -44,43 +44,30 @@ class OutputSink {
   virtual void rows_ready(int64_t row_begin, int64_t row_end) = 0;
 };
 
-// Set by the service when a request's deadline passes or its client goes away;
-// engines read it at every block boundary (and while they wait for their
-// GPUs) and stop with status(). Thread-safe; the first cancel() wins.
-class CancelToken {
- public:
-  void cancel(Status why) {
-    std::lock_guard lock(mu_);
-    if (cancelled_.load(std::memory_order_relaxed)) return;
-    why_ = std::move(why);
-    cancelled_.store(true, std::memory_order_release);
-  }
-  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
-  // OK while not cancelled, else the reason given to cancel().
-  Status status() const {
-    if (!cancelled()) return Status::Ok();
-    std::lock_guard lock(mu_);
-    return why_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::atomic<bool> cancelled_{false};
-  Status why_;  // guarded by mu_
-};
-
-// Which implementation runs the product on a GPU (ignored by the CPU engine).
+// Which implementation runs the product.
 struct ExecOptions {
-  std::string kernel;                    // "" = the engine's default, else a KernelKind name
+  std::optional<KernelKind> kernel;     // nullopt = the engine's choice for the shape
   SplitMode split = SplitMode::kAuto;   // kAuto = the planner decides
 };
 
-struct GemmJob {
-  GemmShape shape;
-  float alpha = 1.0f;
-  float beta = 0.0f;
+// What a caller asks for, before any data: the one struct Engine::validate()
+// checks, once, before the service reads a byte of the matrices.
+struct GemmRequest {
+  GemmShape shape;     // m, n, k >= 1
+  float alpha = 1.0f;  // finite
+  float beta = 0.0f;   // finite
   bool has_c = false;  // false: C starts as zeros (beta is then irrelevant)
   ExecOptions options;
+};
+
+// The shape and scalar rules every engine shares: m, n, k >= 1, alpha and
+// beta finite. INVALID_ARGUMENT naming the field. Engines call it from
+// validate(); nobody else needs to.
+Status check_gemm_request(const GemmRequest& request);
+
+// A validated request with its host matrices, run by Engine::run().
+struct GemmJob {
+  GemmRequest request;
   // Host matrices, row-major and dense (lda = k, ldb = n, ldc = n), allocated by
   // the engine's host_allocator(). `c` holds the input C when has_c and
   // receives the result.
@@ -104,26 +91,17 @@ struct DeviceTiming {
 
 struct GemmReport {
   std::string backend;       // "cuda" or "cpu"
-  std::string kernel;        // "pingpong", "cublas", "openblas"
+  KernelKind kernel = KernelKind::kPingpong;  // the kernel that ran (cuBLAS when it took blocks ours refused)
   SplitMode split = SplitMode::kSingle;
   std::string plan_reason;   // why the planner chose this split
   std::vector<DeviceTiming> devices;
 };
 
-struct DeviceInfo {
-  int index = -1;
-  std::string name;
-  int64_t memory_bytes = 0;
-  int sm_count = 0;
-  int compute_major = 0;
-  int compute_minor = 0;
-};
-
 struct EngineInfo {
   std::string backend;                 // "cuda" or "cpu"
   std::vector<DeviceInfo> devices;
-  std::vector<std::string> kernels;    // available kernels, default first
-  std::string default_kernel;
+  std::vector<KernelKind> kernels;     // available kernels, the configured default first
+  KernelKind default_kernel = KernelKind::kPingpong;  // used where the kernel-choice table has no row
 };
 
 class Engine {
@@ -131,8 +109,12 @@ class Engine {
   virtual ~Engine() = default;
   virtual EngineInfo info() const = 0;
   virtual HostAllocator& host_allocator() = 0;
-  // Cheap checks before any data arrives (unknown kernel, split not possible).
-  virtual Status validate(const GemmShape& shape, const ExecOptions& options) const = 0;
+  // Everything that can be known before data moves: check_gemm_request(),
+  // a kernel or split this backend lacks (FAILED_PRECONDITION), and whether
+  // the kernel that would run can implement the shape (INVALID_ARGUMENT).
+  virtual Status validate(const GemmRequest& request) const = 0;
+  // Runs a job whose request validate() accepted; a job it would refuse is
+  // our bug (INTERNAL). Stops with job.cancel's status when that is set.
   virtual StatusOr<GemmReport> run(const GemmJob& job) = 0;
 };
 

@@ -1,9 +1,7 @@
 #include "server/engine/engine_factory.h"
 
 #include "server/engine/cpu_engine.h"
-#ifdef SGEMM_HAVE_CUDA_ENGINE
-#include "server/engine/cuda_engine.h"
-#endif
+#include "server/engine/cuda/cuda_engine.h"
 
 namespace sgemm {
 
@@ -15,13 +13,7 @@ bool parse_backend_choice(std::string_view text, BackendChoice* out) {
   return true;
 }
 
-std::vector<std::string> built_backends() {
-#ifdef SGEMM_HAVE_CUDA_ENGINE
-  return {"cuda", "cpu"};
-#else
-  return {"cpu"};
-#endif
-}
+std::vector<std::string> built_backends() { return {"cuda", "cpu"}; }
 
 StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   BuiltEngine built;
@@ -32,7 +24,6 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
     built.note = "cpu backend requested (--backend cpu)";
     return built;
   }
-#ifdef SGEMM_HAVE_CUDA_ENGINE
   CudaEngineOptions cuda_options;
   cuda_options.devices = options.devices;
   cuda_options.default_kernel = options.kernel;
@@ -45,11 +36,6 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   }
   if (options.backend == BackendChoice::kCuda) return cuda.status().with_context("--backend cuda");
   built.note = "no usable GPU (" + cuda.status().message() + "); falling back to the CPU backend (OpenBLAS)";
-#else
-  if (options.backend == BackendChoice::kCuda)
-    return Unavailable("--backend cuda: this build has no CUDA engine");
-  built.note = "this build has no CUDA engine; falling back to the CPU backend (OpenBLAS)";
-#endif
   built.fell_back = true;
   built.engine = make_cpu_engine(cpu_options);
   return built;

@@ -4,9 +4,11 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/gemm_types.h"
 #include "server/engine/engine.h"
 
 namespace sgemm {
@@ -18,7 +20,7 @@ bool parse_backend_choice(std::string_view text, BackendChoice* out);
 struct EngineOptions {
   BackendChoice backend = BackendChoice::kAuto;  // auto: cuda when a GPU is usable, else cpu
   std::vector<int> devices;                      // CUDA ordinals; empty = every visible GPU
-  std::string kernel;                            // default GPU kernel; "" = the engine's choice
+  std::optional<KernelKind> kernel;              // default GPU kernel; nullopt = the engine's (pingpong)
   int cpu_threads = 0;                           // OpenBLAS threads; 0 = all cores
   std::function<void(std::string_view)> log;     // engine start-up and fallback messages; null = silent
 };

@@ -14,19 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/gemm_args.h"
+#include "common/gemm_types.h"
 
 namespace sgemm {
-
-enum class SplitMode {
-  kAuto,    // let the planner decide (requests only; a Plan never holds it)
-  kSingle,  // whole product on one device
-  kRows,    // each device computes a block of rows of C (all of B on every device)
-  kK,       // each device computes a K slice; partial Cs are summed with NCCL
-};
-
-std::string_view split_mode_name(SplitMode mode);
-bool parse_split_mode(std::string_view text, SplitMode* out);
 
 // One device's part of a product: rows [row_begin, row_end) of C, using
 // columns [k_begin, k_end) of A and the same rows of B.

@@ -18,9 +18,9 @@ StatusOr<RequestHeader> header_from_proto(const v1::GemmHeader& h) {
   out.beta = h.has_beta() ? h.beta() : 0.0f;
   out.has_c = h.has_c();
   switch (h.kernel()) {
-    case v1::KERNEL_UNSPECIFIED: out.options.kernel = ""; break;
-    case v1::KERNEL_PINGPONG: out.options.kernel = "pingpong"; break;
-    case v1::KERNEL_CUBLAS: out.options.kernel = "cublas"; break;
+    case v1::KERNEL_UNSPECIFIED: out.options.kernel = std::nullopt; break;
+    case v1::KERNEL_PINGPONG: out.options.kernel = KernelKind::kPingpong; break;
+    case v1::KERNEL_CUBLAS: out.options.kernel = KernelKind::kCublas; break;
     default: return InvalidArgument("header.kernel has unknown value " + std::to_string(int(h.kernel())));
   }
   switch (h.split()) {
@@ -145,7 +145,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
   v1::MultiplySummary* sum = last.mutable_summary();
   sum->set_request_id(f.request_id);
   sum->set_backend(report.backend);
-  sum->set_kernel(report.kernel);
+  sum->set_kernel(std::string(kernel_kind_name(report.kernel)));
   sum->set_split(split_to_proto(report.split));
   sum->set_plan_reason(report.plan_reason);
   for (const DeviceTiming& d : report.devices) {
@@ -174,7 +174,7 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   out->set_version(f.version);
   out->set_backend(info.backend);
   for (const auto& b : f.backends) out->add_backends(b);
-  for (const auto& k : info.kernels) out->add_kernels(k);
+  for (KernelKind k : info.kernels) out->add_kernels(std::string(kernel_kind_name(k)));
   for (const DeviceInfo& d : info.devices) {
     v1::DeviceInfo* p = out->add_devices();
     p->set_index(d.index);

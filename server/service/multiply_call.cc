@@ -208,10 +208,14 @@ Status MultiplyCall::on_message(RequestMessage msg) {
   return Internal("unknown message kind");
 }
 
+GemmRequest MultiplyCall::request() const {
+  return GemmRequest{header_.shape, header_.alpha, header_.beta, header_.has_c, header_.options};
+}
+
 Status MultiplyCall::on_header(const RequestHeader& header) {
   header_ = header;
   SGEMM_RETURN_IF_ERROR(validate_header(header_, shared_.options.limits));
-  SGEMM_RETURN_IF_ERROR(shared_.engine.validate(header_.shape, header_.options));
+  SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
   const GemmShape& s = header_.shape;
   footprint_bytes_ = (s.m * s.k + s.k * s.n + s.m * s.n) * int64_t(sizeof(float));
   if (footprint_bytes_ > shared_.budget.capacity())
@@ -303,11 +307,7 @@ Status MultiplyCall::start_compute() {
     if (!got.ok()) return got.status().with_context("allocating C");
     buffers_[c_idx] = std::move(got).value();
   }
-  job_.shape = s;
-  job_.alpha = header_.alpha;
-  job_.beta = header_.beta;
-  job_.has_c = header_.has_c;
-  job_.options = header_.options;
+  job_.request = request();
   job_.a = buffers_[0].floats();
   job_.b = buffers_[1].floats();
   job_.c = buffers_[c_idx].floats();
@@ -431,7 +431,8 @@ void MultiplyCall::log_outcome(const Status& st) {
       "request id={} peer={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
       "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
       "bytes_out={} gflops={:.1f} devices={} plan=\"{}\"",
-      id_, ctx_->peer(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend, r.kernel,
+      id_, ctx_->peer(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
+      kernel_kind_name(r.kernel),
       split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_, bytes_out_,
       s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
   if (!shared_.timing_log) return;
@@ -442,7 +443,7 @@ void MultiplyCall::log_outcome(const Status& st) {
   j["n"] = s.n;
   j["k"] = s.k;
   j["backend"] = r.backend;
-  j["kernel"] = r.kernel;
+  j["kernel"] = kernel_kind_name(r.kernel);
   j["split"] = split_mode_name(r.split);
   j["plan"] = r.plan_reason;
   j["queue_ms"] = queue_ms;

@@ -67,6 +67,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // Steps (mu_ held).
   Status on_message(RequestMessage msg);
   Status on_header(const RequestHeader& header);
+  GemmRequest request() const;  // the header as the engine's request
   Status admit_memory(RequestMessage& msg, bool* parked);
   Status on_chunk(RequestMessage& msg);
   Status after_chunk();

@@ -21,19 +21,37 @@ TEST(CudaEngineGpu, InfoListsDevicesAndKernels) {
   EXPECT_EQ(info.kernels.front(), info.default_kernel);
 }
 
-TEST(CudaEngineGpu, ValidateNamesBadKernelAndShape) {
+TEST(CudaEngineGpu, ValidateNamesWhatIsWrong) {
   SGEMM_REQUIRE_GPUS(1);
   auto e = make_engine({0});
   ASSERT_TRUE(e);
-  ExecOptions o;
-  o.kernel = "tensorcore9000";
-  Status s = e->validate({64, 64, 64}, o);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("tensorcore9000"), std::string::npos) << s.message();
-  EXPECT_EQ(e->validate({-1, 4, 4}, {}).code(), StatusCode::kInvalidArgument);
-  ExecOptions k;
-  k.split = SplitMode::kK;  // allowed on one GPU: degenerates to single
-  EXPECT_TRUE(e->validate({64, 64, 64}, k).ok());
+  GemmRequest r = request_of({64, 64, 64});
+  r.options.kernel = KernelKind::kOpenblas;  // the CPU engine's: this backend lacks it
+  Status s = e->validate(r);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("openblas"), std::string::npos) << s.message();
+  for (GemmShape bad : {GemmShape{0, 4, 4}, GemmShape{4, -1, 4}, GemmShape{4, 4, 0}}) {
+    const Status b = e->validate(request_of(bad));
+    EXPECT_EQ(b.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(b.message().find("must be >= 1"), std::string::npos) << b.message();
+  }
+  GemmRequest k = request_of({64, 64, 64});
+  k.options.split = SplitMode::kK;  // allowed on one GPU: degenerates to single
+  EXPECT_TRUE(e->validate(k).ok());
+  GemmRequest huge = request_of({int64_t{1} << 33, 4, 4});  // no kernel can index it: the kernel says so, by field
+  const Status h = e->validate(huge);
+  EXPECT_EQ(h.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.message().find("shape.m"), std::string::npos) << h.message();
+}
+
+TEST(CudaEngineGpu, UnvalidatedJobIsOurBug) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto e = make_engine({0});
+  ASSERT_TRUE(e);
+  Problem p = make_problem(*e, {8, 8, 8}, 12);
+  GemmJob j = job_of(p);
+  j.request.shape.k = 0;
+  EXPECT_EQ(e->run(j).status().code(), StatusCode::kInternal);
 }
 
 TEST(CudaEngineGpu, OddShapeEveryStrategyMatchesReference) {
@@ -42,8 +60,8 @@ TEST(CudaEngineGpu, OddShapeEveryStrategyMatchesReference) {
   ASSERT_TRUE(e);
   Problem p = make_problem(*e, {1025, 777, 3001}, 11);
   for (SplitMode mode : {SplitMode::kAuto, SplitMode::kSingle, SplitMode::kRows, SplitMode::kK}) {
-    for (const std::string& kernel : e->info().kernels) {
-      SCOPED_TRACE(std::string(split_mode_name(mode)) + " " + kernel);
+    for (KernelKind kernel : e->info().kernels) {
+      SCOPED_TRACE(std::string(split_mode_name(mode)) + " " + std::string(kernel_kind_name(kernel)));
       reset_c(p);
       auto r = e->run(job_of(p, mode, kernel));
       ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -120,19 +138,79 @@ TEST(CudaEngineGpu, ConcurrentRuns) {
   for (auto& p : ps) EXPECT_TRUE(verify(p, false).passed(kSgemmTolerance));
 }
 
-TEST(CudaEngineGpu, DegenerateShapes) {
+TEST(CudaEngineGpu, ThinShapesUseTheMeasuredKernel) {
   SGEMM_REQUIRE_GPUS(1);
   auto e = make_engine({0});
   ASSERT_TRUE(e);
-  Problem p = make_problem(*e, {33, 17, 0}, 51, true, 1.0f, 3.0f);
-  CountingSink sink(33);
-  GemmJob j = job_of(p);
-  j.sink = &sink;
-  ASSERT_TRUE(e->run(j).ok());
-  sink.expect_each_row_once();
-  for (int64_t i = 0; i < 33 * 17; ++i) ASSERT_EQ(p.c.floats()[i], 3.0f * p.c0.floats()[i]);
-  Problem q = make_problem(*e, {1, 1, 1}, 52);
-  ASSERT_TRUE(e->run(job_of(q)).ok());
+  for (GemmShape s : {GemmShape{1, 1, 1}, GemmShape{1, 4099, 2051}, GemmShape{2047, 1, 1029}, GemmShape{3001, 100, 2500}}) {
+    SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
+    Problem p = make_problem(*e, s, 52, true, 0.5f, -2.0f);
+    auto r = e->run(job_of(p));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(verify(p, false).passed(kSgemmTolerance));
+    if (s.k >= 1024) {
+      EXPECT_EQ(r->kernel, KernelKind::kCublas) << r->plan_reason;
+      EXPECT_NE(r->plan_reason.find("measured table"), std::string::npos) << r->plan_reason;
+    }
+    auto named = e->run(job_of(p, SplitMode::kAuto, KernelKind::kPingpong));  // a named kernel is obeyed
+    ASSERT_TRUE(named.ok()) << named.status().to_string();
+    EXPECT_EQ(named->kernel, KernelKind::kPingpong);
+  }
+}
+
+// Deterministic split-K needs scratch; the lane owns it (kernels/ keeps none).
+TEST(CudaEngineGpu, SplitKWorkspaceFromTheLane) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto e = make_engine({0});
+  ASSERT_TRUE(e);
+  for (GemmShape s : {GemmShape{1024, 1024, 16384}, GemmShape{515, 770, 9001}}) {
+    Problem p = make_problem(*e, s, 53, true, 1.0f, 0.25f);
+    for (int rep = 0; rep < 2; ++rep) {
+      reset_c(p);
+      auto r = e->run(job_of(p, SplitMode::kSingle, KernelKind::kPingpong));
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_TRUE(verify(p, true).passed(kSgemmTolerance));
+    }
+  }
+}
+
+// Cancelled before it starts, or while it runs: the token's status comes
+// back, and the engine (its one lane) serves the next job.
+TEST(CudaEngineGpu, CancelStopsAtABlockBoundary) {
+  SGEMM_REQUIRE_GPUS(1);
+  CudaEngineOptions o;
+  o.devices = {0};
+  o.lanes_per_device = 1;
+  o.chunk_rows = 256;
+  auto made = make_cuda_engine(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  auto& e = *made;
+  Problem p = make_problem(*e, {8192, 8192, 8192}, 54);
+  {
+    CancelToken token;
+    token.cancel(DeadlineExceeded("test: deadline passed"));
+    GemmJob j = job_of(p);
+    j.cancel = &token;
+    auto r = e->run(j);
+    EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().to_string();
+  }
+  {
+    CancelToken token;
+    GemmJob j = job_of(p);
+    j.cancel = &token;
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      token.cancel(Cancelled("test: client went away"));
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = e->run(j);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    canceller.join();
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().to_string() << " after " << ms << " ms";
+  }
+  Problem q = make_problem(*e, {777, 1025, 513}, 55);
+  auto after = e->run(job_of(q));
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
   EXPECT_TRUE(verify(q, false).passed(kSgemmTolerance));
 }
 

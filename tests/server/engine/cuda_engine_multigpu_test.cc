@@ -1,6 +1,8 @@
-// The CUDA engine on two GPUs (label multigpu): row and K splits (both
+// The CUDA engine on several GPUs (label multigpu): row and K splits (both
 // reductions) on odd and large shapes, against the fp64 reference and the
-// one-GPU result; beta with C; concurrent split and single jobs; streaming.
+// one-GPU result; beta with C; concurrent split and single jobs; streaming;
+// cancellation of a split job. Every test runs for each GPU count of
+// test_gpu_counts() (2, 4, ... up to those visible; SGEMM_TEST_GPUS="2,4").
 #include <thread>
 
 #include "tests/common/gpu_test.h"
@@ -14,8 +16,9 @@ struct Case {
   bool sample;  // verify sampled rows only (large shapes)
 };
 
-void split_matches_single(KReduce reduce, bool has_c) {
-  auto two = make_engine({0, 1}, reduce);
+void split_matches_single_on(int gpus, KReduce reduce, bool has_c) {
+  SCOPED_TRACE(std::to_string(gpus) + " GPUs");
+  auto two = make_engine(first_gpus(gpus), reduce);
   ASSERT_TRUE(two);
   for (const Case& c : {Case{{1025, 777, 3001}, false}, Case{{4097, 4097, 4097}, true}}) {
     Problem p = make_problem(*two, c.shape, 61, has_c, 1.25f, has_c ? -0.5f : 0.0f);
@@ -36,7 +39,7 @@ void split_matches_single(KReduce reduce, bool has_c) {
       j.sink = &sink;
       auto r = two->run(j);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
-      expect_report(*r, mode, 2);
+      expect_report(*r, mode, size_t(gpus));
       EXPECT_NE(r->devices[0].device, r->devices[1].device);
       sink.expect_each_row_once();
       const VerifyResult v = verify(p, c.sample);
@@ -44,6 +47,10 @@ void split_matches_single(KReduce reduce, bool has_c) {
       EXPECT_LE(max_normalised_diff(p, p.c.floats(), one.data(), c.sample ? rows : all_rows), kSgemmTolerance);
     }
   }
+}
+
+void split_matches_single(KReduce reduce, bool has_c) {
+  for (int g : test_gpu_counts()) split_matches_single_on(g, reduce, has_c);
 }
 
 TEST(CudaEngineMultiGpu, SplitsMatchReferenceAndSingleGpu_ReduceScatter) {
@@ -61,9 +68,11 @@ TEST(CudaEngineMultiGpu, BetaWithCAppliedOnce) {
   split_matches_single(KReduce::kReduceScatter, true);
 }
 
-TEST(CudaEngineMultiGpu, PoolOfOneAndTwo) {
+TEST(CudaEngineMultiGpu, PoolsOfEverySize) {
   SGEMM_REQUIRE_GPUS(2);
-  for (std::vector<int> devs : {std::vector<int>{1}, std::vector<int>{0, 1}}) {
+  std::vector<std::vector<int>> pools = {{1}};
+  for (int g : test_gpu_counts()) pools.push_back(first_gpus(g));
+  for (const std::vector<int>& devs : pools) {
     auto e = make_engine(devs);
     ASSERT_TRUE(e);
     EXPECT_EQ(e->info().devices.size(), devs.size());
@@ -77,7 +86,9 @@ TEST(CudaEngineMultiGpu, PoolOfOneAndTwo) {
 
 TEST(CudaEngineMultiGpu, SmallShapesSplitAcrossMoreDevicesThanRows) {
   SGEMM_REQUIRE_GPUS(2);
-  auto e = make_engine({0, 1});
+  for (int g : test_gpu_counts()) {
+  SCOPED_TRACE(std::to_string(g) + " GPUs");
+  auto e = make_engine(first_gpus(g));
   ASSERT_TRUE(e);
   for (GemmShape s : {GemmShape{1, 5, 3}, GemmShape{3, 1, 1}, GemmShape{7, 9, 13}}) {
     for (SplitMode mode : {SplitMode::kRows, SplitMode::kK}) {
@@ -93,11 +104,12 @@ TEST(CudaEngineMultiGpu, SmallShapesSplitAcrossMoreDevicesThanRows) {
       EXPECT_TRUE(verify(p, false).passed(kSgemmTolerance));
     }
   }
+  }
 }
 
 TEST(CudaEngineMultiGpu, ProgressiveFeedWithSplits) {
   SGEMM_REQUIRE_GPUS(2);
-  auto e = make_engine({0, 1});
+  auto e = make_engine(first_gpus(test_gpu_counts().back()));
   ASSERT_TRUE(e);
   for (SplitMode mode : {SplitMode::kRows, SplitMode::kK}) {
     Problem p = make_problem(*e, {1025, 777, 3001}, 91, true, 1.0f, 1.0f);
@@ -115,7 +127,7 @@ TEST(CudaEngineMultiGpu, ProgressiveFeedWithSplits) {
 
 TEST(CudaEngineMultiGpu, ConcurrentSplitAndSingleJobs) {
   SGEMM_REQUIRE_GPUS(2);
-  auto e = make_engine({0, 1});
+  auto e = make_engine(first_gpus(test_gpu_counts().back()));
   ASSERT_TRUE(e);
   constexpr int kThreads = 6;
   std::vector<Problem> ps;
@@ -134,6 +146,42 @@ TEST(CudaEngineMultiGpu, ConcurrentSplitAndSingleJobs) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
   for (auto& p : ps) EXPECT_TRUE(verify(p, true).passed(kSgemmTolerance));
+}
+
+// A split job cancelled while it runs stops at a block boundary on every
+// device, returns the token's status, and leaves the pool usable.
+TEST(CudaEngineMultiGpu, CancelledSplitJobStopsAndFreesItsLanes) {
+  SGEMM_REQUIRE_GPUS(2);
+  const int g = test_gpu_counts().back();
+  CudaEngineOptions o;
+  o.devices = first_gpus(g);
+  o.chunk_rows = 256;  // many blocks per device
+  o.chunk_k = 2048;
+  auto made = make_cuda_engine(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  auto& e = *made;
+  Problem p = make_problem(*e, {8192, 8192, 8192}, 95);
+  for (SplitMode mode : {SplitMode::kRows, SplitMode::kK}) {
+    SCOPED_TRACE(split_mode_name(mode));
+    CancelToken token;
+    GemmJob j = job_of(p, mode);
+    j.cancel = &token;
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      token.cancel(Cancelled("test: client went away"));
+    });
+    auto r = e->run(j);
+    canceller.join();
+    // A fast GPU may finish first; if it did not, the status is the token's.
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().to_string();
+      EXPECT_NE(r.status().message().find("client went away"), std::string::npos);
+    }
+  }
+  Problem q = make_problem(*e, {1025, 777, 3001}, 96);
+  auto after = e->run(job_of(q, SplitMode::kRows));
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
+  EXPECT_TRUE(verify(q, false).passed(kSgemmTolerance));
 }
 
 }  // namespace

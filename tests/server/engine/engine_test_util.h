@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/reference_gemm.h"
-#include "server/engine/cuda_engine.h"
+#include "server/engine/cuda/cuda_engine.h"
 
 namespace sgemm::testing {
 
@@ -58,14 +58,21 @@ inline Problem make_problem(Engine& engine, GemmShape s, uint64_t seed, bool has
   return p;
 }
 
-inline GemmJob job_of(Problem& p, SplitMode split = SplitMode::kAuto, std::string kernel = "") {
+inline GemmRequest request_of(GemmShape s) {
+  GemmRequest r;
+  r.shape = s;
+  return r;
+}
+
+inline GemmJob job_of(Problem& p, SplitMode split = SplitMode::kAuto,
+                      std::optional<KernelKind> kernel = std::nullopt) {
   GemmJob j;
-  j.shape = p.shape;
-  j.alpha = p.alpha;
-  j.beta = p.beta;
-  j.has_c = p.has_c;
-  j.options.kernel = std::move(kernel);
-  j.options.split = split;
+  j.request.shape = p.shape;
+  j.request.alpha = p.alpha;
+  j.request.beta = p.beta;
+  j.request.has_c = p.has_c;
+  j.request.options.kernel = kernel;
+  j.request.options.split = split;
   j.a = p.a.floats();
   j.b = p.b.floats();
   j.c = p.c.floats();
@@ -185,7 +192,7 @@ inline std::unique_ptr<Engine> make_engine(std::vector<int> devices, KReduce red
 
 inline void expect_report(const GemmReport& r, SplitMode mode, std::size_t devices) {
   EXPECT_EQ(r.backend, "cuda");
-  EXPECT_FALSE(r.kernel.empty());
+  EXPECT_NE(r.kernel, KernelKind::kOpenblas);
   EXPECT_FALSE(r.plan_reason.empty());
   EXPECT_EQ(r.split, mode) << r.plan_reason;
   ASSERT_EQ(r.devices.size(), devices) << r.plan_reason;

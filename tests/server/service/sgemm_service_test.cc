@@ -20,9 +20,9 @@ namespace v1 = ::sgemm::v1;
 
 class FakeEngine : public Engine {
  public:
-  EngineInfo info() const override { return {"fake", {}, {"fake"}, "fake"}; }
+  EngineInfo info() const override { return {"fake", {}, {KernelKind::kOpenblas}, KernelKind::kOpenblas}; }
   HostAllocator& host_allocator() override { return alloc_; }
-  Status validate(const GemmShape&, const ExecOptions&) const override { return Status::Ok(); }
+  Status validate(const GemmRequest& r) const override { return check_gemm_request(r); }
 
  private:
   AlignedHostAllocator alloc_;
@@ -40,20 +40,22 @@ class FailingEngine final : public FakeEngine {
 class ReverseRowsEngine final : public FakeEngine {
  public:
   StatusOr<GemmReport> run(const GemmJob& job) override {
-    const GemmShape s = job.shape;
+    const GemmShape s = job.request.shape;
+    const float alpha = job.request.alpha, beta = job.request.beta;
+    const bool has_c = job.request.has_c;
     if (job.feed) return Internal("the service runs a job only once its inputs are present");
     ++runs;
     for (int64_t i = s.m - 1; i >= 0; --i) {
       for (int64_t j = 0; j < s.n; ++j) {
         float acc = 0;
         for (int64_t p = 0; p < s.k; ++p) acc += job.a[i * s.k + p] * job.b[p * s.n + j];
-        job.c[i * s.n + j] = job.alpha * acc + (job.has_c ? job.beta * job.c[i * s.n + j] : 0.0f);
+        job.c[i * s.n + j] = alpha * acc + (has_c ? beta * job.c[i * s.n + j] : 0.0f);
       }
       job.sink->rows_ready(i, i + 1);
     }
     GemmReport r;
     r.backend = "fake";
-    r.kernel = "fake";
+    r.kernel = KernelKind::kOpenblas;
     r.devices.push_back(DeviceTiming{.device = 7, .name = "fake device", .shard = {7, 0, s.m, 0, s.k}});
     return r;
   }

@@ -1,6 +1,8 @@
 // Turns CUDA runtime and cuBLAS results into sgemm::Status where the call is
 // made: file:line and the call text go into the message, the sticky error of
-// the runtime is cleared, and out-of-memory becomes RESOURCE_EXHAUSTED.
+// the runtime is cleared, and out-of-memory becomes RESOURCE_EXHAUSTED. Every
+// request is validated before it reaches CUDA, so a value CUDA rejects
+// (cudaErrorInvalidValue, ...) is our own bug: INTERNAL, never INVALID_ARGUMENT.
 // Header-only; include it only from code that links CUDA::cudart.
 #pragma once
 
@@ -18,7 +20,6 @@ inline Status cuda_status(cudaError_t err, const char* what, const char* file, i
   std::string msg = std::string(what) + " failed: " + cudaGetErrorName(err) + " (" +
                     cudaGetErrorString(err) + ") at " + file + ":" + std::to_string(line);
   if (err == cudaErrorMemoryAllocation) return ResourceExhausted(std::move(msg));
-  if (err == cudaErrorInvalidValue || err == cudaErrorInvalidDevice) return InvalidArgument(std::move(msg));
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || err == cudaErrorDevicesUnavailable)
     return Unavailable(std::move(msg));
   return Internal(std::move(msg));

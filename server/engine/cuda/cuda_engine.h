@@ -7,20 +7,23 @@
 // out through host_allocator(), and the NCCL communicator (server/comm/, only
 // with more than one device). run() is thread-safe and is called from many
 // service threads at once: a single-GPU job leases one lane of one device
-// (blocking while all lanes there are busy); a split job first takes the
+// (waiting while all lanes there are busy); a split job first takes the
 // communicator's order mutex, so NCCL collectives of different jobs never
-// interleave, then one lane on every device. rows_ready() is called on the
+// interleave, then one lane on every device. Every one of those waits, and
+// the wait for the GPUs, polls GemmJob::cancel. rows_ready() is called on the
 // thread that called run().
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "common/gemm_types.h"
 #include "server/engine/engine.h"
 #include "server/planner/plan.h"
 
@@ -28,7 +31,9 @@ namespace sgemm {
 
 struct CudaEngineOptions {
   std::vector<int> devices;        // CUDA ordinals to own; empty = every visible GPU
-  std::string default_kernel;      // "" = pingpong when built, else cublas
+  // Kernel for shapes the measured kernel-choice table has no row for
+  // (server/planner/kernel_choice.h); nullopt = pingpong.
+  std::optional<KernelKind> default_kernel;
   int lanes_per_device = 2;        // concurrent streams (requests) per GPU
 
   // Released pinned host memory kept for reuse by host_allocator() (8 GiB).
@@ -43,6 +48,10 @@ struct CudaEngineOptions {
   // How K-split partial Cs are summed: reduce-scatter (every GPU copies out its
   // own rows; default) or reduce to the first GPU, which copies out all of C.
   KReduce k_reduce = KReduce::kReduceScatter;
+  // Blocks (of rows, or of K) a device may have issued ahead of the one it is
+  // running. 3 keeps copies and kernels overlapped; a cancelled request or one
+  // past its deadline stops after at most this many more blocks per device.
+  int blocks_ahead = 3;
 
   // Cost-model capabilities given to the planner for every device, measured by
   // engine-bench on 2 x H200 and sgemm-bench on H100 (docs/engine.md, 2026-11-22):

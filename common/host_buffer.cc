@@ -1,4 +1,4 @@
-#include "server/engine/host_buffer.h"
+#include "common/host_buffer.h"
 
 #include <cstdlib>
 #include <new>

@@ -1,0 +1,44 @@
+#include "common/gemm_types.h"
+
+namespace sgemm {
+
+std::string_view kernel_kind_name(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kPingpong: return "pingpong";
+    case KernelKind::kCublas: return "cublas";
+    case KernelKind::kOpenblas: return "openblas";
+  }
+  return "unknown";
+}
+
+std::optional<KernelKind> parse_kernel_kind(std::string_view text) {
+  for (KernelKind k : {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kOpenblas})
+    if (text == kernel_kind_name(k)) return k;
+  return std::nullopt;
+}
+
+std::vector<KernelKind> gpu_kernel_kinds() { return {KernelKind::kPingpong, KernelKind::kCublas}; }
+
+std::string kernel_kind_list(const std::vector<KernelKind>& kinds) {
+  std::string out;
+  for (KernelKind k : kinds) out += (out.empty() ? "" : ", ") + std::string(kernel_kind_name(k));
+  return out;
+}
+
+std::string_view split_mode_name(SplitMode mode) {
+  switch (mode) {
+    case SplitMode::kAuto: return "auto";
+    case SplitMode::kSingle: return "single";
+    case SplitMode::kRows: return "rows";
+    case SplitMode::kK: return "k";
+  }
+  return "unknown";
+}
+
+std::optional<SplitMode> parse_split_mode(std::string_view text) {
+  for (SplitMode m : {SplitMode::kAuto, SplitMode::kSingle, SplitMode::kRows, SplitMode::kK})
+    if (text == split_mode_name(m)) return m;
+  return std::nullopt;
+}
+
+}  // namespace sgemm

@@ -1,0 +1,61 @@
+// The vocabulary every layer shares: the shape of a product, the kernels and
+// split strategies a request may name, and what we know of a device. Plain
+// C++ with no CUDA, gRPC or protobuf, so the planner, the service and the
+// client can all use it (STYLE.md, "the build enforces the layers").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sgemm {
+
+// C (m x n) = alpha * A (m x k) * B (k x n) + beta * C.
+struct GemmShape {
+  int64_t m = 0;  // rows of A and C
+  int64_t n = 0;  // columns of B and C
+  int64_t k = 0;  // columns of A, rows of B
+
+  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+  friend bool operator==(const GemmShape&, const GemmShape&) = default;
+};
+
+// The implementation that multiplies on a device. GPU kinds have a
+// GemmBackend in kernels/; kOpenblas is the CPU engine's.
+enum class KernelKind {
+  kPingpong,  // our multistage shared-memory SIMT kernel (kernels/pingpong_sgemm.cuh)
+  kCublas,    // cublasSgemm with CUBLAS_COMPUTE_32F, the reference
+  kOpenblas,  // cblas_sgemm on the host (the CPU engine)
+};
+std::string_view kernel_kind_name(KernelKind kind);
+// Parses a kernel_kind_name(); nullopt for anything else.
+std::optional<KernelKind> parse_kernel_kind(std::string_view text);
+// The kinds a GPU engine can build a backend for, in preference order.
+std::vector<KernelKind> gpu_kernel_kinds();
+// "pingpong, cublas": for messages that list what is available.
+std::string kernel_kind_list(const std::vector<KernelKind>& kinds);
+
+// How one product is spread over devices; each mode is a strategy (a row of
+// the planner's table, server/planner/strategy.h, and of the engine's).
+enum class SplitMode {
+  kAuto,    // let the planner decide (requests only; a Plan never holds it)
+  kSingle,  // whole product on one device
+  kRows,    // each device computes a block of rows of C (all of B on every device)
+  kK,       // each device computes a K slice; partial Cs are summed with NCCL
+};
+std::string_view split_mode_name(SplitMode mode);
+std::optional<SplitMode> parse_split_mode(std::string_view text);
+
+// One device as the engine sees it (GPU properties, or the host for the CPU engine).
+struct DeviceInfo {
+  int index = -1;  // CUDA ordinal, -1 for the CPU
+  std::string name;
+  int64_t memory_bytes = 0;
+  int sm_count = 0;
+  int compute_major = 0;
+  int compute_minor = 0;
+};
+
+}  // namespace sgemm

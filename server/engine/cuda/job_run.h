@@ -1,0 +1,163 @@
+// One job's run on the lanes it leased: the state the split executors share
+// and the steps they are made of (timed copies, kernels, NCCL spans, copies
+// out, the bounded issue-ahead that lets a cancelled job stop at a block
+// boundary). Private to the CUDA engine.
+//
+// Threads: a JobRun lives on the thread that called CudaEngine::run() and is
+// used by that thread only. Every Span's events come from its lane.
+//
+// Device layouts are dense with leading dimensions rounded up to 4 floats, so
+// every block a kernel sees starts 16-byte aligned whatever the request shape;
+// host<->device copies are 2-D (cudaMemcpy2DAsync) for that reason and for the
+// strided K slices of A.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/cuda_status.h"
+#include "kernels/gemm_args.h"
+#include "kernels/gemm_backend.h"
+#include "server/comm/nccl_comm.h"
+#include "server/devices/device_pool.h"
+#include "server/engine/engine.h"
+
+namespace sgemm {
+
+struct SplitExecutor;
+
+// Start and end events of one operation on one stream.
+struct Span {
+  cudaEvent_t begin = nullptr;
+  cudaEvent_t end = nullptr;
+};
+
+// One device's part of a running job.
+struct ShardWork {
+  Lane* lane = nullptr;
+  int rank = 0;  // position in the pool, which is also the NCCL rank
+  Shard shard;
+  DeviceTiming timing;
+  std::vector<Span> in, kernel, reduce, out;
+  DeviceBuffer a, b, c;
+  std::deque<cudaEvent_t> in_flight;  // end events of issued blocks not yet seen finished
+};
+
+// How a job is run: resolved from the request and the engine's options.
+struct JobSettings {
+  KernelKind kind = KernelKind::kCublas;
+  bool kernel_explicit = false;  // the request named the kernel: no fallback
+  int64_t chunk_rows = 0;        // 0: from pipeline_chunks (see row_block)
+  int64_t chunk_k = 0;           // 0: from pipeline_chunks (see the K executor)
+  int pipeline_chunks = 8;
+  KReduce k_reduce = KReduce::kReduceScatter;
+  // Blocks a device may have issued and not finished. More keeps the copy and
+  // kernel streams busier; fewer makes cancellation act sooner (a cancelled
+  // job finishes at most this many blocks per device before it stops).
+  int blocks_ahead = 3;
+};
+
+inline constexpr std::size_t kFloatBytes = sizeof(float);
+inline int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+inline int64_t pad4(int64_t x) { return round_up(x < 1 ? 1 : x, 4); }
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+class JobRun {
+ public:
+  JobRun(const GemmJob& job, const JobSettings& settings, NcclCommunicator* comm)
+      : job_(job), set_(settings), comm_(comm) {}
+
+  void add(Lane* lane, int rank, const Shard& shard, const DeviceInfo& info);
+
+  // Issues the work through `executor`, waits for every stream, reports the
+  // rows of C and collects timings. Device buffers are freed whatever happens.
+  Status execute(const SplitExecutor& executor);
+
+  std::vector<DeviceTiming> timings() const;
+  bool fallback_used() const { return fallback_used_; }
+
+  // ---- What executors use -------------------------------------------------
+  const GemmJob& job() const { return job_; }
+  const GemmShape& shape() const { return job_.request.shape; }
+  const JobSettings& settings() const { return set_; }
+  std::vector<ShardWork>& works() { return works_; }
+  NcclCommunicator* comm() const { return comm_; }
+
+  // The job's cancellation status (OK while it may go on).
+  Status check_cancel() const { return job_.cancel ? job_.cancel->status() : Status::Ok(); }
+  // Waits until the first `elements` of `m` are in host memory (streaming input).
+  Status feed_wait(MatrixId m, int64_t elements);
+
+  // Records begin, enqueues, records end on `stream`; `end_out` gets the end
+  // event, which later stages wait on.
+  template <typename Enqueue>
+  Status timed(ShardWork& w, std::vector<Span>& into, cudaStream_t stream, Enqueue&& enqueue,
+               cudaEvent_t* end_out) {
+    SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
+    SGEMM_ASSIGN_OR_RETURN(cudaEvent_t begin, w.lane->next_event());
+    SGEMM_ASSIGN_OR_RETURN(cudaEvent_t end, w.lane->next_event());
+    SGEMM_CUDA_TRY(cudaEventRecord(begin, stream));
+    SGEMM_RETURN_IF_ERROR(enqueue());
+    SGEMM_CUDA_TRY(cudaEventRecord(end, stream));
+    into.push_back(Span{begin, end});
+    if (end_out) *end_out = end;
+    return Status::Ok();
+  }
+
+  // Makes `waiter` wait for everything enqueued on `producer` so far.
+  Status order_after(ShardWork& w, cudaStream_t waiter, cudaStream_t producer);
+  // Makes `stream` of `w` wait for `event`.
+  Status wait_on(ShardWork& w, cudaStream_t stream, cudaEvent_t event);
+
+  // The job's kernel on the lane's compute stream, with the lane's workspace.
+  // When the kernel refuses a block and the request did not name it, cuBLAS
+  // takes that block (the report says so).
+  Status run_gemm(ShardWork& w, const GemmArgs& args);
+
+  Status h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,
+                int64_t height);
+  // Copies rows [begin, end) of C (device rows start at `dev_row0` of `dev`)
+  // to the host once `after` (on this device) is done; queues them for rows_ready.
+  Status copy_out(ShardWork& w, const float* dev, int64_t dev_row0, int64_t ldc, int64_t begin, int64_t end,
+                  cudaEvent_t after);
+
+  // Every device's comm stream brackets one collective: begin_comm_spans()
+  // records the start on each (after `wait_for[i]` when given), end_comm_spans()
+  // the end, adding the span to each device's reduce timing.
+  Status begin_comm_spans(std::vector<Span>* spans, const std::vector<cudaEvent_t>* wait_for = nullptr);
+  Status end_comm_spans(const std::vector<Span>& spans);
+
+  // A block ending with `done` was issued on `w`. While more than blocks_ahead
+  // blocks of `w` are unfinished, waits for the oldest, polling the job's
+  // cancellation (and reporting finished rows) as it waits.
+  Status throttle(ShardWork& w, cudaEvent_t done);
+
+  // Rows per block of a row pipeline over `rows` rows.
+  int64_t row_block(int64_t rows) const;
+
+ private:
+  Status wait_event(ShardWork& w, cudaEvent_t e);
+  void report_outputs(bool all_done);
+  Status drain();
+  Status collect_timings();
+
+  // A block of C rows on its way to host memory; `done` fires when it is there.
+  struct OutBlock {
+    cudaEvent_t done = nullptr;
+    int64_t begin = 0, end = 0;
+    bool reported = false;
+  };
+
+  const GemmJob& job_;
+  JobSettings set_;
+  NcclCommunicator* comm_;
+  std::vector<ShardWork> works_;
+  std::vector<OutBlock> outs_;
+  bool fallback_used_ = false;
+};
+
+}  // namespace sgemm

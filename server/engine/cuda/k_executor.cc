@@ -1,0 +1,141 @@
+// K split. Device i gets columns [k0, k1) of A (strided on the host: 2-D
+// copies) and rows [k0, k1) of B, by K blocks, and accumulates its partial C
+// over them. Shard 0 alone starts from C (so beta*C is added exactly once);
+// the others start from zero. The partial Cs are summed by reduce-scatter
+// (each device then copies out its own block of rows) or reduce to device 0.
+#include <algorithm>
+
+#include "server/engine/cuda/job_run.h"
+#include "server/engine/cuda/split_executor.h"
+
+namespace sgemm {
+namespace {
+
+// K per block: 1/pipeline_chunks of the slice, at least 2048. When C is small
+// (m*n <= 4 Mi elements) each block's product is too small to fill the GPU
+// and A's strided 2-D copy moves short rows, so blocks are at least 16384 deep
+// there (2xH200 sweep at 1024x1024x65536, docs/engine.md: kernel plus reduce
+// 1.49x with 4096-deep blocks, 1.92x with 16384).
+int64_t k_block(const JobRun& run, int64_t kc) {
+  const GemmShape& s = run.shape();
+  const JobSettings& set = run.settings();
+  if (set.chunk_k > 0) return set.chunk_k;
+  const int64_t min_step = s.m * s.n <= (int64_t{4} << 20) ? 16384 : 2048;
+  return std::max<int64_t>(min_step, round_up(ceil_div(kc, std::max(1, set.pipeline_chunks)), 16));
+}
+
+Status issue(JobRun& run) {
+  const GemmJob& job = run.job();
+  const GemmShape& s = run.shape();
+  auto& works = run.works();
+  const int p = int(works.size());
+  NcclCommunicator* comm = run.comm();
+  if (p < 2 || !comm || comm->size() != p) return Internal("K split without a communicator over its devices");
+  const bool scatter = run.settings().k_reduce == KReduce::kReduceScatter;
+  const int64_t m_pad = scatter ? round_up(s.m, p) : s.m;
+  const int64_t ldb = pad4(s.n), ldc = ldb;
+  const bool has_c = job.request.has_c;
+  SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kA, s.m * s.k));  // a column slice needs every row
+  if (has_c) SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kC, s.m * s.n));
+  for (auto& w : works) {
+    const int dev = w.lane->device();
+    const int64_t kc = w.shard.k_end - w.shard.k_begin;
+    const int64_t lda = pad4(kc);
+    const bool owns_c = w.rank == 0 && has_c;
+    SGEMM_ASSIGN_OR_RETURN(w.c, DeviceBuffer::allocate(dev, size_t(m_pad * ldc) * kFloatBytes, w.lane->h2d()));
+    if (kc > 0) {
+      SGEMM_ASSIGN_OR_RETURN(w.a, DeviceBuffer::allocate(dev, size_t(s.m * lda) * kFloatBytes, w.lane->h2d()));
+      SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(dev, size_t(kc * ldb) * kFloatBytes, w.lane->h2d()));
+    }
+    // The partial C's starting value, on h2d so the kernels' waits cover it.
+    SGEMM_RETURN_IF_ERROR(run.timed(
+        w, w.in, w.lane->h2d(),
+        [&]() -> Status {
+          if (owns_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.c.floats(), ldc, job.c, s.n, s.n, s.m));
+          const int64_t zero_from = (kc > 0 || owns_c) ? s.m : 0;  // padding rows, or all when no kernel runs
+          if (m_pad > zero_from)
+            SGEMM_CUDA_TRY(cudaMemsetAsync(w.c.floats() + zero_from * ldc, 0,
+                                           size_t((m_pad - zero_from) * ldc) * kFloatBytes, w.lane->h2d()));
+          return Status::Ok();
+        },
+        nullptr));
+  }
+  // K blocks, block i on every device before block i+1 on any.
+  for (int64_t i = 0;; ++i) {
+    bool issued = false;
+    for (auto& w : works) {
+      const int64_t k0 = w.shard.k_begin, k1 = w.shard.k_end, kc = k1 - k0;
+      const int64_t step = k_block(run, kc);
+      const int64_t s0 = k0 + i * step;
+      if (s0 >= k1) continue;
+      issued = true;
+      const int64_t s1 = std::min(k1, s0 + step);
+      const int64_t lda = pad4(kc);
+      const bool owns_c = w.rank == 0 && has_c;
+      SGEMM_RETURN_IF_ERROR(run.check_cancel());
+      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, s1 * s.n));
+      float* da = w.a.floats() + (s0 - k0);
+      float* db = w.b.floats() + (s0 - k0) * ldb;
+      cudaEvent_t in_done = nullptr, k_done = nullptr;
+      SGEMM_RETURN_IF_ERROR(run.timed(
+          w, w.in, w.lane->h2d(),
+          [&]() -> Status {
+            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + s0, s.k, s1 - s0, s.m));
+            return run.h2d_2d(w, db, ldb, job.b + s0 * s.n, s.n, s.n, s1 - s0);
+          },
+          &in_done));
+      SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
+      const float beta = i == 0 ? (owns_c ? job.request.beta : 0.0f) : 1.0f;
+      GemmArgs args{GemmShape{s.m, s.n, s1 - s0}, job.request.alpha, beta, da, lda, db, ldb, w.c.floats(), ldc};
+      SGEMM_RETURN_IF_ERROR(run.timed(w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done));
+      SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
+    }
+    if (!issued) break;
+  }
+  // The reduce starts after each device's kernels and its h2d work (which is
+  // all there is when its slice is empty).
+  for (auto& w : works) {
+    SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->h2d()));
+    SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->compute()));
+  }
+  SGEMM_RETURN_IF_ERROR(run.check_cancel());
+  std::vector<Span> spans;
+  SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans));
+  const int64_t block_rows = m_pad / p;
+  {
+    NcclGroup group;
+    SGEMM_RETURN_IF_ERROR(group.start_status());
+    for (auto& w : works) {
+      float* part = w.c.floats();
+      if (scatter) {
+        const size_t count = size_t(block_rows * ldc);
+        SGEMM_NCCL_TRY(ncclReduceScatter(part, part + size_t(w.rank) * count, count, ncclFloat, ncclSum,
+                                         comm->comm(w.rank), w.lane->comm()));
+      } else {
+        SGEMM_NCCL_TRY(
+            ncclReduce(part, part, size_t(s.m * ldc), ncclFloat, ncclSum, 0, comm->comm(w.rank), w.lane->comm()));
+      }
+    }
+    SGEMM_RETURN_IF_ERROR(group.end());
+  }
+  SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans));
+  if (scatter) {
+    for (int r = 0; r < p; ++r) {
+      ShardWork& w = works[size_t(r)];
+      const int64_t b0 = std::min(s.m, w.rank * block_rows), b1 = std::min(s.m, b0 + block_rows);
+      if (b1 > b0) SGEMM_RETURN_IF_ERROR(run.copy_out(w, w.c.floats(), 0, ldc, b0, b1, spans[size_t(r)].end));
+    }
+  } else {
+    ShardWork& root = works[0];
+    const int64_t step = run.row_block(s.m);
+    for (int64_t c0 = 0; c0 < s.m; c0 += step)
+      SGEMM_RETURN_IF_ERROR(run.copy_out(root, root.c.floats(), 0, ldc, c0, std::min(s.m, c0 + step), spans[0].end));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const SplitExecutor kKExecutor{SplitMode::kK, /*spans_pool=*/true, issue};
+
+}  // namespace sgemm

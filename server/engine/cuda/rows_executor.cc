@@ -1,0 +1,116 @@
+// Row split (and, through issue_row_pipeline, single GPU). B enters through
+// every device's host link, a slice each, and is completed on every device by
+// one NCCL broadcast per slice; A (and C) then stream in by row blocks, one
+// kernel per block, block i of every device before block i+1 of any, so the
+// devices start together and a cancelled job stops on all of them.
+#include <algorithm>
+
+#include "server/engine/cuda/job_run.h"
+#include "server/engine/cuda/split_executor.h"
+
+namespace sgemm {
+
+Status issue_row_pipeline(JobRun& run) {
+  const GemmJob& job = run.job();
+  const GemmShape& s = run.shape();
+  auto& works = run.works();
+  const int64_t lda = pad4(s.k), ldb = pad4(s.n), ldc = ldb;
+  const int p = int(works.size());
+  const bool has_c = job.request.has_c;
+  for (auto& w : works) {
+    const int dev = w.lane->device();
+    const int64_t rows = w.shard.row_end - w.shard.row_begin;
+    SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(dev, size_t(s.k * ldb) * kFloatBytes, w.lane->h2d()));
+    if (rows > 0) {
+      SGEMM_ASSIGN_OR_RETURN(w.a, DeviceBuffer::allocate(dev, size_t(rows * lda) * kFloatBytes, w.lane->h2d()));
+      SGEMM_ASSIGN_OR_RETURN(w.c, DeviceBuffer::allocate(dev, size_t(rows * ldc) * kFloatBytes, w.lane->h2d()));
+    }
+  }
+  // B: slice j of its rows comes in on device j.
+  const auto kb = split_range(s.k, std::vector<double>(size_t(p), 1.0), 16);
+  std::vector<cudaEvent_t> b_ready(static_cast<size_t>(p));
+  for (int j = 0; j < p; ++j) {
+    ShardWork& w = works[size_t(j)];
+    SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, kb[size_t(j) + 1] * s.n));
+    const int64_t r0 = kb[size_t(j)], r1 = kb[size_t(j) + 1];
+    SGEMM_RETURN_IF_ERROR(run.timed(
+        w, w.in, w.lane->h2d(),
+        [&] { return run.h2d_2d(w, w.b.floats() + r0 * ldb, ldb, job.b + r0 * s.n, s.n, s.n, r1 - r0); },
+        &b_ready[size_t(j)]));
+  }
+  if (p > 1) {
+    NcclCommunicator* comm = run.comm();
+    if (!comm || comm->size() != p) return Internal("row split without a communicator over its devices");
+    std::vector<Span> spans;
+    SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans, &b_ready));
+    {
+      NcclGroup group;
+      SGEMM_RETURN_IF_ERROR(group.start_status());
+      for (int root = 0; root < p; ++root) {
+        const int64_t r0 = kb[size_t(root)], r1 = kb[size_t(root) + 1];
+        if (r1 <= r0) continue;
+        for (int j = 0; j < p; ++j) {
+          ShardWork& w = works[size_t(j)];
+          float* slice = w.b.floats() + r0 * ldb;
+          SGEMM_NCCL_TRY(ncclBroadcast(slice, slice, size_t((r1 - r0) * ldb), ncclFloat, root, comm->comm(w.rank),
+                                       w.lane->comm()));
+        }
+      }
+      SGEMM_RETURN_IF_ERROR(group.end());
+    }
+    SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans));
+    for (int j = 0; j < p; ++j) b_ready[size_t(j)] = spans[size_t(j)].end;
+  }
+  for (int j = 0; j < p; ++j) {
+    ShardWork& w = works[size_t(j)];
+    SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), b_ready[size_t(j)]));
+  }
+  // A (and C) by row blocks: copy in, kernel, copy out, each on its stream;
+  // block i on every device, then block i+1.
+  const float beta = has_c ? job.request.beta : 0.0f;
+  for (int64_t i = 0;; ++i) {
+    bool issued = false;
+    for (auto& w : works) {
+      const int64_t r0 = w.shard.row_begin, r1 = w.shard.row_end;
+      const int64_t step = run.row_block(r1 - r0);
+      const int64_t c0 = r0 + i * step;
+      if (c0 >= r1) continue;
+      issued = true;
+      const int64_t c1 = std::min(r1, c0 + step);
+      SGEMM_RETURN_IF_ERROR(run.check_cancel());
+      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kA, c1 * s.k));
+      if (has_c) SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kC, c1 * s.n));
+      float* da = w.a.floats() + (c0 - r0) * lda;
+      float* dc = w.c.floats() + (c0 - r0) * ldc;
+      cudaEvent_t in_done = nullptr, k_done = nullptr;
+      SGEMM_RETURN_IF_ERROR(run.timed(
+          w, w.in, w.lane->h2d(),
+          [&]() -> Status {
+            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + c0 * s.k, s.k, s.k, c1 - c0));
+            if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * s.n, s.n, s.n, c1 - c0));
+            return Status::Ok();
+          },
+          &in_done));
+      SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
+      GemmArgs args{GemmShape{c1 - c0, s.n, s.k}, job.request.alpha, beta, da, lda, w.b.floats(), ldb, dc, ldc};
+      SGEMM_RETURN_IF_ERROR(run.timed(w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done));
+      SGEMM_RETURN_IF_ERROR(run.copy_out(w, w.c.floats(), r0, ldc, c0, c1, k_done));
+      SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
+    }
+    if (!issued) break;
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+Status issue(JobRun& run) {
+  if (run.works().size() < 2) return Internal("row split given fewer than two shards");
+  return issue_row_pipeline(run);
+}
+
+}  // namespace
+
+const SplitExecutor kRowsExecutor{SplitMode::kRows, /*spans_pool=*/true, issue};
+
+}  // namespace sgemm

@@ -1,0 +1,16 @@
+#include "server/engine/cuda/split_executor.h"
+
+namespace sgemm {
+
+std::span<const SplitExecutor* const> split_executors() {
+  static const SplitExecutor* const kTable[] = {&kSingleExecutor, &kRowsExecutor, &kKExecutor};
+  return kTable;
+}
+
+const SplitExecutor* find_split_executor(SplitMode mode) {
+  for (const SplitExecutor* e : split_executors())
+    if (e->mode == mode) return e;
+  return nullptr;
+}
+
+}  // namespace sgemm

@@ -1,0 +1,35 @@
+// Which GPU kernel runs a product when the request does not name one: a table
+// of shape classes with the kernel measured faster on each (sgemm-bench, the
+// same run as cuBLAS; bench/results/ holds the runs the rows cite). Pure C++:
+// the engine passes the kernels its devices offer.
+//
+// Until the kernel issue closes the gaps, our ping-pong kernel trails cuBLAS
+// on thin products (one side of C at most 128, or a single row or column) and
+// cuBLAS takes those classes; everything else runs ping-pong.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "common/gemm_types.h"
+
+namespace sgemm {
+
+struct KernelChoiceRow {
+  const char* shape_class;                 // "m = 1 or n = 1", for logs and docs
+  bool (*matches)(const GemmShape& shape);  // whether a shape is in the class
+  KernelKind kernel;                       // the faster kernel on this class
+  const char* evidence;                    // the measurement: ratio, device, results file
+};
+
+// The rows in order; the first that matches decides.
+std::span<const KernelChoiceRow> kernel_choice_table();
+
+// The first row whose class holds `shape`; null when none does.
+const KernelChoiceRow* find_kernel_choice(const GemmShape& shape);
+
+// The kernel for `shape`: the first matching row's kernel when `available`
+// has it, else `fallback` (the engine's configured default).
+KernelKind choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available);
+
+}  // namespace sgemm

@@ -1,0 +1,3 @@
+// Violation: devices sit below the engine (no back-edge).
+#include "server/engine/engine.h"
+int main() { return 0; }

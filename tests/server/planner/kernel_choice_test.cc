@@ -1,0 +1,37 @@
+#include "server/planner/kernel_choice.h"
+
+#include <gtest/gtest.h>
+
+namespace sgemm {
+namespace {
+
+const std::vector<KernelKind> kBoth = {KernelKind::kPingpong, KernelKind::kCublas};
+
+TEST(KernelChoice, ThinClassesGoToTheMeasuredWinner) {
+  EXPECT_EQ(choose_kernel({1, 4096, 4096}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({4096, 1, 4096}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({8192, 64, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({128, 8192, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+}
+
+TEST(KernelChoice, OtherShapesKeepTheDefault) {
+  for (GemmShape s : {GemmShape{4096, 4096, 4096}, GemmShape{8191, 8193, 1000}, GemmShape{1024, 1024, 16384},
+                      GemmShape{64, 64, 64}, GemmShape{200, 300, 100}}) {
+    EXPECT_EQ(choose_kernel(s, KernelKind::kPingpong, kBoth), KernelKind::kPingpong) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_EQ(find_kernel_choice(s), nullptr);
+  }
+}
+
+TEST(KernelChoice, FallsBackWhenTheWinnerIsMissing) {
+  EXPECT_EQ(choose_kernel({1, 4096, 4096}, KernelKind::kPingpong, {KernelKind::kPingpong}), KernelKind::kPingpong);
+}
+
+TEST(KernelChoice, EveryRowCitesItsMeasurement) {
+  for (const KernelChoiceRow& row : kernel_choice_table()) {
+    EXPECT_NE(std::string(row.shape_class), "");
+    EXPECT_NE(std::string(row.evidence).find("%"), std::string::npos) << row.shape_class;
+  }
+}
+
+}  // namespace
+}  // namespace sgemm
