@@ -36,9 +36,10 @@ void print_info(const sgemm::ServerInfo& info) {
                 d.compute_major, d.compute_minor);
   std::printf("limits: %lld elements per matrix, %d in flight, %d queued, %lld bytes per chunk\n",
               (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued, (long long)info.max_chunk_bytes);
-  std::printf("load: %d in flight, %d queued, %lld requests (%lld failed), %lld host bytes held\n", info.in_flight,
-              info.queued, (long long)info.requests_total, (long long)info.requests_failed,
-              (long long)info.host_bytes_in_use);
+  std::printf("host memory budget: %.2f GiB\n", info.host_memory_bytes / 1073741824.0);
+  std::printf("load: %d in flight, %d queued, %d streams open, %lld requests (%lld failed), %lld host bytes held\n",
+              info.in_flight, info.queued, info.open_streams, (long long)info.requests_total,
+              (long long)info.requests_failed, (long long)info.host_bytes_in_use);
 }
 
 void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
@@ -205,12 +206,14 @@ int main(int argc, char** argv) {
 
   CLI::App* health = app.add_subcommand("health", "exit 0 when the server reports SERVING (grpc.health.v1)");
   health->add_option("--server", server, "sgemm-server address host:port");
+  std::string health_service;
+  health->add_option("--service", health_service, "service name to ask about (\"\" = the whole server)");
 
   CLI11_PARSE(app, argc, argv);
 
   if (*sub) return submit(server, chunk_bytes, no_retry, o);
   if (*health) {
-    auto r = sgemm::Client::connect(server)->serving();
+    auto r = sgemm::Client::connect(server)->serving(health_service);
     if (!r.ok()) {
       std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
       return 3;
@@ -228,7 +231,8 @@ int main(int argc, char** argv) {
     nlohmann::json j = {{"version", r->version}, {"backend", r->backend}, {"backends", r->backends},
                         {"kernels", r->kernels}, {"max_matrix_elements", r->max_matrix_elements},
                         {"max_in_flight", r->max_in_flight}, {"max_queued", r->max_queued},
-                        {"in_flight", r->in_flight}, {"queued", r->queued},
+                        {"in_flight", r->in_flight}, {"queued", r->queued}, {"open_streams", r->open_streams},
+                        {"host_memory_bytes", r->host_memory_bytes},
                         {"requests_total", r->requests_total}, {"requests_failed", r->requests_failed},
                         {"host_bytes_in_use", r->host_bytes_in_use}};
     auto& devs = j["devices"] = nlohmann::json::array();
