@@ -11,6 +11,7 @@
 // else), tricklers (B in full, then A one row every --trickle-interval-ms),
 // silent streams (open, never a message), non-readers (upload a k=1 product
 // with a large C and never read it). All of them are cancelled at the end.
+// --reset-storm N opens and resets N streams before anything else.
 //
 // Exit status: 0 when every normal request succeeded with a correct result,
 // 1 when any result was wrong, 2 when any request failed.
@@ -56,6 +57,7 @@ struct LoadOptions {
   int no_read = 0;                 // misbehaving: upload, never read C
   int64_t no_read_dim = 4096;      // their m = n (k = 1)
   int streams_per_connection = 100;  // misbehaving streams per channel
+  int reset_storm = 0;             // misbehaving: streams opened and reset at once, before the load
   int settle_ms = 500;             // after attaching misbehavers, before the normal clients start
   bool json = false;
 };
@@ -224,6 +226,8 @@ int main(int argc, char** argv) {
   app.add_option("--silent", o.silent, "misbehaving: streams that never send a message")->capture_default_str();
   app.add_option("--no-read", o.no_read, "misbehaving: upload a k=1 product and never read C")->capture_default_str();
   app.add_option("--no-read-dim", o.no_read_dim, "their m = n")->capture_default_str();
+  app.add_option("--reset-storm", o.reset_storm, "misbehaving: open and reset this many streams before the load")
+      ->capture_default_str();
   app.add_option("--streams-per-connection", o.streams_per_connection, "misbehaving streams per connection")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -236,6 +240,18 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  double storm_ms = 0;
+  if (o.reset_storm > 0) {  // as fast as one client can: open, reset, next
+    auto stub = v1::Sgemm::NewStub(own_channel(o.server, 4000));
+    const auto ts = Clock::now();
+    for (int i = 0; i < o.reset_storm; ++i) {
+      grpc::ClientContext ctx;
+      auto s = stub->Multiply(&ctx);
+      ctx.TryCancel();
+      s->Finish();
+    }
+    storm_ms = std::chrono::duration<double, std::milli>(Clock::now() - ts).count();
+  }
   Misbehavers bad(o);
   bad.start();
   if (o.header_only + o.trickle + o.silent + o.no_read > 0)
@@ -320,7 +336,8 @@ int main(int argc, char** argv) {
   j["clients"] = o.clients;
   j["sizes"] = o.sizes;
   j["misbehaving"] = {{"header_only", o.header_only}, {"header_dim", o.header_dim}, {"trickle", o.trickle},
-                      {"trickle_dim", o.trickle_dim}, {"silent", o.silent}, {"no_read", o.no_read}};
+                      {"trickle_dim", o.trickle_dim}, {"silent", o.silent}, {"no_read", o.no_read},
+                      {"reset_storm", o.reset_storm}, {"reset_storm_ms", storm_ms}};
   j["requests"] = total;
   j["ok"] = ok;
   j["wrong_results"] = wrong.load();
@@ -344,6 +361,7 @@ int main(int argc, char** argv) {
   } else {
     std::printf("sgemm-load: %d clients, sizes %s, misbehaving: %d header-only, %d trickle, %d silent, %d no-read\n",
                 o.clients, o.sizes.c_str(), o.header_only, o.trickle, o.silent, o.no_read);
+    if (o.reset_storm > 0) std::printf("reset storm: %d streams opened and reset in %.0f ms\n", o.reset_storm, storm_ms);
     std::printf("requests %ld, ok %ld, wrong results %ld, retries %ld, wall %.2f s\n", long(total), long(ok),
                 long(wrong.load()), long(retries.load()), wall_s);
     for (const auto& [k, v] : statuses)

@@ -38,6 +38,7 @@ const char* MultiplyCall::phase_name(Phase p) {
 MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse)
     : shared_(shared), ctx_(ctx), id_(std::to_string(shared.next_id.fetch_add(1))), t_start_(Clock::now()) {
   shared_.requests_total.fetch_add(1);
+  shared_.unanswered.fetch_add(1);
   {
     std::lock_guard lock(shared_.calls_mu);
     shared_.calls.insert(this);
@@ -390,15 +391,20 @@ void MultiplyCall::send_more() {
   f.bytes_received = bytes_in_;
   f.bytes_sent = bytes_out_;
   out_ = encode_summary(*result_, f);
-  finished_ = true;
+  set_finished();
   phase_ = Phase::kDone;
   log_outcome(Status::Ok());
   StartWriteAndFinish(&out_, grpc::WriteOptions(), grpc::Status::OK);
 }
 
+void MultiplyCall::set_finished() {
+  finished_ = true;
+  shared_.unanswered.fetch_sub(1);
+}
+
 void MultiplyCall::finish(const Status& status) {
   if (finished_) return;
-  finished_ = true;
+  set_finished();
   cancel_.cancel(status);  // the engine stops at its next block
   if (memory_ticket_) {
     ticket_to_cancel_ = memory_ticket_;  // cancelled once mu_ is released
@@ -417,7 +423,8 @@ void MultiplyCall::log_outcome(const Status& st) {
     // Streams that never sent anything are the cheapest to open: log them at debug level.
     const auto level = messages_ == 0 && st.code() == StatusCode::kCancelled ? spdlog::level::debug
                                                                                : spdlog::level::warn;
-    shared_.log.log(level, fmt::format("request id={} peer={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
+    if (!shared_.log.admit(level)) return;  // formatting is most of a reset stream's cost
+    shared_.log.write(level, fmt::format("request id={} peer={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
                                        "bytes_in={} bytes_out={} error=\"{}\"",
                                        id_, ctx_->peer(), s.m, s.n, s.k, status_code_name(st.code()),
                                        phase_name(phase_), total_ms, bytes_in_, bytes_out_, st.message()));

@@ -74,6 +74,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status start_compute();
   void send_more();
   void finish(const Status& status);
+  void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
   void log_outcome(const Status& status);
 
   // Off the reactor.

@@ -60,12 +60,9 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multi
   Status refuse;
   if (shared_->shutting_down.load()) {
     refuse = Unavailable("server shutting down; retry on another replica or later");
-  } else {
-    std::lock_guard lock(shared_->calls_mu);
-    if (int(shared_->calls.size()) >= options_.max_open_streams)
-      refuse = Unavailable("too many open Multiply streams: " + std::to_string(shared_->calls.size()) +
-                           " (--max-open-streams " + std::to_string(options_.max_open_streams) +
-                           "); retry with backoff");
+  } else if (const int open = shared_->unanswered.load(); open >= options_.max_open_streams) {
+    refuse = Unavailable("too many open Multiply streams: " + std::to_string(open) + " (--max-open-streams " +
+                         std::to_string(options_.max_open_streams) + "); retry with backoff");
   }
   return new MultiplyCall(*shared_, ctx, refuse);
 }

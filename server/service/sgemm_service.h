@@ -49,7 +49,8 @@ struct ServiceOptions {
   int64_t host_memory_bytes = 0;           // the budget for all requests' host buffers; 0 = half of physical memory
   std::chrono::milliseconds idle_timeout{30000};  // a call making no progress this long (client silent, not
                                                   // reading, or memory not granted) ends and frees everything
-  int max_open_streams = 1024;             // Multiply streams open at once; more are refused (UNAVAILABLE)
+  int max_open_streams = 1024;             // Multiply streams open and not yet answered; more are refused
+                                           // (UNAVAILABLE)
   int log_lines_per_second = 20;           // failed-request log lines per second; the rest are counted
   std::string version = "dev";             // reported by GetInfo
   std::vector<std::string> backends;       // backends this build has, for GetInfo
@@ -75,6 +76,7 @@ struct ServiceShared {
   std::atomic<int64_t> requests_total{0};
   std::atomic<int64_t> requests_failed{0};
   std::atomic<bool> shutting_down{false};
+  std::atomic<int> unanswered{0};  // calls not yet finished: what --max-open-streams bounds
 
   // Live calls (between creation and OnDone), for the watchdog and shutdown.
   std::mutex calls_mu;
