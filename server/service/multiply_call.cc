@@ -24,7 +24,7 @@ std::string seconds_text(std::chrono::milliseconds d) {
 
 const char* MultiplyCall::phase_name(Phase p) {
   switch (p) {
-    case Phase::kHeader: return "waiting for the header";
+    case Phase::kHeader: return "reading the header";
     case Phase::kReceiving: return "receiving the matrices";
     case Phase::kWaitMemory: return "waiting for host memory";
     case Phase::kQueued: return "queued for a compute slot";
@@ -149,7 +149,17 @@ void MultiplyCall::OnDone() {
 void MultiplyCall::check_idle(Clock::time_point now) {
   std::unique_lock lock(mu_);
   const auto idle = shared_.options.idle_timeout;
-  if (finished_) return after_unlock(lock);
+  if (finished_) {
+    // The summary (the last write, with the status) can be stuck behind flow
+    // control too; then the stream is reset so C's buffer goes.
+    if (writing_ && now - write_since_ >= idle) {
+      writing_ = false;
+      ctx_->TryCancel();
+      shared_.log.log(spdlog::level::warn, "request id=" + id_ + ": the client read neither the end of C nor the "
+                                           "summary for " + seconds_text(idle) + " (--idle-timeout); stream reset");
+    }
+    return after_unlock(lock);
+  }
   const bool waiting_in = reading_ && (phase_ == Phase::kHeader || phase_ == Phase::kReceiving);
   if (waiting_in && now - read_since_ >= idle) {
     finish(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
@@ -394,7 +404,9 @@ void MultiplyCall::send_more() {
   set_finished();
   phase_ = Phase::kDone;
   log_outcome(Status::Ok());
-  StartWriteAndFinish(&out_, grpc::WriteOptions(), grpc::Status::OK);
+  writing_ = true;  // no OnWriteDone follows; the watchdog resets the stream if this never drains
+  write_since_ = Clock::now();
+  StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc_status(Status::Ok()));
 }
 
 void MultiplyCall::set_finished() {
