@@ -277,6 +277,47 @@ TEST(MemoryBudgetE2E, OverTheBudgetIsRefusedNamingItAndOthersWaitWithinIt) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHoldingNothing) {
+  ServerProcess server({"--host-memory-bytes", std::to_string(4 << 20), "--idle-timeout", "1"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
+  // The holder keeps 3 MiB reserved, sending a little now and then so it is not idle itself.
+  HeldStream holder(*stub);
+  ASSERT_TRUE(holder.stream->Write(header_msg(512, 512, 512)));
+  ASSERT_TRUE(holder.stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
+  std::atomic<bool> stop{false};
+  std::thread keepalive([&] {
+    for (int64_t off = 1024; !stop && off < 512 * 512; off += 1024) {
+      if (!holder.stream->Write(chunk_msg(v1::MATRIX_A, off, 1024))) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  // One waiter leaves; another waits out the idle timeout.
+  HeldStream leaver(*stub), waiter(*stub);
+  for (HeldStream* h : {&leaver, &waiter}) {
+    ASSERT_TRUE(h->stream->Write(header_msg(512, 512, 512)));
+    ASSERT_TRUE(h->stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(info_of(addr).queued, 2);
+  EXPECT_EQ(info_of(addr).host_bytes_in_use, 3 * 512 * 512 * 4) << "waiters must hold nothing";
+  leaver.ctx->TryCancel();
+  EXPECT_EQ(leaver.finish().error_code(), grpc::StatusCode::CANCELLED);
+  const grpc::Status st = waiter.finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--host-memory-bytes"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("--idle-timeout"), std::string::npos) << st.error_message();
+  EXPECT_EQ(info_of(addr).queued, 0);
+  stop = true;
+  keepalive.join();
+  holder.ctx->TryCancel();
+  holder.finish();
+  normal_request(addr, {300, 200, 100});
+  expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // ---- Deadlines and cancellation ------------------------------------------------
 
 TEST(DeadlineE2E, AbandonedComputationStopsAtTheNextBlockFreesItsMemoryAndLogsDeadlineExceeded) {
