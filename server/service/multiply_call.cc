@@ -86,13 +86,15 @@ bool MultiplyCall::has_header() const {
   return phase_ != Phase::kHeader;
 }
 
-Status MultiplyCall::cancelled_status() const {
+Status MultiplyCall::cancelled_status() const { return cancelled_status_in(phase_); }
+
+Status MultiplyCall::cancelled_status_in(Phase phase) const {
   // A client whose deadline passes resets the stream a little before the
   // server's own copy of the deadline (which started when the call arrived):
   // so a cancel this close to the deadline is the deadline, as the client sees it.
   if (std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline())
-    return DeadlineExceeded(std::string("deadline expired while ") + phase_name(phase_));
-  return Cancelled(std::string("client cancelled or went away while ") + phase_name(phase_));
+    return DeadlineExceeded(std::string("deadline expired while ") + phase_name(phase));
+  return Cancelled(std::string("client cancelled or went away while ") + phase_name(phase));
 }
 
 // ---- Reactions ---------------------------------------------------------------
@@ -139,6 +141,17 @@ void MultiplyCall::OnCancel() {
 
 void MultiplyCall::OnDone() {
   {
+    // The outcome is logged here, when gRPC knows whether the client reset the
+    // stream: a reset can race a half-close (OnReadDone(false) before OnCancel),
+    // and the log must show the code the client got.
+    std::lock_guard lock(mu_);
+    Status st = final_status_;
+    if (ctx_->IsCancelled() && !server_reset_ && st.code() != StatusCode::kCancelled &&
+        st.code() != StatusCode::kDeadlineExceeded)
+      st = st.ok() ? Cancelled("client went away before the summary arrived") : cancelled_status_in(finish_phase_);
+    log_outcome(st);
+  }
+  {
     std::lock_guard lock(shared_.calls_mu);
     shared_.calls.erase(this);
   }
@@ -154,9 +167,10 @@ void MultiplyCall::check_idle(Clock::time_point now) {
     // control too; then the stream is reset so C's buffer goes.
     if (writing_ && now - write_since_ >= idle) {
       writing_ = false;
+      server_reset_ = true;
       ctx_->TryCancel();
-      shared_.log.log(spdlog::level::warn, "request id=" + id_ + ": the client read neither the end of C nor the "
-                                           "summary for " + seconds_text(idle) + " (--idle-timeout); stream reset");
+      final_status_ = DeadlineExceeded("the client read neither the end of C nor the summary for " +
+                                       seconds_text(idle) + " (--idle-timeout); the stream was reset");
     }
     return after_unlock(lock);
   }
@@ -167,6 +181,7 @@ void MultiplyCall::check_idle(Clock::time_point now) {
   } else if (writing_ && now - write_since_ >= idle) {
     // A write is stuck behind flow control: the status cannot follow it, so
     // the stream is reset and the reason goes to the log.
+    server_reset_ = true;
     ctx_->TryCancel();
     finish(DeadlineExceeded("the client read no part of C for " + seconds_text(idle) +
                             " (--idle-timeout); C's buffer is freed"));
@@ -182,7 +197,10 @@ void MultiplyCall::check_idle(Clock::time_point now) {
 void MultiplyCall::abort(const Status& why) {
   std::unique_lock lock(mu_);
   if (!finished_) {
-    if (writing_) ctx_->TryCancel();
+    if (writing_) {
+      server_reset_ = true;
+      ctx_->TryCancel();
+    }
     finish(why);
   }
   after_unlock(lock);
@@ -403,7 +421,9 @@ void MultiplyCall::send_more() {
   out_ = encode_summary(*result_, f);
   set_finished();
   phase_ = Phase::kDone;
-  log_outcome(Status::Ok());
+  final_status_ = Status::Ok();
+  finish_phase_ = phase_;
+  t_finish_ = Clock::now();
   writing_ = true;  // no OnWriteDone follows; the watchdog resets the stream if this never drains
   write_since_ = Clock::now();
   StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc_status(Status::Ok()));
@@ -422,13 +442,15 @@ void MultiplyCall::finish(const Status& status) {
     ticket_to_cancel_ = memory_ticket_;  // cancelled once mu_ is released
     memory_ticket_ = 0;
   }
-  log_outcome(status);
+  final_status_ = status;
+  finish_phase_ = phase_;
+  t_finish_ = Clock::now();
   phase_ = Phase::kDone;
   Finish(to_grpc_status(status));
 }
 
 void MultiplyCall::log_outcome(const Status& st) {
-  const double total_ms = ms_between(t_start_, Clock::now());
+  const double total_ms = ms_between(t_start_, t_finish_);
   const GemmShape& s = header_.shape;
   if (!st.ok()) {
     shared_.requests_failed.fetch_add(1);
@@ -439,7 +461,7 @@ void MultiplyCall::log_outcome(const Status& st) {
     shared_.log.write(level, fmt::format("request id={} peer={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
                                        "bytes_in={} bytes_out={} error=\"{}\"",
                                        id_, ctx_->peer(), s.m, s.n, s.k, status_code_name(st.code()),
-                                       phase_name(phase_), total_ms, bytes_in_, bytes_out_, st.message()));
+                                       phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, st.message()));
     return;
   }
   const GemmReport& r = *result_;

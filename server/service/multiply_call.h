@@ -75,7 +75,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void send_more();
   void finish(const Status& status);
   void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
-  void log_outcome(const Status& status);
+  void log_outcome(const Status& status);  // from OnDone: the code the client got
 
   // Off the reactor.
   void run_compute();
@@ -84,6 +84,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   void start_read();
   Status cancelled_status() const;
+  Status cancelled_status_in(Phase phase) const;
   // Runs what must not run with mu_ held (cancelling a memory wait); call after unlocking.
   void after_unlock(std::unique_lock<std::mutex>& lock);
   void ref();
@@ -103,6 +104,10 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   bool compute_done_ = false;
   int64_t messages_ = 0;               // messages read so far
   Clock::time_point read_since_, write_since_, memory_since_;  // when the current wait began
+  Status final_status_;                // what Finish sent
+  Phase finish_phase_ = Phase::kHeader;  // the phase the call ended in
+  Clock::time_point t_finish_{};
+  bool server_reset_ = false;          // we reset the stream (TryCancel): our status stands in the log
   uint64_t memory_ticket_ = 0;         // waiting for memory
   uint64_t ticket_to_cancel_ = 0;      // cancelled by after_unlock()
   grpc::ByteBuffer in_;

@@ -243,7 +243,8 @@ TEST(MemoryBudgetE2E, OverTheBudgetIsRefusedNamingItAndOthersWaitWithinIt) {
   HeldStream first(*stub);
   ASSERT_TRUE(first.stream->Write(header_msg(512, 512, 512)));
   ASSERT_TRUE(first.stream->Write(chunk_msg(v1::MATRIX_A, 0, 512 * 512, 1.0f)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int t = 0; t < 300 && info_of(addr).host_bytes_in_use == 0; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(info_of(addr).host_bytes_in_use, 3 * 512 * 512 * 4);
   std::atomic<bool> second_done{false};
   std::atomic<int64_t> peak{0};
@@ -286,6 +287,8 @@ TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHol
   HeldStream holder(*stub);
   ASSERT_TRUE(holder.stream->Write(header_msg(512, 512, 512)));
   ASSERT_TRUE(holder.stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
+  for (int t = 0; t < 300 && info_of(addr).host_bytes_in_use == 0; ++t)  // the holder reserves first
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::atomic<bool> stop{false};
   std::thread keepalive([&] {
     for (int64_t off = 1024; !stop && off < 512 * 512; off += 1024) {
@@ -324,6 +327,9 @@ TEST(DeadlineE2E, AbandonedComputationStopsAtTheNextBlockFreesItsMemoryAndLogsDe
   ServerProcess server({"--cpu-threads", "1"});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
+  // The product must outlast its deadline: seconds on one core, milliseconds
+  // on a GPU (the CUDA engine's cancellation has its own tests in tests/server/engine).
+  if (info_of(addr).backend != "cpu") GTEST_SKIP() << "needs a slow product: the cpu backend";
   const int64_t d = 4096;  // about 137 GFLOP: seconds on one core, 16 blocks of 256 rows
   std::vector<float> a(d * d, 0.5f);
   auto client = Client::connect(addr);
@@ -426,6 +432,7 @@ TEST(AdmissionE2E, BusyIsUnavailableOnlyWhenEverySlotIsTakenAndTheClientRetriesI
   ServerProcess server({"--max-in-flight", "1", "--max-queued", "0", "--cpu-threads", "1"});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
+  if (info_of(addr).backend != "cpu") GTEST_SKIP() << "needs a product that holds the slot a while: the cpu backend";
   // A long product takes the one slot.
   std::thread big([&] {
     const int64_t d = 2048;
