@@ -469,6 +469,37 @@ TEST(AdmissionE2E, BusyIsUnavailableOnlyWhenEverySlotIsTakenAndTheClientRetriesI
   EXPECT_EQ(server.stop(), 0);
 }
 
+// No server on the port: every attempt is UNAVAILABLE at once, so the time
+// taken is the backoff, bounded by the policy and by the request's deadline.
+TEST(ClientRetryE2E, UnavailableIsRetriedWithBoundedBackoffWithinTheDeadline) {
+  std::vector<float> a(4, 1.0f);
+  ClientOptions o;
+  o.retry.max_attempts = 4;  // waits of about 50, 100, 200 ms (+-20 %)
+  auto t0 = Clock::now();
+  auto r = Client::connect("127.0.0.1:1", o)->multiply({2, 2, 2}, a.data(), a.data(), nullptr, {});
+  const double retried_ms = ms_since(t0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_GE(retried_ms, 0.8 * 350);
+  EXPECT_LT(retried_ms, 3000);
+  // The deadline bounds the retries too.
+  MultiplyOptions with_deadline;
+  with_deadline.timeout = std::chrono::milliseconds(120);
+  o.retry.max_attempts = 100;
+  t0 = Clock::now();
+  r = Client::connect("127.0.0.1:1", o)->multiply({2, 2, 2}, a.data(), a.data(), nullptr, with_deadline);
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(ms_since(t0), 1000);
+  // --no-retry: one attempt.
+  o.retry.max_attempts = 1;
+  t0 = Clock::now();
+  r = Client::connect("127.0.0.1:1", o)->multiply({2, 2, 2}, a.data(), a.data(), nullptr, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(ms_since(t0), 250) << "no backoff without retries";
+  std::printf("UNAVAILABLE with 4 attempts took %.0f ms\n", retried_ms);
+}
+
 #ifdef SGEMM_LOAD_BIN
 TEST(LoadE2E, SixtyFourConcurrentClientsGetNoWrongResultAndNoRefusal) {
   ServerProcess server;
