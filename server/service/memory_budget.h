@@ -5,8 +5,8 @@
 // nothing), and one that can never fit is refused by the caller.
 //
 // Threads: every method is thread-safe. A waiter's `grant` runs on the thread
-// that released the memory (or that called enqueue(), when it fits at once is
-// never the case: enqueue() only queues), with no lock of the budget held.
+// that released the memory or cancelled the waiter ahead of it, with no lock
+// of the budget held (enqueue() only queues, it never grants).
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,8 @@
 //   start_compute()  upload complete: C's buffer, a place on the compute pool
 //   run_compute()    (pool thread) Engine::run with every input present
 //   send_more()      one chunk of C at a time, as rows are final
-//   finish()         the summary (or the error), the log line, Finish()
+//   finish()         the error, or (send_more) the summary: Finish()
+//   OnDone()         the log line, with the code the client got
 //
 // Ownership: the call deletes itself when gRPC is done with it (OnDone) and
 // no pool task or memory waiter refers to it (refs_). Its buffers and
@@ -20,7 +21,9 @@
 // thread, check_idle()/abort() on the watchdog or shutdown thread, the memory
 // grant on whichever thread freed memory. All state is guarded by mu_; gRPC
 // operations are started with mu_ held (gRPC never runs a reaction inline).
-// The budget is never called with mu_ held (its grants lock other calls).
+// Memory goes back to the budget (a release or cancel(), which run other
+// calls' grants and so lock them) only with mu_ released; try_reserve() and
+// enqueue() take just the budget's lock and may be called under mu_.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
