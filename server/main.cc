@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-open-streams", opt.service.max_open_streams,
-                 "Multiply streams open at once, all connections together; more get UNAVAILABLE")
+                 "Multiply streams open and not yet answered, all connections together; more get UNAVAILABLE")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--max-streams-per-connection", opt.max_streams_per_connection,
