@@ -141,15 +141,16 @@ void MultiplyCall::OnCancel() {
 
 void MultiplyCall::OnDone() {
   {
-    // The outcome is logged here, when gRPC knows whether the client reset the
-    // stream: a reset can race a half-close (OnReadDone(false) before OnCancel),
-    // and the log must show the code the client got.
+    // A failure is logged here, when gRPC knows whether the client reset the
+    // stream: a reset can race a half-close (OnReadDone(false) before
+    // OnCancel), and the log must show the code the client got. Success was
+    // logged when the summary went out, unless the stream was reset after it.
     std::lock_guard lock(mu_);
     Status st = final_status_;
-    if (ctx_->IsCancelled() && !server_reset_ && st.code() != StatusCode::kCancelled &&
+    if (!st.ok() && ctx_->IsCancelled() && !server_reset_ && st.code() != StatusCode::kCancelled &&
         st.code() != StatusCode::kDeadlineExceeded)
-      st = st.ok() ? Cancelled("client went away before the summary arrived") : cancelled_status_in(finish_phase_);
-    log_outcome(st);
+      st = cancelled_status_in(finish_phase_);
+    if (!st.ok()) log_outcome(st);
   }
   {
     std::lock_guard lock(shared_.calls_mu);
@@ -424,6 +425,7 @@ void MultiplyCall::send_more() {
   final_status_ = Status::Ok();
   finish_phase_ = phase_;
   t_finish_ = Clock::now();
+  log_outcome(final_status_);  // before the client has its result: the timing line is there when it looks
   writing_ = true;  // no OnWriteDone follows; the watchdog resets the stream if this never drains
   write_since_ = Clock::now();
   StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc_status(Status::Ok()));

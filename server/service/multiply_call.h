@@ -10,8 +10,8 @@
 //   start_compute()  upload complete: C's buffer, a place on the compute pool
 //   run_compute()    (pool thread) Engine::run with every input present
 //   send_more()      one chunk of C at a time, as rows are final
-//   finish()         the error, or (send_more) the summary: Finish()
-//   OnDone()         the log line, with the code the client got
+//   finish()         the error, or (send_more) the summary and the log line: Finish()
+//   OnDone()         a failure's log line, with the code the client got
 //
 // Ownership: the call deletes itself when gRPC is done with it (OnDone) and
 // no pool task or memory waiter refers to it (refs_). Its buffers and
@@ -78,7 +78,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void send_more();
   void finish(const Status& status);
   void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
-  void log_outcome(const Status& status);  // from OnDone: the code the client got
+  void log_outcome(const Status& status);
 
   // Off the reactor.
   void run_compute();

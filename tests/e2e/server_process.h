@@ -83,6 +83,15 @@ class ServerProcess {
     std::ifstream f(dir_ + "/stdout.log");
     return {std::istreambuf_iterator<char>(f), {}};
   }
+  // Whether `text` appears in the log within `ms` (a failed request is logged
+  // just after its client has the status).
+  bool log_has(const std::string& text, int ms = 3000) const {
+    for (int waited = 0;; waited += 10) {
+      if (log().find(text) != std::string::npos) return true;
+      if (waited >= ms) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   // SIGTERM, then waits; returns the exit code (or 128+signal).
   int stop() {
     if (pid_ <= 0) return -1;
