@@ -5,6 +5,7 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 #include <grpcpp/support/slice.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace sgemm {
@@ -52,6 +53,166 @@ v1::Split split_to_proto(SplitMode s) {
   }
 }
 
+void RequestMessage::copy_data(void* dst) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  std::size_t skip = data_offset, left = data_bytes;
+  for (const grpc::Slice& sl : slices) {
+    if (left == 0) break;
+    if (skip >= sl.size()) {
+      skip -= sl.size();
+      continue;
+    }
+    const std::size_t n = std::min(left, sl.size() - skip);
+    std::memcpy(out, sl.begin() + skip, n);
+    out += n;
+    left -= n;
+    skip = 0;
+  }
+}
+
+namespace {
+
+// Reads protobuf wire format across a message's slices, without copying.
+class WireReader {
+ public:
+  explicit WireReader(const std::vector<grpc::Slice>& slices) : slices_(slices) {
+    for (const auto& s : slices_) size_ += s.size();
+  }
+  std::size_t pos() const { return pos_; }
+  std::size_t size() const { return size_; }
+  bool varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!byte(&b)) return false;
+      *v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+  bool skip(std::size_t n) {
+    if (n > size_ - pos_) return false;
+    advance(n);
+    return true;
+  }
+  // Skips a field of `wire_type` whose tag was just read.
+  bool skip_field(uint32_t wire_type) {
+    uint64_t v;
+    switch (wire_type) {
+      case 0: return varint(&v);
+      case 1: return skip(8);
+      case 2: return varint(&v) && skip(std::size_t(v));
+      case 5: return skip(4);
+      default: return false;
+    }
+  }
+  bool bytes(std::size_t n, std::string* out) {
+    if (n > size_ - pos_) return false;
+    out->clear();
+    out->reserve(n);
+    while (n > 0) {
+      while (in_slice_ >= slices_[slice_].size()) {  // empty slices
+        ++slice_;
+        in_slice_ = 0;
+      }
+      const grpc::Slice& s = slices_[slice_];
+      const std::size_t k = std::min(n, s.size() - in_slice_);
+      out->append(reinterpret_cast<const char*>(s.begin()) + in_slice_, k);
+      advance(k);
+      n -= k;
+    }
+    return true;
+  }
+
+ private:
+  bool byte(uint8_t* b) {
+    if (pos_ >= size_) return false;
+    while (in_slice_ >= slices_[slice_].size()) {
+      ++slice_;
+      in_slice_ = 0;
+    }
+    *b = slices_[slice_].begin()[in_slice_];
+    advance(1);
+    return true;
+  }
+  void advance(std::size_t n) {
+    pos_ += n;
+    while (n > 0 && slice_ < slices_.size()) {
+      const std::size_t k = std::min(n, slices_[slice_].size() - in_slice_);
+      in_slice_ += k;
+      n -= k;
+      if (in_slice_ == slices_[slice_].size()) {
+        ++slice_;
+        in_slice_ = 0;
+      }
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  std::size_t size_ = 0, pos_ = 0, slice_ = 0, in_slice_ = 0;
+};
+
+enum class Fast { kDone, kFallback, kMalformed };
+
+// The usual shapes: one header, or one chunk whose fields each appear once.
+Fast decode_in_place(const std::vector<grpc::Slice>& slices, RequestMessage* out, std::string* header_bytes,
+                     int* matrix) {
+  WireReader r(slices);
+  int top_fields = 0;
+  while (r.pos() < r.size()) {
+    uint64_t tag;
+    if (!r.varint(&tag)) return Fast::kMalformed;
+    const uint32_t field = uint32_t(tag >> 3), wire = uint32_t(tag & 7);
+    if ((field == 1 || field == 2) && wire == 2) {
+      if (++top_fields > 1) return Fast::kFallback;  // oneof rules: leave it to protobuf
+      uint64_t len;
+      if (!r.varint(&len) || len > r.size() - r.pos()) return Fast::kMalformed;
+      if (field == 1) {
+        if (!r.bytes(std::size_t(len), header_bytes)) return Fast::kMalformed;
+        out->kind = RequestMessage::Kind::kHeader;
+        continue;
+      }
+      out->kind = RequestMessage::Kind::kChunk;
+      const std::size_t end = r.pos() + std::size_t(len);
+      bool seen[4] = {false, false, false, false};
+      while (r.pos() < end) {
+        uint64_t t;
+        if (!r.varint(&t)) return Fast::kMalformed;
+        const uint32_t f = uint32_t(t >> 3), w = uint32_t(t & 7);
+        if (f >= 1 && f <= 3) {
+          if (seen[f]) return Fast::kFallback;
+          seen[f] = true;
+        }
+        uint64_t v;
+        if (f == 1 && w == 0) {
+          if (!r.varint(&v)) return Fast::kMalformed;
+          *matrix = int(int32_t(uint32_t(v)));
+        } else if (f == 2 && w == 0) {
+          if (!r.varint(&v)) return Fast::kMalformed;
+          out->offset = int64_t(v);
+        } else if (f == 3 && w == 2) {
+          if (!r.varint(&v) || v > end - r.pos()) return Fast::kMalformed;
+          out->data_offset = r.pos();
+          out->data_bytes = std::size_t(v);
+          if (!r.skip(std::size_t(v))) return Fast::kMalformed;
+        } else if (f >= 1 && f <= 3) {
+          return Fast::kFallback;  // a known field with an unexpected wire type
+        } else if (!r.skip_field(w)) {
+          return Fast::kMalformed;
+        }
+      }
+      if (r.pos() != end) return Fast::kMalformed;
+    } else if (field == 1 || field == 2) {
+      return Fast::kFallback;
+    } else if (field == 0 || !r.skip_field(wire)) {
+      return Fast::kMalformed;
+    }
+  }
+  return Fast::kDone;
+}
+
+}  // namespace
+
 StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index, int64_t max_chunk_bytes) {
   const std::size_t bytes = buffer.Length();
   // A chunk's payload plus its few bytes of framing.
@@ -61,35 +222,61 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
                            " bytes; this server takes at most " + std::to_string(max_chunk_bytes) +
                            " bytes of matrix data per message: send each matrix as several MatrixChunk messages "
                            "of at most that size (see Limits.max_chunk_bytes in GetInfo)");
+  const Status parse_error = InvalidArgument("message " + std::to_string(index) + " of the stream (" +
+                                             std::to_string(bytes) +
+                                             " bytes) does not parse as a sgemm.v1.MultiplyRequest");
+  RequestMessage out;
+  if (!buffer.Dump(&out.slices).ok()) return parse_error;
+  std::string header_bytes;
+  int matrix = 0;
+  const Fast fast = decode_in_place(out.slices, &out, &header_bytes, &matrix);
+  if (fast == Fast::kMalformed) return parse_error;
+  if (fast == Fast::kDone) {
+    if (out.kind == RequestMessage::Kind::kHeader) {
+      v1::GemmHeader h;
+      if (!h.ParseFromString(header_bytes)) return parse_error;
+      auto converted = header_from_proto(h);
+      if (!converted.ok()) return converted.status();
+      out.header = *converted;
+      out.slices.clear();
+    } else if (out.kind == RequestMessage::Kind::kChunk) {
+      auto m = matrix_from_proto(static_cast<v1::Matrix>(matrix));
+      if (!m.ok()) return m.status();
+      out.matrix = *m;
+    } else {
+      out.slices.clear();
+    }
+    return out;
+  }
+  // Unusual encodings: protobuf decides, and the payload is copied once more.
   v1::MultiplyRequest req;
   {
     grpc::ProtoBufferReader reader(&buffer);
-    if (!req.ParseFromZeroCopyStream(&reader))
-      return InvalidArgument("message " + std::to_string(index) + " of the stream (" + std::to_string(bytes) +
-                             " bytes) does not parse as a sgemm.v1.MultiplyRequest");
+    if (!req.ParseFromZeroCopyStream(&reader)) return parse_error;
   }
-  RequestMessage out;
+  RequestMessage slow;
   switch (req.kind_case()) {
     case v1::MultiplyRequest::kHeader: {
       auto h = header_from_proto(req.header());
       if (!h.ok()) return h.status();
-      out.kind = RequestMessage::Kind::kHeader;
-      out.header = *h;
+      slow.kind = RequestMessage::Kind::kHeader;
+      slow.header = *h;
       break;
     }
     case v1::MultiplyRequest::kChunk: {
       auto m = matrix_from_proto(req.chunk().matrix());
       if (!m.ok()) return m.status();
-      out.kind = RequestMessage::Kind::kChunk;
-      out.matrix = *m;
-      out.offset = req.chunk().offset();
-      out.data = std::move(*req.mutable_chunk()->mutable_data());
+      slow.kind = RequestMessage::Kind::kChunk;
+      slow.matrix = *m;
+      slow.offset = req.chunk().offset();
+      slow.data_bytes = req.chunk().data().size();
+      slow.slices.emplace_back(req.chunk().data());
       break;
     }
     default:
-      out.kind = RequestMessage::Kind::kEmpty;
+      slow.kind = RequestMessage::Kind::kEmpty;
   }
-  return out;
+  return slow;
 }
 
 namespace {

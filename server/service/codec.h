@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "sgemm/v1/sgemm.pb.h"
@@ -25,10 +26,19 @@ struct RequestMessage {
   RequestHeader header;          // kind == kHeader (already converted; enums checked)
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;
-  std::string data;              // chunk payload (little-endian fp32)
+  // The chunk's payload (little-endian fp32), left where gRPC received it:
+  // `data_bytes` bytes starting `data_offset` bytes into `slices`.
+  std::vector<grpc::Slice> slices;
+  std::size_t data_offset = 0;
+  std::size_t data_bytes = 0;
+  // Copies the payload to `dst`: the one copy of a chunk's bytes on the server.
+  void copy_data(void* dst) const;
 };
 
 // Parses message number `index` (1-based, for messages) of a Multiply stream.
+// A chunk's payload is not copied: the message's wire fields are read in
+// place, falling back to the protobuf parser for anything unusual (fields
+// repeated, out of the usual order).
 // INVALID_ARGUMENT for a message over `max_message_bytes` (it says to chunk and
 // gives the limit), for bytes that are not a MultiplyRequest, and for unknown
 // enum values in the header or chunk.

@@ -261,7 +261,7 @@ Status MultiplyCall::admit_memory(RequestMessage& msg, bool* parked) {
   *parked = false;
   if (reservation_.bytes() > 0) return Status::Ok();
   // A bad chunk is refused before it costs memory.
-  SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data.size()));
+  SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data_bytes));
   // try_reserve and enqueue lock only the budget; grants never run here.
   if (auto r = shared_.budget.try_reserve(footprint_bytes_)) {
     reservation_ = std::move(*r);
@@ -311,14 +311,15 @@ Status MultiplyCall::on_chunk(RequestMessage& msg) {
   if (!buffers_[idx]) {
     const int64_t elements = matrix_elements(header_.shape, msg.matrix);
     // The check before allocating: a chunk that would be refused costs nothing.
-    SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data.size()));
+    SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data_bytes));
     auto got = shared_.engine.host_allocator().allocate(std::size_t(elements) * sizeof(float));
     if (!got.ok()) return got.status().with_context("allocating " + std::string(matrix_name(msg.matrix)));
     buffers_[idx] = std::move(got).value();
     assembler_->set_destination(msg.matrix, buffers_[idx].floats());
   }
-  SGEMM_RETURN_IF_ERROR(assembler_->add_chunk(msg.matrix, msg.offset, msg.data.data(), msg.data.size()));
-  bytes_in_ += int64_t(msg.data.size());
+  SGEMM_RETURN_IF_ERROR(
+      assembler_->add_chunk(msg.matrix, msg.offset, msg.data_bytes, [&](void* dst) { msg.copy_data(dst); }));
+  bytes_in_ += int64_t(msg.data_bytes);
   return Status::Ok();
 }
 

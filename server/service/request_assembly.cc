@@ -97,6 +97,11 @@ bool MatrixAssembler::complete() const {
 }
 
 Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes) {
+  return add_chunk(matrix, offset, bytes, [&](void* dst) { std::memcpy(dst, data, bytes); });
+}
+
+Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, std::size_t bytes,
+                                  const std::function<void(void*)>& copy) {
   SGEMM_RETURN_IF_ERROR(check_chunk(matrix, offset, bytes));
   const int idx = static_cast<int>(matrix);
   const int64_t count = int64_t(bytes / sizeof(float));
@@ -107,7 +112,7 @@ Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* d
   }
   if (!dst) return Internal("no buffer for matrix " + std::string(matrix_name(matrix)) + " before its first chunk");
   // Only the caller's thread writes this region, and readers wait until received_ covers it.
-  std::memcpy(dst + offset, data, bytes);
+  copy(dst + offset);
   {
     std::lock_guard lock(mu_);
     received_[idx] = offset + count;

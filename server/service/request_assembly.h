@@ -8,6 +8,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -55,6 +56,9 @@ class MatrixAssembler final : public InputFeed {
   // Copies a chunk into place. Chunks of one matrix must be contiguous and in
   // order; matrices may interleave. Errors name the matrix and the offsets.
   Status add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes);
+  // The same, with `copy(dst)` writing the chunk's `bytes` to its place (a
+  // payload still in gRPC's slices is copied once, straight into the matrix).
+  Status add_chunk(MatrixId matrix, int64_t offset, std::size_t bytes, const std::function<void(void*)>& copy);
   // The client half-closed: every declared matrix must be complete.
   Status finish();
   // Fails the request: waiters in wait_for() return `why`. First failure wins.
