@@ -4,10 +4,14 @@
 // % of cuBLAS and the error against cuBLAS (max |c - c_cublas| / max |c_cublas|)
 // and against the fp64 reference on sampled rows (common/reference_gemm.h).
 //
-//   sgemm-bench [--shapes 1024,4096,8192x8192x1024] [--kernels pingpong,cublas]
+//   sgemm-bench [--shapes 1024,4096,8192x8192x1024] [--kernels pingpong,cublas,tf32,fp32x3]
 //               [--runs 30] [--warmup 5] [--csv FILE] [--variants] [--variant I] [--ref-rows 8]
+//               [--fp32x3-variants]
 // --variants times every ping-pong tile configuration as well (for tuning);
-// --variant I times configuration I in place of the one the kernel would pick.
+// --variant I times configuration I in place of the one the kernel would pick;
+// --fp32x3-variants times every fp32x3 schedule/tile variant (each checked against fp64).
+// tf32 (cuBLAS on TF32 tensor cores) is checked against the tf32 tolerance; every other
+// kernel against the fp32 one. fp32x3 times include its split pass (the whole call).
 // Exit status 1 if any verification fails.
 #include <cuda_runtime_api.h>
 
@@ -20,6 +24,9 @@
 #include <vector>
 
 #include "common/reference_gemm.h"
+#include <map>
+
+#include "kernels/fp32x3_sgemm.h"
 #include "kernels/gemm_backend.h"
 #include "kernels/pingpong_sgemm.h"
 
@@ -52,7 +59,12 @@ struct Options {
   bool variants = false;              // time every ping-pong variant too
   int ref_rows = 8;                   // rows checked against the fp64 reference
   int only_variant = -1;              // >= 0: time this ping-pong variant instead of the picked one
+  bool fp32x3_variants = false;       // time every fp32x3 variant too
 };
+
+// Tolerances of the checks, by kernel: tf32 rounds its inputs to 11 significant bits.
+constexpr double kTf32Tolerance = 4e-3;        // against fp64, normalised measure
+constexpr double kTf32VsCublasTolerance = 1e-2;  // max |c - c_cublas| / max |c_cublas|
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -109,12 +121,14 @@ Options parse(int argc, char** argv) {
       o.variants = true;
     } else if (a == "--variant") {
       o.only_variant = std::stoi(next());
+    } else if (a == "--fp32x3-variants") {
+      o.fp32x3_variants = true;
     } else if (a == "--ref-rows") {
       o.ref_rows = std::max(0, std::stoi(next()));
     } else {
       std::fprintf(stderr,
-                   "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas] [--runs N] "
-                   "[--warmup N] [--csv FILE] [--variants] [--variant I] [--ref-rows N]\n");
+                   "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas,tf32,fp32x3] [--runs N] "
+                   "[--warmup N] [--csv FILE] [--variants] [--variant I] [--ref-rows N] [--fp32x3-variants]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
@@ -157,9 +171,25 @@ int main(int argc, char** argv) {
   auto cublas_or = make_gemm_backend(KernelKind::kCublas);
   if (!cublas_or.ok()) check_status(cublas_or.status(), "cublas backend");
   std::unique_ptr<GemmBackend> cublas = std::move(cublas_or).value();
-  auto pp_or = make_gemm_backend(KernelKind::kPingpong);
-  if (!pp_or.ok()) check_status(pp_or.status(), "pingpong backend");
-  std::unique_ptr<GemmBackend> pingpong = std::move(pp_or).value();
+  std::map<KernelKind, std::unique_ptr<GemmBackend>> backends;
+  for (KernelKind k : opt.kernels) {
+    if (k == KernelKind::kCublas || backends.count(k)) continue;
+    auto b = make_gemm_backend(k);
+    if (!b.ok()) check_status(b.status(), std::string(kernel_kind_name(k)).c_str());
+    backends[k] = std::move(b).value();
+  }
+  if (opt.variants && !backends.count(KernelKind::kPingpong)) {
+    auto b = make_gemm_backend(KernelKind::kPingpong);
+    if (!b.ok()) check_status(b.status(), "pingpong backend");
+    backends[KernelKind::kPingpong] = std::move(b).value();
+  }
+  // Workspace of the fp32x3 variant runs (the backend owns its own for the auto pick).
+  void* fp32x3_ws = nullptr;
+  size_t fp32x3_ws_bytes = 0;
+  if (opt.fp32x3_variants) {
+    for (const GemmShape& s : opt.shapes) fp32x3_ws_bytes = std::max(fp32x3_ws_bytes, fp32x3_workspace_bytes(s));
+    BENCH_CHECK(cudaMalloc(&fp32x3_ws, fp32x3_ws_bytes));
+  }
 
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreate(&stream));
@@ -169,7 +199,7 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   bool all_ok = true;
-  std::printf("%-16s %-9s %-28s %10s %9s %9s %12s %12s %s\n", "shape", "kernel", "variant", "median_ms",
+  std::printf("%-16s %-9s %-30s %10s %9s %9s %12s %12s %s\n", "shape", "kernel", "variant", "median_ms",
               "TFLOP/s", "%cuBLAS", "err_vs_cublas", "err_vs_fp64", "check");
 
   for (const GemmShape& s : opt.shapes) {
@@ -217,33 +247,67 @@ int main(int argc, char** argv) {
     for (KernelKind k : opt.kernels)
       if (k == KernelKind::kCublas) jobs.push_back({k, -1});
     for (KernelKind k : opt.kernels)
-      if (k != KernelKind::kCublas) jobs.push_back({k, opt.only_variant});
+      if (k != KernelKind::kCublas) jobs.push_back({k, k == KernelKind::kPingpong ? opt.only_variant : -1});
     if (opt.variants)
       for (int v = 0; v < pingpong_variant_count(); ++v) jobs.push_back({KernelKind::kPingpong, v});
+    if (opt.fp32x3_variants)
+      for (int v = 0; v < fp32x3_variant_count(); ++v) jobs.push_back({KernelKind::kFp32x3, v});
+    if (opt.fp32x3_variants) {
+      // The split pass alone (its share of every fp32x3 time): median of the timed runs.
+      for (int i = 0; i < opt.warmup; ++i)
+        check_status(fp32x3_split_operands(args_for(0), fp32x3_ws, fp32x3_ws_bytes, stream), "split");
+      std::vector<float> t(opt.runs);
+      for (int i = 0; i < opt.runs; ++i) {
+        BENCH_CHECK(cudaEventRecord(ev0, stream));
+        check_status(fp32x3_split_operands(args_for((i + 1) % sets), fp32x3_ws, fp32x3_ws_bytes, stream), "split");
+        BENCH_CHECK(cudaEventRecord(ev1, stream));
+        BENCH_CHECK(cudaEventSynchronize(ev1));
+        BENCH_CHECK(cudaEventElapsedTime(&t[i], ev0, ev1));
+      }
+      std::sort(t.begin(), t.end());
+      const double bytes = 12.0 * double(s.k) * double(s.m + s.n);  // read 4, write 8 per element of A and B
+      std::printf("%-16s %-9s %-30s %10.4f   (split pass alone: %.0f GB/s of reads + writes)\n", shape_name(s).c_str(),
+                  "fp32x3", "split-only", t[opt.runs / 2], bytes / (t[opt.runs / 2] * 1e-3) / 1e9);
+    }
 
     double cublas_ms = 0;
     for (const Job& job : jobs) {
-      GemmBackend* be = job.kind == KernelKind::kCublas ? cublas.get() : pingpong.get();
-      // The caller owns the kernel's scratch (split-K slices), as the engine's lanes do.
-      const size_t ws_bytes = job.variant >= 0 ? pingpong_variant_workspace_bytes(s, job.variant)
-                                               : be->workspace_bytes(args_for(0));
+      const bool is_fp32x3 = job.kind == KernelKind::kFp32x3, is_pingpong = job.kind == KernelKind::kPingpong;
+      GemmBackend* be = job.kind == KernelKind::kCublas ? cublas.get() : backends.at(job.kind).get();
+      // The caller owns every kernel's scratch (split-K slices, split operands),
+      // as the engine's lanes do.
+      size_t ws_bytes = be->workspace_bytes(args_for(0));
+      if (job.variant >= 0 && is_pingpong) ws_bytes = pingpong_variant_workspace_bytes(s, job.variant);
       void* ws = nullptr;
-      if (ws_bytes) BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
+      if (ws_bytes && !is_fp32x3) BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
+      if (is_fp32x3) {
+        ws = fp32x3_ws;
+        ws_bytes = fp32x3_ws_bytes;
+      }
       auto launch = [&](int set) {
         const GemmArgs g = args_for(set);
-        return job.variant >= 0 ? pingpong_sgemm_variant(g, job.variant, ws, ws_bytes, stream)
-                                : be->run(g, ws, ws_bytes, stream);
+        if (job.variant >= 0 && is_pingpong) return pingpong_sgemm_variant(g, job.variant, ws, ws_bytes, stream);
+        if (job.variant >= 0 && is_fp32x3) return fp32x3_sgemm_variant(g, job.variant, ws, ws_bytes, stream);
+        return be->run(g, ws, ws_bytes, stream);
       };
-      std::string variant_name =
-          job.kind == KernelKind::kCublas
-              ? "-"
-              : std::string(pingpong_variant_name(job.variant >= 0 ? job.variant
-                                                                   : pingpong_pick_variant(s, prop.multiProcessorCount)));
-      if (job.variant < 0 && job.kind != KernelKind::kCublas) variant_name = "auto:" + variant_name;
+      std::string variant_name = "-";
+      if (is_pingpong)
+        variant_name = std::string(
+            pingpong_variant_name(job.variant >= 0 ? job.variant : pingpong_pick_variant(s, prop.multiProcessorCount)));
+      if (is_fp32x3)
+        variant_name = std::string(fp32x3_variant_name(job.variant >= 0 ? job.variant : fp32x3_pick_variant(args_for(0))));
+      if (job.variant < 0 && (is_pingpong || is_fp32x3)) variant_name = "auto:" + variant_name;
+      const bool is_tf32 = job.kind == KernelKind::kTf32;
 
-      // Verify first: poison C, run once on set 0.
+      // Verify first: poison C, run once on set 0. A variant that cannot run this layout is skipped.
       BENCH_CHECK(cudaMemsetAsync(bufs[0].c, 0xff, nc * 4, stream));  // NaN pattern
-      check_status(launch(0), "run");
+      const Status first = launch(0);
+      if (!first.ok() && first.code() == StatusCode::kInvalidArgument && job.variant >= 0) {
+        std::printf("%-16s %-9s %-30s n/a: %s\n", shape_name(s).c_str(), std::string(kernel_kind_name(job.kind)).c_str(),
+                    variant_name.c_str(), first.message().c_str());
+        continue;
+      }
+      check_status(first, "run");
       BENCH_CHECK(cudaStreamSynchronize(stream));
       BENCH_CHECK(cudaMemcpy(c_got.data(), bufs[0].c, nc * 4, cudaMemcpyDeviceToHost));
       double max_diff = 0;
@@ -255,12 +319,12 @@ int main(int argc, char** argv) {
       }
       const double err_cublas = finite ? max_diff / std::max(ref_max, 1e-30) : INFINITY;
       double err_fp64 = NAN;
-      bool ok = finite && err_cublas < 1e-4;
-      if (!ref_rows.empty() && job.variant < 0) {
+      bool ok = finite && err_cublas < (is_tf32 ? kTf32VsCublasTolerance : 1e-4);
+      if (!ref_rows.empty() && (job.variant < 0 || is_fp32x3)) {
         const VerifyResult vr =
             verify_gemm(s.m, s.n, s.k, 1.0f, ha.data(), hb.data(), 0.0f, nullptr, c_got.data(), ref_rows);
         err_fp64 = vr.max_rel_error;
-        ok = ok && vr.passed(kSgemmTolerance);
+        ok = ok && vr.passed(is_tf32 ? kTf32Tolerance : kSgemmTolerance);
       }
       all_ok = all_ok && ok;
 
@@ -284,11 +348,11 @@ int main(int argc, char** argv) {
       Row r{shape_name(s), std::string(kernel_kind_name(job.kind)), variant_name, s.m, s.n, s.k, median,
             sorted[0], tflops, pct, err_cublas, err_fp64, ok};
       rows.push_back(r);
-      std::printf("%-16s %-9s %-28s %10.4f %9.2f %8.1f%% %12.3e %12.3e %s\n", r.shape.c_str(), r.kernel.c_str(),
+      std::printf("%-16s %-9s %-30s %10.4f %9.2f %8.1f%% %12.3e %12.3e %s\n", r.shape.c_str(), r.kernel.c_str(),
                   r.variant.c_str(), r.median_ms, r.tflops, r.pct_cublas, r.err_vs_cublas, r.err_vs_fp64,
                   ok ? "ok" : "FAIL");
       std::fflush(stdout);
-      if (ws) BENCH_CHECK(cudaFree(ws));
+      if (ws && !is_fp32x3) BENCH_CHECK(cudaFree(ws));
     }
     for (auto& b : bufs) {
       cudaFree(b.a);
@@ -310,6 +374,7 @@ int main(int argc, char** argv) {
                    r.min_ms, r.tflops, r.pct_cublas, r.err_vs_cublas, r.err_vs_fp64, opt.runs, r.ok ? 1 : 0);
     std::fclose(f);
   }
+  if (fp32x3_ws != nullptr) cudaFree(fp32x3_ws);
   cudaEventDestroy(ev0);
   cudaEventDestroy(ev1);
   cudaStreamDestroy(stream);

@@ -90,8 +90,11 @@ class GrpcClient final : public Client {
       switch (*opt.kernel) {
         case KernelKind::kPingpong: h->set_kernel(v1::KERNEL_PINGPONG); break;
         case KernelKind::kCublas: h->set_kernel(v1::KERNEL_CUBLAS); break;
+        case KernelKind::kTf32:
+        case KernelKind::kFp32x3:
         case KernelKind::kOpenblas:
-          return InvalidArgument("kernel 'openblas' cannot be requested: the cpu backend uses it for every request");
+          return InvalidArgument("kernel '" + std::string(kernel_kind_name(*opt.kernel)) +
+                                 "' cannot be named in a sgemm.v1 request (pingpong or cublas)");
       }
     }
     switch (opt.split) {

@@ -6,23 +6,43 @@ std::string_view kernel_kind_name(KernelKind kind) {
   switch (kind) {
     case KernelKind::kPingpong: return "pingpong";
     case KernelKind::kCublas: return "cublas";
+    case KernelKind::kTf32: return "tf32";
+    case KernelKind::kFp32x3: return "fp32x3";
     case KernelKind::kOpenblas: return "openblas";
   }
   return "unknown";
 }
 
 std::optional<KernelKind> parse_kernel_kind(std::string_view text) {
-  for (KernelKind k : {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kOpenblas})
+  for (KernelKind k :
+       {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kTf32, KernelKind::kFp32x3, KernelKind::kOpenblas})
     if (text == kernel_kind_name(k)) return k;
   return std::nullopt;
 }
 
-std::vector<KernelKind> gpu_kernel_kinds() { return {KernelKind::kPingpong, KernelKind::kCublas}; }
+std::vector<KernelKind> gpu_kernel_kinds() {
+  return {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kTf32, KernelKind::kFp32x3};
+}
 
 std::string kernel_kind_list(const std::vector<KernelKind>& kinds) {
   std::string out;
   for (KernelKind k : kinds) out += (out.empty() ? "" : ", ") + std::string(kernel_kind_name(k));
   return out;
+}
+
+std::string_view precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kFp32x3: return "fp32x3";
+  }
+  return "unknown";
+}
+
+std::optional<Precision> parse_precision(std::string_view text) {
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp32x3})
+    if (text == precision_name(p)) return p;
+  return std::nullopt;
 }
 
 std::string_view split_mode_name(SplitMode mode) {

@@ -27,6 +27,8 @@ struct GemmShape {
 enum class KernelKind {
   kPingpong,  // our multistage shared-memory SIMT kernel (kernels/pingpong_sgemm.cuh)
   kCublas,    // cublasSgemm with CUBLAS_COMPUTE_32F, the reference
+  kTf32,      // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32: tensor cores, tf32 inputs (~1e-4 relative error)
+  kFp32x3,    // our 3xTF32 wgmma kernel (kernels/fp32x3_sgemm.cuh): tensor cores, fp32 accuracy, sm_90 only
   kOpenblas,  // cblas_sgemm on the host (the CPU engine)
 };
 std::string_view kernel_kind_name(KernelKind kind);
@@ -36,6 +38,14 @@ std::optional<KernelKind> parse_kernel_kind(std::string_view text);
 std::vector<KernelKind> gpu_kernel_kinds();
 // "pingpong, cublas": for messages that list what is available.
 std::string kernel_kind_list(const std::vector<KernelKind>& kinds);
+
+// The arithmetic a request asks for. kFp32 is IEEE fp32 multiply-adds (our
+// ping-pong kernel or cuBLAS SGEMM); kTf32 rounds A and B to TF32 on the
+// tensor cores (cuBLAS, about 1e-4 relative error: documented as less
+// accurate); kFp32x3 is our 3xTF32 tensor-core kernel with fp32-level error.
+enum class Precision { kFp32, kTf32, kFp32x3 };
+std::string_view precision_name(Precision p);
+std::optional<Precision> parse_precision(std::string_view text);
 
 // How one product is spread over devices; each mode is a strategy (a row of
 // the planner's table, server/planner/strategy.h, and of the engine's).

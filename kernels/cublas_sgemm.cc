@@ -1,6 +1,9 @@
-// cuBLAS behind the GemmBackend interface: the reference our kernels are
-// measured against. fp32 operands, CUBLAS_COMPUTE_32F and the default math
-// mode (no TF32, no tensor cores).
+// cuBLAS behind the GemmBackend interface, in two kinds that differ only in
+// the compute type: kCublas (CUBLAS_COMPUTE_32F, the default math mode, no
+// TF32: the reference our kernels are measured against) and kTf32
+// (CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to tf32, ~2^-11 relative per
+// product, fp32 accumulation; the fast, less accurate point of comparison for
+// fp32x3).
 //
 // Row-major through the column-major trick: a row-major m x n C with leading
 // dimension ldc is the column-major n x m matrix C^T, and C^T = B^T A^T, so we
@@ -41,12 +44,13 @@ Status cublas_status(cublasStatus_t st, const char* what, const char* file, int 
 
 class CublasBackend final : public GemmBackend {
  public:
-  explicit CublasBackend(cublasHandle_t handle) : handle_(handle) {}
+  CublasBackend(cublasHandle_t handle, KernelKind kind, cublasComputeType_t compute)
+      : handle_(handle), kind_(kind), compute_(compute) {}
   ~CublasBackend() override { cublasDestroy(handle_); }
   CublasBackend(const CublasBackend&) = delete;
   CublasBackend& operator=(const CublasBackend&) = delete;
 
-  KernelKind kind() const override { return KernelKind::kCublas; }
+  KernelKind kind() const override { return kind_; }
   Status can_implement(const GemmArgs& args) const override { return cublas_can_implement(args); }
 
   Status run(const GemmArgs& g, void* /*workspace*/, std::size_t /*workspace_bytes*/, cudaStream_t stream) override {
@@ -54,14 +58,29 @@ class CublasBackend final : public GemmBackend {
     SGEMM_CUBLAS_TRY(cublasSetStream(handle_, stream));
     SGEMM_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, int(g.shape.n), int(g.shape.m),
                                   int(g.shape.k), &g.alpha, g.b, CUDA_R_32F, int(g.ldb), g.a, CUDA_R_32F,
-                                  int(g.lda), &g.beta, g.c, CUDA_R_32F, int(g.ldc), CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
+                                  int(g.lda), &g.beta, g.c, CUDA_R_32F, int(g.ldc), compute_, CUBLAS_GEMM_DEFAULT));
     return Status::Ok();
   }
 
  private:
   cublasHandle_t handle_;  // owned
+  const KernelKind kind_;
+  const cublasComputeType_t compute_;
 };
+
+// A handle in the default math mode (no TF32 shortcut, whatever
+// NVIDIA_TF32_OVERRIDE says elsewhere: TF32 comes only from the compute type).
+StatusOr<std::unique_ptr<GemmBackend>> make_backend(KernelKind kind, cublasComputeType_t compute) {
+  cublasHandle_t handle = nullptr;
+  SGEMM_CUBLAS_TRY(cublasCreate(&handle));
+  const Status st = cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode",
+                                  __FILE__, __LINE__);
+  if (!st.ok()) {
+    cublasDestroy(handle);
+    return st;
+  }
+  return std::unique_ptr<GemmBackend>(std::make_unique<CublasBackend>(handle, kind, compute));
+}
 
 }  // namespace
 
@@ -80,16 +99,11 @@ Status cublas_can_implement(const GemmArgs& g) {
 }
 
 StatusOr<std::unique_ptr<GemmBackend>> make_cublas_backend() {
-  cublasHandle_t handle = nullptr;
-  SGEMM_CUBLAS_TRY(cublasCreate(&handle));
-  // Default math: no TF32 tensor-core shortcut, whatever NVIDIA_TF32_OVERRIDE says elsewhere.
-  const Status st = cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode",
-                                  __FILE__, __LINE__);
-  if (!st.ok()) {
-    cublasDestroy(handle);
-    return st;
-  }
-  return std::unique_ptr<GemmBackend>(std::make_unique<CublasBackend>(handle));
+  return make_backend(KernelKind::kCublas, CUBLAS_COMPUTE_32F);
+}
+
+StatusOr<std::unique_ptr<GemmBackend>> make_cublas_tf32_backend() {
+  return make_backend(KernelKind::kTf32, CUBLAS_COMPUTE_32F_FAST_TF32);
 }
 
 }  // namespace sgemm

@@ -4,11 +4,22 @@
 # Build here (the build host has gRPC; the GPU host does not), bundle, carry:
 #   cmake --build build && scripts/gpu-check.sh --bundle      # fills .runtime/
 #   (device) OUT=... scripts/gpu-check.sh [PART...]           # runs there
-# PARTs (default: tests e2e serve): tests (kernel + engine gpu/multigpu suites),
-# e2e (the e2e suite with the cuda backend), serve (sgemm-server --backend cuda
-# and sgemm-client submit --size 4096/8192 --verify), bench-kernels (sgemm-bench),
-# bench-engine (engine-bench), sanitize (compute-sanitizer on kernel tests).
+# The one GPU driver script: kernels, engine, service.
+# PARTs (default: tests e2e serve):
+#   tests          kernel + engine gpu/multigpu suites (SGEMM_TEST_GPUS="2,4" narrows the counts)
+#   sanitize       compute-sanitizer memcheck + racecheck on the kernel tests
+#   e2e            the e2e suite with the cuda backend
+#   serve          sgemm-server --backend cuda and sgemm-client submit --size 4096/8192 --verify
+#   bench-kernels  sgemm-bench (SGEMM_KERNEL_BENCH_ARGS), CSV and plot
+#   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
+#   variants-fp32x3  every fp32x3 schedule/tile variant
+#   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
+#   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build)
+#   sass           instruction mix of the kernels (cuobjdump)
+#   ncu [SHAPE]    Nsight Compute on one ping-pong and one cuBLAS launch (SGEMM_NCU_SHAPE)
 # Every log goes to $OUT; every part runs even if an earlier one failed.
+# A bundle over the device tool's 64 MiB carry limit is also packed as
+# .runtime.tar.xz; carry that instead and the script unpacks it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RT=${SGEMM_RUNTIME:-.runtime}
@@ -18,8 +29,13 @@ if [ "${1:-}" = "--bundle" ]; then
   rm -rf "$RT"
   bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench)
   for t in "$b"/tests/*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
-  exec scripts/bundle-runtime.sh "$RT" "${bins[@]}"
+  scripts/bundle-runtime.sh "$RT" "${bins[@]}"
+  if [ "$(du -sm "$RT" | cut -f1)" -gt 60 ]; then
+    tar -cJf "$RT.tar.xz" "$RT" && echo "packed $RT.tar.xz ($(du -sh "$RT.tar.xz" | cut -f1)): carry that"
+  fi
+  exit 0
 fi
+if [ ! -d "$RT" ] && [ -f "$RT.tar.xz" ]; then tar -xJf "$RT.tar.xz"; fi
 
 : "${OUT:?set OUT to the folder for logs}"
 BIN=$RT/bin
@@ -45,16 +61,26 @@ has() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; r
   | tee "$OUT/summary.txt"
 
 if has tests; then
-  for t in pingpong_sgemm_test kernels_can_implement_test cuda_engine_gpu_test cuda_engine_multigpu_test; do
+  for t in kernels_can_implement_test fp32x3_can_implement_test pingpong_sgemm_test fp32x3_sgemm_test \
+           cuda_engine_gpu_test cuda_engine_multigpu_test; do
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
-if has sanitize; then  # the filters scripts/gpu-kernels.sh uses: every variant, edges, split-K
+if has sanitize; then
+  # gtest filters know only * and ?, no [0-9] classes: the cases are named.
+  small='Square/*/1x1x1_*:Square/*/7x7x7_*:Square/*/31x31x31_*:Square/*/127x127x127_*:Square/*/129x129x129_*:Square/*/257x257x257_*'
   step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter='Variants/*:Degenerate/*:Square/*_[0-8]:Unaligned/*_1*:SplitK/*_[0-5]'
+    --gtest_brief=1 --gtest_filter="Variants/*:Degenerate/*:$small:Unaligned/*:SplitK/*:PingpongSplitK.*"
   step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter='Variants/*:Square/*_[0-6]:SplitK/*_[0-4]'
-  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" | tee -a "$OUT/summary.txt"
+    --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*"
+  step memcheck-fp32x3 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="$small:Shapes/*:Unaligned/*:AlphaBeta/*/257x129x65_*:WideExponent/*/300x200x77_*:Variants/*:Fp32x3Determinism.*:Fp32x3Backend.*:CublasTf32.*"
+  step racecheck-fp32x3 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="$small:Variants/*/129x131x3?_*:Variants/*/7x9x5_*:Variants/*/257x259x*"
+  step synccheck-fp32x3 100 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="$small:Variants/*/129x131x3?_*:Variants/*/257x259x*"
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck*.log "$OUT"/racecheck*.log "$OUT"/synccheck*.log \
+    | tee -a "$OUT/summary.txt"
 fi
 if has e2e; then
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test; do
@@ -76,13 +102,49 @@ if has serve; then
   kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
 fi
 if has bench-kernels; then
-  step sgemm-bench 580 "$BIN/sgemm-bench" --csv "$OUT/sgemm-bench.csv"
+  # shellcheck disable=SC2086  # a list of arguments
+  step sgemm-bench 580 "$BIN/sgemm-bench" --csv "$OUT/sgemm-bench.csv" ${SGEMM_KERNEL_BENCH_ARGS:-}
   cat "$OUT/sgemm-bench.log"
   python3 scripts/plot_bench.py "$OUT/sgemm-bench.csv" "$OUT/sgemm-bench.png" >/dev/null 2>&1 || echo "(no plot)"
 fi
 if has bench-engine; then
   step engine-bench 580 "$BIN/engine-bench" --csv-out "$OUT/engine-bench.csv" ${SGEMM_ENGINE_BENCH_ARGS:-}
   cat "$OUT/engine-bench.log"
+fi
+if has bench-fp32x3; then
+  step sgemm-bench-fp32x3 300 "$BIN/sgemm-bench" --kernels cublas,tf32,fp32x3 --csv "$OUT/sgemm-bench-fp32x3.csv" \
+    --shapes "${SGEMM_FP32X3_SHAPES:-1024,2048,4096,8192,8192x8192x1024,1024x1024x16384,4095,8191x8193x1000}"
+  cat "$OUT/sgemm-bench-fp32x3.log"
+fi
+if has variants-fp32x3; then
+  step fp32x3-variants 300 "$BIN/sgemm-bench" --shapes "${SGEMM_FP32X3_SHAPES:-2048,4096,8192,4095,8191x8193x1000}" \
+    --kernels cublas,fp32x3 --fp32x3-variants --runs 15 --csv "$OUT/fp32x3-variants.csv"
+  cat "$OUT/fp32x3-variants.log"
+fi
+if has variants; then
+  step variants 580 "$BIN/sgemm-bench" --variants --runs 20 --ref-rows 0 --csv "$OUT/variants.csv"
+  cat "$OUT/variants.log"
+fi
+if has sass; then
+  cuobjdump -sass "$BIN/sgemm-bench" >"$OUT/sass.txt" 2>/dev/null
+  awk '/Function :/{name=$3} /FFMA/{f[name]++} /HGMMA/{h[name]++} /LDS\.128/{l[name]++} /LDS[^.]/{s[name]++} /LDGSTS/{g[name]++} /UTMALDG/{t[name]++} /LDL|STL/{x[name]++}
+       END{for(n in f) printf "%6d FFMA %5d HGMMA %4d LDS.128 %4d LDS(other) %4d LDGSTS %3d UTMALDG %3d local  %s\n", f[n], h[n], l[n], s[n], g[n], t[n], x[n], n}' \
+    "$OUT/sass.txt" | sort -k11 | cut -c1-200 | tee "$OUT/sass-mix.txt"
+  gzip -f "$OUT/sass.txt"
+fi
+if has ncu; then
+  shape=${SGEMM_NCU_SHAPE:-4096}
+  sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
+  # shellcheck disable=SC2086  # $sections is a list of arguments
+  step ncu-pingpong 300 ncu --clock-control none -k regex:pingpong_sgemm_kernel --launch-count 1 $sections \
+    "$BIN/sgemm-bench" --shapes "$shape" --kernels pingpong --runs 1 --warmup 0 --ref-rows 0
+  # shellcheck disable=SC2086
+  # shellcheck disable=SC2086
+  step ncu-fp32x3 300 ncu --clock-control none -k regex:fp32x3_gemm_kernel --launch-count 1 $sections \
+    "$BIN/sgemm-bench" --shapes "$shape" --kernels fp32x3 --runs 1 --warmup 0 --ref-rows 0
+  step ncu-cublas 300 ncu --clock-control none -k regex:'gemm|xmma' --launch-count 1 $sections \
+    "$BIN/sgemm-bench" --shapes "$shape" --kernels cublas --runs 1 --warmup 0 --ref-rows 0
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}" | tee -a "$OUT/summary.txt"

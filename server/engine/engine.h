@@ -46,7 +46,8 @@ class OutputSink {
 
 // Which implementation runs the product.
 struct ExecOptions {
-  std::optional<KernelKind> kernel;     // nullopt = the engine's choice for the shape
+  Precision precision = Precision::kFp32;  // kTf32 / kFp32x3 pick their kernel
+  std::optional<KernelKind> kernel;     // fp32 only; nullopt = the engine's choice for the shape
   SplitMode split = SplitMode::kAuto;   // kAuto = the planner decides
 };
 
@@ -92,6 +93,7 @@ struct DeviceTiming {
 struct GemmReport {
   std::string backend;       // "cuda" or "cpu"
   KernelKind kernel = KernelKind::kPingpong;  // the kernel that ran (cuBLAS when it took blocks ours refused)
+  Precision precision = Precision::kFp32;     // the arithmetic that ran (the CPU engine: fp32 for every request)
   SplitMode split = SplitMode::kSingle;
   std::string plan_reason;   // why the planner chose this split
   std::vector<DeviceTiming> devices;
@@ -102,6 +104,7 @@ struct EngineInfo {
   std::vector<DeviceInfo> devices;
   std::vector<KernelKind> kernels;     // available kernels, the configured default first
   KernelKind default_kernel = KernelKind::kPingpong;  // used where the kernel-choice table has no row
+  std::vector<Precision> precisions;   // the arithmetic this backend offers, fp32 first
 };
 
 class Engine {

@@ -4,8 +4,8 @@
 // the engine passes the kernels its devices offer.
 //
 // Until the kernel issue closes the gaps, our ping-pong kernel trails cuBLAS
-// on thin products (one side of C at most 128, or a single row or column) and
-// cuBLAS takes those classes; everything else runs ping-pong.
+// badly on thin products (C at most 64 columns wide, or a single row or
+// column) and cuBLAS takes those classes; everything else runs ping-pong.
 #pragma once
 
 #include <span>

@@ -104,7 +104,7 @@ TEST(KernelKind, EveryGpuKindHasABackendFactory) {
   for (KernelKind k : gpu_kernel_kinds()) {
     EXPECT_EQ(parse_kernel_kind(kernel_kind_name(k)), k);
   }
-  EXPECT_FALSE(parse_kernel_kind("tf32").has_value());
+  EXPECT_FALSE(parse_kernel_kind("fp16").has_value());
 }
 
 }  // namespace

@@ -47,6 +47,9 @@ class CudaEngine final : public Engine {
     info.kernels.push_back(default_kind_);
     for (KernelKind k : pool_->kernels())
       if (k != default_kind_) info.kernels.push_back(k);
+    info.precisions.push_back(Precision::kFp32);
+    for (Precision p : {Precision::kTf32, Precision::kFp32x3})
+      if (has_kernel(kernel_of(p))) info.precisions.push_back(p);
     return info;
   }
 
@@ -79,6 +82,7 @@ class CudaEngine final : public Engine {
     GemmReport report;
     report.backend = "cuda";
     report.kernel = kind;
+    report.precision = r.options.precision;
 
     PlanRequest req;
     req.shape = r.shape;
@@ -86,7 +90,7 @@ class CudaEngine final : public Engine {
     req.forced = r.options.split;
     req.k_reduce = options_.k_reduce;
     for (int i = 0; i < pool_->size(); ++i) {
-      req.devices.push_back(DeviceCaps{pool_->ordinal(i), options_.gpu_tflops, options_.host_link_gbps,
+      req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r.options.precision), options_.host_link_gbps,
                                        options_.peer_gbps, pool_->busy_lanes(i)});
     }
     const Plan plan = make_plan(req, options_.planner);
@@ -130,6 +134,7 @@ class CudaEngine final : public Engine {
     SGEMM_RETURN_IF_ERROR(jr.execute(*executor));
     if (jr.fallback_used()) {
       report.kernel = KernelKind::kCublas;
+      report.precision = Precision::kFp32;
       report.plan_reason += "; " + std::string(kernel_kind_name(kind)) + " refused some blocks: cublas ran them";
       if (options_.log) options_.log("cuda engine: " + report.plan_reason);
     }
@@ -138,13 +143,44 @@ class CudaEngine final : public Engine {
   }
 
  private:
-  // The kernel a request runs: the one it names (FAILED_PRECONDITION when this
-  // engine lacks it), else the measured table's choice for its shape.
+  static KernelKind kernel_of(Precision p) { return p == Precision::kTf32 ? KernelKind::kTf32 : KernelKind::kFp32x3; }
+  bool has_kernel(KernelKind k) const {
+    const auto& ks = pool_->kernels();
+    return std::find(ks.begin(), ks.end(), k) != ks.end();
+  }
+  // The planner's rate for a precision (its kernel's measured TFLOP/s).
+  double rate_tflops(Precision p) const {
+    switch (p) {
+      case Precision::kFp32: return options_.gpu_tflops;
+      case Precision::kTf32: return options_.tf32_tflops;
+      case Precision::kFp32x3: return options_.fp32x3_tflops;
+    }
+    return options_.gpu_tflops;
+  }
+
+  // The kernel a request runs: the one its precision needs, or for fp32 the
+  // one it names (FAILED_PRECONDITION when this engine lacks it), else the
+  // measured table's choice for its shape.
   StatusOr<KernelKind> resolve_kernel(const GemmRequest& r) const {
     const auto& ks = pool_->kernels();
+    if (r.options.precision != Precision::kFp32) {
+      const KernelKind k = kernel_of(r.options.precision);
+      if (r.options.kernel && *r.options.kernel != k)
+        return InvalidArgument("kernel '" + std::string(kernel_kind_name(*r.options.kernel)) +
+                               "' computes fp32; precision " + std::string(precision_name(r.options.precision)) +
+                               " runs its own kernel (leave kernel unset)");
+      if (!has_kernel(k))
+        return FailedPrecondition("precision " + std::string(precision_name(r.options.precision)) +
+                                  " is not available on these GPUs (it needs an sm_90 GPU; available kernels: " +
+                                  kernel_kind_list(ks) + ")");
+      return k;
+    }
     if (!r.options.kernel) return choose_kernel(r.shape, default_kind_, ks);
     const KernelKind kind = *r.options.kernel;
-    if (std::find(ks.begin(), ks.end(), kind) == ks.end())
+    if (kind == KernelKind::kTf32 || kind == KernelKind::kFp32x3)
+      return InvalidArgument("kernel '" + std::string(kernel_kind_name(kind)) + "' is chosen by precision " +
+                             std::string(kernel_kind_name(kind)) + ", not by name");
+    if (!has_kernel(kind))
       return FailedPrecondition("kernel '" + std::string(kernel_kind_name(kind)) +
                                 "' is not available on the cuda backend (available: " + kernel_kind_list(ks) + ")");
     return kind;
@@ -177,8 +213,9 @@ class CudaEngine final : public Engine {
 
 StatusOr<std::unique_ptr<Engine>> make_cuda_engine(const CudaEngineOptions& options) {
   if (options.lanes_per_device < 1) return InvalidArgument("lanes_per_device must be >= 1");
-  if (!(options.gpu_tflops > 0) || !(options.host_link_gbps > 0) || !(options.peer_gbps > 0))
-    return InvalidArgument("gpu_tflops, host_link_gbps and peer_gbps must be > 0");
+  if (!(options.gpu_tflops > 0) || !(options.tf32_tflops > 0) || !(options.fp32x3_tflops > 0) ||
+      !(options.host_link_gbps > 0) || !(options.peer_gbps > 0))
+    return InvalidArgument("gpu_tflops, tf32_tflops, fp32x3_tflops, host_link_gbps and peer_gbps must be > 0");
   if (options.chunk_rows < 0 || options.chunk_k < 0) return InvalidArgument("chunk_rows and chunk_k must be >= 0");
   if (options.blocks_ahead < 1) return InvalidArgument("blocks_ahead must be >= 1");
   DevicePoolOptions po;

@@ -58,6 +58,11 @@ struct CudaEngineOptions {
   // ping-pong fp32 46-48 TFLOP/s, pinned host<->device 53-55 GB/s per GPU,
   // NCCL broadcast of B over NVLink 305-318 GB/s.
   double gpu_tflops = 47.0;
+  // The planner's rate for the other precisions, one H100, sgemm-bench
+  // 2026-11-22 (docs/kernels.md): cuBLAS TF32 389-412 TFLOP/s at 4096-8192,
+  // fp32x3 115-117 TFLOP/s.
+  double tf32_tflops = 390.0;
+  double fp32x3_tflops = 115.0;
   double host_link_gbps = 54.0;
   double peer_gbps = 310.0;
   PlannerOptions planner;          // split geometry and cost constants

@@ -148,6 +148,27 @@ TEST(CudaEngineMultiGpu, ConcurrentSplitAndSingleJobs) {
   for (auto& p : ps) EXPECT_TRUE(verify(p, true).passed(kSgemmTolerance));
 }
 
+// fp32x3 under both splits matches the fp64 reference at SGEMM's tolerance.
+TEST(CudaEngineMultiGpu, Fp32x3UnderSplits) {
+  SGEMM_REQUIRE_GPUS(2);
+  auto e = make_engine(first_gpus(test_gpu_counts().back()));
+  ASSERT_TRUE(e);
+  const auto offered = e->info().precisions;
+  if (std::find(offered.begin(), offered.end(), Precision::kFp32x3) == offered.end())
+    GTEST_SKIP() << "fp32x3 needs sm_90 GPUs";
+  for (SplitMode mode : {SplitMode::kRows, SplitMode::kK}) {
+    SCOPED_TRACE(split_mode_name(mode));
+    Problem p = make_problem(*e, {2049, 1031, 4099}, 97, true, 1.0f, 0.5f);
+    GemmJob j = job_of(p, mode);
+    j.request.options.precision = Precision::kFp32x3;
+    auto r = e->run(j);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->split, mode);
+    EXPECT_EQ(r->kernel, KernelKind::kFp32x3);
+    EXPECT_TRUE(verify(p, true).passed(kSgemmTolerance));
+  }
+}
+
 // A split job cancelled while it runs stops at a block boundary on every
 // device, returns the token's status, and leaves the pool usable.
 TEST(CudaEngineMultiGpu, CancelledSplitJobStopsAndFreesItsLanes) {

@@ -1,0 +1,40 @@
+// GemmBackend over the fp32x3 kernel (fp32x3_sgemm.h): fp32-accurate tensor-core
+// SGEMM on Hopper (sm_90) only; the factory refuses other devices (UNAVAILABLE).
+// Stateless: the workspace (the split operands, fp32x3_workspace_bytes) is the
+// caller's, as for every backend (gemm_backend.h); the engine's lane owns it.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/cuda_status.h"
+#include "kernels/backend_factories.h"
+#include "kernels/fp32x3_sgemm.h"
+
+namespace sgemm {
+namespace {
+
+class Fp32x3Backend final : public GemmBackend {
+ public:
+  KernelKind kind() const override { return KernelKind::kFp32x3; }
+  Status can_implement(const GemmArgs& args) const override { return fp32x3_can_implement(args); }
+  std::size_t workspace_bytes(const GemmArgs& args) const override { return fp32x3_workspace_bytes(args.shape); }
+  Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
+    return fp32x3_sgemm(args, workspace, workspace_bytes, stream);
+  }
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GemmBackend>> make_fp32x3_backend() {
+  int device = 0, major = 0, minor = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0)
+    return Unavailable("fp32x3: needs an sm_90 (Hopper) GPU, CUDA device " + std::to_string(device) + " is sm_" +
+                       std::to_string(major) + std::to_string(minor));
+  return std::unique_ptr<GemmBackend>(std::make_unique<Fp32x3Backend>());
+}
+
+}  // namespace sgemm

@@ -1,0 +1,292 @@
+// Launchers of the fp32x3 SGEMM (kernels/fp32x3_sgemm.cuh): the only place its
+// kernels are launched; each launch's cudaGetLastError() becomes a Status.
+// This translation unit alone is compiled for sm_90a (kernels/CMakeLists.txt).
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "kernels/cuda_status.h"
+#include "kernels/fp32x3_sgemm.cuh"
+#include "kernels/fp32x3_sgemm.h"
+
+namespace sgemm {
+namespace {
+
+using fp32x3::Fp32x3Config;
+
+//                          kWgM  kBN  stages pingpong promote-every cluster
+using PingpongTile = Fp32x3Config<128, 128, 3, true, 0>;          // 128x128 per consumer, alternate tiles
+using PingpongPromote = Fp32x3Config<64, 128, 4, true, 1>;        // 64x128 per consumer, promoted
+using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;          // 128x128 tile, 64 rows per consumer
+using Coop = Fp32x3Config<64, 128, 3, false, 0>;
+using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;  // + B multicast to 2 CTAs
+using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;     // raw A, split in registers
+
+constexpr int64_t kAlignBytes = 256;
+
+int64_t padded_k(int64_t k) { return (k + 3) / 4 * 4; }
+int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda).
+StatusOr<PFN_cuTensorMapEncodeTiled_v12000> encode_tiled_fn() {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static cudaError_t err = cudaSuccess;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  if (fn == nullptr) {
+    (void)cudaGetLastError();
+    return Unavailable(std::string("cuTensorMapEncodeTiled: driver entry point not found (") +
+                       cudaGetErrorName(err) + ")");
+  }
+  return fn;
+}
+
+// TMA map over hi/lo planes [2][rows][kp] of fp32, box {32, box_rows, box_planes},
+// 128-byte swizzle; out-of-range rows and k are zero-filled.
+Status make_plane_map(CUtensorMap* map, const float* planes, int64_t rows, int64_t k, int box_rows, int box_planes) {
+  SGEMM_ASSIGN_OR_RETURN(auto encode, encode_tiled_fn());
+  const int64_t kp = padded_k(k);
+  const cuuint64_t dims[3] = {cuuint64_t(k), cuuint64_t(rows), 2};
+  const cuuint64_t strides[2] = {cuuint64_t(kp * 4), cuuint64_t(rows * kp * 4)};
+  const cuuint32_t box[3] = {cuuint32_t(fp32x3::kBK), cuuint32_t(box_rows), cuuint32_t(box_planes)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(planes), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Internal("cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r)) + " (rows " +
+                    std::to_string(rows) + ", k " + std::to_string(k) + ")");
+  return Status::Ok();
+}
+
+// TMA map over the caller's A itself (rows x k, ld lda, fp32), box {32, box_rows},
+// 128-byte swizzle. Only where TMA can describe it (a_tma_describable).
+Status make_raw_map(CUtensorMap* map, const float* a, int64_t rows, int64_t k, int64_t ld, int box_rows) {
+  SGEMM_ASSIGN_OR_RETURN(auto encode, encode_tiled_fn());
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld * 4)};
+  const cuuint32_t box[2] = {cuuint32_t(fp32x3::kBK), cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(a), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Internal("cuTensorMapEncodeTiled (A) failed with CUresult " + std::to_string(int(r)));
+  return Status::Ok();
+}
+
+// Whether the bulk tensor copy can read A in place: 16-byte aligned base and rows.
+bool a_tma_describable(const GemmArgs& g) {
+  return (reinterpret_cast<uintptr_t>(g.a) & 15u) == 0 && g.lda % 4 == 0 && g.lda * 4 < (int64_t{1} << 40);
+}
+
+template <class Kernel>
+Status ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_mask) {
+  int device = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
+  SGEMM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  return Status::Ok();
+}
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int major = 0, minor = 0;
+};
+
+Status device_info(DeviceInfo* info) {
+  int device = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&info->sm_count, cudaDevAttrMultiProcessorCount, device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&info->minor, cudaDevAttrComputeCapabilityMinor, device));
+  return Status::Ok();
+}
+
+// Kernel 1: A -> planes [2][m][kp] (unless a_planes is null: A is split in kernel 2);
+// B -> Bt planes [2][n][kp]; one launch.
+Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, cudaStream_t stream) {
+  const int64_t kp = padded_k(g.shape.k);
+  const bool with_a = a_planes != nullptr;
+  const int64_t tiles_c = std::max(with_a ? (g.shape.k + 31) / 32 : 0, (g.shape.n + 31) / 32);
+  const int64_t tiles_r = std::max(with_a ? (g.shape.m + 31) / 32 : 0, (g.shape.k + 31) / 32);
+  const dim3 grid(unsigned(std::min<int64_t>(tiles_c, INT_MAX)), unsigned(std::min<int64_t>(tiles_r, 65535)),
+                  with_a ? 2 : 1);
+  fp32x3::fp32x3_split_kernel<<<grid, dim3(32, 8), 0, stream>>>(g.a, g.lda, int(g.shape.m), g.b, g.ldb,
+                                                                 int(g.shape.n), int(g.shape.k), a_planes, b_planes,
+                                                                 kp, with_a ? 0 : 1);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+Status check_workspace(const GemmArgs& g, const void* workspace, std::size_t bytes) {
+  if (workspace == nullptr || bytes < fp32x3_workspace_bytes(g.shape))
+    return InvalidArgument("workspace: needs " + std::to_string(fp32x3_workspace_bytes(g.shape)) + " bytes, got " +
+                           std::to_string(workspace == nullptr ? 0 : bytes));
+  return Status::Ok();
+}
+
+float* a_planes_of(void* workspace) { return static_cast<float*>(workspace); }
+float* b_planes_of(void* workspace, const GemmShape& s) {
+  return reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(2 * s.m * padded_k(s.k) * 4, kAlignBytes));
+}
+
+template <class Cfg>
+Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(check_workspace(g, workspace, bytes));
+  DeviceInfo dev;
+  SGEMM_RETURN_IF_ERROR(device_info(&dev));
+  if (dev.major != 9 || dev.minor != 0)
+    return FailedPrecondition("device: fp32x3 needs an sm_90 GPU (Hopper), this one is sm_" +
+                              std::to_string(dev.major) + std::to_string(dev.minor));
+  static std::atomic<uint64_t> smem_raised{0};
+  auto kernel = fp32x3::fp32x3_gemm_kernel<Cfg>;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::kSmemBytes, smem_raised));
+
+  if (Cfg::kSplitAInKernel && !a_tma_describable(g))
+    return InvalidArgument("a: this variant reads A with TMA: needs a 16-byte aligned a and lda % 4 == 0");
+  float* a_planes = Cfg::kSplitAInKernel ? nullptr : a_planes_of(workspace);
+  float* b_planes = b_planes_of(workspace, g.shape);
+  SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, stream));
+
+  constexpr int kCl = Cfg::kClusterM;
+  CUtensorMap map_a, map_b;
+  if constexpr (Cfg::kSplitAInKernel) {
+    SGEMM_RETURN_IF_ERROR(make_raw_map(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::kBM));
+  } else {
+    SGEMM_RETURN_IF_ERROR(make_plane_map(&map_a, a_planes, g.shape.m, g.shape.k, Cfg::kBM, 2));
+  }
+  SGEMM_RETURN_IF_ERROR(make_plane_map(&map_b, b_planes, g.shape.n, g.shape.k, Cfg::kBBoxRows, kCl == 1 ? 2 : 1));
+
+  const int64_t tiles_m = (g.shape.m + Cfg::kBM - 1) / Cfg::kBM;
+  const int64_t units = (tiles_m + kCl - 1) / kCl * ((g.shape.n + Cfg::kBN - 1) / Cfg::kBN);
+  const int k_blocks = int((g.shape.k + fp32x3::kBK - 1) / fp32x3::kBK);
+  const bool c_pairs = (reinterpret_cast<uintptr_t>(g.c) & 7u) == 0 && g.ldc % 2 == 0;
+  const int m = int(g.shape.m), n = int(g.shape.n);
+  if constexpr (kCl == 1) {
+    const unsigned grid = unsigned(std::min<int64_t>(units, dev.sm_count));
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c,
+                                                               g.ldc, c_pairs);
+    return SGEMM_CUDA_STATUS(cudaGetLastError());
+  } else {
+    cudaLaunchConfig_t config{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kCl;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    config.blockDim = dim3(Cfg::kThreads);
+    config.dynamicSmemBytes = Cfg::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    config.gridDim = dim3(unsigned(std::min<int64_t>(units, dev.sm_count / kCl) * kCl));
+    int clusters = 0;  // how many clusters fit at once (GPC sizes limit it below #SMs / 2)
+    SGEMM_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    if (clusters < 1) return Internal("fp32x3: no cluster of " + std::to_string(kCl) + " CTAs fits on this device");
+    config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * kCl));
+    SGEMM_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c, g.ldc,
+                                      c_pairs));
+    return SGEMM_CUDA_STATUS(cudaGetLastError());
+  }
+}
+
+struct Variant {
+  const char* name;
+  Status (*run)(const GemmArgs&, void*, std::size_t, cudaStream_t);
+};
+
+// Variants whose name lacks "promote" accumulate all of K inside wgmma: faster on short
+// K, but their error grows with K (measured 1.7e-6 to 3.8e-6 at k = 2048..8192 against
+// cuBLAS SGEMM's 2e-7; docs/kernels.md). The picker uses promoted variants only.
+constexpr Variant kVariants[] = {
+    {"pingpong_128x128_s3", run_config<PingpongTile>},
+    {"pingpong_64x128_s4_promote1", run_config<PingpongPromote>},
+    {"coop_128x128_s3_promote1", run_config<CoopPromote1>},
+    {"coop_128x128_s3", run_config<Coop>},
+    {"coop_128x128_s3_promote1_cluster2", run_config<CoopPromote1Cluster2>},
+    {"coop_128x128_s4_promote1_splitA", run_config<CoopPromote1SplitA>},
+};
+constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
+enum VariantId {
+  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA
+};
+static_assert(kCoopPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
+
+}  // namespace
+
+Status fp32x3_can_implement(const GemmArgs& g) {
+  const GemmShape& s = g.shape;
+  if (s.m < 1 || s.m > INT_MAX) return InvalidArgument("shape.m: must be in [1, 2^31), got " + std::to_string(s.m));
+  if (s.n < 1 || s.n > INT_MAX) return InvalidArgument("shape.n: must be in [1, 2^31), got " + std::to_string(s.n));
+  if (s.k < 1 || s.k > INT_MAX - 3) return InvalidArgument("shape.k: must be in [1, 2^31 - 3), got " + std::to_string(s.k));
+  if (g.a == nullptr) return InvalidArgument("a: null pointer");
+  if (g.b == nullptr) return InvalidArgument("b: null pointer");
+  if (g.c == nullptr) return InvalidArgument("c: null pointer");
+  if (g.lda < s.k) return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
+  if (g.ldb < s.n) return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
+  if (g.ldc < s.n) return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
+  // TMA: a plane's byte stride must stay below 2^40; the tile count must fit an int.
+  const int64_t kp = padded_k(s.k);
+  if (s.m * kp * 4 >= (int64_t{1} << 40)) return InvalidArgument("shape.m: m * k too large for the tensor-copy unit");
+  if (s.n * kp * 4 >= (int64_t{1} << 40)) return InvalidArgument("shape.n: n * k too large for the tensor-copy unit");
+  if (((s.m + 63) / 64) * ((s.n + 127) / 128) > INT_MAX) return InvalidArgument("shape: m x n has too many tiles");
+  return Status::Ok();
+}
+
+std::size_t fp32x3_workspace_bytes(const GemmShape& s) {
+  const int64_t kp = padded_k(std::max<int64_t>(s.k, 1));
+  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes));
+}
+
+int fp32x3_variant_count() { return kNumVariants; }
+
+std::string_view fp32x3_variant_name(int variant) {
+  if (variant < 0 || variant >= kNumVariants) return "unknown";
+  return kVariants[variant].name;
+}
+
+int fp32x3_pick_variant(const GemmArgs& args) {
+  // Promoted variants only (accuracy for any K). Measured on H100 (docs/kernels.md,
+  // bench/results/fp32x3-*): splitting A in the kernel saves the split pass's A share
+  // (about 12 bytes per element of A, ~288/n of the run time) but its mainloop is 5-10%
+  // slower than the all-shared-memory one; it wins at 1024-4096 and on k = 1000, and
+  // loses at 8192 (111 vs 116 TFLOP/s). Where TMA cannot read A in place (unaligned
+  // a or lda % 4 != 0), both operands go through the split pass.
+  const GemmShape& s = args.shape;
+  const bool large_n_and_k = s.n >= 6144 && s.k >= 6144;
+  return a_tma_describable(args) && !large_n_and_k ? kCoopPromote1SplitA : kCoopPromote1;
+}
+
+Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t bytes,
+                            cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  if (variant < 0 || variant >= kNumVariants)
+    return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
+                           std::to_string(variant));
+  return kVariants[variant].run(args, workspace, bytes, stream);
+}
+
+Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  SGEMM_RETURN_IF_ERROR(check_workspace(args, workspace, bytes));
+  return launch_split(args, a_planes_of(workspace), b_planes_of(workspace, args.shape), stream);
+}
+
+Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  return kVariants[fp32x3_pick_variant(args)].run(args, workspace, bytes, stream);
+}
+
+}  // namespace sgemm

@@ -1,0 +1,715 @@
+// fp32x3 SGEMM: fp32-accurate C = alpha*A*B + beta*C on Hopper tensor cores
+// (wgmma, TF32 inputs, fp32 accumulation) by the 3xTF32 scheme:
+//   x = hi + lo, hi = rn_tf32(x), lo = rn_tf32(x - hi)      (round to nearest, ties away)
+//   A*B ~= A_lo*B_hi + A_hi*B_lo + A_hi*B_hi                 (A_lo*B_lo, ~2^-22, dropped)
+// for row-major A (m x k), B (k x n), C (m x n) with leading dimensions.
+//
+// Two kernels, launched back to back by kernels/fp32x3_sgemm.cu:
+//  1. fp32x3_split_kernel: splits B (and A, unless kernel 2 splits A itself, see below)
+//     once per element into tf32 hi/lo planes in the caller's workspace, K-major for
+//     both (A as is, B transposed, which tf32 wgmma needs: it has no transposed-operand
+//     mode for 32-bit types):
+//       A planes  [2][m][kp]   (hi, lo), kp = k rounded up to 4 (16-byte rows for TMA)
+//       Bt planes [2][n][kp]
+//     Any lda/ldb and any alignment of A and B are accepted here, so the GEMM kernel
+//     always gets a layout the bulk tensor copy (TMA) can describe.
+//  2. fp32x3_gemm_kernel: persistent, warp-specialized, 384 threads (3 warp groups):
+//     warp group 0 is the producer (one thread issues TMA bulk tensor copies into a
+//     kStages-deep shared-memory ring, completion on mbarriers; the group gives up
+//     registers with setmaxnreg), warp groups 1 and 2 are consumers (setmaxnreg up)
+//     issuing wgmma.m64nNk8.f32.tf32.tf32 from shared memory (SS, 128-byte swizzle).
+//     Stage = one BK = 32 slice of K (one 128-byte swizzle row of fp32) of the hi and
+//     lo planes of A's BM rows and of Bt's BN rows (3D TMA box {32, rows, 2}).
+//     Per k8 step and m64 block: 3 wgmmas (lo*hi, hi*lo, hi*hi) into one accumulator.
+//   Schedules (Cfg::kPingpong):
+//     ping-pong   : each consumer owns whole BM x BN tiles, alternating (tile j of this
+//                   CTA goes to consumer j % 2); two named barriers order their
+//                   mainloops, so one consumer's epilogue overlaps the other's math.
+//     cooperative : both consumers share each tile, 64 rows (kWgM) each.
+//   Promotion (Cfg::kPromoteEvery = P > 0): the wgmma accumulator restarts every P
+//     k-blocks (scale-d = 0) and is added into an fp32 register sum with FADD (round to
+//     nearest). The tensor core's own fp32 accumulation is not round-to-nearest; this
+//     bounds how many of its additions any partial sum sees (needed for long K).
+//   Clusters (Cfg::kClusterM = 2): the two CTAs of a cluster take vertically adjacent
+//     tiles with the same B columns; each loads half of B's rows and multicasts it to
+//     both, so L2 serves 3/4 of the bytes per stage. A stage is free again only when the
+//     consumers of both CTAs released it (they arrive on both CTAs' empty barriers).
+//   Tile order: work units (kClusterM tile rows x 1 tile column) rasterized in groups of
+//     kGroupM unit rows; cluster c takes units c, c + #clusters, ...
+//   Edges: TMA zero-fills rows >= m (n) and k >= K, so any m, n, k >= 1 run; the
+//     epilogue (straight from registers, float2 where C allows) stores in-range elements
+//     only and reads C only when beta != 0.
+//   Split of A in the kernel (Cfg::kSplitAInKernel): where TMA can describe A itself
+//     (16-byte aligned base, lda a multiple of 4), A is copied raw (one 128-byte-swizzled
+//     fp32 plane, half the bytes) and each consumer loads its register fragments of A
+//     from shared memory, splits them into hi/lo once per tile and k-block, and issues
+//     the register-A form of wgmma; only B goes through kernel 1. Software-pipelined:
+//     k-block kb+1's fragments are loaded and split while kb's wgmmas run. Otherwise
+//     (A not TMA-describable) the launcher falls back to splitting A in kernel 1 too.
+// Tiling of the picked variants (fp32x3_sgemm.cu): 128 x 128 tiles, cooperative, 64 rows
+// per consumer, BK = 32, 3 stages of 64 KB (A planes) or 4 of 48 KB (raw A), promotion
+// every k-block; registers per consumer thread: 64 accumulators + 64 sums (+ 64 fragment
+// registers when A is split in the kernel).
+// Accepted: m, n, k in [1, 2^31), lda >= k, ldb >= n, ldc >= n (fp32x3_can_implement).
+// sm_90a only (wgmma, setmaxnreg).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (type only; the driver is reached through the runtime)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace sgemm::fp32x3 {
+
+constexpr int kBK = 32;            // k per stage: one 128-byte swizzle row of fp32
+constexpr int kRowBytes = kBK * 4;  // 128
+constexpr int kConsumerRegs = 232;  // setmaxnreg for the two consumer warp groups
+constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <= 64K
+
+template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kClusterM_ = 1,
+          bool kSplitAInKernel_ = false, int kGroupM_ = 8>
+struct Fp32x3Config {
+  static constexpr int kWgM = kWgM_;          // rows of C per consumer warp group per tile
+  static constexpr int kBN = kBN_;            // columns of C per tile
+  static constexpr int kStages = kStages_;
+  static constexpr bool kPingpong = kPingpong_;
+  static constexpr int kPromoteEvery = kPromoteEvery_;  // k-blocks per wgmma accumulation run; 0: whole K
+  static constexpr int kClusterM = kClusterM_;  // CTAs of a cluster (consecutive tile rows) sharing B tiles
+  // A is copied raw (fp32) and split by the consumers, in registers, for wgmma's
+  // register-A form; only B goes through the split pass.
+  static constexpr bool kSplitAInKernel = kSplitAInKernel_;
+  static constexpr int kGroupM = kGroupM_;
+  static constexpr int kBM = kPingpong ? kWgM : 2 * kWgM;  // rows of a tile
+  static constexpr int kThreads = 384;
+  static constexpr int kMmaM = kWgM / 64;                 // m64 wgmmas per k8 step
+  static constexpr int kAccRegs = kBN / 2;                // fp32 per thread per m64 block
+  static constexpr int kABytes = (kSplitAInKernel ? 1 : 2) * kBM * kRowBytes;  // raw, or hi + lo planes
+  static constexpr int kBBytes = 2 * kBN * kRowBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // Warps releasing a stage: each consuming warp of every CTA of the cluster (B is multicast).
+  static constexpr int kConsumerArrivals = (kPingpong ? 4 : 8) * kClusterM;
+  static constexpr int kBBoxRows = kBN / kClusterM;  // B rows each CTA of a cluster loads (and multicasts)
+  // 1024 bytes of slack to align the ring to the 128-byte swizzle's 1024-byte period.
+  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+
+  static_assert(kWgM == 64 || kWgM == 128, "a consumer warp group covers one or two m64 wgmma rows");
+  static_assert(kBN == 128 || kBN == 256, "wgmma wrappers exist for n = 128 and n = 256");
+  static_assert(kBM <= 256 && kBN <= 256, "a TMA box dimension is at most 256 rows");
+  static_assert(kStages >= 2, "the ring needs two stages to overlap copies with math");
+  static_assert(kSmemBytes <= 227 * 1024, "the ring must fit an SM's 227 KB of shared memory");
+  static_assert(kMmaM * kAccRegs * (kPromoteEvery > 0 ? 2 : 1) <= 160,
+                "accumulators (twice as many when promoting) must leave registers for addresses");
+  static_assert(kStageBytes % 1024 == 0, "each stage must keep the 1024-byte swizzle alignment");
+  static_assert(kClusterM == 1 || kClusterM == 2, "clusters of one or two CTAs along M");
+  static_assert(!kSplitAInKernel || kPromoteEvery >= 1,
+                "the in-kernel split of A is written for promoted accumulation");
+  static_assert(!kSplitAInKernel || kBN == 128, "the register-A wgmma wrapper exists for n = 128");
+  static_assert(kBBoxRows % 8 == 0, "a multicast share of B must be whole 8-row swizzle atoms");
+};
+
+// ---------------------------------------------------------------------------------
+// Split into tf32 hi/lo planes (kernel 1).
+
+__device__ __forceinline__ float tf32_round_nearest(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return __uint_as_float(r & 0xffffe000u);
+}
+
+// Splits one 32 x 32 tile of x (rows x cols, ld ldx) at (r0, c0): hi to out[i], lo to
+// out[plane + i] where i = r * ldo + c, or c * ldo + r when `transpose` (through a padded
+// shared tile, so that both the reads and the writes are coalesced). 32 x 8 threads.
+__device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t ldx, int rows, int cols, int r0,
+                                           int c0, bool transpose, float* __restrict__ out, int64_t ldo,
+                                           int64_t plane, float (&tile)[32][33]) {
+  if (!transpose) {
+    const int c = c0 + threadIdx.x;
+#pragma unroll
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int r = r0 + i;
+      if (r < rows && c < cols) {
+        const float v = x[int64_t(r) * ldx + c];
+        const float hi = tf32_round_nearest(v);
+        const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
+        out[int64_t(r) * ldo + c] = hi;
+        out[plane + int64_t(r) * ldo + c] = lo;
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int r = r0 + i, c = c0 + threadIdx.x;
+    tile[i][threadIdx.x] = (r < rows && c < cols) ? x[int64_t(r) * ldx + c] : 0.0f;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int c = c0 + i, r = r0 + threadIdx.x;  // output row c, column r
+    if (r < rows && c < cols) {
+      const float v = tile[threadIdx.x][i];
+      const float hi = tf32_round_nearest(v);
+      const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
+      out[int64_t(c) * ldo + r] = hi;
+      out[plane + int64_t(c) * ldo + r] = lo;
+    }
+  }
+  __syncthreads();
+}
+
+// One launch for both operands: blockIdx.z + first_operand == 0 splits A (m x k) into
+// [2][m][kp]; == 1 splits B (k x n) into Bt planes [2][n][kp] (first_operand = 1 and one
+// z slice: B only). Tiles are walked with
+// grid strides (the y dimension of a grid is limited to 65535).
+__global__ void __launch_bounds__(256) fp32x3_split_kernel(const float* __restrict__ a, int64_t lda, int m,
+                                                           const float* __restrict__ b, int64_t ldb, int n, int k,
+                                                           float* __restrict__ a_planes, float* __restrict__ b_planes,
+                                                           int64_t kp, int first_operand) {
+  __shared__ float tile[32][33];
+  const bool is_b = blockIdx.z + first_operand == 1;
+  const float* x = is_b ? b : a;
+  const int64_t ldx = is_b ? ldb : lda;
+  const int rows = is_b ? k : m, cols = is_b ? n : k;
+  float* out = is_b ? b_planes : a_planes;
+  const int64_t plane = int64_t(is_b ? n : m) * kp;
+  const int tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32;
+  for (int tc = blockIdx.x; tc < tiles_c; tc += gridDim.x)
+    for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y)
+      split_tile(x, ldx, rows, cols, tr * 32, tc * 32, is_b, out, kp, plane, tile);
+}
+
+// ---------------------------------------------------------------------------------
+// PTX wrappers (sm_90a).
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+// The same box into the same shared-memory offset of every CTA in `cta_mask`; each
+// destination's mbarrier at offset `bar` receives the bytes.
+__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                                      int c1, int c2, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3, %4}], [%5], %6;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Arrives on the mbarrier at shared offset `bar` of CTA `cta` of this cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of accumulator registers across wgmma
+// issue/wait points.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// The same for register A fragments, which the tensor core reads until the wgmma completes.
+template <int N>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+// Shared-memory matrix descriptor of a K-major operand in the 128-byte swizzle
+// layout: rows of 128 bytes, 8-row (1024-byte) swizzle atoms stacked 1024 bytes apart
+// (stride byte offset); the leading byte offset is unused for this layout (set to 1).
+// Advancing the start address by 32 bytes moves by one k8 step inside the atom.
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
+  return uint64_t((addr & 0x3ffff) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// D(64 x 128, fp32) (+)= A(64 x 8, tf32, smem) * B(8 x 128, tf32, smem); both K-major.
+__device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// D(64 x 256, fp32) (+)= A(64 x 8, tf32, smem) * B(8 x 256, tf32, smem); both K-major.
+__device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+
+// D(64 x 128, fp32) (+)= A(64 x 8, tf32, registers) * B(8 x 128, tf32, smem, K-major).
+__device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+
+template <int kBN>
+__device__ __forceinline__ void wgmma_tf32(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  if constexpr (kBN == 128) {
+    wgmma_m64n128k8_tf32(d, desc_a, desc_b, scale_d);
+  } else {
+    wgmma_m64n256k8_tf32(d, desc_a, desc_b, scale_d);
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// The GEMM kernel (kernel 2). tmap_a: A planes {k, m, 2}; tmap_b: Bt planes {k, n, 2}.
+template <class Cfg>
+__global__ void __launch_bounds__(384, 1)
+    fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
+                       int n, int k_blocks, float alpha, float beta, float* __restrict__ c, int64_t ldc,
+                       bool c_pairs) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s at ring + s * kStageBytes
+  const uint32_t full_bar = ring + Cfg::kStages * Cfg::kStageBytes;  // kStages x 8 bytes
+  const uint32_t empty_bar = full_bar + Cfg::kStages * 8;
+
+  // Work units: with clusters of kClusterM CTAs, a unit is kClusterM consecutive tile
+  // rows times one tile column; CTA r of the cluster takes tile row unit * kClusterM + r.
+  constexpr int kCl = Cfg::kClusterM;
+  const int tiles_m = (m + Cfg::kBM - 1) / Cfg::kBM;
+  const int units_m = (tiles_m + kCl - 1) / kCl;
+  const int tiles_n = (n + Cfg::kBN - 1) / Cfg::kBN;
+  const int units = units_m * tiles_n;
+  const int cta_rank = kCl > 1 ? int(cluster_cta_rank()) : 0;
+  const int unit0 = blockIdx.x / kCl, unit_stride = gridDim.x / kCl;
+  const int warp_group = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(full_bar + 8 * s, 1);
+      mbar_init(empty_bar + 8 * s, Cfg::kConsumerArrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  // Barriers initialised before any CTA of the cluster signals or fills them.
+  if constexpr (kCl > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+
+  // Unit t -> (tile row, tile column) of this CTA, rasterized in groups of kGroupM unit rows.
+  auto tile_coords = [&](int t, int& tm, int& tn) {
+    const int per_group = Cfg::kGroupM * tiles_n;
+    const int first_m = (t / per_group) * Cfg::kGroupM;
+    const int group_rows = min(units_m - first_m, Cfg::kGroupM);
+    const int in_group = t % per_group;
+    tm = (first_m + in_group % group_rows) * kCl + cta_rank;
+    tn = in_group / group_rows;
+  };
+
+  if (warp_group == 0) {
+    // ---------------- producer ----------------
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      tma_prefetch_descriptor(&tmap_a);
+      tma_prefetch_descriptor(&tmap_b);
+      uint32_t g = 0;  // k-block counter over all tiles of this CTA
+      for (int t = unit0; t < units; t += unit_stride) {
+        int tm, tn;
+        tile_coords(t, tm, tn);
+        for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+          const uint32_t s = g % Cfg::kStages;
+          const uint32_t phase = (g / Cfg::kStages) & 1u;
+          // Free in every CTA of the cluster (B shares are written into all of them).
+          mbar_wait(empty_bar + 8 * s, phase ^ 1u);
+          const uint32_t stage = ring + s * Cfg::kStageBytes;
+          mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::kStageBytes);
+          if constexpr (Cfg::kSplitAInKernel) {
+            tma_load_2d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM);
+          } else {
+            tma_load_3d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * Cfg::kBM, 0);
+          }
+          if constexpr (kCl == 1) {
+            tma_load_3d(stage + Cfg::kABytes, &tmap_b, full_bar + 8 * s, kb * kBK, tn * Cfg::kBN, 0);
+          } else {
+            // This CTA's share of B's rows, both planes, into every CTA of the cluster.
+            const int share = cta_rank * Cfg::kBBoxRows;
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+              tma_load_3d_multicast(stage + Cfg::kABytes + (p * Cfg::kBN + share) * kRowBytes, &tmap_b,
+                                    full_bar + 8 * s, kb * kBK, tn * Cfg::kBN + share, p,
+                                    uint16_t((1u << kCl) - 1u));
+          }
+        }
+      }
+    }
+    if constexpr (kCl > 1) cluster_sync();  // stay until no CTA of the cluster signals this one
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  setmaxnreg_inc<kConsumerRegs>();
+  // Releases stage `s` in every CTA of the cluster (one arrival per warp and CTA).
+  auto release = [&](uint32_t s) {
+    if constexpr (kCl == 1) {
+      mbar_arrive(empty_bar + 8 * s);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kCl; ++r) mbar_arrive_cluster(empty_bar + 8 * s, uint32_t(r));
+    }
+  };
+  const int consumer = warp_group - 1;  // 0 or 1
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  // Rows of A (within the tile) this consumer multiplies.
+  const int a_row0 = Cfg::kPingpong ? 0 : consumer * Cfg::kWgM;
+
+  float acc[Cfg::kMmaM][Cfg::kAccRegs];
+  float sum[Cfg::kMmaM][Cfg::kPromoteEvery > 0 ? Cfg::kAccRegs : 1];
+
+  int j = 0;  // local tile index in this CTA
+  for (int t = unit0; t < units; t += unit_stride, ++j) {
+    if (Cfg::kPingpong && (j & 1) != consumer) continue;
+    int tm, tn;
+    tile_coords(t, tm, tn);
+    // Ping-pong order: wait for the other consumer to have issued its mainloop.
+    if (Cfg::kPingpong && j > 0) named_barrier_sync(1 + consumer, 256);
+
+    if constexpr (Cfg::kPromoteEvery > 0) {
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+        for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] = 0.0f;
+    }
+
+    uint32_t g = uint32_t(j) * uint32_t(k_blocks);
+    if constexpr (Cfg::kSplitAInKernel) {
+      // Software-pipelined: the fragments of k-block kb+1 are loaded and split while the
+      // wgmmas of k-block kb run (two fragment buffers, the loop unrolled by two).
+      uint32_t f0_hi[Cfg::kMmaM][kBK / 8][4], f0_lo[Cfg::kMmaM][kBK / 8][4];
+      uint32_t f1_hi[Cfg::kMmaM][kBK / 8][4], f1_lo[Cfg::kMmaM][kBK / 8][4];
+      auto stage_of = [&](uint32_t gg) { return ring + (gg % Cfg::kStages) * Cfg::kStageBytes; };
+      auto wait_full = [&](uint32_t gg) { mbar_wait(full_bar + 8 * (gg % Cfg::kStages), (gg / Cfg::kStages) & 1u); };
+      // Register fragments of A (tf32 m64k8 layout: lane holds rows g, g+8 and columns
+      // t, t+4 of its warp's 16 rows, g = lane / 4, t = lane % 4), read from the raw
+      // 128-byte-swizzled tile (16-byte chunk c of row r sits at chunk c ^ (r % 8)) and
+      // split here, once per element and tile.
+      auto prep = [&](uint32_t stage, uint32_t(&hi)[Cfg::kMmaM][kBK / 8][4], uint32_t(&lo)[Cfg::kMmaM][kBK / 8][4]) {
+        const int g8 = lane >> 2, t4 = lane & 3;
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+          const uint32_t row0 = stage + (a_row0 + mi * 64 + warp * 16 + g8) * kRowBytes + t4 * 4;
+#pragma unroll
+          for (int kk = 0; kk < kBK / 8; ++kk) {
+            const uint32_t c0 = uint32_t(((2 * kk) ^ g8) << 4), c1 = uint32_t(((2 * kk + 1) ^ g8) << 4);
+            const float x[4] = {lds_f32(row0 + c0), lds_f32(row0 + 8 * kRowBytes + c0), lds_f32(row0 + c1),
+                                lds_f32(row0 + 8 * kRowBytes + c1)};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float h = tf32_round_nearest(x[i]);
+              hi[mi][kk][i] = __float_as_uint(h);
+              lo[mi][kk][i] = __float_as_uint(isfinite(h) ? tf32_round_nearest(x[i] - h) : 0.0f);
+            }
+          }
+        }
+      };
+      // One k-block kb (global index gg). Its wgmmas read the fragments `cur`; `nxt` held
+      // k-block kb-1's, whose wgmmas may still run unless kb-1 ended a promotion run.
+      constexpr int kP = Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1;
+      auto step = [&](int kb, uint32_t gg, uint32_t(&cur_hi)[Cfg::kMmaM][kBK / 8][4],
+                      uint32_t(&cur_lo)[Cfg::kMmaM][kBK / 8][4], uint32_t(&nxt_hi)[Cfg::kMmaM][kBK / 8][4],
+                      uint32_t(&nxt_lo)[Cfg::kMmaM][kBK / 8][4]) {
+        const bool run_starts = kb % kP == 0;
+        const bool run_ends = (kb + 1) % kP == 0 || kb + 1 == k_blocks;
+        const bool has_next = kb + 1 < k_blocks;
+        const uint32_t b_hi = stage_of(gg) + Cfg::kABytes, b_lo = b_hi + Cfg::kBN * kRowBytes;
+        // No register fences on acc between wgmmas of a run (ptxas would wait for the run
+        // to drain): the wgmma asm statements order themselves against reads of acc.
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 8; ++kk) {
+          const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+            // Small terms first; the first wgmma of a promotion run overwrites the accumulator.
+            wgmma_m64n128k8_tf32_rs(acc[mi], cur_lo[mi][kk], db_hi, (run_starts && kk == 0) ? 0 : 1);
+            wgmma_m64n128k8_tf32_rs(acc[mi], cur_hi[mi][kk], db_lo, 1);
+            wgmma_m64n128k8_tf32_rs(acc[mi], cur_hi[mi][kk], db_hi, 1);
+          }
+        }
+        wgmma_commit();
+        if (!run_starts) {
+          // k-block kb-1 done: its stage and its fragments (nxt) are free.
+          wgmma_wait<1>();
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi)
+#pragma unroll
+            for (int kk = 0; kk < kBK / 8; ++kk) {
+              fence_registers(nxt_hi[mi][kk]);
+              fence_registers(nxt_lo[mi][kk]);
+            }
+          if (lane == 0) release((gg - 1) % Cfg::kStages);
+        }
+        if (has_next) {
+          wait_full(gg + 1);
+          prep(stage_of(gg + 1), nxt_hi, nxt_lo);
+        }
+        if (run_ends) {
+          wgmma_wait<0>();
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+#pragma unroll
+            for (int kk = 0; kk < kBK / 8; ++kk) {
+              fence_registers(cur_hi[mi][kk]);
+              fence_registers(cur_lo[mi][kk]);
+            }
+            fence_registers(acc[mi]);
+#pragma unroll
+            for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
+          }
+          if (lane == 0) release(gg % Cfg::kStages);
+        }
+      };
+      wait_full(g);
+      prep(stage_of(g), f0_hi, f0_lo);
+      for (int kb = 0; kb < k_blocks; kb += 2) {
+        step(kb, g + kb, f0_hi, f0_lo, f1_hi, f1_lo);
+        if (kb + 1 < k_blocks) step(kb + 1, g + kb + 1, f1_hi, f1_lo, f0_hi, f0_lo);
+      }
+      g += k_blocks;
+    } else {
+    for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+      const uint32_t s = g % Cfg::kStages;
+      mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
+      const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;
+      const uint32_t a_lo = ring + s * Cfg::kStageBytes + (Cfg::kBM + a_row0) * kRowBytes;
+      const uint32_t b_hi = ring + s * Cfg::kStageBytes + Cfg::kABytes;
+      const uint32_t b_lo = b_hi + Cfg::kBN * kRowBytes;
+      const bool restart =
+          Cfg::kPromoteEvery > 0 ? (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0) : (kb == 0);
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 8; ++kk) {
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+          const uint32_t a_off = mi * 64 * kRowBytes + kk * 32;
+          const uint64_t da_hi = smem_desc_sw128(a_hi + a_off), da_lo = smem_desc_sw128(a_lo + a_off);
+          const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
+          // Small terms first; the first wgmma of a run overwrites the accumulator.
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_lo, db_hi, (restart && kk == 0) ? 0 : 1);
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_lo, 1);
+          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_hi, 1);
+        }
+      }
+      wgmma_commit();
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+
+      const bool run_ends = Cfg::kPromoteEvery > 0 &&
+                            ((kb + 1) % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0 || kb + 1 == k_blocks);
+      if (Cfg::kPromoteEvery > 0) {
+        // Stages of this run are released once its wgmmas completed.
+        if (run_ends) {
+          wgmma_wait<0>();
+#pragma unroll
+          for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+            fence_registers(acc[mi]);
+#pragma unroll
+            for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
+          }
+          if (lane == 0) {
+            const int run_len = (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1)) + 1;
+            for (int r = 0; r < run_len; ++r) release((g - r) % Cfg::kStages);
+          }
+        }
+      } else {
+        // Keep one k-block of wgmmas in flight; release the stage before it.
+        wgmma_wait<1>();
+        if (kb > 0 && lane == 0) release((g - 1) % Cfg::kStages);
+      }
+    }
+    }  // kSplitAInKernel
+    if constexpr (Cfg::kPromoteEvery == 0) {
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+      if (lane == 0) release((g - 1) % Cfg::kStages);
+    }
+    // Let the other consumer start its mainloop while this one stores.
+    if (Cfg::kPingpong) named_barrier_arrive(1 + (consumer ^ 1), 256);
+
+    // ---------------- epilogue ----------------
+#pragma unroll
+    for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = tm * Cfg::kBM + a_row0 + mi * 64 + warp * 16 + (lane >> 2) + 8 * h;
+        if (row >= m) continue;
+        float* crow = c + int64_t(row) * ldc;
+#pragma unroll
+        for (int nb = 0; nb < Cfg::kBN / 8; ++nb) {
+          const int col = tn * Cfg::kBN + nb * 8 + (lane & 3) * 2;
+          float v0, v1;
+          if constexpr (Cfg::kPromoteEvery > 0) {
+            v0 = sum[mi][nb * 4 + h * 2];
+            v1 = sum[mi][nb * 4 + h * 2 + 1];
+          } else {
+            v0 = acc[mi][nb * 4 + h * 2];
+            v1 = acc[mi][nb * 4 + h * 2 + 1];
+          }
+          v0 *= alpha;
+          v1 *= alpha;
+          if (c_pairs && col + 1 < n) {
+            float2* p = reinterpret_cast<float2*>(crow + col);
+            if (beta != 0.0f) {
+              const float2 old = *p;
+              v0 = fmaf(beta, old.x, v0);
+              v1 = fmaf(beta, old.y, v1);
+            }
+            *p = make_float2(v0, v1);
+          } else {
+            if (col < n) crow[col] = beta != 0.0f ? fmaf(beta, crow[col], v0) : v0;
+            if (col + 1 < n) crow[col + 1] = beta != 0.0f ? fmaf(beta, crow[col + 1], v1) : v1;
+          }
+        }
+      }
+    }
+  }
+  if constexpr (kCl > 1) cluster_sync();  // the peer may still arrive on this CTA's barriers until here
+}
+
+}  // namespace sgemm::fp32x3

@@ -1,0 +1,47 @@
+// Host API of the fp32x3 SGEMM: fp32-accurate products on Hopper tensor cores by
+// the 3xTF32 scheme (device code: fp32x3_sgemm.cuh; launchers: fp32x3_sgemm.cu,
+// built for sm_90a only). Plain functions; no state beyond a per-device "shared-memory
+// limit raised" flag per kernel instantiation and the driver entry point of
+// cuTensorMapEncodeTiled, looked up once.
+//
+// Scratch memory is the caller's: fp32x3_workspace_bytes(shape) bytes (the tf32 hi/lo
+// planes of A and of B transposed: 2 * (m + n) * round_up(k, 4) floats, plus
+// alignment), passed to fp32x3_sgemm. The workspace may be reused as soon as the
+// enqueued work is done (stream order).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string_view>
+
+#include "common/status.h"
+#include "kernels/gemm_args.h"
+
+namespace sgemm {
+
+// Pure: OK when fp32x3 can run `args` (m, n, k in [1, 2^31), lda >= k, ldb >= n,
+// ldc >= n, non-null pointers; any alignment). INVALID_ARGUMENT naming the field
+// otherwise. Says nothing about the device: fp32x3_sgemm answers FAILED_PRECONDITION
+// on a GPU that is not sm_90.
+Status fp32x3_can_implement(const GemmArgs& args);
+
+// Bytes of workspace fp32x3_sgemm needs for `shape` (the size of the split operands).
+std::size_t fp32x3_workspace_bytes(const GemmShape& shape);
+
+// Enqueues C = alpha*A*B + beta*C on `stream` with the variant chosen for the shape.
+// `workspace` must hold fp32x3_workspace_bytes(args.shape) bytes of device memory.
+Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
+// Schedule/tile variants, for tuning, tests and benchmarks.
+// Only the first kernel (the split into tf32 hi/lo planes), for timing its share.
+Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
+int fp32x3_variant_count();
+std::string_view fp32x3_variant_name(int variant);
+// The variant fp32x3_sgemm() uses for `args` (its shape and the alignment of A).
+int fp32x3_pick_variant(const GemmArgs& args);
+Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,
+                            cudaStream_t stream);
+
+}  // namespace sgemm

@@ -1,0 +1,360 @@
+// Numerical tests of the fp32x3 (3xTF32 wgmma) SGEMM and of cuBLAS TF32, on the GPU.
+// Every case draws fresh random inputs (seed printed on failure) and checks against
+// the fp64 reference (common/reference_gemm.h, normalised per-element error): fp32x3's
+// largest error must not exceed cuBLAS SGEMM's on the same inputs, except below a
+// floor of 16 * 2^-24 (9.5e-7) in the normalised measure: 3xTF32 carries 22-23 bits of
+// each operand (hi and lo of 11 bits each, the lo rounding error <= 2^-22 relative, and
+// lo*lo dropped), i.e. up to 3 * 2^-22 per product, plus a few fp32 roundings. With
+// short K or a wide exponent range (few dominant terms) that bound, not the
+// accumulation, decides, and cuBLAS SGEMM (2^-24 per product) can be below it.
+// Both errors are printed for every case. Variants without "promote" in their name
+// accumulate all of K inside the tensor core (not round-to-nearest) and are held only
+// to the fp32 tolerance (kSgemmTolerance).
+// Data: uniform [-1, 1), or with a wide exponent range (u * 2^e, e in [-16, 16]).
+// Outputs are poisoned with NaN when beta == 0, padding of A and B is NaN (reading it
+// fails), padding of C must come back untouched. Also: every variant on edge shapes,
+// K up to 65536, bitwise run-to-run identity.
+// Without an sm_90 GPU the suite skips visibly.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/reference_gemm.h"
+#include "kernels/fp32x3_sgemm.h"
+#include "kernels/gemm_backend.h"
+#include "tests/common/gpu_test.h"
+
+namespace sgemm {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr double kErrorFloor = 16.0 / (1 << 24);
+constexpr double kTf32Tolerance = 4e-3;
+
+enum class Data { kUniform, kWideExponent };
+
+struct Case {
+  int64_t m, n, k;
+  float alpha = 1.0f, beta = 0.0f;
+  int64_t lda_pad = 0, ldb_pad = 0, ldc_pad = 0;  // extra floats per row
+  int64_t a_off = 0, b_off = 0, c_off = 0;        // pointer offsets in floats
+  int variant = -1;                                // -1: the backend's own choice
+  Data data = Data::kUniform;
+};
+
+std::string describe(const Case& c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " alpha=" +
+         std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) + " pads=(" + std::to_string(c.lda_pad) + "," +
+         std::to_string(c.ldb_pad) + "," + std::to_string(c.ldc_pad) + ") offs=(" + std::to_string(c.a_off) + "," +
+         std::to_string(c.b_off) + "," + std::to_string(c.c_off) + ") variant=" +
+         (c.variant < 0 ? std::string("auto") : std::string(fp32x3_variant_name(c.variant))) +
+         (c.data == Data::kWideExponent ? " wide-exponent" : "");
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+  float* f() const { return static_cast<float*>(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+std::vector<float> strided_random(int64_t rows, int64_t cols, int64_t ld, uint64_t seed, Data data) {
+  std::vector<float> dense(size_t(rows * cols));
+  fill_random(dense, seed);
+  if (data == Data::kWideExponent) {
+    std::mt19937_64 gen(seed ^ 0x9e3779b97f4a7c15ull);
+    std::uniform_int_distribution<int> e(-16, 16);
+    for (float& v : dense) v = std::ldexp(v, e(gen));
+  }
+  std::vector<float> out(size_t(rows * ld), kNaN);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&out[r * ld], &dense[r * cols], cols * sizeof(float));
+  return out;
+}
+
+std::vector<float> compact(const std::vector<float>& s, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> d(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&d[r * cols], &s[r * ld], cols * sizeof(float));
+  return d;
+}
+
+struct Inputs {
+  Case cs;
+  int64_t lda, ldb, ldc;
+  std::vector<float> a, b, c0;
+  uint64_t seed;
+};
+
+Inputs make_inputs(const Case& cs) {
+  Inputs in{cs, cs.k + cs.lda_pad, cs.n + cs.ldb_pad, cs.n + cs.ldc_pad, {}, {}, {}, fresh_seed()};
+  in.a = strided_random(cs.m, cs.k, in.lda, in.seed, cs.data);
+  in.b = strided_random(cs.k, cs.n, in.ldb, in.seed + 1, cs.data);
+  in.c0 = strided_random(cs.m, cs.n, in.ldc, in.seed + 2, Data::kUniform);
+  return in;
+}
+
+struct Outcome {
+  VerifyResult verify;
+  bool padding_intact = true;
+  Status status;
+  std::vector<float> c;  // the whole strided C
+};
+
+// Runs `backend` (or, for fp32x3 with cs.variant >= 0, that variant) and verifies.
+Outcome run_one(GemmBackend* backend, const Inputs& in) {
+  const Case& cs = in.cs;
+  DeviceBuffer da((in.a.size() + cs.a_off) * 4), db((in.b.size() + cs.b_off) * 4), dc((in.c0.size() + cs.c_off) * 4);
+  EXPECT_EQ(cudaMemcpy(da.f() + cs.a_off, in.a.data(), in.a.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(db.f() + cs.b_off, in.b.data(), in.b.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<float> c_in = in.c0;
+  if (cs.beta == 0.0f)
+    for (int64_t r = 0; r < cs.m; ++r)
+      for (int64_t j = 0; j < cs.n; ++j) c_in[r * in.ldc + j] = kNaN;
+  EXPECT_EQ(cudaMemcpy(dc.f() + cs.c_off, c_in.data(), c_in.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+
+  const GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.f() + cs.a_off, in.lda, db.f() + cs.b_off, in.ldb,
+                   dc.f() + cs.c_off, in.ldc};
+  Outcome out;
+  if (cs.variant >= 0 && backend->kind() == KernelKind::kFp32x3) {
+    const size_t bytes = fp32x3_workspace_bytes(g.shape);
+    DeviceBuffer ws(bytes);
+    out.status = fp32x3_sgemm_variant(g, cs.variant, ws.p, bytes, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  } else {
+    const size_t bytes = backend->workspace_bytes(g);  // the caller owns the scratch
+    DeviceBuffer ws(bytes);
+    out.status = backend->run(g, bytes ? ws.p : nullptr, bytes, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  EXPECT_TRUE(out.status.ok()) << out.status.to_string();
+  out.c.resize(c_in.size());
+  EXPECT_EQ(cudaMemcpy(out.c.data(), dc.f() + cs.c_off, out.c.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int64_t r = 0; r < cs.m; ++r)
+    for (int64_t j = cs.n; j < in.ldc; ++j)
+      if (std::memcmp(&out.c[r * in.ldc + j], &c_in[r * in.ldc + j], 4) != 0) out.padding_intact = false;
+  const auto a = compact(in.a, cs.m, cs.k, in.lda), b = compact(in.b, cs.k, cs.n, in.ldb);
+  const auto c0 = compact(in.c0, cs.m, cs.n, in.ldc), c = compact(out.c, cs.m, cs.n, in.ldc);
+  out.verify = verify_gemm(cs.m, cs.n, cs.k, cs.alpha, a.data(), b.data(), cs.beta, c0.data(), c.data(),
+                           rows_to_verify(cs.m, cs.n, cs.k, in.seed, 48));
+  return out;
+}
+
+bool have_sm90() {
+  if (testing::cuda_device_count() < 1) return false;
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0;
+}
+
+#define SGEMM_REQUIRE_SM90()                                                       \
+  do {                                                                             \
+    SGEMM_REQUIRE_GPUS(1);                                                         \
+    if (!have_sm90()) GTEST_SKIP() << "fp32x3 needs an sm_90 (Hopper) GPU";       \
+  } while (0)
+
+class Fp32x3Sgemm : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    SGEMM_REQUIRE_SM90();
+    auto f = make_gemm_backend(KernelKind::kFp32x3);
+    auto cb = make_gemm_backend(KernelKind::kCublas);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    ASSERT_TRUE(cb.ok()) << cb.status().to_string();
+    fp32x3_ = std::move(f).value();
+    cublas_ = std::move(cb).value();
+  }
+  std::unique_ptr<GemmBackend> fp32x3_, cublas_;
+};
+
+TEST_P(Fp32x3Sgemm, NoWorseThanCublasSgemm) {
+  const Case cs = GetParam();
+  const Inputs in = make_inputs(cs);
+  SCOPED_TRACE("case " + describe(cs) + " seed " + std::to_string(in.seed));
+  ASSERT_TRUE(fp32x3_->can_implement({{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, reinterpret_cast<float*>(16), in.lda,
+                                      reinterpret_cast<float*>(16), in.ldb, reinterpret_cast<float*>(16), in.ldc})
+                  .ok());
+  const Outcome f = run_one(fp32x3_.get(), in);
+  const Outcome cb = run_one(cublas_.get(), in);
+  std::printf("[ errors   ] %-70s fp32x3 %.3e  cublas-sgemm %.3e  (%lld elements)\n", describe(cs).c_str(),
+              f.verify.max_rel_error, cb.verify.max_rel_error, (long long)f.verify.checked);
+  RecordProperty("fp32x3_max_rel_error", std::to_string(f.verify.max_rel_error));
+  RecordProperty("cublas_max_rel_error", std::to_string(cb.verify.max_rel_error));
+  EXPECT_TRUE(f.padding_intact) << "fp32x3 wrote into C's padding";
+  EXPECT_EQ(f.verify.mismatched_nonfinite, 0) << "non-finite output first at row " << f.verify.worst_row << " col "
+                                              << f.verify.worst_col;
+  EXPECT_TRUE(cb.verify.passed(kSgemmTolerance)) << "cuBLAS itself: " << cb.verify.max_rel_error;
+  const bool promoted = cs.variant < 0 || fp32x3_variant_name(cs.variant).find("promote") != std::string_view::npos;
+  if (!promoted) {
+    EXPECT_TRUE(f.verify.passed(kSgemmTolerance)) << "fp32x3 error " << f.verify.max_rel_error;
+    return;
+  }
+  EXPECT_LE(f.verify.max_rel_error, std::max(cb.verify.max_rel_error, kErrorFloor))
+      << "fp32x3 error " << f.verify.max_rel_error << " at (" << f.verify.worst_row << "," << f.verify.worst_col
+      << ") vs cuBLAS SGEMM " << cb.verify.max_rel_error;
+}
+
+std::vector<Case> square_cases() {
+  std::vector<Case> v;
+  for (int64_t s : {1, 2, 3, 7, 31, 64, 127, 128, 129, 255, 256, 257, 1000, 1024, 2048}) v.push_back({s, s, s});
+  return v;
+}
+
+std::vector<Case> shape_cases() {
+  return {{1, 1, 5000}, {1, 513, 77}, {513, 1, 77}, {300, 200, 1}, {1000, 1, 1}, {2, 130, 3},
+          {129, 2, 17}, {5, 5, 9}, {1000, 37, 129}, {37, 1000, 300}, {2049, 1025, 513}, {8191, 40, 33},
+          {40, 8193, 24}, {700, 900, 1100}, {4095, 4095, 257}, {1024, 1024, 4095}};
+}
+
+std::vector<Case> long_k_cases() {
+  return {{64, 64, 16384}, {33, 17, 10000}, {128, 256, 32768}, {128, 128, 65536}, {256, 64, 65536},
+          {130, 129, 65533}};
+}
+
+std::vector<Case> alpha_beta_cases() {
+  std::vector<Case> v;
+  const float ab[][2] = {{1, 0}, {0.5f, 0}, {1, 1}, {-1.5f, 0.25f}, {0, 1}, {2, -1}, {0, 0}};
+  for (auto [alpha, beta] : ab) {
+    Case c{257, 129, 65};
+    c.alpha = alpha;
+    c.beta = beta;
+    v.push_back(c);
+    Case d{1024, 1024, 256};
+    d.alpha = alpha;
+    d.beta = beta;
+    v.push_back(d);
+  }
+  return v;
+}
+
+std::vector<Case> unaligned_cases() {
+  std::vector<Case> v;
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{129, 130, 131}, {1023, 257, 100}, {64, 64, 64}}) {
+    Case ld{m, n, k, 1.0f, 0.5f, 1, 3, 1};
+    Case ptr{m, n, k, 1.0f, 0.5f, 0, 0, 0, 1, 2, 3};
+    Case both{m, n, k, -1.0f, 0.0f, 2, 1, 5, 3, 1, 1};
+    Case c_only{m, n, k, 1.0f, 0.0f, 0, 0, 0, 0, 0, 1};
+    v.insert(v.end(), {ld, ptr, both, c_only});
+  }
+  return v;
+}
+
+std::vector<Case> wide_exponent_cases() {
+  std::vector<Case> v;
+  for (Case c : {Case{256, 256, 256}, Case{1000, 1000, 1000}, Case{129, 131, 4097}, Case{64, 64, 65536},
+                 Case{300, 200, 77, 1.0f, 0.5f, 1, 3, 1, 1, 2, 3}}) {
+    c.data = Data::kWideExponent;
+    v.push_back(c);
+  }
+  return v;
+}
+
+std::vector<Case> variant_cases() {
+  std::vector<Case> v;
+  for (int var = 0; var < fp32x3_variant_count(); ++var) {
+    // Variants that read A in place need a TMA-describable A (16-byte aligned, lda % 4 == 0).
+    const bool a_in_place = fp32x3_variant_name(var).find("splitA") != std::string_view::npos;
+    for (Case c : {Case{129, 131, 37}, Case{129, 131, 36}, Case{300, 520, 301, 1.0f, 1.0f}, Case{7, 9, 5},
+                   Case{1, 1, 1}, Case{65, 3, 4}, Case{257, 259, 100, -1.0f, 0.5f, 4, 1, 3, 4, 1, 1},
+                   Case{257, 259, 33, 1.0f, 0.5f, 1, 1, 3, 1, 1, 1}, Case{257, 259, 33, 1.0f, 0.5f, 4, 1, 3, 0, 1, 1},
+                   Case{600, 700, 2050}, Case{256, 256, 8192}, Case{1000, 1000, 1000, 1.0f, 0.0f, 0, 0, 0, 0, 0, 0, -1,
+                                                                  Data::kWideExponent}}) {
+      if (a_in_place && ((c.k + c.lda_pad) % 4 != 0 || c.a_off % 4 != 0)) continue;
+      c.variant = var;
+      v.push_back(c);
+    }
+  }
+  return v;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" +
+         std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(Square, Fp32x3Sgemm, ::testing::ValuesIn(square_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp32x3Sgemm, ::testing::ValuesIn(shape_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(LongK, Fp32x3Sgemm, ::testing::ValuesIn(long_k_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(AlphaBeta, Fp32x3Sgemm, ::testing::ValuesIn(alpha_beta_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Unaligned, Fp32x3Sgemm, ::testing::ValuesIn(unaligned_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(WideExponent, Fp32x3Sgemm, ::testing::ValuesIn(wide_exponent_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Variants, Fp32x3Sgemm, ::testing::ValuesIn(variant_cases()), case_name);
+
+// The same inputs give bit-identical C run after run (no atomics, fixed order).
+TEST(Fp32x3Determinism, RunToRunBitIdentical) {
+  SGEMM_REQUIRE_SM90();
+  auto f = make_gemm_backend(KernelKind::kFp32x3);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  for (Case cs : {Case{1000, 1000, 3000, 1.0f, 0.5f}, Case{131, 67, 4099, -1.0f, 0.25f, 1, 3, 5, 1, 2, 3},
+                  Case{2048, 2048, 2048}}) {
+    SCOPED_TRACE(describe(cs));
+    const Inputs in = make_inputs(cs);
+    DeviceBuffer da((in.a.size() + cs.a_off) * 4), db((in.b.size() + cs.b_off) * 4),
+        dc((in.c0.size() + cs.c_off) * 4);
+    ASSERT_EQ(cudaMemcpy(da.f() + cs.a_off, in.a.data(), in.a.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(db.f() + cs.b_off, in.b.data(), in.b.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    const GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.f() + cs.a_off, in.lda, db.f() + cs.b_off, in.ldb,
+                     dc.f() + cs.c_off, in.ldc};
+    const size_t ws_bytes = f.value()->workspace_bytes(g);
+    DeviceBuffer ws(ws_bytes);
+    std::vector<float> first, got(in.c0.size());
+    for (int run = 0; run < 4; ++run) {
+      ASSERT_EQ(cudaMemcpy(dc.f() + cs.c_off, in.c0.data(), in.c0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      const Status st = f.value()->run(g, ws.p, ws_bytes, nullptr);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), dc.f() + cs.c_off, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      if (run == 0) first = got;
+      else EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0) << "run " << run << " differs";
+    }
+  }
+}
+
+// cuBLAS TF32: within the tf32 tolerance (and, on these sizes, less accurate than SGEMM).
+TEST(CublasTf32, WithinTf32Tolerance) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto t = make_gemm_backend(KernelKind::kTf32);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  for (Case cs : {Case{257, 129, 65, 1.0f, 0.5f}, Case{1024, 1024, 1024}, Case{129, 130, 131, 1.0f, 0.5f, 1, 3, 1}}) {
+    const Inputs in = make_inputs(cs);
+    SCOPED_TRACE(describe(cs) + " seed " + std::to_string(in.seed));
+    const Outcome o = run_one(t.value().get(), in);
+    std::printf("[ errors   ] %-70s tf32 %.3e\n", describe(cs).c_str(), o.verify.max_rel_error);
+    EXPECT_TRUE(o.padding_intact);
+    EXPECT_TRUE(o.verify.passed(kTf32Tolerance)) << "max rel error " << o.verify.max_rel_error;
+  }
+}
+
+TEST(Fp32x3Backend, RunRefusesInvalidArguments) {
+  SGEMM_REQUIRE_SM90();
+  auto f = make_gemm_backend(KernelKind::kFp32x3);
+  ASSERT_TRUE(f.ok());
+  GemmArgs g{{4, 4, 4}, 1.0f, 0.0f, nullptr, 4, nullptr, 4, nullptr, 4};
+  EXPECT_EQ(f.value()->run(g, nullptr, 0, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Fp32x3Backend, VariantRefusesShortWorkspace) {
+  SGEMM_REQUIRE_SM90();
+  DeviceBuffer a(64 * 4), b(64 * 4), c(64 * 4), ws(64);
+  const GemmArgs g = dense_gemm_args({8, 8, 8}, 1.0f, a.f(), b.f(), 0.0f, c.f());
+  EXPECT_EQ(fp32x3_sgemm(g, ws.p, 64, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fp32x3_sgemm(g, nullptr, 0, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sgemm
