@@ -41,24 +41,24 @@ using Clock = std::chrono::steady_clock;
 
 struct LoadOptions {
   std::string server = "localhost:50051";
-  int clients = 8;                 // concurrent well-behaved clients
-  int requests = 10;               // products per client (when --duration-s is 0)
-  double duration_s = 0;           // run for this long instead of a fixed count
+  int clients = 8;                   // concurrent well-behaved clients
+  int requests = 10;                 // products per client (when --duration-s is 0)
+  double duration_s = 0;             // run for this long instead of a fixed count
   std::string sizes = "64,256,512";  // square sizes, or MxNxK shapes, comma-separated
-  bool with_c = false;             // send C with beta = 0.5
-  int64_t timeout_ms = 60000;      // deadline of each request
+  bool with_c = false;               // send C with beta = 0.5
+  int64_t timeout_ms = 60000;        // deadline of each request
   bool no_retry = false;
-  int header_only = 0;             // misbehaving: header-only streams
-  int64_t header_dim = 32768;      // their m = n = k
-  int trickle = 0;                 // misbehaving: B first, then A row by row
-  int64_t trickle_dim = 1024;      // their m = n = k
+  int header_only = 0;         // misbehaving: header-only streams
+  int64_t header_dim = 32768;  // their m = n = k
+  int trickle = 0;             // misbehaving: B first, then A row by row
+  int64_t trickle_dim = 1024;  // their m = n = k
   int trickle_interval_ms = 100;
-  int silent = 0;                  // misbehaving: open streams that never send
-  int no_read = 0;                 // misbehaving: upload, never read C
-  int64_t no_read_dim = 4096;      // their m = n (k = 1)
+  int silent = 0;                    // misbehaving: open streams that never send
+  int no_read = 0;                   // misbehaving: upload, never read C
+  int64_t no_read_dim = 4096;        // their m = n (k = 1)
   int streams_per_connection = 100;  // misbehaving streams per channel
-  int reset_storm = 0;             // misbehaving: streams opened and reset at once, before the load
-  int settle_ms = 500;             // after attaching misbehavers, before the normal clients start
+  int reset_storm = 0;               // misbehaving: streams opened and reset at once, before the load
+  int settle_ms = 500;               // after attaching misbehavers, before the normal clients start
   bool json = false;
 };
 
@@ -68,8 +68,10 @@ std::vector<sgemm::GemmShape> parse_shapes(const std::string& text) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     int64_t m = 0, n = 0, k = 0;
-    if (std::sscanf(item.c_str(), "%ldx%ldx%ld", &m, &n, &k) == 3) out.push_back({m, n, k});
-    else if (std::sscanf(item.c_str(), "%ld", &m) == 1) out.push_back({m, m, m});
+    if (std::sscanf(item.c_str(), "%ldx%ldx%ld", &m, &n, &k) == 3)
+      out.push_back({m, n, k});
+    else if (std::sscanf(item.c_str(), "%ld", &m) == 1)
+      out.push_back({m, m, m});
   }
   return out;
 }
@@ -211,7 +213,9 @@ int main(int argc, char** argv) {
   LoadOptions o;
   CLI::App app{"sgemm-load: concurrent clients, a mix of sizes, optional misbehaving clients"};
   app.add_option("--server", o.server, "sgemm-server host:port")->capture_default_str();
-  app.add_option("--clients", o.clients, "concurrent well-behaved clients")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--clients", o.clients, "concurrent well-behaved clients")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--requests", o.requests, "products per client")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--duration-s", o.duration_s, "run this long instead (0: --requests per client)");
   app.add_option("--sizes", o.sizes, "square sizes or MxNxK shapes, comma-separated")->capture_default_str();
@@ -336,7 +340,7 @@ int main(int argc, char** argv) {
   j["clients"] = o.clients;
   j["sizes"] = o.sizes;
   j["misbehaving"] = {{"header_only", o.header_only}, {"header_dim", o.header_dim}, {"trickle", o.trickle},
-                      {"trickle_dim", o.trickle_dim}, {"silent", o.silent}, {"no_read", o.no_read},
+                      {"trickle_dim", o.trickle_dim}, {"silent", o.silent},         {"no_read", o.no_read},
                       {"reset_storm", o.reset_storm}, {"reset_storm_ms", storm_ms}};
   j["requests"] = total;
   j["ok"] = ok;
@@ -347,21 +351,27 @@ int main(int argc, char** argv) {
   j["wall_s"] = wall_s;
   j["throughput_rps"] = double(ok) / wall_s;
   j["gflops"] = flops / wall_s / 1e9;
-  j["latency_ms"] = {{"p50", percentile(lat, 50)}, {"p90", percentile(lat, 90)}, {"p99", percentile(lat, 99)},
+  j["latency_ms"] = {{"p50", percentile(lat, 50)},
+                     {"p90", percentile(lat, 90)},
+                     {"p99", percentile(lat, 99)},
                      {"max", lat.empty() ? 0 : *std::max_element(lat.begin(), lat.end())},
                      {"min", lat.empty() ? 0 : *std::min_element(lat.begin(), lat.end())}};
   if (before.ok()) {
-    j["server_before"] = {{"backend", before->backend}, {"host_bytes_in_use", before->host_bytes_in_use},
-                          {"host_memory_bytes", before->host_memory_bytes}, {"open_streams", before->open_streams}};
+    j["server_before"] = {{"backend", before->backend},
+                          {"host_bytes_in_use", before->host_bytes_in_use},
+                          {"host_memory_bytes", before->host_memory_bytes},
+                          {"open_streams", before->open_streams}};
   }
-  if (during.ok()) j["server_after"] = {{"host_bytes_in_use", during->host_bytes_in_use}, {"open_streams", during->open_streams}};
+  if (during.ok())
+    j["server_after"] = {{"host_bytes_in_use", during->host_bytes_in_use}, {"open_streams", during->open_streams}};
   j["server_peak_host_bytes_in_use"] = peak_held.load();
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("sgemm-load: %d clients, sizes %s, misbehaving: %d header-only, %d trickle, %d silent, %d no-read\n",
                 o.clients, o.sizes.c_str(), o.header_only, o.trickle, o.silent, o.no_read);
-    if (o.reset_storm > 0) std::printf("reset storm: %d streams opened and reset in %.0f ms\n", o.reset_storm, storm_ms);
+    if (o.reset_storm > 0)
+      std::printf("reset storm: %d streams opened and reset in %.0f ms\n", o.reset_storm, storm_ms);
     std::printf("requests %ld, ok %ld, wrong results %ld, retries %ld, wall %.2f s\n", long(total), long(ok),
                 long(wrong.load()), long(retries.load()), wall_s);
     for (const auto& [k, v] : statuses)
@@ -371,10 +381,11 @@ int main(int argc, char** argv) {
     std::printf("latency ms: min %.2f p50 %.2f p90 %.2f p99 %.2f max %.2f\n", j["latency_ms"]["min"].get<double>(),
                 percentile(lat, 50), percentile(lat, 90), percentile(lat, 99), j["latency_ms"]["max"].get<double>());
     if (before.ok())
-      std::printf("server (%s): budget %.2f GiB; with misbehavers attached before the load: %ld bytes held, %d streams "
-                  "open; peak during the load %ld bytes\n",
-                  before->backend.c_str(), before->host_memory_bytes / 1073741824.0, long(before->host_bytes_in_use),
-                  before->open_streams, long(peak_held.load()));
+      std::printf(
+          "server (%s): budget %.2f GiB; with misbehavers attached before the load: %ld bytes held, %d streams "
+          "open; peak during the load %ld bytes\n",
+          before->backend.c_str(), before->host_memory_bytes / 1073741824.0, long(before->host_bytes_in_use),
+          before->open_streams, long(peak_held.load()));
   }
   if (wrong > 0) return 1;
   return ok == total ? 0 : 2;

@@ -88,8 +88,12 @@ class GrpcClient final : public Client {
     h->set_has_c(c != nullptr);
     if (opt.kernel) {
       switch (*opt.kernel) {
-        case KernelKind::kPingpong: h->set_kernel(v1::KERNEL_PINGPONG); break;
-        case KernelKind::kCublas: h->set_kernel(v1::KERNEL_CUBLAS); break;
+        case KernelKind::kPingpong:
+          h->set_kernel(v1::KERNEL_PINGPONG);
+          break;
+        case KernelKind::kCublas:
+          h->set_kernel(v1::KERNEL_CUBLAS);
+          break;
         case KernelKind::kTf32:
         case KernelKind::kFp32x3:
         case KernelKind::kOpenblas:
@@ -98,10 +102,17 @@ class GrpcClient final : public Client {
       }
     }
     switch (opt.split) {
-      case SplitMode::kAuto: break;
-      case SplitMode::kSingle: h->set_split(v1::SPLIT_SINGLE); break;
-      case SplitMode::kRows: h->set_split(v1::SPLIT_ROWS); break;
-      case SplitMode::kK: h->set_split(v1::SPLIT_K); break;
+      case SplitMode::kAuto:
+        break;
+      case SplitMode::kSingle:
+        h->set_split(v1::SPLIT_SINGLE);
+        break;
+      case SplitMode::kRows:
+        h->set_split(v1::SPLIT_ROWS);
+        break;
+      case SplitMode::kK:
+        h->set_split(v1::SPLIT_K);
+        break;
     }
 
     MultiplyResult result;
@@ -151,10 +162,17 @@ class GrpcClient final : public Client {
         out.backend = s.backend();
         out.kernel = s.kernel();
         switch (s.split()) {
-          case v1::SPLIT_SINGLE: out.split = "single"; break;
-          case v1::SPLIT_ROWS: out.split = "rows"; break;
-          case v1::SPLIT_K: out.split = "k"; break;
-          default: out.split = "unspecified";
+          case v1::SPLIT_SINGLE:
+            out.split = "single";
+            break;
+          case v1::SPLIT_ROWS:
+            out.split = "rows";
+            break;
+          case v1::SPLIT_K:
+            out.split = "k";
+            break;
+          default:
+            out.split = "unspecified";
         }
         out.plan_reason = s.plan_reason();
         out.queue_ms = s.queue_ms();
@@ -172,8 +190,8 @@ class GrpcClient final : public Client {
     if (!st.ok()) return st;
     if (!have_summary) return Internal("the server ended the stream without a summary");
     if (result.bytes_received != total * int64_t(sizeof(float)))
-      return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " +
-                      std::to_string(total) + " elements of C");
+      return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " + std::to_string(total) +
+                      " elements of C");
     result.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return result;
   }
@@ -190,7 +208,8 @@ class GrpcClient final : public Client {
     out.backends.assign(resp.backends().begin(), resp.backends().end());
     out.kernels.assign(resp.kernels().begin(), resp.kernels().end());
     for (const auto& d : resp.devices())
-      out.devices.push_back({d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor()});
+      out.devices.push_back(
+          {d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor()});
     out.max_matrix_elements = resp.limits().max_matrix_elements();
     out.max_chunk_bytes = resp.limits().max_chunk_bytes();
     out.max_in_flight = resp.limits().max_in_flight();

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
 #include "common/gemm_types.h"
+#include "common/status.h"
 
 namespace sgemm {
 
@@ -26,10 +26,10 @@ namespace sgemm {
 // request's deadline. docs/lifecycle.md gives the same policy as a gRPC
 // service config for clients in other languages.
 struct RetryPolicy {
-  int max_attempts = 5;                          // attempts in all; 1 = never retry (--no-retry)
+  int max_attempts = 5;                           // attempts in all; 1 = never retry (--no-retry)
   std::chrono::milliseconds initial_backoff{50};  // wait before the first retry
   std::chrono::milliseconds max_backoff{2000};    // the longest wait between attempts
-  double multiplier = 2.0;                       // each wait is this times the previous one
+  double multiplier = 2.0;                        // each wait is this times the previous one
 };
 
 struct ClientOptions {
@@ -61,7 +61,7 @@ struct MultiplySummary {
 };
 
 struct MultiplyResult {
-  std::vector<float> c;   // m x n, row-major
+  std::vector<float> c;  // m x n, row-major
   MultiplySummary summary;
   int64_t bytes_sent = 0;      // matrix payload sent
   int64_t bytes_received = 0;  // matrix payload received

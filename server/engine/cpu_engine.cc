@@ -69,9 +69,8 @@ class CpuEngine final : public Engine {
       if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
       if (job.feed) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
       const auto k0 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k),
-                  r.alpha, job.a + r0 * s.k, blasint(s.k), job.b, blasint(s.n), beta, job.c + r0 * s.n,
-                  blasint(s.n));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k), r.alpha,
+                  job.a + r0 * s.k, blasint(s.k), job.b, blasint(s.n), beta, job.c + r0 * s.n, blasint(s.n));
       kernel_ms += std::chrono::duration<double, std::milli>(Clock::now() - k0).count();
       if (job.sink) job.sink->rows_ready(r0, r1);
     }

@@ -19,37 +19,62 @@ StatusOr<RequestHeader> header_from_proto(const v1::GemmHeader& h) {
   out.beta = h.has_beta() ? h.beta() : 0.0f;
   out.has_c = h.has_c();
   switch (h.kernel()) {
-    case v1::KERNEL_UNSPECIFIED: out.options.kernel = std::nullopt; break;
-    case v1::KERNEL_PINGPONG: out.options.kernel = KernelKind::kPingpong; break;
-    case v1::KERNEL_CUBLAS: out.options.kernel = KernelKind::kCublas; break;
-    default: return InvalidArgument("header.kernel has unknown value " + std::to_string(int(h.kernel())));
+    case v1::KERNEL_UNSPECIFIED:
+      out.options.kernel = std::nullopt;
+      break;
+    case v1::KERNEL_PINGPONG:
+      out.options.kernel = KernelKind::kPingpong;
+      break;
+    case v1::KERNEL_CUBLAS:
+      out.options.kernel = KernelKind::kCublas;
+      break;
+    default:
+      return InvalidArgument("header.kernel has unknown value " + std::to_string(int(h.kernel())));
   }
   switch (h.split()) {
-    case v1::SPLIT_UNSPECIFIED: out.options.split = SplitMode::kAuto; break;
-    case v1::SPLIT_SINGLE: out.options.split = SplitMode::kSingle; break;
-    case v1::SPLIT_ROWS: out.options.split = SplitMode::kRows; break;
-    case v1::SPLIT_K: out.options.split = SplitMode::kK; break;
-    default: return InvalidArgument("header.split has unknown value " + std::to_string(int(h.split())));
+    case v1::SPLIT_UNSPECIFIED:
+      out.options.split = SplitMode::kAuto;
+      break;
+    case v1::SPLIT_SINGLE:
+      out.options.split = SplitMode::kSingle;
+      break;
+    case v1::SPLIT_ROWS:
+      out.options.split = SplitMode::kRows;
+      break;
+    case v1::SPLIT_K:
+      out.options.split = SplitMode::kK;
+      break;
+    default:
+      return InvalidArgument("header.split has unknown value " + std::to_string(int(h.split())));
   }
   return out;
 }
 
 StatusOr<MatrixId> matrix_from_proto(v1::Matrix m) {
   switch (m) {
-    case v1::MATRIX_A: return MatrixId::kA;
-    case v1::MATRIX_B: return MatrixId::kB;
-    case v1::MATRIX_C: return MatrixId::kC;
-    case v1::MATRIX_UNSPECIFIED: return InvalidArgument("chunk.matrix is MATRIX_UNSPECIFIED; name A, B or C");
-    default: return InvalidArgument("chunk.matrix has unknown value " + std::to_string(int(m)));
+    case v1::MATRIX_A:
+      return MatrixId::kA;
+    case v1::MATRIX_B:
+      return MatrixId::kB;
+    case v1::MATRIX_C:
+      return MatrixId::kC;
+    case v1::MATRIX_UNSPECIFIED:
+      return InvalidArgument("chunk.matrix is MATRIX_UNSPECIFIED; name A, B or C");
+    default:
+      return InvalidArgument("chunk.matrix has unknown value " + std::to_string(int(m)));
   }
 }
 
 v1::Split split_to_proto(SplitMode s) {
   switch (s) {
-    case SplitMode::kSingle: return v1::SPLIT_SINGLE;
-    case SplitMode::kRows: return v1::SPLIT_ROWS;
-    case SplitMode::kK: return v1::SPLIT_K;
-    default: return v1::SPLIT_UNSPECIFIED;
+    case SplitMode::kSingle:
+      return v1::SPLIT_SINGLE;
+    case SplitMode::kRows:
+      return v1::SPLIT_ROWS;
+    case SplitMode::kK:
+      return v1::SPLIT_K;
+    default:
+      return v1::SPLIT_UNSPECIFIED;
   }
 }
 
@@ -99,11 +124,16 @@ class WireReader {
   bool skip_field(uint32_t wire_type) {
     uint64_t v;
     switch (wire_type) {
-      case 0: return varint(&v);
-      case 1: return skip(8);
-      case 2: return varint(&v) && skip(std::size_t(v));
-      case 5: return skip(4);
-      default: return false;
+      case 0:
+        return varint(&v);
+      case 1:
+        return skip(8);
+      case 2:
+        return varint(&v) && skip(std::size_t(v));
+      case 5:
+        return skip(4);
+      default:
+        return false;
     }
   }
   bool bytes(std::size_t n, std::string* out) {
@@ -222,9 +252,9 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
                            " bytes; this server takes at most " + std::to_string(max_chunk_bytes) +
                            " bytes of matrix data per message: send each matrix as several MatrixChunk messages "
                            "of at most that size (see Limits.max_chunk_bytes in GetInfo)");
-  const Status parse_error = InvalidArgument("message " + std::to_string(index) + " of the stream (" +
-                                             std::to_string(bytes) +
-                                             " bytes) does not parse as a sgemm.v1.MultiplyRequest");
+  const Status parse_error =
+      InvalidArgument("message " + std::to_string(index) + " of the stream (" + std::to_string(bytes) +
+                      " bytes) does not parse as a sgemm.v1.MultiplyRequest");
   RequestMessage out;
   if (!buffer.Dump(&out.slices).ok()) return parse_error;
   std::string header_bytes;
@@ -310,8 +340,8 @@ grpc::ByteBuffer serialize(const v1::MultiplyResponse& msg) {
 grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count) {
   // MultiplyResponse { chunk (1) = MatrixChunk { matrix (1) = MATRIX_C, offset (2), data (3) } }
   const uint64_t data_bytes = uint64_t(count) * sizeof(float);
-  const uint64_t chunk_len = 2 + (offset ? 1 + varint_size(uint64_t(offset)) : 0) + 1 + varint_size(data_bytes) +
-                             data_bytes;
+  const uint64_t chunk_len =
+      2 + (offset ? 1 + varint_size(uint64_t(offset)) : 0) + 1 + varint_size(data_bytes) + data_bytes;
   std::string head;
   head.push_back(char((1 << 3) | 2));  // field 1, length-delimited
   put_varint(head, chunk_len);

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "sgemm/v1/sgemm.pb.h"
 #include "server/engine/engine.h"
 #include "server/service/request_assembly.h"
+#include "sgemm/v1/sgemm.pb.h"
 
 namespace sgemm {
 
@@ -23,7 +23,7 @@ namespace sgemm {
 struct RequestMessage {
   enum class Kind { kHeader, kChunk, kEmpty };
   Kind kind = Kind::kEmpty;
-  RequestHeader header;          // kind == kHeader (already converted; enums checked)
+  RequestHeader header;            // kind == kHeader (already converted; enums checked)
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;
   // The chunk's payload (little-endian fp32), left where gRPC received it:

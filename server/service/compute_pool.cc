@@ -20,8 +20,7 @@ bool ComputePool::submit(std::function<void()> task) {
     std::lock_guard lock(mu_);
     // Tasks beyond the idle threads wait; at most max_queued_ of them.
     const int idle = int(threads_.size()) - running_;
-    if (stopping_ || int(tasks_.size()) >= idle + max_queued_)
-      return false;
+    if (stopping_ || int(tasks_.size()) >= idle + max_queued_) return false;
     tasks_.push_back(std::move(task));
   }
   cv_.notify_one();

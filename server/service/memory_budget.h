@@ -24,7 +24,10 @@ class MemoryBudget {
    public:
     Reservation() = default;
     Reservation(MemoryBudget* budget, int64_t bytes) : budget_(budget), bytes_(bytes) {}
-    Reservation(Reservation&& o) noexcept : budget_(o.budget_), bytes_(o.bytes_) { o.budget_ = nullptr; o.bytes_ = 0; }
+    Reservation(Reservation&& o) noexcept : budget_(o.budget_), bytes_(o.bytes_) {
+      o.budget_ = nullptr;
+      o.bytes_ = 0;
+    }
     Reservation& operator=(Reservation&& o) noexcept {
       if (this != &o) {
         reset();
@@ -74,9 +77,9 @@ class MemoryBudget {
   const int64_t capacity_;
   const int max_waiters_;
   mutable std::mutex mu_;
-  int64_t in_use_ = 0;           // guarded by mu_
-  uint64_t next_ticket_ = 1;     // guarded by mu_
-  std::deque<Waiter> waiters_;   // guarded by mu_
+  int64_t in_use_ = 0;          // guarded by mu_
+  uint64_t next_ticket_ = 1;    // guarded by mu_
+  std::deque<Waiter> waiters_;  // guarded by mu_
 };
 
 }  // namespace sgemm

@@ -24,13 +24,20 @@ std::string seconds_text(std::chrono::milliseconds d) {
 
 const char* MultiplyCall::phase_name(Phase p) {
   switch (p) {
-    case Phase::kHeader: return "reading the header";
-    case Phase::kReceiving: return "receiving the matrices";
-    case Phase::kWaitMemory: return "waiting for host memory";
-    case Phase::kQueued: return "queued for a compute slot";
-    case Phase::kComputing: return "computing";
-    case Phase::kSending: return "sending C";
-    case Phase::kDone: return "done";
+    case Phase::kHeader:
+      return "reading the header";
+    case Phase::kReceiving:
+      return "receiving the matrices";
+    case Phase::kWaitMemory:
+      return "waiting for host memory";
+    case Phase::kQueued:
+      return "queued for a compute slot";
+    case Phase::kComputing:
+      return "computing";
+    case Phase::kSending:
+      return "sending C";
+    case Phase::kDone:
+      return "done";
   }
   return "?";
 }
@@ -127,8 +134,10 @@ void MultiplyCall::OnWriteDone(bool ok) {
   std::unique_lock lock(mu_);
   writing_ = false;
   if (!finished_) {
-    if (ok) send_more();
-    else finish(cancelled_status());
+    if (ok)
+      send_more();
+    else
+      finish(cancelled_status());
   }
   after_unlock(lock);
 }
@@ -187,10 +196,10 @@ void MultiplyCall::check_idle(Clock::time_point now) {
     finish(DeadlineExceeded("the client read no part of C for " + seconds_text(idle) +
                             " (--idle-timeout); C's buffer is freed"));
   } else if (phase_ == Phase::kWaitMemory && now - memory_since_ >= idle) {
-    finish(ResourceExhausted("waited " + seconds_text(idle) + " (--idle-timeout) for " +
-                             std::to_string(footprint_bytes_) + " bytes of the host memory budget (--host-memory-bytes " +
-                             std::to_string(shared_.budget.capacity()) + ", " +
-                             std::to_string(shared_.budget.in_use()) + " in use); retry later"));
+    finish(ResourceExhausted(
+        "waited " + seconds_text(idle) + " (--idle-timeout) for " + std::to_string(footprint_bytes_) +
+        " bytes of the host memory budget (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
+        std::to_string(shared_.budget.in_use()) + " in use); retry later"));
   }
   after_unlock(lock);
 }
@@ -268,16 +277,14 @@ Status MultiplyCall::admit_memory(RequestMessage& msg, bool* parked) {
     return Status::Ok();
   }
   ++refs_;  // the waiter's reference
-  const uint64_t ticket = shared_.budget.enqueue(footprint_bytes_, [this](MemoryBudget::Reservation r) {
-    on_memory_granted(std::move(r));
-  });
+  const uint64_t ticket = shared_.budget.enqueue(
+      footprint_bytes_, [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); });
   if (ticket == 0) {
     --refs_;
-    return ResourceExhausted("the host memory budget is full (--host-memory-bytes " +
-                             std::to_string(shared_.budget.capacity()) + ", " +
-                             std::to_string(shared_.budget.in_use()) + " in use) and " +
-                             std::to_string(shared_.options.max_queued) +
-                             " requests already wait for it (--max-queued); retry later");
+    return ResourceExhausted(
+        "the host memory budget is full (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
+        std::to_string(shared_.budget.in_use()) + " in use) and " + std::to_string(shared_.options.max_queued) +
+        " requests already wait for it (--max-queued); retry later");
   }
   memory_ticket_ = ticket;
   pending_ = std::move(msg);
@@ -365,8 +372,7 @@ void MultiplyCall::run_compute() {
     t_compute_start_ = Clock::now();
     if (!finished_) phase_ = Phase::kComputing;
   }
-  StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status())
-                                                    : shared_.engine.run(job_);
+  StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
   {
     std::unique_lock lock(mu_);
     t_compute_end_ = Clock::now();
@@ -427,7 +433,7 @@ void MultiplyCall::send_more() {
   finish_phase_ = phase_;
   t_finish_ = Clock::now();
   log_outcome(final_status_);  // before the client has its result: the timing line is there when it looks
-  writing_ = true;  // no OnWriteDone follows; the watchdog resets the stream if this never drains
+  writing_ = true;             // no OnWriteDone follows; the watchdog resets the stream if this never drains
   write_since_ = Clock::now();
   StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc_status(Status::Ok()));
 }
@@ -458,13 +464,13 @@ void MultiplyCall::log_outcome(const Status& st) {
   if (!st.ok()) {
     shared_.requests_failed.fetch_add(1);
     // Streams that never sent anything are the cheapest to open: log them at debug level.
-    const auto level = messages_ == 0 && st.code() == StatusCode::kCancelled ? spdlog::level::debug
-                                                                               : spdlog::level::warn;
+    const auto level =
+        messages_ == 0 && st.code() == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
     if (!shared_.log.admit(level)) return;  // formatting is most of a reset stream's cost
     shared_.log.write(level, fmt::format("request id={} peer={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
-                                       "bytes_in={} bytes_out={} error=\"{}\"",
-                                       id_, ctx_->peer(), s.m, s.n, s.k, status_code_name(st.code()),
-                                       phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, st.message()));
+                                         "bytes_in={} bytes_out={} error=\"{}\"",
+                                         id_, ctx_->peer(), s.m, s.n, s.k, status_code_name(st.code()),
+                                         phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, st.message()));
     return;
   }
   const GemmReport& r = *result_;
@@ -476,9 +482,8 @@ void MultiplyCall::log_outcome(const Status& st) {
       "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
       "bytes_out={} gflops={:.1f} devices={} plan=\"{}\"",
       id_, ctx_->peer(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
-      kernel_kind_name(r.kernel),
-      split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_, bytes_out_,
-      s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
+      kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
+      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
   if (!shared_.timing_log) return;
   nlohmann::json j;
   j["request_id"] = id_;
@@ -498,9 +503,15 @@ void MultiplyCall::log_outcome(const Status& st) {
   j["bytes_out"] = bytes_out_;
   auto& devs = j["devices"] = nlohmann::json::array();
   for (const DeviceTiming& d : r.devices) {
-    devs.push_back({{"index", d.device}, {"name", d.name}, {"row_begin", d.shard.row_begin},
-                    {"row_end", d.shard.row_end}, {"k_begin", d.shard.k_begin}, {"k_end", d.shard.k_end},
-                    {"copy_in_ms", d.copy_in_ms}, {"kernel_ms", d.kernel_ms}, {"reduce_ms", d.reduce_ms},
+    devs.push_back({{"index", d.device},
+                    {"name", d.name},
+                    {"row_begin", d.shard.row_begin},
+                    {"row_end", d.shard.row_end},
+                    {"k_begin", d.shard.k_begin},
+                    {"k_end", d.shard.k_end},
+                    {"copy_in_ms", d.copy_in_ms},
+                    {"kernel_ms", d.kernel_ms},
+                    {"reduce_ms", d.reduce_ms},
                     {"copy_out_ms", d.copy_out_ms}});
   }
   shared_.timing_log->info(j.dump());

@@ -99,34 +99,34 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   const Clock::time_point t_start_;
 
   mutable std::mutex mu_;
-  int refs_ = 1;                       // guarded by mu_: gRPC (until OnDone), pool task, memory waiter
-  Phase phase_ = Phase::kHeader;       // guarded by mu_ (and so is everything below)
-  bool finished_ = false;              // Finish (or StartWriteAndFinish) called
-  bool reading_ = false;               // a read is outstanding
-  bool writing_ = false;               // a write is outstanding
+  int refs_ = 1;                  // guarded by mu_: gRPC (until OnDone), pool task, memory waiter
+  Phase phase_ = Phase::kHeader;  // guarded by mu_ (and so is everything below)
+  bool finished_ = false;         // Finish (or StartWriteAndFinish) called
+  bool reading_ = false;          // a read is outstanding
+  bool writing_ = false;          // a write is outstanding
   bool compute_done_ = false;
-  int64_t messages_ = 0;               // messages read so far
+  int64_t messages_ = 0;                                       // messages read so far
   Clock::time_point read_since_, write_since_, memory_since_;  // when the current wait began
-  Status final_status_;                // what Finish sent
-  Phase finish_phase_ = Phase::kHeader;  // the phase the call ended in
+  Status final_status_;                                        // what Finish sent
+  Phase finish_phase_ = Phase::kHeader;                        // the phase the call ended in
   Clock::time_point t_finish_{};
-  bool server_reset_ = false;          // we reset the stream (TryCancel): our status stands in the log
-  uint64_t memory_ticket_ = 0;         // waiting for memory
-  uint64_t ticket_to_cancel_ = 0;      // cancelled by after_unlock()
+  bool server_reset_ = false;      // we reset the stream (TryCancel): our status stands in the log
+  uint64_t memory_ticket_ = 0;     // waiting for memory
+  uint64_t ticket_to_cancel_ = 0;  // cancelled by after_unlock()
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
-  RequestMessage pending_;             // the chunk that waits for memory
+  RequestMessage pending_;  // the chunk that waits for memory
 
   RequestHeader header_;
-  int64_t footprint_bytes_ = 0;        // A + B + C, reserved at the first chunk
+  int64_t footprint_bytes_ = 0;  // A + B + C, reserved at the first chunk
   std::optional<MatrixAssembler> assembler_;
   MemoryBudget::Reservation reservation_;
-  HostBuffer buffers_[3];              // A, B, C
+  HostBuffer buffers_[3];  // A, B, C
   CancelToken cancel_;
   GemmJob job_;
   StatusOr<GemmReport> result_ = Internal("not computed");
   std::deque<std::pair<int64_t, int64_t>> rows_;  // finished rows of C not yet sent
-  int64_t send_next_ = -1;             // next element to send of rows_.front()
+  int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
   Clock::time_point t_received_{}, t_compute_start_{}, t_compute_end_{};
 };

@@ -8,18 +8,24 @@ namespace sgemm {
 
 std::string_view matrix_name(MatrixId m) {
   switch (m) {
-    case MatrixId::kA: return "A";
-    case MatrixId::kB: return "B";
-    case MatrixId::kC: return "C";
+    case MatrixId::kA:
+      return "A";
+    case MatrixId::kB:
+      return "B";
+    case MatrixId::kC:
+      return "C";
   }
   return "?";
 }
 
 int64_t matrix_elements(const GemmShape& s, MatrixId m) {
   switch (m) {
-    case MatrixId::kA: return s.m * s.k;
-    case MatrixId::kB: return s.k * s.n;
-    case MatrixId::kC: return s.m * s.n;
+    case MatrixId::kA:
+      return s.m * s.k;
+    case MatrixId::kB:
+      return s.k * s.n;
+    case MatrixId::kC:
+      return s.m * s.n;
   }
   return 0;
 }
@@ -28,8 +34,8 @@ namespace {
 
 Status check_product(const char* what, const char* dims, int64_t x, int64_t y, const RequestLimits& limits) {
   if (x > std::numeric_limits<int64_t>::max() / y)
-    return InvalidArgument(std::string(what) + " (" + dims + " = " + std::to_string(x) + " x " +
-                           std::to_string(y) + ") overflows a 64-bit element count");
+    return InvalidArgument(std::string(what) + " (" + dims + " = " + std::to_string(x) + " x " + std::to_string(y) +
+                           ") overflows a 64-bit element count");
   const int64_t elements = x * y;
   if (elements > limits.max_matrix_elements)
     return ResourceExhausted(std::string(what) + " has " + std::to_string(elements) + " elements (" + dims +
@@ -128,8 +134,7 @@ Status MatrixAssembler::finish() {
     const int idx = static_cast<int>(m);
     if (received_[idx] != expected_[idx])
       return InvalidArgument("the request stream ended early: " + std::string(matrix_name(m)) + " has " +
-                             std::to_string(received_[idx]) + " of " + std::to_string(expected_[idx]) +
-                             " elements");
+                             std::to_string(received_[idx]) + " of " + std::to_string(expected_[idx]) + " elements");
   }
   return Status::Ok();
 }

@@ -78,7 +78,7 @@ class MatrixAssembler final : public InputFeed {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::array<int64_t, 3> received_{};  // guarded by mu_
-  Status failure_;                      // guarded by mu_
+  Status failure_;                     // guarded by mu_
 };
 
 }  // namespace sgemm

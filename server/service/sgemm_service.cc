@@ -55,8 +55,7 @@ SgemmService::~SgemmService() {
   shared_.reset();  // joins the compute pool
 }
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multiply(
-    grpc::CallbackServerContext* ctx) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multiply(grpc::CallbackServerContext* ctx) {
   Status refuse;
   if (shared_->shutting_down.load()) {
     refuse = Unavailable("server shutting down; retry on another replica or later");

@@ -31,12 +31,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "sgemm/v1/sgemm.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/service/compute_pool.h"
 #include "server/service/memory_budget.h"
 #include "server/service/rate_limited_log.h"
 #include "server/service/request_assembly.h"
+#include "sgemm/v1/sgemm.grpc.pb.h"
 
 namespace sgemm {
 
@@ -49,11 +49,11 @@ struct ServiceOptions {
   int64_t host_memory_bytes = 0;           // the budget for all requests' host buffers; 0 = half of physical memory
   std::chrono::milliseconds idle_timeout{30000};  // a call making no progress this long (client silent, not
                                                   // reading, or memory not granted) ends and frees everything
-  int max_open_streams = 1024;             // Multiply streams open and not yet answered; more are refused
-                                           // (UNAVAILABLE)
-  int log_lines_per_second = 20;           // failed-request log lines per second; the rest are counted
-  std::string version = "dev";             // reported by GetInfo
-  std::vector<std::string> backends;       // backends this build has, for GetInfo
+  int max_open_streams = 1024;                    // Multiply streams open and not yet answered; more are refused
+                                                  // (UNAVAILABLE)
+  int log_lines_per_second = 20;                  // failed-request log lines per second; the rest are counted
+  std::string version = "dev";                    // reported by GetInfo
+  std::vector<std::string> backends;              // backends this build has, for GetInfo
 };
 
 // Half of this host's physical memory: what --host-memory-bytes 0 means.
@@ -70,8 +70,8 @@ struct ServiceShared {
   const ServiceOptions& options;
   MemoryBudget budget;
   ComputePool pool;
-  RateLimitedLog log;                            // per-request lines; failures rate-limited
-  std::shared_ptr<spdlog::logger> timing_log;    // may be null
+  RateLimitedLog log;                          // per-request lines; failures rate-limited
+  std::shared_ptr<spdlog::logger> timing_log;  // may be null
   std::atomic<int64_t> next_id{1};
   std::atomic<int64_t> requests_total{0};
   std::atomic<int64_t> requests_failed{0};
@@ -84,9 +84,8 @@ struct ServiceShared {
   std::unordered_set<MultiplyCall*> calls;  // guarded by calls_mu
 };
 
-class SgemmService final
-    : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<
-          sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<sgemm::v1::Sgemm::Service>> {
+class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<
+                               sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<sgemm::v1::Sgemm::Service>> {
  public:
   // `engine` and the loggers must outlive the service. `timing_log` may be null.
   SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,

@@ -161,7 +161,7 @@ grpc::Status send_raw(const std::shared_ptr<grpc::Channel>& channel, const std::
                                          channel);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel.get(), method,
-                                                                                           &ctx));
+                                                                                            &ctx));
   for (const auto& m : messages) {
     grpc::Slice slice(m);
     grpc::ByteBuffer bb(&slice, 1);

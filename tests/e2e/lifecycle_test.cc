@@ -87,9 +87,9 @@ double normal_request(const std::string& address, GemmShape s = {256, 256, 256})
   const double ms = ms_since(t0);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   if (!r.ok()) return ms;
-  EXPECT_TRUE(verify_gemm(s.m, s.n, s.k, 1, a.data(), b.data(), 0, nullptr, r->c.data(),
-                          rows_to_verify(s.m, s.n, s.k, seed))
-                  .passed(kSgemmTolerance));
+  EXPECT_TRUE(
+      verify_gemm(s.m, s.n, s.k, 1, a.data(), b.data(), 0, nullptr, r->c.data(), rows_to_verify(s.m, s.n, s.k, seed))
+          .passed(kSgemmTolerance));
   return ms;
 }
 
@@ -173,10 +173,10 @@ TEST(StallingClientsE2E, HeaderOnlyTricklingAndSilentStreamsDoNotStallANormalReq
   std::vector<double> ms;
   for (int i = 0; i < 10; ++i) ms.push_back(normal_request(addr));
   std::sort(ms.begin(), ms.end());
-  std::printf("normal 256^3 with 4 header-only + 1 trickler + 300 silent attached: min %.1f ms, median %.1f ms, "
-              "max %.1f ms; server holds %ld bytes of budget, RSS %.0f MiB\n",
-              ms.front(), ms[ms.size() / 2], ms.back(), long(attached.host_bytes_in_use),
-              rss_bytes(server.pid()) / 1048576.0);
+  std::printf(
+      "normal 256^3 with 4 header-only + 1 trickler + 300 silent attached: min %.1f ms, median %.1f ms, "
+      "max %.1f ms; server holds %ld bytes of budget, RSS %.0f MiB\n",
+      ms.front(), ms[ms.size() / 2], ms.back(), long(attached.host_bytes_in_use), rss_bytes(server.pid()) / 1048576.0);
   EXPECT_LT(ms[ms.size() / 2], 2000) << "a normal request waited on stalled ones";
   // The idle streams hold the trickler's 3 MiB, nothing for the header-only ones.
   EXPECT_LE(attached.host_bytes_in_use, 3 * 512 * 512 * 4);

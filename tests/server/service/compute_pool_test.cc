@@ -15,8 +15,14 @@ TEST(ComputePool, AcceptsWhileAThreadIsIdleOrTheQueueHasRoomAndRunsEverything) {
   std::shared_future<void> gate = release.get_future().share();
   {
     ComputePool pool(2, 1);
-    EXPECT_TRUE(pool.submit([&] { gate.wait(); ++ran; }));
-    EXPECT_TRUE(pool.submit([&] { gate.wait(); ++ran; }));
+    EXPECT_TRUE(pool.submit([&] {
+      gate.wait();
+      ++ran;
+    }));
+    EXPECT_TRUE(pool.submit([&] {
+      gate.wait();
+      ++ran;
+    }));
     EXPECT_TRUE(pool.submit([&] { ++ran; }));  // the one queued place
     for (int i = 0; i < 200 && pool.running() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_EQ(pool.running(), 2);

@@ -25,8 +25,18 @@ TEST(MemoryBudget, WaitersAreGrantedInOrderWhenMemoryComesBack) {
   auto held = budget.try_reserve(90);
   std::vector<int> order;
   std::vector<MemoryBudget::Reservation> got;
-  ASSERT_NE(budget.enqueue(50, [&](MemoryBudget::Reservation r) { order.push_back(1); got.push_back(std::move(r)); }), 0u);
-  ASSERT_NE(budget.enqueue(50, [&](MemoryBudget::Reservation r) { order.push_back(2); got.push_back(std::move(r)); }), 0u);
+  ASSERT_NE(budget.enqueue(50,
+                           [&](MemoryBudget::Reservation r) {
+                             order.push_back(1);
+                             got.push_back(std::move(r));
+                           }),
+            0u);
+  ASSERT_NE(budget.enqueue(50,
+                           [&](MemoryBudget::Reservation r) {
+                             order.push_back(2);
+                             got.push_back(std::move(r));
+                           }),
+            0u);
   EXPECT_FALSE(budget.try_reserve(5).has_value()) << "a newcomer must not pass the waiters";
   EXPECT_EQ(budget.waiters(), 2);
   held.reset();
