@@ -39,28 +39,29 @@ void print_info(const sgemm::ServerInfo& info) {
     std::printf("%-6d %-32s %6d %8.1fG %6d.%d\n", d.index, d.name.c_str(), d.sm_count, d.memory_bytes / 1073741824.0,
                 d.compute_major, d.compute_minor);
   std::printf("limits: %lld elements per matrix, %d in flight, %d queued, %lld bytes per chunk\n",
-              (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued, (long long)info.max_chunk_bytes);
-  std::printf("load: %d in flight, %d queued, %lld requests (%lld failed), %lld host bytes held\n", info.in_flight,
-              info.queued, (long long)info.requests_total, (long long)info.requests_failed,
-              (long long)info.host_bytes_in_use);
+              (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued,
+              (long long)info.max_chunk_bytes);
+  std::printf("host memory budget: %.2f GiB\n", info.host_memory_bytes / 1073741824.0);
+  std::printf("load: %d in flight, %d queued, %d streams open, %lld requests (%lld failed), %lld host bytes held\n",
+              info.in_flight, info.queued, info.open_streams, (long long)info.requests_total,
+              (long long)info.requests_failed, (long long)info.host_bytes_in_use);
 }
 
 void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
   const auto& sum = r.summary;
-  std::printf("request %s: %lldx%lldx%lld on backend %s, kernel %s, split %s\n", sum.request_id.c_str(),
-              (long long)s.m, (long long)s.n, (long long)s.k, sum.backend.c_str(), sum.kernel.c_str(),
-              sum.split.c_str());
+  std::printf("request %s: %lldx%lldx%lld on backend %s, kernel %s, split %s\n", sum.request_id.c_str(), (long long)s.m,
+              (long long)s.n, (long long)s.k, sum.backend.c_str(), sum.kernel.c_str(), sum.split.c_str());
   if (!sum.plan_reason.empty()) std::printf("plan: %s\n", sum.plan_reason.c_str());
-  std::printf("%-6s %-28s %-15s %-15s %10s %10s %10s %11s\n", "device", "name", "rows", "k", "copy-in ms",
-              "kernel ms", "reduce ms", "copy-out ms");
+  std::printf("%-6s %-28s %-15s %-15s %10s %10s %10s %11s\n", "device", "name", "rows", "k", "copy-in ms", "kernel ms",
+              "reduce ms", "copy-out ms");
   for (const auto& d : sum.devices) {
     const std::string rows = std::to_string(d.row_begin) + "-" + std::to_string(d.row_end);
     const std::string ks = std::to_string(d.k_begin) + "-" + std::to_string(d.k_end);
     std::printf("%-6d %-28.28s %-15s %-15s %10.3f %10.3f %10.3f %11.3f\n", d.index, d.name.c_str(), rows.c_str(),
                 ks.c_str(), d.copy_in_ms, d.kernel_ms, d.reduce_ms, d.copy_out_ms);
   }
-  std::printf("server: queue %.3f ms, receive %.3f ms, compute %.3f ms, total %.3f ms\n", sum.queue_ms,
-              sum.receive_ms, sum.compute_ms, sum.total_ms);
+  std::printf("server: queue %.3f ms, receive %.3f ms, compute %.3f ms, total %.3f ms\n", sum.queue_ms, sum.receive_ms,
+              sum.compute_ms, sum.total_ms);
   std::printf("client: total %.3f ms, effective %.1f GFLOP/s, %.1f MB sent, %.1f MB received\n", r.wall_ms,
               s.flops() / (r.wall_ms * 1e6), r.bytes_sent / 1e6, r.bytes_received / 1e6);
 }
@@ -74,20 +75,30 @@ nlohmann::json to_json(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r
   j["kernel"] = sum.kernel;
   j["split"] = sum.split;
   j["plan"] = sum.plan_reason;
-  j["times_ms"] = {{"client_total", r.wall_ms}, {"server_total", sum.total_ms}, {"queue", sum.queue_ms},
-                   {"receive", sum.receive_ms}, {"compute", sum.compute_ms}};
+  j["times_ms"] = {{"client_total", r.wall_ms},
+                   {"server_total", sum.total_ms},
+                   {"queue", sum.queue_ms},
+                   {"receive", sum.receive_ms},
+                   {"compute", sum.compute_ms}};
   j["gflops"] = s.flops() / (r.wall_ms * 1e6);
   j["bytes_sent"] = r.bytes_sent;
   j["bytes_received"] = r.bytes_received;
   auto& devs = j["devices"] = nlohmann::json::array();
   for (const auto& d : sum.devices)
-    devs.push_back({{"index", d.index}, {"name", d.name}, {"row_begin", d.row_begin}, {"row_end", d.row_end},
-                    {"k_begin", d.k_begin}, {"k_end", d.k_end}, {"copy_in_ms", d.copy_in_ms},
-                    {"kernel_ms", d.kernel_ms}, {"reduce_ms", d.reduce_ms}, {"copy_out_ms", d.copy_out_ms}});
+    devs.push_back({{"index", d.index},
+                    {"name", d.name},
+                    {"row_begin", d.row_begin},
+                    {"row_end", d.row_end},
+                    {"k_begin", d.k_begin},
+                    {"k_end", d.k_end},
+                    {"copy_in_ms", d.copy_in_ms},
+                    {"kernel_ms", d.kernel_ms},
+                    {"reduce_ms", d.reduce_ms},
+                    {"copy_out_ms", d.copy_out_ms}});
   return j;
 }
 
-int submit(const std::string& server, int64_t chunk_bytes, SubmitOptions o) {
+int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o) {
   sgemm::GemmShape s{o.m, o.n, o.k};
   if (o.size > 0) s = {o.size, o.size, o.size};
   std::optional<sgemm::GemmInputs> files;
@@ -125,6 +136,7 @@ int submit(const std::string& server, int64_t chunk_bytes, SubmitOptions o) {
   }
   sgemm::ClientOptions copt;
   copt.chunk_bytes = chunk_bytes;
+  if (no_retry) copt.retry.max_attempts = 1;
   auto client = sgemm::Client::connect(server, copt);
   sgemm::MultiplyOptions mopt;
   mopt.alpha = o.alpha;
@@ -139,11 +151,13 @@ int submit(const std::string& server, int64_t chunk_bytes, SubmitOptions o) {
     auto r = client->multiply(s, a.data(), b.data(), with_c ? c0.data() : nullptr, mopt);
     if (!r.ok()) {
       if (o.json) {
-        std::printf("%s\n", nlohmann::json({{"shape", {{"m", s.m}, {"n", s.n}, {"k", s.k}}},
-                                            {"error", {{"code", sgemm::status_code_name(r.status().code())},
-                                                       {"message", r.status().message()}}}})
-                                .dump()
-                                .c_str());
+        std::printf(
+            "%s\n",
+            nlohmann::json(
+                {{"shape", {{"m", s.m}, {"n", s.n}, {"k", s.k}}},
+                 {"error", {{"code", sgemm::status_code_name(r.status().code())}, {"message", r.status().message()}}}})
+                .dump()
+                .c_str());
       } else {
         std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
       }
@@ -156,8 +170,8 @@ int submit(const std::string& server, int64_t chunk_bytes, SubmitOptions o) {
       const auto v = sgemm::verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta,
                                         with_c ? c0.data() : nullptr, r->c.data(), rows);
       const bool pass = v.passed(sgemm::kSgemmTolerance);
-      j["verify"] = {{"max_rel_error", v.max_rel_error}, {"rows_checked", rows.size()},
-                     {"elements_checked", v.checked}, {"nonfinite_mismatches", v.mismatched_nonfinite},
+      j["verify"] = {{"max_rel_error", v.max_rel_error},    {"rows_checked", rows.size()},
+                     {"elements_checked", v.checked},       {"nonfinite_mismatches", v.mismatched_nonfinite},
                      {"tolerance", sgemm::kSgemmTolerance}, {"passed", pass}};
       if (!o.json)
         std::printf("verify: max relative error %.3e over %zu of %lld rows (fp64 reference, tolerance %.0e): %s\n",
@@ -202,6 +216,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string server = "localhost:50051";
   int64_t chunk_bytes = 1 << 20;
+  bool no_retry = false;
+  app.add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
   app.add_option("--server", server, "sgemm-server address host:port")->capture_default_str();
   app.add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent")
       ->check(CLI::Range(int64_t{4}, int64_t{(4 << 20) - 1024}))
@@ -235,6 +251,7 @@ int main(int argc, char** argv) {
   sub->add_option("--out", o.out_file, "write C here (.npy when the name ends in .npy, else raw fp32)");
   a_opt->needs(b_opt);
   b_opt->needs(a_opt);
+  sub->add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
 
   CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
   info->add_option("--server", server, "sgemm-server address host:port");
@@ -243,12 +260,14 @@ int main(int argc, char** argv) {
 
   CLI::App* health = app.add_subcommand("health", "exit 0 when the server reports SERVING (grpc.health.v1)");
   health->add_option("--server", server, "sgemm-server address host:port");
+  std::string health_service;
+  health->add_option("--service", health_service, "service name to ask about (\"\" = the whole server)");
 
   CLI11_PARSE(app, argc, argv);
 
-  if (*sub) return submit(server, chunk_bytes, o);
+  if (*sub) return submit(server, chunk_bytes, no_retry, o);
   if (*health) {
-    auto r = sgemm::Client::connect(server)->serving();
+    auto r = sgemm::Client::connect(server)->serving(health_service);
     if (!r.ok()) {
       std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
       return 3;
@@ -263,15 +282,24 @@ int main(int argc, char** argv) {
     return 3;
   }
   if (info_json) {
-    nlohmann::json j = {{"version", r->version}, {"backend", r->backend}, {"backends", r->backends},
-                        {"kernels", r->kernels}, {"max_matrix_elements", r->max_matrix_elements},
-                        {"max_in_flight", r->max_in_flight}, {"max_queued", r->max_queued},
-                        {"in_flight", r->in_flight}, {"queued", r->queued},
-                        {"requests_total", r->requests_total}, {"requests_failed", r->requests_failed},
+    nlohmann::json j = {{"version", r->version},
+                        {"backend", r->backend},
+                        {"backends", r->backends},
+                        {"kernels", r->kernels},
+                        {"max_matrix_elements", r->max_matrix_elements},
+                        {"max_in_flight", r->max_in_flight},
+                        {"max_queued", r->max_queued},
+                        {"in_flight", r->in_flight},
+                        {"queued", r->queued},
+                        {"open_streams", r->open_streams},
+                        {"host_memory_bytes", r->host_memory_bytes},
+                        {"requests_total", r->requests_total},
+                        {"requests_failed", r->requests_failed},
                         {"host_bytes_in_use", r->host_bytes_in_use}};
     auto& devs = j["devices"] = nlohmann::json::array();
     for (const auto& d : r->devices)
-      devs.push_back({{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memory_bytes}, {"sm_count", d.sm_count}});
+      devs.push_back(
+          {{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memory_bytes}, {"sm_count", d.sm_count}});
     std::printf("%s\n", j.dump().c_str());
   } else {
     print_info(*r);

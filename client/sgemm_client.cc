@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
@@ -40,8 +43,39 @@ class GrpcClient final : public Client {
                                     const MultiplyOptions& opt) override {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
+    const auto deadline = opt.timeout.count() > 0 ? std::chrono::system_clock::now() + opt.timeout
+                                                  : std::chrono::system_clock::time_point::max();
+    const RetryPolicy& policy = options_.retry;
+    double backoff_ms = double(policy.initial_backoff.count());
+    for (int attempt = 1;; ++attempt) {
+      auto r = multiply_once(shape, a, b, c, opt, deadline);
+      const bool retry = !r.ok() && r.status().code() == StatusCode::kUnavailable && attempt < policy.max_attempts;
+      if (!retry) {
+        if (r.ok()) {
+          r->attempts = attempt;
+          r->wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        }
+        return r;
+      }
+      std::uniform_real_distribution<double> jitter(0.8, 1.2);
+      double wait_ms;
+      {
+        std::lock_guard lock(rng_mu_);
+        wait_ms = std::min(backoff_ms, double(policy.max_backoff.count())) * jitter(rng_);
+      }
+      const auto wake = std::chrono::system_clock::now() + std::chrono::microseconds(int64_t(wait_ms * 1000));
+      if (wake >= deadline) return r;  // no time left for another attempt
+      std::this_thread::sleep_for(std::chrono::microseconds(int64_t(wait_ms * 1000)));
+      backoff_ms *= policy.multiplier;
+    }
+  }
+
+  StatusOr<MultiplyResult> multiply_once(const GemmShape& shape, const float* a, const float* b, const float* c,
+                                         const MultiplyOptions& opt, std::chrono::system_clock::time_point deadline) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
     grpc::ClientContext ctx;
-    if (opt.timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + opt.timeout);
+    if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
     auto stream = stub_->Multiply(&ctx);
 
     v1::MultiplyRequest req;
@@ -54,8 +88,12 @@ class GrpcClient final : public Client {
     h->set_has_c(c != nullptr);
     if (opt.kernel) {
       switch (*opt.kernel) {
-        case KernelKind::kPingpong: h->set_kernel(v1::KERNEL_PINGPONG); break;
-        case KernelKind::kCublas: h->set_kernel(v1::KERNEL_CUBLAS); break;
+        case KernelKind::kPingpong:
+          h->set_kernel(v1::KERNEL_PINGPONG);
+          break;
+        case KernelKind::kCublas:
+          h->set_kernel(v1::KERNEL_CUBLAS);
+          break;
         case KernelKind::kTf32:
         case KernelKind::kFp32x3:
         case KernelKind::kOpenblas:
@@ -64,10 +102,17 @@ class GrpcClient final : public Client {
       }
     }
     switch (opt.split) {
-      case SplitMode::kAuto: break;
-      case SplitMode::kSingle: h->set_split(v1::SPLIT_SINGLE); break;
-      case SplitMode::kRows: h->set_split(v1::SPLIT_ROWS); break;
-      case SplitMode::kK: h->set_split(v1::SPLIT_K); break;
+      case SplitMode::kAuto:
+        break;
+      case SplitMode::kSingle:
+        h->set_split(v1::SPLIT_SINGLE);
+        break;
+      case SplitMode::kRows:
+        h->set_split(v1::SPLIT_ROWS);
+        break;
+      case SplitMode::kK:
+        h->set_split(v1::SPLIT_K);
+        break;
     }
 
     MultiplyResult result;
@@ -117,10 +162,17 @@ class GrpcClient final : public Client {
         out.backend = s.backend();
         out.kernel = s.kernel();
         switch (s.split()) {
-          case v1::SPLIT_SINGLE: out.split = "single"; break;
-          case v1::SPLIT_ROWS: out.split = "rows"; break;
-          case v1::SPLIT_K: out.split = "k"; break;
-          default: out.split = "unspecified";
+          case v1::SPLIT_SINGLE:
+            out.split = "single";
+            break;
+          case v1::SPLIT_ROWS:
+            out.split = "rows";
+            break;
+          case v1::SPLIT_K:
+            out.split = "k";
+            break;
+          default:
+            out.split = "unspecified";
         }
         out.plan_reason = s.plan_reason();
         out.queue_ms = s.queue_ms();
@@ -138,8 +190,8 @@ class GrpcClient final : public Client {
     if (!st.ok()) return st;
     if (!have_summary) return Internal("the server ended the stream without a summary");
     if (result.bytes_received != total * int64_t(sizeof(float)))
-      return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " +
-                      std::to_string(total) + " elements of C");
+      return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " + std::to_string(total) +
+                      " elements of C");
     result.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return result;
   }
@@ -156,11 +208,14 @@ class GrpcClient final : public Client {
     out.backends.assign(resp.backends().begin(), resp.backends().end());
     out.kernels.assign(resp.kernels().begin(), resp.kernels().end());
     for (const auto& d : resp.devices())
-      out.devices.push_back({d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor()});
+      out.devices.push_back(
+          {d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor()});
     out.max_matrix_elements = resp.limits().max_matrix_elements();
     out.max_chunk_bytes = resp.limits().max_chunk_bytes();
     out.max_in_flight = resp.limits().max_in_flight();
     out.max_queued = resp.limits().max_queued();
+    out.host_memory_bytes = resp.limits().host_memory_bytes();
+    out.open_streams = resp.load().open_streams();
     out.in_flight = resp.load().in_flight();
     out.queued = resp.load().queued();
     out.requests_total = resp.load().requests_total();
@@ -174,6 +229,8 @@ class GrpcClient final : public Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sgemm::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_{std::random_device{}()};  // guarded by rng_mu_ (backoff jitter)
 };
 
 }  // namespace

@@ -16,13 +16,25 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
 #include "common/gemm_types.h"
+#include "common/status.h"
 
 namespace sgemm {
 
+// Retries of a Multiply that got UNAVAILABLE (server busy, shutting down, not
+// reachable): bounded exponential backoff with +-20% jitter, within the
+// request's deadline. docs/lifecycle.md gives the same policy as a gRPC
+// service config for clients in other languages.
+struct RetryPolicy {
+  int max_attempts = 5;                           // attempts in all; 1 = never retry (--no-retry)
+  std::chrono::milliseconds initial_backoff{50};  // wait before the first retry
+  std::chrono::milliseconds max_backoff{2000};    // the longest wait between attempts
+  double multiplier = 2.0;                        // each wait is this times the previous one
+};
+
 struct ClientOptions {
   int64_t chunk_bytes = 1 << 20;  // payload of each chunk sent (1 MiB: docs/transport.md)
+  RetryPolicy retry;              // for Multiply's UNAVAILABLE
 };
 
 struct MultiplyOptions {
@@ -49,11 +61,12 @@ struct MultiplySummary {
 };
 
 struct MultiplyResult {
-  std::vector<float> c;   // m x n, row-major
+  std::vector<float> c;  // m x n, row-major
   MultiplySummary summary;
   int64_t bytes_sent = 0;      // matrix payload sent
   int64_t bytes_received = 0;  // matrix payload received
-  double wall_ms = 0;          // as the client saw it, connect excluded
+  double wall_ms = 0;          // as the client saw it, connect excluded, retries included
+  int attempts = 1;            // 1 + retries after UNAVAILABLE
 };
 
 struct ServerInfo {
@@ -67,8 +80,9 @@ struct ServerInfo {
   std::vector<std::string> backends, kernels;
   std::vector<Device> devices;
   int64_t max_matrix_elements = 0, max_chunk_bytes = 0;
+  int64_t host_memory_bytes = 0;
   int max_in_flight = 0, max_queued = 0;
-  int in_flight = 0, queued = 0;
+  int in_flight = 0, queued = 0, open_streams = 0;
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
 };
 
@@ -79,7 +93,8 @@ class Client {
   static std::unique_ptr<Client> connect(const std::string& target, const ClientOptions& options = {});
 
   // C = alpha*A*B + beta*C on the server. `c` may be null (no C input).
-  // Row-major, dense: a is m x k, b is k x n, c is m x n.
+  // Row-major, dense: a is m x k, b is k x n, c is m x n. UNAVAILABLE is
+  // retried per ClientOptions::retry; the timeout covers every attempt.
   virtual StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                             const MultiplyOptions& options) = 0;
   virtual StatusOr<ServerInfo> info(std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) = 0;

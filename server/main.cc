@@ -2,17 +2,17 @@
 //
 //   sgemm-server --listen 0.0.0.0:50051 --backend auto --log-dir /var/log/sgemm
 //
-// SIGINT/SIGTERM: stop accepting, finish what is in flight, exit 0.
+// SIGINT/SIGTERM: stop accepting, let requests in flight finish within
+// --shutdown-grace, cancel the rest, exit 0 (docs/lifecycle.md).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
@@ -43,8 +43,13 @@ struct ServerOptions {
   std::string log_dir;                   // request log and timings.jsonl go here; "" = stdout only
   std::string port_file;                 // write the bound port here once listening (tests, orchestration)
   std::string log_level = "info";
-  sgemm::ServiceOptions service;         // limits, queue, response chunk size
+  sgemm::ServiceOptions service;         // limits, queue, memory budget, idle timeout, response chunk size
   int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
+  double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
+  double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
+  int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
+  int64_t max_message_bytes = 64 << 20;  // larger messages are refused by gRPC; up to this size the service
+                                         // answers an oversized chunk itself, saying to chunk
 };
 
 sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
@@ -96,7 +101,38 @@ int main(int argc, char** argv) {
   app.add_option("--max-in-flight", opt.service.max_in_flight, "requests computed at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--max-queued", opt.service.max_queued, "requests that may wait beyond those; more get UNAVAILABLE")
+  app.add_option("--max-queued", opt.service.max_queued,
+                 "uploaded requests that may wait for a compute slot (and requests that may wait for host memory); "
+                 "more are refused")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--host-memory-bytes", opt.service.host_memory_bytes,
+                 "host memory all requests' buffers share, page-locked and pageable (0 = half of physical memory)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--idle-timeout", opt.idle_timeout_s,
+                 "seconds a stream may make no progress (client silent or not reading) before it is ended")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--shutdown-grace", opt.shutdown_grace_s,
+                 "on SIGTERM, seconds requests in flight may take to finish before they are cancelled")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-open-streams", opt.service.max_open_streams,
+                 "Multiply streams open and not yet answered, all connections together; more get UNAVAILABLE")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-streams-per-connection", opt.max_streams_per_connection,
+                 "concurrent HTTP/2 streams one connection may open")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-message-bytes", opt.max_message_bytes,
+                 "largest message gRPC accepts; chunks over the chunk limit but under this get a message saying "
+                 "to chunk")
+      ->check(CLI::Range(int64_t{4} << 20, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--log-lines-per-second", opt.service.log_lines_per_second,
+                 "failed-request log lines per second; the rest are counted (0 = no limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--response-chunk-bytes", opt.service.response_chunk_bytes, "payload of each C chunk sent back")
@@ -156,6 +192,8 @@ int main(int argc, char** argv) {
   for (const auto& d : engine.info().devices)
     log->info("device {}: {} ({} SMs, {:.1f} GiB)", d.index, d.name, d.sm_count, d.memory_bytes / 1073741824.0);
 
+  opt.service.idle_timeout = std::chrono::milliseconds(int64_t(opt.idle_timeout_s * 1000));
+  if (opt.service.host_memory_bytes == 0) opt.service.host_memory_bytes = sgemm::default_host_memory_bytes();
   opt.service.version = SGEMM_VERSION;
   opt.service.backends = sgemm::built_backends();
   sgemm::SgemmService service(engine, opt.service, log, timing_log);
@@ -166,13 +204,20 @@ int main(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(opt.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(int(opt.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     log->error("cannot listen on {}", opt.listen);
     return 1;
   }
-  log->info("sgemm-server {} listening on {} (port {}), backend {}, max {} in flight + {} queued", SGEMM_VERSION,
-            opt.listen, port, engine.info().backend, opt.service.max_in_flight, opt.service.max_queued);
+  // Health answers for the whole server ("") and for the service by name.
+  server->GetHealthCheckService()->SetServingStatus(sgemm::v1::Sgemm::service_full_name(), true);
+  log->info(
+      "sgemm-server {} listening on {} (port {}), backend {}, max {} in flight + {} queued, host memory budget {:.2f} "
+      "GiB, idle timeout {} s",
+      SGEMM_VERSION, opt.listen, port, engine.info().backend, opt.service.max_in_flight, opt.service.max_queued,
+      opt.service.host_memory_bytes / 1073741824.0, opt.idle_timeout_s);
   if (!opt.port_file.empty()) {
     const std::string tmp = opt.port_file + ".tmp";
     std::ofstream(tmp) << port << "\n";
@@ -183,9 +228,23 @@ int main(int argc, char** argv) {
     unsigned char sig = 0;
     while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
-    log->info("signal {} received: refusing new requests, finishing those in flight", sig);
-    server->GetHealthCheckService()->Shutdown();
-    server->Shutdown();  // waits for every in-flight RPC to finish
+    using namespace std::chrono;
+    const auto grace = milliseconds(int64_t(opt.shutdown_grace_s * 1000));
+    log->info("signal {} received: refusing new requests, finishing those in flight (up to {} s)", sig,
+              opt.shutdown_grace_s);
+    server->GetHealthCheckService()->Shutdown();  // NOT_SERVING for every name
+    // The service refuses new calls (UNAVAILABLE) and ends streams that carry
+    // no request; requests under way get the grace, then are cancelled.
+    service.begin_shutdown();
+    if (!service.wait_for_no_calls(steady_clock::now() + grace)) {
+      log->warn("shutdown grace ({} s) over: cancelling the requests still open", opt.shutdown_grace_s);
+      service.cancel_all(sgemm::Unavailable("server shut down before this request finished (--shutdown-grace " +
+                                            fmt::format("{}", opt.shutdown_grace_s) + " s); retry"));
+      service.wait_for_no_calls(steady_clock::now() + seconds(2));
+    }
+    // Nothing of ours is left: a short deadline, after which gRPC drops idle
+    // connections instead of waiting for their clients to close them.
+    server->Shutdown(system_clock::now());
   });
   server->Wait();
   waiter.join();

@@ -59,15 +59,18 @@ class CpuEngine final : public Engine {
     const auto t1 = Clock::now();
     double kernel_ms = 0;
     const float beta = r.has_c ? r.beta : 0.0f;
-    std::lock_guard lock(mu_);
+    // The lock is taken only when the inputs are present (the service runs a
+    // job once its upload is complete); a cancelled job stops waiting for it.
+    std::unique_lock lock(mu_, std::defer_lock);
+    while (!lock.try_lock_for(std::chrono::milliseconds(10)))
+      if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
     for (int64_t r0 = 0; r0 < s.m; r0 += options_.rows_per_block) {
       const int64_t r1 = std::min(s.m, r0 + options_.rows_per_block);
       if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
       if (job.feed) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
       const auto k0 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k),
-                  r.alpha, job.a + r0 * s.k, blasint(s.k), job.b, blasint(s.n), beta, job.c + r0 * s.n,
-                  blasint(s.n));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k), r.alpha,
+                  job.a + r0 * s.k, blasint(s.k), job.b, blasint(s.n), beta, job.c + r0 * s.n, blasint(s.n));
       kernel_ms += std::chrono::duration<double, std::milli>(Clock::now() - k0).count();
       if (job.sink) job.sink->rows_ready(r0, r1);
     }
@@ -90,7 +93,7 @@ class CpuEngine final : public Engine {
   const CpuEngineOptions options_;
   std::string name_;
   AlignedHostAllocator allocator_;
-  std::mutex mu_;
+  std::timed_mutex mu_;  // one product at a time: OpenBLAS already uses every core
 };
 
 }  // namespace

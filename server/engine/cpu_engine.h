@@ -3,8 +3,10 @@
 // rows and reports each block as it is done, so the service streams early
 // rows while later ones are computed.
 //
-// Threads: run() may be called concurrently; products are serialised on one
-// mutex because OpenBLAS already uses every core for one product.
+// Threads: run() may be called concurrently (from the service's compute pool);
+// products are serialised on one mutex because OpenBLAS already uses every
+// core for one product. A job waiting for that mutex, or between row blocks,
+// stops when its CancelToken is cancelled.
 #pragma once
 
 #include <memory>

@@ -8,18 +8,24 @@ namespace sgemm {
 
 std::string_view matrix_name(MatrixId m) {
   switch (m) {
-    case MatrixId::kA: return "A";
-    case MatrixId::kB: return "B";
-    case MatrixId::kC: return "C";
+    case MatrixId::kA:
+      return "A";
+    case MatrixId::kB:
+      return "B";
+    case MatrixId::kC:
+      return "C";
   }
   return "?";
 }
 
 int64_t matrix_elements(const GemmShape& s, MatrixId m) {
   switch (m) {
-    case MatrixId::kA: return s.m * s.k;
-    case MatrixId::kB: return s.k * s.n;
-    case MatrixId::kC: return s.m * s.n;
+    case MatrixId::kA:
+      return s.m * s.k;
+    case MatrixId::kB:
+      return s.k * s.n;
+    case MatrixId::kC:
+      return s.m * s.n;
   }
   return 0;
 }
@@ -28,8 +34,8 @@ namespace {
 
 Status check_product(const char* what, const char* dims, int64_t x, int64_t y, const RequestLimits& limits) {
   if (x > std::numeric_limits<int64_t>::max() / y)
-    return InvalidArgument(std::string(what) + " (" + dims + " = " + std::to_string(x) + " x " +
-                           std::to_string(y) + ") overflows a 64-bit element count");
+    return InvalidArgument(std::string(what) + " (" + dims + " = " + std::to_string(x) + " x " + std::to_string(y) +
+                           ") overflows a 64-bit element count");
   const int64_t elements = x * y;
   if (elements > limits.max_matrix_elements)
     return ResourceExhausted(std::string(what) + " has " + std::to_string(elements) + " elements (" + dims +
@@ -60,7 +66,12 @@ MatrixAssembler::MatrixAssembler(const GemmShape& shape, bool has_c, float* a, f
   dst_ = {a, b, has_c ? c : nullptr};
 }
 
-Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes) {
+void MatrixAssembler::set_destination(MatrixId matrix, float* dst) {
+  std::lock_guard lock(mu_);
+  dst_[static_cast<int>(matrix)] = dst;
+}
+
+Status MatrixAssembler::check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes) const {
   const int idx = static_cast<int>(matrix);
   const std::string name(matrix_name(matrix));
   if (!declared(matrix))
@@ -71,9 +82,9 @@ Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* d
                            " bytes, not a multiple of 4 (fp32 values)");
   if (int64_t(bytes) > max_chunk_bytes_)
     return InvalidArgument("chunk for " + name + " has " + std::to_string(bytes) + " bytes, over the limit of " +
-                           std::to_string(max_chunk_bytes_));
+                           std::to_string(max_chunk_bytes_) + " bytes per chunk; send the matrix in smaller chunks");
   const int64_t count = int64_t(bytes / sizeof(float));
-  std::unique_lock lock(mu_);
+  std::lock_guard lock(mu_);
   if (!failure_.ok()) return failure_;
   const int64_t have = received_[idx];
   if (offset != have)
@@ -83,12 +94,35 @@ Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* d
   if (count > expected_[idx] - have)
     return InvalidArgument("chunk for " + name + " overruns the matrix: offset " + std::to_string(offset) + " + " +
                            std::to_string(count) + " values > " + std::to_string(expected_[idx]) + " elements");
-  lock.unlock();
-  // Only this thread writes this region, and readers wait until received_ covers it.
-  std::memcpy(dst_[idx] + offset, data, bytes);
-  lock.lock();
-  received_[idx] = have + count;
-  lock.unlock();
+  return Status::Ok();
+}
+
+bool MatrixAssembler::complete() const {
+  std::lock_guard lock(mu_);
+  return received_ == expected_;
+}
+
+Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes) {
+  return add_chunk(matrix, offset, bytes, [&](void* dst) { std::memcpy(dst, data, bytes); });
+}
+
+Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, std::size_t bytes,
+                                  const std::function<void(void*)>& copy) {
+  SGEMM_RETURN_IF_ERROR(check_chunk(matrix, offset, bytes));
+  const int idx = static_cast<int>(matrix);
+  const int64_t count = int64_t(bytes / sizeof(float));
+  float* dst;
+  {
+    std::lock_guard lock(mu_);
+    dst = dst_[idx];
+  }
+  if (!dst) return Internal("no buffer for matrix " + std::string(matrix_name(matrix)) + " before its first chunk");
+  // Only the caller's thread writes this region, and readers wait until received_ covers it.
+  copy(dst + offset);
+  {
+    std::lock_guard lock(mu_);
+    received_[idx] = offset + count;
+  }
   cv_.notify_all();
   return Status::Ok();
 }
@@ -100,8 +134,7 @@ Status MatrixAssembler::finish() {
     const int idx = static_cast<int>(m);
     if (received_[idx] != expected_[idx])
       return InvalidArgument("the request stream ended early: " + std::string(matrix_name(m)) + " has " +
-                             std::to_string(received_[idx]) + " of " + std::to_string(expected_[idx]) +
-                             " elements");
+                             std::to_string(received_[idx]) + " of " + std::to_string(expected_[idx]) + " elements");
   }
   return Status::Ok();
 }

@@ -8,6 +8,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -41,12 +42,23 @@ int64_t matrix_elements(const GemmShape& shape, MatrixId m);
 
 class MatrixAssembler final : public InputFeed {
  public:
-  // Destinations must hold matrix_elements() floats each; `c` may be null when !has_c.
+  // Destinations must hold matrix_elements() floats each; `c` may be null when
+  // !has_c. Any may be null until set_destination() (buffers allocated when a
+  // matrix's first chunk arrives).
   MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c, int64_t max_chunk_bytes);
+
+  void set_destination(MatrixId matrix, float* dst);
+  // Whether a chunk would be accepted (the checks add_chunk makes), without copying.
+  Status check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes) const;
+  // Every declared matrix has all its elements.
+  bool complete() const;
 
   // Copies a chunk into place. Chunks of one matrix must be contiguous and in
   // order; matrices may interleave. Errors name the matrix and the offsets.
   Status add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes);
+  // The same, with `copy(dst)` writing the chunk's `bytes` to its place (a
+  // payload still in gRPC's slices is copied once, straight into the matrix).
+  Status add_chunk(MatrixId matrix, int64_t offset, std::size_t bytes, const std::function<void(void*)>& copy);
   // The client half-closed: every declared matrix must be complete.
   Status finish();
   // Fails the request: waiters in wait_for() return `why`. First failure wins.
@@ -66,7 +78,7 @@ class MatrixAssembler final : public InputFeed {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::array<int64_t, 3> received_{};  // guarded by mu_
-  Status failure_;                      // guarded by mu_
+  Status failure_;                     // guarded by mu_
 };
 
 }  // namespace sgemm

@@ -1,58 +1,121 @@
-// The gRPC frontend of sgemm-server: converts sgemm.v1 messages to plain
-// structs, validates them, admits the request, feeds the engine while chunks
-// arrive, streams rows of C back, and logs one line per request plus a JSON
-// line of per-device timings. It never touches CUDA: the Engine does.
+// The gRPC frontend of sgemm-server, on gRPC's callback API: one reactor per
+// Multiply call (server/service/multiply_call.h), no thread per stream.
 //
-// Threads: gRPC's sync server calls Multiply/GetInfo on its own threads, one
-// per active RPC. Each Multiply starts one engine thread for its request and
-// joins it before returning, so a request's buffers never outlive its RPC.
+// What a request holds, and when (docs/lifecycle.md):
+//   header              nothing but the reactor (validated, then waits for data)
+//   first data chunk    a reservation of its whole footprint (A, B, C) against
+//                       the one host-memory budget; each matrix's buffer is
+//                       allocated when its first chunk arrives
+//   upload complete     a place on the compute pool (slots = --max-in-flight)
+//   computing           a pool thread, inside Engine::run (locks, GPUs)
+//   sending             its C buffer (still in the budget) until the client reads it
+// Every wait has a bound: the call's deadline, or --idle-timeout for waits on
+// the client (and for host memory).
+//
+// Threads: gRPC runs reactions on its callback threads; Engine::run runs on
+// the ComputePool's threads; one watchdog thread ends idle calls. GetInfo,
+// begin_shutdown(), cancel_all() may be called from any thread. The service
+// must outlive the grpc::Server it is registered with; its destructor joins
+// the pool and the watchdog.
 #pragma once
 
 #include <spdlog/logger.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
 
-#include "sgemm/v1/sgemm.grpc.pb.h"
 #include "server/engine/engine.h"
-#include "server/service/admission.h"
+#include "server/service/compute_pool.h"
+#include "server/service/memory_budget.h"
+#include "server/service/rate_limited_log.h"
 #include "server/service/request_assembly.h"
-#include "server/service/tracking_allocator.h"
+#include "sgemm/v1/sgemm.grpc.pb.h"
 
 namespace sgemm {
 
 struct ServiceOptions {
-  RequestLimits limits;                  // per-request size limits (see request_assembly.h)
-  int max_in_flight = 4;                 // requests computed at once
-  int max_queued = 16;                   // requests waiting beyond those; more are refused (UNAVAILABLE)
+  RequestLimits limits;                    // per-request size limits (see request_assembly.h)
+  int max_in_flight = 4;                   // compute slots: requests computed at once
+  int max_queued = 64;                     // complete uploads waiting for a slot, and requests waiting for
+                                           // host memory; more are refused (UNAVAILABLE / RESOURCE_EXHAUSTED)
   int64_t response_chunk_bytes = 1 << 20;  // payload of each C chunk sent back (1 MiB: docs/transport.md)
-  std::string version = "dev";           // reported by GetInfo
-  std::vector<std::string> backends;     // backends this build has, for GetInfo
+  int64_t host_memory_bytes = 0;           // the budget for all requests' host buffers; 0 = half of physical memory
+  std::chrono::milliseconds idle_timeout{30000};  // a call making no progress this long (client silent, not
+                                                  // reading, or memory not granted) ends and frees everything
+  int max_open_streams = 1024;                    // Multiply streams open and not yet answered; more are refused
+                                                  // (UNAVAILABLE)
+  int log_lines_per_second = 20;                  // failed-request log lines per second; the rest are counted
+  std::string version = "dev";                    // reported by GetInfo
+  std::vector<std::string> backends;              // backends this build has, for GetInfo
 };
 
-class SgemmService final : public sgemm::v1::Sgemm::Service {
+// Half of this host's physical memory: what --host-memory-bytes 0 means.
+int64_t default_host_memory_bytes();
+
+class MultiplyCall;
+
+// What every call shares; owned by SgemmService.
+struct ServiceShared {
+  ServiceShared(Engine& engine, const ServiceOptions& options, std::shared_ptr<spdlog::logger> request_log,
+                std::shared_ptr<spdlog::logger> timing_log);
+
+  Engine& engine;
+  const ServiceOptions& options;
+  MemoryBudget budget;
+  ComputePool pool;
+  RateLimitedLog log;                          // per-request lines; failures rate-limited
+  std::shared_ptr<spdlog::logger> timing_log;  // may be null
+  std::atomic<int64_t> next_id{1};
+  std::atomic<int64_t> requests_total{0};
+  std::atomic<int64_t> requests_failed{0};
+  std::atomic<bool> shutting_down{false};
+  std::atomic<int> unanswered{0};  // calls not yet finished: what --max-open-streams bounds
+
+  // Live calls (between creation and OnDone), for the watchdog and shutdown.
+  std::mutex calls_mu;
+  std::condition_variable calls_cv;
+  std::unordered_set<MultiplyCall*> calls;  // guarded by calls_mu
+};
+
+class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<
+                               sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<sgemm::v1::Sgemm::Service>> {
  public:
   // `engine` and the loggers must outlive the service. `timing_log` may be null.
   SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,
                std::shared_ptr<spdlog::logger> timing_log);
+  ~SgemmService() override;
 
-  grpc::Status Multiply(grpc::ServerContext* context,
-                        grpc::ServerReaderWriter<sgemm::v1::MultiplyResponse, sgemm::v1::MultiplyRequest>* stream)
-      override;
-  grpc::Status GetInfo(grpc::ServerContext* context, const sgemm::v1::GetInfoRequest* request,
-                       sgemm::v1::GetInfoResponse* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Multiply(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const sgemm::v1::GetInfoRequest* request,
+                                    sgemm::v1::GetInfoResponse* response) override;
+
+  // Shutdown, step 1: refuse new calls (UNAVAILABLE) and end the calls that
+  // have not sent a header yet; calls with a request carry on.
+  void begin_shutdown();
+  // Step 2: waits until no call is open or `deadline` passes; true when none is.
+  bool wait_for_no_calls(std::chrono::steady_clock::time_point deadline);
+  // Step 3: ends every open call with `why` (engines stop at their next block).
+  void cancel_all(const Status& why);
+
+  const ServiceOptions& options() const { return options_; }
+  int64_t host_bytes_in_use() const { return shared_->budget.in_use(); }
 
  private:
-  Engine& engine_;
+  void watchdog();
+
   const ServiceOptions options_;
-  std::shared_ptr<spdlog::logger> request_log_;
-  std::shared_ptr<spdlog::logger> timing_log_;
-  TrackingAllocator allocator_;
-  AdmissionQueue admission_;
-  std::atomic<int64_t> next_id_{1};
-  std::atomic<int64_t> requests_total_{0};
-  std::atomic<int64_t> requests_failed_{0};
+  std::unique_ptr<ServiceShared> shared_;
+  std::mutex watchdog_mu_;
+  std::condition_variable watchdog_cv_;
+  bool stopping_ = false;  // guarded by watchdog_mu_
+  std::thread watchdog_;
 };
 
 }  // namespace sgemm

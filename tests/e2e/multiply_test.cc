@@ -42,8 +42,8 @@ void multiply_and_verify(Client& client, const Case& c, const MultiplyOptions& b
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(int64_t(r->c.size()), s.m * s.n);
   const auto rows = rows_to_verify(s.m, s.n, s.k, seed);
-  auto v = verify_gemm(s.m, s.n, s.k, c.alpha, a.data(), b.data(), c.beta, c.with_c ? c0.data() : nullptr,
-                       r->c.data(), rows);
+  auto v = verify_gemm(s.m, s.n, s.k, c.alpha, a.data(), b.data(), c.beta, c.with_c ? c0.data() : nullptr, r->c.data(),
+                       rows);
   EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", "
                                          << v.worst_col << ")";
   EXPECT_FALSE(r->summary.devices.empty());
@@ -93,10 +93,10 @@ TEST_F(MultiplyE2E, AlphaBetaVariantsWithAndWithoutC) {
   auto client = Client::connect(server_->address());
   const GemmShape s{129, 77, 301};
   multiply_and_verify(*client, {s, 2.5f, 0.0f, false});
-  multiply_and_verify(*client, {s, -1.0f, 0.0f, true});   // C given, beta 0: C is ignored
+  multiply_and_verify(*client, {s, -1.0f, 0.0f, true});  // C given, beta 0: C is ignored
   multiply_and_verify(*client, {s, 1.0f, 1.0f, true});
   multiply_and_verify(*client, {s, 0.5f, -2.0f, true});
-  multiply_and_verify(*client, {s, 0.0f, 3.0f, true});    // alpha 0: C = beta*C
+  multiply_and_verify(*client, {s, 0.0f, 3.0f, true});  // alpha 0: C = beta*C
   multiply_and_verify(*client, {{513, 1025, 257}, 1.5f, 0.25f, true});
 }
 
@@ -161,6 +161,14 @@ TEST_F(MultiplyE2E, InfoReportsDevicesKernelsLimitsAndHealth) {
   auto serving = client->serving();
   ASSERT_TRUE(serving.ok()) << serving.status().to_string();
   EXPECT_TRUE(*serving);
+  // Probes that name the service get an answer too; unknown names NOT_FOUND.
+  auto by_name = client->serving("sgemm.v1.Sgemm");
+  ASSERT_TRUE(by_name.ok()) << by_name.status().to_string();
+  EXPECT_TRUE(*by_name);
+  auto unknown = client->serving("no.such.Service");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(int(unknown.status().code()), 5) << unknown.status().to_string();  // NOT_FOUND
+  EXPECT_GT(info->host_memory_bytes, 0);
 }
 
 TEST_F(MultiplyE2E, TimingLogHasOneJsonLinePerRequest) {

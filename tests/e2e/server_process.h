@@ -2,8 +2,8 @@
 // end-to-end tests, and stops it with SIGTERM (checking it exits 0).
 #pragma once
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -45,8 +45,9 @@ class ServerProcess {
   explicit ServerProcess(std::vector<std::string> extra = {}) {
     dir_ = make_temp_dir();
     const char* backend = std::getenv("SGEMM_E2E_BACKEND");
-    std::vector<std::string> args = {server_bin(), "--listen", "127.0.0.1:0", "--port-file", dir_ + "/port",
-                                     "--log-dir", dir_ + "/logs", "--backend", backend ? backend : "auto"};
+    std::vector<std::string> args = {server_bin(),   "--listen",     "127.0.0.1:0",
+                                     "--port-file",  dir_ + "/port", "--log-dir",
+                                     dir_ + "/logs", "--backend",    backend ? backend : "auto"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -83,6 +84,15 @@ class ServerProcess {
     std::ifstream f(dir_ + "/stdout.log");
     return {std::istreambuf_iterator<char>(f), {}};
   }
+  // Whether `text` appears in the log within `ms` (a failed request is logged
+  // just after its client has the status).
+  bool log_has(const std::string& text, int ms = 3000) const {
+    for (int waited = 0;; waited += 10) {
+      if (log().find(text) != std::string::npos) return true;
+      if (waited >= ms) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   // SIGTERM, then waits; returns the exit code (or 128+signal).
   int stop() {
     if (pid_ <= 0) return -1;
@@ -106,7 +116,10 @@ int64_t wait_for_no_held_bytes(ClientT& client, int tries = 300) {
   int64_t held = -1;
   for (int i = 0; i < tries && held != 0; ++i) {
     auto info = client.info();
-    if (!info.ok()) return -1;
+    if (!info.ok()) {
+      fprintf(stderr, "info: %s\n", info.status().to_string().c_str());
+      return -1;
+    }
     held = info->host_bytes_in_use;
     if (held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
@@ -19,7 +20,9 @@ namespace v1 = ::sgemm::v1;
 
 class FakeEngine : public Engine {
  public:
-  EngineInfo info() const override { return {"fake", {}, {KernelKind::kOpenblas}, KernelKind::kOpenblas, {Precision::kFp32}}; }
+  EngineInfo info() const override {
+    return {"fake", {}, {KernelKind::kOpenblas}, KernelKind::kOpenblas, {Precision::kFp32}};
+  }
   HostAllocator& host_allocator() override { return alloc_; }
   Status validate(const GemmRequest& r) const override { return check_gemm_request(r); }
 
@@ -42,9 +45,8 @@ class ReverseRowsEngine final : public FakeEngine {
     const GemmShape s = job.request.shape;
     const float alpha = job.request.alpha, beta = job.request.beta;
     const bool has_c = job.request.has_c;
-    SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, s.m * s.k));
-    SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, s.k * s.n));
-    if (has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
+    if (job.feed) return Internal("the service runs a job only once its inputs are present");
+    ++runs;
     for (int64_t i = s.m - 1; i >= 0; --i) {
       for (int64_t j = 0; j < s.n; ++j) {
         float acc = 0;
@@ -59,6 +61,7 @@ class ReverseRowsEngine final : public FakeEngine {
     r.devices.push_back(DeviceTiming{.device = 7, .name = "fake device", .shard = {7, 0, s.m, 0, s.k}});
     return r;
   }
+  std::atomic<int> runs{0};
 };
 
 struct InProcessServer {
@@ -95,23 +98,58 @@ v1::MultiplyRequest chunk(v1::Matrix m, int64_t offset, const float* data, int64
   return r;
 }
 
-TEST(SgemmService, EngineFailureMidUploadEndsTheCallWithoutWaitingForTheRest) {
+TEST(SgemmService, EngineFailureReachesTheClientWithItsCodeAndFreesTheBuffers) {
   FailingEngine engine;
   InProcessServer srv(engine);
   grpc::ClientContext ctx;
   auto stream = srv.stub->Multiply(&ctx);
-  ASSERT_TRUE(stream->Write(header(1024, 1024, 1024)));
-  // Upload A slowly; the server must answer long before A is complete.
-  std::vector<float> block(1024, 1.0f);
-  int written = 0;
-  for (int64_t row = 0; row < 1024; ++row, ++written) {
-    if (!stream->Write(chunk(v1::MATRIX_A, row * 1024, block.data(), 1024))) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  ASSERT_TRUE(stream->Write(header(64, 64, 64)));
+  std::vector<float> block(64 * 64, 1.0f);
+  ASSERT_TRUE(stream->Write(chunk(v1::MATRIX_A, 0, block.data(), 64 * 64)));
+  ASSERT_TRUE(stream->Write(chunk(v1::MATRIX_B, 0, block.data(), 64 * 64)));
+  stream->WritesDone();
   grpc::Status st = stream->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(st.error_message().find("out of device memory"), std::string::npos) << st.error_message();
-  EXPECT_LT(written, 1024) << "the server kept reading after the engine failed";
+  for (int i = 0; i < 200 && srv.service->host_bytes_in_use() != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(srv.service->host_bytes_in_use(), 0);
+}
+
+TEST(SgemmService, AnUnfinishedUploadHoldsNoComputeSlot) {
+  ReverseRowsEngine engine;
+  ServiceOptions opt;
+  opt.max_in_flight = 1;
+  opt.max_queued = 0;
+  InProcessServer srv(engine, opt);
+  // One stream sends B and half of A, then stalls.
+  std::vector<float> v(16 * 16, 1.0f);
+  grpc::ClientContext stalled_ctx;
+  auto stalled = srv.stub->Multiply(&stalled_ctx);
+  ASSERT_TRUE(stalled->Write(header(16, 16, 16)));
+  ASSERT_TRUE(stalled->Write(chunk(v1::MATRIX_B, 0, v.data(), 256)));
+  ASSERT_TRUE(stalled->Write(chunk(v1::MATRIX_A, 0, v.data(), 128)));
+  // Others complete meanwhile, one after another on the single slot.
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    auto s = srv.stub->Multiply(&ctx);
+    ASSERT_TRUE(s->Write(header(16, 16, 16)));
+    ASSERT_TRUE(s->Write(chunk(v1::MATRIX_A, 0, v.data(), 256)));
+    ASSERT_TRUE(s->Write(chunk(v1::MATRIX_B, 0, v.data(), 256)));
+    s->WritesDone();
+    v1::MultiplyResponse resp;
+    while (s->Read(&resp)) {
+    }
+    ASSERT_TRUE(s->Finish().ok());
+  }
+  EXPECT_EQ(engine.runs.load(), 3);
+  // The stalled one finishes once the rest of A comes.
+  ASSERT_TRUE(stalled->Write(chunk(v1::MATRIX_A, 128, v.data(), 128)));
+  stalled->WritesDone();
+  v1::MultiplyResponse resp;
+  while (stalled->Read(&resp)) {
+  }
+  EXPECT_TRUE(stalled->Finish().ok());
 }
 
 TEST(SgemmService, RowsFinishedOutOfOrderArriveAsCorrectChunksAndASummary) {

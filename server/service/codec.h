@@ -1,0 +1,75 @@
+// Every conversion between sgemm.v1 messages and the service's plain structs,
+// in one place: requests arrive as raw grpc::ByteBuffers (so the service, not
+// gRPC, answers oversized and unparsable messages) and C goes back as
+// ByteBuffers encoded here with one copy of the payload.
+//
+// Threads: pure functions, callable from any thread.
+#pragma once
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/engine/engine.h"
+#include "server/service/request_assembly.h"
+#include "sgemm/v1/sgemm.pb.h"
+
+namespace sgemm {
+
+// One decoded MultiplyRequest message.
+struct RequestMessage {
+  enum class Kind { kHeader, kChunk, kEmpty };
+  Kind kind = Kind::kEmpty;
+  RequestHeader header;            // kind == kHeader (already converted; enums checked)
+  MatrixId matrix = MatrixId::kA;  // kind == kChunk
+  int64_t offset = 0;
+  // The chunk's payload (little-endian fp32), left where gRPC received it:
+  // `data_bytes` bytes starting `data_offset` bytes into `slices`.
+  std::vector<grpc::Slice> slices;
+  std::size_t data_offset = 0;
+  std::size_t data_bytes = 0;
+  // Copies the payload to `dst`: the one copy of a chunk's bytes on the server.
+  void copy_data(void* dst) const;
+};
+
+// Parses message number `index` (1-based, for messages) of a Multiply stream.
+// A chunk's payload is not copied: the message's wire fields are read in
+// place, falling back to the protobuf parser for anything unusual (fields
+// repeated, out of the usual order).
+// INVALID_ARGUMENT for a message over `max_message_bytes` (it says to chunk and
+// gives the limit), for bytes that are not a MultiplyRequest, and for unknown
+// enum values in the header or chunk.
+StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index, int64_t max_chunk_bytes);
+
+// Converts the wire header; unknown enum values are INVALID_ARGUMENT.
+StatusOr<RequestHeader> header_from_proto(const sgemm::v1::GemmHeader& h);
+StatusOr<MatrixId> matrix_from_proto(sgemm::v1::Matrix m);
+sgemm::v1::Split split_to_proto(SplitMode s);
+
+// A MultiplyResponse carrying elements [offset, offset + count) of C, encoded
+// by hand so the payload is copied once, from `c + offset` into the buffer.
+grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count);
+
+// Per-request figures the summary reports besides the engine's.
+struct SummaryFigures {
+  std::string request_id;
+  double queue_ms = 0, receive_ms = 0, compute_ms = 0, total_ms = 0;
+  int64_t bytes_received = 0, bytes_sent = 0;
+};
+grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& figures);
+
+// GetInfo's answer from the engine and the service's limits and load.
+struct InfoFigures {
+  std::string version;
+  std::vector<std::string> backends;
+  int64_t max_matrix_elements = 0, max_chunk_bytes = 0, host_memory_bytes = 0;
+  int max_in_flight = 0, max_queued = 0;
+  int in_flight = 0, queued = 0, open_streams = 0;
+  int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
+};
+void info_to_proto(const EngineInfo& engine, const InfoFigures& f, sgemm::v1::GetInfoResponse* out);
+
+}  // namespace sgemm

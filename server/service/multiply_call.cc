@@ -1,0 +1,520 @@
+#include "server/service/multiply_call.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/service/status_mapping.h"
+
+namespace sgemm {
+
+namespace {
+
+double ms_between(MultiplyCall::Clock::time_point a, MultiplyCall::Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", d.count() / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+const char* MultiplyCall::phase_name(Phase p) {
+  switch (p) {
+    case Phase::kHeader:
+      return "reading the header";
+    case Phase::kReceiving:
+      return "receiving the matrices";
+    case Phase::kWaitMemory:
+      return "waiting for host memory";
+    case Phase::kQueued:
+      return "queued for a compute slot";
+    case Phase::kComputing:
+      return "computing";
+    case Phase::kSending:
+      return "sending C";
+    case Phase::kDone:
+      return "done";
+  }
+  return "?";
+}
+
+MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse)
+    : shared_(shared), ctx_(ctx), id_(std::to_string(shared.next_id.fetch_add(1))), t_start_(Clock::now()) {
+  shared_.requests_total.fetch_add(1);
+  shared_.unanswered.fetch_add(1);
+  {
+    std::lock_guard lock(shared_.calls_mu);
+    shared_.calls.insert(this);
+  }
+  std::unique_lock lock(mu_);
+  if (!refuse.ok()) {
+    finish(refuse);
+    return;
+  }
+  start_read();
+}
+
+MultiplyCall::~MultiplyCall() = default;
+
+void MultiplyCall::ref() {
+  std::lock_guard lock(mu_);
+  ++refs_;
+}
+
+void MultiplyCall::unref() {
+  bool last;
+  {
+    std::lock_guard lock(mu_);
+    last = --refs_ == 0;
+  }
+  if (last) delete this;  // buffers and the reservation go back here, no lock held
+}
+
+void MultiplyCall::after_unlock(std::unique_lock<std::mutex>& lock) {
+  const uint64_t ticket = ticket_to_cancel_;
+  ticket_to_cancel_ = 0;
+  lock.unlock();
+  if (ticket && shared_.budget.cancel(ticket)) unref();  // the waiter's reference
+}
+
+void MultiplyCall::start_read() {
+  reading_ = true;
+  read_since_ = Clock::now();
+  in_.Clear();
+  StartRead(&in_);
+}
+
+bool MultiplyCall::has_header() const {
+  std::lock_guard lock(mu_);
+  return phase_ != Phase::kHeader;
+}
+
+Status MultiplyCall::cancelled_status() const { return cancelled_status_in(phase_); }
+
+Status MultiplyCall::cancelled_status_in(Phase phase) const {
+  // A client whose deadline passes resets the stream a little before the
+  // server's own copy of the deadline (which started when the call arrived):
+  // so a cancel this close to the deadline is the deadline, as the client sees it.
+  if (std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline())
+    return DeadlineExceeded(std::string("deadline expired while ") + phase_name(phase));
+  return Cancelled(std::string("client cancelled or went away while ") + phase_name(phase));
+}
+
+// ---- Reactions ---------------------------------------------------------------
+
+void MultiplyCall::OnReadDone(bool ok) {
+  std::unique_lock lock(mu_);
+  reading_ = false;
+  if (finished_) return after_unlock(lock);
+  if (!ok) {
+    // Half-close (or the call is going away: OnCancel says so).
+    if (ctx_->IsCancelled()) {
+      finish(cancelled_status());
+    } else if (phase_ == Phase::kHeader) {
+      finish(InvalidArgument("the request stream ended before its header"));
+    } else if (phase_ == Phase::kReceiving) {
+      Status st = assembler_->finish();
+      finish(st.ok() ? Internal("upload ended incomplete without a reason") : st);
+    }
+    // Otherwise the upload was complete: computing, queued or sending carries on.
+    return after_unlock(lock);
+  }
+  ++messages_;
+  auto msg = decode_request(in_, messages_, shared_.options.limits.max_chunk_bytes);
+  Status st = msg.ok() ? on_message(std::move(msg).value()) : msg.status();
+  if (!st.ok()) finish(st);
+  after_unlock(lock);
+}
+
+void MultiplyCall::OnWriteDone(bool ok) {
+  std::unique_lock lock(mu_);
+  writing_ = false;
+  if (!finished_) {
+    if (ok)
+      send_more();
+    else
+      finish(cancelled_status());
+  }
+  after_unlock(lock);
+}
+
+void MultiplyCall::OnCancel() {
+  std::unique_lock lock(mu_);
+  if (!finished_) finish(cancelled_status());
+  after_unlock(lock);
+}
+
+void MultiplyCall::OnDone() {
+  {
+    // A failure is logged here, when gRPC knows whether the client reset the
+    // stream: a reset can race a half-close (OnReadDone(false) before
+    // OnCancel), and the log must show the code the client got. Success was
+    // logged when the summary went out, unless the stream was reset after it.
+    std::lock_guard lock(mu_);
+    Status st = final_status_;
+    if (!st.ok() && ctx_->IsCancelled() && !server_reset_ && st.code() != StatusCode::kCancelled &&
+        st.code() != StatusCode::kDeadlineExceeded)
+      st = cancelled_status_in(finish_phase_);
+    if (!st.ok()) log_outcome(st);
+  }
+  {
+    std::lock_guard lock(shared_.calls_mu);
+    shared_.calls.erase(this);
+  }
+  shared_.calls_cv.notify_all();
+  unref();
+}
+
+void MultiplyCall::check_idle(Clock::time_point now) {
+  std::unique_lock lock(mu_);
+  const auto idle = shared_.options.idle_timeout;
+  if (finished_) {
+    // The summary (the last write, with the status) can be stuck behind flow
+    // control too; then the stream is reset so C's buffer goes.
+    if (writing_ && now - write_since_ >= idle) {
+      writing_ = false;
+      server_reset_ = true;
+      ctx_->TryCancel();
+      final_status_ = DeadlineExceeded("the client read neither the end of C nor the summary for " +
+                                       seconds_text(idle) + " (--idle-timeout); the stream was reset");
+    }
+    return after_unlock(lock);
+  }
+  const bool waiting_in = reading_ && (phase_ == Phase::kHeader || phase_ == Phase::kReceiving);
+  if (waiting_in && now - read_since_ >= idle) {
+    finish(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
+                            phase_name(phase_) + "; send the data without pauses or raise --idle-timeout"));
+  } else if (writing_ && now - write_since_ >= idle) {
+    // A write is stuck behind flow control: the status cannot follow it, so
+    // the stream is reset and the reason goes to the log.
+    server_reset_ = true;
+    ctx_->TryCancel();
+    finish(DeadlineExceeded("the client read no part of C for " + seconds_text(idle) +
+                            " (--idle-timeout); C's buffer is freed"));
+  } else if (phase_ == Phase::kWaitMemory && now - memory_since_ >= idle) {
+    finish(ResourceExhausted(
+        "waited " + seconds_text(idle) + " (--idle-timeout) for " + std::to_string(footprint_bytes_) +
+        " bytes of the host memory budget (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
+        std::to_string(shared_.budget.in_use()) + " in use); retry later"));
+  }
+  after_unlock(lock);
+}
+
+void MultiplyCall::abort(const Status& why) {
+  std::unique_lock lock(mu_);
+  if (!finished_) {
+    if (writing_) {
+      server_reset_ = true;
+      ctx_->TryCancel();
+    }
+    finish(why);
+  }
+  after_unlock(lock);
+}
+
+// ---- Steps -----------------------------------------------------------------
+
+Status MultiplyCall::on_message(RequestMessage msg) {
+  switch (msg.kind) {
+    case RequestMessage::Kind::kEmpty:
+      return InvalidArgument("message " + std::to_string(messages_) +
+                             " of the stream is an empty MultiplyRequest: it carries neither `header` nor `chunk`");
+    case RequestMessage::Kind::kHeader:
+      if (phase_ != Phase::kHeader)
+        return InvalidArgument("a Multiply stream carries one header; message " + std::to_string(messages_) +
+                               " is a second `header`");
+      SGEMM_RETURN_IF_ERROR(on_header(msg.header));
+      start_read();
+      return Status::Ok();
+    case RequestMessage::Kind::kChunk:
+      if (phase_ == Phase::kHeader)
+        return InvalidArgument("the first message of a Multiply stream must carry `header`, not `chunk`");
+      if (phase_ != Phase::kReceiving)
+        return InvalidArgument("message " + std::to_string(messages_) +
+                               " is a chunk, but every declared matrix was already complete");
+      {
+        bool parked = false;
+        SGEMM_RETURN_IF_ERROR(admit_memory(msg, &parked));
+        if (parked) return Status::Ok();  // reading resumes when the memory is granted
+      }
+      SGEMM_RETURN_IF_ERROR(on_chunk(msg));
+      return after_chunk();
+  }
+  return Internal("unknown message kind");
+}
+
+GemmRequest MultiplyCall::request() const {
+  return GemmRequest{header_.shape, header_.alpha, header_.beta, header_.has_c, header_.options};
+}
+
+Status MultiplyCall::on_header(const RequestHeader& header) {
+  header_ = header;
+  SGEMM_RETURN_IF_ERROR(validate_header(header_, shared_.options.limits));
+  SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
+  const GemmShape& s = header_.shape;
+  footprint_bytes_ = (s.m * s.k + s.k * s.n + s.m * s.n) * int64_t(sizeof(float));
+  if (footprint_bytes_ > shared_.budget.capacity())
+    return ResourceExhausted("the request needs " + std::to_string(footprint_bytes_) +
+                             " bytes of host memory for A, B and C, more than the server's whole budget of " +
+                             std::to_string(shared_.budget.capacity()) + " bytes (--host-memory-bytes)");
+  assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
+  phase_ = Phase::kReceiving;
+  return Status::Ok();
+}
+
+Status MultiplyCall::admit_memory(RequestMessage& msg, bool* parked) {
+  *parked = false;
+  if (reservation_.bytes() > 0) return Status::Ok();
+  // A bad chunk is refused before it costs memory.
+  SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data_bytes));
+  // try_reserve and enqueue lock only the budget; grants never run here.
+  if (auto r = shared_.budget.try_reserve(footprint_bytes_)) {
+    reservation_ = std::move(*r);
+    return Status::Ok();
+  }
+  ++refs_;  // the waiter's reference
+  const uint64_t ticket = shared_.budget.enqueue(
+      footprint_bytes_, [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); });
+  if (ticket == 0) {
+    --refs_;
+    return ResourceExhausted(
+        "the host memory budget is full (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
+        std::to_string(shared_.budget.in_use()) + " in use) and " + std::to_string(shared_.options.max_queued) +
+        " requests already wait for it (--max-queued); retry later");
+  }
+  memory_ticket_ = ticket;
+  pending_ = std::move(msg);
+  phase_ = Phase::kWaitMemory;
+  memory_since_ = Clock::now();
+  *parked = true;
+  return Status::Ok();
+}
+
+void MultiplyCall::on_memory_granted(MemoryBudget::Reservation reservation) {
+  std::unique_lock lock(mu_);
+  memory_ticket_ = 0;
+  if (finished_) {
+    lock.unlock();
+    reservation.reset();  // may grant the next waiter: no lock held
+    unref();
+    return;
+  }
+  reservation_ = std::move(reservation);
+  phase_ = Phase::kReceiving;
+  Status st = on_chunk(pending_);
+  pending_ = {};
+  if (st.ok()) st = after_chunk();
+  if (!st.ok()) finish(st);
+  after_unlock(lock);
+  unref();
+}
+
+Status MultiplyCall::on_chunk(RequestMessage& msg) {
+  const int idx = static_cast<int>(msg.matrix);
+  if (!buffers_[idx]) {
+    const int64_t elements = matrix_elements(header_.shape, msg.matrix);
+    // The check before allocating: a chunk that would be refused costs nothing.
+    SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data_bytes));
+    auto got = shared_.engine.host_allocator().allocate(std::size_t(elements) * sizeof(float));
+    if (!got.ok()) return got.status().with_context("allocating " + std::string(matrix_name(msg.matrix)));
+    buffers_[idx] = std::move(got).value();
+    assembler_->set_destination(msg.matrix, buffers_[idx].floats());
+  }
+  SGEMM_RETURN_IF_ERROR(
+      assembler_->add_chunk(msg.matrix, msg.offset, msg.data_bytes, [&](void* dst) { msg.copy_data(dst); }));
+  bytes_in_ += int64_t(msg.data_bytes);
+  return Status::Ok();
+}
+
+Status MultiplyCall::after_chunk() {
+  if (assembler_->complete()) return start_compute();
+  start_read();
+  return Status::Ok();
+}
+
+Status MultiplyCall::start_compute() {
+  t_received_ = Clock::now();
+  const GemmShape& s = header_.shape;
+  const int c_idx = static_cast<int>(MatrixId::kC);
+  if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
+    auto got = shared_.engine.host_allocator().allocate(std::size_t(s.m * s.n) * sizeof(float));
+    if (!got.ok()) return got.status().with_context("allocating C");
+    buffers_[c_idx] = std::move(got).value();
+  }
+  job_.request = request();
+  job_.a = buffers_[0].floats();
+  job_.b = buffers_[1].floats();
+  job_.c = buffers_[c_idx].floats();
+  job_.feed = nullptr;  // every input is present
+  job_.sink = this;
+  job_.cancel = &cancel_;
+  phase_ = Phase::kQueued;
+  ++refs_;  // the pool task's reference
+  if (!shared_.pool.submit([this] { run_compute(); })) {
+    --refs_;
+    return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +
+                       std::to_string(shared_.pool.queued()) + " queued (--max-in-flight " +
+                       std::to_string(shared_.pool.threads()) + ", --max-queued " +
+                       std::to_string(shared_.pool.max_queued()) + "); retry with backoff");
+  }
+  // Keep a read posted: it sees the half-close, or a message that should not come.
+  start_read();
+  return Status::Ok();
+}
+
+void MultiplyCall::run_compute() {
+  {
+    std::lock_guard lock(mu_);
+    t_compute_start_ = Clock::now();
+    if (!finished_) phase_ = Phase::kComputing;
+  }
+  StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
+  {
+    std::unique_lock lock(mu_);
+    t_compute_end_ = Clock::now();
+    compute_done_ = true;
+    result_ = std::move(result);
+    if (!finished_) {
+      phase_ = Phase::kSending;
+      send_more();
+    }
+    after_unlock(lock);
+  }
+  unref();
+}
+
+void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
+  std::unique_lock lock(mu_);
+  rows_.emplace_back(row_begin, row_end);
+  send_more();
+  after_unlock(lock);
+}
+
+void MultiplyCall::send_more() {
+  if (finished_ || writing_) return;
+  const int64_t n = header_.shape.n;
+  if (!rows_.empty()) {
+    const auto [r0, r1] = rows_.front();
+    if (send_next_ < 0) send_next_ = r0 * n;
+    const int64_t end = r1 * n;
+    const int64_t chunk_elems = std::max<int64_t>(1, shared_.options.response_chunk_bytes / int64_t(sizeof(float)));
+    const int64_t count = std::min(chunk_elems, end - send_next_);
+    out_ = encode_c_chunk(job_.c, send_next_, count);
+    send_next_ += count;
+    bytes_out_ += count * int64_t(sizeof(float));
+    if (send_next_ >= end) {
+      rows_.pop_front();
+      send_next_ = -1;
+    }
+    writing_ = true;
+    write_since_ = Clock::now();
+    StartWrite(&out_);
+    return;
+  }
+  if (!compute_done_) return;
+  if (!result_.ok()) return finish(result_.status());
+  // Everything sent: the summary goes with the status.
+  SummaryFigures f;
+  f.request_id = id_;
+  f.queue_ms = ms_between(t_received_, t_compute_start_);
+  f.receive_ms = ms_between(t_start_, t_received_);
+  f.compute_ms = ms_between(t_compute_start_, t_compute_end_);
+  f.total_ms = ms_between(t_start_, Clock::now());
+  f.bytes_received = bytes_in_;
+  f.bytes_sent = bytes_out_;
+  out_ = encode_summary(*result_, f);
+  set_finished();
+  phase_ = Phase::kDone;
+  final_status_ = Status::Ok();
+  finish_phase_ = phase_;
+  t_finish_ = Clock::now();
+  log_outcome(final_status_);  // before the client has its result: the timing line is there when it looks
+  writing_ = true;             // no OnWriteDone follows; the watchdog resets the stream if this never drains
+  write_since_ = Clock::now();
+  StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc_status(Status::Ok()));
+}
+
+void MultiplyCall::set_finished() {
+  finished_ = true;
+  shared_.unanswered.fetch_sub(1);
+}
+
+void MultiplyCall::finish(const Status& status) {
+  if (finished_) return;
+  set_finished();
+  cancel_.cancel(status);  // the engine stops at its next block
+  if (memory_ticket_) {
+    ticket_to_cancel_ = memory_ticket_;  // cancelled once mu_ is released
+    memory_ticket_ = 0;
+  }
+  final_status_ = status;
+  finish_phase_ = phase_;
+  t_finish_ = Clock::now();
+  phase_ = Phase::kDone;
+  Finish(to_grpc_status(status));
+}
+
+void MultiplyCall::log_outcome(const Status& st) {
+  const double total_ms = ms_between(t_start_, t_finish_);
+  const GemmShape& s = header_.shape;
+  if (!st.ok()) {
+    shared_.requests_failed.fetch_add(1);
+    // Streams that never sent anything are the cheapest to open: log them at debug level.
+    const auto level =
+        messages_ == 0 && st.code() == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
+    if (!shared_.log.admit(level)) return;  // formatting is most of a reset stream's cost
+    shared_.log.write(level, fmt::format("request id={} peer={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
+                                         "bytes_in={} bytes_out={} error=\"{}\"",
+                                         id_, ctx_->peer(), s.m, s.n, s.k, status_code_name(st.code()),
+                                         phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, st.message()));
+    return;
+  }
+  const GemmReport& r = *result_;
+  const double queue_ms = ms_between(t_received_, t_compute_start_);
+  const double receive_ms = ms_between(t_start_, t_received_);
+  const double compute_ms = ms_between(t_compute_start_, t_compute_end_);
+  shared_.log.logger().info(
+      "request id={} peer={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
+      "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
+      "bytes_out={} gflops={:.1f} devices={} plan=\"{}\"",
+      id_, ctx_->peer(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
+      kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
+      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
+  if (!shared_.timing_log) return;
+  nlohmann::json j;
+  j["request_id"] = id_;
+  j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  j["m"] = s.m;
+  j["n"] = s.n;
+  j["k"] = s.k;
+  j["backend"] = r.backend;
+  j["kernel"] = kernel_kind_name(r.kernel);
+  j["split"] = split_mode_name(r.split);
+  j["plan"] = r.plan_reason;
+  j["queue_ms"] = queue_ms;
+  j["receive_ms"] = receive_ms;
+  j["compute_ms"] = compute_ms;
+  j["total_ms"] = total_ms;
+  j["bytes_in"] = bytes_in_;
+  j["bytes_out"] = bytes_out_;
+  auto& devs = j["devices"] = nlohmann::json::array();
+  for (const DeviceTiming& d : r.devices) {
+    devs.push_back({{"index", d.device},
+                    {"name", d.name},
+                    {"row_begin", d.shard.row_begin},
+                    {"row_end", d.shard.row_end},
+                    {"k_begin", d.shard.k_begin},
+                    {"k_end", d.shard.k_end},
+                    {"copy_in_ms", d.copy_in_ms},
+                    {"kernel_ms", d.kernel_ms},
+                    {"reduce_ms", d.reduce_ms},
+                    {"copy_out_ms", d.copy_out_ms}});
+  }
+  shared_.timing_log->info(j.dump());
+}
+
+}  // namespace sgemm

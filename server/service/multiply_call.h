@@ -1,0 +1,134 @@
+// One Multiply call: a gRPC callback reactor whose steps are methods, in the
+// order a request goes through them:
+//
+//   on_header()      convert, validate (limits, engine), size the footprint
+//   admit_memory()   reserve the footprint against the budget at the first
+//                    data chunk; when it does not fit, stop reading and wait
+//                    (holding nothing) until it does or --idle-timeout passes
+//   on_chunk()       copy a chunk into its matrix (buffer allocated at the
+//                    matrix's first chunk)
+//   start_compute()  upload complete: C's buffer, a place on the compute pool
+//   run_compute()    (pool thread) Engine::run with every input present
+//   send_more()      one chunk of C at a time, as rows are final
+//   finish()         the error, or (send_more) the summary and the log line: Finish()
+//   OnDone()         a failure's log line, with the code the client got
+//
+// Ownership: the call deletes itself when gRPC is done with it (OnDone) and
+// no pool task or memory waiter refers to it (refs_). Its buffers and
+// reservation go with it.
+//
+// Threads: reactions on gRPC's threads, run_compute()/rows_ready() on a pool
+// thread, check_idle()/abort() on the watchdog or shutdown thread, the memory
+// grant on whichever thread freed memory. All state is guarded by mu_; gRPC
+// operations are started with mu_ held (gRPC never runs a reaction inline).
+// Memory goes back to the budget (a release or cancel(), which run other
+// calls' grants and so lock them) only with mu_ released; try_reserve() and
+// enqueue() take just the budget's lock and may be called under mu_.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "server/service/codec.h"
+#include "server/service/sgemm_service.h"
+
+namespace sgemm {
+
+class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>, private OutputSink {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Registers itself with `shared` and starts reading. A non-OK `refuse`
+  // ends the call at once with that status (limits on open streams, shutdown).
+  MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  // Watchdog: ends the call if it has waited on its client (or for memory)
+  // longer than --idle-timeout. Called with shared.calls_mu held.
+  void check_idle(Clock::time_point now);
+  // Ends the call with `why` unless it has ended (shutdown). Called with
+  // shared.calls_mu held.
+  void abort(const Status& why);
+  // Whether a header has arrived (shutdown ends the calls without one at once).
+  bool has_header() const;
+
+ private:
+  enum class Phase { kHeader, kReceiving, kWaitMemory, kQueued, kComputing, kSending, kDone };
+  static const char* phase_name(Phase p);
+
+  ~MultiplyCall() override;
+
+  // Steps (mu_ held).
+  Status on_message(RequestMessage msg);
+  Status on_header(const RequestHeader& header);
+  GemmRequest request() const;  // the header as the engine's request
+  Status admit_memory(RequestMessage& msg, bool* parked);
+  Status on_chunk(RequestMessage& msg);
+  Status after_chunk();
+  Status start_compute();
+  void send_more();
+  void finish(const Status& status);
+  void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
+  void log_outcome(const Status& status);
+
+  // Off the reactor.
+  void run_compute();
+  void on_memory_granted(MemoryBudget::Reservation reservation);
+  void rows_ready(int64_t row_begin, int64_t row_end) override;
+
+  void start_read();
+  Status cancelled_status() const;
+  Status cancelled_status_in(Phase phase) const;
+  // Runs what must not run with mu_ held (cancelling a memory wait); call after unlocking.
+  void after_unlock(std::unique_lock<std::mutex>& lock);
+  void ref();
+  void unref();
+
+  ServiceShared& shared_;
+  grpc::CallbackServerContext* const ctx_;
+  const std::string id_;
+  const Clock::time_point t_start_;
+
+  mutable std::mutex mu_;
+  int refs_ = 1;                  // guarded by mu_: gRPC (until OnDone), pool task, memory waiter
+  Phase phase_ = Phase::kHeader;  // guarded by mu_ (and so is everything below)
+  bool finished_ = false;         // Finish (or StartWriteAndFinish) called
+  bool reading_ = false;          // a read is outstanding
+  bool writing_ = false;          // a write is outstanding
+  bool compute_done_ = false;
+  int64_t messages_ = 0;                                       // messages read so far
+  Clock::time_point read_since_, write_since_, memory_since_;  // when the current wait began
+  Status final_status_;                                        // what Finish sent
+  Phase finish_phase_ = Phase::kHeader;                        // the phase the call ended in
+  Clock::time_point t_finish_{};
+  bool server_reset_ = false;      // we reset the stream (TryCancel): our status stands in the log
+  uint64_t memory_ticket_ = 0;     // waiting for memory
+  uint64_t ticket_to_cancel_ = 0;  // cancelled by after_unlock()
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;
+  RequestMessage pending_;  // the chunk that waits for memory
+
+  RequestHeader header_;
+  int64_t footprint_bytes_ = 0;  // A + B + C, reserved at the first chunk
+  std::optional<MatrixAssembler> assembler_;
+  MemoryBudget::Reservation reservation_;
+  HostBuffer buffers_[3];  // A, B, C
+  CancelToken cancel_;
+  GemmJob job_;
+  StatusOr<GemmReport> result_ = Internal("not computed");
+  std::deque<std::pair<int64_t, int64_t>> rows_;  // finished rows of C not yet sent
+  int64_t send_next_ = -1;                        // next element to send of rows_.front()
+  int64_t bytes_in_ = 0, bytes_out_ = 0;
+  Clock::time_point t_received_{}, t_compute_start_{}, t_compute_end_{};
+};
+
+}  // namespace sgemm

@@ -1,0 +1,520 @@
+// The request lifecycle against the real server (docs/lifecycle.md): clients
+// that stall, trickle, stay silent, do not read, give up, or arrive in storms
+// cannot stop a normal request, hold more than the memory budget, or keep
+// anything after they end. Each test checks a normal request is served
+// correctly meanwhile and that the server holds nothing afterwards.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+#include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/server_process.h"
+
+namespace sgemm {
+namespace {
+
+namespace v1 = ::sgemm::v1;
+using testing::ServerProcess;
+using Clock = std::chrono::steady_clock;
+using Stream = grpc::ClientReaderWriter<v1::MultiplyRequest, v1::MultiplyResponse>;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+v1::MultiplyRequest header_msg(int64_t m, int64_t n, int64_t k) {
+  v1::MultiplyRequest r;
+  r.mutable_header()->set_m(m);
+  r.mutable_header()->set_n(n);
+  r.mutable_header()->set_k(k);
+  return r;
+}
+
+v1::MultiplyRequest chunk_msg(v1::Matrix m, int64_t offset, int64_t count, float value = 0.5f) {
+  v1::MultiplyRequest r;
+  r.mutable_chunk()->set_matrix(m);
+  r.mutable_chunk()->set_offset(offset);
+  std::vector<float> v(std::size_t(count), value);
+  r.mutable_chunk()->set_data(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  return r;
+}
+
+// A channel with a connection of its own (gRPC shares connections between
+// channels with equal arguments).
+std::shared_ptr<grpc::Channel> own_channel(const std::string& address, int index) {
+  grpc::ChannelArguments args;
+  args.SetInt("sgemm.test.channel", index);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// A stream held open by the test, cancelled when it goes.
+struct HeldStream {
+  HeldStream(v1::Sgemm::Stub& stub) : ctx(std::make_unique<grpc::ClientContext>()), stream(stub.Multiply(ctx.get())) {}
+  ~HeldStream() {
+    if (!finished) {
+      ctx->TryCancel();
+      stream->Finish();
+    }
+  }
+  grpc::Status finish() {
+    finished = true;
+    v1::MultiplyResponse r;
+    while (stream->Read(&r)) {
+    }
+    return stream->Finish();
+  }
+  std::unique_ptr<grpc::ClientContext> ctx;
+  std::unique_ptr<Stream> stream;
+  bool finished = false;
+};
+
+// A normal request: a fresh random product, checked against the fp64 reference. Returns its wall ms.
+double normal_request(const std::string& address, GemmShape s = {256, 256, 256}) {
+  auto client = Client::connect(address);
+  const uint64_t seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+  std::vector<float> a(s.m * s.k), b(s.k * s.n);
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  MultiplyOptions o;
+  o.timeout = std::chrono::milliseconds(30000);
+  const auto t0 = Clock::now();
+  auto r = client->multiply(s, a.data(), b.data(), nullptr, o);
+  const double ms = ms_since(t0);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return ms;
+  EXPECT_TRUE(
+      verify_gemm(s.m, s.n, s.k, 1, a.data(), b.data(), 0, nullptr, r->c.data(), rows_to_verify(s.m, s.n, s.k, seed))
+          .passed(kSgemmTolerance));
+  return ms;
+}
+
+ServerInfo info_of(const std::string& address) {
+  auto i = Client::connect(address)->info();
+  EXPECT_TRUE(i.ok()) << i.status().to_string();
+  return i.ok() ? *i : ServerInfo{};
+}
+
+// Polls until the server holds no request memory and has no stream open.
+void expect_all_freed(const std::string& address) {
+  ServerInfo i;
+  for (int t = 0; t < 500; ++t) {
+    i = info_of(address);
+    if (i.host_bytes_in_use == 0 && i.open_streams == 0 && i.in_flight == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(i.host_bytes_in_use, 0) << "request memory not freed";
+  EXPECT_EQ(i.open_streams, 0) << "streams still open";
+  EXPECT_EQ(i.in_flight, 0);
+}
+
+int64_t rss_bytes(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+double cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), {});
+  std::istringstream in(s.substr(s.rfind(')') + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
+}
+
+int count_lines(const std::string& text) { return int(std::count(text.begin(), text.end(), '\n')); }
+
+// ---- Stalling clients --------------------------------------------------------
+
+// The target scenario: four header-only streams at the size limit, a
+// B-first trickler and 300 silent streams attached; a normal 256^3 request is
+// still served at once, and the idle streams hold (almost) no memory.
+TEST(StallingClientsE2E, HeaderOnlyTricklingAndSilentStreamsDoNotStallANormalRequest) {
+  // A budget above the 12 GiB a 32768^3 request would need, so the header-only
+  // streams are admitted (the default, half of this host's memory, refuses them).
+  ServerProcess server({"--host-memory-bytes", std::to_string(int64_t{16} << 30)});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  std::vector<std::unique_ptr<v1::Sgemm::Stub>> stubs;
+  for (int i = 0; i < 4; ++i) stubs.push_back(v1::Sgemm::NewStub(own_channel(addr, i)));
+  std::vector<std::unique_ptr<HeldStream>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(std::make_unique<HeldStream>(*stubs[0]));
+    ASSERT_TRUE(held.back()->stream->Write(header_msg(32768, 32768, 32768)));
+  }
+  for (int i = 0; i < 300; ++i) held.push_back(std::make_unique<HeldStream>(*stubs[1 + i % 3]));
+  // The trickler: all of B, then A a row every 50 ms.
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    HeldStream t(*stubs[3]);
+    const int64_t d = 512;
+    t.stream->Write(header_msg(d, d, d));
+    t.stream->Write(chunk_msg(v1::MATRIX_B, 0, d * d));
+    for (int64_t r = 0; r < d && !stop; ++r) {
+      if (!t.stream->Write(chunk_msg(v1::MATRIX_A, r * d, d))) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  for (int t = 0; t < 300 && info_of(addr).open_streams < 305; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const ServerInfo attached = info_of(addr);
+  EXPECT_GE(attached.open_streams, 305);
+  std::vector<double> ms;
+  for (int i = 0; i < 10; ++i) ms.push_back(normal_request(addr));
+  std::sort(ms.begin(), ms.end());
+  std::printf(
+      "normal 256^3 with 4 header-only + 1 trickler + 300 silent attached: min %.1f ms, median %.1f ms, "
+      "max %.1f ms; server holds %ld bytes of budget, RSS %.0f MiB\n",
+      ms.front(), ms[ms.size() / 2], ms.back(), long(attached.host_bytes_in_use), rss_bytes(server.pid()) / 1048576.0);
+  EXPECT_LT(ms[ms.size() / 2], 2000) << "a normal request waited on stalled ones";
+  // The idle streams hold the trickler's 3 MiB, nothing for the header-only ones.
+  EXPECT_LE(attached.host_bytes_in_use, 3 * 512 * 512 * 4);
+  EXPECT_LT(rss_bytes(server.pid()), int64_t{1} << 30);
+  stop = true;
+  trickler.join();
+  held.clear();
+  expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(StallingClientsE2E, IdleTimeoutEndsSilentStalledAndNonReadingStreamsAndFreesEverything) {
+  ServerProcess server({"--idle-timeout", "1"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
+  HeldStream silent(*stub), header_only(*stub), stalled(*stub), no_reader(*stub);
+  ASSERT_TRUE(header_only.stream->Write(header_msg(64, 64, 64)));
+  ASSERT_TRUE(stalled.stream->Write(header_msg(64, 64, 64)));
+  ASSERT_TRUE(stalled.stream->Write(chunk_msg(v1::MATRIX_B, 0, 64 * 64)));
+  // Cheap to upload (k = 1), 64 MiB of C: the client never reads it.
+  ASSERT_TRUE(no_reader.stream->Write(header_msg(4096, 4096, 1)));
+  ASSERT_TRUE(no_reader.stream->Write(chunk_msg(v1::MATRIX_A, 0, 4096)));
+  ASSERT_TRUE(no_reader.stream->Write(chunk_msg(v1::MATRIX_B, 0, 4096)));
+  no_reader.stream->WritesDone();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_GT(info_of(addr).host_bytes_in_use, 0);
+  normal_request(addr);  // served meanwhile
+  const auto t0 = Clock::now();
+  for (HeldStream* h : {&silent, &header_only, &stalled}) {
+    const grpc::Status st = h->finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+    EXPECT_NE(st.error_message().find("--idle-timeout"), std::string::npos) << st.error_message();
+  }
+  EXPECT_LT(ms_since(t0), 3000);
+  // The non-reader's C is dropped: nothing held, the log names the timeout.
+  for (int t = 0; t < 300 && info_of(addr).host_bytes_in_use != 0; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(info_of(addr).host_bytes_in_use, 0);
+  EXPECT_TRUE(server.log_has("the client read no part of C"));
+  no_reader.ctx->TryCancel();
+  no_reader.finish();
+  normal_request(addr);
+  expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// ---- The memory budget ---------------------------------------------------------
+
+TEST(MemoryBudgetE2E, OverTheBudgetIsRefusedNamingItAndOthersWaitWithinIt) {
+  const int64_t budget = 4 << 20;
+  ServerProcess server({"--host-memory-bytes", std::to_string(budget)});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  auto client = Client::connect(addr);
+  // Never fits: refused at the header.
+  std::vector<float> big(1024 * 1024, 1.0f), one(1024, 1.0f);
+  auto r = client->multiply({1024, 1024, 1}, one.data(), one.data(), nullptr, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("--host-memory-bytes"), std::string::npos) << r.status().message();
+  // Fits alone, not twice: a stream holding 3 MiB makes a second one wait, not fail.
+  auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
+  HeldStream first(*stub);
+  ASSERT_TRUE(first.stream->Write(header_msg(512, 512, 512)));
+  ASSERT_TRUE(first.stream->Write(chunk_msg(v1::MATRIX_A, 0, 512 * 512, 1.0f)));
+  for (int t = 0; t < 300 && info_of(addr).host_bytes_in_use == 0; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(info_of(addr).host_bytes_in_use, 3 * 512 * 512 * 4);
+  std::atomic<bool> second_done{false};
+  std::atomic<int64_t> peak{0};
+  std::thread second([&] {
+    normal_request(addr, {512, 512, 512});
+    second_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(second_done.load()) << "the second request did not wait for memory";
+  const ServerInfo waiting = info_of(addr);
+  EXPECT_LE(waiting.host_bytes_in_use, budget);
+  EXPECT_GE(waiting.queued, 1);
+  ASSERT_TRUE(first.stream->Write(chunk_msg(v1::MATRIX_B, 0, 512 * 512, 2.0f)));
+  first.stream->WritesDone();
+  v1::MultiplyResponse resp;
+  int64_t elements = 0;
+  while (first.stream->Read(&resp)) {
+    if (!resp.has_chunk()) continue;
+    const auto& d = resp.chunk().data();
+    for (std::size_t i = 0; i < d.size() / 4; ++i) EXPECT_EQ(reinterpret_cast<const float*>(d.data())[i], 1024.0f);
+    elements += int64_t(d.size() / 4);
+    peak = std::max<int64_t>(peak.load(), info_of(addr).host_bytes_in_use);
+  }
+  first.finished = true;
+  EXPECT_TRUE(first.stream->Finish().ok());
+  EXPECT_EQ(elements, 512 * 512);
+  second.join();
+  EXPECT_TRUE(second_done.load());
+  EXPECT_LE(peak.load(), budget);
+  expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHoldingNothing) {
+  ServerProcess server({"--host-memory-bytes", std::to_string(4 << 20), "--idle-timeout", "1"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
+  // The holder keeps 3 MiB reserved, sending a little now and then so it is not idle itself.
+  HeldStream holder(*stub);
+  ASSERT_TRUE(holder.stream->Write(header_msg(512, 512, 512)));
+  ASSERT_TRUE(holder.stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
+  for (int t = 0; t < 300 && info_of(addr).host_bytes_in_use == 0; ++t)  // the holder reserves first
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::atomic<bool> stop{false};
+  std::thread keepalive([&] {
+    for (int64_t off = 1024; !stop && off < 512 * 512; off += 1024) {
+      if (!holder.stream->Write(chunk_msg(v1::MATRIX_A, off, 1024))) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  // One waiter leaves; another waits out the idle timeout.
+  HeldStream leaver(*stub), waiter(*stub);
+  for (HeldStream* h : {&leaver, &waiter}) {
+    ASSERT_TRUE(h->stream->Write(header_msg(512, 512, 512)));
+    ASSERT_TRUE(h->stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(info_of(addr).queued, 2);
+  EXPECT_EQ(info_of(addr).host_bytes_in_use, 3 * 512 * 512 * 4) << "waiters must hold nothing";
+  leaver.ctx->TryCancel();
+  EXPECT_EQ(leaver.finish().error_code(), grpc::StatusCode::CANCELLED);
+  const grpc::Status st = waiter.finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--host-memory-bytes"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("--idle-timeout"), std::string::npos) << st.error_message();
+  EXPECT_EQ(info_of(addr).queued, 0);
+  stop = true;
+  keepalive.join();
+  holder.ctx->TryCancel();
+  holder.finish();
+  normal_request(addr, {300, 200, 100});
+  expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// ---- Deadlines and cancellation ------------------------------------------------
+
+TEST(DeadlineE2E, AbandonedComputationStopsAtTheNextBlockFreesItsMemoryAndLogsDeadlineExceeded) {
+  ServerProcess server({"--cpu-threads", "1"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  // The product must outlast its deadline: seconds on one core, milliseconds
+  // on a GPU (the CUDA engine's cancellation has its own tests in tests/server/engine).
+  if (info_of(addr).backend != "cpu") GTEST_SKIP() << "needs a slow product: the cpu backend";
+  const int64_t d = 4096;  // about 137 GFLOP: seconds on one core, 16 blocks of 256 rows
+  std::vector<float> a(d * d, 0.5f);
+  auto client = Client::connect(addr);
+  MultiplyOptions o;
+  o.timeout = std::chrono::milliseconds(1500);
+  auto r = client->multiply({d, d, d}, a.data(), a.data(), nullptr, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().to_string();
+  const auto t0 = Clock::now();
+  ServerInfo i;
+  for (int t = 0; t < 500; ++t) {
+    i = info_of(addr);
+    if (i.host_bytes_in_use == 0 && i.in_flight == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double freed_ms = ms_since(t0);
+  std::printf("abandoned %ld^3: computation stopped and memory freed %.0f ms after the deadline\n", long(d), freed_ms);
+  EXPECT_EQ(i.host_bytes_in_use, 0);
+  EXPECT_LT(freed_ms, 1500) << "the computation went on after the deadline";
+  normal_request(addr);
+  EXPECT_TRUE(server.log_has("status=DEADLINE_EXCEEDED")) << server.log();
+  expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// ---- Limits on streams, reset storms ------------------------------------------
+
+TEST(StreamLimitsE2E, OpenStreamCapRefusesBeyondItAndAResetStormStaysCheap) {
+  ServerProcess server({"--max-open-streams", "20", "--log-lines-per-second", "5"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
+  {
+    std::vector<std::unique_ptr<HeldStream>> held;
+    for (int i = 0; i < 20; ++i) held.push_back(std::make_unique<HeldStream>(*stub));
+    for (int t = 0; t < 300 && info_of(addr).open_streams < 20; ++t)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    HeldStream over(*stub);
+    const grpc::Status st = over.finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(st.error_message().find("--max-open-streams 20"), std::string::npos) << st.error_message();
+  }
+  expect_all_freed(addr);
+  // 2,000 streams opened and reset as fast as one client can.
+  const int lines_before = count_lines(server.log());
+  const double cpu_before = cpu_seconds(server.pid());
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 2000; ++i) {
+    grpc::ClientContext ctx;
+    auto s = stub->Multiply(&ctx);
+    ctx.TryCancel();
+    s->Finish();
+  }
+  const double storm_ms = ms_since(t0);
+  normal_request(addr);
+  expect_all_freed(addr);
+  const double cpu = cpu_seconds(server.pid()) - cpu_before;
+  const int lines = count_lines(server.log()) - lines_before;
+  std::printf("reset storm: 2000 streams in %.0f ms cost the server %.2f s of CPU and %d log lines\n", storm_ms, cpu,
+              lines);
+  EXPECT_LT(cpu, 2.0);
+  EXPECT_LT(lines, 50);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// ---- Shutdown ----------------------------------------------------------------
+
+TEST(ShutdownE2E, SigtermWithIdleClientsAttachedExitsZeroWithinTheGrace) {
+  ServerProcess server({"--shutdown-grace", "2"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
+  std::vector<std::unique_ptr<HeldStream>> silent;
+  for (int i = 0; i < 5; ++i) silent.push_back(std::make_unique<HeldStream>(*stub));
+  HeldStream header_only(*stub);
+  ASSERT_TRUE(header_only.stream->Write(header_msg(1024, 1024, 1024)));
+  ASSERT_TRUE(header_only.stream->Write(chunk_msg(v1::MATRIX_A, 0, 1000)));
+  for (int t = 0; t < 300 && info_of(addr).open_streams < 6; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto t0 = Clock::now();
+  kill(server.pid(), SIGTERM);
+  // Silent streams end at once; the request under way is cancelled when the grace ends.
+  const grpc::Status s0 = silent[0]->finish();
+  EXPECT_EQ(s0.error_code(), grpc::StatusCode::UNAVAILABLE) << s0.error_message();
+  EXPECT_LT(ms_since(t0), 1000);
+  const grpc::Status sh = header_only.finish();
+  EXPECT_EQ(sh.error_code(), grpc::StatusCode::UNAVAILABLE) << sh.error_message();
+  EXPECT_NE(sh.error_message().find("--shutdown-grace"), std::string::npos) << sh.error_message();
+  int status = 0;
+  waitpid(server.pid(), &status, 0);
+  const double exit_ms = ms_since(t0);
+  std::printf("SIGTERM with 6 idle clients attached: exited %.0f ms later (grace 2 s)\n", exit_ms);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_LT(exit_ms, 4000);
+}
+
+// ---- Retries and admission ------------------------------------------------------
+
+TEST(AdmissionE2E, BusyIsUnavailableOnlyWhenEverySlotIsTakenAndTheClientRetriesIt) {
+  ServerProcess server({"--max-in-flight", "1", "--max-queued", "0", "--cpu-threads", "1"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  if (info_of(addr).backend != "cpu") GTEST_SKIP() << "needs a product that holds the slot a while: the cpu backend";
+  // A long product takes the one slot.
+  std::thread big([&] {
+    const int64_t d = 2048;
+    std::vector<float> a(d * d, 0.25f);
+    auto r = Client::connect(addr)->multiply({d, d, d}, a.data(), a.data(), nullptr, {});
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+  });
+  ServerInfo i;
+  for (int t = 0; t < 1000 && (i = info_of(addr)).in_flight < 1; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(i.in_flight, 1);
+  ClientOptions no_retry;
+  no_retry.retry.max_attempts = 1;
+  std::vector<float> a(16, 1.0f);
+  auto refused = Client::connect(addr, no_retry)->multiply({4, 4, 4}, a.data(), a.data(), nullptr, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("server busy"), std::string::npos) << refused.status().message();
+  // The same request with the default policy (5 attempts, backoff up to 2 s) gets through once the slot frees,
+  // or is still refused with UNAVAILABLE after its attempts.
+  ClientOptions patient;
+  patient.retry.max_attempts = 40;
+  auto retried = Client::connect(addr, patient)->multiply({4, 4, 4}, a.data(), a.data(), nullptr, {});
+  ASSERT_TRUE(retried.ok()) << retried.status().to_string();
+  EXPECT_GT(retried->attempts, 1);
+  EXPECT_FLOAT_EQ(retried->c[0], 4.0f);
+  big.join();
+  // With the slot free, admission never refuses: many sequential requests, none retried.
+  for (int k = 0; k < 20; ++k) {
+    auto r = Client::connect(addr, no_retry)->multiply({4, 4, 4}, a.data(), a.data(), nullptr, {});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  }
+  expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// No server on the port: every attempt is UNAVAILABLE at once, so the time
+// taken is the backoff, bounded by the policy and by the request's deadline.
+TEST(ClientRetryE2E, UnavailableIsRetriedWithBoundedBackoffWithinTheDeadline) {
+  std::vector<float> a(4, 1.0f);
+  ClientOptions o;
+  o.retry.max_attempts = 4;  // waits of about 50, 100, 200 ms (+-20 %)
+  auto t0 = Clock::now();
+  auto r = Client::connect("127.0.0.1:1", o)->multiply({2, 2, 2}, a.data(), a.data(), nullptr, {});
+  const double retried_ms = ms_since(t0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_GE(retried_ms, 0.8 * 350);
+  EXPECT_LT(retried_ms, 3000);
+  // The deadline bounds the retries too.
+  MultiplyOptions with_deadline;
+  with_deadline.timeout = std::chrono::milliseconds(120);
+  o.retry.max_attempts = 100;
+  t0 = Clock::now();
+  r = Client::connect("127.0.0.1:1", o)->multiply({2, 2, 2}, a.data(), a.data(), nullptr, with_deadline);
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(ms_since(t0), 1000);
+  // --no-retry: one attempt.
+  o.retry.max_attempts = 1;
+  t0 = Clock::now();
+  r = Client::connect("127.0.0.1:1", o)->multiply({2, 2, 2}, a.data(), a.data(), nullptr, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(ms_since(t0), 250) << "no backoff without retries";
+  std::printf("UNAVAILABLE with 4 attempts took %.0f ms\n", retried_ms);
+}
+
+#ifdef SGEMM_LOAD_BIN
+TEST(LoadE2E, SixtyFourConcurrentClientsGetNoWrongResultAndNoRefusal) {
+  ServerProcess server;
+  ASSERT_TRUE(server.running()) << server.log();
+  auto r = testing::run_command(std::string(SGEMM_LOAD_BIN) + " --server " + server.address() +
+                                " --clients 64 --requests 3 --sizes 64,100x37x250,256 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["wrong_results"], 0);
+  EXPECT_EQ(j["ok"], 64 * 3);
+  std::printf("sgemm-load, 64 clients x 3: %s\n", r.output.c_str());
+  expect_all_freed(server.address());
+  EXPECT_EQ(server.stop(), 0);
+}
+#endif
+
+}  // namespace
+}  // namespace sgemm

@@ -1,0 +1,149 @@
+#include "server/service/codec.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace sgemm {
+namespace {
+
+namespace v1 = ::sgemm::v1;
+
+grpc::ByteBuffer to_buffer(const std::string& bytes) {
+  grpc::Slice s(bytes);
+  return grpc::ByteBuffer(&s, 1);
+}
+
+TEST(Codec, CChunkDecodesAsAMultiplyResponse) {
+  std::vector<float> c(1000);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = float(i) * 0.5f;
+  for (int64_t offset : {int64_t{0}, int64_t{1}, int64_t{300}}) {
+    grpc::ByteBuffer bb = encode_c_chunk(c.data(), offset, 700);
+    v1::MultiplyResponse resp;
+    grpc::ProtoBufferReader reader(&bb);
+    ASSERT_TRUE(resp.ParseFromZeroCopyStream(&reader));
+    ASSERT_TRUE(resp.has_chunk());
+    EXPECT_EQ(resp.chunk().matrix(), v1::MATRIX_C);
+    EXPECT_EQ(resp.chunk().offset(), offset);
+    ASSERT_EQ(resp.chunk().data().size(), 700u * 4);
+    EXPECT_EQ(std::memcmp(resp.chunk().data().data(), c.data() + offset, 700 * 4), 0);
+  }
+}
+
+TEST(Codec, ParseErrorsEmptyMessagesAndOversizedChunksAreNamed) {
+  grpc::ByteBuffer junk = to_buffer("\xff\xff\xff\xff not protobuf");
+  auto r = decode_request(junk, 1, 1 << 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("does not parse"), std::string::npos) << r.status().message();
+
+  grpc::ByteBuffer empty = to_buffer("");
+  auto e = decode_request(empty, 2, 1 << 20);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->kind, RequestMessage::Kind::kEmpty);
+
+  v1::MultiplyRequest big;
+  big.mutable_chunk()->set_matrix(v1::MATRIX_A);
+  big.mutable_chunk()->set_data(std::string(2 << 20, '\0'));
+  grpc::ByteBuffer bb = to_buffer(big.SerializeAsString());
+  auto o = decode_request(bb, 3, 1 << 20);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(o.status().message().find("1048576 bytes of matrix data per message"), std::string::npos)
+      << o.status().message();
+  EXPECT_NE(o.status().message().find("several MatrixChunk messages"), std::string::npos);
+}
+
+TEST(Codec, HeaderAndChunkConvert) {
+  v1::MultiplyRequest h;
+  h.mutable_header()->set_m(3);
+  h.mutable_header()->set_n(4);
+  h.mutable_header()->set_k(5);
+  h.mutable_header()->set_beta(0.5f);
+  h.mutable_header()->set_split(v1::SPLIT_SINGLE);
+  grpc::ByteBuffer hb = to_buffer(h.SerializeAsString());
+  auto r = decode_request(hb, 1, 1 << 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, RequestMessage::Kind::kHeader);
+  EXPECT_EQ(r->header.shape.k, 5);
+  EXPECT_EQ(r->header.alpha, 1.0f);
+  EXPECT_EQ(r->header.beta, 0.5f);
+  EXPECT_EQ(r->header.options.split, SplitMode::kSingle);
+
+  v1::MultiplyRequest c;
+  c.mutable_chunk()->set_matrix(v1::MATRIX_B);
+  c.mutable_chunk()->set_offset(8);
+  c.mutable_chunk()->set_data(std::string(16, '\1'));
+  grpc::ByteBuffer cb = to_buffer(c.SerializeAsString());
+  auto d = decode_request(cb, 2, 1 << 20);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->matrix, MatrixId::kB);
+  EXPECT_EQ(d->offset, 8);
+  EXPECT_EQ(d->data_bytes, 16u);
+}
+
+// The message as gRPC may hand it over: split into slices anywhere (empty
+// ones too); the in-place reader must agree with protobuf on every split.
+TEST(Codec, ChunksSplitAcrossSlicesDecodeInPlaceLikeProtobuf) {
+  std::mt19937 rng(7);
+  std::vector<float> payload(1000);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = float(i) - 0.25f;
+  v1::MultiplyRequest c;
+  c.mutable_chunk()->set_matrix(v1::MATRIX_C);
+  c.mutable_chunk()->set_offset(123456789012);
+  c.mutable_chunk()->set_data(reinterpret_cast<const char*>(payload.data()), payload.size() * 4);
+  const std::string wire = c.SerializeAsString();
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<grpc::Slice> slices;
+    std::size_t at = 0;
+    while (at < wire.size()) {
+      const std::size_t n = std::min<std::size_t>(wire.size() - at, rng() % 3 == 0 ? rng() % 4 : rng() % 900);
+      slices.emplace_back(wire.data() + at, n);
+      at += n;
+    }
+    grpc::ByteBuffer bb(slices.data(), slices.size());
+    auto d = decode_request(bb, 1, 1 << 20);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    ASSERT_EQ(d->kind, RequestMessage::Kind::kChunk);
+    EXPECT_EQ(d->matrix, MatrixId::kC);
+    EXPECT_EQ(d->offset, 123456789012);
+    ASSERT_EQ(d->data_bytes, payload.size() * 4);
+    std::vector<float> got(payload.size());
+    d->copy_data(got.data());
+    ASSERT_EQ(got, payload) << "trial " << trial;
+  }
+}
+
+TEST(Codec, UnusualEncodingsFallBackToProtobuf) {
+  // The chunk field twice (protobuf merges them); then the fields in reverse order (read in place).
+  v1::MultiplyRequest first, second;
+  first.mutable_chunk()->set_matrix(v1::MATRIX_A);
+  first.mutable_chunk()->set_data(std::string(8, '\2'));
+  second.mutable_chunk()->set_offset(2);
+  std::string wire = first.SerializeAsString() + second.SerializeAsString();
+  grpc::ByteBuffer twice = to_buffer(wire);
+  auto d = decode_request(twice, 1, 1 << 20);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->matrix, MatrixId::kA);
+  EXPECT_EQ(d->offset, 2);
+  EXPECT_EQ(d->data_bytes, 8u);
+  // MatrixChunk { data = 4 bytes, offset = 1, matrix = B }, hand-encoded in reverse field order.
+  const std::string chunk = std::string("\x1a\x04\x01\x02\x03\x04", 6) + "\x10\x01" + "\x08\x02";
+  const std::string reversed = std::string("\x12") + char(chunk.size()) + chunk;
+  grpc::ByteBuffer rb = to_buffer(reversed);
+  auto r = decode_request(rb, 1, 1 << 20);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->matrix, MatrixId::kB);
+  EXPECT_EQ(r->offset, 1);
+  ASSERT_EQ(r->data_bytes, 4u);
+  char got[4];
+  r->copy_data(got);
+  EXPECT_EQ(std::string(got, 4), std::string("\x01\x02\x03\x04", 4));
+  // Truncated: a parse error, as protobuf would say.
+  grpc::ByteBuffer cut = to_buffer(reversed.substr(0, reversed.size() - 3));
+  EXPECT_FALSE(decode_request(cut, 1, 1 << 20).ok());
+}
+
+}  // namespace
+}  // namespace sgemm

@@ -1,0 +1,45 @@
+#include "server/service/compute_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+
+namespace sgemm {
+namespace {
+
+TEST(ComputePool, AcceptsWhileAThreadIsIdleOrTheQueueHasRoomAndRunsEverything) {
+  std::atomic<int> ran{0};
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  {
+    ComputePool pool(2, 1);
+    EXPECT_TRUE(pool.submit([&] {
+      gate.wait();
+      ++ran;
+    }));
+    EXPECT_TRUE(pool.submit([&] {
+      gate.wait();
+      ++ran;
+    }));
+    EXPECT_TRUE(pool.submit([&] { ++ran; }));  // the one queued place
+    for (int i = 0; i < 200 && pool.running() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(pool.running(), 2);
+    EXPECT_FALSE(pool.submit([&] { ++ran; })) << "two busy threads, queue full";
+    release.set_value();
+  }
+  EXPECT_EQ(ran.load(), 3);
+}
+
+TEST(ComputePool, NeverRefusesWhileAThreadIsIdle) {
+  ComputePool pool(4, 0);
+  std::atomic<int> ran{0};
+  for (int round = 0; round < 50; ++round) {
+    while (pool.running() + pool.queued() > 0) std::this_thread::yield();
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(pool.submit([&] { ++ran; }));
+  }
+}
+
+}  // namespace
+}  // namespace sgemm
