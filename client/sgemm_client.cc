@@ -15,6 +15,16 @@ namespace {
 
 namespace v1 = ::sgemm::v1;
 
+std::string precision_text(v1::Precision p) {
+  switch (p) {
+    case v1::PRECISION_UNSPECIFIED:
+    case v1::PRECISION_FP32: return "fp32";
+    case v1::PRECISION_TF32: return "tf32";
+    case v1::PRECISION_FP32X3: return "fp32x3";
+    default: return "unknown(" + std::to_string(int(p)) + ")";
+  }
+}
+
 // The client's one grpc::Status -> sgemm::Status translation.
 Status from_grpc(const grpc::Status& s) {
   if (s.ok()) return Status::Ok();
@@ -101,6 +111,11 @@ class GrpcClient final : public Client {
                                  "' cannot be named in a sgemm.v1 request (pingpong or cublas)");
       }
     }
+    switch (opt.precision) {
+      case Precision::kFp32: break;
+      case Precision::kTf32: h->set_precision(v1::PRECISION_TF32); break;
+      case Precision::kFp32x3: h->set_precision(v1::PRECISION_FP32X3); break;
+    }
     switch (opt.split) {
       case SplitMode::kAuto:
         break;
@@ -161,6 +176,7 @@ class GrpcClient final : public Client {
         out.request_id = s.request_id();
         out.backend = s.backend();
         out.kernel = s.kernel();
+        out.precision = precision_text(s.precision());
         switch (s.split()) {
           case v1::SPLIT_SINGLE:
             out.split = "single";
@@ -207,6 +223,7 @@ class GrpcClient final : public Client {
     out.backend = resp.backend();
     out.backends.assign(resp.backends().begin(), resp.backends().end());
     out.kernels.assign(resp.kernels().begin(), resp.kernels().end());
+    for (int p : resp.precisions()) out.precisions.push_back(precision_text(v1::Precision(p)));
     for (const auto& d : resp.devices())
       out.devices.push_back(
           {d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor()});

@@ -40,6 +40,7 @@ struct ClientOptions {
 struct MultiplyOptions {
   float alpha = 1.0f;
   float beta = 0.0f;                     // applies to C when C is given
+  Precision precision = Precision::kFp32;  // tf32 and fp32x3 run their own kernels (leave kernel unset)
   std::optional<KernelKind> kernel;      // nullopt: the server chooses per shape
   SplitMode split = SplitMode::kAuto;    // kAuto: the server's planner decides
   std::chrono::milliseconds timeout{0};  // 0 = no deadline
@@ -56,6 +57,7 @@ struct DeviceTimingResult {
 
 struct MultiplySummary {
   std::string request_id, backend, kernel, split, plan_reason;
+  std::string precision;  // the arithmetic that ran: "fp32", "tf32", "fp32x3"
   std::vector<DeviceTimingResult> devices;
   double queue_ms = 0, receive_ms = 0, compute_ms = 0, total_ms = 0;
 };
@@ -78,6 +80,7 @@ struct ServerInfo {
   };
   std::string version, backend;
   std::vector<std::string> backends, kernels;
+  std::vector<std::string> precisions;  // what the running backend offers, fp32 first
   std::vector<Device> devices;
   int64_t max_matrix_elements = 0, max_chunk_bytes = 0;
   int64_t host_memory_bytes = 0;

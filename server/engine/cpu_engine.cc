@@ -28,6 +28,7 @@ class CpuEngine final : public Engine {
     info.devices.push_back(d);
     info.kernels = {KernelKind::kOpenblas};
     info.default_kernel = KernelKind::kOpenblas;
+    info.precisions = {Precision::kFp32};  // tf32 and fp32x3 requests are computed in fp32 (run() says so)
     return info;
   }
 
@@ -77,8 +78,12 @@ class CpuEngine final : public Engine {
     GemmReport report;
     report.backend = "cpu";
     report.kernel = KernelKind::kOpenblas;
+    report.precision = Precision::kFp32;
     report.split = SplitMode::kSingle;
     report.plan_reason = "cpu backend: the whole product on the host";
+    if (r.options.precision != Precision::kFp32)
+      report.plan_reason += std::string("; precision ") + std::string(precision_name(r.options.precision)) +
+                            " requested: the cpu backend computes fp32 (at least as accurate)";
     DeviceTiming t;
     t.device = -1;
     t.name = name_;

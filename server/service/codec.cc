@@ -31,6 +31,20 @@ StatusOr<GemmRequest> header_from_proto(const v1::GemmHeader& h) {
     default:
       return InvalidArgument("header.kernel has unknown value " + std::to_string(int(h.kernel())));
   }
+  switch (h.precision()) {
+    case v1::PRECISION_UNSPECIFIED:
+    case v1::PRECISION_FP32:
+      out.options.precision = Precision::kFp32;
+      break;
+    case v1::PRECISION_TF32:
+      out.options.precision = Precision::kTf32;
+      break;
+    case v1::PRECISION_FP32X3:
+      out.options.precision = Precision::kFp32x3;
+      break;
+    default:
+      return InvalidArgument("header.precision has unknown value " + std::to_string(int(h.precision())));
+  }
   switch (h.split()) {
     case v1::SPLIT_UNSPECIFIED:
       out.options.split = SplitMode::kAuto;
@@ -357,6 +371,15 @@ grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count) {
   return grpc::ByteBuffer(slices, 2);
 }
 
+v1::Precision precision_to_proto(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return v1::PRECISION_FP32;
+    case Precision::kTf32: return v1::PRECISION_TF32;
+    case Precision::kFp32x3: return v1::PRECISION_FP32X3;
+  }
+  return v1::PRECISION_UNSPECIFIED;
+}
+
 grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& f) {
   v1::MultiplyResponse last;
   v1::MultiplySummary* sum = last.mutable_summary();
@@ -364,6 +387,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
   sum->set_backend(report.backend);
   sum->set_kernel(std::string(kernel_kind_name(report.kernel)));
   sum->set_split(split_to_proto(report.split));
+  sum->set_precision(precision_to_proto(report.precision));
   sum->set_plan_reason(report.plan_reason);
   for (const DeviceTiming& d : report.devices) {
     v1::DeviceTiming* t = sum->add_devices();
@@ -392,6 +416,7 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   out->set_backend(info.backend);
   for (const auto& b : f.backends) out->add_backends(b);
   for (KernelKind k : info.kernels) out->add_kernels(std::string(kernel_kind_name(k)));
+  for (Precision p : info.precisions) out->add_precisions(precision_to_proto(p));
   for (const DeviceInfo& d : info.devices) {
     v1::DeviceInfo* p = out->add_devices();
     p->set_index(d.index);

@@ -48,6 +48,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
 StatusOr<GemmRequest> header_from_proto(const sgemm::v1::GemmHeader& h);
 StatusOr<MatrixId> matrix_from_proto(sgemm::v1::Matrix m);
 sgemm::v1::Split split_to_proto(SplitMode s);
+sgemm::v1::Precision precision_to_proto(Precision p);
 
 // A MultiplyResponse carrying elements [offset, offset + count) of C, encoded
 // by hand so the payload is copied once, from `c + offset` into the buffer.

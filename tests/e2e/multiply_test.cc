@@ -2,6 +2,8 @@
 // checked against an fp64 reference on fresh random inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <random>
 #include <thread>
 
@@ -169,6 +171,47 @@ TEST_F(MultiplyE2E, InfoReportsDevicesKernelsLimitsAndHealth) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(int(unknown.status().code()), 5) << unknown.status().to_string();  // NOT_FOUND
   EXPECT_GT(info->host_memory_bytes, 0);
+}
+
+// Every precision the server offers runs and reports itself; tf32 is held to
+// its documented accuracy, fp32x3 (and the cpu backend, which computes fp32
+// for every precision and says so) to fp32's.
+TEST_F(MultiplyE2E, PrecisionsRunAndReportWhatRan) {
+  auto client = Client::connect(server_->address());
+  auto info = client->info();
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  ASSERT_FALSE(info->precisions.empty());
+  EXPECT_EQ(info->precisions.front(), "fp32");
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp32x3}) {
+    const std::string name(precision_name(p));
+    SCOPED_TRACE(name);
+    const bool offered = std::find(info->precisions.begin(), info->precisions.end(), name) != info->precisions.end();
+    const GemmShape s{257, 131, 1029};
+    std::vector<float> a(s.m * s.k), b(s.k * s.n), c0(s.m * s.n);
+    const uint64_t seed = fresh_seed();
+    fill_random(a, seed);
+    fill_random(b, seed + 1);
+    fill_random(c0, seed + 2);
+    MultiplyOptions opt;
+    opt.precision = p;
+    opt.alpha = 0.5f;
+    opt.beta = 2.0f;
+    auto r = client->multiply(s, a.data(), b.data(), c0.data(), opt);
+    if (!offered && info->backend == "cuda") {  // GPUs without it (fp32x3 needs sm_90): refused, named
+      EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().to_string();
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    const auto v = verify_gemm(s.m, s.n, s.k, 0.5f, a.data(), b.data(), 2.0f, c0.data(), r->c.data(), {});
+    const bool tf32_ran = r->summary.precision == "tf32";
+    EXPECT_TRUE(v.passed(tf32_ran ? 1e-2 : kSgemmTolerance)) << v.max_rel_error;
+    if (offered) {
+      EXPECT_EQ(r->summary.precision, name);
+    } else {  // the cpu backend: fp32 for every precision, and the summary says so
+      EXPECT_EQ(r->summary.precision, "fp32");
+      EXPECT_NE(r->summary.plan_reason.find("computes fp32"), std::string::npos) << r->summary.plan_reason;
+    }
+  }
 }
 
 TEST_F(MultiplyE2E, TimingLogHasOneJsonLinePerRequest) {
