@@ -77,12 +77,21 @@ int main(int argc, char** argv) {
   // thread takes it (libraries such as OpenBLAS start threads before main, so
   // masking alone cannot route signals); a waiter thread reads the pipe and
   // shuts the server down gracefully.
+  // Every thread main() starts (gRPC's, the engine's) inherits a mask that
+  // blocks them; only the waiter unblocks them, so the signal lands on a
+  // thread that is waiting in read() (which ThreadSanitizer builds need: they
+  // run a handler only where the thread enters an intercepted call).
   if (pipe(g_signal_pipe) != 0) return 1;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   ServerOptions opt;
   CLI::App app{"sgemm-server: multi-GPU SGEMM over gRPC (sgemm.v1)"};
@@ -225,6 +234,7 @@ int main(int argc, char** argv) {
   }
 
   std::thread waiter([&] {
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
     unsigned char sig = 0;
     while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
