@@ -183,10 +183,10 @@ int main(int argc, char** argv) {
     if (!b.ok()) check_status(b.status(), "pingpong backend");
     backends[KernelKind::kPingpong] = std::move(b).value();
   }
-  // Workspace of the fp32x3 variant runs (the backend owns its own for the auto pick).
+  // Workspace of every fp32x3 run, the auto pick's and the variants' (the caller owns it).
   void* fp32x3_ws = nullptr;
   size_t fp32x3_ws_bytes = 0;
-  if (opt.fp32x3_variants) {
+  if (opt.fp32x3_variants || backends.count(KernelKind::kFp32x3)) {
     for (const GemmShape& s : opt.shapes) fp32x3_ws_bytes = std::max(fp32x3_ws_bytes, fp32x3_workspace_bytes(s));
     BENCH_CHECK(cudaMalloc(&fp32x3_ws, fp32x3_ws_bytes));
   }

@@ -2,13 +2,16 @@
 //
 //   sgemm-client submit --size 4096 --verify
 //   sgemm-client submit --m 1000 --n 1 --k 1000 --alpha 2 --beta 0.5 --json
+//   sgemm-client submit --a a.npy --b b.npy [--c c.npy --beta 1] --out c_out.npy
 //   sgemm-client info
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
+#include "client/matrix_files.h"
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 
@@ -23,6 +26,7 @@ struct SubmitOptions {
   bool verify = false, json = false;
   std::string kernel, split;
   int64_t timeout_ms = 0;
+  std::string a_file, b_file, c_file, out_file;  // matrices from/to files (client/matrix_files.h)
 };
 
 void print_info(const sgemm::ServerInfo& info) {
@@ -97,16 +101,36 @@ nlohmann::json to_json(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r
 int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o) {
   sgemm::GemmShape s{o.m, o.n, o.k};
   if (o.size > 0) s = {o.size, o.size, o.size};
+  std::optional<sgemm::GemmInputs> files;
+  if (!o.a_file.empty()) {
+    auto in = sgemm::read_gemm_inputs(o.a_file, o.b_file, o.c_file, s.m, s.n, s.k);
+    if (!in.ok()) {
+      std::fprintf(stderr, "sgemm-client: %s\n", in.status().to_string().c_str());
+      return 2;
+    }
+    if (!in->c && (o.with_c || o.beta != 0.0f)) {
+      std::fprintf(stderr, "sgemm-client: --beta and --with-c need --c FILE when A and B come from files\n");
+      return 2;
+    }
+    files = std::move(*in);
+    s = files->shape;
+  }
   if (s.m < 1 || s.n < 1 || s.k < 1) {
     std::fprintf(stderr, "sgemm-client: give --size N or all of --m, --n, --k (each >= 1)\n");
     return 2;
   }
   if (o.seed == 0) o.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
-  const bool with_c = o.with_c || o.beta != 0.0f;
+  const bool with_c = files ? files->c.has_value() : o.with_c || o.beta != 0.0f;
   std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n)), c0;
-  sgemm::fill_random(a, o.seed);
-  sgemm::fill_random(b, o.seed + 1);
-  if (with_c) {
+  if (files) {
+    a = std::move(files->a.values);
+    b = std::move(files->b.values);
+    if (with_c) c0 = std::move(files->c->values);
+  } else {
+    sgemm::fill_random(a, o.seed);
+    sgemm::fill_random(b, o.seed + 1);
+  }
+  if (with_c && !files) {
     c0.resize(std::size_t(s.m * s.n));
     sgemm::fill_random(c0, o.seed + 2);
   }
@@ -155,6 +179,15 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
       if (!pass) exit_code = 1;
     }
     j["seed"] = o.seed;
+    if (!o.out_file.empty()) {
+      const auto w =
+          sgemm::write_matrix_file(o.out_file, r->c.data(), s.m, s.n, sgemm::matrix_format_for_path(o.out_file));
+      if (!w.ok()) {
+        std::fprintf(stderr, "sgemm-client: %s\n", w.to_string().c_str());
+        return 3;
+      }
+      j["out"] = o.out_file;
+    }
     runs.push_back(j);
   }
   if (o.json) {
@@ -191,7 +224,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   SubmitOptions o;
-  CLI::App* sub = app.add_subcommand("submit", "multiply random matrices on the server");
+  CLI::App* sub = app.add_subcommand("submit", "multiply random matrices, or matrices from files, on the server");
   sub->add_option("--server", server, "sgemm-server address host:port");
   sub->add_option("--size", o.size, "square problem: m = n = k = SIZE")->check(CLI::PositiveNumber);
   sub->add_option("--m", o.m, "rows of A and C")->check(CLI::PositiveNumber);
@@ -210,6 +243,15 @@ int main(int argc, char** argv) {
   sub->add_option("--timeout-ms", o.timeout_ms, "deadline for the request (0 = none)");
   sub->add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent");
   sub->add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
+  auto* a_opt = sub->add_option("--a", o.a_file, "A from a .npy file (or raw little-endian fp32 with --m, --k)")
+                    ->check(CLI::ExistingFile);
+  auto* b_opt = sub->add_option("--b", o.b_file, "B from a .npy or raw fp32 file")->check(CLI::ExistingFile);
+  sub->add_option("--c", o.c_file, "C from a .npy or raw fp32 file (sent; see --beta)")
+      ->check(CLI::ExistingFile)
+      ->needs(a_opt);
+  sub->add_option("--out", o.out_file, "write C here (.npy when the name ends in .npy, else raw fp32)");
+  a_opt->needs(b_opt);
+  b_opt->needs(a_opt);
 
   CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
   info->add_option("--server", server, "sgemm-server address host:port");

@@ -26,6 +26,11 @@ using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;          // 128x128 til
 using Coop = Fp32x3Config<64, 128, 3, false, 0>;
 using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;  // + B multicast to 2 CTAs
 using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;     // raw A, split in registers
+using CoopPromote1SplitACvt = Fp32x3Config<64, 128, 4, false, 1, 1, true, false>;  // ... rounded by cvt.rna
+// ... with 16 tile rows per raster group (picked), and that promoted every 2 k-blocks (1-3%
+// faster, but over the test bound on the 256^3 wide-exponent case: not picked).
+using CoopPromote1SplitAGroup16 = Fp32x3Config<64, 128, 4, false, 1, 1, true, true, 16>;
+using CoopPromote2SplitAGroup16 = Fp32x3Config<64, 128, 4, false, 2, 1, true, true, 16>;
 
 constexpr int64_t kAlignBytes = 256;
 
@@ -217,12 +222,16 @@ constexpr Variant kVariants[] = {
     {"coop_128x128_s3", run_config<Coop>},
     {"coop_128x128_s3_promote1_cluster2", run_config<CoopPromote1Cluster2>},
     {"coop_128x128_s4_promote1_splitA", run_config<CoopPromote1SplitA>},
+    {"coop_128x128_s4_promote1_splitA_cvt", run_config<CoopPromote1SplitACvt>},
+    {"coop_128x128_s4_promote1_splitA_group16", run_config<CoopPromote1SplitAGroup16>},
+    {"coop_128x128_s4_promote2_splitA_group16", run_config<CoopPromote2SplitAGroup16>},
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA
+  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA,
+  kCoopPromote1SplitACvt, kCoopPromote1SplitAGroup16, kCoopPromote2SplitAGroup16
 };
-static_assert(kCoopPromote1SplitA + 1 == kNumVariants, "VariantId must list kVariants in order");
+static_assert(kCoopPromote2SplitAGroup16 + 1 == kNumVariants, "VariantId must list kVariants in order");
 
 }  // namespace
 
@@ -258,15 +267,13 @@ std::string_view fp32x3_variant_name(int variant) {
 }
 
 int fp32x3_pick_variant(const GemmArgs& args) {
-  // Promoted variants only (accuracy for any K). Measured on H100 (docs/kernels.md,
-  // bench/results/fp32x3-*): splitting A in the kernel saves the split pass's A share
-  // (about 12 bytes per element of A, ~288/n of the run time) but its mainloop is 5-10%
-  // slower than the all-shared-memory one; it wins at 1024-4096 and on k = 1000, and
-  // loses at 8192 (111 vs 116 TFLOP/s). Where TMA cannot read A in place (unaligned
-  // a or lda % 4 != 0), both operands go through the split pass.
-  const GemmShape& s = args.shape;
-  const bool large_n_and_k = s.n >= 6144 && s.k >= 6144;
-  return a_tma_describable(args) && !large_n_and_k ? kCoopPromote1SplitA : kCoopPromote1;
+  // Promoted every k-block only (accuracy for any K). Measured on H100 (docs/kernels.md,
+  // bench/results/fp32x3-*): splitting A in the kernel saves the split pass's A share;
+  // with the integer rounding of its fragments (2026-11-22, fp32x3b) it is the fastest
+  // promoted kernel at every measured shape, 8192 included (118-121 vs 114-118 TFLOP/s
+  // for all-shared-memory). Where TMA cannot read A in place (unaligned a or
+  // lda % 4 != 0), both operands go through the split pass.
+  return a_tma_describable(args) ? kCoopPromote1SplitAGroup16 : kCoopPromote1;
 }
 
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t bytes,

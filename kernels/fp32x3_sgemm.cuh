@@ -44,12 +44,14 @@
 //     fp32 plane, half the bytes) and each consumer loads its register fragments of A
 //     from shared memory, splits them into hi/lo once per tile and k-block, and issues
 //     the register-A form of wgmma; only B goes through kernel 1. Software-pipelined:
-//     k-block kb+1's fragments are loaded and split while kb's wgmmas run. Otherwise
-//     (A not TMA-describable) the launcher falls back to splitting A in kernel 1 too.
+//     k-block kb+1's fragments are loaded and split while kb's wgmmas run. The split
+//     rounds with integer operations (Cfg::kAluRound, tf32_split_alu; same values as
+//     cvt.rna, 7-11% faster kernel). Otherwise (A not TMA-describable) the launcher
+//     falls back to splitting A in kernel 1 too.
 // Tiling of the picked variants (fp32x3_sgemm.cu): 128 x 128 tiles, cooperative, 64 rows
-// per consumer, BK = 32, 3 stages of 64 KB (A planes) or 4 of 48 KB (raw A), promotion
-// every k-block; registers per consumer thread: 64 accumulators + 64 sums (+ 64 fragment
-// registers when A is split in the kernel).
+// per consumer, BK = 32, 3 stages of 64 KB (A planes) or 4 of 48 KB (raw A, raster groups
+// of 16 tile rows), promotion every k-block; registers per consumer thread: 64
+// accumulators + 64 sums (+ 64 fragment registers when A is split in the kernel).
 // Accepted: m, n, k in [1, 2^31), lda >= k, ldb >= n, ldc >= n (fp32x3_can_implement).
 // sm_90a only (wgmma, setmaxnreg).
 #pragma once
@@ -67,7 +69,7 @@ constexpr int kConsumerRegs = 232;  // setmaxnreg for the two consumer warp grou
 constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <= 64K
 
 template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kClusterM_ = 1,
-          bool kSplitAInKernel_ = false, int kGroupM_ = 8>
+          bool kSplitAInKernel_ = false, bool kAluRound_ = true, int kGroupM_ = 8>
 struct Fp32x3Config {
   static constexpr int kWgM = kWgM_;          // rows of C per consumer warp group per tile
   static constexpr int kBN = kBN_;            // columns of C per tile
@@ -78,6 +80,9 @@ struct Fp32x3Config {
   // A is copied raw (fp32) and split by the consumers, in registers, for wgmma's
   // register-A form; only B goes through the split pass.
   static constexpr bool kSplitAInKernel = kSplitAInKernel_;
+  // The in-kernel split rounds with integer operations (tf32_split_alu), not with
+  // cvt.rna.tf32.f32: the same values, measured 7% faster (docs/kernels.md).
+  static constexpr bool kAluRound = kAluRound_;
   static constexpr int kGroupM = kGroupM_;
   static constexpr int kBM = kPingpong ? kWgM : 2 * kWgM;  // rows of a tile
   static constexpr int kThreads = 384;
@@ -114,6 +119,17 @@ __device__ __forceinline__ float tf32_round_nearest(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return __uint_as_float(r & 0xffffe000u);
+}
+
+// The same split with integer operations: hi = x's bits plus half a tf32 ulp, truncated
+// (round to nearest, ties away, as cvt.rna); inf and NaN pass through with lo = 0; x - hi
+// is exact and finite, so lo needs no such check. ptxas expands cvt.rna.tf32.f32 into
+// about the same operations, but schedules this form better in the fragment loop.
+__device__ __forceinline__ void tf32_split_alu(float x, uint32_t& hi, uint32_t& lo) {
+  const uint32_t b = __float_as_uint(x);
+  const uint32_t h = (b & 0x7f800000u) != 0x7f800000u ? (b + 0x1000u) & 0xffffe000u : b;
+  hi = h;
+  lo = isfinite(__uint_as_float(h)) ? (__float_as_uint(x - __uint_as_float(h)) + 0x1000u) & 0xffffe000u : 0u;
 }
 
 // Splits one 32 x 32 tile of x (rows x cols, ld ldx) at (r0, c0): hi to out[i], lo to
@@ -538,9 +554,13 @@ __global__ void __launch_bounds__(384, 1)
                                 lds_f32(row0 + 8 * kRowBytes + c1)};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const float h = tf32_round_nearest(x[i]);
-              hi[mi][kk][i] = __float_as_uint(h);
-              lo[mi][kk][i] = __float_as_uint(isfinite(h) ? tf32_round_nearest(x[i] - h) : 0.0f);
+              if constexpr (Cfg::kAluRound) {
+                tf32_split_alu(x[i], hi[mi][kk][i], lo[mi][kk][i]);
+              } else {
+                const float h = tf32_round_nearest(x[i]);
+                hi[mi][kk][i] = __float_as_uint(h);
+                lo[mi][kk][i] = __float_as_uint(isfinite(h) ? tf32_round_nearest(x[i] - h) : 0.0f);
+              }
             }
           }
         }

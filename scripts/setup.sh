@@ -16,6 +16,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev nlohmann-json3-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
+  python3 python3-grpcio python3-numpy python3-yaml   # Python client tests, manifest checks
 )
 
 missing=()

@@ -1,0 +1,176 @@
+"""sgemm_client (clients/python) against the real sgemm-server: results
+against a float64 numpy reference on odd and round shapes, with and without C,
+alpha/beta; clear errors for bad input; retries while the queue is full; the
+CLI's .npy and raw files."""
+
+import concurrent.futures
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import grpc
+import numpy as np
+
+import sgemm_client
+from server_process import ServerProcess
+
+TOLERANCE = 1e-4  # relative to |alpha|*|A||B| + |beta|*|C|, as common/reference_gemm.h checks
+
+
+def reference(a, b, c, alpha, beta):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = alpha * (a64 @ b64)
+    scale = abs(alpha) * (np.abs(a64) @ np.abs(b64))
+    if c is not None:
+        ref += beta * c.astype(np.float64)
+        scale += abs(beta) * np.abs(c.astype(np.float64))
+    return ref, scale
+
+
+class ClientAgainstServer(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--cpu-threads", "1")
+        cls.client = sgemm_client.Client(cls.server.address)
+        cls.rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        code = cls.server.stop()
+        assert code == 0, f"sgemm-server exited {code}:\n{cls.server.log()}"
+
+    def random(self, rows, cols):
+        return self.rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+
+    def check(self, m, n, k, with_c, alpha=1.0, beta=0.0, **kw):
+        a, b = self.random(m, k), self.random(k, n)
+        c0 = self.random(m, n) if with_c else None
+        got, summary = self.client.multiply(a, b, c0, alpha, beta, timeout=120, **kw)
+        self.assertEqual(got.shape, (m, n))
+        self.assertEqual(got.dtype, np.float32)
+        ref, scale = reference(a, b, c0, alpha, beta)
+        err = np.max(np.abs(got - ref) / np.maximum(scale, 1e-30))
+        self.assertLessEqual(err, TOLERANCE, f"{m}x{n}x{k} with_c={with_c} alpha={alpha} beta={beta}")
+        self.assertTrue(summary.backend)
+        self.assertGreater(summary.total_ms, 0)
+        self.assertGreaterEqual(len(summary.devices), 1)
+        return got, summary
+
+    def test_odd_shapes(self):
+        for _ in range(4):
+            m, n, k = (int(x) for x in self.rng.integers(1, 300, 3) | 1)
+            with self.subTest(m=m, n=n, k=k):
+                self.check(m, n, k, with_c=False)
+        self.check(1, 1, 1, with_c=False)
+        self.check(1, 777, 3, with_c=True, alpha=0.5, beta=-1.0)
+
+    def test_round_shapes_in_many_chunks(self):
+        # A is 512x1024 floats = 2 MiB: two chunks of 1 MiB, and C comes back in two.
+        self.check(512, 512, 1024, with_c=False)
+        self.check(256, 256, 256, with_c=True, alpha=2.0, beta=0.5)
+
+    def test_alpha_beta_and_c(self):
+        m, n, k = (int(x) for x in self.rng.integers(2, 200, 3) | 1)
+        self.check(m, n, k, with_c=True, alpha=-0.75, beta=2.0)
+        self.check(m, n, k, with_c=True, alpha=0.0, beta=1.0)  # C passes through
+        self.check(m, n, k, with_c=False, alpha=3.0, beta=5.0)  # no C: beta has nothing to scale
+
+    def test_small_chunks_and_lists_and_float64_inputs(self):
+        a = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+        b = np.array([[1.0, 0.5, -1.0], [2.0, 0.25, 1.0]])  # float64: sent as float32
+        with sgemm_client.Client(self.server.address, chunk_bytes=8) as small:
+            got, _ = small.multiply(a, b, timeout=30)
+        np.testing.assert_allclose(got, np.array(a) @ b, rtol=1e-6)
+        c, _ = sgemm_client.multiply(np.asfortranarray(self.random(5, 3)), self.random(3, 2),
+                                     target=self.server.address, timeout=30)
+        self.assertEqual(c.shape, (5, 2))
+
+    def test_bad_input_is_refused_clearly(self):
+        with self.assertRaisesRegex(ValueError, "a's columns must equal b's rows"):
+            self.client.multiply(np.ones((3, 4)), np.ones((5, 2)))
+        with self.assertRaisesRegex(ValueError, r"c has shape \(2, 2\), expected \(3, 2\)"):
+            self.client.multiply(np.ones((3, 4)), np.ones((4, 2)), np.ones((2, 2)))
+        with self.assertRaisesRegex(ValueError, "2-D"):
+            self.client.multiply(np.ones(4), np.ones((4, 2)))
+        with self.assertRaisesRegex(ValueError, "kernel"):
+            self.client.multiply(np.ones((3, 4)), np.ones((4, 2)), kernel="fastest")
+        # The server's own checks come back as SgemmError with its code and message.
+        with self.assertRaises(sgemm_client.SgemmError) as e:
+            self.client.multiply(np.ones((3, 4)), np.ones((4, 2)), alpha=float("nan"), timeout=30)
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("alpha", e.exception.details)
+
+    def test_over_the_size_limit_is_resource_exhausted(self):
+        small = ServerProcess("--max-matrix-elements", "1000")
+        try:
+            with self.assertRaises(sgemm_client.SgemmError) as e:
+                sgemm_client.multiply(np.ones((40, 40)), np.ones((40, 2)), target=small.address, timeout=30)
+            self.assertEqual(e.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        finally:
+            self.assertEqual(small.stop(), 0)
+
+    def test_unavailable_is_retried_while_the_queue_is_full(self):
+        busy = ServerProcess("--max-in-flight", "1", "--max-queued", "0", "--cpu-threads", "1")
+        try:
+            with sgemm_client.Client(busy.address, retries=200, backoff_s=0.01, max_backoff_s=0.05) as client:
+                a, b = self.random(512, 512), self.random(512, 512)
+                with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                    results = list(pool.map(lambda _: client.multiply(a, b, timeout=120)[0], range(6)))
+                ref = a.astype(np.float64) @ b.astype(np.float64)
+                for got in results:
+                    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3)
+                # Six callers on one slot and no queue: some were turned away, then retried.
+                self.assertGreater(client.unavailable_retries, 0)
+            with sgemm_client.Client("127.0.0.1:1", retries=2, backoff_s=0.01) as nobody:
+                with self.assertRaises(sgemm_client.SgemmError) as e:
+                    nobody.multiply(np.ones((2, 2)), np.ones((2, 2)), timeout=10)
+                self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+                self.assertEqual(nobody.unavailable_retries, 2)
+        finally:
+            self.assertEqual(busy.stop(), 0)
+
+    def test_cli_submit_with_npy_and_raw_files(self):
+        cli = os.environ["SGEMM_CLIENT_BIN"]
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="sgemm-py-cli-"))
+        try:
+            m, n, k = 37, 19, 53
+            a, b, c0 = self.random(m, k), self.random(k, n), self.random(m, n)
+            np.save(tmp / "a.npy", a)
+            np.save(tmp / "b.npy", np.asfortranarray(b.astype(np.float64)))  # float64, Fortran order
+            np.save(tmp / "c.npy", c0)
+            run = subprocess.run([cli, "submit", "--server", self.server.address, "--a", str(tmp / "a.npy"),
+                                  "--b", str(tmp / "b.npy"), "--c", str(tmp / "c.npy"), "--alpha", "1.5", "--beta",
+                                  "-0.5", "--out", str(tmp / "out.npy"), "--verify"],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            self.assertIn("PASS", run.stdout)
+            got = np.load(tmp / "out.npy")
+            self.assertEqual((got.shape, got.dtype), ((m, n), np.float32))
+            ref, scale = reference(a, b, c0, 1.5, -0.5)
+            self.assertLessEqual(np.max(np.abs(got - ref) / scale), TOLERANCE)
+
+            a.tofile(tmp / "a.f32")
+            b.tofile(tmp / "b.f32")
+            run = subprocess.run([cli, "submit", "--server", self.server.address, "--a", str(tmp / "a.f32"),
+                                  "--b", str(tmp / "b.f32"), "--m", str(m), "--n", str(n), "--k", str(k),
+                                  "--out", str(tmp / "out.f32")], capture_output=True, text=True, timeout=60)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            got = np.fromfile(tmp / "out.f32", dtype="<f4").reshape(m, n)
+            ref, scale = reference(a, b, None, 1.0, 0.0)
+            self.assertLessEqual(np.max(np.abs(got - ref) / scale), TOLERANCE)
+
+            run = subprocess.run([cli, "submit", "--server", self.server.address, "--a", str(tmp / "a.f32"),
+                                  "--b", str(tmp / "b.npy"), "--out", str(tmp / "x.npy")],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(run.returncode, 2)
+            self.assertIn("give --m", run.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()

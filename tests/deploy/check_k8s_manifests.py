@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Checks deploy/k8s/: every manifest parses; each flag the Deployment passes
+to sgemm-server is one that `sgemm-server --help` lists; the probes, GPU,
+/dev/shm, non-root user, Service and Prometheus annotations are as
+docs/clients.md describes.
+
+    check_k8s_manifests.py DEPLOY_K8S_DIR SGEMM_SERVER_BIN
+"""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import yaml
+
+HEALTH_SERVICE = "sgemm.v1.Sgemm"
+errors = []
+
+
+def check(ok, what):
+    if not ok:
+        errors.append(what)
+    return ok
+
+
+def server_flags(binary):
+    run = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    if run.returncode != 0:
+        sys.exit(f"{binary} --help exited {run.returncode}:\n{run.stdout}{run.stderr}")
+    return set(re.findall(r"(--[a-z0-9][a-z0-9-]*)", run.stdout))
+
+
+def check_deployment(path, d, flags):
+    spec = d["spec"]
+    pod = spec["template"]
+    labels = pod["metadata"].get("labels", {})
+    for k, v in spec["selector"]["matchLabels"].items():
+        check(labels.get(k) == v, f"{path}: selector {k}={v} does not match the pod's labels")
+    ann = pod["metadata"].get("annotations", {})
+    check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == "9090",
+          f"{path}: the pod lacks prometheus.io/scrape=true and prometheus.io/port=9090")
+    pspec = pod["spec"]
+    check(pspec.get("securityContext", {}).get("runAsNonRoot") is True, f"{path}: runAsNonRoot is not true")
+    check(pspec.get("securityContext", {}).get("runAsUser", 0) != 0, f"{path}: runAsUser is root")
+    volumes = {v["name"]: v for v in pspec.get("volumes", [])}
+    containers = [c for c in pspec["containers"] if "sgemm-server" in (c.get("command") or [c.get("image", "")])[0]]
+    check(len(containers) == 1, f"{path}: expected one sgemm-server container")
+    for c in containers:
+        # Every --flag passed (command and args) must be one sgemm-server accepts.
+        for token in (c.get("command") or [])[1:] + (c.get("args") or []):
+            if isinstance(token, str) and token.startswith("--"):
+                flag = token.split("=", 1)[0]
+                check(flag in flags, f"{path}: {c['name']} passes {flag}, which `sgemm-server --help` lacks")
+        args = c.get("args") or []
+        listen = [a.split("=", 1)[1] for a in args if a.startswith("--listen=")]
+        grpc_port = int(listen[0].rsplit(":", 1)[1]) if listen else 50051
+        ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+        check(ports.get("grpc") == grpc_port, f"{path}: containerPort 'grpc' is not the --listen port {grpc_port}")
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            g = (c.get(probe) or {}).get("grpc")
+            if check(g is not None, f"{path}: {probe} is not a native gRPC probe"):
+                check(g.get("service") == HEALTH_SERVICE, f"{path}: {probe} does not name {HEALTH_SERVICE}")
+                check(g.get("port") == grpc_port, f"{path}: {probe} port {g.get('port')} is not {grpc_port}")
+        limits = c.get("resources", {}).get("limits", {})
+        check(int(limits.get("nvidia.com/gpu", 0)) >= 1, f"{path}: no nvidia.com/gpu limit")
+        sec = c.get("securityContext", {})
+        check(sec.get("allowPrivilegeEscalation") is False, f"{path}: allowPrivilegeEscalation is not false")
+        shm = [m for m in c.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
+        if check(len(shm) == 1, f"{path}: /dev/shm is not mounted"):
+            vol = volumes.get(shm[0]["name"], {}).get("emptyDir", {})
+            check(vol.get("medium") == "Memory" and vol.get("sizeLimit"),
+                  f"{path}: /dev/shm is not a sized emptyDir in memory")
+    return labels, {p.get("name") for c in containers for p in c.get("ports", [])}
+
+
+def main():
+    k8s_dir, binary = pathlib.Path(sys.argv[1]), sys.argv[2]
+    flags = server_flags(binary)
+    check("--listen" in flags, f"`{binary} --help` lists no --listen: cannot check flags against it")
+    docs = []
+    files = sorted(k8s_dir.glob("*.yaml")) + sorted(k8s_dir.glob("*.yml"))
+    check(files, f"no manifests in {k8s_dir}")
+    for f in files:
+        try:
+            for d in yaml.safe_load_all(f.read_text()):
+                if d is not None:
+                    docs.append((f.name, d))
+        except yaml.YAMLError as e:
+            errors.append(f"{f.name}: does not parse: {e}")
+    pod_labels, pod_ports = {}, set()
+    services = []
+    for name, d in docs:
+        if not check(all(k in d for k in ("apiVersion", "kind")), f"{name}: lacks apiVersion or kind"):
+            continue
+        if d["kind"] == "Kustomization":
+            for r in d.get("resources", []):
+                check((k8s_dir / r).is_file(), f"{name}: resource {r} does not exist")
+            listed = set(d.get("resources", []))
+            for f in files:
+                check(f.name == name or f.name in listed, f"{name}: does not list {f.name}")
+            continue
+        check(d.get("metadata", {}).get("name"), f"{name}: {d['kind']} has no metadata.name")
+        if d["kind"] == "Deployment":
+            pod_labels, pod_ports = check_deployment(name, d, flags)
+        elif d["kind"] == "Service":
+            services.append((name, d))
+    check(pod_labels, "no Deployment of sgemm-server")
+    check(services, "no Service")
+    for name, s in services:
+        for k, v in s["spec"]["selector"].items():
+            check(pod_labels.get(k) == v, f"{name}: selector {k}={v} matches no pod of the Deployment")
+        for p in s["spec"]["ports"]:
+            t = p.get("targetPort", p["port"])
+            check(not isinstance(t, str) or t in pod_ports, f"{name}: targetPort {t} is no container port")
+    if errors:
+        print("deploy/k8s check FAILED:\n  " + "\n  ".join(errors))
+        sys.exit(1)
+    print(f"deploy/k8s: {len(docs)} manifests in {len(files)} files parse; flags passed are all in "
+          f"`sgemm-server --help` ({len(flags)} flags); probes name {HEALTH_SERVICE}")
+
+
+if __name__ == "__main__":
+    main()
