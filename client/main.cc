@@ -242,7 +242,6 @@ int main(int argc, char** argv) {
   sub->add_option("--split", o.split, "auto, single, rows or k")->check(CLI::IsMember({"auto", "single", "rows", "k"}));
   sub->add_option("--timeout-ms", o.timeout_ms, "deadline for the request (0 = none)");
   sub->add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent");
-  sub->add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
   auto* a_opt = sub->add_option("--a", o.a_file, "A from a .npy file (or raw little-endian fp32 with --m, --k)")
                     ->check(CLI::ExistingFile);
   auto* b_opt = sub->add_option("--b", o.b_file, "B from a .npy or raw fp32 file")->check(CLI::ExistingFile);
@@ -252,6 +251,7 @@ int main(int argc, char** argv) {
   sub->add_option("--out", o.out_file, "write C here (.npy when the name ends in .npy, else raw fp32)");
   a_opt->needs(b_opt);
   b_opt->needs(a_opt);
+  sub->add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
 
   CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
   info->add_option("--server", server, "sgemm-server address host:port");
