@@ -12,8 +12,8 @@ namespace sgemm {
 
 namespace v1 = ::sgemm::v1;
 
-StatusOr<RequestHeader> header_from_proto(const v1::GemmHeader& h) {
-  RequestHeader out;
+StatusOr<GemmRequest> header_from_proto(const v1::GemmHeader& h) {
+  GemmRequest out;
   out.shape = {h.m(), h.n(), h.k()};
   out.alpha = h.has_alpha() ? h.alpha() : 1.0f;
   out.beta = h.has_beta() ? h.beta() : 0.0f;

@@ -23,7 +23,7 @@ namespace sgemm {
 struct RequestMessage {
   enum class Kind { kHeader, kChunk, kEmpty };
   Kind kind = Kind::kEmpty;
-  RequestHeader header;            // kind == kHeader (already converted; enums checked)
+  GemmRequest header;            // kind == kHeader (already converted; enums checked)
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;
   // The chunk's payload (little-endian fp32), left where gRPC received it:
@@ -45,7 +45,7 @@ struct RequestMessage {
 StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index, int64_t max_chunk_bytes);
 
 // Converts the wire header; unknown enum values are INVALID_ARGUMENT.
-StatusOr<RequestHeader> header_from_proto(const sgemm::v1::GemmHeader& h);
+StatusOr<GemmRequest> header_from_proto(const sgemm::v1::GemmHeader& h);
 StatusOr<MatrixId> matrix_from_proto(sgemm::v1::Matrix m);
 sgemm::v1::Split split_to_proto(SplitMode s);
 

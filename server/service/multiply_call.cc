@@ -247,13 +247,13 @@ Status MultiplyCall::on_message(RequestMessage msg) {
   return Internal("unknown message kind");
 }
 
-GemmRequest MultiplyCall::request() const {
-  return GemmRequest{header_.shape, header_.alpha, header_.beta, header_.has_c, header_.options};
-}
+GemmRequest MultiplyCall::request() const { return header_; }
 
-Status MultiplyCall::on_header(const RequestHeader& header) {
+Status MultiplyCall::on_header(const GemmRequest& header) {
   header_ = header;
-  SGEMM_RETURN_IF_ERROR(validate_header(header_, shared_.options.limits));
+  // One validation, before any data: the service's size limits, then the
+  // engine's rules for the request (shape, scalars, kernel, split, precision).
+  SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
   SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
   const GemmShape& s = header_.shape;
   footprint_bytes_ = (s.m * s.k + s.k * s.n + s.m * s.n) * int64_t(sizeof(float));

@@ -69,7 +69,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   // Steps (mu_ held).
   Status on_message(RequestMessage msg);
-  Status on_header(const RequestHeader& header);
+  Status on_header(const GemmRequest& header);
   GemmRequest request() const;  // the header as the engine's request
   Status admit_memory(RequestMessage& msg, bool* parked);
   Status on_chunk(RequestMessage& msg);
@@ -117,7 +117,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   grpc::ByteBuffer out_;
   RequestMessage pending_;  // the chunk that waits for memory
 
-  RequestHeader header_;
+  GemmRequest header_;
   int64_t footprint_bytes_ = 0;  // A + B + C, reserved at the first chunk
   std::optional<MatrixAssembler> assembler_;
   MemoryBudget::Reservation reservation_;

@@ -17,15 +17,6 @@
 
 namespace sgemm {
 
-// A request's header, after conversion from the wire.
-struct RequestHeader {
-  GemmShape shape;
-  float alpha = 1.0f;
-  float beta = 0.0f;
-  bool has_c = false;
-  ExecOptions options;
-};
-
 struct RequestLimits {
   int64_t max_matrix_elements = int64_t{1} << 30;  // largest A, B or C (4 GiB of fp32)
   int64_t max_chunk_bytes = (4 << 20) - 1024;      // one chunk's payload, under gRPC's 4 MiB default
@@ -33,9 +24,12 @@ struct RequestLimits {
 
 std::string_view matrix_name(MatrixId m);
 
-// Checks dimensions (>= 1, no overflow, within limits) and alpha/beta (finite).
-// INVALID_ARGUMENT or RESOURCE_EXHAUSTED with a message naming the field.
-Status validate_header(const RequestHeader& header, const RequestLimits& limits);
+// The service's own limits on a request: each matrix's element count fits
+// int64 (INVALID_ARGUMENT) and the server's --max-matrix-elements
+// (RESOURCE_EXHAUSTED), naming the matrix. The request's shape and scalar
+// rules are the engine's (Engine::validate, check_gemm_request): dimensions
+// under 1 are left to it.
+Status check_limits(const GemmRequest& request, const RequestLimits& limits);
 
 // Element count of each matrix for a shape (C counted even without has_c).
 int64_t matrix_elements(const GemmShape& shape, MatrixId m);

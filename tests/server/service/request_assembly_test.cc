@@ -10,47 +10,50 @@
 namespace sgemm {
 namespace {
 
-RequestHeader header(int64_t m, int64_t n, int64_t k) {
-  RequestHeader h;
+GemmRequest header(int64_t m, int64_t n, int64_t k) {
+  GemmRequest h;
   h.shape = {m, n, k};
   return h;
 }
 
-TEST(ValidateHeader, AcceptsOrdinaryShapes) {
-  EXPECT_TRUE(validate_header(header(1, 1, 1), {}).ok());
-  EXPECT_TRUE(validate_header(header(513, 1025, 257), {}).ok());
+TEST(CheckLimits, AcceptsOrdinaryShapes) {
+  EXPECT_TRUE(check_limits(header(1, 1, 1), {}).ok());
+  EXPECT_TRUE(check_limits(header(513, 1025, 257), {}).ok());
 }
 
-TEST(ValidateHeader, RejectsZeroAndNegativeDimensionsNamingThem) {
+// The shape and scalar rules are the engine's (one validation): check_limits
+// leaves them to Engine::validate / check_gemm_request.
+TEST(CheckGemmRequest, RejectsZeroAndNegativeDimensionsNamingThem) {
   for (auto [m, n, k, field] : {std::tuple{0, 1, 1, "header.m"}, {1, -3, 1, "header.n"}, {1, 1, 0, "header.k"}}) {
-    Status st = validate_header(header(m, n, k), {});
+    EXPECT_TRUE(check_limits(header(m, n, k), {}).ok());
+    Status st = check_gemm_request(header(m, n, k));
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(st.message().find(field), std::string::npos) << st.message();
   }
 }
 
-TEST(ValidateHeader, RejectsOverflowingElementCounts) {
+TEST(CheckLimits, RejectsOverflowingElementCounts) {
   const int64_t big = int64_t{1} << 40;
-  Status st = validate_header(header(big, 1, big), {});
+  Status st = check_limits(header(big, 1, big), {});
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("overflows"), std::string::npos) << st.message();
 }
 
-TEST(ValidateHeader, RejectsMatricesOverTheLimit) {
+TEST(CheckLimits, RejectsMatricesOverTheLimit) {
   RequestLimits limits;
   limits.max_matrix_elements = 1000;
-  Status st = validate_header(header(10, 200, 10), limits);  // B = 10 x 200 = 2000
+  Status st = check_limits(header(10, 200, 10), limits);  // B = 10 x 200 = 2000
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(st.message().find("B has 2000 elements"), std::string::npos) << st.message();
 }
 
-TEST(ValidateHeader, RejectsNonFiniteAlphaAndBeta) {
-  RequestHeader h = header(2, 2, 2);
+TEST(CheckGemmRequest, RejectsNonFiniteAlphaAndBeta) {
+  GemmRequest h = header(2, 2, 2);
   h.alpha = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_NE(validate_header(h, {}).message().find("alpha"), std::string::npos);
+  EXPECT_NE(check_gemm_request(h).message().find("alpha"), std::string::npos);
   h.alpha = 1;
   h.beta = std::numeric_limits<float>::infinity();
-  Status st = validate_header(h, {});
+  Status st = check_gemm_request(h);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("beta"), std::string::npos);
 }
