@@ -2,6 +2,8 @@
 
 namespace sgemm {
 
+thread_local bool ComputePool::slot_released_ = false;
+
 ComputePool::ComputePool(int threads, int max_queued) : max_queued_(max_queued) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
 }
@@ -27,6 +29,13 @@ bool ComputePool::submit(std::function<void()> task) {
   return true;
 }
 
+void ComputePool::release_slot() {
+  std::lock_guard lock(mu_);
+  if (slot_released_) return;
+  slot_released_ = true;
+  --running_;
+}
+
 int ComputePool::running() const {
   std::lock_guard lock(mu_);
   return running_;
@@ -45,11 +54,12 @@ void ComputePool::loop() {
     auto task = std::move(tasks_.front());
     tasks_.pop_front();
     ++running_;
+    slot_released_ = false;
     lock.unlock();
     task();
     task = nullptr;
     lock.lock();
-    --running_;
+    if (!slot_released_) --running_;
   }
 }
 

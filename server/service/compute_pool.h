@@ -25,6 +25,10 @@ class ComputePool {
 
   // False (and `task` dropped unrun) when every thread is busy and the queue is full.
   bool submit(std::function<void()> task);
+  // Called by a task on its pool thread when its compute is done and what is
+  // left is quick (handing the result to gRPC): its slot counts as free from
+  // now on, so a request that arrives as the result goes out is not refused.
+  void release_slot();
 
   int running() const;
   int queued() const;
@@ -41,6 +45,7 @@ class ComputePool {
   int running_ = 0;                          // guarded by mu_
   bool stopping_ = false;                    // guarded by mu_
   std::vector<std::thread> threads_;
+  static thread_local bool slot_released_;  // the running task called release_slot()
 };
 
 }  // namespace sgemm

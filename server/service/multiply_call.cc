@@ -373,6 +373,7 @@ void MultiplyCall::run_compute() {
     if (!finished_) phase_ = Phase::kComputing;
   }
   StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
+  shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
   {
     std::unique_lock lock(mu_);
     t_compute_end_ = Clock::now();

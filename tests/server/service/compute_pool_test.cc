@@ -41,5 +41,24 @@ TEST(ComputePool, NeverRefusesWhileAThreadIsIdle) {
   }
 }
 
+TEST(ComputePool, ATaskThatReleasesItsSlotLetsTheNextInWhileItFinishes) {
+  ComputePool pool(1, 0);
+  std::promise<void> released, finish;
+  std::shared_future<void> finish_gate = finish.get_future().share();
+  ASSERT_TRUE(pool.submit([&] {
+    pool.release_slot();
+    released.set_value();
+    finish_gate.wait();  // still on the thread, handing its result over
+  }));
+  released.get_future().wait();
+  EXPECT_EQ(pool.running(), 0);
+  std::atomic<bool> ran{false};
+  EXPECT_TRUE(pool.submit([&] { ran = true; })) << "the slot is free";
+  finish.set_value();
+  for (int i = 0; i < 200 && !ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(pool.running(), 0);
+}
+
 }  // namespace
 }  // namespace sgemm
