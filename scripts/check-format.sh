@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang-format >/dev/null || { echo "check-format: clang-format not found (scripts/setup.sh installs it)" >&2; exit 1; }
-mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' '*.cuh')
+mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' ':!:bench/results/**')
 if [ "${1:-}" = "--fix" ]; then
   clang-format -i "${files[@]}"
   exit 0
