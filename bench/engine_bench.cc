@@ -42,7 +42,7 @@ struct Args {
   int iters = 10;
   int warmup = 2;
   bool csv = false;
-  std::string csv_out;  // also write the CSV here (the table still goes to stdout)
+  std::string csv_out;               // also write the CSV here (the table still goes to stdout)
   std::optional<KernelKind> kernel;  // nullopt: the engine's choice per shape
   std::vector<int> gpus;             // GPU counts to compare; empty = 1, 2, 4, 8 up to those visible
   int64_t sample = 8;
@@ -52,8 +52,10 @@ struct Args {
 };
 
 [[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr, "engine-bench: %s\nusage: engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] "
-                       "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]\n", msg);
+  std::fprintf(stderr,
+               "engine-bench: %s\nusage: engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] "
+               "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]\n",
+               msg);
   std::exit(2);
 }
 
@@ -65,10 +67,14 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value for " + s).c_str());
       return argv[++i];
     };
-    if (s == "--iters") a.iters = std::max(1, std::atoi(next().c_str()));
-    else if (s == "--warmup") a.warmup = std::max(0, std::atoi(next().c_str()));
-    else if (s == "--csv") a.csv = true;
-    else if (s == "--csv-out") a.csv_out = next();
+    if (s == "--iters")
+      a.iters = std::max(1, std::atoi(next().c_str()));
+    else if (s == "--warmup")
+      a.warmup = std::max(0, std::atoi(next().c_str()));
+    else if (s == "--csv")
+      a.csv = true;
+    else if (s == "--csv-out")
+      a.csv_out = next();
     else if (s == "--kernel") {
       a.kernel = parse_kernel_kind(next());
       if (!a.kernel) usage("--kernel takes pingpong or cublas");
@@ -81,10 +87,12 @@ Args parse(int argc, char** argv) {
         a.gpus.push_back(g);
         pos = end + 1;
       }
-    }
-    else if (s == "--sample") a.sample = std::max(1, std::atoi(next().c_str()));
-    else if (s == "--chunk-k") g_chunk_k = a.chunk_k = std::max(0LL, std::atoll(next().c_str()));
-    else if (s == "--chunk-rows") g_chunk_rows = a.chunk_rows = std::max(0LL, std::atoll(next().c_str()));
+    } else if (s == "--sample")
+      a.sample = std::max(1, std::atoi(next().c_str()));
+    else if (s == "--chunk-k")
+      g_chunk_k = a.chunk_k = std::max(0LL, std::atoll(next().c_str()));
+    else if (s == "--chunk-rows")
+      g_chunk_rows = a.chunk_rows = std::max(0LL, std::atoll(next().c_str()));
     else if (s == "--shapes") {
       a.shapes.clear();
       std::string list = next();
@@ -98,7 +106,8 @@ Args parse(int argc, char** argv) {
         if (end == std::string::npos) break;
         pos = end + 1;
       }
-    } else usage(("unknown argument " + s).c_str());
+    } else
+      usage(("unknown argument " + s).c_str());
   }
   return a;
 }
@@ -210,7 +219,8 @@ int main(int argc, char** argv) {
         all_ok = false;
         continue;
       }
-      const VerifyResult v = verify_gemm(s.m, s.n, s.k, 1.0f, a->floats(), b->floats(), 0.0f, nullptr, c->floats(), rows);
+      const VerifyResult v =
+          verify_gemm(s.m, s.n, s.k, 1.0f, a->floats(), b->floats(), 0.0f, nullptr, c->floats(), rows);
       if (!v.passed(kSgemmTolerance)) {
         std::fprintf(stderr, "engine-bench: %s %s: WRONG RESULT (max rel error %.3g at %lld,%lld); not timed\n", shape,
                      cfg.name.c_str(), v.max_rel_error, (long long)v.worst_row, (long long)v.worst_col);
@@ -268,8 +278,9 @@ int main(int argc, char** argv) {
     }
   }
   auto write_csv = [&](FILE* f) {
-    std::fprintf(f, "shape,config,gpus,e2e_ms,e2e_tflops,e2e_scaling,kernel_ms,kernel_tflops,kernel_scaling,copy_in_ms,"
-                    "reduce_ms,copy_out_ms,max_rel_err,plan\n");
+    std::fprintf(f,
+                 "shape,config,gpus,e2e_ms,e2e_tflops,e2e_scaling,kernel_ms,kernel_tflops,kernel_scaling,copy_in_ms,"
+                 "reduce_ms,copy_out_ms,max_rel_err,plan\n");
     for (const auto& r : results)
       std::fprintf(f, "%s,%s,%d,%.3f,%.2f,%.3f,%.3f,%.2f,%.3f,%.3f,%.3f,%.3f,%.3g,\"%s\"\n", r.shape.c_str(),
                    r.config.c_str(), r.gpus, r.e2e_ms, r.tflops_e2e, r.scale_e2e, r.kernel_ms, r.tflops_kernel,
@@ -293,9 +304,11 @@ int main(int argc, char** argv) {
       std::printf("%-20s %-18s %4d %10.2f %8.2f %6.2fx %10.2f %8.2f %6.2fx %9.2f %9.2f %9.2f\n", r.shape.c_str(),
                   r.config.c_str(), r.gpus, r.e2e_ms, r.tflops_e2e, r.scale_e2e, r.kernel_ms, r.tflops_kernel,
                   r.scale_kernel, r.copy_in_ms, r.reduce_ms, r.copy_out_ms);
-    std::printf("(medians of %d runs after %d warm-up; e2e = Engine::run wall time, pinned host in -> pinned host out;"
-                " kernel = slowest GPU's summed kernel time; in/nccl/out = slowest GPU's summed copy-in, NCCL, copy-out"
-                " time, which overlap)\n", args.iters, args.warmup);
+    std::printf(
+        "(medians of %d runs after %d warm-up; e2e = Engine::run wall time, pinned host in -> pinned host out;"
+        " kernel = slowest GPU's summed kernel time; in/nccl/out = slowest GPU's summed copy-in, NCCL, copy-out"
+        " time, which overlap)\n",
+        args.iters, args.warmup);
   }
   return all_ok ? 0 : 1;
 }

@@ -19,13 +19,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/reference_gemm.h"
-#include <map>
-
 #include "kernels/fp32x3_sgemm.h"
 #include "kernels/gemm_backend.h"
 #include "kernels/pingpong_sgemm.h"
@@ -34,13 +33,13 @@ namespace {
 
 using namespace sgemm;
 
-#define BENCH_CHECK(expr)                                                                          \
-  do {                                                                                             \
-    cudaError_t e_ = (expr);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
+#define BENCH_CHECK(expr)                                                                                  \
+  do {                                                                                                     \
+    cudaError_t e_ = (expr);                                                                               \
+    if (e_ != cudaSuccess) {                                                                               \
       std::fprintf(stderr, "%s failed: %s at %s:%d\n", #expr, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                                \
-    }                                                                                              \
+      std::exit(2);                                                                                        \
+    }                                                                                                      \
   } while (0)
 
 void check_status(const Status& s, const char* what) {
@@ -51,19 +50,19 @@ void check_status(const Status& s, const char* what) {
 }
 
 struct Options {
-  std::vector<GemmShape> shapes;      // default: the list
-  std::vector<KernelKind> kernels;    // default: all
-  int runs = 30;                      // timed runs per kernel and shape (median reported)
-  int warmup = 5;                     // untimed runs first
-  std::string csv;                    // also write rows here
-  bool variants = false;              // time every ping-pong variant too
-  int ref_rows = 8;                   // rows checked against the fp64 reference
-  int only_variant = -1;              // >= 0: time this ping-pong variant instead of the picked one
-  bool fp32x3_variants = false;       // time every fp32x3 variant too
+  std::vector<GemmShape> shapes;    // default: the list
+  std::vector<KernelKind> kernels;  // default: all
+  int runs = 30;                    // timed runs per kernel and shape (median reported)
+  int warmup = 5;                   // untimed runs first
+  std::string csv;                  // also write rows here
+  bool variants = false;            // time every ping-pong variant too
+  int ref_rows = 8;                 // rows checked against the fp64 reference
+  int only_variant = -1;            // >= 0: time this ping-pong variant instead of the picked one
+  bool fp32x3_variants = false;     // time every fp32x3 variant too
 };
 
 // Tolerances of the checks, by kernel: tf32 rounds its inputs to 11 significant bits.
-constexpr double kTf32Tolerance = 4e-3;        // against fp64, normalised measure
+constexpr double kTf32Tolerance = 4e-3;          // against fp64, normalised measure
 constexpr double kTf32VsCublasTolerance = 1e-2;  // max |c - c_cublas| / max |c_cublas|
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -133,10 +132,19 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.shapes.empty())
-    o.shapes = {{1024, 1024, 1024}, {2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192},
-                {8192, 8192, 1024}, {1024, 1024, 16384}, {4095, 4095, 4095}, {8191, 8193, 1000},
+    o.shapes = {{1024, 1024, 1024},
+                {2048, 2048, 2048},
+                {4096, 4096, 4096},
+                {8192, 8192, 8192},
+                {8192, 8192, 1024},
+                {1024, 1024, 16384},
+                {4095, 4095, 4095},
+                {8191, 8193, 1000},
                 // Thin classes (the engine's kernel-choice table, server/planner/kernel_choice.cc):
-                {1, 4096, 4096},    {4096, 1, 4096},    {8192, 64, 8192},   {8192, 128, 8192},
+                {1, 4096, 4096},
+                {4096, 1, 4096},
+                {8192, 64, 8192},
+                {8192, 128, 8192},
                 {128, 8192, 8192}};
   if (o.kernels.empty()) o.kernels = gpu_kernel_kinds();
   return o;
@@ -199,8 +207,8 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   bool all_ok = true;
-  std::printf("%-16s %-9s %-30s %10s %9s %9s %12s %12s %s\n", "shape", "kernel", "variant", "median_ms",
-              "TFLOP/s", "%cuBLAS", "err_vs_cublas", "err_vs_fp64", "check");
+  std::printf("%-16s %-9s %-30s %10s %9s %9s %12s %12s %s\n", "shape", "kernel", "variant", "median_ms", "TFLOP/s",
+              "%cuBLAS", "err_vs_cublas", "err_vs_fp64", "check");
 
   for (const GemmShape& s : opt.shapes) {
     const size_t na = size_t(s.m * s.k), nb = size_t(s.k * s.n), nc = size_t(s.m * s.n);
@@ -224,9 +232,9 @@ int main(int argc, char** argv) {
     // Host copies of set 0's inputs for the fp64 reference.
     fill_random(ha, 1000);
     fill_random(hb, 1001);
-    const std::vector<int64_t> ref_rows =
-        opt.ref_rows > 0 ? rows_to_verify(s.m, s.n, s.k, 7, std::min<int64_t>(opt.ref_rows, s.m))
-                         : std::vector<int64_t>{};
+    const std::vector<int64_t> ref_rows = opt.ref_rows > 0
+                                              ? rows_to_verify(s.m, s.n, s.k, 7, std::min<int64_t>(opt.ref_rows, s.m))
+                                              : std::vector<int64_t>{};
 
     auto args_for = [&](int set) { return dense_gemm_args(s, 1.0f, bufs[set].a, bufs[set].b, 0.0f, bufs[set].c); };
 
@@ -295,7 +303,8 @@ int main(int argc, char** argv) {
         variant_name = std::string(
             pingpong_variant_name(job.variant >= 0 ? job.variant : pingpong_pick_variant(s, prop.multiProcessorCount)));
       if (is_fp32x3)
-        variant_name = std::string(fp32x3_variant_name(job.variant >= 0 ? job.variant : fp32x3_pick_variant(args_for(0))));
+        variant_name =
+            std::string(fp32x3_variant_name(job.variant >= 0 ? job.variant : fp32x3_pick_variant(args_for(0))));
       if (job.variant < 0 && (is_pingpong || is_fp32x3)) variant_name = "auto:" + variant_name;
       const bool is_tf32 = job.kind == KernelKind::kTf32;
 
@@ -303,8 +312,8 @@ int main(int argc, char** argv) {
       BENCH_CHECK(cudaMemsetAsync(bufs[0].c, 0xff, nc * 4, stream));  // NaN pattern
       const Status first = launch(0);
       if (!first.ok() && first.code() == StatusCode::kInvalidArgument && job.variant >= 0) {
-        std::printf("%-16s %-9s %-30s n/a: %s\n", shape_name(s).c_str(), std::string(kernel_kind_name(job.kind)).c_str(),
-                    variant_name.c_str(), first.message().c_str());
+        std::printf("%-16s %-9s %-30s n/a: %s\n", shape_name(s).c_str(),
+                    std::string(kernel_kind_name(job.kind)).c_str(), variant_name.c_str(), first.message().c_str());
         continue;
       }
       check_status(first, "run");
@@ -340,13 +349,24 @@ int main(int argc, char** argv) {
       }
       std::vector<float> sorted = times;
       std::sort(sorted.begin(), sorted.end());
-      const double median = opt.runs % 2 ? sorted[opt.runs / 2]
-                                         : 0.5 * (sorted[opt.runs / 2 - 1] + sorted[opt.runs / 2]);
+      const double median =
+          opt.runs % 2 ? sorted[opt.runs / 2] : 0.5 * (sorted[opt.runs / 2 - 1] + sorted[opt.runs / 2]);
       if (job.kind == KernelKind::kCublas) cublas_ms = median;
       const double tflops = s.flops() / (median * 1e-3) / 1e12;
       const double pct = cublas_ms > 0 ? 100.0 * cublas_ms / median : NAN;
-      Row r{shape_name(s), std::string(kernel_kind_name(job.kind)), variant_name, s.m, s.n, s.k, median,
-            sorted[0], tflops, pct, err_cublas, err_fp64, ok};
+      Row r{shape_name(s),
+            std::string(kernel_kind_name(job.kind)),
+            variant_name,
+            s.m,
+            s.n,
+            s.k,
+            median,
+            sorted[0],
+            tflops,
+            pct,
+            err_cublas,
+            err_fp64,
+            ok};
       rows.push_back(r);
       std::printf("%-16s %-9s %-30s %10.4f %9.2f %8.1f%% %12.3e %12.3e %s\n", r.shape.c_str(), r.kernel.c_str(),
                   r.variant.c_str(), r.median_ms, r.tflops, r.pct_cublas, r.err_vs_cublas, r.err_vs_fp64,
@@ -367,7 +387,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cannot write %s\n", opt.csv.c_str());
       return 2;
     }
-    std::fprintf(f, "device,shape,m,n,k,kernel,variant,median_ms,min_ms,tflops,pct_cublas,err_vs_cublas,err_vs_fp64,runs,ok\n");
+    std::fprintf(
+        f, "device,shape,m,n,k,kernel,variant,median_ms,min_ms,tflops,pct_cublas,err_vs_cublas,err_vs_fp64,runs,ok\n");
     for (const Row& r : rows)
       std::fprintf(f, "%s,%s,%lld,%lld,%lld,%s,%s,%.5f,%.5f,%.3f,%.2f,%.3e,%.3e,%d,%d\n", prop.name, r.shape.c_str(),
                    (long long)r.m, (long long)r.n, (long long)r.k, r.kernel.c_str(), r.variant.c_str(), r.median_ms,

@@ -55,20 +55,31 @@ void BM_Download(benchmark::State& state) {
 int main(int argc, char** argv) {
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--server") == 0 && i + 1 < argc) g_server = argv[++i];
-    else if (std::strcmp(argv[i], "--direction") == 0 && i + 1 < argc) g_direction = argv[++i];
-    else rest.push_back(argv[i]);
+    if (std::strcmp(argv[i], "--server") == 0 && i + 1 < argc)
+      g_server = argv[++i];
+    else if (std::strcmp(argv[i], "--direction") == 0 && i + 1 < argc)
+      g_direction = argv[++i];
+    else
+      rest.push_back(argv[i]);
   }
   int n = int(rest.size());
   benchmark::Initialize(&n, rest.data());
   if (g_direction == "up") {
     benchmark::RegisterBenchmark("upload_64MiB", BM_Upload)
         ->ArgName("chunk_bytes")
-        ->Arg(64 << 10)->Arg(256 << 10)->Arg(1 << 20)->Arg(2 << 20)->Arg((4 << 20) - 1024)
-        ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+        ->Arg(64 << 10)
+        ->Arg(256 << 10)
+        ->Arg(1 << 20)
+        ->Arg(2 << 20)
+        ->Arg((4 << 20) - 1024)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(2.0);
   } else {
     benchmark::RegisterBenchmark("download_64MiB", BM_Download)
-        ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(2.0);
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

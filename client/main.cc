@@ -178,9 +178,9 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
       // tf32 is documented as less accurate (about 1e-4): it is held to 1e-2, the rest to fp32's tolerance.
       const double tolerance = mopt.precision == sgemm::Precision::kTf32 ? 1e-2 : sgemm::kSgemmTolerance;
       const bool pass = v.passed(tolerance);
-      j["verify"] = {{"max_rel_error", v.max_rel_error},    {"rows_checked", rows.size()},
-                     {"elements_checked", v.checked},       {"nonfinite_mismatches", v.mismatched_nonfinite},
-                     {"tolerance", tolerance},              {"passed", pass}};
+      j["verify"] = {{"max_rel_error", v.max_rel_error}, {"rows_checked", rows.size()},
+                     {"elements_checked", v.checked},    {"nonfinite_mismatches", v.mismatched_nonfinite},
+                     {"tolerance", tolerance},           {"passed", pass}};
       if (!o.json)
         std::printf("verify: max relative error %.3e over %zu of %lld rows (fp64 reference, tolerance %.0e): %s\n",
                     v.max_rel_error, rows.size(), (long long)s.m, tolerance, pass ? "PASS" : "FAIL");

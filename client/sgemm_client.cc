@@ -18,10 +18,14 @@ namespace v1 = ::sgemm::v1;
 std::string precision_text(v1::Precision p) {
   switch (p) {
     case v1::PRECISION_UNSPECIFIED:
-    case v1::PRECISION_FP32: return "fp32";
-    case v1::PRECISION_TF32: return "tf32";
-    case v1::PRECISION_FP32X3: return "fp32x3";
-    default: return "unknown(" + std::to_string(int(p)) + ")";
+    case v1::PRECISION_FP32:
+      return "fp32";
+    case v1::PRECISION_TF32:
+      return "tf32";
+    case v1::PRECISION_FP32X3:
+      return "fp32x3";
+    default:
+      return "unknown(" + std::to_string(int(p)) + ")";
   }
 }
 
@@ -112,9 +116,14 @@ class GrpcClient final : public Client {
       }
     }
     switch (opt.precision) {
-      case Precision::kFp32: break;
-      case Precision::kTf32: h->set_precision(v1::PRECISION_TF32); break;
-      case Precision::kFp32x3: h->set_precision(v1::PRECISION_FP32X3); break;
+      case Precision::kFp32:
+        break;
+      case Precision::kTf32:
+        h->set_precision(v1::PRECISION_TF32);
+        break;
+      case Precision::kFp32x3:
+        h->set_precision(v1::PRECISION_FP32X3);
+        break;
     }
     switch (opt.split) {
       case SplitMode::kAuto:

@@ -39,11 +39,11 @@ struct ClientOptions {
 
 struct MultiplyOptions {
   float alpha = 1.0f;
-  float beta = 0.0f;                     // applies to C when C is given
+  float beta = 0.0f;                       // applies to C when C is given
   Precision precision = Precision::kFp32;  // tf32 and fp32x3 run their own kernels (leave kernel unset)
-  std::optional<KernelKind> kernel;      // nullopt: the server chooses per shape
-  SplitMode split = SplitMode::kAuto;    // kAuto: the server's planner decides
-  std::chrono::milliseconds timeout{0};  // 0 = no deadline
+  std::optional<KernelKind> kernel;        // nullopt: the server chooses per shape
+  SplitMode split = SplitMode::kAuto;      // kAuto: the server's planner decides
+  std::chrono::milliseconds timeout{0};    // 0 = no deadline
   // Called as rows of C arrive: elements [offset, offset + count) are final.
   std::function<void(int64_t offset, int64_t count)> on_chunk;
 };

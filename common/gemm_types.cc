@@ -4,11 +4,16 @@ namespace sgemm {
 
 std::string_view kernel_kind_name(KernelKind kind) {
   switch (kind) {
-    case KernelKind::kPingpong: return "pingpong";
-    case KernelKind::kCublas: return "cublas";
-    case KernelKind::kTf32: return "tf32";
-    case KernelKind::kFp32x3: return "fp32x3";
-    case KernelKind::kOpenblas: return "openblas";
+    case KernelKind::kPingpong:
+      return "pingpong";
+    case KernelKind::kCublas:
+      return "cublas";
+    case KernelKind::kTf32:
+      return "tf32";
+    case KernelKind::kFp32x3:
+      return "fp32x3";
+    case KernelKind::kOpenblas:
+      return "openblas";
   }
   return "unknown";
 }
@@ -32,9 +37,12 @@ std::string kernel_kind_list(const std::vector<KernelKind>& kinds) {
 
 std::string_view precision_name(Precision p) {
   switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kTf32: return "tf32";
-    case Precision::kFp32x3: return "fp32x3";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kTf32:
+      return "tf32";
+    case Precision::kFp32x3:
+      return "fp32x3";
   }
   return "unknown";
 }
@@ -47,10 +55,14 @@ std::optional<Precision> parse_precision(std::string_view text) {
 
 std::string_view split_mode_name(SplitMode mode) {
   switch (mode) {
-    case SplitMode::kAuto: return "auto";
-    case SplitMode::kSingle: return "single";
-    case SplitMode::kRows: return "rows";
-    case SplitMode::kK: return "k";
+    case SplitMode::kAuto:
+      return "auto";
+    case SplitMode::kSingle:
+      return "single";
+    case SplitMode::kRows:
+      return "rows";
+    case SplitMode::kK:
+      return "k";
   }
   return "unknown";
 }

@@ -14,8 +14,8 @@ void fill_random(float* data, int64_t count, uint64_t seed) {
 
 void fill_random(std::vector<float>& v, uint64_t seed) { fill_random(v.data(), int64_t(v.size()), seed); }
 
-VerifyResult verify_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
-                         float beta, const float* c0, const float* c, const std::vector<int64_t>& rows_in) {
+VerifyResult verify_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float beta,
+                         const float* c0, const float* c, const std::vector<int64_t>& rows_in) {
   std::vector<int64_t> rows = rows_in;
   if (rows.empty()) {
     rows.resize(m);
@@ -49,7 +49,10 @@ VerifyResult verify_gemm(int64_t m, int64_t n, int64_t k, float alpha, const flo
         const bool same = (std::isnan(ref) && std::isnan(got)) || (std::isinf(ref) && ref == got);
         if (!same) {
           ++r.mismatched_nonfinite;
-          if (r.worst_row < 0) { r.worst_row = i; r.worst_col = j; }
+          if (r.worst_row < 0) {
+            r.worst_row = i;
+            r.worst_col = j;
+          }
         }
         continue;
       }

@@ -20,8 +20,8 @@ void fill_random(std::vector<float>& v, uint64_t seed);
 void fill_random(float* data, int64_t count, uint64_t seed);
 
 struct VerifyResult {
-  double max_rel_error = 0;   // the largest normalised error seen
-  int64_t checked = 0;        // elements compared
+  double max_rel_error = 0;          // the largest normalised error seen
+  int64_t checked = 0;               // elements compared
   int64_t mismatched_nonfinite = 0;  // NaN/Inf where the reference has none, or the reverse
   int64_t worst_row = -1, worst_col = -1;
   bool passed(double tolerance) const { return mismatched_nonfinite == 0 && max_rel_error <= tolerance; }
@@ -33,8 +33,8 @@ constexpr double kSgemmTolerance = 1e-4;
 
 // Compares rows `rows` of `c` (m x n result) against the fp64 reference
 // alpha*A*B + beta*C0 (`c0` may be null: no C input). `rows` empty: every row.
-VerifyResult verify_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
-                         float beta, const float* c0, const float* c, const std::vector<int64_t>& rows = {});
+VerifyResult verify_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float beta,
+                         const float* c0, const float* c, const std::vector<int64_t>& rows = {});
 
 // Rows to check for a large result: all rows when m * n * k is small enough to
 // check cheaply, else `sample` distinct rows (first, last and random ones).

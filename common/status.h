@@ -25,8 +25,8 @@ enum class StatusCode : int {
   kOutOfRange = 11,
   kUnimplemented = 12,
   kInternal = 13,
-  kUnavailable = 14,        // retryable: the caller may try again later
-  kResourceExhausted = 8,   // out of memory, queue full, over a limit
+  kUnavailable = 14,       // retryable: the caller may try again later
+  kResourceExhausted = 8,  // out of memory, queue full, over a limit
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -64,7 +64,7 @@ inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) (void)(status_ = Internal("StatusOr constructed from an OK status without a value"));
   }
@@ -86,17 +86,16 @@ class [[nodiscard]] StatusOr {
 }  // namespace sgemm
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.
-#define SGEMM_RETURN_IF_ERROR(expr)              \
-  do {                                           \
-    ::sgemm::Status sgemm_status_ = (expr);      \
+#define SGEMM_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::sgemm::Status sgemm_status_ = (expr);        \
     if (!sgemm_status_.ok()) return sgemm_status_; \
   } while (0)
 
 #define SGEMM_CONCAT_INNER_(a, b) a##b
 #define SGEMM_CONCAT_(a, b) SGEMM_CONCAT_INNER_(a, b)
 // `SGEMM_ASSIGN_OR_RETURN(auto x, f());` binds x to the value or returns the Status.
-#define SGEMM_ASSIGN_OR_RETURN(lhs, expr)                              \
-  auto SGEMM_CONCAT_(sgemm_or_, __LINE__) = (expr);                    \
-  if (!SGEMM_CONCAT_(sgemm_or_, __LINE__).ok())                        \
-    return SGEMM_CONCAT_(sgemm_or_, __LINE__).status();                \
+#define SGEMM_ASSIGN_OR_RETURN(lhs, expr)                                                           \
+  auto SGEMM_CONCAT_(sgemm_or_, __LINE__) = (expr);                                                 \
+  if (!SGEMM_CONCAT_(sgemm_or_, __LINE__).ok()) return SGEMM_CONCAT_(sgemm_or_, __LINE__).status(); \
   lhs = std::move(SGEMM_CONCAT_(sgemm_or_, __LINE__)).value()

@@ -10,8 +10,8 @@
 
 namespace sgemm {
 
-StatusOr<std::unique_ptr<GemmBackend>> make_pingpong_backend();  // pingpong_backend.cc
-StatusOr<std::unique_ptr<GemmBackend>> make_cublas_backend();    // cublas_sgemm.cc
+StatusOr<std::unique_ptr<GemmBackend>> make_pingpong_backend();     // pingpong_backend.cc
+StatusOr<std::unique_ptr<GemmBackend>> make_cublas_backend();       // cublas_sgemm.cc
 StatusOr<std::unique_ptr<GemmBackend>> make_cublas_tf32_backend();  // cublas_sgemm.cc
 StatusOr<std::unique_ptr<GemmBackend>> make_fp32x3_backend();       // fp32x3_backend.cc
 

@@ -19,8 +19,8 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cuda_status.h"
 #include "kernels/backend_factories.h"
+#include "kernels/cuda_status.h"
 
 namespace sgemm {
 namespace {
@@ -28,15 +28,19 @@ namespace {
 Status cublas_status(cublasStatus_t st, const char* what, const char* file, int line) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   (void)cudaGetLastError();  // leave no sticky runtime error behind for the next call
-  std::string msg = std::string(what) + " failed: " + cublasGetStatusName(st) + " (" +
-                    cublasGetStatusString(st) + ") at " + file + ":" + std::to_string(line);
+  std::string msg = std::string(what) + " failed: " + cublasGetStatusName(st) + " (" + cublasGetStatusString(st) +
+                    ") at " + file + ":" + std::to_string(line);
   switch (st) {
-    case CUBLAS_STATUS_ALLOC_FAILED: return ResourceExhausted(std::move(msg));
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return ResourceExhausted(std::move(msg));
     // Requests are validated before they reach cuBLAS: a rejected value is our bug.
-    case CUBLAS_STATUS_INVALID_VALUE: return Internal(std::move(msg));
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return Internal(std::move(msg));
     case CUBLAS_STATUS_NOT_INITIALIZED:
-    case CUBLAS_STATUS_ARCH_MISMATCH: return Unavailable(std::move(msg));
-    default: return Internal(std::move(msg));
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return Unavailable(std::move(msg));
+    default:
+      return Internal(std::move(msg));
   }
 }
 
@@ -56,9 +60,9 @@ class CublasBackend final : public GemmBackend {
   Status run(const GemmArgs& g, void* /*workspace*/, std::size_t /*workspace_bytes*/, cudaStream_t stream) override {
     SGEMM_RETURN_IF_ERROR(cublas_can_implement(g));
     SGEMM_CUBLAS_TRY(cublasSetStream(handle_, stream));
-    SGEMM_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, int(g.shape.n), int(g.shape.m),
-                                  int(g.shape.k), &g.alpha, g.b, CUDA_R_32F, int(g.ldb), g.a, CUDA_R_32F,
-                                  int(g.lda), &g.beta, g.c, CUDA_R_32F, int(g.ldc), compute_, CUBLAS_GEMM_DEFAULT));
+    SGEMM_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, int(g.shape.n), int(g.shape.m), int(g.shape.k),
+                                  &g.alpha, g.b, CUDA_R_32F, int(g.ldb), g.a, CUDA_R_32F, int(g.lda), &g.beta, g.c,
+                                  CUDA_R_32F, int(g.ldc), compute_, CUBLAS_GEMM_DEFAULT));
     return Status::Ok();
   }
 
@@ -73,8 +77,8 @@ class CublasBackend final : public GemmBackend {
 StatusOr<std::unique_ptr<GemmBackend>> make_backend(KernelKind kind, cublasComputeType_t compute) {
   cublasHandle_t handle = nullptr;
   SGEMM_CUBLAS_TRY(cublasCreate(&handle));
-  const Status st = cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode",
-                                  __FILE__, __LINE__);
+  const Status st =
+      cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode", __FILE__, __LINE__);
   if (!st.ok()) {
     cublasDestroy(handle);
     return st;

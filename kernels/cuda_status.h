@@ -17,8 +17,8 @@ namespace sgemm {
 inline Status cuda_status(cudaError_t err, const char* what, const char* file, int line) {
   if (err == cudaSuccess) return Status::Ok();
   (void)cudaGetLastError();  // clear the non-sticky error so the next call starts clean
-  std::string msg = std::string(what) + " failed: " + cudaGetErrorName(err) + " (" +
-                    cudaGetErrorString(err) + ") at " + file + ":" + std::to_string(line);
+  std::string msg = std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ") at " +
+                    file + ":" + std::to_string(line);
   if (err == cudaErrorMemoryAllocation) return ResourceExhausted(std::move(msg));
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || err == cudaErrorDevicesUnavailable)
     return Unavailable(std::move(msg));

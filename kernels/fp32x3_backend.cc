@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cuda_status.h"
 #include "kernels/backend_factories.h"
+#include "kernels/cuda_status.h"
 #include "kernels/fp32x3_sgemm.h"
 
 namespace sgemm {

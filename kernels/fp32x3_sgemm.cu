@@ -20,12 +20,12 @@ namespace {
 using fp32x3::Fp32x3Config;
 
 //                          kWgM  kBN  stages pingpong promote-every cluster
-using PingpongTile = Fp32x3Config<128, 128, 3, true, 0>;          // 128x128 per consumer, alternate tiles
-using PingpongPromote = Fp32x3Config<64, 128, 4, true, 1>;        // 64x128 per consumer, promoted
-using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;          // 128x128 tile, 64 rows per consumer
+using PingpongTile = Fp32x3Config<128, 128, 3, true, 0>;    // 128x128 per consumer, alternate tiles
+using PingpongPromote = Fp32x3Config<64, 128, 4, true, 1>;  // 64x128 per consumer, promoted
+using CoopPromote1 = Fp32x3Config<64, 128, 3, false, 1>;    // 128x128 tile, 64 rows per consumer
 using Coop = Fp32x3Config<64, 128, 3, false, 0>;
-using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;  // + B multicast to 2 CTAs
-using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;     // raw A, split in registers
+using CoopPromote1Cluster2 = Fp32x3Config<64, 128, 3, false, 1, 2>;                // + B multicast to 2 CTAs
+using CoopPromote1SplitA = Fp32x3Config<64, 128, 4, false, 1, 1, true>;            // raw A, split in registers
 using CoopPromote1SplitACvt = Fp32x3Config<64, 128, 4, false, 1, 1, true, false>;  // ... rounded by cvt.rna
 // ... with 16 tile rows per raster group (picked), and that promoted every 2 k-blocks (1-3%
 // faster, but over the test bound on the 256^3 wide-exponent case: not picked).
@@ -46,12 +46,13 @@ StatusOr<PFN_cuTensorMapEncodeTiled_v12000> encode_tiled_fn() {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
     err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
   });
   if (fn == nullptr) {
     (void)cudaGetLastError();
-    return Unavailable(std::string("cuTensorMapEncodeTiled: driver entry point not found (") +
-                       cudaGetErrorName(err) + ")");
+    return Unavailable(std::string("cuTensorMapEncodeTiled: driver entry point not found (") + cudaGetErrorName(err) +
+                       ")");
   }
   return fn;
 }
@@ -85,8 +86,7 @@ Status make_raw_map(CUtensorMap* map, const float* a, int64_t rows, int64_t k, i
   const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(a), dims, strides, box,
                             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return Internal("cuTensorMapEncodeTiled (A) failed with CUresult " + std::to_string(int(r)));
+  if (r != CUDA_SUCCESS) return Internal("cuTensorMapEncodeTiled (A) failed with CUresult " + std::to_string(int(r)));
   return Status::Ok();
 }
 
@@ -129,9 +129,8 @@ Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, cudaStr
   const int64_t tiles_r = std::max(with_a ? (g.shape.m + 31) / 32 : 0, (g.shape.k + 31) / 32);
   const dim3 grid(unsigned(std::min<int64_t>(tiles_c, INT_MAX)), unsigned(std::min<int64_t>(tiles_r, 65535)),
                   with_a ? 2 : 1);
-  fp32x3::fp32x3_split_kernel<<<grid, dim3(32, 8), 0, stream>>>(g.a, g.lda, int(g.shape.m), g.b, g.ldb,
-                                                                 int(g.shape.n), int(g.shape.k), a_planes, b_planes,
-                                                                 kp, with_a ? 0 : 1);
+  fp32x3::fp32x3_split_kernel<<<grid, dim3(32, 8), 0, stream>>>(g.a, g.lda, int(g.shape.m), g.b, g.ldb, int(g.shape.n),
+                                                                int(g.shape.k), a_planes, b_planes, kp, with_a ? 0 : 1);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
@@ -181,8 +180,8 @@ Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStr
   const int m = int(g.shape.m), n = int(g.shape.n);
   if constexpr (kCl == 1) {
     const unsigned grid = unsigned(std::min<int64_t>(units, dev.sm_count));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c,
-                                                               g.ldc, c_pairs);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c, g.ldc,
+                                                             c_pairs);
     return SGEMM_CUDA_STATUS(cudaGetLastError());
   } else {
     cudaLaunchConfig_t config{};
@@ -201,8 +200,8 @@ Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStr
     SGEMM_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
     if (clusters < 1) return Internal("fp32x3: no cluster of " + std::to_string(kCl) + " CTAs fits on this device");
     config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * kCl));
-    SGEMM_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c, g.ldc,
-                                      c_pairs));
+    SGEMM_CUDA_TRY(
+        cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c, g.ldc, c_pairs));
     return SGEMM_CUDA_STATUS(cudaGetLastError());
   }
 }
@@ -228,8 +227,15 @@ constexpr Variant kVariants[] = {
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 enum VariantId {
-  kPingpongTile = 0, kPingpongPromote, kCoopPromote1, kCoop, kCoopPromote1Cluster2, kCoopPromote1SplitA,
-  kCoopPromote1SplitACvt, kCoopPromote1SplitAGroup16, kCoopPromote2SplitAGroup16
+  kPingpongTile = 0,
+  kPingpongPromote,
+  kCoopPromote1,
+  kCoop,
+  kCoopPromote1Cluster2,
+  kCoopPromote1SplitA,
+  kCoopPromote1SplitACvt,
+  kCoopPromote1SplitAGroup16,
+  kCoopPromote2SplitAGroup16
 };
 static_assert(kCoopPromote2SplitAGroup16 + 1 == kNumVariants, "VariantId must list kVariants in order");
 
@@ -239,13 +245,17 @@ Status fp32x3_can_implement(const GemmArgs& g) {
   const GemmShape& s = g.shape;
   if (s.m < 1 || s.m > INT_MAX) return InvalidArgument("shape.m: must be in [1, 2^31), got " + std::to_string(s.m));
   if (s.n < 1 || s.n > INT_MAX) return InvalidArgument("shape.n: must be in [1, 2^31), got " + std::to_string(s.n));
-  if (s.k < 1 || s.k > INT_MAX - 3) return InvalidArgument("shape.k: must be in [1, 2^31 - 3), got " + std::to_string(s.k));
+  if (s.k < 1 || s.k > INT_MAX - 3)
+    return InvalidArgument("shape.k: must be in [1, 2^31 - 3), got " + std::to_string(s.k));
   if (g.a == nullptr) return InvalidArgument("a: null pointer");
   if (g.b == nullptr) return InvalidArgument("b: null pointer");
   if (g.c == nullptr) return InvalidArgument("c: null pointer");
-  if (g.lda < s.k) return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
-  if (g.ldb < s.n) return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
-  if (g.ldc < s.n) return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
+  if (g.lda < s.k)
+    return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
+  if (g.ldb < s.n)
+    return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
+  if (g.ldc < s.n)
+    return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
   // TMA: a plane's byte stride must stay below 2^40; the tile count must fit an int.
   const int64_t kp = padded_k(s.k);
   if (s.m * kp * 4 >= (int64_t{1} << 40)) return InvalidArgument("shape.m: m * k too large for the tensor-copy unit");

@@ -63,7 +63,7 @@
 
 namespace sgemm::fp32x3 {
 
-constexpr int kBK = 32;            // k per stage: one 128-byte swizzle row of fp32
+constexpr int kBK = 32;             // k per stage: one 128-byte swizzle row of fp32
 constexpr int kRowBytes = kBK * 4;  // 128
 constexpr int kConsumerRegs = 232;  // setmaxnreg for the two consumer warp groups
 constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <= 64K
@@ -71,12 +71,12 @@ constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <=
 template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kClusterM_ = 1,
           bool kSplitAInKernel_ = false, bool kAluRound_ = true, int kGroupM_ = 8>
 struct Fp32x3Config {
-  static constexpr int kWgM = kWgM_;          // rows of C per consumer warp group per tile
-  static constexpr int kBN = kBN_;            // columns of C per tile
+  static constexpr int kWgM = kWgM_;  // rows of C per consumer warp group per tile
+  static constexpr int kBN = kBN_;    // columns of C per tile
   static constexpr int kStages = kStages_;
   static constexpr bool kPingpong = kPingpong_;
   static constexpr int kPromoteEvery = kPromoteEvery_;  // k-blocks per wgmma accumulation run; 0: whole K
-  static constexpr int kClusterM = kClusterM_;  // CTAs of a cluster (consecutive tile rows) sharing B tiles
+  static constexpr int kClusterM = kClusterM_;          // CTAs of a cluster (consecutive tile rows) sharing B tiles
   // A is copied raw (fp32) and split by the consumers, in registers, for wgmma's
   // register-A form; only B goes through the split pass.
   static constexpr bool kSplitAInKernel = kSplitAInKernel_;
@@ -86,8 +86,8 @@ struct Fp32x3Config {
   static constexpr int kGroupM = kGroupM_;
   static constexpr int kBM = kPingpong ? kWgM : 2 * kWgM;  // rows of a tile
   static constexpr int kThreads = 384;
-  static constexpr int kMmaM = kWgM / 64;                 // m64 wgmmas per k8 step
-  static constexpr int kAccRegs = kBN / 2;                // fp32 per thread per m64 block
+  static constexpr int kMmaM = kWgM / 64;                                      // m64 wgmmas per k8 step
+  static constexpr int kAccRegs = kBN / 2;                                     // fp32 per thread per m64 block
   static constexpr int kABytes = (kSplitAInKernel ? 1 : 2) * kBM * kRowBytes;  // raw, or hi + lo planes
   static constexpr int kBBytes = 2 * kBN * kRowBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -135,9 +135,9 @@ __device__ __forceinline__ void tf32_split_alu(float x, uint32_t& hi, uint32_t& 
 // Splits one 32 x 32 tile of x (rows x cols, ld ldx) at (r0, c0): hi to out[i], lo to
 // out[plane + i] where i = r * ldo + c, or c * ldo + r when `transpose` (through a padded
 // shared tile, so that both the reads and the writes are coalesced). 32 x 8 threads.
-__device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t ldx, int rows, int cols, int r0,
-                                           int c0, bool transpose, float* __restrict__ out, int64_t ldo,
-                                           int64_t plane, float (&tile)[32][33]) {
+__device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t ldx, int rows, int cols, int r0, int c0,
+                                           bool transpose, float* __restrict__ out, int64_t ldo, int64_t plane,
+                                           float (&tile)[32][33]) {
   if (!transpose) {
     const int c = c0 + threadIdx.x;
 #pragma unroll
@@ -177,10 +177,10 @@ __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t 
 // [2][m][kp]; == 1 splits B (k x n) into Bt planes [2][n][kp] (first_operand = 1 and one
 // z slice: B only). Tiles are walked with
 // grid strides (the y dimension of a grid is limited to 65535).
-__global__ void __launch_bounds__(256) fp32x3_split_kernel(const float* __restrict__ a, int64_t lda, int m,
-                                                           const float* __restrict__ b, int64_t ldb, int n, int k,
-                                                           float* __restrict__ a_planes, float* __restrict__ b_planes,
-                                                           int64_t kp, int first_operand) {
+__global__ void __launch_bounds__(256)
+    fp32x3_split_kernel(const float* __restrict__ a, int64_t lda, int m, const float* __restrict__ b, int64_t ldb,
+                        int n, int k, float* __restrict__ a_planes, float* __restrict__ b_planes, int64_t kp,
+                        int first_operand) {
   __shared__ float tile[32][33];
   const bool is_b = blockIdx.z + first_operand == 1;
   const float* x = is_b ? b : a;
@@ -203,8 +203,7 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
@@ -260,8 +259,8 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) 
 
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          dst),
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+          "r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
@@ -330,14 +329,14 @@ __device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t de
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
       "}, %64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
@@ -355,28 +354,28 @@ __device__ __forceinline__ void wgmma_m64n256k8_tf32(float (&d)[128], uint64_t d
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
       "}, %128, %129, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
+        "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-
 // D(64 x 128, fp32) (+)= A(64 x 8, tf32, registers) * B(8 x 128, tf32, smem, K-major).
-__device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                        int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
@@ -385,17 +384,16 @@ __device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const ui
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
       "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
-
 
 template <int kBN>
 __device__ __forceinline__ void wgmma_tf32(float (&d)[kBN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -411,11 +409,10 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[kBN / 2], uint64_t desc_a,
 template <class Cfg>
 __global__ void __launch_bounds__(384, 1)
     fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
-                       int n, int k_blocks, float alpha, float beta, float* __restrict__ c, int64_t ldc,
-                       bool c_pairs) {
+                       int n, int k_blocks, float alpha, float beta, float* __restrict__ c, int64_t ldc, bool c_pairs) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s at ring + s * kStageBytes
+  const uint32_t ring = (raw + 1023u) & ~1023u;                      // stage s at ring + s * kStageBytes
   const uint32_t full_bar = ring + Cfg::kStages * Cfg::kStageBytes;  // kStages x 8 bytes
   const uint32_t empty_bar = full_bar + Cfg::kStages * 8;
 
@@ -485,8 +482,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
             for (int p = 0; p < 2; ++p)
               tma_load_3d_multicast(stage + Cfg::kABytes + (p * Cfg::kBN + share) * kRowBytes, &tmap_b,
-                                    full_bar + 8 * s, kb * kBK, tn * Cfg::kBN + share, p,
-                                    uint16_t((1u << kCl) - 1u));
+                                    full_bar + 8 * s, kb * kBK, tn * Cfg::kBN + share, p, uint16_t((1u << kCl) - 1u));
           }
         }
       }
@@ -630,58 +626,58 @@ __global__ void __launch_bounds__(384, 1)
       }
       g += k_blocks;
     } else {
-    for (int kb = 0; kb < k_blocks; ++kb, ++g) {
-      const uint32_t s = g % Cfg::kStages;
-      mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
-      const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;
-      const uint32_t a_lo = ring + s * Cfg::kStageBytes + (Cfg::kBM + a_row0) * kRowBytes;
-      const uint32_t b_hi = ring + s * Cfg::kStageBytes + Cfg::kABytes;
-      const uint32_t b_lo = b_hi + Cfg::kBN * kRowBytes;
-      const bool restart =
-          Cfg::kPromoteEvery > 0 ? (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0) : (kb == 0);
+      for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+        const uint32_t s = g % Cfg::kStages;
+        mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
+        const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;
+        const uint32_t a_lo = ring + s * Cfg::kStageBytes + (Cfg::kBM + a_row0) * kRowBytes;
+        const uint32_t b_hi = ring + s * Cfg::kStageBytes + Cfg::kABytes;
+        const uint32_t b_lo = b_hi + Cfg::kBN * kRowBytes;
+        const bool restart =
+            Cfg::kPromoteEvery > 0 ? (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0) : (kb == 0);
 #pragma unroll
-      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
-      wgmma_fence();
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBK / 8; ++kk) {
-#pragma unroll
-        for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
-          const uint32_t a_off = mi * 64 * kRowBytes + kk * 32;
-          const uint64_t da_hi = smem_desc_sw128(a_hi + a_off), da_lo = smem_desc_sw128(a_lo + a_off);
-          const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
-          // Small terms first; the first wgmma of a run overwrites the accumulator.
-          wgmma_tf32<Cfg::kBN>(acc[mi], da_lo, db_hi, (restart && kk == 0) ? 0 : 1);
-          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_lo, 1);
-          wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_hi, 1);
-        }
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
-
-      const bool run_ends = Cfg::kPromoteEvery > 0 &&
-                            ((kb + 1) % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0 || kb + 1 == k_blocks);
-      if (Cfg::kPromoteEvery > 0) {
-        // Stages of this run are released once its wgmmas completed.
-        if (run_ends) {
-          wgmma_wait<0>();
+        for (int kk = 0; kk < kBK / 8; ++kk) {
 #pragma unroll
           for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
-            fence_registers(acc[mi]);
-#pragma unroll
-            for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
-          }
-          if (lane == 0) {
-            const int run_len = (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1)) + 1;
-            for (int r = 0; r < run_len; ++r) release((g - r) % Cfg::kStages);
+            const uint32_t a_off = mi * 64 * kRowBytes + kk * 32;
+            const uint64_t da_hi = smem_desc_sw128(a_hi + a_off), da_lo = smem_desc_sw128(a_lo + a_off);
+            const uint64_t db_hi = smem_desc_sw128(b_hi + kk * 32), db_lo = smem_desc_sw128(b_lo + kk * 32);
+            // Small terms first; the first wgmma of a run overwrites the accumulator.
+            wgmma_tf32<Cfg::kBN>(acc[mi], da_lo, db_hi, (restart && kk == 0) ? 0 : 1);
+            wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_lo, 1);
+            wgmma_tf32<Cfg::kBN>(acc[mi], da_hi, db_hi, 1);
           }
         }
-      } else {
-        // Keep one k-block of wgmmas in flight; release the stage before it.
-        wgmma_wait<1>();
-        if (kb > 0 && lane == 0) release((g - 1) % Cfg::kStages);
+        wgmma_commit();
+#pragma unroll
+        for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
+
+        const bool run_ends = Cfg::kPromoteEvery > 0 &&
+                              ((kb + 1) % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0 || kb + 1 == k_blocks);
+        if (Cfg::kPromoteEvery > 0) {
+          // Stages of this run are released once its wgmmas completed.
+          if (run_ends) {
+            wgmma_wait<0>();
+#pragma unroll
+            for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
+              fence_registers(acc[mi]);
+#pragma unroll
+              for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] += acc[mi][i];
+            }
+            if (lane == 0) {
+              const int run_len = (kb % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1)) + 1;
+              for (int r = 0; r < run_len; ++r) release((g - r) % Cfg::kStages);
+            }
+          }
+        } else {
+          // Keep one k-block of wgmmas in flight; release the stage before it.
+          wgmma_wait<1>();
+          if (kb > 0 && lane == 0) release((g - 1) % Cfg::kStages);
+        }
       }
-    }
     }  // kSplitAInKernel
     if constexpr (Cfg::kPromoteEvery == 0) {
       wgmma_wait<0>();
@@ -692,7 +688,7 @@ __global__ void __launch_bounds__(384, 1)
     // Let the other consumer start its mainloop while this one stores.
     if (Cfg::kPingpong) named_barrier_arrive(1 + (consumer ^ 1), 256);
 
-    // ---------------- epilogue ----------------
+      // ---------------- epilogue ----------------
 #pragma unroll
     for (int mi = 0; mi < Cfg::kMmaM; ++mi) {
 #pragma unroll

@@ -20,13 +20,12 @@ struct GemmArgs {
   int64_t lda = 0;
   const float* b = nullptr;  // k x n, row-major, leading dimension ldb
   int64_t ldb = 0;
-  float* c = nullptr;        // m x n, row-major, leading dimension ldc
+  float* c = nullptr;  // m x n, row-major, leading dimension ldc
   int64_t ldc = 0;
 };
 
 // Convenience: a densely packed problem (lda = k, ldb = n, ldc = n).
-inline GemmArgs dense_gemm_args(GemmShape s, float alpha, const float* a, const float* b, float beta,
-                                float* c) {
+inline GemmArgs dense_gemm_args(GemmShape s, float alpha, const float* a, const float* b, float beta, float* c) {
   return GemmArgs{s, alpha, beta, a, s.k, b, s.n, c, s.n};
 }
 

@@ -18,15 +18,15 @@ using pingpong::PingpongConfig;
 
 //                                 BM   BN  BK WM WN TWM TWN TM  TN  ST MINB (GROUP_M)
 // (WM, WN: warps along M and N)
-using Large = PingpongConfig<128, 128, 16, 4, 2, 4, 8, 8, 8, 3, 2>;        // 256 thr, warp 32x64
-using Wide = PingpongConfig<128, 128, 8, 2, 2, 8, 4, 8, 16, 4, 2>;         // 128 thr, warp 64x64
-using Huge = PingpongConfig<128, 256, 8, 2, 4, 8, 4, 8, 16, 4, 1>;         // 256 thr, warp 64x64
-using Medium = PingpongConfig<128, 64, 16, 2, 2, 8, 4, 8, 8, 3, 4>;        // 128 thr, warp 64x32
-using Small = PingpongConfig<64, 64, 16, 2, 2, 4, 8, 8, 4, 4, 4>;          // 128 thr, warp 32x32
-using SmallWide = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 3, 4>;     // 128 thr, warp 32x64
-using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;    // 128 thr, warp 32x64
-using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;    // 128 thr, warp 32x64
-using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;           // 64 thr, warp 32x64
+using Large = PingpongConfig<128, 128, 16, 4, 2, 4, 8, 8, 8, 3, 2>;      // 256 thr, warp 32x64
+using Wide = PingpongConfig<128, 128, 8, 2, 2, 8, 4, 8, 16, 4, 2>;       // 128 thr, warp 64x64
+using Huge = PingpongConfig<128, 256, 8, 2, 4, 8, 4, 8, 16, 4, 1>;       // 256 thr, warp 64x64
+using Medium = PingpongConfig<128, 64, 16, 2, 2, 8, 4, 8, 8, 3, 4>;      // 128 thr, warp 64x32
+using Small = PingpongConfig<64, 64, 16, 2, 2, 4, 8, 8, 4, 4, 4>;        // 128 thr, warp 32x32
+using SmallWide = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 3, 4>;   // 128 thr, warp 32x64
+using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
+using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
+using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;         // 64 thr, warp 32x64
 
 // Raises a kernel's dynamic shared-memory limit once per device.
 template <class Kernel>
@@ -50,7 +50,7 @@ Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
   const unsigned cols = unsigned(std::min<int64_t>((g.shape.n + 255) / 256, 64));
   const unsigned rows = unsigned(std::min<int64_t>(g.shape.m, 65535));
   pingpong::scale_matrix_kernel<<<dim3(cols, rows), 256, 0, stream>>>(int(g.shape.m), int(g.shape.n), g.beta, g.c,
-                                                                        g.ldc);
+                                                                      g.ldc);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
@@ -111,14 +111,14 @@ Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
                              std::to_string(need) + " bytes, got " + std::to_string(ws.bytes) +
                              " (ask pingpong_workspace_bytes)");
     float* w = static_cast<float*>(ws.data);
-    kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta,
-                                                                    g.c, g.ldc, per_split, w, ldw);
+    kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c,
+                                                                  g.ldc, per_split, w, ldw);
     SGEMM_CUDA_TRY(cudaGetLastError());
     return launch_splitk_reduce(g, splits, w, ldw, stream);
   }
   if (splits > 1) SGEMM_RETURN_IF_ERROR(prescale_c(g, stream));
-  kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta,
-                                                                  g.c, g.ldc, per_split, nullptr, 0);
+  kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c,
+                                                                g.ldc, per_split, nullptr, 0);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
@@ -126,9 +126,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 // B and C are touched 16 bytes at a time only when their pointers and leading
 // dimensions keep every row 16-byte aligned. A is always copied 4 bytes at a time.
-bool vectorizable(const GemmArgs& g) {
-  return aligned16(g.b) && aligned16(g.c) && g.ldb % 4 == 0 && g.ldc % 4 == 0;
-}
+bool vectorizable(const GemmArgs& g) { return aligned16(g.b) && aligned16(g.c) && g.ldb % 4 == 0 && g.ldc % 4 == 0; }
 
 #ifdef SGEMM_KERNEL_TUNING
 template <class Cfg>
@@ -222,9 +220,12 @@ Status pingpong_can_implement(const GemmArgs& g) {
   if (g.a == nullptr) return InvalidArgument("a: null pointer");
   if (g.b == nullptr) return InvalidArgument("b: null pointer");
   if (g.c == nullptr) return InvalidArgument("c: null pointer");
-  if (g.lda < s.k) return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
-  if (g.ldb < s.n) return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
-  if (g.ldc < s.n) return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
+  if (g.lda < s.k)
+    return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
+  if (g.ldb < s.n)
+    return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
+  if (g.ldc < s.n)
+    return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
   // The smallest tile is 64 x 64: the 1-D grid of tiles must fit a launch.
   const int64_t tiles = ((s.m + 63) / 64) * ((s.n + 63) / 64);
   if (tiles > INT_MAX) return InvalidArgument("shape: m x n needs more than 2^31-1 thread blocks");
@@ -255,8 +256,7 @@ std::size_t pingpong_variant_workspace_bytes(const GemmShape& shape, int variant
 }
 
 std::size_t pingpong_workspace_bytes(const GemmArgs& args) {
-  return pingpong_variant_workspace_bytes(args.shape,
-                                          pingpong_pick_variant(args.shape, sm_count_of_current_device()));
+  return pingpong_variant_workspace_bytes(args.shape, pingpong_pick_variant(args.shape, sm_count_of_current_device()));
 }
 
 Status pingpong_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,

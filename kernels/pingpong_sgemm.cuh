@@ -40,8 +40,8 @@
 
 namespace sgemm::pingpong {
 
-template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int TWM_, int TWN_, int TM_, int TN_,
-          int STAGES_, int MIN_BLOCKS_, int GROUP_M_ = 8>
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int TWM_, int TWN_, int TM_, int TN_, int STAGES_,
+          int MIN_BLOCKS_, int GROUP_M_ = 8>
 struct PingpongConfig {
   static constexpr int BM = BM_, BN = BN_, BK = BK_;
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
@@ -94,14 +94,14 @@ __device__ __forceinline__ void cp_async_wait() {
 template <class Cfg, bool kVectorized>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     pingpong_sgemm_kernel(int m, int n, int k, float alpha, const float* __restrict__ a, int64_t lda,
-                          const float* __restrict__ b, int64_t ldb, float beta, float* __restrict__ c,
-                          int64_t ldc, int k_tiles_per_split, float* __restrict__ workspace, int64_t ldw) {
+                          const float* __restrict__ b, int64_t ldb, float beta, float* __restrict__ c, int64_t ldc,
+                          int k_tiles_per_split, float* __restrict__ workspace, int64_t ldw) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   constexpr int TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
   constexpr int THREADS = Cfg::THREADS, STAGES = Cfg::STAGES;
   extern __shared__ __align__(16) float smem[];
-  float* const As = smem;                           // STAGES x [BK][A_STRIDE]
-  float* const Bs = smem + STAGES * Cfg::A_STAGE;   // STAGES x [BK][B_STRIDE]
+  float* const As = smem;                          // STAGES x [BK][A_STRIDE]
+  float* const Bs = smem + STAGES * Cfg::A_STAGE;  // STAGES x [BK][B_STRIDE]
 
   // ---- which tile: grouped rasterization for L2 reuse ----
   const int tiles_m = (m + BM - 1) / BM;
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const bool rows_inside = m0 + BM <= m;
   const bool cols_inside = n0 + BN <= n;
 
-  const uint32_t as_base = smem_u32(As) + 4u * uint32_t(((a_col) * Cfg::A_STRIDE) + a_row);
+  const uint32_t as_base = smem_u32(As) + 4u * uint32_t(((a_col)*Cfg::A_STRIDE) + a_row);
   const uint32_t bs_base = smem_u32(Bs) + 4u * uint32_t(b_row * Cfg::B_STRIDE + b_col);
 
   auto load_tile = [&](int k0, int stage) {
@@ -186,8 +186,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 #pragma unroll
       for (int i = 0; i < B_PER_THREAD; ++i) {
         const uint32_t dst = bs_stage + 4u * uint32_t(i * B_RSTEP * Cfg::B_STRIDE);
-        if constexpr (kVectorized) cp_async_16(dst, b_next + i * b_rstep, 16);
-        else cp_async_4(dst, b_next + i * b_rstep, 4);
+        if constexpr (kVectorized)
+          cp_async_16(dst, b_next + i * b_rstep, 16);
+        else
+          cp_async_4(dst, b_next + i * b_rstep, 4);
       }
     } else {
 #pragma unroll
@@ -195,8 +197,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         const uint32_t dst = bs_stage + 4u * uint32_t(i * B_RSTEP * Cfg::B_STRIDE);
         const int valid = (k0 + i * B_RSTEP + b_row < k) ? b_cols_valid : 0;
         const float* src = valid > 0 ? b_next + i * b_rstep : b;
-        if constexpr (kVectorized) cp_async_16(dst, src, 4 * valid);
-        else cp_async_4(dst, src, 4 * valid);
+        if constexpr (kVectorized)
+          cp_async_16(dst, src, 4 * valid);
+        else
+          cp_async_4(dst, src, 4 * valid);
       }
     }
     a_next += BK;
@@ -284,9 +288,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       for (int j4 = 0; j4 < TN / 4; ++j4) {
         const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
         if (col < ldw)
-          *reinterpret_cast<float4*>(wrow + col) =
-              make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                          alpha * acc[i][4 * j4 + 3]);
+          *reinterpret_cast<float4*>(wrow + col) = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1],
+                                                               alpha * acc[i][4 * j4 + 2], alpha * acc[i][4 * j4 + 3]);
       }
     }
     return;
@@ -314,8 +317,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 #pragma unroll
     for (int j4 = 0; j4 < TN / 4; ++j4) {
       const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-      float4 r = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1],
-                             alpha * acc[i][4 * j4 + 2], alpha * acc[i][4 * j4 + 3]);
+      float4 r = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
+                             alpha * acc[i][4 * j4 + 3]);
       if (kVectorized && (full_block || col + 3 < n)) {
         float4* p = reinterpret_cast<float4*>(crow + col);
         if (beta != 0.0f) {

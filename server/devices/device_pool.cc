@@ -102,8 +102,8 @@ StatusOr<std::unique_ptr<DevicePool>> DevicePool::create(const DevicePoolOptions
     SGEMM_CUDA_TRY(cudaSetDevice(ordinal));
     cudaDeviceProp prop{};
     SGEMM_CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
-    dev->info = DeviceInfo{ordinal, prop.name, int64_t(prop.totalGlobalMem), prop.multiProcessorCount,
-                           prop.major, prop.minor};
+    dev->info =
+        DeviceInfo{ordinal, prop.name, int64_t(prop.totalGlobalMem), prop.multiProcessorCount, prop.major, prop.minor};
     cudaMemPool_t mempool = nullptr;
     SGEMM_CUDA_TRY(cudaDeviceGetDefaultMemPool(&mempool, ordinal));
     uint64_t threshold = options.mempool_release_threshold;

@@ -156,5 +156,4 @@ class DevicePool {
   std::vector<KernelKind> kernels_;
 };
 
-
 }  // namespace sgemm

@@ -55,9 +55,7 @@ void PinnedHostPool::State::release(void* p, std::size_t cls) {
 StatusOr<HostBuffer> PinnedHostPool::allocate(std::size_t bytes) {
   const std::size_t cls = size_class(bytes);
   std::shared_ptr<State> st = state_;
-  auto make = [&](void* p) {
-    return HostBuffer(p, bytes, [st, cls](void* q, std::size_t) { st->release(q, cls); });
-  };
+  auto make = [&](void* p) { return HostBuffer(p, bytes, [st, cls](void* q, std::size_t) { st->release(q, cls); }); };
   {
     std::lock_guard<std::mutex> lock(st->mu);
     if (auto it = st->cache.find(cls); it != st->cache.end()) {

@@ -23,10 +23,10 @@
 namespace sgemm {
 
 struct PinnedHostPoolStats {
-  std::size_t cached_bytes = 0;     // released slabs kept for reuse
-  std::size_t live_bytes = 0;       // handed out, not yet released
-  std::size_t allocations = 0;      // cudaHostAlloc calls so far
-  std::size_t reuses = 0;           // requests served from the cache
+  std::size_t cached_bytes = 0;  // released slabs kept for reuse
+  std::size_t live_bytes = 0;    // handed out, not yet released
+  std::size_t allocations = 0;   // cudaHostAlloc calls so far
+  std::size_t reuses = 0;        // requests served from the cache
 };
 
 class PinnedHostPool final : public HostAllocator {

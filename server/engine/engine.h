@@ -12,9 +12,9 @@
 // called concurrently; each implementation says how it shares devices.
 #pragma once
 
-#include <optional>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,8 +47,8 @@ class OutputSink {
 // Which implementation runs the product.
 struct ExecOptions {
   Precision precision = Precision::kFp32;  // kTf32 / kFp32x3 pick their kernel
-  std::optional<KernelKind> kernel;     // fp32 only; nullopt = the engine's choice for the shape
-  SplitMode split = SplitMode::kAuto;   // kAuto = the planner decides
+  std::optional<KernelKind> kernel;        // fp32 only; nullopt = the engine's choice for the shape
+  SplitMode split = SplitMode::kAuto;      // kAuto = the planner decides
 };
 
 // What a caller asks for, before any data: the one struct Engine::validate()
@@ -75,15 +75,15 @@ struct GemmJob {
   const float* a = nullptr;
   const float* b = nullptr;
   float* c = nullptr;
-  InputFeed* feed = nullptr;  // null: all inputs are present
-  OutputSink* sink = nullptr; // null: nobody listens for early rows
+  InputFeed* feed = nullptr;            // null: all inputs are present
+  OutputSink* sink = nullptr;           // null: nobody listens for early rows
   const CancelToken* cancel = nullptr;  // null: the job is never cancelled
 };
 
 struct DeviceTiming {
-  int device = -1;           // CUDA ordinal, -1 for the CPU
-  std::string name;          // "NVIDIA H100 80GB HBM3", "cpu (OpenBLAS, 2 threads)"
-  Shard shard;               // rows and K range this device computed
+  int device = -1;   // CUDA ordinal, -1 for the CPU
+  std::string name;  // "NVIDIA H100 80GB HBM3", "cpu (OpenBLAS, 2 threads)"
+  Shard shard;       // rows and K range this device computed
   double copy_in_ms = 0;
   double kernel_ms = 0;
   double reduce_ms = 0;
@@ -91,20 +91,20 @@ struct DeviceTiming {
 };
 
 struct GemmReport {
-  std::string backend;       // "cuda" or "cpu"
+  std::string backend;                        // "cuda" or "cpu"
   KernelKind kernel = KernelKind::kPingpong;  // the kernel that ran (cuBLAS when it took blocks ours refused)
   Precision precision = Precision::kFp32;     // the arithmetic that ran (the CPU engine: fp32 for every request)
   SplitMode split = SplitMode::kSingle;
-  std::string plan_reason;   // why the planner chose this split
+  std::string plan_reason;  // why the planner chose this split
   std::vector<DeviceTiming> devices;
 };
 
 struct EngineInfo {
-  std::string backend;                 // "cuda" or "cpu"
+  std::string backend;  // "cuda" or "cpu"
   std::vector<DeviceInfo> devices;
-  std::vector<KernelKind> kernels;     // available kernels, the configured default first
+  std::vector<KernelKind> kernels;                    // available kernels, the configured default first
   KernelKind default_kernel = KernelKind::kPingpong;  // used where the kernel-choice table has no row
-  std::vector<Precision> precisions;   // the arithmetic this backend offers, fp32 first
+  std::vector<Precision> precisions;                  // the arithmetic this backend offers, fp32 first
 };
 
 class Engine {

@@ -6,10 +6,14 @@
 namespace sgemm {
 
 bool parse_backend_choice(std::string_view text, BackendChoice* out) {
-  if (text == "auto") *out = BackendChoice::kAuto;
-  else if (text == "cuda") *out = BackendChoice::kCuda;
-  else if (text == "cpu") *out = BackendChoice::kCpu;
-  else return false;
+  if (text == "auto")
+    *out = BackendChoice::kAuto;
+  else if (text == "cuda")
+    *out = BackendChoice::kCuda;
+  else if (text == "cpu")
+    *out = BackendChoice::kCpu;
+  else
+    return false;
   return true;
 }
 

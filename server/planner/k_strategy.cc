@@ -10,8 +10,8 @@
 
 namespace sgemm {
 
-double estimate_k_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCaps>& d,
-                     const std::vector<Shard>& shards, KReduce r, const PlannerOptions& o) {
+double estimate_k_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCaps>& d, const std::vector<Shard>& shards,
+                     KReduce r, const PlannerOptions& o) {
   const size_t p = d.size();
   if (p == 0 || shards.size() != p) return std::numeric_limits<double>::infinity();
   double compute = 0, peer = std::numeric_limits<double>::infinity(), out = 0;
@@ -35,8 +35,7 @@ double estimate_k_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCap
   // nccl-tests algBw: bytes of one rank's input over the time. The reduce is
   // costed at the pool's peer rate scaled by the measured 64 MiB figure.
   const double reduce =
-      p > 1 ? cost::transfer_ms(cost::kBytesPerElement * s.m * s.n, peer * o.reduce_vs_peer) + o.nccl_latency_ms
-            : 0.0;
+      p > 1 ? cost::transfer_ms(cost::kBytesPerElement * s.m * s.n, peer * o.reduce_vs_peer) + o.nccl_latency_ms : 0.0;
   return (p > 1 ? o.split_overhead_ms : o.single_overhead_ms) + compute + reduce + out;
 }
 

@@ -16,10 +16,10 @@
 namespace sgemm {
 
 struct KernelChoiceRow {
-  const char* shape_class;                 // "m = 1 or n = 1", for logs and docs
+  const char* shape_class;                  // "m = 1 or n = 1", for logs and docs
   bool (*matches)(const GemmShape& shape);  // whether a shape is in the class
-  KernelKind kernel;                       // the faster kernel on this class
-  const char* evidence;                    // the measurement: ratio, device, results file
+  KernelKind kernel;                        // the faster kernel on this class
+  const char* evidence;                     // the measurement: ratio, device, results file
 };
 
 // The rows in order; the first that matches decides.

@@ -9,9 +9,7 @@
 
 namespace sgemm {
 
-std::string_view k_reduce_name(KReduce r) {
-  return r == KReduce::kReduceScatter ? "reduce-scatter" : "reduce-to-root";
-}
+std::string_view k_reduce_name(KReduce r) { return r == KReduce::kReduceScatter ? "reduce-scatter" : "reduce-to-root"; }
 
 std::vector<int64_t> split_range(int64_t total, const std::vector<double>& weights, int64_t align) {
   const int64_t n = int64_t(weights.size());
@@ -75,9 +73,8 @@ Plan make_plan(const PlanRequest& req, const PlannerOptions& o) {
       adopt(single, "single (requested) on " + single_text.substr(std::string("single on ").size()) + ", est " +
                         cost::fmt_ms(single.est_ms));
     } else if (forced == nullptr || !forced->applicable(req)) {
-      adopt(single, std::string(split_mode_name(req.forced)) + " requested but " +
-                        std::to_string(req.devices.size()) + " GPU: " + single_text + ", est " +
-                        cost::fmt_ms(single.est_ms));
+      adopt(single, std::string(split_mode_name(req.forced)) + " requested but " + std::to_string(req.devices.size()) +
+                        " GPU: " + single_text + ", est " + cost::fmt_ms(single.est_ms));
     } else {
       const Candidate c = evaluate(forced);
       adopt(c, "requested " + forced->describe(req, c.shards) + ", est " + cost::fmt_ms(c.est_ms) + " vs single " +

@@ -78,7 +78,7 @@ struct PlanRequest {
   bool has_c = false;
   SplitMode forced = SplitMode::kAuto;  // kAuto: the cost model decides
   KReduce k_reduce = KReduce::kReduceScatter;
-  std::vector<DeviceCaps> devices;      // at least one
+  std::vector<DeviceCaps> devices;  // at least one
 };
 
 struct Plan {
@@ -86,17 +86,17 @@ struct Plan {
   // kSingle: one shard. kRows / kK: one shard per device in request order
   // (some may be empty when the problem is smaller than the device count).
   std::vector<Shard> shards;
-  double est_ms = 0;          // estimate of the chosen strategy
-  double single_est_ms = 0;   // estimate on the best single device, for the reason
-  std::string reason;         // human readable: "rows: 2 GPUs, est 12.1 ms vs single 22.0 ms"
+  double est_ms = 0;         // estimate of the chosen strategy
+  double single_est_ms = 0;  // estimate on the best single device, for the reason
+  std::string reason;        // human readable: "rows: 2 GPUs, est 12.1 ms vs single 22.0 ms"
 };
 
 // Estimates (ms) of each strategy; exposed for tests and the benchmark.
 double estimate_single_ms(const GemmShape& s, bool has_c, const DeviceCaps& d, const PlannerOptions& o);
 double estimate_rows_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCaps>& d,
                         const std::vector<Shard>& shards, const PlannerOptions& o);
-double estimate_k_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCaps>& d,
-                     const std::vector<Shard>& shards, KReduce r, const PlannerOptions& o);
+double estimate_k_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCaps>& d, const std::vector<Shard>& shards,
+                     KReduce r, const PlannerOptions& o);
 
 // Splits [0, total) into weights.size() consecutive ranges with sizes roughly
 // proportional to the weights, boundaries at multiples of `align` where that

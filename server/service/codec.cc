@@ -373,9 +373,12 @@ grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count) {
 
 v1::Precision precision_to_proto(Precision p) {
   switch (p) {
-    case Precision::kFp32: return v1::PRECISION_FP32;
-    case Precision::kTf32: return v1::PRECISION_TF32;
-    case Precision::kFp32x3: return v1::PRECISION_FP32X3;
+    case Precision::kFp32:
+      return v1::PRECISION_FP32;
+    case Precision::kTf32:
+      return v1::PRECISION_TF32;
+    case Precision::kFp32x3:
+      return v1::PRECISION_FP32X3;
   }
   return v1::PRECISION_UNSPECIFIED;
 }

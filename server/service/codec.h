@@ -23,7 +23,7 @@ namespace sgemm {
 struct RequestMessage {
   enum class Kind { kHeader, kChunk, kEmpty };
   Kind kind = Kind::kEmpty;
-  GemmRequest header;            // kind == kHeader (already converted; enums checked)
+  GemmRequest header;              // kind == kHeader (already converted; enums checked)
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;
   // The chunk's payload (little-endian fp32), left where gRPC received it:

@@ -52,10 +52,10 @@ inline std::vector<int> first_gpus(int count) {
 
 // Skips the current test with a message that says why, when fewer than `n`
 // CUDA devices are visible. CTest reports such tests as "Skipped".
-#define SGEMM_REQUIRE_GPUS(n)                                                                \
-  do {                                                                                       \
-    const int sgemm_have_ = ::sgemm::testing::cuda_device_count();                          \
-    if (sgemm_have_ < (n))                                                                   \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found " << sgemm_have_            \
-                   << ": run this suite on the GPU machine (scripts/gpu-check.sh)";          \
+#define SGEMM_REQUIRE_GPUS(n)                                                       \
+  do {                                                                              \
+    const int sgemm_have_ = ::sgemm::testing::cuda_device_count();                  \
+    if (sgemm_have_ < (n))                                                          \
+      GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found " << sgemm_have_   \
+                   << ": run this suite on the GPU machine (scripts/gpu-check.sh)"; \
   } while (0)

@@ -27,7 +27,8 @@ void expect_invalid(const Status& s, const std::string& field) {
 TEST(PingpongCanImplement, AcceptsAnyPositiveShape) {
   for (int64_t m : {1, 7, 128, 129, 4095, 8193})
     for (int64_t n : {1, 3, 64, 1000})
-      for (int64_t k : {1, 5, 16, 16384}) EXPECT_TRUE(pingpong_can_implement(args(m, n, k)).ok()) << m << " " << n << " " << k;
+      for (int64_t k : {1, 5, 16, 16384})
+        EXPECT_TRUE(pingpong_can_implement(args(m, n, k)).ok()) << m << " " << n << " " << k;
 }
 
 TEST(PingpongCanImplement, AcceptsUnalignedPointersAndLeadingDimensions) {

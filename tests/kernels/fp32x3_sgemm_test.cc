@@ -15,6 +15,8 @@
 // fails), padding of C must come back untouched. Also: every variant on edge shapes,
 // K up to 65536, bitwise run-to-run identity.
 // Without an sm_90 GPU the suite skips visibly.
+#include "kernels/fp32x3_sgemm.h"
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -28,7 +30,6 @@
 #include <vector>
 
 #include "common/reference_gemm.h"
-#include "kernels/fp32x3_sgemm.h"
 #include "kernels/gemm_backend.h"
 #include "tests/common/gpu_test.h"
 
@@ -46,16 +47,16 @@ struct Case {
   float alpha = 1.0f, beta = 0.0f;
   int64_t lda_pad = 0, ldb_pad = 0, ldc_pad = 0;  // extra floats per row
   int64_t a_off = 0, b_off = 0, c_off = 0;        // pointer offsets in floats
-  int variant = -1;                                // -1: the backend's own choice
+  int variant = -1;                               // -1: the backend's own choice
   Data data = Data::kUniform;
 };
 
 std::string describe(const Case& c) {
-  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " alpha=" +
-         std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) + " pads=(" + std::to_string(c.lda_pad) + "," +
-         std::to_string(c.ldb_pad) + "," + std::to_string(c.ldc_pad) + ") offs=(" + std::to_string(c.a_off) + "," +
-         std::to_string(c.b_off) + "," + std::to_string(c.c_off) + ") variant=" +
-         (c.variant < 0 ? std::string("auto") : std::string(fp32x3_variant_name(c.variant))) +
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) + " pads=(" +
+         std::to_string(c.lda_pad) + "," + std::to_string(c.ldb_pad) + "," + std::to_string(c.ldc_pad) + ") offs=(" +
+         std::to_string(c.a_off) + "," + std::to_string(c.b_off) + "," + std::to_string(c.c_off) +
+         ") variant=" + (c.variant < 0 ? std::string("auto") : std::string(fp32x3_variant_name(c.variant))) +
          (c.data == Data::kWideExponent ? " wide-exponent" : "");
 }
 
@@ -127,7 +128,7 @@ Outcome run_one(GemmBackend* backend, const Inputs& in) {
   EXPECT_EQ(cudaMemcpy(dc.f() + cs.c_off, c_in.data(), c_in.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
 
   const GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.f() + cs.a_off, in.lda, db.f() + cs.b_off, in.ldb,
-                   dc.f() + cs.c_off, in.ldc};
+                   dc.f() + cs.c_off,  in.ldc};
   Outcome out;
   if (cs.variant >= 0 && backend->kind() == KernelKind::kFp32x3) {
     const size_t bytes = fp32x3_workspace_bytes(g.shape);
@@ -161,10 +162,10 @@ bool have_sm90() {
   return major == 9 && minor == 0;
 }
 
-#define SGEMM_REQUIRE_SM90()                                                       \
-  do {                                                                             \
-    SGEMM_REQUIRE_GPUS(1);                                                         \
-    if (!have_sm90()) GTEST_SKIP() << "fp32x3 needs an sm_90 (Hopper) GPU";       \
+#define SGEMM_REQUIRE_SM90()                                                \
+  do {                                                                      \
+    SGEMM_REQUIRE_GPUS(1);                                                  \
+    if (!have_sm90()) GTEST_SKIP() << "fp32x3 needs an sm_90 (Hopper) GPU"; \
   } while (0)
 
 class Fp32x3Sgemm : public ::testing::TestWithParam<Case> {
@@ -185,8 +186,16 @@ TEST_P(Fp32x3Sgemm, NoWorseThanCublasSgemm) {
   const Case cs = GetParam();
   const Inputs in = make_inputs(cs);
   SCOPED_TRACE("case " + describe(cs) + " seed " + std::to_string(in.seed));
-  ASSERT_TRUE(fp32x3_->can_implement({{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, reinterpret_cast<float*>(16), in.lda,
-                                      reinterpret_cast<float*>(16), in.ldb, reinterpret_cast<float*>(16), in.ldc})
+  ASSERT_TRUE(fp32x3_
+                  ->can_implement({{cs.m, cs.n, cs.k},
+                                   cs.alpha,
+                                   cs.beta,
+                                   reinterpret_cast<float*>(16),
+                                   in.lda,
+                                   reinterpret_cast<float*>(16),
+                                   in.ldb,
+                                   reinterpret_cast<float*>(16),
+                                   in.ldc})
                   .ok());
   const Outcome f = run_one(fp32x3_.get(), in);
   const Outcome cb = run_one(cublas_.get(), in);
@@ -195,8 +204,8 @@ TEST_P(Fp32x3Sgemm, NoWorseThanCublasSgemm) {
   RecordProperty("fp32x3_max_rel_error", std::to_string(f.verify.max_rel_error));
   RecordProperty("cublas_max_rel_error", std::to_string(cb.verify.max_rel_error));
   EXPECT_TRUE(f.padding_intact) << "fp32x3 wrote into C's padding";
-  EXPECT_EQ(f.verify.mismatched_nonfinite, 0) << "non-finite output first at row " << f.verify.worst_row << " col "
-                                              << f.verify.worst_col;
+  EXPECT_EQ(f.verify.mismatched_nonfinite, 0)
+      << "non-finite output first at row " << f.verify.worst_row << " col " << f.verify.worst_col;
   EXPECT_TRUE(cb.verify.passed(kSgemmTolerance)) << "cuBLAS itself: " << cb.verify.max_rel_error;
   const bool promoted = cs.variant < 0 || fp32x3_variant_name(cs.variant).find("promote") != std::string_view::npos;
   if (!promoted) {
@@ -215,14 +224,13 @@ std::vector<Case> square_cases() {
 }
 
 std::vector<Case> shape_cases() {
-  return {{1, 1, 5000}, {1, 513, 77}, {513, 1, 77}, {300, 200, 1}, {1000, 1, 1}, {2, 130, 3},
-          {129, 2, 17}, {5, 5, 9}, {1000, 37, 129}, {37, 1000, 300}, {2049, 1025, 513}, {8191, 40, 33},
+  return {{1, 1, 5000},   {1, 513, 77},     {513, 1, 77},      {300, 200, 1},     {1000, 1, 1},      {2, 130, 3},
+          {129, 2, 17},   {5, 5, 9},        {1000, 37, 129},   {37, 1000, 300},   {2049, 1025, 513}, {8191, 40, 33},
           {40, 8193, 24}, {700, 900, 1100}, {4095, 4095, 257}, {1024, 1024, 4095}};
 }
 
 std::vector<Case> long_k_cases() {
-  return {{64, 64, 16384}, {33, 17, 10000}, {128, 256, 32768}, {128, 128, 65536}, {256, 64, 65536},
-          {130, 129, 65533}};
+  return {{64, 64, 16384}, {33, 17, 10000}, {128, 256, 32768}, {128, 128, 65536}, {256, 64, 65536}, {130, 129, 65533}};
 }
 
 std::vector<Case> alpha_beta_cases() {
@@ -271,8 +279,8 @@ std::vector<Case> variant_cases() {
     for (Case c : {Case{129, 131, 37}, Case{129, 131, 36}, Case{300, 520, 301, 1.0f, 1.0f}, Case{7, 9, 5},
                    Case{1, 1, 1}, Case{65, 3, 4}, Case{257, 259, 100, -1.0f, 0.5f, 4, 1, 3, 4, 1, 1},
                    Case{257, 259, 33, 1.0f, 0.5f, 1, 1, 3, 1, 1, 1}, Case{257, 259, 33, 1.0f, 0.5f, 4, 1, 3, 0, 1, 1},
-                   Case{600, 700, 2050}, Case{256, 256, 8192}, Case{1000, 1000, 1000, 1.0f, 0.0f, 0, 0, 0, 0, 0, 0, -1,
-                                                                  Data::kWideExponent}}) {
+                   Case{600, 700, 2050}, Case{256, 256, 8192},
+                   Case{1000, 1000, 1000, 1.0f, 0.0f, 0, 0, 0, 0, 0, 0, -1, Data::kWideExponent}}) {
       if (a_in_place && ((c.k + c.lda_pad) % 4 != 0 || c.a_off % 4 != 0)) continue;
       c.variant = var;
       v.push_back(c);
@@ -283,8 +291,7 @@ std::vector<Case> variant_cases() {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" +
-         std::to_string(info.index);
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" + std::to_string(info.index);
 }
 
 INSTANTIATE_TEST_SUITE_P(Square, Fp32x3Sgemm, ::testing::ValuesIn(square_cases()), case_name);
@@ -304,12 +311,11 @@ TEST(Fp32x3Determinism, RunToRunBitIdentical) {
                   Case{2048, 2048, 2048}}) {
     SCOPED_TRACE(describe(cs));
     const Inputs in = make_inputs(cs);
-    DeviceBuffer da((in.a.size() + cs.a_off) * 4), db((in.b.size() + cs.b_off) * 4),
-        dc((in.c0.size() + cs.c_off) * 4);
+    DeviceBuffer da((in.a.size() + cs.a_off) * 4), db((in.b.size() + cs.b_off) * 4), dc((in.c0.size() + cs.c_off) * 4);
     ASSERT_EQ(cudaMemcpy(da.f() + cs.a_off, in.a.data(), in.a.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(db.f() + cs.b_off, in.b.data(), in.b.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     const GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.f() + cs.a_off, in.lda, db.f() + cs.b_off, in.ldb,
-                     dc.f() + cs.c_off, in.ldc};
+                     dc.f() + cs.c_off,  in.ldc};
     const size_t ws_bytes = f.value()->workspace_bytes(g);
     DeviceBuffer ws(ws_bytes);
     std::vector<float> first, got(in.c0.size());
@@ -319,8 +325,10 @@ TEST(Fp32x3Determinism, RunToRunBitIdentical) {
       ASSERT_TRUE(st.ok()) << st.to_string();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(got.data(), dc.f() + cs.c_off, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      if (run == 0) first = got;
-      else EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0) << "run " << run << " differs";
+      if (run == 0)
+        first = got;
+      else
+        EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0) << "run " << run << " differs";
     }
   }
 }

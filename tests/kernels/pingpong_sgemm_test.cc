@@ -7,6 +7,8 @@
 // Outputs are poisoned with NaN before runs with beta == 0, so an element the
 // kernel forgets to write fails; padding of A and B (past k / n in each row) is
 // NaN too, so reading it fails; padding of C must come back untouched.
+#include "kernels/pingpong_sgemm.h"
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -21,7 +23,6 @@
 
 #include "common/reference_gemm.h"
 #include "kernels/gemm_backend.h"
-#include "kernels/pingpong_sgemm.h"
 #include "tests/common/gpu_test.h"
 
 namespace sgemm {
@@ -36,13 +37,13 @@ struct Case {
   float alpha = 1.0f, beta = 0.0f;
   int64_t lda_pad = 0, ldb_pad = 0, ldc_pad = 0;  // extra floats per row
   int64_t a_off = 0, b_off = 0, c_off = 0;        // pointer offsets in floats (unaligned when % 4 != 0)
-  int variant = -1;                                // -1: the backend's own choice
+  int variant = -1;                               // -1: the backend's own choice
 };
 
 std::string describe(const Case& c) {
-  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " alpha=" +
-         std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) + " pads=(" + std::to_string(c.lda_pad) +
-         "," + std::to_string(c.ldb_pad) + "," + std::to_string(c.ldc_pad) + ") offs=(" +
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) + " pads=(" +
+         std::to_string(c.lda_pad) + "," + std::to_string(c.ldb_pad) + "," + std::to_string(c.ldc_pad) + ") offs=(" +
          std::to_string(c.a_off) + "," + std::to_string(c.b_off) + "," + std::to_string(c.c_off) +
          ") variant=" + (c.variant < 0 ? std::string("auto") : std::string(pingpong_variant_name(c.variant)));
 }
@@ -146,19 +147,25 @@ TEST_P(PingpongSgemm, MatchesReferenceAndCublas) {
   const auto hb = strided_random(cs.k, cs.n, ldb, seed + 1);
   const auto hc0 = strided_random(cs.m, cs.n, ldc, seed + 2);
 
-  ASSERT_TRUE(pingpong_->can_implement({{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, reinterpret_cast<float*>(16), lda,
-                                        reinterpret_cast<float*>(16), ldb, reinterpret_cast<float*>(16), ldc})
+  ASSERT_TRUE(pingpong_
+                  ->can_implement({{cs.m, cs.n, cs.k},
+                                   cs.alpha,
+                                   cs.beta,
+                                   reinterpret_cast<float*>(16),
+                                   lda,
+                                   reinterpret_cast<float*>(16),
+                                   ldb,
+                                   reinterpret_cast<float*>(16),
+                                   ldc})
                   .ok());
   const Outcome pp = run_one(pingpong_.get(), cs, ha, hb, hc0, seed);
   const Outcome cb = run_one(cublas_.get(), cs, ha, hb, hc0, seed);
 
   EXPECT_TRUE(pp.padding_intact) << "ping-pong wrote into C's padding";
-  EXPECT_EQ(pp.verify.mismatched_nonfinite, 0)
-      << "non-finite output (unwritten or NaN-polluted) first at row " << pp.verify.worst_row << " col "
-      << pp.verify.worst_col;
-  EXPECT_TRUE(pp.verify.passed(kSgemmTolerance))
-      << "max rel error " << pp.verify.max_rel_error << " at (" << pp.verify.worst_row << ","
-      << pp.verify.worst_col << ")";
+  EXPECT_EQ(pp.verify.mismatched_nonfinite, 0) << "non-finite output (unwritten or NaN-polluted) first at row "
+                                               << pp.verify.worst_row << " col " << pp.verify.worst_col;
+  EXPECT_TRUE(pp.verify.passed(kSgemmTolerance)) << "max rel error " << pp.verify.max_rel_error << " at ("
+                                                 << pp.verify.worst_row << "," << pp.verify.worst_col << ")";
   EXPECT_TRUE(cb.verify.passed(kSgemmTolerance)) << "cuBLAS itself: max rel error " << cb.verify.max_rel_error;
   EXPECT_LE(pp.verify.max_rel_error, 2.0 * cb.verify.max_rel_error + kErrorFloor)
       << "ping-pong error " << pp.verify.max_rel_error << " vs cuBLAS " << cb.verify.max_rel_error;
@@ -171,13 +178,13 @@ std::vector<Case> square_cases() {
 }
 
 std::vector<Case> degenerate_cases() {
-  return {{1, 1, 1}, {1, 513, 77}, {513, 1, 77}, {300, 200, 1}, {1, 1, 5000}, {1, 1000, 1},
-          {1000, 1, 1}, {2, 130, 3}, {129, 2, 17}, {5, 5, 9}};
+  return {{1, 1, 1},    {1, 513, 77}, {513, 1, 77}, {300, 200, 1}, {1, 1, 5000},
+          {1, 1000, 1}, {1000, 1, 1}, {2, 130, 3},  {129, 2, 17},  {5, 5, 9}};
 }
 
 std::vector<Case> rectangular_cases() {
-  return {{64, 64, 16384}, {33, 17, 10000}, {128, 256, 8192}, {1000, 37, 129}, {37, 1000, 300},
-          {2049, 1025, 513}, {8191, 40, 33}, {40, 8193, 24}, {700, 900, 1100}};
+  return {{64, 64, 16384},   {33, 17, 10000}, {128, 256, 8192}, {1000, 37, 129}, {37, 1000, 300},
+          {2049, 1025, 513}, {8191, 40, 33},  {40, 8193, 24},   {700, 900, 1100}};
 }
 
 std::vector<Case> alpha_beta_cases() {
@@ -254,8 +261,8 @@ std::vector<Case> split_k_cases() {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string s = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" +
-                  std::to_string(info.index);
+  std::string s =
+      std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + "_" + std::to_string(info.index);
   return s;
 }
 
@@ -285,7 +292,7 @@ TEST(PingpongSplitK, RunToRunBitIdentical) {
     ASSERT_EQ(cudaMemcpy(da.p + cs.a_off, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(db.p + cs.b_off, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     const GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.p + cs.a_off, lda, db.p + cs.b_off, ldb,
-                     dc.p + cs.c_off, ldc};
+                     dc.p + cs.c_off,    ldc};
     ASSERT_NE(pingpong_variant_name(pingpong_pick_variant(g.shape, 132)).find("splitk"), std::string_view::npos);
     const size_t ws_bytes = pp.value()->workspace_bytes(g);
     ASSERT_GT(ws_bytes, 0u);
@@ -298,8 +305,10 @@ TEST(PingpongSplitK, RunToRunBitIdentical) {
       ASSERT_TRUE(st.ok()) << st.to_string();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(got.data(), dc.p + cs.c_off, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      if (run == 0) first = got;
-      else EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0) << "run " << run << " differs";
+      if (run == 0)
+        first = got;
+      else
+        EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * 4), 0) << "run " << run << " differs";
     }
   }
 }

@@ -76,7 +76,8 @@ class CudaEngine final : public Engine {
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
     const GemmRequest& r = job.request;
-    if (Status v = validate(r); !v.ok()) return Internal("a request that was not validated reached run(): " + v.to_string());
+    if (Status v = validate(r); !v.ok())
+      return Internal("a request that was not validated reached run(): " + v.to_string());
     if (!job.a || !job.b || !job.c) return Internal("a job without its host matrices reached run()");
     const KernelKind kind = resolve_kernel(r).value();
     GemmReport report;
@@ -95,7 +96,8 @@ class CudaEngine final : public Engine {
     }
     const Plan plan = make_plan(req, options_.planner);
     const SplitExecutor* executor = find_split_executor(plan.mode);
-    if (!executor) return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
+    if (!executor)
+      return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
     report.split = plan.mode;
     report.plan_reason = plan.reason;
     if (!r.options.kernel && kind != default_kind_)
@@ -151,9 +153,12 @@ class CudaEngine final : public Engine {
   // The planner's rate for a precision (its kernel's measured TFLOP/s).
   double rate_tflops(Precision p) const {
     switch (p) {
-      case Precision::kFp32: return options_.gpu_tflops;
-      case Precision::kTf32: return options_.tf32_tflops;
-      case Precision::kFp32x3: return options_.fp32x3_tflops;
+      case Precision::kFp32:
+        return options_.gpu_tflops;
+      case Precision::kTf32:
+        return options_.tf32_tflops;
+      case Precision::kFp32x3:
+        return options_.fp32x3_tflops;
     }
     return options_.gpu_tflops;
   }
@@ -170,9 +175,9 @@ class CudaEngine final : public Engine {
                                "' computes fp32; precision " + std::string(precision_name(r.options.precision)) +
                                " runs its own kernel (leave kernel unset)");
       if (!has_kernel(k))
-        return FailedPrecondition("precision " + std::string(precision_name(r.options.precision)) +
-                                  " is not available on these GPUs (it needs an sm_90 GPU; available kernels: " +
-                                  kernel_kind_list(ks) + ")");
+        return FailedPrecondition(
+            "precision " + std::string(precision_name(r.options.precision)) +
+            " is not available on these GPUs (it needs an sm_90 GPU; available kernels: " + kernel_kind_list(ks) + ")");
       return k;
     }
     if (!r.options.kernel) return choose_kernel(r.shape, default_kind_, ks);
@@ -234,7 +239,8 @@ StatusOr<std::unique_ptr<Engine>> make_cuda_engine(const CudaEngineOptions& opti
   }
   if (options.log) {
     std::string msg = "cuda engine: " + std::to_string(pool->size()) + " GPU(s)";
-    for (int i = 0; i < pool->size(); ++i) msg += (i ? ", " : ": ") + std::to_string(pool->ordinal(i)) + " " + pool->info(i).name;
+    for (int i = 0; i < pool->size(); ++i)
+      msg += (i ? ", " : ": ") + std::to_string(pool->ordinal(i)) + " " + pool->info(i).name;
     msg += "; " + std::to_string(options.lanes_per_device) + " lanes each; default kernel " +
            std::string(kernel_kind_name(def)) + (comm ? "; NCCL communicator ready" : "");
     options.log(msg);

@@ -16,25 +16,25 @@
 
 #include <cstddef>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
 #include "common/gemm_types.h"
+#include "common/status.h"
 #include "server/engine/engine.h"
 #include "server/planner/plan.h"
 
 namespace sgemm {
 
 struct CudaEngineOptions {
-  std::vector<int> devices;        // CUDA ordinals to own; empty = every visible GPU
+  std::vector<int> devices;  // CUDA ordinals to own; empty = every visible GPU
   // Kernel for shapes the measured kernel-choice table has no row for
   // (server/planner/kernel_choice.h); nullopt = pingpong.
   std::optional<KernelKind> default_kernel;
-  int lanes_per_device = 2;        // concurrent streams (requests) per GPU
+  int lanes_per_device = 2;  // concurrent streams (requests) per GPU
 
   // Released pinned host memory kept for reuse by host_allocator() (8 GiB).
   std::size_t pinned_cache_bytes = std::size_t(8) << 30;
@@ -65,7 +65,7 @@ struct CudaEngineOptions {
   double fp32x3_tflops = 115.0;
   double host_link_gbps = 54.0;
   double peer_gbps = 310.0;
-  PlannerOptions planner;          // split geometry and cost constants
+  PlannerOptions planner;  // split geometry and cost constants
 
   // Start-up and fallback messages; null = silent. Called from any thread.
   std::function<void(std::string_view)> log;

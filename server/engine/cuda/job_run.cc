@@ -70,8 +70,8 @@ Status JobRun::run_gemm(ShardWork& w, const GemmArgs& args) {
     // refuses is a layout the engine chose (or our bug when it was named).
     GemmBackend* fb = w.lane->backend(KernelKind::kCublas);
     if (set_.kernel_explicit || !fb || fb == be)
-      return Internal("kernel '" + std::string(be->name()) + "' refused a block it accepted at validation: " +
-                      can.message());
+      return Internal("kernel '" + std::string(be->name()) +
+                      "' refused a block it accepted at validation: " + can.message());
     SGEMM_RETURN_IF_ERROR(fb->can_implement(args));
     be = fb;
     fallback_used_ = true;
@@ -97,10 +97,9 @@ Status JobRun::copy_out(ShardWork& w, const float* dev, int64_t dev_row0, int64_
   SGEMM_RETURN_IF_ERROR(timed(
       w, w.out, w.lane->d2h(),
       [&] {
-        return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(job_.c + begin * n, size_t(n) * kFloatBytes,
-                                                   dev + (begin - dev_row0) * ldc, size_t(ldc) * kFloatBytes,
-                                                   size_t(n) * kFloatBytes, size_t(end - begin),
-                                                   cudaMemcpyDeviceToHost, w.lane->d2h()));
+        return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(
+            job_.c + begin * n, size_t(n) * kFloatBytes, dev + (begin - dev_row0) * ldc, size_t(ldc) * kFloatBytes,
+            size_t(n) * kFloatBytes, size_t(end - begin), cudaMemcpyDeviceToHost, w.lane->d2h()));
       },
       &done));
   outs_.push_back(OutBlock{done, begin, end, false});

@@ -95,8 +95,7 @@ class JobRun {
   // Records begin, enqueues, records end on `stream`; `end_out` gets the end
   // event, which later stages wait on.
   template <typename Enqueue>
-  Status timed(ShardWork& w, std::vector<Span>& into, cudaStream_t stream, Enqueue&& enqueue,
-               cudaEvent_t* end_out) {
+  Status timed(ShardWork& w, std::vector<Span>& into, cudaStream_t stream, Enqueue&& enqueue, cudaEvent_t* end_out) {
     SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
     SGEMM_ASSIGN_OR_RETURN(cudaEvent_t begin, w.lane->next_event());
     SGEMM_ASSIGN_OR_RETURN(cudaEvent_t end, w.lane->next_event());

@@ -87,7 +87,8 @@ Status issue(JobRun& run) {
       SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
       const float beta = i == 0 ? (owns_c ? job.request.beta : 0.0f) : 1.0f;
       GemmArgs args{GemmShape{s.m, s.n, s1 - s0}, job.request.alpha, beta, da, lda, db, ldb, w.c.floats(), ldc};
-      SGEMM_RETURN_IF_ERROR(run.timed(w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done));
+      SGEMM_RETURN_IF_ERROR(run.timed(
+          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done));
       SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
     }
     if (!issued) break;

@@ -93,7 +93,8 @@ Status issue_row_pipeline(JobRun& run) {
           &in_done));
       SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
       GemmArgs args{GemmShape{c1 - c0, s.n, s.k}, job.request.alpha, beta, da, lda, w.b.floats(), ldb, dc, ldc};
-      SGEMM_RETURN_IF_ERROR(run.timed(w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done));
+      SGEMM_RETURN_IF_ERROR(run.timed(
+          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done));
       SGEMM_RETURN_IF_ERROR(run.copy_out(w, w.c.floats(), r0, ldc, c0, c1, k_done));
       SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
     }

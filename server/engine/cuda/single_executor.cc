@@ -6,7 +6,8 @@ namespace sgemm {
 namespace {
 
 Status issue(JobRun& run) {
-  if (run.works().size() != 1) return Internal("single-GPU executor given " + std::to_string(run.works().size()) + " shards");
+  if (run.works().size() != 1)
+    return Internal("single-GPU executor given " + std::to_string(run.works().size()) + " shards");
   return issue_row_pipeline(run);
 }
 

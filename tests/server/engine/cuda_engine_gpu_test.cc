@@ -142,7 +142,8 @@ TEST(CudaEngineGpu, ThinShapesUseTheMeasuredKernel) {
   SGEMM_REQUIRE_GPUS(1);
   auto e = make_engine({0});
   ASSERT_TRUE(e);
-  for (GemmShape s : {GemmShape{1, 1, 1}, GemmShape{1, 4099, 2051}, GemmShape{2047, 1, 1029}, GemmShape{3001, 60, 2500}}) {
+  for (GemmShape s :
+       {GemmShape{1, 1, 1}, GemmShape{1, 4099, 2051}, GemmShape{2047, 1, 1029}, GemmShape{3001, 60, 2500}}) {
     SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
     Problem p = make_problem(*e, s, 52, true, 0.5f, -2.0f);
     auto r = e->run(job_of(p));

@@ -87,23 +87,23 @@ TEST(CudaEngineMultiGpu, PoolsOfEverySize) {
 TEST(CudaEngineMultiGpu, SmallShapesSplitAcrossMoreDevicesThanRows) {
   SGEMM_REQUIRE_GPUS(2);
   for (int g : test_gpu_counts()) {
-  SCOPED_TRACE(std::to_string(g) + " GPUs");
-  auto e = make_engine(first_gpus(g));
-  ASSERT_TRUE(e);
-  for (GemmShape s : {GemmShape{1, 5, 3}, GemmShape{3, 1, 1}, GemmShape{7, 9, 13}}) {
-    for (SplitMode mode : {SplitMode::kRows, SplitMode::kK}) {
-      SCOPED_TRACE(std::string(split_mode_name(mode)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-                   std::to_string(s.k));
-      Problem p = make_problem(*e, s, 81, true, 1.0f, 0.5f);
-      CountingSink sink(s.m);
-      GemmJob j = job_of(p, mode);
-      j.sink = &sink;
-      auto r = e->run(j);
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      sink.expect_each_row_once();
-      EXPECT_TRUE(verify(p, false).passed(kSgemmTolerance));
+    SCOPED_TRACE(std::to_string(g) + " GPUs");
+    auto e = make_engine(first_gpus(g));
+    ASSERT_TRUE(e);
+    for (GemmShape s : {GemmShape{1, 5, 3}, GemmShape{3, 1, 1}, GemmShape{7, 9, 13}}) {
+      for (SplitMode mode : {SplitMode::kRows, SplitMode::kK}) {
+        SCOPED_TRACE(std::string(split_mode_name(mode)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                     std::to_string(s.k));
+        Problem p = make_problem(*e, s, 81, true, 1.0f, 0.5f);
+        CountingSink sink(s.m);
+        GemmJob j = job_of(p, mode);
+        j.sink = &sink;
+        auto r = e->run(j);
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        sink.expect_each_row_once();
+        EXPECT_TRUE(verify(p, false).passed(kSgemmTolerance));
+      }
     }
-  }
   }
 }
 
@@ -131,7 +131,8 @@ TEST(CudaEngineMultiGpu, ConcurrentSplitAndSingleJobs) {
   ASSERT_TRUE(e);
   constexpr int kThreads = 6;
   std::vector<Problem> ps;
-  for (int t = 0; t < kThreads; ++t) ps.push_back(make_problem(*e, {1000 + 33 * t, 700 + 5 * t, 1500 + 17 * t}, 200 + t));
+  for (int t = 0; t < kThreads; ++t)
+    ps.push_back(make_problem(*e, {1000 + 33 * t, 700 + 5 * t, 1500 + 17 * t}, 200 + t));
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   const SplitMode modes[] = {SplitMode::kRows, SplitMode::kK, SplitMode::kSingle, SplitMode::kAuto};

@@ -64,8 +64,7 @@ inline GemmRequest request_of(GemmShape s) {
   return r;
 }
 
-inline GemmJob job_of(Problem& p, SplitMode split = SplitMode::kAuto,
-                      std::optional<KernelKind> kernel = std::nullopt) {
+inline GemmJob job_of(Problem& p, SplitMode split = SplitMode::kAuto, std::optional<KernelKind> kernel = std::nullopt) {
   GemmJob j;
   j.request.shape = p.shape;
   j.request.alpha = p.alpha;

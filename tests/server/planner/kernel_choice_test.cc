@@ -16,9 +16,9 @@ TEST(KernelChoice, ThinClassesGoToTheMeasuredWinner) {
 
 TEST(KernelChoice, OtherShapesKeepTheDefault) {
   // 128 wide either way measured at 88-89% of cuBLAS: ping-pong keeps them.
-  for (GemmShape s : {GemmShape{4096, 4096, 4096}, GemmShape{8191, 8193, 1000}, GemmShape{1024, 1024, 16384},
-                      GemmShape{64, 64, 64}, GemmShape{200, 300, 100}, GemmShape{8192, 128, 8192},
-                      GemmShape{128, 8192, 8192}}) {
+  for (GemmShape s :
+       {GemmShape{4096, 4096, 4096}, GemmShape{8191, 8193, 1000}, GemmShape{1024, 1024, 16384}, GemmShape{64, 64, 64},
+        GemmShape{200, 300, 100}, GemmShape{8192, 128, 8192}, GemmShape{128, 8192, 8192}}) {
     EXPECT_EQ(choose_kernel(s, KernelKind::kPingpong, kBoth), KernelKind::kPingpong) << s.m << "x" << s.n << "x" << s.k;
     EXPECT_EQ(find_kernel_choice(s), nullptr);
   }

@@ -38,10 +38,8 @@ void expect_cover(const Plan& p, const GemmShape& s) {
     for (int64_t k = sh.k_begin; k < sh.k_end; ++k) ks[size_t(k)]++;
   }
   const int shards = int(p.shards.size());
-  for (int64_t r = 0; r < s.m; ++r)
-    ASSERT_EQ(rows[size_t(r)], p.mode == SplitMode::kRows ? 1 : shards) << "row " << r;
-  for (int64_t k = 0; k < s.k; ++k)
-    ASSERT_EQ(ks[size_t(k)], p.mode == SplitMode::kK ? 1 : shards) << "k " << k;
+  for (int64_t r = 0; r < s.m; ++r) ASSERT_EQ(rows[size_t(r)], p.mode == SplitMode::kRows ? 1 : shards) << "row " << r;
+  for (int64_t k = 0; k < s.k; ++k) ASSERT_EQ(ks[size_t(k)], p.mode == SplitMode::kK ? 1 : shards) << "k " << k;
 }
 
 TEST(SplitRange, EvenAlignedAndCovering) {
@@ -73,14 +71,14 @@ TEST(SplitRange, ProportionalToWeights) {
 }
 
 TEST(Planner, CoversEveryRowAndKOnOneToEightDevices) {
-  const std::vector<GemmShape> shapes = {{1, 1, 1},         {7, 5, 3},          {1025, 777, 3001},
+  const std::vector<GemmShape> shapes = {{1, 1, 1},          {7, 5, 3},           {1025, 777, 3001},
                                          {4097, 4097, 4097}, {1024, 1024, 65536}, {16384, 16384, 16384},
-                                         {130, 64, 9},      {5000, 3, 17}};
+                                         {130, 64, 9},       {5000, 3, 17}};
   for (int devices = 1; devices <= 8; ++devices) {
     for (const auto& s : shapes) {
       for (SplitMode f : {SplitMode::kAuto, SplitMode::kSingle, SplitMode::kRows, SplitMode::kK}) {
-        SCOPED_TRACE(std::to_string(devices) + " devices, " + std::to_string(s.m) + "x" + std::to_string(s.n) +
-                     "x" + std::to_string(s.k) + " " + std::string(split_mode_name(f)));
+        SCOPED_TRACE(std::to_string(devices) + " devices, " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                     std::to_string(s.k) + " " + std::string(split_mode_name(f)));
         const Plan p = make_plan(request(s.m, s.n, s.k, devices, f));
         EXPECT_NE(p.mode, SplitMode::kAuto);
         EXPECT_FALSE(p.reason.empty());
@@ -164,10 +162,8 @@ TEST(Planner, DefaultsPickTheMeasuredFastestStrategyOnTwoGpus) {
     GemmShape shape;
     SplitMode expected;
   } cases[] = {
-      {{1024, 1024, 1024}, SplitMode::kSingle},
-      {{4096, 4096, 4096}, SplitMode::kRows},
-      {{8192, 8192, 8192}, SplitMode::kRows},
-      {{16384, 16384, 16384}, SplitMode::kRows},
+      {{1024, 1024, 1024}, SplitMode::kSingle}, {{4096, 4096, 4096}, SplitMode::kRows},
+      {{8192, 8192, 8192}, SplitMode::kRows},   {{16384, 16384, 16384}, SplitMode::kRows},
       {{1024, 1024, 65536}, SplitMode::kK},
   };
   for (const auto& c : cases) {
