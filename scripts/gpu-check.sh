@@ -9,7 +9,8 @@
 #   tests          kernel + engine gpu/multigpu suites (SGEMM_TEST_GPUS="2,4" narrows the counts)
 #   sanitize       compute-sanitizer memcheck + racecheck on the kernel tests
 #   e2e            the e2e suite with the cuda backend
-#   serve          sgemm-server --backend cuda and sgemm-client submit --size 4096/8192 --verify
+#   serve          sgemm-server --backend cuda and sgemm-client submit --size 4096/8192 --verify,
+#                  each precision the GPUs offer, and sgemm-load (64 clients; then misbehaving clients attached)
 #   bench-kernels  sgemm-bench (SGEMM_KERNEL_BENCH_ARGS), CSV and plot
 #   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
 #   variants-fp32x3  every fp32x3 schedule/tile variant
@@ -27,7 +28,7 @@ RT=${SGEMM_RUNTIME:-.runtime}
 if [ "${1:-}" = "--bundle" ]; then
   b=${SGEMM_BUILD:-build}
   rm -rf "$RT"
-  bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench)
+  bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench "$b"/bin/sgemm-load)
   for t in "$b"/tests/*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
   scripts/bundle-runtime.sh "$RT" "${bins[@]}"
   if [ "$(du -sm "$RT" | cut -f1)" -gt 60 ]; then
@@ -83,7 +84,7 @@ if has sanitize; then
     | tee -a "$OUT/summary.txt"
 fi
 if has e2e; then
-  for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test; do
+  for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test; do
     SGEMM_E2E_BACKEND=cuda step "$t" 300 "$BIN/$t" --gtest_brief=1
   done
 fi
@@ -98,7 +99,15 @@ if has serve; then
   step submit-4096 300 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --verify --repeat 3
   step submit-8192 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --verify --repeat 2
   step submit-odd 300 "$BIN/sgemm-client" submit --server "$addr" --m 1025 --n 777 --k 3001 --beta 0.5 --verify
-  for f in client-info submit-4096 submit-8192 submit-odd; do echo "--- $f"; cat "$OUT/$f.log"; done
+  step submit-8192-fp32x3 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --precision fp32x3 --verify --repeat 2
+  step submit-4096-tf32 300 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --precision tf32 --verify --repeat 2
+  step load-64 300 "$BIN/sgemm-load" --server "$addr" --clients 64 --requests 10 --sizes 256,1024,4096 --with-c --json
+  step load-misbehaving 300 "$BIN/sgemm-load" --server "$addr" --clients 8 --requests 20 --sizes 256 \
+    --header-only 4 --trickle 1 --silent 300 --no-read 2 --json
+  for f in client-info submit-4096 submit-8192 submit-odd submit-8192-fp32x3 submit-4096-tf32 load-64 load-misbehaving; do
+    echo "--- $f"
+    cat "$OUT/$f.log"
+  done
   kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
 fi
 if has bench-kernels; then
