@@ -504,7 +504,8 @@ TEST(ClientRetryE2E, UnavailableIsRetriedWithBoundedBackoffWithinTheDeadline) {
 TEST(LoadE2E, SixtyFourConcurrentClientsGetNoWrongResultAndNoRefusal) {
   ServerProcess server;
   ASSERT_TRUE(server.running()) << server.log();
-  auto r = testing::run_command(std::string(SGEMM_LOAD_BIN) + " --server " + server.address() +
+  const char* load_bin = std::getenv("SGEMM_LOAD_BIN");  // a build carried to another host
+  auto r = testing::run_command(std::string(load_bin ? load_bin : SGEMM_LOAD_BIN) + " --server " + server.address() +
                                 " --clients 64 --requests 3 --sizes 64,100x37x250,256 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);

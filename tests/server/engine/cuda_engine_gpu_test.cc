@@ -61,6 +61,7 @@ TEST(CudaEngineGpu, OddShapeEveryStrategyMatchesReference) {
   Problem p = make_problem(*e, {1025, 777, 3001}, 11);
   for (SplitMode mode : {SplitMode::kAuto, SplitMode::kSingle, SplitMode::kRows, SplitMode::kK}) {
     for (KernelKind kernel : e->info().kernels) {
+      if (kernel == KernelKind::kTf32 || kernel == KernelKind::kFp32x3) continue;  // chosen by precision, not by name
       SCOPED_TRACE(std::string(split_mode_name(mode)) + " " + std::string(kernel_kind_name(kernel)));
       reset_c(p);
       auto r = e->run(job_of(p, mode, kernel));
