@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -183,6 +184,35 @@ TEST(StallingClientsE2E, HeaderOnlyTricklingAndSilentStreamsDoNotStallANormalReq
   EXPECT_LT(rss_bytes(server.pid()), int64_t{1} << 30);
   stop = true;
   trickler.join();
+  held.clear();
+  expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// A thousand streams that never send: no thread, no budget and little memory
+// each (the server parks no thread per stream); a normal request is served.
+TEST(StallingClientsE2E, AThousandIdleStreamsCostNoThreadsAndLittleMemory) {
+  ServerProcess server;
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.address();
+  const int64_t rss_before = rss_bytes(server.pid());
+  std::vector<std::unique_ptr<v1::Sgemm::Stub>> stubs;
+  for (int i = 0; i < 10; ++i) stubs.push_back(v1::Sgemm::NewStub(own_channel(addr, 100 + i)));
+  std::vector<std::unique_ptr<HeldStream>> held;
+  for (int i = 0; i < 1000; ++i) held.push_back(std::make_unique<HeldStream>(*stubs[size_t(i % 10)]));
+  for (int t = 0; t < 500 && info_of(addr).open_streams < 1000; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const ServerInfo attached = info_of(addr);
+  EXPECT_GE(attached.open_streams, 1000);
+  EXPECT_EQ(attached.host_bytes_in_use, 0);
+  normal_request(addr);  // served correctly meanwhile (verified against fp64)
+  const int64_t rss = rss_bytes(server.pid());
+  const auto threads =
+      std::distance(std::filesystem::directory_iterator("/proc/" + std::to_string(server.pid()) + "/task"),
+                    std::filesystem::directory_iterator{});
+  std::printf("1000 idle streams: server RSS %+.0f MiB, %ld threads\n", (rss - rss_before) / 1048576.0, long(threads));
+  EXPECT_LT(threads, 100) << "a thread per stream?";
+  EXPECT_LT(rss - rss_before, int64_t{256} << 20);
   held.clear();
   expect_all_freed(addr);
   EXPECT_EQ(server.stop(), 0);
