@@ -13,6 +13,7 @@
 #include "kernels/cuda_status.h"
 #include "kernels/fp32x3_sgemm.cuh"
 #include "kernels/fp32x3_sgemm.h"
+#include "kernels/launch_util.h"
 
 namespace sgemm {
 namespace {
@@ -93,17 +94,6 @@ Status make_raw_map(CUtensorMap* map, const float* a, int64_t rows, int64_t k, i
 // Whether the bulk tensor copy can read A in place: 16-byte aligned base and rows.
 bool a_tma_describable(const GemmArgs& g) {
   return (reinterpret_cast<uintptr_t>(g.a) & 15u) == 0 && g.lda % 4 == 0 && g.lda * 4 < (int64_t{1} << 40);
-}
-
-template <class Kernel>
-Status ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_mask) {
-  int device = 0;
-  SGEMM_CUDA_TRY(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
-  SGEMM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done_mask.fetch_or(bit, std::memory_order_acq_rel);
-  return Status::Ok();
 }
 
 struct DeviceInfo {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cuda_status.h"
+#include "kernels/launch_util.h"
 #include "kernels/pingpong_sgemm.cuh"
 #include "kernels/pingpong_sgemm.h"
 
@@ -27,19 +28,6 @@ using SmallWide = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 3, 4>;   // 128 
 using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
 using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
 using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;         // 64 thr, warp 32x64
-
-// Raises a kernel's dynamic shared-memory limit once per device.
-template <class Kernel>
-Status ensure_smem_limit(Kernel kernel, int bytes, std::atomic<uint64_t>& done_mask) {
-  if (bytes <= 48 * 1024) return Status::Ok();
-  int device = 0;
-  SGEMM_CUDA_TRY(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit != 0 && (done_mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
-  SGEMM_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  done_mask.fetch_or(bit, std::memory_order_acq_rel);
-  return Status::Ok();
-}
 
 // C = beta * C ahead of split-K accumulation (C is not read when beta == 0).
 Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
