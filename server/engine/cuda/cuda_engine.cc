@@ -76,10 +76,15 @@ class CudaEngine final : public Engine {
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
     const GemmRequest& r = job.request;
-    if (Status v = validate(r); !v.ok())
-      return Internal("a request that was not validated reached run(): " + v.to_string());
+    // validate() ran before the data moved; here only what run() relies on is
+    // re-checked (cheaply), and a miss is our bug. A block the kernel refuses
+    // is caught per block (JobRun::run_gemm).
+    const Status rules = check_gemm_request(r);
+    StatusOr<KernelKind> resolved = rules.ok() ? resolve_kernel(r) : StatusOr<KernelKind>(rules);
+    if (!resolved.ok())
+      return Internal("a request that was not validated reached run(): " + resolved.status().to_string());
     if (!job.a || !job.b || !job.c) return Internal("a job without its host matrices reached run()");
-    const KernelKind kind = resolve_kernel(r).value();
+    const KernelKind kind = *resolved;
     GemmReport report;
     report.backend = "cuda";
     report.kernel = kind;
