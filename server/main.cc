@@ -48,8 +48,6 @@ struct ServerOptions {
   double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
-  int64_t max_message_bytes = 64 << 20;  // larger messages are refused by gRPC; up to this size the service
-                                         // answers an oversized chunk itself, saying to chunk
 };
 
 sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
@@ -135,7 +133,7 @@ int main(int argc, char** argv) {
                  "concurrent HTTP/2 streams one connection may open")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--max-message-bytes", opt.max_message_bytes,
+  app.add_option("--max-message-bytes", opt.service.max_message_bytes,
                  "largest message gRPC accepts; chunks over the chunk limit but under this get a message saying "
                  "to chunk")
       ->check(CLI::Range(int64_t{4} << 20, int64_t{1} << 30))
@@ -213,7 +211,7 @@ int main(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(opt.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(int(opt.max_message_bytes));
+  builder.SetMaxReceiveMessageSize(int(opt.service.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {

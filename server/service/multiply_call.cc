@@ -101,6 +101,14 @@ Status MultiplyCall::cancelled_status_in(Phase phase) const {
   // so a cancel this close to the deadline is the deadline, as the client sees it.
   if (std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline())
     return DeadlineExceeded(std::string("deadline expired while ") + phase_name(phase));
+  // gRPC refuses a message over --max-message-bytes itself (the client gets
+  // RESOURCE_EXHAUSTED "Received message larger than max") and tells the
+  // service only that the call was cancelled: the log says so.
+  if (phase == Phase::kHeader || phase == Phase::kReceiving)
+    return Cancelled(std::string("client cancelled or went away while ") + phase_name(phase) +
+                     " (or sent a message over --max-message-bytes " +
+                     std::to_string(shared_.options.max_message_bytes) +
+                     ", which gRPC refuses with RESOURCE_EXHAUSTED)");
   return Cancelled(std::string("client cancelled or went away while ") + phase_name(phase));
 }
 
@@ -179,8 +187,9 @@ void MultiplyCall::check_idle(Clock::time_point now) {
       writing_ = false;
       server_reset_ = true;
       ctx_->TryCancel();
-      final_status_ = DeadlineExceeded("the client read neither the end of C nor the summary for " +
-                                       seconds_text(idle) + " (--idle-timeout); the stream was reset");
+      final_status_ =
+          Cancelled("stream reset by the server: the client read neither the end of C nor the summary for " +
+                    seconds_text(idle) + " (--idle-timeout)");
     }
     return after_unlock(lock);
   }
@@ -193,8 +202,9 @@ void MultiplyCall::check_idle(Clock::time_point now) {
     // the stream is reset and the reason goes to the log.
     server_reset_ = true;
     ctx_->TryCancel();
-    finish(DeadlineExceeded("the client read no part of C for " + seconds_text(idle) +
-                            " (--idle-timeout); C's buffer is freed"));
+    // The client sees CANCELLED (RST_STREAM); the log shows the same code.
+    finish(Cancelled("stream reset by the server: the client read no part of C for " + seconds_text(idle) +
+                     " (--idle-timeout); C's buffer is freed"));
   } else if (phase_ == Phase::kWaitMemory && now - memory_since_ >= idle) {
     finish(ResourceExhausted(
         "waited " + seconds_text(idle) + " (--idle-timeout) for " + std::to_string(footprint_bytes_) +

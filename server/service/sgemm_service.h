@@ -52,6 +52,9 @@ struct ServiceOptions {
   int max_open_streams = 1024;                    // Multiply streams open and not yet answered; more are refused
                                                   // (UNAVAILABLE)
   int log_lines_per_second = 20;                  // failed-request log lines per second; the rest are counted
+  int64_t max_message_bytes = 64 << 20;           // gRPC refuses larger messages itself (RESOURCE_EXHAUSTED);
+                                                  // up to this size the service answers an oversized chunk,
+                                                  // saying to chunk
   std::string version = "dev";                    // reported by GetInfo
   std::vector<std::string> backends;              // backends this build has, for GetInfo
 };

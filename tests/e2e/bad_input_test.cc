@@ -204,6 +204,35 @@ TEST_F(BadInputE2E, AMatrixInOneOversizedMessageIsToldToChunkWithTheLimit) {
   expect_healthy();
 }
 
+TEST(BadInputOverMessageCapE2E, AMessageOverTheMessageCapIsRefusedByGrpcAndTheLogSaysWhatItMayBe) {
+  // Over --max-message-bytes gRPC answers by itself, before the service sees a
+  // byte; the log cannot know why the call ended, and says what it may be.
+  ServerProcess server({"--max-message-bytes", std::to_string(4 << 20), "--log-lines-per-second", "0"});
+  ASSERT_TRUE(server.running()) << server.log();
+  auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Sgemm::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Multiply(&ctx);
+  ASSERT_TRUE(stream->Write(header_msg(1200, 1200, 1200)));
+  stream->Write(chunk_msg(v1::MATRIX_A, 0, 1200 * 1200));  // 5.8 MB in one message
+  stream->WritesDone();
+  v1::MultiplyResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  const grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_TRUE(server.log_has("or sent a message over --max-message-bytes 4194304")) << server.log();
+  auto client = Client::connect(server.address());
+  std::vector<float> a(7 * 3), b(3 * 5);
+  fill_random(a, std::random_device{}());
+  fill_random(b, std::random_device{}());
+  auto r = client->multiply({7, 5, 3}, a.data(), b.data(), nullptr, {});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(verify_gemm(7, 5, 3, 1, a.data(), b.data(), 0, nullptr, r->c.data()).passed(kSgemmTolerance));
+  EXPECT_EQ(server.stop(), 0);
+}
+
 TEST_F(BadInputE2E, StreamThatEndsEarly) {
   expect(send({header_msg(2, 2, 2), chunk_msg(v1::MATRIX_A, 0, 4), chunk_msg(v1::MATRIX_B, 0, 3)}),
          StatusCode::INVALID_ARGUMENT, "B has 3 of 4 elements");

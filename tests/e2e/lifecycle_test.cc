@@ -247,6 +247,15 @@ TEST(StallingClientsE2E, IdleTimeoutEndsSilentStalledAndNonReadingStreamsAndFree
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(info_of(addr).host_bytes_in_use, 0);
   EXPECT_TRUE(server.log_has("the client read no part of C"));
+  {
+    // The server reset the stream, so the client saw CANCELLED: the log line says the same.
+    const std::string log = server.log();
+    const auto at = log.find("stream reset by the server: the client read no part of C");
+    ASSERT_NE(at, std::string::npos);
+    const auto line_start = log.rfind('\n', at);
+    EXPECT_NE(log.substr(line_start, at - line_start).find("status=CANCELLED"), std::string::npos)
+        << log.substr(line_start, at - line_start);
+  }
   no_reader.ctx->TryCancel();
   no_reader.finish();
   normal_request(addr);
