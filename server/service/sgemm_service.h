@@ -85,6 +85,7 @@ struct ServiceShared {
   std::mutex calls_mu;
   std::condition_variable calls_cv;
   std::unordered_set<MultiplyCall*> calls;  // guarded by calls_mu
+  int64_t calls_ended = 0;                  // guarded by calls_mu: for the watchdog's heap trim
 };
 
 class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<

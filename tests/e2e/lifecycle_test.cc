@@ -554,6 +554,33 @@ TEST(LoadE2E, SixtyFourConcurrentClientsGetNoWrongResultAndNoRefusal) {
   expect_all_freed(server.address());
   EXPECT_EQ(server.stop(), 0);
 }
+
+TEST(StreamLimitsE2E, AfterA20000StreamResetStormTheServerGivesItsMemoryBack) {
+  ServerProcess server;
+  ASSERT_TRUE(server.running()) << server.log();
+  normal_request(server.address());
+  const int64_t rss_before = rss_bytes(server.pid());
+  const char* load_bin = std::getenv("SGEMM_LOAD_BIN");
+  auto r = testing::run_command(std::string(load_bin ? load_bin : SGEMM_LOAD_BIN) + " --server " + server.address() +
+                                " --clients 2 --requests 2 --sizes 64 --reset-storm 20000 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["wrong_results"], 0);
+  EXPECT_EQ(j["ok"], 4);
+  const int64_t rss_peak = rss_bytes(server.pid());
+  // The backlog of resets is worked off, then the watchdog trims the heap.
+  int64_t rss = rss_peak;
+  for (int t = 0; t < 100 && rss - rss_before > (int64_t{64} << 20); ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rss = rss_bytes(server.pid());
+  }
+  std::printf("reset storm of 20,000 streams: server RSS %.0f MiB before, %.0f right after, %.0f settled\n",
+              rss_before / 1048576.0, rss_peak / 1048576.0, rss / 1048576.0);
+  EXPECT_LT(rss - rss_before, int64_t{64} << 20);
+  normal_request(server.address());
+  expect_all_freed(server.address());
+  EXPECT_EQ(server.stop(), 0);
+}
 #endif
 
 }  // namespace
