@@ -15,7 +15,8 @@
 #   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
 #   variants-fp32x3  every fp32x3 schedule/tile variant
 #   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
-#   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build)
+#   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build adds the tuning ones);
+#                  SGEMM_VARIANT_SHAPES="1x4096x4096,8192x64x8192" narrows the shapes
 #   sass           instruction mix of the kernels (cuobjdump)
 #   ncu [SHAPE]    Nsight Compute on one ping-pong and one cuBLAS launch (SGEMM_NCU_SHAPE)
 # Every log goes to $OUT; every part runs even if an earlier one failed.
@@ -71,9 +72,9 @@ if has sanitize; then
   # gtest filters know only * and ?, no [0-9] classes: the cases are named.
   small='Square/*/1x1x1_*:Square/*/7x7x7_*:Square/*/31x31x31_*:Square/*/127x127x127_*:Square/*/129x129x129_*:Square/*/257x257x257_*'
   step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter="Variants/*:Degenerate/*:$small:Unaligned/*:SplitK/*:PingpongSplitK.*"
+    --gtest_brief=1 --gtest_filter="Variants/*:Degenerate/*:$small:Unaligned/*:SplitK/*:PingpongSplitK.*:Thin/*:Gemv/*"
   step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*"
+    --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*:Gemv/*/1x2051x513_*:Gemv/*/1000x1x4097_*:Gemv/*/3x1x9000_*:Thin/*/2000x40x3000_*:Thin/*/25x2000x3000_*"
   step memcheck-fp32x3 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
     --gtest_brief=1 --gtest_filter="$small:Shapes/*:Unaligned/*:AlphaBeta/*/257x129x65_*:WideExponent/*/300x200x77_*:Variants/*:Fp32x3Determinism.*:Fp32x3Backend.*:CublasTf32.*"
   step racecheck-fp32x3 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
@@ -131,7 +132,9 @@ if has variants-fp32x3; then
   cat "$OUT/fp32x3-variants.log"
 fi
 if has variants; then
-  step variants 580 "$BIN/sgemm-bench" --variants --runs 20 --ref-rows 0 --csv "$OUT/variants.csv"
+  # shellcheck disable=SC2046  # no shapes: the bench's default set
+  step variants 580 "$BIN/sgemm-bench" --variants --runs 20 --ref-rows 0 --csv "$OUT/variants.csv" \
+    $([ -n "${SGEMM_VARIANT_SHAPES:-}" ] && echo --shapes "$SGEMM_VARIANT_SHAPES")
   cat "$OUT/variants.log"
 fi
 if has sass; then

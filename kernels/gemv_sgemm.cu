@@ -1,0 +1,128 @@
+// Launchers of the GEMV-shaped SGEMM (kernels/gemv_sgemm.cuh): the only place
+// its kernels are launched; each returns the launch's cudaGetLastError() as a Status.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda_status.h"
+#include "kernels/gemv_sgemm.cuh"
+#include "kernels/gemv_sgemm.h"
+
+namespace sgemm {
+namespace {
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Blocks to aim for: 4 resident 256-thread blocks per SM keep enough 16-byte
+// loads in flight to stream at full HBM bandwidth.
+int64_t target_blocks(int sm_count) { return int64_t(std::max(sm_count, 1)) * 4; }
+
+// K splits of a single-row product: enough (column block, split) blocks to fill
+// the device, each split keeping at least 256 rows of B; at most 64.
+int row_splits(const GemmShape& s, int sm_count, bool vec) {
+  const int64_t cols = vec ? 128 : 32;
+  const int64_t col_blocks = (s.n + cols - 1) / cols;
+  const int64_t want = (target_blocks(sm_count) + col_blocks - 1) / col_blocks;
+  const int64_t by_k = std::max<int64_t>(1, s.k / 256);
+  const int64_t splits = std::clamp<int64_t>(std::min(want, by_k), 1, 64);
+  const int64_t per = (s.k + splits - 1) / splits;
+  return int((s.k + per - 1) / per);  // no empty split
+}
+
+int64_t row_ldw(const GemmShape& s) { return (s.n + 3) / 4 * 4; }
+
+// The workspace rule must not depend on alignment (the caller asks before it
+// knows the pointers): size for the scalar layout, which splits at least as much.
+std::size_t row_workspace_bytes(const GemmShape& s, int sm_count) {
+  const int splits = std::max(row_splits(s, sm_count, false), row_splits(s, sm_count, true));
+  return splits > 1 ? std::size_t(splits) * std::size_t(row_ldw(s)) * sizeof(float) : 0;
+}
+
+Status launch_row(const GemmArgs& g, int sm_count, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  const GemmShape& s = g.shape;
+  const bool vec = aligned16(g.b) && g.ldb % 4 == 0;
+  const int splits = row_splits(s, sm_count, vec);
+  const int per = int((s.k + splits - 1) / splits);
+  const int cols = vec ? 128 : 32;
+  const dim3 grid{unsigned((s.n + cols - 1) / cols), unsigned(splits)};
+  const int64_t ldw = row_ldw(s);
+  float* w = nullptr;
+  if (splits > 1) {
+    const std::size_t need = std::size_t(splits) * std::size_t(ldw) * sizeof(float);
+    if (workspace == nullptr || workspace_bytes < need)
+      return InvalidArgument("workspace: the single-row product over " + std::to_string(splits) + " K splits needs " +
+                             std::to_string(need) + " bytes, got " + std::to_string(workspace_bytes) +
+                             " (ask gemv_workspace_bytes)");
+    w = static_cast<float*>(workspace);
+  }
+  const int n = int(s.n), k = int(s.k);
+  if (vec)
+    gemv::gemv_row_kernel<true>
+        <<<grid, gemv::kThreads, 0, stream>>>(n, k, g.alpha, g.a, g.b, g.ldb, g.beta, g.c, per, w, ldw);
+  else
+    gemv::gemv_row_kernel<false>
+        <<<grid, gemv::kThreads, 0, stream>>>(n, k, g.alpha, g.a, g.b, g.ldb, g.beta, g.c, per, w, ldw);
+  SGEMM_CUDA_TRY(cudaGetLastError());
+  if (splits == 1) return Status::Ok();
+  gemv::gemv_reduce_kernel<<<unsigned((s.n + gemv::kThreads - 1) / gemv::kThreads), gemv::kThreads, 0, stream>>>(
+      n, splits, w, ldw, g.beta, g.c);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+Status launch_col(const GemmArgs& g, int sm_count, cudaStream_t stream) {
+  const GemmShape& s = g.shape;
+  // Warps per row: 1 when there are rows enough to fill the device, more for few
+  // rows, never more than k/128 (a warp's float4 sweep covers 128 of k).
+  int wpr = 1;
+  while (wpr < gemv::kWarps && (s.m * wpr + gemv::kWarps - 1) / gemv::kWarps < target_blocks(sm_count) &&
+         s.k >= int64_t(wpr) * 256)
+    wpr *= 2;
+  const int64_t rows_per_block = gemv::kWarps / wpr;
+  const unsigned blocks = unsigned((s.m + rows_per_block - 1) / rows_per_block);
+  const bool vec = aligned16(g.a) && g.lda % 4 == 0 && aligned16(g.b) && g.ldb == 1;
+  const int m = int(s.m), k = int(s.k);
+  if (vec)
+    gemv::gemv_col_kernel<true>
+        <<<blocks, gemv::kThreads, 0, stream>>>(m, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc, wpr);
+  else
+    gemv::gemv_col_kernel<false>
+        <<<blocks, gemv::kThreads, 0, stream>>>(m, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc, wpr);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+}  // namespace
+
+Status gemv_can_implement(const GemmArgs& g) {
+  const GemmShape& s = g.shape;
+  if (s.m != 1 && s.n != 1)
+    return InvalidArgument("shape: the GEMV kernel needs m == 1 or n == 1, got " + std::to_string(s.m) + "x" +
+                           std::to_string(s.n));
+  if (s.m < 1 || s.m > INT_MAX) return InvalidArgument("shape.m: must be in [1, 2^31), got " + std::to_string(s.m));
+  if (s.n < 1 || s.n > INT_MAX) return InvalidArgument("shape.n: must be in [1, 2^31), got " + std::to_string(s.n));
+  if (s.k < 1 || s.k > INT_MAX) return InvalidArgument("shape.k: must be in [1, 2^31), got " + std::to_string(s.k));
+  if (g.a == nullptr) return InvalidArgument("a: null pointer");
+  if (g.b == nullptr) return InvalidArgument("b: null pointer");
+  if (g.c == nullptr) return InvalidArgument("c: null pointer");
+  if (g.lda < s.k)
+    return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
+  if (g.ldb < s.n)
+    return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
+  if (g.ldc < s.n)
+    return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
+  return Status::Ok();
+}
+
+std::size_t gemv_workspace_bytes(const GemmShape& s, int sm_count) {
+  if (s.n == 1 || s.m != 1) return 0;  // the column kernel needs none
+  return row_workspace_bytes(s, sm_count);
+}
+
+Status gemv_sgemm(const GemmArgs& args, int sm_count, void* workspace, std::size_t workspace_bytes,
+                  cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(gemv_can_implement(args));
+  if (args.shape.n == 1) return launch_col(args, sm_count, stream);
+  return launch_row(args, sm_count, workspace, workspace_bytes, stream);
+}
+
+}  // namespace sgemm
