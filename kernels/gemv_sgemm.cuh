@@ -103,19 +103,24 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // c[j] = (w[0][j] + ... + w[S-1][j]) + beta * c[j], slices summed in order.
-__global__ void __launch_bounds__(kThreads)
+// Small blocks (the slices are few kilobytes wide) with 8 loads in flight per thread.
+constexpr int kReduceThreads = 64;
+__global__ void __launch_bounds__(kReduceThreads)
     gemv_reduce_kernel(int n, int splits, const float* __restrict__ workspace, int64_t ldw, float beta,
                        float* __restrict__ c) {
-  const int col = blockIdx.x * kThreads + threadIdx.x;
+  const int col = blockIdx.x * kReduceThreads + threadIdx.x;
   if (col >= n) return;
-  float s = workspace[col];
+  const float* w = workspace + col;
+  float s = w[0];
   int i = 1;
-  for (; i + 3 < splits; i += 4) {  // four loads in flight, added in slice order
-    const float w0 = workspace[int64_t(i) * ldw + col], w1 = workspace[int64_t(i + 1) * ldw + col];
-    const float w2 = workspace[int64_t(i + 2) * ldw + col], w3 = workspace[int64_t(i + 3) * ldw + col];
-    s = (((s + w0) + w1) + w2) + w3;
+  for (; i + 7 < splits; i += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = w[int64_t(i + u) * ldw];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) s += v[u];
   }
-  for (; i < splits; ++i) s += workspace[int64_t(i) * ldw + col];
+  for (; i < splits; ++i) s += w[int64_t(i) * ldw];
   c[col] = beta != 0.0f ? fmaf(beta, c[col], s) : s;
 }
 

@@ -30,8 +30,10 @@ using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 
 using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
 using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;         // 64 thr, warp 32x64
 // Thin classes (issue 14): tiles shaped to the thin side of C, split-K to fill the device.
-using Tall = PingpongConfig<256, 32, 16, 4, 1, 8, 4, 8, 8, 3, 3>;  // 128 thr, warp 64x32, for n <= 32
-using Flat = PingpongConfig<32, 128, 16, 2, 2, 4, 8, 4, 8, 4, 4>;  // 128 thr, warp 16x64, for m <= 32
+using Tall = PingpongConfig<256, 32, 16, 4, 1, 8, 4, 8, 8, 3, 3>;       // 128 thr, warp 64x32, for n <= 32
+using Flat = PingpongConfig<32, 128, 16, 2, 2, 4, 8, 4, 8, 4, 4>;       // 128 thr, warp 16x64, for m <= 32
+using TallK32 = PingpongConfig<128, 32, 32, 4, 1, 8, 4, 4, 8, 3, 3>;    // 128 thr, warp 32x32, BK 32
+using MediumK32 = PingpongConfig<128, 64, 32, 2, 2, 8, 4, 8, 8, 3, 2>;  // 128 thr, warp 64x32, BK 32
 
 // C = beta * C ahead of split-K accumulation (C is not read when beta == 0).
 Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
@@ -200,6 +202,10 @@ constexpr Variant kVariants[] = {
      split_k_workspace<Flat, kThinMinK>, any_shape},
     {"64x128x16_w32x64_t8x8_s4_splitk512", run_config_split_k<SmallWide4, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<SmallWide4, kThinMinK>, any_shape},
+    {"128x32x32_w32x32_t4x8_s3_splitk512", run_config_split_k<TallK32, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<TallK32, kThinMinK>, any_shape},
+    {"128x64x32_w64x32_t8x8_s3_splitk512", run_config_split_k<MediumK32, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<MediumK32, kThinMinK>, any_shape},
     {"128x128x16_w32x64_t8x8_s3_splitk512", run_config_split_k<Large, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<Large, kThinMinK>, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
@@ -226,7 +232,9 @@ enum VariantId {
   kSmallSplitK = 5,
   kFlatSplitK = 6,
   kSmallWide4SplitK512 = 7,
-  kLargeSplitK512 = 8,
+  kTallK32SplitK512 = 8,
+  kMediumK32SplitK512 = 9,
+  kLargeSplitK512 = 10,
 };
 
 int sm_count_of_current_device() {
