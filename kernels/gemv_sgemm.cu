@@ -18,17 +18,22 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // loads in flight to stream at full HBM bandwidth.
 int64_t target_blocks(int sm_count) { return int64_t(std::max(sm_count, 1)) * 4; }
 
+// 16-byte loads of B for a single-row product: B's rows 16-byte aligned and
+// n % 4 == 0 (so no thread holds a partial group of 4 columns).
+bool row_vectorizable(const GemmArgs& g) { return aligned16(g.b) && g.ldb % 4 == 0 && g.shape.n % 4 == 0; }
+
 // K splits of a single-row product. Every block streams the same bytes, so the
 // grid should be a whole number of blocks per SM: a grid of 576 blocks on 132 SMs
 // leaves some SMs with 5 blocks and most with 4, and the last ones set the time
 // (1x8192x8192 measured 87% of cuBLAS that way). Take the smallest split count
 // (at most 64, each split keeping at least 64 rows of B) whose grid of at least
 // 4 blocks per SM is within 5% of a multiple of the SM count; else the best one.
-int row_splits(const GemmShape& s, int sm_count, bool vec) {
+int row_splits(const GemmShape& s, int sm_count, bool vec, int warps) {
   const int64_t cols = vec ? 128 : 32;
   const int64_t col_blocks = (s.n + cols - 1) / cols;
   const int64_t sms = std::max(sm_count, 1);
-  if (col_blocks >= 2 * target_blocks(sm_count)) return 1;
+  const int64_t target = target_blocks(sm_count) * 8 / warps;  // 4 blocks of 8 warps per SM, or 1 of 32
+  if (col_blocks >= 2 * target) return 1;
   const int64_t max_splits = std::clamp<int64_t>(s.k / 64, 1, 64);
   int64_t best = 1;
   double best_eff = 0;
@@ -37,7 +42,7 @@ int row_splits(const GemmShape& s, int sm_count, bool vec) {
     const int64_t real = (s.k + per - 1) / per;  // no empty split
     const int64_t blocks = col_blocks * real;
     const double eff = double(blocks) / double(sms * ((blocks + sms - 1) / sms));
-    const bool enough = blocks >= target_blocks(sm_count);
+    const bool enough = blocks >= target;
     if (enough && eff >= 0.95) return int(real);
     if ((enough ? 1.0 : 0.5) * eff > best_eff) {
       best_eff = (enough ? 1.0 : 0.5) * eff;
@@ -51,15 +56,16 @@ int64_t row_ldw(const GemmShape& s) { return (s.n + 3) / 4 * 4; }
 
 // The workspace rule must not depend on alignment (the caller asks before it
 // knows the pointers): size for the scalar layout, which splits at least as much.
-std::size_t row_workspace_bytes(const GemmShape& s, int sm_count) {
-  const int splits = std::max(row_splits(s, sm_count, false), row_splits(s, sm_count, true));
+std::size_t row_workspace_bytes(const GemmShape& s, int sm_count, int warps) {
+  const int splits = std::max(row_splits(s, sm_count, false, warps), row_splits(s, sm_count, true, warps));
   return splits > 1 ? std::size_t(splits) * std::size_t(row_ldw(s)) * sizeof(float) : 0;
 }
 
+template <int kWarps>
 Status launch_row(const GemmArgs& g, int sm_count, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   const GemmShape& s = g.shape;
-  const bool vec = aligned16(g.b) && g.ldb % 4 == 0;
-  const int splits = row_splits(s, sm_count, vec);
+  const bool vec = row_vectorizable(g);
+  const int splits = row_splits(s, sm_count, vec, kWarps);
   const int per = int((s.k + splits - 1) / splits);
   const int cols = vec ? 128 : 32;
   const dim3 grid{unsigned((s.n + cols - 1) / cols), unsigned(splits)};
@@ -75,11 +81,11 @@ Status launch_row(const GemmArgs& g, int sm_count, void* workspace, std::size_t 
   }
   const int n = int(s.n), k = int(s.k);
   if (vec)
-    gemv::gemv_row_kernel<true>
-        <<<grid, gemv::kThreads, 0, stream>>>(n, k, g.alpha, g.a, g.b, g.ldb, g.beta, g.c, per, w, ldw);
+    gemv::gemv_row_kernel<true, kWarps>
+        <<<grid, 32 * kWarps, 0, stream>>>(n, k, g.alpha, g.a, g.b, g.ldb, g.beta, g.c, per, w, ldw);
   else
-    gemv::gemv_row_kernel<false>
-        <<<grid, gemv::kThreads, 0, stream>>>(n, k, g.alpha, g.a, g.b, g.ldb, g.beta, g.c, per, w, ldw);
+    gemv::gemv_row_kernel<false, kWarps>
+        <<<grid, 32 * kWarps, 0, stream>>>(n, k, g.alpha, g.a, g.b, g.ldb, g.beta, g.c, per, w, ldw);
   SGEMM_CUDA_TRY(cudaGetLastError());
   if (splits == 1) return Status::Ok();
   gemv::gemv_reduce_kernel<<<unsigned((s.n + gemv::kReduceThreads - 1) / gemv::kReduceThreads), gemv::kReduceThreads, 0,
@@ -130,16 +136,17 @@ Status gemv_can_implement(const GemmArgs& g) {
   return Status::Ok();
 }
 
-std::size_t gemv_workspace_bytes(const GemmShape& s, int sm_count) {
+std::size_t gemv_workspace_bytes(const GemmShape& s, int sm_count, GemvRowBlock block) {
   if (s.n == 1 || s.m != 1) return 0;  // the column kernel needs none
-  return row_workspace_bytes(s, sm_count);
+  return row_workspace_bytes(s, sm_count, block == GemvRowBlock::k32Warps ? 32 : 8);
 }
 
-Status gemv_sgemm(const GemmArgs& args, int sm_count, void* workspace, std::size_t workspace_bytes,
-                  cudaStream_t stream) {
+Status gemv_sgemm(const GemmArgs& args, int sm_count, void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+                  GemvRowBlock block) {
   SGEMM_RETURN_IF_ERROR(gemv_can_implement(args));
   if (args.shape.n == 1) return launch_col(args, sm_count, stream);
-  return launch_row(args, sm_count, workspace, workspace_bytes, stream);
+  if (block == GemvRowBlock::k32Warps) return launch_row<32>(args, sm_count, workspace, workspace_bytes, stream);
+  return launch_row<8>(args, sm_count, workspace, workspace_bytes, stream);
 }
 
 }  // namespace sgemm

@@ -5,10 +5,10 @@
 // layout does not allow them) and keep the vector operand in L1/L2.
 //
 // gemv_row_kernel (m == 1): c[j] = alpha * sum_k a[k] * B[k][j] + beta * c[j].
-//   Block: 256 threads = 8 warps over the same COLS = 32*V columns (V = 4 with
-//   16-byte loads of B, else 1); warp w takes rows w, w+8, ... of its K range,
-//   8 rows in flight per thread; the 8 warps' sums are added in warp order
-//   through shared memory. Grid: (column blocks, K splits); with more than one
+//   Block: W warps (8 or 32) over the same COLS = 32*V columns (V = 4 with 16-byte
+//   loads of B, which needs n % 4 == 0, else 1); warp w takes rows w, w+W, ... of
+//   its K range, 8 rows in flight per thread; the W warps' sums are added in warp
+//   order through shared memory. Grid: (column blocks, K splits); with more than one
 //   split each block stores alpha * partial into its workspace slice and
 //   gemv_reduce_kernel adds the slices in slice order (deterministic).
 // gemv_col_kernel (n == 1): c[i] = alpha * dot(A[i][:], b[:][0]) + beta * c[i].
@@ -29,70 +29,65 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowUnroll = 8;  // B rows in flight per thread (gemv_row_kernel)
 
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
+template <bool kVec, int kRowWarps>
+__global__ void __launch_bounds__(32 * kRowWarps)
     gemv_row_kernel(int n, int k, float alpha, const float* __restrict__ a, const float* __restrict__ b, int64_t ldb,
                     float beta, float* __restrict__ c, int k_per_split, float* __restrict__ workspace, int64_t ldw) {
-  constexpr int V = kVec ? 4 : 1;
+  constexpr int V = kVec ? 4 : 1;  // kVec: n % 4 == 0, so a thread's V columns are all in C or all out
   constexpr int COLS = 32 * V;
-  __shared__ float part[kWarps][COLS];
+  __shared__ float part[kRowWarps][COLS];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int col = blockIdx.x * COLS + lane * V;
   const int kb = blockIdx.y * k_per_split;
   const int ke = min(k, kb + k_per_split);
-  const int valid = max(0, min(V, n - col));  // columns of this thread inside B
+  const bool inside = col < n;
   float acc[V];
 #pragma unroll
   for (int q = 0; q < V; ++q) acc[q] = 0.0f;
 
-  if (valid == V) {
-    const float* bcol = b + col;
+  auto load = [&](int64_t r, float(&v)[V]) {
+    if constexpr (kVec) {
+      const float4 x = __ldcs(reinterpret_cast<const float4*>(b + r * ldb + col));
+      v[0] = x.x;
+      v[1] = x.y;
+      v[2] = x.z;
+      v[3] = x.w;
+    } else {
+      v[0] = __ldcs(b + r * ldb + col);
+    }
+  };
+  if (inside) {
     int kk = kb + warp;
-    for (; kk + (kRowUnroll - 1) * kWarps < ke; kk += kRowUnroll * kWarps) {
+    for (; kk + (kRowUnroll - 1) * kRowWarps < ke; kk += kRowUnroll * kRowWarps) {
       float av[kRowUnroll];
       float bv[kRowUnroll][V];
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
-        const int64_t r = kk + u * kWarps;
-        av[u] = __ldg(a + r);
-        if constexpr (kVec) {
-          const float4 v = __ldcs(reinterpret_cast<const float4*>(bcol + r * ldb));
-          bv[u][0] = v.x;
-          bv[u][1] = v.y;
-          bv[u][2] = v.z;
-          bv[u][3] = v.w;
-        } else {
-          bv[u][0] = __ldcs(bcol + r * ldb);
-        }
+        av[u] = __ldg(a + kk + u * kRowWarps);
+        load(kk + u * kRowWarps, bv[u]);
       }
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u)
 #pragma unroll
         for (int q = 0; q < V; ++q) acc[q] = fmaf(av[u], bv[u][q], acc[q]);
     }
-    for (; kk < ke; kk += kWarps) {
+    for (; kk < ke; kk += kRowWarps) {
+      float bv[V];
+      load(kk, bv);
       const float av = __ldg(a + kk);
 #pragma unroll
-      for (int q = 0; q < V; ++q) acc[q] = fmaf(av, __ldcs(bcol + int64_t(kk) * ldb + q), acc[q]);
-    }
-  } else if (valid > 0) {  // the right edge of a 16-byte row: never read past column n
-    for (int kk = kb + warp; kk < ke; kk += kWarps) {
-      const float av = __ldg(a + kk);
-#pragma unroll
-      for (int q = 0; q < V; ++q)
-        if (q < valid) acc[q] = fmaf(av, __ldcs(b + int64_t(kk) * ldb + col + q), acc[q]);
+      for (int q = 0; q < V; ++q) acc[q] = fmaf(av, bv[q], acc[q]);
     }
   }
 #pragma unroll
   for (int q = 0; q < V; ++q) part[warp][lane * V + q] = acc[q];
   __syncthreads();
-  if (warp != 0) return;
+  if (warp != 0 || !inside) return;
 #pragma unroll
   for (int q = 0; q < V; ++q) {
-    if (q >= valid) break;
     float s = part[0][lane * V + q];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) s += part[w][lane * V + q];
+    for (int w = 1; w < kRowWarps; ++w) s += part[w][lane * V + q];
     if (gridDim.y > 1) {
       workspace[int64_t(blockIdx.y) * ldw + col + q] = alpha * s;
     } else {

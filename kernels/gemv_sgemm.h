@@ -20,13 +20,17 @@ namespace sgemm {
 // INVALID_ARGUMENT naming the offending field otherwise.
 Status gemv_can_implement(const GemmArgs& args);
 
+// Block size of the single-row kernel: 8 warps per block splitting K 8 ways
+// inside the block (more K splits across blocks), or 32 (fewer, smaller slices).
+enum class GemvRowBlock { k8Warps, k32Warps };
+
 // Device bytes of scratch gemv_sgemm() needs for `shape` on a device with
 // `sm_count` SMs (the K-split slices of a single-row product; 0 otherwise).
-std::size_t gemv_workspace_bytes(const GemmShape& shape, int sm_count);
+std::size_t gemv_workspace_bytes(const GemmShape& shape, int sm_count, GemvRowBlock block = GemvRowBlock::k8Warps);
 
 // Enqueues the product on `stream`. `workspace` (device memory, stream-ordered
-// with `stream`) must hold gemv_workspace_bytes(args.shape, sm_count) bytes.
-Status gemv_sgemm(const GemmArgs& args, int sm_count, void* workspace, std::size_t workspace_bytes,
-                  cudaStream_t stream);
+// with `stream`) must hold gemv_workspace_bytes(args.shape, sm_count, block) bytes.
+Status gemv_sgemm(const GemmArgs& args, int sm_count, void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+                  GemvRowBlock block = GemvRowBlock::k8Warps);
 
 }  // namespace sgemm

@@ -168,11 +168,15 @@ std::size_t split_k_workspace(const GemmShape& s) {
 std::size_t no_workspace(const GemmShape&) { return 0; }
 
 // A single row or column of C: the memory-bound GEMV kernels (gemv_sgemm.h).
+template <GemvRowBlock kBlock>
 Status run_gemv(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(gemv_can_implement(g));
-  return gemv_sgemm(g, sm_count_of_current_device(), ws.data, ws.bytes, stream);
+  return gemv_sgemm(g, sm_count_of_current_device(), ws.data, ws.bytes, stream, kBlock);
 }
-std::size_t gemv_workspace(const GemmShape& s) { return gemv_workspace_bytes(s, sm_count_of_current_device()); }
+template <GemvRowBlock kBlock>
+std::size_t gemv_workspace(const GemmShape& s) {
+  return gemv_workspace_bytes(s, sm_count_of_current_device(), kBlock);
+}
 
 bool any_shape(const GemmShape&) { return true; }
 bool gemv_shape(const GemmShape& s) { return s.m == 1 || s.n == 1; }
@@ -191,7 +195,8 @@ constexpr Variant kVariants[] = {
     {"64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide>, no_workspace,
      any_shape},
     {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>, split_k_workspace<SmallWide4>, any_shape},
-    {"gemv", run_gemv, gemv_workspace, gemv_shape},
+    {"gemv", run_gemv<GemvRowBlock::k8Warps>, gemv_workspace<GemvRowBlock::k8Warps>, gemv_shape},
+    {"gemv_row32warps", run_gemv<GemvRowBlock::k32Warps>, gemv_workspace<GemvRowBlock::k32Warps>, gemv_shape},
     {"256x32x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Tall, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<Tall, kThinMinK>, any_shape},
     {"128x64x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Medium, SplitReduce::kWorkspace, kThinMinK>,
@@ -227,14 +232,15 @@ enum VariantId {
   kSmallWideByAlignment = 0,
   kSmallWide4SplitK = 1,
   kGemv = 2,
-  kTallSplitK = 3,
-  kMediumSplitK = 4,
-  kSmallSplitK = 5,
-  kFlatSplitK = 6,
-  kSmallWide4SplitK512 = 7,
-  kTallK32SplitK512 = 8,
-  kMediumK32SplitK512 = 9,
-  kLargeSplitK512 = 10,
+  kGemvRow32Warps = 3,
+  kTallSplitK = 4,
+  kMediumSplitK = 5,
+  kSmallSplitK = 6,
+  kFlatSplitK = 7,
+  kSmallWide4SplitK512 = 8,
+  kTallK32SplitK512 = 9,
+  kMediumK32SplitK512 = 10,
+  kLargeSplitK512 = 11,
 };
 
 int sm_count_of_current_device() {
@@ -284,8 +290,10 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // resident blocks per SM is the best or within 2% of the best on every shape from
   // 1024 to 8192, with 4 stages when B and C allow 16-byte copies and 3 otherwise;
   // shapes with too few tiles for a wave and a long K split K (deterministically).
-  // A single row or column of C is a memory-bound GEMV; C at most 32 or 64 columns
-  // wide (or 32 rows high) takes a tile shaped to that side, splitting K from 1024.
+  // Thin C (issue 14, bench/results/2026-11-22-h100-kernel-thin/): a single row or
+  // column is a memory-bound GEMV; C at most 32 or 64 columns wide takes the
+  // 256x32 or 128x64 tile, at most 32 rows high the 32x128 one, splitting K down
+  // to 512 per split (each the best of the measured tiles on its class).
   if (gemv_shape(s)) return kGemv;
   if (s.n <= 32 && s.m >= 1024) return kTallSplitK;
   if (s.n <= 64 && s.m >= 1024) return kMediumSplitK;

@@ -5,21 +5,26 @@
 namespace sgemm {
 namespace {
 
-bool single_row_or_column(const GemmShape& s) { return s.m == 1 || s.n == 1; }
-// C at most 64 columns wide while m and k are large: half of each 64x128 tile
-// computes padding, and the split-K that fills the SMs costs a reduction.
-bool narrow(const GemmShape& s) { return s.n <= 64 && s.m >= 1024 && s.k >= 1024; }
+bool single_column(const GemmShape& s) { return s.n == 1; }
+bool single_row(const GemmShape& s) { return s.m == 1; }
+// C at most 128 columns wide, or 65 to 128 rows high, with the other side and K
+// long: ping-pong's thin tiles with split-K reach 82-93% of cuBLAS there.
+bool narrow(const GemmShape& s) { return s.n <= 128 && s.m >= 1024 && s.k >= 2048; }
+bool short_rows(const GemmShape& s) { return s.m > 64 && s.m <= 128 && s.n >= 1024 && s.k >= 2048; }
 
-// A class goes to cuBLAS when ping-pong runs below 80% of it there; on the
-// shapes no row covers ping-pong measured 88-106% of cuBLAS (docs/kernels.md),
-// and the kernel issue is closing that gap. Measured with sgemm-bench on an
-// H200, 2026-11-22 (bench/results/2026-11-22-h200x4-arch/sgemm-bench-thin.csv):
-// 128x8192x8192 88.3% and 8192x128x8192 89.4% keep ping-pong.
+// A class goes to the kernel measured faster there (sgemm-bench, one H100, the
+// same run as cuBLAS; bench/results/2026-11-22-h100-kernel-thin/). Shapes no row
+// covers run ping-pong: 90-109% of cuBLAS on squares and large rectangles, 97-105%
+// at 8192x64x1024, 101% at 64x8192x8192 and 152% at 32x8192x8192 (docs/kernels.md).
 constexpr KernelChoiceRow kTable[] = {
-    {"m = 1 or n = 1", single_row_or_column, KernelKind::kCublas,
-     "ping-pong 40.5% of cuBLAS at 1x4096x4096, 21.6% at 4096x1x4096 (H200, 2026-11-22)"},
-    {"n <= 64 with m, k >= 1024", narrow, KernelKind::kCublas,
-     "ping-pong 51.9% of cuBLAS at 8192x64x8192 (H200, 2026-11-22)"},
+    {"n = 1", single_column, KernelKind::kPingpong,
+     "ping-pong's GEMV 122.4% of cuBLAS at 4096x1x4096, 122.5% at 8192x1x8192 (H100, 2026-11-22)"},
+    {"m = 1", single_row, KernelKind::kCublas,
+     "ping-pong's GEMV 87.3% of cuBLAS at 1x4096x4096, 87.5% at 1x8192x8192 (H100, 2026-11-22)"},
+    {"n <= 128 with m >= 1024, k >= 2048", narrow, KernelKind::kCublas,
+     "ping-pong 81.7% of cuBLAS at 8192x32x8192, 92.1% at 8192x64x8192, 91.5% at 8192x128x8192 (H100, 2026-11-22)"},
+    {"64 < m <= 128 with n >= 1024, k >= 2048", short_rows, KernelKind::kCublas,
+     "ping-pong 88.6-90.0% of cuBLAS at 128x8192x8192 (H100, 2026-11-22)"},
 };
 
 }  // namespace

@@ -3,9 +3,10 @@
 // same run as cuBLAS; bench/results/ holds the runs the rows cite). Pure C++:
 // the engine passes the kernels its devices offer.
 //
-// Until the kernel issue closes the gaps, our ping-pong kernel trails cuBLAS
-// badly on thin products (C at most 64 columns wide, or a single row or
-// column) and cuBLAS takes those classes; everything else runs ping-pong.
+// Ping-pong (with its GEMV and thin-tile variants) takes a single column of C
+// and everything no row covers; cuBLAS keeps a single row of C and C at most
+// 128 columns wide or 65-128 rows high with a long K, where ping-pong measured
+// 82-93% of it (docs/kernels.md, issue 14).
 #pragma once
 
 #include <span>
