@@ -19,6 +19,8 @@
 #                  SGEMM_VARIANT_SHAPES="1x4096x4096,8192x64x8192" narrows the shapes
 #   sass           instruction mix of the kernels (cuobjdump)
 #   ncu [SHAPE]    Nsight Compute on one ping-pong and one cuBLAS launch (SGEMM_NCU_SHAPE)
+#   ncu-thin       Nsight Compute on the GEMV kernels (1x8192x8192, 8192x1x8192) and the thin
+#                  tile (8192x64x8192), each next to cuBLAS on the same shape
 # Every log goes to $OUT; every part runs even if an earlier one failed.
 # A bundle over the device tool's 64 MiB carry limit is also packed as
 # .runtime.tar.xz; carry that instead and the script unpacks it.
@@ -74,12 +76,12 @@ if has sanitize; then
   step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
     --gtest_brief=1 --gtest_filter="Variants/*:Degenerate/*:$small:Unaligned/*:SplitK/*:PingpongSplitK.*:Thin/*:Gemv/*"
   step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*:Gemv/*/1x2051x513_*:Gemv/*/1000x1x4097_*:Gemv/*/3x1x9000_*:Thin/*/2000x40x3000_*:Thin/*/25x2000x3000_*"
-  step memcheck-fp32x3 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*:Gemv/*/1x2051x513_*:Gemv/*/1000x1x4097_*:Gemv/*/1x1000x3001_*:Thin/*/2000x40x3000_*:Thin/*/25x2000x3000_*"
+  [ -x "$BIN/fp32x3_sgemm_test" ] && step memcheck-fp32x3 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
     --gtest_brief=1 --gtest_filter="$small:Shapes/*:Unaligned/*:AlphaBeta/*/257x129x65_*:WideExponent/*/300x200x77_*:Variants/*:Fp32x3Determinism.*:Fp32x3Backend.*:CublasTf32.*"
-  step racecheck-fp32x3 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+  [ -x "$BIN/fp32x3_sgemm_test" ] && step racecheck-fp32x3 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
     --gtest_brief=1 --gtest_filter="$small:Variants/*/129x131x3?_*:Variants/*/7x9x5_*:Variants/*/257x259x*"
-  step synccheck-fp32x3 100 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+  [ -x "$BIN/fp32x3_sgemm_test" ] && step synccheck-fp32x3 100 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
     --gtest_brief=1 --gtest_filter="$small:Variants/*/129x131x3?_*:Variants/*/257x259x*"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck*.log "$OUT"/racecheck*.log "$OUT"/synccheck*.log \
     | tee -a "$OUT/summary.txt"
@@ -157,6 +159,19 @@ if has ncu; then
     "$BIN/sgemm-bench" --shapes "$shape" --kernels fp32x3 --runs 1 --warmup 0 --ref-rows 0
   step ncu-cublas 300 ncu --clock-control none -k regex:'gemm|xmma' --launch-count 1 $sections \
     "$BIN/sgemm-bench" --shapes "$shape" --kernels cublas --runs 1 --warmup 0 --ref-rows 0
+fi
+if has ncu-thin; then
+  ncu_thin() {  # NAME KERNEL_REGEX SHAPE BENCH_KERNEL
+    step "ncu-$1" 120 ncu --clock-control none -k "regex:$2" --launch-count 1 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section WarpStateStats "$BIN/sgemm-bench" --shapes "$3" --kernels "$4" --runs 1 --warmup 0 --ref-rows 0
+  }
+  for s in 1x8192x8192 8192x1x8192; do
+    ncu_thin "gemv-$s" '^gemv_(row|col)_kernel' "$s" pingpong
+    ncu_thin "cublas-$s" 'gemv|gemm|dot' "$s" cublas
+  done
+  ncu_thin thin-8192x64x8192 pingpong_sgemm_kernel 8192x64x8192 pingpong
+  ncu_thin cublas-8192x64x8192 'gemm|xmma' 8192x64x8192 cublas
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}" | tee -a "$OUT/summary.txt"
