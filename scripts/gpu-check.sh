@@ -168,7 +168,7 @@ if has ncu-thin; then
   }
   for s in 1x8192x8192 8192x1x8192; do
     ncu_thin "gemv-$s" '^gemv_(row|col)_kernel' "$s" pingpong
-    ncu_thin "cublas-$s" 'gemv|gemm|dot' "$s" cublas
+    ncu_thin "cublas-$s" 'gemv|gemm|dot|^kernel$' "$s" cublas  # cuBLAS's 1xNxK kernel is named "kernel"
   done
   ncu_thin thin-8192x64x8192 pingpong_sgemm_kernel 8192x64x8192 pingpong
   ncu_thin cublas-8192x64x8192 'gemm|xmma' 8192x64x8192 cublas

@@ -3,10 +3,11 @@
 // same run as cuBLAS; bench/results/ holds the runs the rows cite). Pure C++:
 // the engine passes the kernels its devices offer.
 //
-// Ping-pong (with its GEMV and thin-tile variants) takes a single column of C
-// and everything no row covers; cuBLAS keeps a single row of C and C at most
-// 128 columns wide or 65-128 rows high with a long K, where ping-pong measured
-// 82-93% of it (docs/kernels.md, issue 14).
+// Ping-pong (with its GEMV and thin-tile variants) takes a single row or column
+// of C, C at most 64 rows high, and what no row covers (1024-sized and smaller
+// products, short K); cuBLAS takes the classes where ping-pong measured below 98%
+// of it: large C (90-96%), thin C with a long K (84-93%), few tiles with a very
+// long K (90%) (docs/kernels.md, issue 14).
 #pragma once
 
 #include <span>
