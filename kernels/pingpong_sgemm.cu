@@ -62,7 +62,11 @@ Status launch_splitk_reduce(const GemmArgs& g, int splits, const float* w, int64
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
-enum class SplitReduce { kWorkspace, kAtomic };
+// How split-K partials meet: a workspace and a reduction launch (deterministic),
+// atomics into C (tuning only), or distributed shared memory inside a cluster of
+// the splits of one tile (deterministic, at most 8 splits, no workspace).
+enum class SplitReduce { kWorkspace, kAtomic, kCluster };
+constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 
 // The caller's scratch for deterministic split-K: `bytes` at `data`.
 struct Workspace {
@@ -85,6 +89,29 @@ int effective_splits(const GemmShape& s, int bk, int splits) {
 }
 
 template <class Cfg, bool kVectorized>
+Status launch_cluster_reduce(const GemmArgs& g, cudaStream_t stream, dim3 grid, int per_split) {
+  static std::atomic<uint64_t> smem_raised{0};
+  auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized, true>;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(Cfg::THREADS);
+  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = grid.y;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const int m = int(g.shape.m), n = int(g.shape.n), k = int(g.shape.k);
+  float* no_workspace = nullptr;
+  return SGEMM_CUDA_STATUS(cudaLaunchKernelEx(&cfg, kernel, m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c,
+                                              g.ldc, per_split, no_workspace, int64_t{0}));
+}
+
+template <class Cfg, bool kVectorized>
 Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
               SplitReduce reduce = SplitReduce::kWorkspace) {
   static std::atomic<uint64_t> smem_raised{0};
@@ -93,10 +120,17 @@ Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
   const int64_t tiles = ((g.shape.m + Cfg::BM - 1) / Cfg::BM) * ((g.shape.n + Cfg::BN - 1) / Cfg::BN);
   if (tiles > INT_MAX) return InvalidArgument("shape: too many tiles for one launch");
   const int k_tiles = int((g.shape.k + Cfg::BK - 1) / Cfg::BK);
+  if (reduce == SplitReduce::kCluster) splits = std::min(splits, kMaxClusterSplits);
   splits = effective_splits(g.shape, Cfg::BK, splits);
   const int per_split = (k_tiles + splits - 1) / splits;
   const dim3 grid{unsigned(tiles), unsigned(splits)};
   const int m = int(g.shape.m), n = int(g.shape.n), k = int(g.shape.k);
+  if (splits > 1 && reduce == SplitReduce::kCluster) {
+    if constexpr (Cfg::TM * Cfg::TN * Cfg::THREADS * int(sizeof(float)) <= Cfg::SMEM_BYTES)
+      return launch_cluster_reduce<Cfg, kVectorized>(g, stream, grid, per_split);
+    else
+      return InvalidArgument("variant: this tile's accumulators do not fit its shared memory for a cluster reduction");
+  }
   if (splits > 1 && reduce == SplitReduce::kWorkspace) {
     const int64_t ldw = (g.shape.n + 3) / 4 * 4;
     const std::size_t need = splitk_workspace_bytes(g.shape, splits);
@@ -211,6 +245,14 @@ constexpr Variant kVariants[] = {
      split_k_workspace<TallK32, kThinMinK>, any_shape},
     {"128x64x32_w64x32_t8x8_s3_splitk512", run_config_split_k<MediumK32, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<MediumK32, kThinMinK>, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_splitk_cluster", run_config_split_k<SmallWide4, SplitReduce::kCluster>, no_workspace,
+     any_shape},
+    {"128x64x16_w64x32_t8x8_s3_splitk512_cluster", run_config_split_k<Medium, SplitReduce::kCluster, kThinMinK>,
+     no_workspace, any_shape},
+    {"256x32x16_w64x32_t8x8_s3_splitk512_cluster", run_config_split_k<Tall, SplitReduce::kCluster, kThinMinK>,
+     no_workspace, any_shape},
+    {"32x128x16_w16x64_t4x8_s4_splitk512_cluster", run_config_split_k<Flat, SplitReduce::kCluster, kThinMinK>,
+     no_workspace, any_shape},
     {"128x128x16_w32x64_t8x8_s3_splitk512", run_config_split_k<Large, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<Large, kThinMinK>, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
@@ -240,7 +282,11 @@ enum VariantId {
   kSmallWide4SplitK512 = 8,
   kTallK32SplitK512 = 9,
   kMediumK32SplitK512 = 10,
-  kLargeSplitK512 = 11,
+  kSmallWide4SplitKCluster = 11,
+  kMediumSplitKCluster = 12,
+  kTallSplitKCluster = 13,
+  kFlatSplitKCluster = 14,
+  kLargeSplitK512 = 15,
 };
 
 int sm_count_of_current_device() {

@@ -252,6 +252,15 @@ std::vector<Case> split_k_cases() {
   v.push_back(Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3});  // unaligned, scalar path
   v.push_back(Case{1, 1, 8191});
   v.push_back(Case{1024, 1024, 16384});
+  // Split-K reduced through distributed shared memory inside a cluster of the splits.
+  for (int var = 0; var < pingpong_variant_count(); ++var) {
+    if (pingpong_variant_name(var).find("_cluster") == std::string_view::npos) continue;
+    for (Case c : {Case{200, 300, 5000, 1.0f, 0.5f}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3},
+                   Case{3000, 40, 3000, -1.0f, 0.0f}, Case{20, 2000, 5000}, Case{1, 1, 8191}}) {
+      c.variant = var;
+      v.push_back(c);
+    }
+  }
   const int atomic = variant_named("64x128x16_w32x64_t8x8_s4_splitk_atomic");  // tuning builds only
   for (Case c : {Case{200, 300, 5000, 1.0f, 0.5f}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3}}) {
     if (atomic < 0) break;
