@@ -255,8 +255,9 @@ std::vector<Case> split_k_cases() {
   // Split-K reduced through distributed shared memory inside a cluster of the splits.
   for (int var = 0; var < pingpong_variant_count(); ++var) {
     if (pingpong_variant_name(var).find("_cluster") == std::string_view::npos) continue;
-    for (Case c : {Case{200, 300, 5000, 1.0f, 0.5f}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3},
-                   Case{3000, 40, 3000, -1.0f, 0.0f}, Case{20, 2000, 5000}, Case{1, 1, 8191}}) {
+    for (Case c :
+         {Case{200, 300, 5000, 1.0f, 0.5f}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3},
+          Case{3000, 40, 3000, -1.0f, 0.0f}, Case{20, 2000, 5000}, Case{1, 1, 8191}, Case{150, 70, 1100, 1.0f, 0.5f}}) {
       c.variant = var;
       v.push_back(c);
     }
@@ -282,7 +283,9 @@ std::vector<Case> thin_cases() {
           {25, 2000, 3000},
           {32, 1024, 1100, -1.0f, 1.0f},
           {17, 1500, 2600, 1.0f, 0.0f, 3, 1, 1, 0, 1, 2},
-          {128, 1030, 4100, 1.0f, 0.25f}};
+          {128, 1030, 4100, 1.0f, 0.25f},
+          {1500, 50, 1100, 1.0f, 0.5f},
+          {2000, 64, 1999, 1.0f, 0.0f, 1, 3, 1, 1, 2, 3}};
 }
 
 // A single row or column of C: the GEMV kernels (split K for a single row),
