@@ -123,6 +123,20 @@ TEST(PingpongVariants, GemvVariantAcceptsOnlyItsShapes) {
   EXPECT_EQ(pingpong_pick_variant({4096, 1, 4096}, 132), gemv);
 }
 
+// The picker's ids and the variant table agree: each class gets the tile measured for it.
+TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
+  const auto picked = [](GemmShape s) { return std::string(pingpong_variant_name(pingpong_pick_variant(s, 132))); };
+  EXPECT_EQ(picked({4096, 4096, 4096}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
+  EXPECT_EQ(picked({1024, 1024, 16384}), "64x128x16_w32x64_t8x8_s4_splitk");
+  EXPECT_EQ(picked({1, 4096, 4096}), "gemv");
+  EXPECT_EQ(picked({8192, 1, 8192}), "gemv");
+  EXPECT_EQ(picked({8192, 32, 8192}), "256x32x16_w64x32_t8x8_s3_splitk512");
+  EXPECT_EQ(picked({8192, 64, 8192}), "128x64x16_w64x32_t8x8_s3_splitk512");
+  EXPECT_EQ(picked({8192, 64, 1024}), "128x64x16_w64x32_t8x8_s3_splitk512_cluster");
+  EXPECT_EQ(picked({32, 8192, 8192}), "32x128x16_w16x64_t4x8_s4_splitk512");
+  EXPECT_EQ(picked({8192, 128, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
+}
+
 TEST(CublasCanImplement, MirrorsTheInterfaceRules) {
   EXPECT_TRUE(cublas_can_implement(args(1, 1, 1)).ok());
   expect_invalid(cublas_can_implement(args(0, 1, 1)), "shape.m");
