@@ -143,9 +143,14 @@ Options parse(int argc, char** argv) {
                 // Thin classes (the engine's kernel-choice table, server/planner/kernel_choice.cc):
                 {1, 4096, 4096},
                 {4096, 1, 4096},
+                {1, 8192, 8192},
+                {8192, 1, 8192},
+                {8192, 32, 8192},
                 {8192, 64, 8192},
                 {8192, 128, 8192},
-                {128, 8192, 8192}};
+                {32, 8192, 8192},
+                {128, 8192, 8192},
+                {8192, 64, 1024}};
   if (o.kernels.empty()) o.kernels = gpu_kernel_kinds();
   return o;
 }

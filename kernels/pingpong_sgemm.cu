@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cuda_status.h"
+#include "kernels/gemv_sgemm.h"
 #include "kernels/launch_util.h"
 #include "kernels/pingpong_sgemm.cuh"
 #include "kernels/pingpong_sgemm.h"
@@ -28,6 +29,11 @@ using SmallWide = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 3, 4>;   // 128 
 using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
 using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
 using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;         // 64 thr, warp 32x64
+// Thin classes (issue 14): tiles shaped to the thin side of C, split-K to fill the device.
+using Tall = PingpongConfig<256, 32, 16, 4, 1, 8, 4, 8, 8, 3, 3>;       // 128 thr, warp 64x32, for n <= 32
+using Flat = PingpongConfig<32, 128, 16, 2, 2, 4, 8, 4, 8, 4, 4>;       // 128 thr, warp 16x64, for m <= 32
+using TallK32 = PingpongConfig<128, 32, 32, 4, 1, 8, 4, 4, 8, 3, 3>;    // 128 thr, warp 32x32, BK 32
+using MediumK32 = PingpongConfig<128, 64, 32, 2, 2, 8, 4, 8, 8, 3, 2>;  // 128 thr, warp 64x32, BK 32
 
 // C = beta * C ahead of split-K accumulation (C is not read when beta == 0).
 Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
@@ -56,7 +62,11 @@ Status launch_splitk_reduce(const GemmArgs& g, int splits, const float* w, int64
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
-enum class SplitReduce { kWorkspace, kAtomic };
+// How split-K partials meet: a workspace and a reduction launch (deterministic),
+// atomics into C (tuning only), or distributed shared memory inside a cluster of
+// the splits of one tile (deterministic, at most 8 splits, no workspace).
+enum class SplitReduce { kWorkspace, kAtomic, kCluster };
+constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 
 // The caller's scratch for deterministic split-K: `bytes` at `data`.
 struct Workspace {
@@ -79,6 +89,29 @@ int effective_splits(const GemmShape& s, int bk, int splits) {
 }
 
 template <class Cfg, bool kVectorized>
+Status launch_cluster_reduce(const GemmArgs& g, cudaStream_t stream, dim3 grid, int per_split) {
+  static std::atomic<uint64_t> smem_raised{0};
+  auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized, true>;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(Cfg::THREADS);
+  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = grid.y;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const int m = int(g.shape.m), n = int(g.shape.n), k = int(g.shape.k);
+  float* no_workspace = nullptr;
+  return SGEMM_CUDA_STATUS(cudaLaunchKernelEx(&cfg, kernel, m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c,
+                                              g.ldc, per_split, no_workspace, int64_t{0}));
+}
+
+template <class Cfg, bool kVectorized>
 Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
               SplitReduce reduce = SplitReduce::kWorkspace) {
   static std::atomic<uint64_t> smem_raised{0};
@@ -87,10 +120,17 @@ Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
   const int64_t tiles = ((g.shape.m + Cfg::BM - 1) / Cfg::BM) * ((g.shape.n + Cfg::BN - 1) / Cfg::BN);
   if (tiles > INT_MAX) return InvalidArgument("shape: too many tiles for one launch");
   const int k_tiles = int((g.shape.k + Cfg::BK - 1) / Cfg::BK);
+  if (reduce == SplitReduce::kCluster) splits = std::min(splits, kMaxClusterSplits);
   splits = effective_splits(g.shape, Cfg::BK, splits);
   const int per_split = (k_tiles + splits - 1) / splits;
   const dim3 grid{unsigned(tiles), unsigned(splits)};
   const int m = int(g.shape.m), n = int(g.shape.n), k = int(g.shape.k);
+  if (splits > 1 && reduce == SplitReduce::kCluster) {
+    if constexpr (Cfg::TM * Cfg::TN * Cfg::THREADS * int(sizeof(float)) <= Cfg::SMEM_BYTES)
+      return launch_cluster_reduce<Cfg, kVectorized>(g, stream, grid, per_split);
+    else
+      return InvalidArgument("variant: this tile's accumulators do not fit its shared memory for a cluster reduction");
+  }
   if (splits > 1 && reduce == SplitReduce::kWorkspace) {
     const int64_t ldw = (g.shape.n + 3) / 4 * 4;
     const std::size_t need = splitk_workspace_bytes(g.shape, splits);
@@ -132,58 +172,115 @@ Status run_config_by_alignment(const GemmArgs& g, Workspace ws, cudaStream_t str
 
 int sm_count_of_current_device();
 
-// Split-K count for a shape: enough (tile, split) blocks for about `waves` full
-// waves of `per_sm` resident blocks, each split keeping at least 1024 of K.
-int pick_splits(const GemmShape& s, int64_t bm, int64_t bn, int sm_count, int per_sm) {
+// Split-K count for a shape: enough (tile, split) blocks for one full wave of
+// `per_sm` resident blocks, each split keeping at least `min_k` of K.
+int pick_splits(const GemmShape& s, int64_t bm, int64_t bn, int sm_count, int per_sm, int64_t min_k = 1024) {
   const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
   const int64_t slots = int64_t(sm_count) * per_sm;
-  if (tiles >= slots || s.k < 2048) return 1;
+  if (tiles >= slots || s.k < 2 * min_k) return 1;
   const int64_t by_slots = slots / tiles;
-  const int64_t by_k = s.k / 1024;
+  const int64_t by_k = s.k / min_k;
   return int(std::max<int64_t>(1, std::min(by_slots, by_k)));
 }
 
-template <class Cfg, SplitReduce kReduce = SplitReduce::kWorkspace>
+// Thin tiles split K down to 512 per split: with m or n <= 128 there are few tiles
+// even for K = 1024 to 2048, and their slices are small to reduce.
+constexpr int64_t kThinMinK = 512;
+
+template <class Cfg, SplitReduce kReduce = SplitReduce::kWorkspace, int64_t kMinK = 1024>
 Status run_config_split_k(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
-  const int splits = pick_splits(g.shape, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS);
+  const int splits = pick_splits(g.shape, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS, kMinK);
   return vectorizable(g) ? launch<Cfg, true>(g, ws, stream, splits, kReduce)
                          : launch<Cfg, false>(g, ws, stream, splits, kReduce);
 }
 
-template <class Cfg>
+template <class Cfg, int64_t kMinK = 1024>
 std::size_t split_k_workspace(const GemmShape& s) {
-  const int splits = pick_splits(s, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS);
+  const int splits = pick_splits(s, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS, kMinK);
   return splitk_workspace_bytes(s, effective_splits(s, Cfg::BK, splits));
 }
 std::size_t no_workspace(const GemmShape&) { return 0; }
+
+// A single row or column of C: the memory-bound GEMV kernels (gemv_sgemm.h).
+template <GemvRowBlock kBlock>
+Status run_gemv(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(gemv_can_implement(g));
+  return gemv_sgemm(g, sm_count_of_current_device(), ws.data, ws.bytes, stream, kBlock);
+}
+template <GemvRowBlock kBlock>
+std::size_t gemv_workspace(const GemmShape& s) {
+  return gemv_workspace_bytes(s, sm_count_of_current_device(), kBlock);
+}
+
+bool any_shape(const GemmShape&) { return true; }
+bool gemv_shape(const GemmShape& s) { return s.m == 1 || s.n == 1; }
 
 struct Variant {
   const char* name;
   Status (*run)(const GemmArgs&, Workspace, cudaStream_t);
   std::size_t (*workspace_bytes)(const GemmShape&);
+  bool (*accepts)(const GemmShape&);  // shapes it runs; run() refuses the others
 };
 
 // Production builds carry the variants pingpong_pick_variant() chooses from;
 // the tile configurations measured against them (docs/kernels.md) and the
 // atomic split-K compile only with -DSGEMM_KERNEL_TUNING=ON.
 constexpr Variant kVariants[] = {
-    {"64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide>, no_workspace},
-    {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>, split_k_workspace<SmallWide4>},
+    {"64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide>, no_workspace,
+     any_shape},
+    {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>, split_k_workspace<SmallWide4>, any_shape},
+    {"gemv", run_gemv<GemvRowBlock::k8Warps>, gemv_workspace<GemvRowBlock::k8Warps>, gemv_shape},
+    {"256x32x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Tall, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Tall, kThinMinK>, any_shape},
+    {"128x64x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Medium, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Medium, kThinMinK>, any_shape},
+    {"128x64x16_w64x32_t8x8_s3_splitk512_cluster", run_config_split_k<Medium, SplitReduce::kCluster, kThinMinK>,
+     no_workspace, any_shape},
+    {"32x128x16_w16x64_t4x8_s4_splitk512", run_config_split_k<Flat, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Flat, kThinMinK>, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
-    {"128x128x16_w32x64_t8x8_s3", run_config<Large>, no_workspace},
-    {"128x128x8_w64x64_t8x16_s4", run_config<Wide>, no_workspace},
-    {"128x256x8_w64x64_t8x16_s4", run_config<Huge>, no_workspace},
-    {"128x64x16_w64x32_t8x8_s3", run_config<Medium>, no_workspace},
-    {"64x64x16_w32x32_t8x4_s4", run_config<Small>, no_workspace},
-    {"64x128x16_w32x64_t8x8_s3", run_config<SmallWide>, no_workspace},
-    {"64x128x16_w32x64_t8x8_s4", run_config<SmallWide4>, no_workspace},
-    {"64x128x8_w32x64_t8x8_s4", run_config<SmallWideK8>, no_workspace},
-    {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>, no_workspace},
-    {"64x128x16_w32x64_t8x8_s4_splitk_atomic", run_config_split_k<SmallWide4, SplitReduce::kAtomic>, no_workspace},
+    {"128x128x16_w32x64_t8x8_s3", run_config<Large>, no_workspace, any_shape},
+    {"128x128x8_w64x64_t8x16_s4", run_config<Wide>, no_workspace, any_shape},
+    {"128x256x8_w64x64_t8x16_s4", run_config<Huge>, no_workspace, any_shape},
+    {"128x64x16_w64x32_t8x8_s3", run_config<Medium>, no_workspace, any_shape},
+    {"64x64x16_w32x32_t8x4_s4", run_config<Small>, no_workspace, any_shape},
+    {"64x128x16_w32x64_t8x8_s3", run_config<SmallWide>, no_workspace, any_shape},
+    {"64x128x16_w32x64_t8x8_s4", run_config<SmallWide4>, no_workspace, any_shape},
+    {"64x128x8_w32x64_t8x8_s4", run_config<SmallWideK8>, no_workspace, any_shape},
+    {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>, no_workspace, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_splitk_atomic", run_config_split_k<SmallWide4, SplitReduce::kAtomic>, no_workspace,
+     any_shape},
+    // Issue 14's measured alternatives (bench/results/2026-11-22-h100-kernel-thin/, calls 2-4).
+    {"gemv_row32warps", run_gemv<GemvRowBlock::k32Warps>, gemv_workspace<GemvRowBlock::k32Warps>, gemv_shape},
+    {"64x64x16_w32x32_t8x4_s4_splitk512", run_config_split_k<Small, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Small, kThinMinK>, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_splitk512", run_config_split_k<SmallWide4, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<SmallWide4, kThinMinK>, any_shape},
+    {"128x32x32_w32x32_t4x8_s3_splitk512", run_config_split_k<TallK32, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<TallK32, kThinMinK>, any_shape},
+    {"128x64x32_w64x32_t8x8_s3_splitk512", run_config_split_k<MediumK32, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<MediumK32, kThinMinK>, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_splitk_cluster", run_config_split_k<SmallWide4, SplitReduce::kCluster>, no_workspace,
+     any_shape},
+    {"256x32x16_w64x32_t8x8_s3_splitk512_cluster", run_config_split_k<Tall, SplitReduce::kCluster, kThinMinK>,
+     no_workspace, any_shape},
+    {"32x128x16_w16x64_t4x8_s4_splitk512_cluster", run_config_split_k<Flat, SplitReduce::kCluster, kThinMinK>,
+     no_workspace, any_shape},
+    {"128x128x16_w32x64_t8x8_s3_splitk512", run_config_split_k<Large, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Large, kThinMinK>, any_shape},
 #endif
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
-enum VariantId { kSmallWideByAlignment = 0, kSmallWide4SplitK = 1 };
+// The production variants, in kVariants order (PingpongVariants.PicksNameTheMeasuredTiles checks the names).
+enum VariantId {
+  kSmallWideByAlignment = 0,
+  kSmallWide4SplitK = 1,
+  kGemv = 2,
+  kTallSplitK = 3,
+  kMediumSplitK = 4,
+  kMediumSplitKCluster = 5,
+  kFlatSplitK = 6,
+};
 
 int sm_count_of_current_device() {
   int device = 0, sms = 0;
@@ -228,14 +325,27 @@ std::string_view pingpong_variant_name(int variant) {
 }
 
 int pingpong_pick_variant(const GemmShape& s, int sm_count) {
-  const auto tiles = [&](int64_t bm, int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
   // Measured on H100 (docs/kernels.md, bench/results/): the 64x128x16 tile with 4
   // resident blocks per SM is the best or within 2% of the best on every shape from
   // 1024 to 8192, with 4 stages when B and C allow 16-byte copies and 3 otherwise;
   // shapes with too few tiles for a wave and a long K split K (deterministically).
-  (void)tiles;
+  // Thin C (issue 14, bench/results/2026-11-22-h100-kernel-thin/): a single row or
+  // column is a memory-bound GEMV; C at most 32 or 64 columns wide takes the
+  // 256x32 or 128x64 tile, at most 32 rows high the 32x128 one, splitting K down
+  // to 512 per split (each the best of the measured tiles on its class).
+  if (gemv_shape(s)) return kGemv;
+  if (s.n <= 32 && s.m >= 1024) return kTallSplitK;
+  // With K < 2048 the 128x64 tile splits K at most 3 ways: its splits meet in a
+  // cluster (no workspace pass): 8192x64x1024 114.5% of cuBLAS against 99.6% with
+  // the workspace; with more splits the cluster reduction lost (73.6% at 8192x64x8192).
+  if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kMediumSplitK;
+  if (s.m <= 32 && s.n >= 1024) return kFlatSplitK;
   if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) return kSmallWide4SplitK;
   return kSmallWideByAlignment;
+}
+
+bool pingpong_variant_accepts(const GemmShape& shape, int variant) {
+  return variant >= 0 && variant < kNumVariants && kVariants[variant].accepts(shape);
 }
 
 std::size_t pingpong_variant_workspace_bytes(const GemmShape& shape, int variant) {
@@ -253,6 +363,8 @@ Status pingpong_sgemm_variant(const GemmArgs& args, int variant, void* workspace
   if (variant < 0 || variant >= kNumVariants)
     return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
                            std::to_string(variant));
+  if (!kVariants[variant].accepts(args.shape))
+    return InvalidArgument("variant: " + std::string(kVariants[variant].name) + " does not run this shape");
   return kVariants[variant].run(args, Workspace{workspace, workspace_bytes}, stream);
 }
 

@@ -34,6 +34,7 @@
 //   running together share A and B panels in L2.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -91,7 +92,7 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <class Cfg, bool kVectorized>
+template <class Cfg, bool kVectorized, bool kClusterReduce = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     pingpong_sgemm_kernel(int m, int n, int k, float alpha, const float* __restrict__ a, int64_t lda,
                           const float* __restrict__ b, int64_t ldb, float beta, float* __restrict__ c, int64_t ldc,
@@ -272,9 +273,41 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   }
   cp_async_wait<0>();  // nothing useful is left in flight, but leave no copy behind
 
+  if constexpr (kClusterReduce) {
+    // Split-K reduced inside a thread-block cluster of the gridDim.y splits of one
+    // tile (launched with cluster dims (1, gridDim.y, 1)): splits 1..S-1 leave their
+    // accumulators in their own shared memory, split 0 adds them in split order
+    // through distributed shared memory and runs the normal epilogue. No workspace,
+    // no second launch, bitwise reproducible.
+    static_assert(Cfg::TM * Cfg::TN * Cfg::THREADS * int(sizeof(float)) <= Cfg::SMEM_BYTES,
+                  "the cluster reduction keeps a block's accumulators in its pipeline's shared memory");
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const unsigned rank = cluster.block_rank();
+    __syncthreads();  // every warp is done with the pipeline's stages
+    if (rank != 0) {
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) smem[(i * TN + j) * THREADS + tid] = acc[i][j];
+    }
+    cluster.sync();
+    if (rank == 0) {
+      for (unsigned r = 1; r < cluster.num_blocks(); ++r) {
+        const float* remote = cluster.map_shared_rank(smem, r);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] += remote[(i * TN + j) * THREADS + tid];
+      }
+    }
+    cluster.sync();  // the other splits' shared memory stays alive until split 0 has read it
+    if (rank != 0) return;
+  }
+
   // ---- epilogue: C = alpha*acc + beta*C, float4 where possible ----
   const bool full_block = (m0 + BM <= m) && (n0 + BN <= n);
-  if (gridDim.y > 1 && workspace != nullptr) {
+  if (!kClusterReduce && gridDim.y > 1 && workspace != nullptr) {
     // Deterministic split-K: alpha * partial into this split's workspace slice
     // (ldw is a multiple of 4 and the slice 16-byte aligned: whole float4 stores;
     // columns in [n, ldw) receive zeros, never read back).
@@ -294,7 +327,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     }
     return;
   }
-  if (gridDim.y > 1) {
+  if (!kClusterReduce && gridDim.y > 1) {
     // Atomic split-K: the launcher has already made C = beta*C; each split adds its part.
 #pragma unroll
     for (int i = 0; i < TM; ++i) {

@@ -40,6 +40,9 @@ int pingpong_variant_count();
 std::string_view pingpong_variant_name(int variant);
 // The variant pingpong_sgemm() uses for `shape` on a device with `sm_count` SMs.
 int pingpong_pick_variant(const GemmShape& shape, int sm_count);
+// Whether `variant` runs `shape` at all (the GEMV variant needs m == 1 or n == 1;
+// every tile variant runs every shape). Pure.
+bool pingpong_variant_accepts(const GemmShape& shape, int variant);
 // Scratch bytes of one variant for `shape` on the current device.
 std::size_t pingpong_variant_workspace_bytes(const GemmShape& shape, int variant);
 // Enqueues the product with one given variant (0 <= variant < pingpong_variant_count()).

@@ -15,9 +15,12 @@
 #   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
 #   variants-fp32x3  every fp32x3 schedule/tile variant
 #   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
-#   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build)
+#   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build adds the tuning ones);
+#                  SGEMM_VARIANT_SHAPES="1x4096x4096,8192x64x8192" narrows the shapes
 #   sass           instruction mix of the kernels (cuobjdump)
 #   ncu [SHAPE]    Nsight Compute on one ping-pong and one cuBLAS launch (SGEMM_NCU_SHAPE)
+#   ncu-thin       Nsight Compute on the GEMV kernels (1x8192x8192, 8192x1x8192) and the thin
+#                  tile (8192x64x8192), each next to cuBLAS on the same shape
 # Every log goes to $OUT; every part runs even if an earlier one failed.
 # A bundle over the device tool's 64 MiB carry limit is also packed as
 # .runtime.tar.xz; carry that instead and the script unpacks it.
@@ -71,14 +74,14 @@ if has sanitize; then
   # gtest filters know only * and ?, no [0-9] classes: the cases are named.
   small='Square/*/1x1x1_*:Square/*/7x7x7_*:Square/*/31x31x31_*:Square/*/127x127x127_*:Square/*/129x129x129_*:Square/*/257x257x257_*'
   step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter="Variants/*:Degenerate/*:$small:Unaligned/*:SplitK/*:PingpongSplitK.*"
+    --gtest_brief=1 --gtest_filter="Variants/*:Degenerate/*:$small:Unaligned/*:SplitK/*:PingpongSplitK.*:Thin/*:Gemv/*"
   step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
-    --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*"
-  step memcheck-fp32x3 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*:Gemv/*/1x2051x513_*:Gemv/*/1000x1x4097_*:Gemv/*/1x1000x3001_*:Thin/*/2000x40x3000_*:Thin/*/25x2000x3000_*:SplitK/*/150x70x1100_*:Thin/*/1500x50x1100_*"
+  [ -x "$BIN/fp32x3_sgemm_test" ] && step memcheck-fp32x3 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
     --gtest_brief=1 --gtest_filter="$small:Shapes/*:Unaligned/*:AlphaBeta/*/257x129x65_*:WideExponent/*/300x200x77_*:Variants/*:Fp32x3Determinism.*:Fp32x3Backend.*:CublasTf32.*"
-  step racecheck-fp32x3 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+  [ -x "$BIN/fp32x3_sgemm_test" ] && step racecheck-fp32x3 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
     --gtest_brief=1 --gtest_filter="$small:Variants/*/129x131x3?_*:Variants/*/7x9x5_*:Variants/*/257x259x*"
-  step synccheck-fp32x3 100 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
+  [ -x "$BIN/fp32x3_sgemm_test" ] && step synccheck-fp32x3 100 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
     --gtest_brief=1 --gtest_filter="$small:Variants/*/129x131x3?_*:Variants/*/257x259x*"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck*.log "$OUT"/racecheck*.log "$OUT"/synccheck*.log \
     | tee -a "$OUT/summary.txt"
@@ -131,7 +134,9 @@ if has variants-fp32x3; then
   cat "$OUT/fp32x3-variants.log"
 fi
 if has variants; then
-  step variants 580 "$BIN/sgemm-bench" --variants --runs 20 --ref-rows 0 --csv "$OUT/variants.csv"
+  # shellcheck disable=SC2046  # no shapes: the bench's default set
+  step variants 580 "$BIN/sgemm-bench" --variants --runs 20 --ref-rows 0 --csv "$OUT/variants.csv" \
+    $([ -n "${SGEMM_VARIANT_SHAPES:-}" ] && echo --shapes "$SGEMM_VARIANT_SHAPES")
   cat "$OUT/variants.log"
 fi
 if has sass; then
@@ -154,6 +159,19 @@ if has ncu; then
     "$BIN/sgemm-bench" --shapes "$shape" --kernels fp32x3 --runs 1 --warmup 0 --ref-rows 0
   step ncu-cublas 300 ncu --clock-control none -k regex:'gemm|xmma' --launch-count 1 $sections \
     "$BIN/sgemm-bench" --shapes "$shape" --kernels cublas --runs 1 --warmup 0 --ref-rows 0
+fi
+if has ncu-thin; then
+  ncu_thin() {  # NAME KERNEL_REGEX SHAPE BENCH_KERNEL
+    step "ncu-$1" 120 ncu --clock-control none -k "regex:$2" --launch-count 1 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section WarpStateStats "$BIN/sgemm-bench" --shapes "$3" --kernels "$4" --runs 1 --warmup 0 --ref-rows 0
+  }
+  for s in 1x8192x8192 8192x1x8192; do
+    ncu_thin "gemv-$s" '^gemv_(row|col)_kernel' "$s" pingpong
+    ncu_thin "cublas-$s" 'gemv|gemm|dot|^kernel$' "$s" cublas  # cuBLAS's 1xNxK kernel is named "kernel"
+  done
+  ncu_thin thin-8192x64x8192 pingpong_sgemm_kernel 8192x64x8192 pingpong
+  ncu_thin cublas-8192x64x8192 'gemm|xmma' 8192x64x8192 cublas
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}" | tee -a "$OUT/summary.txt"

@@ -3,9 +3,11 @@
 // same run as cuBLAS; bench/results/ holds the runs the rows cite). Pure C++:
 // the engine passes the kernels its devices offer.
 //
-// Until the kernel issue closes the gaps, our ping-pong kernel trails cuBLAS
-// badly on thin products (C at most 64 columns wide, or a single row or
-// column) and cuBLAS takes those classes; everything else runs ping-pong.
+// Ping-pong (with its GEMV and thin-tile variants) takes a single row or column
+// of C, C at most 64 rows high, and what no row covers (1024-sized and smaller
+// products, short K); cuBLAS takes the classes where ping-pong measured below 98%
+// of it: large C (90-96%), thin C with a long K (84-93%), few tiles with a very
+// long K (90%) (docs/kernels.md, issue 14).
 #pragma once
 
 #include <span>

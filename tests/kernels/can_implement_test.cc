@@ -7,6 +7,7 @@
 
 #include "kernels/backend_factories.h"
 #include "kernels/gemm_backend.h"
+#include "kernels/gemv_sgemm.h"
 #include "kernels/pingpong_sgemm.h"
 
 namespace sgemm {
@@ -88,6 +89,52 @@ TEST(PingpongVariants, HaveNamesAndPicksAreValid) {
     EXPECT_GE(v, 0);
     EXPECT_LT(v, pingpong_variant_count());
   }
+}
+
+TEST(GemvCanImplement, OnlySingleRowsOrColumnsOfC) {
+  EXPECT_TRUE(gemv_can_implement(args(1, 4096, 4096)).ok());
+  EXPECT_TRUE(gemv_can_implement(args(4096, 1, 4096)).ok());
+  EXPECT_TRUE(gemv_can_implement(args(1, 1, 1)).ok());
+  expect_invalid(gemv_can_implement(args(2, 2, 16)), "shape");
+  expect_invalid(gemv_can_implement(args(1, 0, 16)), "shape.n");
+  expect_invalid(gemv_can_implement(args(1, 16, int64_t{INT_MAX} + 1)), "shape.k");
+  GemmArgs g = args(1, 100, 100);
+  g.ldb = 99;
+  expect_invalid(gemv_can_implement(g), "ldb");
+  g = args(100, 1, 100);
+  g.a = nullptr;
+  expect_invalid(gemv_can_implement(g), "a:");
+}
+
+TEST(GemvWorkspace, OnlySplitSingleRowsNeedOne) {
+  EXPECT_GT(gemv_workspace_bytes({1, 4096, 4096}, 132), 0u);  // 32 column blocks: K is split
+  EXPECT_EQ(gemv_workspace_bytes({4096, 1, 4096}, 132), 0u);
+  EXPECT_EQ(gemv_workspace_bytes({1, 1 << 20, 256}, 132), 0u);  // enough column blocks, short K
+}
+
+TEST(PingpongVariants, GemvVariantAcceptsOnlyItsShapes) {
+  int gemv = -1;
+  for (int v = 0; v < pingpong_variant_count(); ++v)
+    if (pingpong_variant_name(v) == "gemv") gemv = v;
+  ASSERT_GE(gemv, 0);
+  EXPECT_TRUE(pingpong_variant_accepts({1, 300, 300}, gemv));
+  EXPECT_FALSE(pingpong_variant_accepts({2, 300, 300}, gemv));
+  EXPECT_EQ(pingpong_pick_variant({1, 4096, 4096}, 132), gemv);
+  EXPECT_EQ(pingpong_pick_variant({4096, 1, 4096}, 132), gemv);
+}
+
+// The picker's ids and the variant table agree: each class gets the tile measured for it.
+TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
+  const auto picked = [](GemmShape s) { return std::string(pingpong_variant_name(pingpong_pick_variant(s, 132))); };
+  EXPECT_EQ(picked({4096, 4096, 4096}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
+  EXPECT_EQ(picked({1024, 1024, 16384}), "64x128x16_w32x64_t8x8_s4_splitk");
+  EXPECT_EQ(picked({1, 4096, 4096}), "gemv");
+  EXPECT_EQ(picked({8192, 1, 8192}), "gemv");
+  EXPECT_EQ(picked({8192, 32, 8192}), "256x32x16_w64x32_t8x8_s3_splitk512");
+  EXPECT_EQ(picked({8192, 64, 8192}), "128x64x16_w64x32_t8x8_s3_splitk512");
+  EXPECT_EQ(picked({8192, 64, 1024}), "128x64x16_w64x32_t8x8_s3_splitk512_cluster");
+  EXPECT_EQ(picked({32, 8192, 8192}), "32x128x16_w16x64_t4x8_s4_splitk512");
+  EXPECT_EQ(picked({8192, 128, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
 }
 
 TEST(CublasCanImplement, MirrorsTheInterfaceRules) {

@@ -221,9 +221,11 @@ std::vector<Case> variant_cases() {
   std::vector<Case> v;
   for (int var = 0; var < pingpong_variant_count(); ++var) {
     for (Case c : {Case{129, 131, 37}, Case{300, 520, 301, 1.0f, 1.0f}, Case{7, 9, 5},
-                   Case{257, 259, 33, 1.0f, 0.5f, 1, 1, 3, 1, 1, 1}}) {
+                   Case{257, 259, 33, 1.0f, 0.5f, 1, 1, 3, 1, 1, 1}, Case{1, 131, 300, 1.0f, 0.5f},
+                   Case{129, 1, 300, -1.0f, 0.0f, 1, 0, 0, 1, 0, 0}}) {
       c.variant = var;
-      v.push_back(c);
+      // The GEMV variant runs only single rows or columns of C.
+      if (pingpong_variant_accepts({c.m, c.n, c.k}, var)) v.push_back(c);
     }
   }
   return v;
@@ -250,6 +252,16 @@ std::vector<Case> split_k_cases() {
   v.push_back(Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3});  // unaligned, scalar path
   v.push_back(Case{1, 1, 8191});
   v.push_back(Case{1024, 1024, 16384});
+  // Split-K reduced through distributed shared memory inside a cluster of the splits.
+  for (int var = 0; var < pingpong_variant_count(); ++var) {
+    if (pingpong_variant_name(var).find("_cluster") == std::string_view::npos) continue;
+    for (Case c :
+         {Case{200, 300, 5000, 1.0f, 0.5f}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3},
+          Case{3000, 40, 3000, -1.0f, 0.0f}, Case{20, 2000, 5000}, Case{1, 1, 8191}, Case{150, 70, 1100, 1.0f, 0.5f}}) {
+      c.variant = var;
+      v.push_back(c);
+    }
+  }
   const int atomic = variant_named("64x128x16_w32x64_t8x8_s4_splitk_atomic");  // tuning builds only
   for (Case c : {Case{200, 300, 5000, 1.0f, 0.5f}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3}}) {
     if (atomic < 0) break;
@@ -257,6 +269,39 @@ std::vector<Case> split_k_cases() {
     v.push_back(c);
   }
   return v;
+}
+
+// Thin C (n <= 64 or m <= 32 with the other side long): tiles shaped to the thin
+// side, split K; aligned, unaligned, alpha/beta.
+std::vector<Case> thin_cases() {
+  return {{2000, 40, 3000},
+          {3000, 17, 2500},
+          {1500, 64, 1024},
+          {2048, 32, 1000},
+          {1200, 64, 2048, 1.5f, -0.5f},
+          {1100, 30, 2100, 1.0f, 0.5f, 1, 3, 1, 1, 2, 3},
+          {25, 2000, 3000},
+          {32, 1024, 1100, -1.0f, 1.0f},
+          {17, 1500, 2600, 1.0f, 0.0f, 3, 1, 1, 0, 1, 2},
+          {128, 1030, 4100, 1.0f, 0.25f},
+          {1500, 50, 1100, 1.0f, 0.5f},
+          {2000, 64, 1999, 1.0f, 0.0f, 1, 3, 1, 1, 2, 3}};
+}
+
+// A single row or column of C: the GEMV kernels (split K for a single row),
+// 16-byte and 4-byte paths, a ragged last float4, long K, alpha/beta.
+std::vector<Case> gemv_cases() {
+  return {{1, 4096, 4096},
+          {4096, 1, 4096},
+          {1, 1000, 3001, 1.0f, 0.5f, 1, 3, 1},
+          {1, 2051, 513, 2.0f, 0.25f},
+          {1, 130, 70000},
+          {3, 1, 9000, 1.0f, 1.0f},
+          {7, 1, 70000},
+          {1000, 1, 4097, -0.5f, 0.5f, 3, 2, 0, 1, 1, 1},
+          {2000, 1, 1003, 1.0f, 0.0f, 1, 0, 0, 0, 0, 0},
+          {1, 1, 100000, 1.0f, 0.5f},
+          {1, 777, 1, 1.0f, 0.0f, 0, 0, 0, 0, 1, 0}};
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -272,6 +317,8 @@ INSTANTIATE_TEST_SUITE_P(Rectangular, PingpongSgemm, ::testing::ValuesIn(rectang
 INSTANTIATE_TEST_SUITE_P(AlphaBeta, PingpongSgemm, ::testing::ValuesIn(alpha_beta_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Unaligned, PingpongSgemm, ::testing::ValuesIn(unaligned_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(SplitK, PingpongSgemm, ::testing::ValuesIn(split_k_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Thin, PingpongSgemm, ::testing::ValuesIn(thin_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Gemv, PingpongSgemm, ::testing::ValuesIn(gemv_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Variants, PingpongSgemm, ::testing::ValuesIn(variant_cases()), case_name);
 
 // A backend refuses what it cannot run, before touching the device.
@@ -280,8 +327,9 @@ TEST(PingpongSplitK, RunToRunBitIdentical) {
   SGEMM_REQUIRE_GPUS(1);
   auto pp = make_gemm_backend(KernelKind::kPingpong);
   ASSERT_TRUE(pp.ok()) << pp.status().to_string();
-  for (Case cs : {Case{1024, 1024, 16384, 1.0f, 0.5f}, Case{131, 67, 4099, -1.0f, 0.25f, 1, 3, 5, 1, 2, 3},
-                  Case{200, 300, 5000}}) {
+  for (Case cs :
+       {Case{1024, 1024, 16384, 1.0f, 0.5f}, Case{131, 67, 4099, -1.0f, 0.25f, 1, 3, 5, 1, 2, 3}, Case{200, 300, 5000},
+        Case{1, 3000, 9000, 1.0f, 0.5f}, Case{3000, 40, 3000, 1.0f, 0.5f}, Case{20, 2000, 5000}}) {
     SCOPED_TRACE(describe(cs));
     const int64_t lda = cs.k + cs.lda_pad, ldb = cs.n + cs.ldb_pad, ldc = cs.n + cs.ldc_pad;
     const uint64_t seed = fresh_seed();
@@ -293,7 +341,8 @@ TEST(PingpongSplitK, RunToRunBitIdentical) {
     ASSERT_EQ(cudaMemcpy(db.p + cs.b_off, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     const GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.p + cs.a_off, lda, db.p + cs.b_off, ldb,
                      dc.p + cs.c_off,    ldc};
-    ASSERT_NE(pingpong_variant_name(pingpong_pick_variant(g.shape, 132)).find("splitk"), std::string_view::npos);
+    const std::string_view picked = pingpong_variant_name(pingpong_pick_variant(g.shape, 132));
+    ASSERT_TRUE(picked.find("splitk") != std::string_view::npos || picked == "gemv") << picked;
     const size_t ws_bytes = pp.value()->workspace_bytes(g);
     ASSERT_GT(ws_bytes, 0u);
     DeviceBuffer ws(ws_bytes / 4);

@@ -8,24 +8,37 @@ namespace {
 const std::vector<KernelKind> kBoth = {KernelKind::kPingpong, KernelKind::kCublas};
 
 TEST(KernelChoice, ThinClassesGoToTheMeasuredWinner) {
-  EXPECT_EQ(choose_kernel({1, 4096, 4096}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
-  EXPECT_EQ(choose_kernel({4096, 1, 4096}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  // The GEMV kernels, even where the engine's default is cuBLAS.
+  EXPECT_EQ(choose_kernel({1, 4096, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({4096, 1, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({1, 1, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({8192, 64, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({8192, 32, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({8192, 128, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({128, 8192, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({3001, 60, 2500}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({32, 8192, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({64, 8192, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+}
+
+TEST(KernelChoice, LargeAndLongKClassesGoToCublasWherePingpongTrails) {
+  for (GemmShape s : {GemmShape{2048, 2048, 2048}, GemmShape{4096, 4096, 4096}, GemmShape{8192, 8192, 8192},
+                      GemmShape{8192, 8192, 1024}, GemmShape{4095, 4095, 4095}, GemmShape{8191, 8193, 1000},
+                      GemmShape{1024, 1024, 16384}})
+    EXPECT_EQ(choose_kernel(s, KernelKind::kPingpong, kBoth), KernelKind::kCublas) << s.m << "x" << s.n << "x" << s.k;
 }
 
 TEST(KernelChoice, OtherShapesKeepTheDefault) {
-  // 128 wide either way measured at 88-89% of cuBLAS: ping-pong keeps them.
-  for (GemmShape s :
-       {GemmShape{4096, 4096, 4096}, GemmShape{8191, 8193, 1000}, GemmShape{1024, 1024, 16384}, GemmShape{64, 64, 64},
-        GemmShape{200, 300, 100}, GemmShape{8192, 128, 8192}, GemmShape{128, 8192, 8192}}) {
+  // No row: 1024 and smaller, short K (ping-pong 103-109% at 1024, 100.9% at 8192x64x1024).
+  for (GemmShape s : {GemmShape{1024, 1024, 1024}, GemmShape{64, 64, 64}, GemmShape{200, 300, 100},
+                      GemmShape{8192, 64, 1024}, GemmShape{1024, 1024, 4096}, GemmShape{2048, 2048, 512}}) {
     EXPECT_EQ(choose_kernel(s, KernelKind::kPingpong, kBoth), KernelKind::kPingpong) << s.m << "x" << s.n << "x" << s.k;
     EXPECT_EQ(find_kernel_choice(s), nullptr);
   }
 }
 
 TEST(KernelChoice, FallsBackWhenTheWinnerIsMissing) {
-  EXPECT_EQ(choose_kernel({1, 4096, 4096}, KernelKind::kPingpong, {KernelKind::kPingpong}), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({8192, 64, 8192}, KernelKind::kPingpong, {KernelKind::kPingpong}), KernelKind::kPingpong);
 }
 
 TEST(KernelChoice, EveryRowCitesItsMeasurement) {
