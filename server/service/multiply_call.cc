@@ -378,7 +378,7 @@ void MultiplyCall::run_compute() {
   StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
   shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
   // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
-  std::vector<std::shared_ptr<const Region>>().swap(regions_held_);
+  std::vector<std::shared_ptr<const MappedRegion>>().swap(regions_held_);
   {
     std::unique_lock lock(mu_);
     t_compute_end_ = Clock::now();

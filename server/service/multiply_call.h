@@ -136,7 +136,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // (so they stay mapped) from the header until the engine returns.
   bool from_regions_ = false;
   bool output_in_region_ = false;  // C is written into a region: nothing to send but the summary
-  std::vector<std::shared_ptr<const Region>> regions_held_;
+  std::vector<std::shared_ptr<const MappedRegion>> regions_held_;
 };
 
 }  // namespace sgemm

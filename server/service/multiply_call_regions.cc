@@ -10,7 +10,8 @@ namespace sgemm {
 
 Status MultiplyCall::start_from_regions(const RegionOperands& regions) {
   const RegionCaller caller = shared_.connections ? shared_.connections->find(ctx_->peer()) : RegionCaller{};
-  if (!shared_.regions || !caller.unix_socket) return regions_need_unix_socket("a Multiply naming shared-memory regions");
+  if (!shared_.regions || !caller.unix_socket)
+    return regions_need_unix_socket("a Multiply naming shared-memory regions");
   SGEMM_ASSIGN_OR_RETURN(BoundOperands bound, bind_region_operands(*shared_.regions, caller, header_, regions));
   const GemmShape& s = header_.shape;
   from_regions_ = true;

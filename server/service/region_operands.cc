@@ -15,7 +15,7 @@ std::optional<RegionRef> ref_from(bool present, const v1::RegionRef& r) {
 
 // Resolves one matrix of rows x cols: its region, its first byte, its ld.
 Status bind_one(const RegionRegistry& registry, const RegionCaller& caller, const char* field, const RegionRef& ref,
-                int64_t rows, int64_t cols, std::vector<std::shared_ptr<const Region>>* held, char** ptr,
+                int64_t rows, int64_t cols, std::vector<std::shared_ptr<const MappedRegion>>* held, char** ptr,
                 int64_t* ld) {
   const std::string f(field);
   if (ref.region.empty()) return InvalidArgument("header." + f + ".region is empty: name a registered region");
@@ -26,7 +26,7 @@ Status bind_one(const RegionRegistry& registry, const RegionCaller& caller, cons
     return InvalidArgument("header." + f + ".ld " + std::to_string(ref.ld) + " is less than the matrix's width " +
                            std::to_string(cols) + " (0 = dense)");
   *ld = ref.ld ? ref.ld : cols;
-  SGEMM_ASSIGN_OR_RETURN(std::shared_ptr<const Region> r, registry.acquire(caller, ref.region));
+  SGEMM_ASSIGN_OR_RETURN(std::shared_ptr<const MappedRegion> r, registry.acquire(caller, ref.region));
   // Bytes the matrix spans: the last row needs only its width.
   const long double span = 4.0L * ((long double)(rows - 1) * (long double)*ld + (long double)cols);
   if ((long double)ref.offset + span > (long double)r->bytes())

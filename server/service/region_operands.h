@@ -40,11 +40,11 @@ struct RegionOperands {
 RegionOperands region_operands_from_proto(const sgemm::v1::GemmHeader& h);
 
 struct BoundOperands {
-  std::vector<std::shared_ptr<const Region>> held;  // one reference per region named
+  std::vector<std::shared_ptr<const MappedRegion>> held;  // one reference per region named
   const float* a = nullptr;
   const float* b = nullptr;
-  const float* c_in = nullptr;  // null without has_c
-  float* out = nullptr;         // null: C goes back as chunks
+  const float* c_in = nullptr;                       // null without has_c
+  float* out = nullptr;                              // null: C goes back as chunks
   int64_t lda = 0, ldb = 0, ldc_in = 0, ld_out = 0;  // resolved (never 0)
   bool c_in_place() const { return c_in && c_in == out && ldc_in == ld_out; }
 };

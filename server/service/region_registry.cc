@@ -45,14 +45,13 @@ Status check_region_access(const PeerCredentials& cred, const struct stat& st) {
 }
 
 Status check_shm_name(const std::string& n) {
-  if (n.size() < 2 || n.size() > 251 || n[0] != '/' || n.find('/', 1) != std::string::npos || n == "/." ||
-      n == "/..")
+  if (n.size() < 2 || n.size() > 251 || n[0] != '/' || n.find('/', 1) != std::string::npos || n == "/." || n == "/..")
     return InvalidArgument("shm_name '" + n +
                            "' is not a POSIX shared-memory name: '/' then 1-250 characters without '/'");
   return Status::Ok();
 }
 
-Region::~Region() {
+MappedRegion::~MappedRegion() {
   if (engine_registered_) (void)engine_->unregister_host_memory(data_);
   if (data_) munmap(data_, std::size_t(bytes_));
   if (give_back_) give_back_(bytes_);
@@ -71,7 +70,7 @@ RegionRegistry::RegionRegistry(Engine& engine, RegionRegistryOptions options)
       in_use_mu_(std::make_shared<std::mutex>()) {}
 
 RegionRegistry::~RegionRegistry() {
-  std::map<std::string, std::shared_ptr<Region>> gone;
+  std::map<std::string, std::shared_ptr<MappedRegion>> gone;
   {
     std::lock_guard lock(mu_);
     gone.swap(regions_);
@@ -132,7 +131,7 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
   }
   auto in_use = in_use_;
   auto in_use_mu = in_use_mu_;
-  std::shared_ptr<Region> r(new Region());
+  std::shared_ptr<MappedRegion> r(new MappedRegion());
   r->give_back_ = [in_use, in_use_mu](int64_t bytes) {
     std::lock_guard lock(*in_use_mu);
     *in_use -= bytes;
@@ -161,7 +160,7 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
 Status RegionRegistry::unregister_region(const RegionCaller& caller, const std::string& name,
                                          std::function<void(int waited)> released) {
   if (!caller.unix_socket) return regions_need_unix_socket("UnregisterRegion");
-  std::shared_ptr<Region> r;
+  std::shared_ptr<MappedRegion> r;
   {
     std::lock_guard lock(mu_);
     auto it = regions_.find(name);
@@ -180,8 +179,8 @@ Status RegionRegistry::unregister_region(const RegionCaller& caller, const std::
   return Status::Ok();
 }
 
-StatusOr<std::shared_ptr<const Region>> RegionRegistry::acquire(const RegionCaller& caller,
-                                                                const std::string& name) const {
+StatusOr<std::shared_ptr<const MappedRegion>> RegionRegistry::acquire(const RegionCaller& caller,
+                                                                      const std::string& name) const {
   if (!caller.unix_socket) return regions_need_unix_socket("a Multiply naming shared-memory regions");
   std::lock_guard lock(mu_);
   auto it = regions_.find(name);
@@ -189,7 +188,7 @@ StatusOr<std::shared_ptr<const Region>> RegionRegistry::acquire(const RegionCall
     return NotFound("no region named '" + name +
                     "' is registered (it was never registered, was unregistered, or its connection closed)");
   SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
-  return std::shared_ptr<const Region>(it->second);
+  return std::shared_ptr<const MappedRegion>(it->second);
 }
 
 std::vector<RegionRow> RegionRegistry::list(const RegionCaller& caller) const {
@@ -204,7 +203,7 @@ std::vector<RegionRow> RegionRegistry::list(const RegionCaller& caller) const {
 }
 
 void RegionRegistry::drop_connection(uint64_t connection) {
-  std::vector<std::shared_ptr<Region>> gone;
+  std::vector<std::shared_ptr<MappedRegion>> gone;
   {
     std::lock_guard lock(mu_);
     for (auto it = regions_.begin(); it != regions_.end();) {

@@ -7,7 +7,7 @@
 // header names regions reads A, B (and C) from them and may write C into one,
 // so no matrix byte crosses gRPC.
 //
-// Lifetime: the registry holds one reference to each Region; every request
+// Lifetime: the registry holds one reference to each MappedRegion; every request
 // using it holds another (acquire()). unregister() and drop_connection()
 // remove the name at once; the mapping, the page lock and the budget go when
 // the last reference does (the request that finishes last), and then the
@@ -21,7 +21,7 @@
 // (check_region_access); root gets no exemption, so the server, which often
 // runs as root, never lends a caller bytes the caller could not open itself.
 //
-// Threads: every method is thread-safe (one mutex). A Region's release (unmap,
+// Threads: every method is thread-safe (one mutex). A MappedRegion's release (unmap,
 // unlock, callbacks) runs on the thread that drops the last reference, with
 // no registry lock held.
 #pragma once
@@ -67,11 +67,11 @@ Status check_shm_name(const std::string& shm_name);
 
 // One mapped, page-locked region. Immutable once made; shared by the registry
 // and the requests using it.
-class Region {
+class MappedRegion {
  public:
-  ~Region();  // unregisters the memory from the engine, unmaps, returns the bytes, runs the release callbacks
-  Region(const Region&) = delete;
-  Region& operator=(const Region&) = delete;
+  ~MappedRegion();  // unregisters the memory from the engine, unmaps, returns the bytes, runs the release callbacks
+  MappedRegion(const MappedRegion&) = delete;
+  MappedRegion& operator=(const MappedRegion&) = delete;
 
   const std::string& name() const { return name_; }
   const std::string& shm_name() const { return shm_name_; }
@@ -82,7 +82,7 @@ class Region {
 
  private:
   friend class RegionRegistry;
-  Region() = default;
+  MappedRegion() = default;
 
   std::string name_, shm_name_;
   void* data_ = nullptr;
@@ -126,7 +126,7 @@ class RegionRegistry {
                            std::function<void(int waited)> released);
 
   // A reference for a request: the region stays mapped until it is dropped.
-  StatusOr<std::shared_ptr<const Region>> acquire(const RegionCaller& caller, const std::string& name) const;
+  StatusOr<std::shared_ptr<const MappedRegion>> acquire(const RegionCaller& caller, const std::string& name) const;
 
   std::vector<RegionRow> list(const RegionCaller& caller) const;
 
@@ -141,8 +141,8 @@ class RegionRegistry {
   Engine& engine_;
   const RegionRegistryOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Region>> regions_;  // guarded by mu_
-  std::shared_ptr<int64_t> in_use_;                         // guarded by *in_use_mu_; outlives the registry
+  std::map<std::string, std::shared_ptr<MappedRegion>> regions_;  // guarded by mu_
+  std::shared_ptr<int64_t> in_use_;                               // guarded by *in_use_mu_; outlives the registry
   std::shared_ptr<std::mutex> in_use_mu_;
 };
 

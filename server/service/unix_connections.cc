@@ -191,7 +191,8 @@ void UnixListener::accept_loop() {
     if (c < 0) continue;  // EAGAIN, ECONNABORTED, EMFILE: try again at the next readiness
     ucred cred{};
     socklen_t len = sizeof cred;
-    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || !table_->add(c, {cred.uid, cred.gid, cred.pid}).ok()) {
+    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        !table_->add(c, {cred.uid, cred.gid, cred.pid}).ok()) {
       close(c);
       continue;
     }

@@ -86,7 +86,8 @@ TEST(CudaEngineRegionGpu, RegisteredSharedMappingWithLeadingDimensionsAndCInPlac
   SGEMM_REQUIRE_GPUS(1);
   auto e = make_engine({0});
   ASSERT_TRUE(e);
-  for (GemmShape s : {GemmShape{1, 1, 1}, GemmShape{1025, 777, 3001}, GemmShape{513, 1, 64}, GemmShape{2048, 2048, 2048}})
+  for (GemmShape s :
+       {GemmShape{1, 1, 1}, GemmShape{1025, 777, 3001}, GemmShape{513, 1, 64}, GemmShape{2048, 2048, 2048}})
     for (SplitMode mode : {SplitMode::kSingle, SplitMode::kK}) {
       SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " " +
                    std::string(split_mode_name(mode)));

@@ -184,8 +184,7 @@ TEST(RegionRegistry, BudgetSizesAndTcpCallers) {
   EXPECT_EQ(reg.bytes_in_use(), 12288);
   ShmObject c(4096);
   EXPECT_EQ(reg.register_region(unix_caller(), "c", c.name(), 8192).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(reg.register_region(unix_caller(), "c", "/sgemm-no-such-object", 0).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(reg.register_region(unix_caller(), "c", "/sgemm-no-such-object", 0).status().code(), StatusCode::kNotFound);
   RegionCaller tcp;
   const auto refused = reg.register_region(tcp, "c", c.name(), 0);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
