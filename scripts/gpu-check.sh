@@ -67,7 +67,7 @@ has() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; r
 
 if has tests; then
   for t in kernels_can_implement_test fp32x3_can_implement_test pingpong_sgemm_test fp32x3_sgemm_test \
-           cuda_engine_gpu_test cuda_engine_multigpu_test; do
+           cuda_engine_gpu_test cuda_engine_region_gpu_test cuda_engine_multigpu_test; do
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
