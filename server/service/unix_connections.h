@@ -15,9 +15,9 @@
 // kill -9: the kernel closes its socket), the entry goes and `on_closed(id)`
 // runs (the region registry drops that connection's registrations). A new
 // connection that gets the same descriptor number replaces the old entry
-// first, so a stale "fd:N" never resolves to the new peer's rights... and a
-// request on the old connection that is still running holds its regions by
-// reference, not by name.
+// first (dropping the old connection's registrations), so "fd:N" always
+// resolves to the peer now behind N. A request of the old connection that is
+// still running holds its regions by reference, not by name, and finishes.
 //
 // Threads: find() from any thread; the watcher thread runs on_closed; the
 // listener's accept thread runs adopt.

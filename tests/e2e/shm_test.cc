@@ -180,7 +180,8 @@ TEST_F(ShmE2E, BadRegionReferencesAreInvalidArgumentOrNotFound) {
   auto region = client->create_region(4096);
   ASSERT_TRUE(region.ok());
   const Region* r = region->get();
-  auto res = client->multiply_regions({16, 16, 16}, {r, 0, 0}, {r, 1024, 0}, std::nullopt, RegionMatrix{r, 2048, 0}, {});
+  auto res =
+      client->multiply_regions({16, 16, 16}, {r, 0, 0}, {r, 1024, 0}, std::nullopt, RegionMatrix{r, 2048, 0}, {});
   ASSERT_TRUE(res.ok()) << res.status().to_string();
   res = client->multiply_regions({16, 16, 17}, {r, 0, 0}, {r, 2048, 0}, std::nullopt, RegionMatrix{r, 3000, 0}, {});
   EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument);  // C overruns the region
