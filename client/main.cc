@@ -3,6 +3,7 @@
 //   sgemm-client submit --size 4096 --verify
 //   sgemm-client submit --m 1000 --n 1 --k 1000 --alpha 2 --beta 0.5 --json
 //   sgemm-client submit --a a.npy --b b.npy [--c c.npy --beta 1] --out c_out.npy
+//   sgemm-client submit --unix /run/sgemm/sgemm.sock --size 8192 --transport shm   (docs/transport.md)
 //   sgemm-client info
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -28,7 +29,32 @@ struct SubmitOptions {
   std::string precision = "fp32";
   int64_t timeout_ms = 0;
   std::string a_file, b_file, c_file, out_file;  // matrices from/to files (client/matrix_files.h)
+  std::string transport = "auto";                // auto | grpc | shm
+  std::string unix_path;                         // the server's Unix socket (shared memory); "" = none
 };
+
+// The target and transport of a submit: shm needs the Unix socket (--unix, or
+// --server unix:PATH); auto takes it when the server answers there and offers
+// regions, and otherwise uses --server over gRPC.
+std::string pick_target(const std::string& server, const SubmitOptions& o, sgemm::ClientOptions* copt,
+                        std::string* note) {
+  const std::string unix_target =
+      !o.unix_path.empty() ? "unix:" + o.unix_path : (server.rfind("unix:", 0) == 0 ? server : "");
+  copt->transport = sgemm::parse_transport(o.transport).value_or(sgemm::Transport::kAuto);
+  if (copt->transport == sgemm::Transport::kGrpc) return o.unix_path.empty() ? server : unix_target;
+  if (unix_target.empty()) {
+    if (copt->transport == sgemm::Transport::kAuto) *note = "transport auto: no Unix socket given (--unix): grpc";
+    return server;  // kShm fails there with a message saying what it needs
+  }
+  if (copt->transport == sgemm::Transport::kShm) return unix_target;
+  auto probe = sgemm::Client::connect(unix_target, *copt);
+  auto t = probe->transport();
+  if (t.ok() && *t == sgemm::Transport::kShm) return unix_target;
+  *note = "transport auto: " + unix_target + " " + (t.ok() ? "offers no regions" : t.status().to_string()) +
+          ": grpc to " + server;
+  copt->transport = sgemm::Transport::kGrpc;
+  return server;
+}
 
 void print_info(const sgemm::ServerInfo& info) {
   std::printf("sgemm-server %s, backend %s (this build has:", info.version.c_str(), info.backend.c_str());
@@ -142,7 +168,16 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   sgemm::ClientOptions copt;
   copt.chunk_bytes = chunk_bytes;
   if (no_retry) copt.retry.max_attempts = 1;
-  auto client = sgemm::Client::connect(server, copt);
+  std::string note;
+  const std::string target = pick_target(server, o, &copt, &note);
+  if (!note.empty() && !o.json) std::fprintf(stderr, "sgemm-client: %s\n", note.c_str());
+  auto client = sgemm::Client::connect(target, copt);
+  const auto transport = client->transport();
+  if (!transport.ok()) {
+    std::fprintf(stderr, "sgemm-client: %s\n", transport.status().to_string().c_str());
+    return 3;
+  }
+  if (!o.json) std::printf("transport: %s (%s)\n", sgemm::transport_name(*transport), target.c_str());
   sgemm::MultiplyOptions mopt;
   mopt.alpha = o.alpha;
   mopt.beta = o.beta;
@@ -170,6 +205,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
       return 3;
     }
     nlohmann::json j = to_json(s, *r);
+    j["transport"] = sgemm::transport_name(*transport);
     if (!o.json) print_table(s, *r);
     if (o.verify) {
       const auto rows = sgemm::rows_to_verify(s.m, s.n, s.k, o.seed);
@@ -263,6 +299,11 @@ int main(int argc, char** argv) {
   a_opt->needs(b_opt);
   b_opt->needs(a_opt);
   sub->add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
+  sub->add_option("--transport", o.transport,
+                  "auto (shared memory when the server answers on its Unix socket), grpc, or shm")
+      ->check(CLI::IsMember({"auto", "grpc", "shm"}))
+      ->capture_default_str();
+  sub->add_option("--unix", o.unix_path, "the server's Unix socket (sgemm-server --listen unix:PATH)");
 
   CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
   info->add_option("--server", server, "sgemm-server address host:port");

@@ -1,8 +1,14 @@
 #include "client/sgemm_client.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -35,11 +41,104 @@ Status from_grpc(const grpc::Status& s) {
   return Status(static_cast<StatusCode>(int(s.error_code())), s.error_message());
 }
 
+struct RegionRefs {
+  RegionMatrix a, b;
+  std::optional<RegionMatrix> c, out;
+};
+
+void set_ref(v1::RegionRef* out, const RegionMatrix& m) {
+  out->set_region(m.region->name());
+  out->set_offset(m.offset);
+  out->set_ld(m.ld);
+}
+
+bool is_unix_target(const std::string& target) { return target.rfind("unix:", 0) == 0; }
+
+// A shared-memory object created and mapped here, registered with the server
+// over `channel` (the Unix connection the registration belongs to).
+class ShmRegion final : public Region {
+ public:
+  static StatusOr<std::unique_ptr<Region>> create(std::shared_ptr<grpc::Channel> channel, int64_t bytes) {
+    if (bytes <= 0) return InvalidArgument("a region needs at least one byte");
+    static std::atomic<uint64_t> counter{0};
+    std::mt19937_64 rng{std::random_device{}()};
+    char name[96];
+    std::snprintf(name, sizeof name, "/sgemm-%d-%llu-%016llx", int(getpid()), (unsigned long long)counter.fetch_add(1),
+                  (unsigned long long)rng());
+    std::unique_ptr<ShmRegion> r(new ShmRegion(std::move(channel), name));
+    const int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return Internal(std::string("shm_open(") + name + "): " + strerror(errno));
+    r->created_ = true;
+    if (ftruncate(fd, off_t(bytes)) != 0) {
+      const int e = errno;
+      close(fd);
+      return ResourceExhausted("cannot size shared memory to " + std::to_string(bytes) + " bytes: " + strerror(e));
+    }
+    void* p = mmap(nullptr, std::size_t(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) return ResourceExhausted(std::string("cannot map shared memory: ") + strerror(e));
+    r->data_ = p;
+    r->bytes_ = bytes;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::RegisterRegionRequest req;
+    req.set_name(name);
+    req.set_shm_name(name);
+    req.set_byte_size(bytes);
+    v1::RegisterRegionResponse resp;
+    SGEMM_RETURN_IF_ERROR(from_grpc(r->stub_->RegisterRegion(&ctx, req, &resp)));
+    r->registered_ = true;
+    return std::unique_ptr<Region>(std::move(r));
+  }
+
+  ~ShmRegion() override {
+    if (registered_) (void)unregister();
+    if (data_) munmap(data_, std::size_t(bytes_));
+    if (created_) shm_unlink(name_.c_str());
+  }
+
+  const std::string& name() const override { return name_; }
+  void* data() const override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+
+  StatusOr<int> unregister() override {
+    if (!registered_) return FailedPrecondition("region '" + name_ + "' is not registered");
+    registered_ = false;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+    v1::UnregisterRegionRequest req;
+    req.set_name(name_);
+    v1::UnregisterRegionResponse resp;
+    SGEMM_RETURN_IF_ERROR(from_grpc(stub_->UnregisterRegion(&ctx, req, &resp)));
+    return int(resp.waited_requests());
+  }
+
+ private:
+  ShmRegion(std::shared_ptr<grpc::Channel> channel, std::string name)
+      : channel_(std::move(channel)), stub_(v1::Sgemm::NewStub(channel_)), name_(std::move(name)) {}
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Sgemm::Stub> stub_;
+  std::string name_;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  bool created_ = false, registered_ = false;
+};
+
+std::shared_ptr<grpc::Channel> make_channel(const std::string& target) {
+  grpc::ChannelArguments args;
+  // Registrations live as long as the Unix connection: keep it even when idle.
+  if (is_unix_target(target)) args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
 class GrpcClient final : public Client {
  public:
   GrpcClient(const std::string& target, const ClientOptions& options)
       : options_(options),
-        channel_(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+        unix_target_(is_unix_target(target)),
+        channel_(make_channel(target)),
         stub_(v1::Sgemm::NewStub(channel_)),
         health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
@@ -55,6 +154,27 @@ class GrpcClient final : public Client {
 
   StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                     const MultiplyOptions& opt) override {
+    SGEMM_ASSIGN_OR_RETURN(const Transport t, transport());
+    if (t == Transport::kShm) return multiply_through_shm(shape, a, b, c, opt);
+    return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
+      return multiply_once(shape, a, b, c, nullptr, opt, deadline);
+    });
+  }
+
+  StatusOr<MultiplyResult> multiply_regions(const GemmShape& shape, const RegionMatrix& a, const RegionMatrix& b,
+                                            const std::optional<RegionMatrix>& c,
+                                            const std::optional<RegionMatrix>& out,
+                                            const MultiplyOptions& opt) override {
+    RegionRefs refs{a, b, c, out};
+    if (!a.region || !b.region || (c && !c->region) || (out && !out->region))
+      return InvalidArgument("multiply_regions: every RegionMatrix given needs its region");
+    return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
+      return multiply_once(shape, nullptr, nullptr, nullptr, &refs, opt, deadline);
+    });
+  }
+
+  template <typename Once>
+  StatusOr<MultiplyResult> with_retries(const MultiplyOptions& opt, Once&& once) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const auto deadline = opt.timeout.count() > 0 ? std::chrono::system_clock::now() + opt.timeout
@@ -62,7 +182,7 @@ class GrpcClient final : public Client {
     const RetryPolicy& policy = options_.retry;
     double backoff_ms = double(policy.initial_backoff.count());
     for (int attempt = 1;; ++attempt) {
-      auto r = multiply_once(shape, a, b, c, opt, deadline);
+      auto r = once(deadline);
       const bool retry = !r.ok() && r.status().code() == StatusCode::kUnavailable && attempt < policy.max_attempts;
       if (!retry) {
         if (r.ok()) {
@@ -85,7 +205,8 @@ class GrpcClient final : public Client {
   }
 
   StatusOr<MultiplyResult> multiply_once(const GemmShape& shape, const float* a, const float* b, const float* c,
-                                         const MultiplyOptions& opt, std::chrono::system_clock::time_point deadline) {
+                                         const RegionRefs* regions, const MultiplyOptions& opt,
+                                         std::chrono::system_clock::time_point deadline) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     grpc::ClientContext ctx;
@@ -99,7 +220,13 @@ class GrpcClient final : public Client {
     h->set_k(shape.k);
     h->set_alpha(opt.alpha);
     h->set_beta(opt.beta);
-    h->set_has_c(c != nullptr);
+    h->set_has_c(regions ? regions->c.has_value() : c != nullptr);
+    if (regions) {
+      set_ref(h->mutable_a_region(), regions->a);
+      set_ref(h->mutable_b_region(), regions->b);
+      if (regions->c) set_ref(h->mutable_c_region(), *regions->c);
+      if (regions->out) set_ref(h->mutable_out_region(), *regions->out);
+    }
     if (opt.kernel) {
       switch (*opt.kernel) {
         case KernelKind::kPingpong:
@@ -142,10 +269,11 @@ class GrpcClient final : public Client {
     MultiplyResult result;
     bool write_ok = stream->Write(req);
     const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
+    const bool chunks_in = regions == nullptr;
     const std::pair<v1::Matrix, std::pair<const float*, int64_t>> inputs[] = {
-        {v1::MATRIX_A, {a, shape.m * shape.k}},
-        {v1::MATRIX_B, {b, shape.k * shape.n}},
-        {v1::MATRIX_C, {c, c ? shape.m * shape.n : 0}}};
+        {v1::MATRIX_A, {a, chunks_in ? shape.m * shape.k : 0}},
+        {v1::MATRIX_B, {b, chunks_in ? shape.k * shape.n : 0}},
+        {v1::MATRIX_C, {c, chunks_in && c ? shape.m * shape.n : 0}}};
     for (const auto& [which, data] : inputs) {
       for (int64_t off = 0; write_ok && off < data.second; off += chunk_elems) {
         const int64_t count = std::min(chunk_elems, data.second - off);
@@ -160,7 +288,8 @@ class GrpcClient final : public Client {
     if (write_ok) stream->WritesDone();
 
     // Read C (and the summary) even after a failed write: the status comes from Finish().
-    const int64_t total = shape.m * shape.n;
+    const bool c_in_region = regions && regions->out;
+    const int64_t total = c_in_region ? 0 : shape.m * shape.n;  // no chunk of C comes back when it goes to a region
     result.c.assign(std::size_t(total), 0.0f);
     v1::MultiplyResponse resp;
     bool have_summary = false;
@@ -247,19 +376,130 @@ class GrpcClient final : public Client {
     out.requests_total = resp.load().requests_total();
     out.requests_failed = resp.load().requests_failed();
     out.host_bytes_in_use = resp.load().host_bytes_in_use();
+    out.region_bytes = resp.limits().region_bytes();
+    out.region_bytes_in_use = resp.region_bytes_in_use();
+    out.regions_available = resp.regions_available();
     return out;
   }
 
+  StatusOr<Transport> transport() override {
+    if (options_.transport == Transport::kGrpc) return Transport::kGrpc;
+    std::lock_guard lock(transport_mu_);
+    if (resolved_) return *resolved_;
+    const bool want_shm = options_.transport == Transport::kShm;
+    if (!unix_target_) {
+      if (want_shm)
+        return FailedPrecondition(
+            "transport shm needs the server's Unix socket: connect to unix:PATH (sgemm-server --listen unix:PATH)");
+      resolved_ = Transport::kGrpc;
+      return *resolved_;
+    }
+    auto i = info(std::chrono::milliseconds(10000));
+    if (!i.ok()) {
+      if (want_shm) return i.status();
+      return Transport::kGrpc;  // unresolved: the request itself reports the server unreachable
+    }
+    if (!i->regions_available) {
+      if (want_shm) return FailedPrecondition("the server does not offer shared-memory regions on this connection");
+      resolved_ = Transport::kGrpc;
+    } else {
+      resolved_ = Transport::kShm;
+    }
+    return *resolved_;
+  }
+
+  StatusOr<std::unique_ptr<Region>> create_region(int64_t bytes) override {
+    if (!unix_target_)
+      return FailedPrecondition("shared-memory regions need the server's Unix socket: connect to unix:PATH");
+    return ShmRegion::create(channel_, bytes);
+  }
+
  private:
+  // multiply() with plain pointers over shared memory: one scratch region of
+  // this client's (kept for the next call) holds A, B and C; C is computed in
+  // place and copied out. The copies in and out are the caller's side of the
+  // transport, so they are in wall_ms and bytes_sent/bytes_received.
+  StatusOr<MultiplyResult> multiply_through_shm(const GemmShape& s, const float* a, const float* b, const float* c,
+                                                const MultiplyOptions& opt) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    auto align = [](int64_t x) { return (x + 63) / 64 * 64; };
+    const int64_t a_off = 0, b_off = align(s.m * s.k * 4), c_off = b_off + align(s.k * s.n * 4);
+    const int64_t total = c_off + s.m * s.n * 4;
+    std::unique_ptr<Region> region;
+    for (int attempt = 0;; ++attempt) {
+      {
+        std::lock_guard lock(scratch_mu_);
+        if (scratch_ && scratch_->bytes() >= total) region = std::move(scratch_);
+      }
+      if (!region) {
+        SGEMM_ASSIGN_OR_RETURN(region, create_region(total));
+      }
+      char* base = static_cast<char*>(region->data());
+      std::memcpy(base + a_off, a, std::size_t(s.m * s.k) * 4);
+      std::memcpy(base + b_off, b, std::size_t(s.k * s.n) * 4);
+      if (c) std::memcpy(base + c_off, c, std::size_t(s.m * s.n) * 4);
+      const RegionMatrix cm{region.get(), c_off, 0};
+      auto r = multiply_regions(s, {region.get(), a_off, 0}, {region.get(), b_off, 0},
+                                c ? std::optional<RegionMatrix>(cm) : std::nullopt, cm, opt);
+      if (!r.ok() && r.status().code() == StatusCode::kNotFound && attempt == 0) {
+        region.reset();  // the connection that registered it closed: register a fresh one
+        continue;
+      }
+      if (!r.ok()) return r;
+      const int64_t elems = s.m * s.n;
+      r->c.resize(std::size_t(elems));
+      const float* cr = reinterpret_cast<const float*>(base + c_off);
+      const int64_t step = std::max<int64_t>(1, options_.chunk_bytes / 4);
+      for (int64_t off = 0; off < elems; off += step) {
+        const int64_t count = std::min(step, elems - off);
+        std::memcpy(r->c.data() + off, cr + off, std::size_t(count) * 4);
+        if (opt.on_chunk) opt.on_chunk(off, count);
+      }
+      r->bytes_sent = (s.m * s.k + s.k * s.n + (c ? elems : 0)) * 4;
+      r->bytes_received = elems * 4;
+      r->wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      {
+        std::lock_guard lock(scratch_mu_);
+        if (!scratch_ || scratch_->bytes() < region->bytes()) std::swap(scratch_, region);
+      }
+      return r;  // a smaller region left over is unregistered here
+    }
+  }
+
   const ClientOptions options_;
+  const bool unix_target_ = false;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sgemm::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   std::mutex rng_mu_;
   std::mt19937_64 rng_{std::random_device{}()};  // guarded by rng_mu_ (backoff jitter)
+  std::mutex transport_mu_;
+  std::optional<Transport> resolved_;  // guarded by transport_mu_
+  std::mutex scratch_mu_;
+  std::unique_ptr<Region> scratch_;  // guarded by scratch_mu_: multiply_through_shm's region, kept for reuse
 };
 
 }  // namespace
+
+const char* transport_name(Transport t) {
+  switch (t) {
+    case Transport::kAuto:
+      return "auto";
+    case Transport::kGrpc:
+      return "grpc";
+    case Transport::kShm:
+      return "shm";
+  }
+  return "?";
+}
+
+std::optional<Transport> parse_transport(std::string_view name) {
+  if (name == "auto") return Transport::kAuto;
+  if (name == "grpc") return Transport::kGrpc;
+  if (name == "shm") return Transport::kShm;
+  return std::nullopt;
+}
 
 std::unique_ptr<Client> Client::connect(const std::string& target, const ClientOptions& options) {
   return std::make_unique<GrpcClient>(target, options);

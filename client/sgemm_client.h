@@ -5,7 +5,16 @@
 //   if (result.ok()) use(result->c, result->summary.devices);
 //
 // It streams A, B (and C) in chunks and reassembles C from the server's
-// chunks. Thread-safe: one Client may serve many threads (gRPC channels are).
+// chunks; or, on the server's Unix socket ("unix:/path"), passes them through
+// shared memory (docs/transport.md):
+//
+//   auto client = sgemm::Client::connect("unix:/run/sgemm/sgemm.sock");
+//   auto a = client->create_region(m * k * 4);        // mapped here, registered there
+//   fill((*a)->floats());  ...same for b and c...
+//   auto r = client->multiply_regions({m, n, k}, {a->get()}, {b->get()}, RegionMatrix{c->get()},
+//                                     RegionMatrix{c->get()}, opts);   // C in place: no matrix byte on gRPC
+//
+// Thread-safe: one Client may serve many threads (gRPC channels are).
 #pragma once
 
 #include <chrono>
@@ -14,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/gemm_types.h"
@@ -32,9 +42,44 @@ struct RetryPolicy {
   double multiplier = 2.0;                        // each wait is this times the previous one
 };
 
+// How multiply() moves the matrices.
+enum class Transport {
+  kAuto,  // shared memory when the target is the server's Unix socket and it offers regions, else gRPC
+  kGrpc,  // chunks on the gRPC stream
+  kShm,   // a shared-memory region of this client's (FAILED_PRECONDITION where regions are not offered)
+};
+const char* transport_name(Transport t);
+std::optional<Transport> parse_transport(std::string_view name);  // "auto", "grpc", "shm"
+
 struct ClientOptions {
   int64_t chunk_bytes = 1 << 20;  // payload of each chunk sent (1 MiB: docs/transport.md)
   RetryPolicy retry;              // for Multiply's UNAVAILABLE
+  Transport transport = Transport::kAuto;
+};
+
+// A POSIX shared-memory object this client created, mapped here and
+// registered with the server (Client::create_region). The destructor
+// unregisters it (the server answers once no request uses it), unmaps it and
+// unlinks it. Registrations belong to the Unix connection that made them: if
+// the connection drops, the server forgets the region (multiplies naming it
+// then get NOT_FOUND).
+class Region {
+ public:
+  virtual ~Region() = default;
+  virtual const std::string& name() const = 0;  // the registration name (also the shm_open name)
+  virtual void* data() const = 0;               // page-aligned
+  float* floats() const { return static_cast<float*>(data()); }
+  virtual int64_t bytes() const = 0;
+  // Unregisters now (the destructor does it otherwise); returns how many
+  // requests the server waited for.
+  virtual StatusOr<int> unregister() = 0;
+};
+
+// A matrix inside a region: element (i, j) at byte `offset` + 4 * (i * ld + j).
+struct RegionMatrix {
+  const Region* region = nullptr;
+  int64_t offset = 0;  // bytes, a multiple of 4
+  int64_t ld = 0;      // elements; 0 = dense (the matrix's width)
 };
 
 struct MultiplyOptions {
@@ -63,7 +108,7 @@ struct MultiplySummary {
 };
 
 struct MultiplyResult {
-  std::vector<float> c;  // m x n, row-major
+  std::vector<float> c;  // m x n, row-major (empty when multiply_regions wrote C into a region)
   MultiplySummary summary;
   int64_t bytes_sent = 0;      // matrix payload sent
   int64_t bytes_received = 0;  // matrix payload received
@@ -84,6 +129,8 @@ struct ServerInfo {
   std::vector<Device> devices;
   int64_t max_matrix_elements = 0, max_chunk_bytes = 0;
   int64_t host_memory_bytes = 0;
+  int64_t region_bytes = 0, region_bytes_in_use = 0;  // the server's region budget and what is registered
+  bool regions_available = false;                     // this connection can use shared-memory regions
   int max_in_flight = 0, max_queued = 0;
   int in_flight = 0, queued = 0, open_streams = 0;
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
@@ -104,6 +151,21 @@ class Client {
   // grpc.health.v1 Check for `service` ("" = the whole server): true when SERVING.
   virtual StatusOr<bool> serving(const std::string& service = "",
                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(3000)) = 0;
+
+  // ---- Shared-memory regions (the server's Unix socket only) ----
+  // Which transport multiply() uses on this client (kAuto resolved: asks the
+  // server once).
+  virtual StatusOr<Transport> transport() = 0;
+  // Creates a shared-memory object of `bytes` (mode 0600), maps it and
+  // registers it. The Region keeps the channel open and may outlive the Client.
+  virtual StatusOr<std::unique_ptr<Region>> create_region(int64_t bytes) = 0;
+  // C = alpha*A*B + beta*C with every operand in regions. `c` is the input C
+  // (beta applies; nullopt: none); `out` is where C goes (may be `c` itself:
+  // C in place); without `out` C comes back in the result as usual.
+  virtual StatusOr<MultiplyResult> multiply_regions(const GemmShape& shape, const RegionMatrix& a,
+                                                    const RegionMatrix& b, const std::optional<RegionMatrix>& c,
+                                                    const std::optional<RegionMatrix>& out,
+                                                    const MultiplyOptions& options) = 0;
 };
 
 }  // namespace sgemm

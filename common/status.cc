@@ -10,6 +10,12 @@ std::string_view status_code_name(StatusCode code) {
       return "CANCELLED";
     case StatusCode::kInvalidArgument:
       return "INVALID_ARGUMENT";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
     case StatusCode::kDeadlineExceeded:
       return "DEADLINE_EXCEEDED";
     case StatusCode::kFailedPrecondition:

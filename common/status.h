@@ -18,6 +18,9 @@ namespace sgemm {
 enum class StatusCode : int {
   kOk = 0,
   kCancelled = 1,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
   kFailedPrecondition = 9,
@@ -59,6 +62,9 @@ inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExc
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

@@ -8,13 +8,16 @@
 # PARTs (default: tests e2e serve):
 #   tests          kernel + engine gpu/multigpu suites (SGEMM_TEST_GPUS="2,4" narrows the counts)
 #   sanitize       compute-sanitizer memcheck + racecheck on the kernel tests
-#   e2e            the e2e suite with the cuda backend
+#   e2e            the e2e suite with the cuda backend (then again with SGEMM_E2E_TRANSPORT=shm)
 #   serve          sgemm-server --backend cuda and sgemm-client submit --size 4096/8192 --verify,
 #                  each precision the GPUs offer, and sgemm-load (64 clients; then misbehaving clients attached)
 #   bench-kernels  sgemm-bench (SGEMM_KERNEL_BENCH_ARGS), CSV and plot
 #   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
 #   variants-fp32x3  every fp32x3 schedule/tile variant
 #   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
+#   bench-transport  shared memory vs the device-side floor at 4096 and 8192 (SGEMM_TRANSPORT_SIZES): engine-bench
+#                  --gpus 1 (pinned in, pinned out), then through sgemm-server on its Unix socket with
+#                  transport-bench --transport shm, and gRPC over TCP beside it; writes bench-transport.txt
 #   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build adds the tuning ones);
 #                  SGEMM_VARIANT_SHAPES="1x4096x4096,8192x64x8192" narrows the shapes
 #   sass           instruction mix of the kernels (cuobjdump)
@@ -31,7 +34,8 @@ RT=${SGEMM_RUNTIME:-.runtime}
 if [ "${1:-}" = "--bundle" ]; then
   b=${SGEMM_BUILD:-build}
   rm -rf "$RT"
-  bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench "$b"/bin/sgemm-load)
+  bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench "$b"/bin/sgemm-load
+        "$b"/bin/transport-bench)
   for t in "$b"/tests/*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
   scripts/bundle-runtime.sh "$RT" "${bins[@]}"
   if [ "$(du -sm "$RT" | cut -f1)" -gt 60 ]; then
@@ -66,7 +70,7 @@ has() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; r
 
 if has tests; then
   for t in kernels_can_implement_test fp32x3_can_implement_test pingpong_sgemm_test fp32x3_sgemm_test \
-           cuda_engine_gpu_test cuda_engine_multigpu_test; do
+           cuda_engine_gpu_test cuda_engine_region_gpu_test cuda_engine_multigpu_test; do
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
@@ -87,8 +91,11 @@ if has sanitize; then
     | tee -a "$OUT/summary.txt"
 fi
 if has e2e; then
-  for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test; do
+  for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test e2e_shm_test; do
     SGEMM_E2E_BACKEND=cuda step "$t" 300 "$BIN/$t" --gtest_brief=1
+  done
+  for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test; do  # over shared memory
+    SGEMM_E2E_BACKEND=cuda SGEMM_E2E_TRANSPORT=shm step "shm-$t" 300 "$BIN/$t" --gtest_brief=1
   done
 fi
 if has serve; then
@@ -122,6 +129,42 @@ fi
 if has bench-engine; then
   step engine-bench 580 "$BIN/engine-bench" --csv-out "$OUT/engine-bench.csv" ${SGEMM_ENGINE_BENCH_ARGS:-}
   cat "$OUT/engine-bench.log"
+fi
+if has bench-transport; then
+  sizes=${SGEMM_TRANSPORT_SIZES:-4096,8192}
+  shapes=$(echo "$sizes" | tr ',' '\n' | sed 's/.*/&x&x&/' | paste -sd,)
+  step engine-bench-floor 300 "$BIN/engine-bench" --gpus 1 --shapes "$shapes" --csv-out "$OUT/engine-floor.csv"
+  tmp=$(mktemp -d)
+  "$BIN/sgemm-server" --listen 127.0.0.1:0 --listen "unix:$tmp/sgemm.sock" --port-file "$tmp/port" --backend cuda \
+    --log-dir "$OUT/transport-server-logs" >"$OUT/transport-server.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  step transport-shm 300 "$BIN/transport-bench" --e2e-sizes "$sizes" --transport shm --server "unix:$tmp/sgemm.sock" \
+    --iters 10 --csv-out "$OUT/transport-shm.csv"
+  step transport-grpc 300 "$BIN/transport-bench" --e2e-sizes "$sizes" --transport grpc \
+    --server "127.0.0.1:$(cat "$tmp/port")" --iters 3 --csv-out "$OUT/transport-grpc.csv"
+  kill "$spid"; wait "$spid"
+  # The table: device-side floor (engine-bench single, pinned in and out) against each transport's end to end.
+  python3 - "$OUT" <<'PY' | tee "$OUT/bench-transport.txt" | tee -a "$OUT/summary.txt"
+import csv, sys, os
+out = sys.argv[1]
+floor = {}
+for r in csv.DictReader(open(os.path.join(out, "engine-floor.csv"))):
+    if r["config"] == "single":
+        floor[int(r["shape"].split("x")[0])] = float(r["e2e_ms"])
+targets = {4096: 1.5, 8192: 1.3}
+print("%-6s %-9s %12s %12s %8s %8s" % ("size", "transport", "floor ms", "e2e med ms", "ratio", "target"))
+for name in ("shm", "grpc"):
+    path = os.path.join(out, "transport-%s.csv" % name)
+    if not os.path.exists(path):
+        continue
+    for r in csv.DictReader(open(path)):
+        n = int(r["size"]); e2e = float(r["e2e_median_ms"]); f = floor.get(n)
+        ratio = e2e / f if f else float("nan")
+        tgt = targets.get(n) if name == "shm" else None
+        print("%-6d %-9s %12.2f %12.2f %7.2fx %8s" % (n, name, f or float("nan"), e2e, ratio,
+              ("<= %.1fx %s" % (tgt, "MET" if ratio <= tgt else "MISSED")) if tgt else ""))
+PY
 fi
 if has bench-fp32x3; then
   step sgemm-bench-fp32x3 300 "$BIN/sgemm-bench" --kernels cublas,tf32,fp32x3 --csv "$OUT/sgemm-bench-fp32x3.csv" \

@@ -1,18 +1,22 @@
 // sgemm-server: owns this host's GPUs (or its CPU) and serves sgemm.v1 over gRPC.
 //
 //   sgemm-server --listen 0.0.0.0:50051 --backend auto --log-dir /var/log/sgemm
+//   sgemm-server --listen 0.0.0.0:50051 --listen unix:/run/sgemm/sgemm.sock   (regions: docs/transport.md)
 //
 // SIGINT/SIGTERM: stop accepting, let requests in flight finish within
 // --shutdown-grace, cancel the rest, exit 0 (docs/lifecycle.md).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server_posix.h>
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
@@ -21,6 +25,7 @@
 
 #include "server/engine/engine_factory.h"
 #include "server/service/sgemm_service.h"
+#include "server/service/unix_connections.h"
 
 #ifndef SGEMM_VERSION
 #define SGEMM_VERSION "dev"
@@ -36,12 +41,13 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 struct ServerOptions {
-  std::string listen = "0.0.0.0:50051";  // address:port; port 0 picks a free one (see --port-file)
-  std::string devices = "all";           // "all" or a comma list of CUDA ordinals
-  std::string backend = "auto";          // auto | cuda | cpu
-  std::string kernel;                    // pingpong | cublas; "" = the engine's default
-  std::string log_dir;                   // request log and timings.jsonl go here; "" = stdout only
-  std::string port_file;                 // write the bound port here once listening (tests, orchestration)
+  std::vector<std::string> listen{"0.0.0.0:50051"};  // address:port (port 0 picks a free one, see --port-file)
+                                                     // or unix:PATH (shared-memory regions); repeatable
+  std::string devices = "all";                       // "all" or a comma list of CUDA ordinals
+  std::string backend = "auto";                      // auto | cuda | cpu
+  std::string kernel;                                // pingpong | cublas; "" = the engine's default
+  std::string log_dir;                               // request log and timings.jsonl go here; "" = stdout only
+  std::string port_file;                             // write the bound port here once listening (tests, orchestration)
   std::string log_level = "info";
   sgemm::ServiceOptions service;         // limits, queue, memory budget, idle timeout, response chunk size
   int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
@@ -93,7 +99,10 @@ int main(int argc, char** argv) {
 
   ServerOptions opt;
   CLI::App app{"sgemm-server: multi-GPU SGEMM over gRPC (sgemm.v1)"};
-  app.add_option("--listen", opt.listen, "address:port to serve on")->capture_default_str();
+  app.add_option("--listen", opt.listen,
+                 "address:port to serve on, or unix:PATH for local callers (shared-memory regions); repeat for "
+                 "several")
+      ->capture_default_str();
   app.add_option("--devices", opt.devices, "GPUs to own: all, or a list such as 0,1")->capture_default_str();
   app.add_option("--backend", opt.backend, "auto (GPU if usable, else CPU), cuda, or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
@@ -115,6 +124,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--host-memory-bytes", opt.service.host_memory_bytes,
                  "host memory all requests' buffers share, page-locked and pageable (0 = half of physical memory)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--region-bytes", opt.service.region_bytes,
+                 "shared-memory regions callers may register at once (page-locked; 0 = a quarter of physical memory)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--idle-timeout", opt.idle_timeout_s,
@@ -208,23 +221,42 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(opt.listen, grpc::InsecureServerCredentials(), &port);
+  // TCP addresses go to gRPC; unix:PATH sockets are accepted by us (their
+  // peers' credentials decide region rights) and handed to gRPC per connection.
+  std::vector<std::string> tcp, unix_paths;
+  for (const auto& l : opt.listen) (l.rfind("unix:", 0) == 0 ? unix_paths : tcp).push_back(l);
+  std::vector<int> ports(tcp.size(), 0);
+  for (std::size_t i = 0; i < tcp.size(); ++i)
+    builder.AddListeningPort(tcp[i], grpc::InsecureServerCredentials(), &ports[i]);
+  std::vector<std::unique_ptr<sgemm::UnixListener>> unix_listeners;
+  for (const auto& u : unix_paths) {
+    auto l = sgemm::UnixListener::listen(u.substr(5));
+    if (!l.ok()) {
+      log->error("{}", l.status().to_string());
+      return 1;
+    }
+    unix_listeners.push_back(std::move(l).value());
+  }
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(int(opt.service.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    log->error("cannot listen on {}", opt.listen);
+  if (!server || std::count(ports.begin(), ports.end(), 0) > 0) {
+    log->error("cannot listen on {}", fmt::format("{}", fmt::join(tcp, ", ")));
     return 1;
   }
+  const int port = ports.empty() ? 0 : ports[0];  // the first TCP address's, for the log and --port-file
+  for (auto& l : unix_listeners)
+    l->start(service.connections(), [&server](int fd) { grpc::AddInsecureChannelFromFd(server.get(), fd); });
   // Health answers for the whole server ("") and for the service by name.
   server->GetHealthCheckService()->SetServingStatus(sgemm::v1::Sgemm::service_full_name(), true);
   log->info(
       "sgemm-server {} listening on {} (port {}), backend {}, max {} in flight + {} queued, host memory budget {:.2f} "
-      "GiB, idle timeout {} s",
-      SGEMM_VERSION, opt.listen, port, engine.info().backend, opt.service.max_in_flight, opt.service.max_queued,
-      opt.service.host_memory_bytes / 1073741824.0, opt.idle_timeout_s);
+      "GiB, region budget {:.2f} GiB, idle timeout {} s",
+      SGEMM_VERSION, fmt::format("{}", fmt::join(opt.listen, ", ")), port, engine.info().backend,
+      opt.service.max_in_flight, opt.service.max_queued, opt.service.host_memory_bytes / 1073741824.0,
+      (opt.service.region_bytes ? opt.service.region_bytes : sgemm::default_host_memory_bytes() / 2) / 1073741824.0,
+      opt.idle_timeout_s);
   if (!opt.port_file.empty()) {
     const std::string tmp = opt.port_file + ".tmp";
     std::ofstream(tmp) << port << "\n";
@@ -252,6 +284,7 @@ int main(int argc, char** argv) {
     }
     // Nothing of ours is left: a short deadline, after which gRPC drops idle
     // connections instead of waiting for their clients to close them.
+    for (auto& l : unix_listeners) l->stop();
     server->Shutdown(system_clock::now());
   });
   server->Wait();

@@ -60,6 +60,7 @@ class CpuEngine final : public Engine {
     const auto t1 = Clock::now();
     double kernel_ms = 0;
     const float beta = r.has_c ? r.beta : 0.0f;
+    const int64_t lda = job.a_ld(), ldb = job.b_ld(), ldc = job.c_ld();
     // The lock is taken only when the inputs are present (the service runs a
     // job once its upload is complete); a cancelled job stops waiting for it.
     std::unique_lock lock(mu_, std::defer_lock);
@@ -71,7 +72,7 @@ class CpuEngine final : public Engine {
       if (job.feed) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
       const auto k0 = Clock::now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k), r.alpha,
-                  job.a + r0 * s.k, blasint(s.k), job.b, blasint(s.n), beta, job.c + r0 * s.n, blasint(s.n));
+                  job.a + r0 * lda, blasint(lda), job.b, blasint(ldb), beta, job.c + r0 * ldc, blasint(ldc));
       kernel_ms += std::chrono::duration<double, std::milli>(Clock::now() - k0).count();
       if (job.sink) job.sink->rows_ready(r0, r1);
     }

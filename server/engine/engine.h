@@ -12,6 +12,7 @@
 // called concurrently; each implementation says how it shares devices.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -69,12 +70,18 @@ Status check_gemm_request(const GemmRequest& request);
 // A validated request with its host matrices, run by Engine::run().
 struct GemmJob {
   GemmRequest request;
-  // Host matrices, row-major and dense (lda = k, ldb = n, ldc = n), allocated by
-  // the engine's host_allocator(). `c` holds the input C when has_c and
-  // receives the result.
+  // Host matrices, row-major, allocated by the engine's host_allocator() or
+  // registered with register_host_memory() (shared-memory regions). `c` holds
+  // the input C when has_c and receives the result (in place).
   const float* a = nullptr;
   const float* b = nullptr;
   float* c = nullptr;
+  // Leading dimensions in elements; 0 = dense (lda = k, ldb = n, ldc = n).
+  // Otherwise at least the width (the service checks).
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t a_ld() const { return lda > 0 ? lda : request.shape.k; }
+  int64_t b_ld() const { return ldb > 0 ? ldb : request.shape.n; }
+  int64_t c_ld() const { return ldc > 0 ? ldc : request.shape.n; }
   InputFeed* feed = nullptr;            // null: all inputs are present
   OutputSink* sink = nullptr;           // null: nobody listens for early rows
   const CancelToken* cancel = nullptr;  // null: the job is never cancelled
@@ -119,6 +126,22 @@ class Engine {
   // Runs a job whose request validate() accepted; a job it would refuse is
   // our bug (INTERNAL). Stops with job.cancel's status when that is set.
   virtual StatusOr<GemmReport> run(const GemmJob& job) = 0;
+
+  // Host memory the caller owns (a mapped shared-memory region) that jobs will
+  // read and write: the engine page-locks it for its devices so copies go
+  // straight from and into it (CUDA: cudaHostRegister, portable to every
+  // device; the CPU engine has nothing to do). `data` page-aligned. Paired
+  // with unregister_host_memory(data) once no job uses it. Thread-safe.
+  // RESOURCE_EXHAUSTED when the memory cannot be locked.
+  virtual Status register_host_memory(void* data, std::size_t bytes) {
+    (void)data;
+    (void)bytes;
+    return Status::Ok();
+  }
+  virtual Status unregister_host_memory(void* data) {
+    (void)data;
+    return Status::Ok();
+  }
 };
 
 }  // namespace sgemm

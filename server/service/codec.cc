@@ -282,6 +282,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       auto converted = header_from_proto(h);
       if (!converted.ok()) return converted.status();
       out.header = *converted;
+      out.regions = region_operands_from_proto(h);
       out.slices.clear();
     } else if (out.kind == RequestMessage::Kind::kChunk) {
       auto m = matrix_from_proto(static_cast<v1::Matrix>(matrix));
@@ -305,6 +306,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       if (!h.ok()) return h.status();
       slow.kind = RequestMessage::Kind::kHeader;
       slow.header = *h;
+      slow.regions = region_operands_from_proto(req.header());
       break;
     }
     case v1::MultiplyRequest::kChunk: {

@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "server/engine/engine.h"
+#include "server/service/region_operands.h"
 #include "server/service/request_assembly.h"
 #include "sgemm/v1/sgemm.pb.h"
 
@@ -24,6 +25,7 @@ struct RequestMessage {
   enum class Kind { kHeader, kChunk, kEmpty };
   Kind kind = Kind::kEmpty;
   GemmRequest header;              // kind == kHeader (already converted; enums checked)
+  RegionOperands regions;          // kind == kHeader: shared-memory operands, if any
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;
   // The chunk's payload (little-endian fp32), left where gRPC received it:

@@ -238,8 +238,8 @@ Status MultiplyCall::on_message(RequestMessage msg) {
       if (phase_ != Phase::kHeader)
         return InvalidArgument("a Multiply stream carries one header; message " + std::to_string(messages_) +
                                " is a second `header`");
-      SGEMM_RETURN_IF_ERROR(on_header(msg.header));
-      start_read();
+      SGEMM_RETURN_IF_ERROR(on_header(msg.header, msg.regions));
+      if (phase_ == Phase::kReceiving) start_read();
       return Status::Ok();
     case RequestMessage::Kind::kChunk:
       if (phase_ == Phase::kHeader)
@@ -260,12 +260,13 @@ Status MultiplyCall::on_message(RequestMessage msg) {
 
 GemmRequest MultiplyCall::request() const { return header_; }
 
-Status MultiplyCall::on_header(const GemmRequest& header) {
+Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions) {
   header_ = header;
   // One validation, before any data: the service's size limits, then the
   // engine's rules for the request (shape, scalars, kernel, split, precision).
   SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
   SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
+  if (regions.any()) return start_from_regions(regions);
   const GemmShape& s = header_.shape;
   footprint_bytes_ = (s.m * s.k + s.k * s.n + s.m * s.n) * int64_t(sizeof(float));
   if (footprint_bytes_ > shared_.budget.capacity())
@@ -351,15 +352,17 @@ Status MultiplyCall::start_compute() {
   t_received_ = Clock::now();
   const GemmShape& s = header_.shape;
   const int c_idx = static_cast<int>(MatrixId::kC);
-  if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
-    auto got = shared_.engine.host_allocator().allocate(std::size_t(s.m * s.n) * sizeof(float));
-    if (!got.ok()) return got.status().with_context("allocating C");
-    buffers_[c_idx] = std::move(got).value();
+  if (!from_regions_) {      // start_from_regions() set the job's matrices
+    if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
+      auto got = shared_.engine.host_allocator().allocate(std::size_t(s.m * s.n) * sizeof(float));
+      if (!got.ok()) return got.status().with_context("allocating C");
+      buffers_[c_idx] = std::move(got).value();
+    }
+    job_.a = buffers_[0].floats();
+    job_.b = buffers_[1].floats();
+    job_.c = buffers_[c_idx].floats();
   }
   job_.request = request();
-  job_.a = buffers_[0].floats();
-  job_.b = buffers_[1].floats();
-  job_.c = buffers_[c_idx].floats();
   job_.feed = nullptr;  // every input is present
   job_.sink = this;
   job_.cancel = &cancel_;
@@ -385,6 +388,8 @@ void MultiplyCall::run_compute() {
   }
   StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
   shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
+  // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
+  std::vector<std::shared_ptr<const MappedRegion>>().swap(regions_held_);
   {
     std::unique_lock lock(mu_);
     t_compute_end_ = Clock::now();
@@ -401,6 +406,7 @@ void MultiplyCall::run_compute() {
 
 void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
   std::unique_lock lock(mu_);
+  if (output_in_region_) return;  // C is in the caller's region: only the summary goes back
   rows_.emplace_back(row_begin, row_end);
   send_more();
   after_unlock(lock);

@@ -69,7 +69,10 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   // Steps (mu_ held).
   Status on_message(RequestMessage msg);
-  Status on_header(const GemmRequest& header);
+  Status on_header(const GemmRequest& header, const RegionOperands& regions);
+  // A header naming shared-memory regions (multiply_call_regions.cc): binds
+  // them and goes straight to start_compute(); no receive phase.
+  Status start_from_regions(const RegionOperands& regions);
   GemmRequest request() const;  // the header as the engine's request
   Status admit_memory(RequestMessage& msg, bool* parked);
   Status on_chunk(RequestMessage& msg);
@@ -129,6 +132,11 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
   Clock::time_point t_received_{}, t_compute_start_{}, t_compute_end_{};
+  // Shared-memory operands: the regions this request reads and writes, held
+  // (so they stay mapped) from the header until the engine returns.
+  bool from_regions_ = false;
+  bool output_in_region_ = false;  // C is written into a region: nothing to send but the summary
+  std::vector<std::shared_ptr<const MappedRegion>> regions_held_;
 };
 
 }  // namespace sgemm

@@ -24,6 +24,7 @@ ServiceOptions resolved(ServiceOptions o) {
   if (o.host_memory_bytes <= 0) o.host_memory_bytes = default_host_memory_bytes();
   if (o.max_in_flight < 1) o.max_in_flight = 1;
   if (o.max_queued < 0) o.max_queued = 0;
+  if (o.region_bytes <= 0) o.region_bytes = default_host_memory_bytes() / 2;
   return o;
 }
 
@@ -41,8 +42,13 @@ ServiceShared::ServiceShared(Engine& e, const ServiceOptions& o, std::shared_ptr
 SgemmService::SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,
                            std::shared_ptr<spdlog::logger> timing_log)
     : options_(resolved(std::move(options))),
+      regions_(std::make_unique<RegionRegistry>(engine, RegionRegistryOptions{options_.region_bytes})),
+      connections_(std::make_unique<ConnectionTable>([this](uint64_t id) { regions_->drop_connection(id); })),
       shared_(std::make_unique<ServiceShared>(engine, options_, std::move(request_log), std::move(timing_log))),
-      watchdog_([this] { watchdog(); }) {}
+      watchdog_([this] { watchdog(); }) {
+  shared_->regions = regions_.get();
+  shared_->connections = connections_.get();
+}
 
 SgemmService::~SgemmService() {
   {
@@ -54,6 +60,8 @@ SgemmService::~SgemmService() {
   // Calls still computing hold references; cancel them so the pool drains fast.
   cancel_all(Unavailable("server shutting down"));
   shared_.reset();  // joins the compute pool
+  connections_.reset();
+  regions_.reset();
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multiply(grpc::CallbackServerContext* ctx) {
@@ -92,6 +100,9 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   f.requests_failed = shared_->requests_failed.load();
   f.host_bytes_in_use = shared_->budget.in_use();
   info_to_proto(shared_->engine.info(), f, out);
+  out->mutable_limits()->set_region_bytes(regions_->capacity());
+  out->set_regions_available(connections_->find(ctx->peer()).unix_socket);
+  out->set_region_bytes_in_use(regions_->bytes_in_use());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

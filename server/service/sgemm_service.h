@@ -35,7 +35,9 @@
 #include "server/service/compute_pool.h"
 #include "server/service/memory_budget.h"
 #include "server/service/rate_limited_log.h"
+#include "server/service/region_registry.h"
 #include "server/service/request_assembly.h"
+#include "server/service/unix_connections.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
 namespace sgemm {
@@ -57,6 +59,8 @@ struct ServiceOptions {
                                                   // saying to chunk
   std::string version = "dev";                    // reported by GetInfo
   std::vector<std::string> backends;              // backends this build has, for GetInfo
+  int64_t region_bytes = 0;  // shared-memory regions registered at once, all callers together (page-locked
+                             // memory the callers own); 0 = a quarter of physical memory (docs/transport.md)
 };
 
 // Half of this host's physical memory: what --host-memory-bytes 0 means.
@@ -81,6 +85,11 @@ struct ServiceShared {
   std::atomic<bool> shutting_down{false};
   std::atomic<int> unanswered{0};  // calls not yet finished: what --max-open-streams bounds
 
+  // Shared-memory regions and the Unix connections that may use them
+  // (region_registry.h, unix_connections.h); owned by SgemmService.
+  RegionRegistry* regions = nullptr;
+  ConnectionTable* connections = nullptr;
+
   // Live calls (between creation and OnDone), for the watchdog and shutdown.
   std::mutex calls_mu;
   std::condition_variable calls_cv;
@@ -88,8 +97,13 @@ struct ServiceShared {
   int64_t calls_ended = 0;                  // guarded by calls_mu: for the watchdog's heap trim
 };
 
+// The region RPCs (region_service.cc) sit under the Multiply and GetInfo methods.
+using RegionMethods =
+    sgemm::v1::Sgemm::WithCallbackMethod_RegisterRegion<sgemm::v1::Sgemm::WithCallbackMethod_UnregisterRegion<
+        sgemm::v1::Sgemm::WithCallbackMethod_ListRegions<sgemm::v1::Sgemm::Service>>>;
+
 class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<
-                               sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<sgemm::v1::Sgemm::Service>> {
+                               sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<RegionMethods>> {
  public:
   // `engine` and the loggers must outlive the service. `timing_log` may be null.
   SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,
@@ -99,6 +113,19 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Multiply(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const sgemm::v1::GetInfoRequest* request,
                                     sgemm::v1::GetInfoResponse* response) override;
+  // Shared-memory regions (region_service.cc); the caller is found from
+  // ctx->peer() in connections().
+  grpc::ServerUnaryReactor* RegisterRegion(grpc::CallbackServerContext* ctx,
+                                           const sgemm::v1::RegisterRegionRequest* request,
+                                           sgemm::v1::RegisterRegionResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterRegion(grpc::CallbackServerContext* ctx,
+                                             const sgemm::v1::UnregisterRegionRequest* request,
+                                             sgemm::v1::UnregisterRegionResponse* response) override;
+  grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* ctx, const sgemm::v1::ListRegionsRequest* request,
+                                        sgemm::v1::ListRegionsResponse* response) override;
+
+  // Where main()'s UnixListener records the connections it accepts.
+  ConnectionTable& connections() { return *connections_; }
 
   // Shutdown, step 1: refuse new calls (UNAVAILABLE) and end the calls that
   // have not sent a header yet; calls with a request carry on.
@@ -115,6 +142,8 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   void watchdog();
 
   const ServiceOptions options_;
+  std::unique_ptr<RegionRegistry> regions_;
+  std::unique_ptr<ConnectionTable> connections_;  // drops a closed connection's registrations
   std::unique_ptr<ServiceShared> shared_;
   std::mutex watchdog_mu_;
   std::condition_variable watchdog_cv_;

@@ -269,7 +269,9 @@ TEST(MemoryBudgetE2E, OverTheBudgetIsRefusedNamingItAndOthersWaitWithinIt) {
   const int64_t budget = 4 << 20;
   ServerProcess server({"--host-memory-bytes", std::to_string(budget)});
   ASSERT_TRUE(server.running()) << server.log();
-  const std::string addr = server.address();
+  // TCP whatever SGEMM_E2E_TRANSPORT says: this budget is for uploads through
+  // gRPC; shared-memory regions have their own (--region-bytes, shm_test.cc).
+  const std::string addr = server.tcp_address();
   auto client = Client::connect(addr);
   // Never fits: refused at the header.
   std::vector<float> big(1024 * 1024, 1.0f), one(1024, 1.0f);

@@ -1,5 +1,10 @@
-// Starts the real sgemm-server binary on 127.0.0.1 with an ephemeral port for
-// end-to-end tests, and stops it with SIGTERM (checking it exits 0).
+// Starts the real sgemm-server binary on 127.0.0.1 with an ephemeral port and
+// on a Unix socket in its temp dir, for end-to-end tests, and stops it with
+// SIGTERM (checking it exits 0).
+//
+// SGEMM_E2E_TRANSPORT=shm makes address() the Unix socket ("unix:DIR/sgemm.sock"),
+// where sgemm::Client's default transport (auto) moves matrices through shared
+// memory: the whole e2e suite then runs over shm. Default (or grpc): TCP.
 #pragma once
 
 #include <fcntl.h>
@@ -45,9 +50,9 @@ class ServerProcess {
   explicit ServerProcess(std::vector<std::string> extra = {}) {
     dir_ = make_temp_dir();
     const char* backend = std::getenv("SGEMM_E2E_BACKEND");
-    std::vector<std::string> args = {server_bin(),   "--listen",     "127.0.0.1:0",
-                                     "--port-file",  dir_ + "/port", "--log-dir",
-                                     dir_ + "/logs", "--backend",    backend ? backend : "auto"};
+    std::vector<std::string> args = {
+        server_bin(),   "--listen",  "127.0.0.1:0",  "--listen",  "unix:" + dir_ + "/sgemm.sock", "--port-file",
+        dir_ + "/port", "--log-dir", dir_ + "/logs", "--backend", backend ? backend : "auto"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -77,7 +82,14 @@ class ServerProcess {
     if (!std::getenv("SGEMM_E2E_KEEP")) std::filesystem::remove_all(dir_, ec);
   }
   bool running() const { return pid_ > 0 && port_ > 0; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // The address tests use: TCP, or the Unix socket under SGEMM_E2E_TRANSPORT=shm.
+  std::string address() const { return shm_transport() ? unix_address() : tcp_address(); }
+  std::string tcp_address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string unix_address() const { return "unix:" + dir_ + "/sgemm.sock"; }
+  static bool shm_transport() {
+    const char* t = std::getenv("SGEMM_E2E_TRANSPORT");
+    return t && std::string(t) == "shm";
+  }
   pid_t pid() const { return pid_; }
   const std::string& dir() const { return dir_; }
   std::string log() const {

@@ -55,6 +55,27 @@ class CudaEngine final : public Engine {
 
   HostAllocator& host_allocator() override { return host_pool_; }
 
+  // One cudaHostRegister with cudaHostRegisterPortable page-locks the range
+  // for every device of the process (a second call for another device would
+  // fail with cudaErrorHostMemoryAlreadyRegistered), so copies on any lane
+  // run at the pinned rate straight from and into it.
+  Status register_host_memory(void* data, std::size_t bytes) override {
+    if (!data || bytes == 0) return InvalidArgument("register_host_memory: an empty range");
+    SGEMM_CUDA_TRY(cudaSetDevice(pool_->ordinal(0)));
+    const cudaError_t e = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
+    if (e == cudaErrorMemoryAllocation || e == cudaErrorHostMemoryAlreadyRegistered) {
+      (void)cudaGetLastError();
+      return ResourceExhausted("cannot page-lock " + std::to_string(bytes) +
+                               " bytes of a shared-memory region: " + cudaGetErrorString(e));
+    }
+    return SGEMM_CUDA_STATUS(e);
+  }
+
+  Status unregister_host_memory(void* data) override {
+    SGEMM_CUDA_TRY(cudaSetDevice(pool_->ordinal(0)));
+    return SGEMM_CUDA_STATUS(cudaHostUnregister(data));
+  }
+
   Status validate(const GemmRequest& r) const override {
     SGEMM_RETURN_IF_ERROR(check_gemm_request(r));
     // Forced kRows/kK on a one-GPU pool is accepted and runs on that GPU (the

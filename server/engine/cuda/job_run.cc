@@ -92,14 +92,16 @@ Status JobRun::h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src
 Status JobRun::copy_out(ShardWork& w, const float* dev, int64_t dev_row0, int64_t ldc, int64_t begin, int64_t end,
                         cudaEvent_t after) {
   const int64_t n = shape().n;
+  const int64_t hldc = job_.c_ld();  // the host C's stride (a region may be wider than n)
   SGEMM_RETURN_IF_ERROR(wait_on(w, w.lane->d2h(), after));
   cudaEvent_t done = nullptr;
   SGEMM_RETURN_IF_ERROR(timed(
       w, w.out, w.lane->d2h(),
       [&] {
-        return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(
-            job_.c + begin * n, size_t(n) * kFloatBytes, dev + (begin - dev_row0) * ldc, size_t(ldc) * kFloatBytes,
-            size_t(n) * kFloatBytes, size_t(end - begin), cudaMemcpyDeviceToHost, w.lane->d2h()));
+        return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(job_.c + begin * hldc, size_t(hldc) * kFloatBytes,
+                                                   dev + (begin - dev_row0) * ldc, size_t(ldc) * kFloatBytes,
+                                                   size_t(n) * kFloatBytes, size_t(end - begin), cudaMemcpyDeviceToHost,
+                                                   w.lane->d2h()));
       },
       &done));
   outs_.push_back(OutBlock{done, begin, end, false});

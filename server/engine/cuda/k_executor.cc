@@ -51,7 +51,7 @@ Status issue(JobRun& run) {
     SGEMM_RETURN_IF_ERROR(run.timed(
         w, w.in, w.lane->h2d(),
         [&]() -> Status {
-          if (owns_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.c.floats(), ldc, job.c, s.n, s.n, s.m));
+          if (owns_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.c.floats(), ldc, job.c, job.c_ld(), s.n, s.m));
           const int64_t zero_from = (kc > 0 || owns_c) ? s.m : 0;  // padding rows, or all when no kernel runs
           if (m_pad > zero_from)
             SGEMM_CUDA_TRY(cudaMemsetAsync(w.c.floats() + zero_from * ldc, 0,
@@ -80,8 +80,8 @@ Status issue(JobRun& run) {
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + s0, s.k, s1 - s0, s.m));
-            return run.h2d_2d(w, db, ldb, job.b + s0 * s.n, s.n, s.n, s1 - s0);
+            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + s0, job.a_ld(), s1 - s0, s.m));
+            return run.h2d_2d(w, db, ldb, job.b + s0 * job.b_ld(), job.b_ld(), s.n, s1 - s0);
           },
           &in_done));
       SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));

@@ -15,6 +15,7 @@ Status issue_row_pipeline(JobRun& run) {
   const GemmShape& s = run.shape();
   auto& works = run.works();
   const int64_t lda = pad4(s.k), ldb = pad4(s.n), ldc = ldb;
+  const int64_t hlda = job.a_ld(), hldb = job.b_ld(), hldc = job.c_ld();  // the host matrices' strides
   const int p = int(works.size());
   const bool has_c = job.request.has_c;
   for (auto& w : works) {
@@ -35,7 +36,7 @@ Status issue_row_pipeline(JobRun& run) {
     const int64_t r0 = kb[size_t(j)], r1 = kb[size_t(j) + 1];
     SGEMM_RETURN_IF_ERROR(run.timed(
         w, w.in, w.lane->h2d(),
-        [&] { return run.h2d_2d(w, w.b.floats() + r0 * ldb, ldb, job.b + r0 * s.n, s.n, s.n, r1 - r0); },
+        [&] { return run.h2d_2d(w, w.b.floats() + r0 * ldb, ldb, job.b + r0 * hldb, hldb, s.n, r1 - r0); },
         &b_ready[size_t(j)]));
   }
   if (p > 1) {
@@ -86,8 +87,8 @@ Status issue_row_pipeline(JobRun& run) {
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + c0 * s.k, s.k, s.k, c1 - c0));
-            if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * s.n, s.n, s.n, c1 - c0));
+            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + c0 * hlda, hlda, s.k, c1 - c0));
+            if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * hldc, hldc, s.n, c1 - c0));
             return Status::Ok();
           },
           &in_done));

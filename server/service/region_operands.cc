@@ -1,0 +1,104 @@
+#include "server/service/region_operands.h"
+
+#include <cstring>
+
+namespace sgemm {
+
+namespace v1 = ::sgemm::v1;
+
+namespace {
+
+std::optional<RegionRef> ref_from(bool present, const v1::RegionRef& r) {
+  if (!present) return std::nullopt;
+  return RegionRef{r.region(), r.offset(), r.ld()};
+}
+
+// Resolves one matrix of rows x cols: its region, its first byte, its ld.
+Status bind_one(const RegionRegistry& registry, const RegionCaller& caller, const char* field, const RegionRef& ref,
+                int64_t rows, int64_t cols, std::vector<std::shared_ptr<const MappedRegion>>* held, char** ptr,
+                int64_t* ld) {
+  const std::string f(field);
+  if (ref.region.empty()) return InvalidArgument("header." + f + ".region is empty: name a registered region");
+  if (ref.offset < 0 || ref.offset % 4 != 0)
+    return InvalidArgument("header." + f + ".offset " + std::to_string(ref.offset) +
+                           " must be >= 0 and a multiple of 4 (fp32 elements)");
+  if (ref.ld != 0 && ref.ld < cols)
+    return InvalidArgument("header." + f + ".ld " + std::to_string(ref.ld) + " is less than the matrix's width " +
+                           std::to_string(cols) + " (0 = dense)");
+  *ld = ref.ld ? ref.ld : cols;
+  SGEMM_ASSIGN_OR_RETURN(std::shared_ptr<const MappedRegion> r, registry.acquire(caller, ref.region));
+  // Bytes the matrix spans: the last row needs only its width.
+  const long double span = 4.0L * ((long double)(rows - 1) * (long double)*ld + (long double)cols);
+  if ((long double)ref.offset + span > (long double)r->bytes())
+    return InvalidArgument("header." + f + ": a " + std::to_string(rows) + " x " + std::to_string(cols) +
+                           " matrix with ld " + std::to_string(*ld) + " at offset " + std::to_string(ref.offset) +
+                           " overruns region '" + ref.region + "' of " + std::to_string(r->bytes()) + " bytes");
+  *ptr = r->data() + ref.offset;
+  held->push_back(std::move(r));
+  return Status::Ok();
+}
+
+}  // namespace
+
+RegionOperands region_operands_from_proto(const v1::GemmHeader& h) {
+  RegionOperands ops;
+  ops.a = ref_from(h.has_a_region(), h.a_region());
+  ops.b = ref_from(h.has_b_region(), h.b_region());
+  ops.c = ref_from(h.has_c_region(), h.c_region());
+  ops.out = ref_from(h.has_out_region(), h.out_region());
+  return ops;
+}
+
+StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, const RegionCaller& caller,
+                                             const GemmRequest& request, const RegionOperands& ops) {
+  if (!caller.unix_socket) return regions_need_unix_socket("a Multiply naming shared-memory regions");
+  if (!ops.a || !ops.b)
+    return InvalidArgument(
+        "a header that names regions must name both header.a_region and header.b_region (no chunks follow it)");
+  if (request.has_c && !ops.c)
+    return InvalidArgument("header.has_c is set with A and B in regions: name C's region in header.c_region");
+  if (!request.has_c && ops.c)
+    return InvalidArgument("header.c_region is set but header.has_c is not (set has_c to use C as input)");
+  const GemmShape& s = request.shape;
+  BoundOperands b;
+  char* p = nullptr;
+  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "a_region", *ops.a, s.m, s.k, &b.held, &p, &b.lda));
+  b.a = reinterpret_cast<const float*>(p);
+  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "b_region", *ops.b, s.k, s.n, &b.held, &p, &b.ldb));
+  b.b = reinterpret_cast<const float*>(p);
+  if (ops.c) {
+    SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "c_region", *ops.c, s.m, s.n, &b.held, &p, &b.ldc_in));
+    b.c_in = reinterpret_cast<const float*>(p);
+  }
+  if (ops.out) {
+    SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "out_region", *ops.out, s.m, s.n, &b.held, &p, &b.ld_out));
+    b.out = reinterpret_cast<float*>(p);
+    // C in place is fine (each element is read once before it is written); a
+    // partial overlap of the output with an input is not.
+    const char* o0 = p;
+    const char* o1 = p + 4 * ((s.m - 1) * b.ld_out + s.n);
+    auto overlaps = [&](const float* x, int64_t rows, int64_t ld, int64_t cols) {
+      const char* x0 = reinterpret_cast<const char*>(x);
+      const char* x1 = x0 + 4 * ((rows - 1) * ld + cols);
+      return x0 < o1 && o0 < x1;
+    };
+    if (overlaps(b.a, s.m, b.lda, s.k) || overlaps(b.b, s.k, b.ldb, s.n))
+      return InvalidArgument("header.out_region overlaps A or B: the output may share bytes only with C (in place)");
+    if (b.c_in && !b.c_in_place() && overlaps(b.c_in, s.m, b.ldc_in, s.n))
+      return InvalidArgument(
+          "header.out_region overlaps C without being exactly C (same region, offset and ld): C in place must "
+          "name the same bytes");
+  }
+  return b;
+}
+
+void copy_matrix(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) {
+  if (ld_dst == cols && ld_src == cols) {
+    std::memmove(dst, src, std::size_t(rows * cols) * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    std::memmove(dst + i * ld_dst, src + i * ld_src, std::size_t(cols) * sizeof(float));
+}
+
+}  // namespace sgemm

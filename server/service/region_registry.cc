@@ -1,0 +1,231 @@
+#include "server/service/region_registry.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace sgemm {
+
+namespace {
+
+std::string mode_text(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", unsigned(m & 07777));
+  return buf;
+}
+
+}  // namespace
+
+Status regions_need_unix_socket(const std::string& what) {
+  return FailedPrecondition(what +
+                            " needs the server's Unix-domain socket (--listen unix:PATH): shared-memory regions are "
+                            "offered only to callers on the same host, whose credentials the socket proves; "
+                            "this call came over TCP");
+}
+
+Status check_region_access(const PeerCredentials& cred, const struct stat& st) {
+  const mode_t rw_owner = S_IRUSR | S_IWUSR, rw_group = S_IRGRP | S_IWGRP, rw_other = S_IROTH | S_IWOTH;
+  bool ok;
+  if (cred.uid == st.st_uid)
+    ok = (st.st_mode & rw_owner) == rw_owner;
+  else if (cred.gid == st.st_gid)
+    ok = (st.st_mode & rw_group) == rw_group;
+  else
+    ok = (st.st_mode & rw_other) == rw_other;
+  if (ok) return Status::Ok();
+  return PermissionDenied("peer uid " + std::to_string(cred.uid) + " gid " + std::to_string(cred.gid) +
+                          " may not read and write a shared-memory object owned by uid " + std::to_string(st.st_uid) +
+                          " gid " + std::to_string(st.st_gid) + " with mode " + mode_text(st.st_mode) +
+                          " (the server checks the owner/group/other bits against the Unix socket's peer "
+                          "credentials; root gets no exemption)");
+}
+
+Status check_shm_name(const std::string& n) {
+  if (n.size() < 2 || n.size() > 251 || n[0] != '/' || n.find('/', 1) != std::string::npos || n == "/." || n == "/..")
+    return InvalidArgument("shm_name '" + n +
+                           "' is not a POSIX shared-memory name: '/' then 1-250 characters without '/'");
+  return Status::Ok();
+}
+
+MappedRegion::~MappedRegion() {
+  if (engine_registered_) (void)engine_->unregister_host_memory(data_);
+  if (data_) munmap(data_, std::size_t(bytes_));
+  if (give_back_) give_back_(bytes_);
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard lock(mu_);
+    callbacks.swap(on_release_);
+  }
+  for (auto& f : callbacks) f();
+}
+
+RegionRegistry::RegionRegistry(Engine& engine, RegionRegistryOptions options)
+    : engine_(engine),
+      options_(options),
+      in_use_(std::make_shared<int64_t>(0)),
+      in_use_mu_(std::make_shared<std::mutex>()) {}
+
+RegionRegistry::~RegionRegistry() {
+  std::map<std::string, std::shared_ptr<MappedRegion>> gone;
+  {
+    std::lock_guard lock(mu_);
+    gone.swap(regions_);
+  }
+}
+
+StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, const std::string& name,
+                                                  const std::string& shm_name, int64_t byte_size) {
+  if (!caller.unix_socket) return regions_need_unix_socket("RegisterRegion");
+  if (name.empty() || name.size() > 128) return InvalidArgument("region name must have 1-128 characters");
+  SGEMM_RETURN_IF_ERROR(check_shm_name(shm_name));
+  if (byte_size < 0) return InvalidArgument("byte_size must be >= 0 (0 = the whole object)");
+  {
+    std::lock_guard lock(mu_);
+    if (regions_.count(name)) return AlreadyExists("a region named '" + name + "' is already registered");
+    if (int(regions_.size()) >= options_.max_regions)
+      return ResourceExhausted(std::to_string(regions_.size()) + " regions are registered, the server's limit");
+  }
+  // The server opens the object itself; what the caller may do is decided on
+  // this descriptor's owner and mode (fstat), so nothing can be swapped in between.
+  const int fd = shm_open(shm_name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return NotFound("no shared-memory object '" + shm_name + "' (shm_open: " + strerror(e) + ")");
+    if (e == EACCES) return PermissionDenied("the server cannot open '" + shm_name + "': " + strerror(e));
+    return InvalidArgument("cannot open shared-memory object '" + shm_name + "': " + strerror(e));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    close(fd);
+    return Internal("fstat of '" + shm_name + "': " + strerror(e));
+  }
+  if (Status access = check_region_access(caller.cred, st); !access.ok()) {
+    close(fd);
+    return access;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return InvalidArgument("'" + shm_name + "' is not a regular shared-memory object");
+  }
+  const int64_t size = byte_size == 0 ? int64_t(st.st_size) : byte_size;
+  if (size <= 0 || size > int64_t(st.st_size)) {
+    close(fd);
+    return InvalidArgument("byte_size " + std::to_string(byte_size) + " does not fit '" + shm_name + "' of " +
+                           std::to_string(st.st_size) + " bytes (0 = all of it; an empty object cannot be a region)");
+  }
+  // The budget, before mapping and page-locking.
+  {
+    std::lock_guard lock(*in_use_mu_);
+    if (*in_use_ + size > options_.capacity_bytes) {
+      close(fd);
+      return ResourceExhausted("registering " + std::to_string(size) + " bytes would exceed the region budget (" +
+                               std::to_string(*in_use_) + " of " + std::to_string(options_.capacity_bytes) +
+                               " bytes registered, --region-bytes); unregister regions or raise it");
+    }
+    *in_use_ += size;
+  }
+  auto in_use = in_use_;
+  auto in_use_mu = in_use_mu_;
+  std::shared_ptr<MappedRegion> r(new MappedRegion());
+  r->give_back_ = [in_use, in_use_mu](int64_t bytes) {
+    std::lock_guard lock(*in_use_mu);
+    *in_use -= bytes;
+  };
+  r->bytes_ = size;
+  r->name_ = name;
+  r->shm_name_ = shm_name;
+  r->connection_ = caller.connection;
+  r->st_ = st;
+  r->engine_ = &engine_;
+  void* p = mmap(nullptr, std::size_t(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  close(fd);
+  if (p == MAP_FAILED) return ResourceExhausted("cannot map '" + shm_name + "': " + strerror(map_errno));
+  r->data_ = p;
+  SGEMM_RETURN_IF_ERROR(engine_.register_host_memory(p, std::size_t(size)));
+  r->engine_registered_ = true;
+  {
+    std::lock_guard lock(mu_);
+    if (regions_.count(name)) return AlreadyExists("a region named '" + name + "' is already registered");
+    regions_.emplace(name, std::move(r));
+  }
+  return size;
+}
+
+Status RegionRegistry::unregister_region(const RegionCaller& caller, const std::string& name,
+                                         std::function<void(int waited)> released) {
+  if (!caller.unix_socket) return regions_need_unix_socket("UnregisterRegion");
+  std::shared_ptr<MappedRegion> r;
+  {
+    std::lock_guard lock(mu_);
+    auto it = regions_.find(name);
+    if (it == regions_.end()) return NotFound("no region named '" + name + "' is registered");
+    SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
+    r = std::move(it->second);
+    regions_.erase(it);
+  }
+  // Requests hold the other references; this one goes last of ours.
+  const int waited = int(r.use_count()) - 1;
+  {
+    std::lock_guard lock(r->mu_);
+    r->on_release_.push_back([released = std::move(released), waited] { released(waited); });
+  }
+  r.reset();  // the release (and the callback) run here when no request holds it
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<const MappedRegion>> RegionRegistry::acquire(const RegionCaller& caller,
+                                                                      const std::string& name) const {
+  if (!caller.unix_socket) return regions_need_unix_socket("a Multiply naming shared-memory regions");
+  std::lock_guard lock(mu_);
+  auto it = regions_.find(name);
+  if (it == regions_.end())
+    return NotFound("no region named '" + name +
+                    "' is registered (it was never registered, was unregistered, or its connection closed)");
+  SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
+  return std::shared_ptr<const MappedRegion>(it->second);
+}
+
+std::vector<RegionRow> RegionRegistry::list(const RegionCaller& caller) const {
+  std::vector<RegionRow> rows;
+  if (!caller.unix_socket) return rows;
+  std::lock_guard lock(mu_);
+  for (const auto& [name, r] : regions_) {
+    if (!check_region_access(caller.cred, r->st_).ok()) continue;
+    rows.push_back({name, r->shm_name(), r->bytes(), int(r.use_count()) - 1, r->connection() == caller.connection});
+  }
+  return rows;
+}
+
+void RegionRegistry::drop_connection(uint64_t connection) {
+  std::vector<std::shared_ptr<MappedRegion>> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = regions_.begin(); it != regions_.end();) {
+      if (it->second->connection() == connection) {
+        gone.push_back(std::move(it->second));
+        it = regions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Released here (no lock held), or by the last request still using one.
+}
+
+int64_t RegionRegistry::bytes_in_use() const {
+  std::lock_guard lock(*in_use_mu_);
+  return *in_use_;
+}
+
+int RegionRegistry::count() const {
+  std::lock_guard lock(mu_);
+  return int(regions_.size());
+}
+
+}  // namespace sgemm

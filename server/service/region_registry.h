@@ -1,0 +1,152 @@
+// Shared-memory regions for callers on the same host (docs/transport.md).
+//
+// A region is a POSIX shared-memory object (shm_open name) that a caller on
+// the Unix socket registers under a name: the registry maps it once, has the
+// engine page-lock it (Engine::register_host_memory: cudaHostRegister on the
+// CUDA engine), and counts its bytes against --region-bytes. A Multiply whose
+// header names regions reads A, B (and C) from them and may write C into one,
+// so no matrix byte crosses gRPC.
+//
+// Lifetime: the registry holds one reference to each MappedRegion; every request
+// using it holds another (acquire()). unregister() and drop_connection()
+// remove the name at once; the mapping, the page lock and the budget go when
+// the last reference does (the request that finishes last), and then the
+// unregister's callback runs: UnregisterRegion answers only once no request
+// uses the region. A registration belongs to the Unix connection it was made
+// on; the connection table (unix_connections.h) calls drop_connection() when
+// that connection closes, so a client that dies leaves nothing behind.
+//
+// Rights: the peer's credentials (SO_PEERCRED of its Unix connection) must
+// let it read and write the object by its owner, group or other bits
+// (check_region_access); root gets no exemption, so the server, which often
+// runs as root, never lends a caller bytes the caller could not open itself.
+//
+// Threads: every method is thread-safe (one mutex). A MappedRegion's release (unmap,
+// unlock, callbacks) runs on the thread that drops the last reference, with
+// no registry lock held.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/engine/engine.h"
+
+namespace sgemm {
+
+// Who is at the other end of a Unix connection (SO_PEERCRED).
+struct PeerCredentials {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+};
+
+// The caller of an RPC as the region code sees it: its Unix connection, or
+// none (TCP).
+struct RegionCaller {
+  bool unix_socket = false;  // false: regions are refused
+  uint64_t connection = 0;   // the Unix connection's id (unix_connections.h)
+  PeerCredentials cred;
+};
+
+// OK when `cred` may read and write an object with `st`'s owner and mode, by
+// the usual owner / group / other rule, with no exemption for root.
+// PERMISSION_DENIED naming the uid, the owner and the mode otherwise.
+Status check_region_access(const PeerCredentials& cred, const struct stat& st);
+
+// Valid shm_open names: "/" then 1-250 characters, none of them '/'.
+Status check_shm_name(const std::string& shm_name);
+
+// One mapped, page-locked region. Immutable once made; shared by the registry
+// and the requests using it.
+class MappedRegion {
+ public:
+  ~MappedRegion();  // unregisters the memory from the engine, unmaps, returns the bytes, runs the release callbacks
+  MappedRegion(const MappedRegion&) = delete;
+  MappedRegion& operator=(const MappedRegion&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& shm_name() const { return shm_name_; }
+  char* data() const { return static_cast<char*>(data_); }
+  int64_t bytes() const { return bytes_; }
+  uint64_t connection() const { return connection_; }
+  const struct stat& stat_at_registration() const { return st_; }
+
+ private:
+  friend class RegionRegistry;
+  MappedRegion() = default;
+
+  std::string name_, shm_name_;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  uint64_t connection_ = 0;
+  struct stat st_ {};
+  Engine* engine_ = nullptr;
+  bool engine_registered_ = false;
+  std::function<void(int64_t)> give_back_;  // returns bytes_ to the registry's budget
+  std::mutex mu_;
+  std::vector<std::function<void()>> on_release_;  // guarded by mu_; run by the destructor
+};
+
+struct RegionRow {
+  std::string name, shm_name;
+  int64_t bytes = 0;
+  int requests_using = 0;
+  bool this_connection = false;
+};
+
+struct RegionRegistryOptions {
+  int64_t capacity_bytes = 0;  // --region-bytes: registered regions together; must be > 0
+  int max_regions = 4096;      // registrations at once, all connections together
+};
+
+class RegionRegistry {
+ public:
+  RegionRegistry(Engine& engine, RegionRegistryOptions options);
+  ~RegionRegistry();  // drops every registration (requests still holding one keep it until they end)
+
+  // Maps `shm_name`'s first `byte_size` bytes (0 = all of it) under `name`.
+  // Errors: FAILED_PRECONDITION off the Unix socket; INVALID_ARGUMENT (name,
+  // size); NOT_FOUND (no such object); PERMISSION_DENIED; ALREADY_EXISTS;
+  // RESOURCE_EXHAUSTED (budget, count, page-locking). Returns the bytes mapped.
+  StatusOr<int64_t> register_region(const RegionCaller& caller, const std::string& name, const std::string& shm_name,
+                                    int64_t byte_size);
+
+  // Removes `name`; `released(waited)` runs once no request holds it (inline
+  // when none does), `waited` being the requests that held it at the call.
+  Status unregister_region(const RegionCaller& caller, const std::string& name,
+                           std::function<void(int waited)> released);
+
+  // A reference for a request: the region stays mapped until it is dropped.
+  StatusOr<std::shared_ptr<const MappedRegion>> acquire(const RegionCaller& caller, const std::string& name) const;
+
+  std::vector<RegionRow> list(const RegionCaller& caller) const;
+
+  // The Unix connection `connection` closed: its registrations go.
+  void drop_connection(uint64_t connection);
+
+  int64_t capacity() const { return options_.capacity_bytes; }
+  int64_t bytes_in_use() const;
+  int count() const;
+
+ private:
+  Engine& engine_;
+  const RegionRegistryOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<MappedRegion>> regions_;  // guarded by mu_
+  std::shared_ptr<int64_t> in_use_;                               // guarded by *in_use_mu_; outlives the registry
+  std::shared_ptr<std::mutex> in_use_mu_;
+};
+
+// The error for region use off the Unix socket.
+Status regions_need_unix_socket(const std::string& what);
+
+}  // namespace sgemm

@@ -1,0 +1,58 @@
+// SgemmService's shared-memory region RPCs (docs/transport.md). The caller is
+// the Unix connection behind ctx->peer() (unix_connections.h); over TCP every
+// one of them is FAILED_PRECONDITION. UnregisterRegion answers when the last
+// request using the region lets go of it, from that request's thread.
+#include "server/service/region_registry.h"
+#include "server/service/sgemm_service.h"
+#include "server/service/status_mapping.h"
+#include "server/service/unix_connections.h"
+
+namespace sgemm {
+
+namespace v1 = ::sgemm::v1;
+
+grpc::ServerUnaryReactor* SgemmService::RegisterRegion(grpc::CallbackServerContext* ctx,
+                                                       const v1::RegisterRegionRequest* req,
+                                                       v1::RegisterRegionResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const RegionCaller caller = connections_->find(ctx->peer());
+  auto r = regions_->register_region(caller, req->name(), req->shm_name(), req->byte_size());
+  if (r.ok()) resp->set_byte_size(*r);
+  reactor->Finish(to_grpc_status(r.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SgemmService::UnregisterRegion(grpc::CallbackServerContext* ctx,
+                                                         const v1::UnregisterRegionRequest* req,
+                                                         v1::UnregisterRegionResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const RegionCaller caller = connections_->find(ctx->peer());
+  const Status st = regions_->unregister_region(caller, req->name(), [reactor, resp](int waited) {
+    resp->set_waited_requests(waited);
+    reactor->Finish(grpc::Status::OK);
+  });
+  if (!st.ok()) reactor->Finish(to_grpc_status(st));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* SgemmService::ListRegions(grpc::CallbackServerContext* ctx, const v1::ListRegionsRequest*,
+                                                    v1::ListRegionsResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const RegionCaller caller = connections_->find(ctx->peer());
+  if (!caller.unix_socket) {
+    reactor->Finish(to_grpc_status(regions_need_unix_socket("ListRegions")));
+    return reactor;
+  }
+  for (const RegionRow& row : regions_->list(caller)) {
+    v1::RegionInfo* info = resp->add_regions();
+    info->set_name(row.name);
+    info->set_shm_name(row.shm_name);
+    info->set_byte_size(row.bytes);
+    info->set_requests_using(row.requests_using);
+    info->set_this_connection(row.this_connection);
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace sgemm

@@ -1,0 +1,316 @@
+// The region registry (rights, budget, lifetime) and the Unix connection
+// table (peer lookup, close detection), without a server.
+#include "server/service/region_registry.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "server/service/region_operands.h"
+#include "server/service/unix_connections.h"
+
+namespace sgemm {
+namespace {
+
+// An engine that only records which host ranges it was asked to page-lock.
+class RecordingEngine final : public Engine {
+ public:
+  EngineInfo info() const override { return {}; }
+  HostAllocator& host_allocator() override { return alloc_; }
+  Status validate(const GemmRequest&) const override { return Status::Ok(); }
+  StatusOr<GemmReport> run(const GemmJob&) override { return GemmReport{}; }
+  Status register_host_memory(void* data, std::size_t bytes) override {
+    std::lock_guard lock(mu_);
+    if (fail_next_) {
+      fail_next_ = false;
+      return ResourceExhausted("cannot lock");
+    }
+    registered_.insert(data);
+    bytes_ += int64_t(bytes);
+    return Status::Ok();
+  }
+  Status unregister_host_memory(void* data) override {
+    std::lock_guard lock(mu_);
+    registered_.erase(data);
+    return Status::Ok();
+  }
+  std::size_t registered() {
+    std::lock_guard lock(mu_);
+    return registered_.size();
+  }
+  void fail_next() {
+    std::lock_guard lock(mu_);
+    fail_next_ = true;
+  }
+
+ private:
+  AlignedHostAllocator alloc_;
+  std::mutex mu_;
+  std::set<void*> registered_;
+  int64_t bytes_ = 0;
+  bool fail_next_ = false;
+};
+
+// A shared-memory object for one test, unlinked at the end.
+class ShmObject {
+ public:
+  ShmObject(int64_t bytes, mode_t mode = 0600) {
+    static std::atomic<int> n{0};
+    name_ = "/sgemm-unit-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    const int fd = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, mode);
+    EXPECT_GE(fd, 0) << strerror(errno);
+    EXPECT_EQ(ftruncate(fd, bytes), 0);
+    EXPECT_EQ(fchmod(fd, mode), 0);  // whatever the umask
+    fd_ = fd;
+  }
+  ~ShmObject() {
+    close(fd_);
+    shm_unlink(name_.c_str());
+  }
+  const std::string& name() const { return name_; }
+  void chown_to(uid_t uid, gid_t gid) { ASSERT_EQ(fchown(fd_, uid, gid), 0) << strerror(errno); }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+};
+
+RegionCaller unix_caller(uint64_t conn = 1) {
+  RegionCaller c;
+  c.unix_socket = true;
+  c.connection = conn;
+  c.cred = {getuid(), getgid(), getpid()};
+  return c;
+}
+
+struct stat stat_of(uid_t uid, gid_t gid, mode_t mode) {
+  struct stat st {};
+  st.st_uid = uid;
+  st.st_gid = gid;
+  st.st_mode = S_IFREG | mode;
+  return st;
+}
+
+TEST(RegionAccess, OwnerGroupOtherBitsAndNoRootExemption) {
+  const PeerCredentials alice{1000, 1000, 1}, bob{1001, 1000, 2}, carol{1002, 1002, 3}, root{0, 0, 4};
+  EXPECT_TRUE(check_region_access(alice, stat_of(1000, 1000, 0600)).ok());
+  EXPECT_EQ(check_region_access(alice, stat_of(1000, 1000, 0400)).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(check_region_access(bob, stat_of(1000, 1000, 0600)).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(check_region_access(bob, stat_of(1000, 1000, 0660)).ok());  // group rw
+  EXPECT_EQ(check_region_access(carol, stat_of(1000, 1000, 0660)).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(check_region_access(carol, stat_of(1000, 1000, 0666)).ok());  // other rw
+  // The owner's own bits decide for the owner, even when others may.
+  EXPECT_EQ(check_region_access(alice, stat_of(1000, 1000, 0066)).code(), StatusCode::kPermissionDenied);
+  // Root is held to the same bits.
+  EXPECT_EQ(check_region_access(root, stat_of(1000, 1000, 0600)).code(), StatusCode::kPermissionDenied);
+  const Status st = check_region_access(carol, stat_of(1000, 1000, 0640));
+  EXPECT_NE(st.message().find("uid 1002"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("0640"), std::string::npos) << st.message();
+}
+
+TEST(RegionAccess, ShmNames) {
+  EXPECT_TRUE(check_shm_name("/sgemm-a").ok());
+  for (const char* bad : {"", "/", "sgemm", "/a/b", "/..", "/."})
+    EXPECT_EQ(check_shm_name(bad).code(), StatusCode::kInvalidArgument) << bad;
+}
+
+TEST(RegionRegistry, RegisterMapsLocksListsAndUnregisterReleases) {
+  RecordingEngine engine;
+  RegionRegistry reg(engine, {1 << 20});
+  ShmObject obj(64 << 10);
+  auto r = reg.register_region(unix_caller(), "r1", obj.name(), 0);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, 64 << 10);
+  EXPECT_EQ(engine.registered(), 1u);
+  EXPECT_EQ(reg.bytes_in_use(), 64 << 10);
+  auto rows = reg.list(unix_caller());
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].name, "r1");
+  EXPECT_TRUE(rows[0].this_connection);
+  EXPECT_FALSE(reg.list(unix_caller(2))[0].this_connection);
+  // The bytes are the object's: what one side writes the other reads.
+  auto held = reg.acquire(unix_caller(), "r1");
+  ASSERT_TRUE(held.ok());
+  std::memcpy((*held)->data(), "hello", 6);
+  held->reset();
+  EXPECT_EQ(reg.register_region(unix_caller(), "r1", obj.name(), 0).status().code(), StatusCode::kAlreadyExists);
+  int waited = -1;
+  ASSERT_TRUE(reg.unregister_region(unix_caller(), "r1", [&](int w) { waited = w; }).ok());
+  EXPECT_EQ(waited, 0);  // nothing held it: released at once
+  EXPECT_EQ(engine.registered(), 0u);
+  EXPECT_EQ(reg.bytes_in_use(), 0);
+  EXPECT_EQ(reg.acquire(unix_caller(), "r1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(reg.unregister_region(unix_caller(), "r1", [](int) {}).code(), StatusCode::kNotFound);
+}
+
+TEST(RegionRegistry, UnregisterWaitsForTheRequestsHoldingIt) {
+  RecordingEngine engine;
+  RegionRegistry reg(engine, {1 << 20});
+  ShmObject obj(4096);
+  ASSERT_TRUE(reg.register_region(unix_caller(), "r", obj.name(), 0).ok());
+  auto h1 = reg.acquire(unix_caller(), "r");
+  auto h2 = reg.acquire(unix_caller(), "r");
+  ASSERT_TRUE(h1.ok() && h2.ok());
+  std::atomic<int> waited{-1};
+  ASSERT_TRUE(reg.unregister_region(unix_caller(), "r", [&](int w) { waited = w; }).ok());
+  EXPECT_EQ(waited.load(), -1) << "answered while requests still use the region";
+  EXPECT_EQ(reg.acquire(unix_caller(), "r").status().code(), StatusCode::kNotFound) << "the name must go at once";
+  EXPECT_EQ(engine.registered(), 1u);
+  h1->reset();
+  EXPECT_EQ(waited.load(), -1);
+  std::thread last([&] { h2->reset(); });  // the last holder releases it, on its own thread
+  last.join();
+  EXPECT_EQ(waited.load(), 2);
+  EXPECT_EQ(engine.registered(), 0u);
+  EXPECT_EQ(reg.bytes_in_use(), 0);
+}
+
+TEST(RegionRegistry, BudgetSizesAndTcpCallers) {
+  RecordingEngine engine;
+  RegionRegistry reg(engine, {12288});
+  ShmObject a(8192), b(8192);
+  ASSERT_TRUE(reg.register_region(unix_caller(), "a", a.name(), 0).ok());
+  EXPECT_EQ(reg.register_region(unix_caller(), "b", b.name(), 0).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(reg.register_region(unix_caller(), "b", b.name(), 4096).ok());  // a prefix fits
+  EXPECT_EQ(reg.bytes_in_use(), 12288);
+  ShmObject c(4096);
+  EXPECT_EQ(reg.register_region(unix_caller(), "c", c.name(), 8192).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg.register_region(unix_caller(), "c", "/sgemm-no-such-object", 0).status().code(), StatusCode::kNotFound);
+  RegionCaller tcp;
+  const auto refused = reg.register_region(tcp, "c", c.name(), 0);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("Unix"), std::string::npos);
+  EXPECT_EQ(reg.acquire(tcp, "a").status().code(), StatusCode::kFailedPrecondition);
+  // A page-lock failure leaves nothing registered and returns the bytes.
+  engine.fail_next();
+  EXPECT_EQ(reg.register_region(unix_caller(), "c", c.name(), 0).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(reg.bytes_in_use(), 12288);
+  EXPECT_EQ(reg.count(), 2);
+}
+
+TEST(RegionRegistry, PeerWithoutRightsIsRefused) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root to give the object to another uid";
+  RecordingEngine engine;
+  RegionRegistry reg(engine, {1 << 20});
+  ShmObject obj(4096, 0600);
+  obj.chown_to(65534, 65534);
+  const auto r = reg.register_region(unix_caller(), "x", obj.name(), 0);
+  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied) << r.status().to_string();
+  EXPECT_EQ(engine.registered(), 0u);
+  // Registered by its owner, it is invisible and unusable for root.
+  RegionCaller owner = unix_caller(7);
+  owner.cred = {65534, 65534, 1};
+  ASSERT_TRUE(reg.register_region(owner, "x", obj.name(), 0).ok());
+  EXPECT_EQ(reg.acquire(unix_caller(), "x").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(reg.list(unix_caller()).empty());
+  EXPECT_EQ(reg.unregister_region(unix_caller(), "x", [](int) {}).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(reg.acquire(owner, "x").ok());
+}
+
+TEST(RegionRegistry, DropConnectionRemovesOnlyItsRegistrations) {
+  RecordingEngine engine;
+  RegionRegistry reg(engine, {1 << 20});
+  ShmObject a(4096), b(4096);
+  ASSERT_TRUE(reg.register_region(unix_caller(1), "a", a.name(), 0).ok());
+  ASSERT_TRUE(reg.register_region(unix_caller(2), "b", b.name(), 0).ok());
+  auto held = reg.acquire(unix_caller(2), "a");  // a request of connection 2 uses connection 1's region
+  reg.drop_connection(1);
+  EXPECT_EQ(reg.count(), 1);
+  EXPECT_EQ(engine.registered(), 2u) << "a request still holds 'a'";
+  held->reset();
+  EXPECT_EQ(engine.registered(), 1u);
+  EXPECT_TRUE(reg.acquire(unix_caller(1), "b").ok());
+}
+
+TEST(RegionOperands, BindChecksShapesStridesAndOverlap) {
+  RecordingEngine engine;
+  RegionRegistry reg(engine, {1 << 20});
+  ShmObject obj(64 << 10);
+  ASSERT_TRUE(reg.register_region(unix_caller(), "r", obj.name(), 0).ok());
+  GemmRequest req;
+  req.shape = {10, 20, 30};  // A 10x30, B 30x20, C 10x20
+  req.has_c = true;
+  RegionOperands ops;
+  ops.a = RegionRef{"r", 0, 32};
+  ops.b = RegionRef{"r", 4096, 0};
+  ops.c = RegionRef{"r", 16384, 24};
+  ops.out = ops.c;  // in place
+  auto b = bind_region_operands(reg, unix_caller(), req, ops);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(b->lda, 32);
+  EXPECT_EQ(b->ldb, 20);
+  EXPECT_TRUE(b->c_in_place());
+  EXPECT_EQ(b->held.size(), 4u);
+  auto code = [&](RegionOperands o, GemmRequest r) { return bind_region_operands(reg, unix_caller(), r, o).status(); };
+  RegionOperands bad = ops;
+  bad.a->ld = 29;  // narrower than k
+  EXPECT_EQ(code(bad, req).code(), StatusCode::kInvalidArgument);
+  bad = ops;
+  bad.b->offset = 2;
+  EXPECT_EQ(code(bad, req).code(), StatusCode::kInvalidArgument);
+  bad = ops;
+  bad.c->offset = (64 << 10) - 4 * (24 * 9 + 20);  // the last element just fits
+  bad.out = bad.c;
+  EXPECT_TRUE(code(bad, req).ok()) << code(bad, req).to_string();
+  bad.c->offset += 4;
+  bad.out = bad.c;
+  EXPECT_EQ(code(bad, req).code(), StatusCode::kInvalidArgument);
+  bad = ops;
+  bad.out = RegionRef{"r", 4096 + 400, 0};  // inside B
+  EXPECT_EQ(code(bad, req).code(), StatusCode::kInvalidArgument);
+  bad = ops;
+  bad.c.reset();
+  EXPECT_EQ(code(bad, req).code(), StatusCode::kInvalidArgument);  // has_c without c_region
+  bad = ops;
+  bad.b.reset();
+  EXPECT_EQ(code(bad, req).code(), StatusCode::kInvalidArgument);
+  bad = ops;
+  bad.a->region = "nope";
+  EXPECT_EQ(code(bad, req).code(), StatusCode::kNotFound);
+}
+
+TEST(ConnectionTable, FindsPeersByDescriptorAndSeesThemClose) {
+  std::mutex mu;
+  std::vector<uint64_t> closed;
+  ConnectionTable table([&](uint64_t id) {
+    std::lock_guard lock(mu);
+    closed.push_back(id);
+  });
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  auto id = table.add(sv[0], {1234, 99, 42});
+  ASSERT_TRUE(id.ok());
+  const RegionCaller c = table.find("fd:" + std::to_string(sv[0]));
+  EXPECT_TRUE(c.unix_socket);
+  EXPECT_EQ(c.cred.uid, 1234u);
+  EXPECT_EQ(c.connection, *id);
+  EXPECT_FALSE(table.find("ipv4:127.0.0.1:5555").unix_socket);
+  EXPECT_FALSE(table.find("fd:" + std::to_string(sv[1])).unix_socket);
+  close(sv[1]);  // the client goes away
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (!closed.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(closed.size(), 1u);
+    EXPECT_EQ(closed[0], *id);
+  }
+  EXPECT_FALSE(table.find("fd:" + std::to_string(sv[0])).unix_socket);
+  close(sv[0]);
+}
+
+}  // namespace
+}  // namespace sgemm
