@@ -24,6 +24,7 @@ struct RequestMessage {
   enum class Kind { kHeader, kChunk, kEmpty };
   Kind kind = Kind::kEmpty;
   GemmRequest header;              // kind == kHeader (already converted; enums checked)
+  bool trace = false;              // kind == kHeader: header.trace asks for a trace in the summary
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;
   // The chunk's payload (little-endian fp32), left where gRPC received it:
@@ -59,6 +60,8 @@ struct SummaryFigures {
   std::string request_id;
   double queue_ms = 0, receive_ms = 0, compute_ms = 0, total_ms = 0;
   int64_t bytes_received = 0, bytes_sent = 0;
+  double send_ms = 0;
+  std::string trace_json;  // "" unless the request asked for a trace
 };
 grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& figures);
 

@@ -35,6 +35,7 @@
 #include <string>
 
 #include "server/service/codec.h"
+#include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
 
 namespace sgemm {
@@ -129,6 +130,12 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
   Clock::time_point t_received_{}, t_compute_start_{}, t_compute_end_{};
+  // Observability (docs/observability.md): a trace asked for by the header,
+  // when the first chunk of C went out, the facts the summary was made from.
+  bool trace_ = false;
+  std::optional<Clock::time_point> t_first_send_;
+  RequestFacts facts_;
+  std::string trace_json_;  // made once, for the summary and/or --trace-dir
 };
 
 }  // namespace sgemm
