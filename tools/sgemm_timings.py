@@ -173,13 +173,14 @@ def plot_summary(records, path, title):
 
     devices = {}
     for r in records:
+        cls, _, split = group_key(r)
         for d in r.get("devices", []):
-            dev = "cpu" if d["index"] < 0 else "GPU %d" % d["index"]
+            dev = "%s\n%s %s" % ("cpu" if d["index"] < 0 else "GPU %d" % d["index"], cls, split)
             acc = devices.setdefault(dev, {p: [] for p in DEVICE_FIELDS})
             for p in DEVICE_FIELDS:
                 acc[p].append(float(d[p + "_ms"]))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
-    names = sorted(devices)
+    names = sorted(devices, key=lambda n: (n.split("\n")[1], n))
     colors = {"copy_in": "#4c72b0", "kernel": "#55a868", "reduce": "#c44e52", "copy_out": "#8172b2"}
     bottoms = [0.0] * len(names)
     for p in DEVICE_FIELDS:
@@ -193,7 +194,8 @@ def plot_summary(records, path, title):
                 hatch="//" if wait else None, edgecolor="black", linewidth=0.3, label=p)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax1.set_ylabel("median ms per request")
-    ax1.set_title("phases per device (solid: working, hatched: waiting)")
+    ax1.set_title("phases per device and shape class (solid: working, hatched: waiting)", fontsize=10)
+    ax1.tick_params(axis="x", labelsize=7)
     ax1.legend(fontsize=7, ncol=2)
     t0 = records[0]["time"] if records else 0
     by_class = {}

@@ -149,9 +149,8 @@ Status DevicePool::warm_up() {
                                   .with_context("warm-up of kernel '" + std::string(be->name()) + "' on CUDA device " +
                                                 std::to_string(dev->info.index)));
       }
-      // Every stream and event of the lane once, so none is first used by a request.
+      // Done (and any error seen) before the engine is handed out.
       for (cudaStream_t s : lane->streams()) SGEMM_CUDA_TRY(cudaStreamSynchronize(s));
-      SGEMM_CUDA_TRY(cudaStreamSynchronize(lane->compute_));
     }
   }
   return Status::Ok();

@@ -136,7 +136,7 @@ struct DeviceTiming {
   double reduce_wait_ms = 0;
   double copy_out_wait_ms = 0;
   double order_wait_ms = 0;
-  std::vector<Step> steps;  // in issue order per stream; for traces
+  std::vector<Step> steps{};  // in issue order per stream; for traces
 };
 
 struct GemmReport {

@@ -49,7 +49,9 @@ namespace {
 // Chrome's trace format counts in microseconds.
 double us(double ms) { return ms * 1000.0; }
 
-enum Track { kPhases = 1, kCopyIn = 1, kKernels = 2, kComm = 3, kCopyOut = 4, kHostWait = 5 };
+// Slices on one track must nest, so sending (which overlaps computing: rows
+// go out as they are final) has a track of its own.
+enum Track { kPhases = 1, kSending = 2, kCopyIn = 1, kKernels = 2, kComm = 3, kCopyOut = 4, kHostWait = 5 };
 
 }  // namespace
 
@@ -78,12 +80,13 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
   // The service's phases.
   meta(0, -1, "process_name", "sgemm-server");
   meta(0, kPhases, "thread_name", "request " + f.request_id);
+  meta(0, kSending, "thread_name", "request " + f.request_id + ": sending C");
   slice(0, kPhases, "receive", "service", 0, f.received_ms, {{"bytes", f.bytes_in}, {"shape", whole}});
   slice(0, kPhases, "queue", "service", f.received_ms, f.compute_start_ms, {{"shape", whole}});
   slice(0, kPhases, "compute", "service", f.compute_start_ms, f.compute_end_ms,
         {{"split", split_mode_name(r.split)}, {"kernel", kernel_kind_name(r.kernel)}, {"plan", r.plan_reason}});
   if (f.first_send_ms >= 0)
-    slice(0, kPhases, "send", "service", f.first_send_ms, f.summary_ms, {{"bytes", f.bytes_out}});
+    slice(0, kSending, "send", "service", f.first_send_ms, f.summary_ms, {{"bytes", f.bytes_out}});
   // One process per device, one thread per stream.
   const char* collective = r.split == SplitMode::kK ? "reduce C (NCCL)" : "broadcast B (NCCL)";
   for (size_t i = 0; i < r.devices.size(); ++i) {

@@ -4,12 +4,11 @@
 // engine's report and the service's own phases.
 //
 // Trace layout (docs/observability.md): one process "sgemm-server" whose
-// thread "request <id>" holds the service's phases (receive, queue, compute,
-// send); one process per device with a thread per stream: "copy in (h2d)",
-// "kernels", "NCCL (comm)", "copy out (d2h)" and "host: waiting for input".
-// A collective is drawn as "waiting for peers" then its work. Every slice's
-// args carry bytes, rows and K range (the shard). Opens in ui.perfetto.dev or
-// chrome://tracing.
+// thread "request <id>" holds the service's phases (receive, queue, compute)
+// and "request <id>: sending C" the send (it overlaps compute); one process per device with a thread per stream: "copy
+// in (h2d)", "kernels", "NCCL (comm)", "copy out (d2h)" and "host: waiting for input". A collective is drawn as
+// "waiting for peers" then its work. Every slice's args carry bytes, rows and K range (the shard). Opens in
+// ui.perfetto.dev or chrome://tracing.
 //
 // Threads: pure functions, callable from any thread.
 #pragma once
