@@ -214,7 +214,7 @@ void ServiceMetrics::record(StatusCode code, int64_t bytes_in, int64_t bytes_out
   impl_->bytes_in->Increment(double(bytes_in));
   impl_->bytes_out->Increment(double(bytes_out));
   if (!t) return;
-  // 1 ms to ~16 min, x2 per bucket: GEMMs from tiny to 65536^3 on a CPU.
+  // 1 ms to ~9 min, x2 per bucket: GEMMs from tiny to 65536^3 on a CPU.
   static const prometheus::Histogram::BucketBoundaries kBuckets = [] {
     prometheus::Histogram::BucketBoundaries b;
     for (double s = 0.001; s < 1000; s *= 2) b.push_back(s);
