@@ -22,7 +22,7 @@
 #                  server (--no-warm-up --pinned-pool-bytes 0) and a warm one; on every GPU a 16384^3 row
 #                  split and K split with --trace (how much of B's broadcast was waiting, per GPU); the
 #                  Prometheus scrape; sgemm-timings summary/list; PNGs when python3-matplotlib is there
-#                  (else render them on the build host: docs/observability.md, "Pictures")
+#                  (else render them on the build host: docs/observability.md, "Pictures"); alias: warm
 # Every log goes to $OUT; every part runs even if an earlier one failed.
 # A bundle over the device tool's 64 MiB carry limit is also packed as
 # .runtime.tar.xz; carry that instead and the script unpacks it.
@@ -160,7 +160,7 @@ if has ncu; then
   step ncu-cublas 300 ncu --clock-control none -k regex:'gemm|xmma' --launch-count 1 $sections \
     "$BIN/sgemm-bench" --shapes "$shape" --kernels cublas --runs 1 --warmup 0 --ref-rows 0
 fi
-if has obs; then
+if has obs || has warm; then
   o=$OUT/obs
   mkdir -p "$o/traces"
   tool="python3 tools/sgemm_timings.py"
@@ -181,7 +181,7 @@ if has obs; then
     step "obs-$name-cublas-4096" 300 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --kernel cublas --repeat 10
     step "obs-$name-pingpong-4096" 300 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --kernel pingpong \
       --repeat 10
-    step "obs-$name-16384" 580 "$BIN/sgemm-client" submit --server "$addr" --size 16384 --split single --repeat 3
+    step "obs-$name-16384" 580 "$BIN/sgemm-client" submit --server "$addr" --size 16384 --split single --repeat 2
   }
   obs_server cold --no-warm-up --pinned-pool-bytes 0
   obs_requests cold
