@@ -23,7 +23,7 @@ ENV PATH=/opt/sgemm/bin:$PATH \
 RUN useradd --system --uid 10001 --create-home sgemm \
  && mkdir -p /var/log/sgemm && chown sgemm /var/log/sgemm
 USER sgemm
-EXPOSE 50051
+EXPOSE 50051 9090
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
   CMD ["sgemm-client", "health", "--server", "127.0.0.1:50051"]
-ENTRYPOINT ["sgemm-server", "--listen", "0.0.0.0:50051", "--log-dir", "/var/log/sgemm"]
+ENTRYPOINT ["sgemm-server", "--listen", "0.0.0.0:50051", "--log-dir", "/var/log/sgemm", "--metrics-listen", "0.0.0.0:9090"]

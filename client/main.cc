@@ -4,6 +4,7 @@
 //   sgemm-client submit --m 1000 --n 1 --k 1000 --alpha 2 --beta 0.5 --json
 //   sgemm-client submit --a a.npy --b b.npy [--c c.npy --beta 1] --out c_out.npy
 //   sgemm-client submit --unix /run/sgemm/sgemm.sock --size 8192 --transport shm   (docs/transport.md)
+//   sgemm-client submit --size 4096 --split rows --trace trace.json   # open in ui.perfetto.dev
 //   sgemm-client info
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "client/matrix_files.h"
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
+#include "common/timing_record.h"
 
 namespace {
 
@@ -31,6 +33,7 @@ struct SubmitOptions {
   std::string a_file, b_file, c_file, out_file;  // matrices from/to files (client/matrix_files.h)
   std::string transport = "auto";                // auto | grpc | shm
   std::string unix_path;                         // the server's Unix socket (shared memory); "" = none
+  std::string trace_file;                        // Chrome trace of the (last) request; "" = none
 };
 
 // The target and transport of a submit: shm needs the Unix socket (--unix, or
@@ -70,7 +73,8 @@ void print_info(const sgemm::ServerInfo& info) {
   std::printf("limits: %lld elements per matrix, %d in flight, %d queued, %lld bytes per chunk\n",
               (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued,
               (long long)info.max_chunk_bytes);
-  std::printf("host memory budget: %.2f GiB\n", info.host_memory_bytes / 1073741824.0);
+  std::printf("host memory budget: %.2f GiB; pinned pool %.2f GiB; engine started in %.0f ms\n",
+              info.host_memory_bytes / 1073741824.0, info.pinned_pool_bytes / 1073741824.0, info.startup_ms);
   std::printf("load: %d in flight, %d queued, %d streams open, %lld requests (%lld failed), %lld host bytes held\n",
               info.in_flight, info.queued, info.open_streams, (long long)info.requests_total,
               (long long)info.requests_failed, (long long)info.host_bytes_in_use);
@@ -82,51 +86,54 @@ void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
               (long long)s.m, (long long)s.n, (long long)s.k, sum.backend.c_str(), sum.kernel.c_str(),
               sum.precision.c_str(), sum.split.c_str());
   if (!sum.plan_reason.empty()) std::printf("plan: %s\n", sum.plan_reason.c_str());
-  std::printf("%-6s %-28s %-15s %-15s %10s %10s %10s %11s\n", "device", "name", "rows", "k", "copy-in ms", "kernel ms",
-              "reduce ms", "copy-out ms");
+  // Each phase: working, then waiting (copy-in: for the client's data; kernel:
+  // for copies in; reduce: for peer GPUs; copy-out: for kernels).
+  std::printf("%-6s %-24s %-13s %-13s %10s %8s %10s %8s %10s %8s %11s %8s\n", "device", "name", "rows", "k",
+              "copy-in ms", "wait", "kernel ms", "wait", "reduce ms", "wait", "copy-out ms", "wait");
+  double order_wait = 0;
   for (const auto& d : sum.devices) {
     const std::string rows = std::to_string(d.row_begin) + "-" + std::to_string(d.row_end);
     const std::string ks = std::to_string(d.k_begin) + "-" + std::to_string(d.k_end);
-    std::printf("%-6d %-28.28s %-15s %-15s %10.3f %10.3f %10.3f %11.3f\n", d.index, d.name.c_str(), rows.c_str(),
-                ks.c_str(), d.copy_in_ms, d.kernel_ms, d.reduce_ms, d.copy_out_ms);
+    std::printf("%-6d %-24.24s %-13s %-13s %10.3f %8.3f %10.3f %8.3f %10.3f %8.3f %11.3f %8.3f\n", d.index,
+                d.name.c_str(), rows.c_str(), ks.c_str(), d.copy_in_ms, d.copy_in_wait_ms, d.kernel_ms,
+                d.kernel_wait_ms, d.reduce_ms, d.reduce_wait_ms, d.copy_out_ms, d.copy_out_wait_ms);
+    order_wait = std::max(order_wait, d.order_wait_ms);
   }
-  std::printf("server: queue %.3f ms, receive %.3f ms, compute %.3f ms, total %.3f ms\n", sum.queue_ms, sum.receive_ms,
-              sum.compute_ms, sum.total_ms);
+  std::printf("waits: copy-in for the client's data, kernel for copies in, reduce for peer GPUs, copy-out for kernels");
+  if (order_wait > 0) std::printf("; %.3f ms for the NCCL order", order_wait);
+  std::printf("\nserver: receive %.3f ms, queue %.3f ms, compute %.3f ms, send %.3f ms, total %.3f ms\n",
+              sum.receive_ms, sum.queue_ms, sum.compute_ms, sum.send_ms, sum.total_ms);
   std::printf("client: total %.3f ms, effective %.1f GFLOP/s, %.1f MB sent, %.1f MB received\n", r.wall_ms,
               s.flops() / (r.wall_ms * 1e6), r.bytes_sent / 1e6, r.bytes_received / 1e6);
 }
 
-nlohmann::json to_json(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
+// The request as a timing record (common/timing_record.h): the same schema as
+// the server's timings.jsonl, with the client's own figures added.
+sgemm::TimingRecord to_record(const sgemm::GemmShape& s, bool has_c, const sgemm::MultiplyResult& r) {
   const auto& sum = r.summary;
-  nlohmann::json j;
-  j["shape"] = {{"m", s.m}, {"n", s.n}, {"k", s.k}};
-  j["request_id"] = sum.request_id;
-  j["backend"] = sum.backend;
-  j["kernel"] = sum.kernel;
-  j["precision"] = sum.precision;
-  j["split"] = sum.split;
-  j["plan"] = sum.plan_reason;
-  j["times_ms"] = {{"client_total", r.wall_ms},
-                   {"server_total", sum.total_ms},
-                   {"queue", sum.queue_ms},
-                   {"receive", sum.receive_ms},
-                   {"compute", sum.compute_ms}};
-  j["gflops"] = s.flops() / (r.wall_ms * 1e6);
-  j["bytes_sent"] = r.bytes_sent;
-  j["bytes_received"] = r.bytes_received;
-  auto& devs = j["devices"] = nlohmann::json::array();
+  sgemm::TimingRecord t;
+  t.request_id = sum.request_id;
+  t.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  t.shape = s;
+  t.has_c = has_c;
+  t.backend = sum.backend;
+  t.kernel = sum.kernel;
+  t.precision = sum.precision;
+  t.split = sum.split;
+  t.plan = sum.plan_reason;
+  t.receive_ms = sum.receive_ms;
+  t.queue_ms = sum.queue_ms;
+  t.compute_ms = sum.compute_ms;
+  t.send_ms = sum.send_ms;
+  t.total_ms = sum.total_ms;
+  t.bytes_in = sum.bytes_in;
+  t.bytes_out = sum.bytes_out;
   for (const auto& d : sum.devices)
-    devs.push_back({{"index", d.index},
-                    {"name", d.name},
-                    {"row_begin", d.row_begin},
-                    {"row_end", d.row_end},
-                    {"k_begin", d.k_begin},
-                    {"k_end", d.k_end},
-                    {"copy_in_ms", d.copy_in_ms},
-                    {"kernel_ms", d.kernel_ms},
-                    {"reduce_ms", d.reduce_ms},
-                    {"copy_out_ms", d.copy_out_ms}});
-  return j;
+    t.devices.push_back({d.index, d.name, d.row_begin, d.row_end, d.k_begin, d.k_end, d.copy_in_ms, d.copy_in_wait_ms,
+                         d.kernel_ms, d.kernel_wait_ms, d.reduce_ms, d.reduce_wait_ms, d.copy_out_ms,
+                         d.copy_out_wait_ms, d.order_wait_ms});
+  t.client = sgemm::ClientTimingRecord{r.wall_ms, r.attempts, r.bytes_sent, r.bytes_received, {}};
+  return t;
 }
 
 int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o) {
@@ -185,6 +192,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   mopt.precision = sgemm::parse_precision(o.precision).value_or(sgemm::Precision::kFp32);
   if (!o.split.empty()) mopt.split = sgemm::parse_split_mode(o.split).value_or(sgemm::SplitMode::kAuto);
   mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
+  mopt.trace = !o.trace_file.empty();
 
   nlohmann::json runs = nlohmann::json::array();
   int exit_code = 0;
@@ -204,9 +212,25 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
       }
       return 3;
     }
-    nlohmann::json j = to_json(s, *r);
+    const sgemm::TimingRecord record = to_record(s, with_c, *r);
+    nlohmann::json j;  // the CLI's own additions to the record: transport, verify, seed, out
     j["transport"] = sgemm::transport_name(*transport);
     if (!o.json) print_table(s, *r);
+    if (!o.trace_file.empty()) {
+      if (r->summary.trace_json.empty()) {
+        std::fprintf(stderr, "sgemm-client: the server sent no trace (is it older than header.trace?)\n");
+        return 3;
+      }
+      std::FILE* f = std::fopen(o.trace_file.c_str(), "w");
+      const std::string& tj = r->summary.trace_json;
+      if (!f || std::fwrite(tj.data(), 1, tj.size(), f) != tj.size()) {
+        std::fprintf(stderr, "sgemm-client: cannot write the trace to %s\n", o.trace_file.c_str());
+        if (f) std::fclose(f);
+        return 3;
+      }
+      std::fclose(f);
+      if (!o.json) std::printf("trace: %s (open in ui.perfetto.dev)\n", o.trace_file.c_str());
+    }
     if (o.verify) {
       const auto rows = sgemm::rows_to_verify(s.m, s.n, s.k, o.seed);
       const auto v = sgemm::verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta,
@@ -232,20 +256,24 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
       }
       j["out"] = o.out_file;
     }
+    j["record"] = sgemm::timing_record_json(record, j.dump());
+    j["client_total_ms"] = r->wall_ms;
     runs.push_back(j);
   }
   if (o.json) {
-    nlohmann::json out = runs.back();
+    // One sgemm.timing/1 record (docs/observability.md), the last run's; with
+    // --repeat, client.total_ms_all lists every run's client time.
+    nlohmann::ordered_json out = nlohmann::ordered_json::parse(runs.back()["record"].get<std::string>());
     if (o.repeat > 1) {
       std::vector<double> walls;
-      for (const auto& r : runs) walls.push_back(r["times_ms"]["client_total"].get<double>());
+      for (const auto& r : runs) walls.push_back(r["client_total_ms"].get<double>());
+      out["client"]["total_ms_all"] = walls;
       out["repeat"] = o.repeat;
-      out["client_total_ms_all"] = walls;
     }
     std::printf("%s\n", out.dump().c_str());
   } else if (o.repeat > 1) {
     std::vector<double> walls;
-    for (const auto& r : runs) walls.push_back(r["times_ms"]["client_total"].get<double>());
+    for (const auto& r : runs) walls.push_back(r["client_total_ms"].get<double>());
     std::sort(walls.begin(), walls.end());
     std::printf("%d runs: client total min %.3f ms, median %.3f ms, max %.3f ms\n", o.repeat, walls.front(),
                 walls[walls.size() / 2], walls.back());
@@ -296,6 +324,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile)
       ->needs(a_opt);
   sub->add_option("--out", o.out_file, "write C here (.npy when the name ends in .npy, else raw fp32)");
+  sub->add_option("--trace", o.trace_file,
+                  "ask the server for a Chrome trace of the request and write it here (ui.perfetto.dev opens it)");
   a_opt->needs(b_opt);
   b_opt->needs(a_opt);
   sub->add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
@@ -347,7 +377,9 @@ int main(int argc, char** argv) {
                         {"host_memory_bytes", r->host_memory_bytes},
                         {"requests_total", r->requests_total},
                         {"requests_failed", r->requests_failed},
-                        {"host_bytes_in_use", r->host_bytes_in_use}};
+                        {"host_bytes_in_use", r->host_bytes_in_use},
+                        {"startup_ms", r->startup_ms},
+                        {"pinned_pool_bytes", r->pinned_pool_bytes}};
     auto& devs = j["devices"] = nlohmann::json::array();
     for (const auto& d : r->devices)
       devs.push_back(

@@ -221,6 +221,7 @@ class GrpcClient final : public Client {
     h->set_alpha(opt.alpha);
     h->set_beta(opt.beta);
     h->set_has_c(regions ? regions->c.has_value() : c != nullptr);
+    h->set_trace(opt.trace);
     if (regions) {
       set_ref(h->mutable_a_region(), regions->a);
       set_ref(h->mutable_b_region(), regions->b);
@@ -333,9 +334,14 @@ class GrpcClient final : public Client {
         out.receive_ms = s.receive_ms();
         out.compute_ms = s.compute_ms();
         out.total_ms = s.total_ms();
+        out.send_ms = s.send_ms();
+        out.bytes_in = s.bytes_received();
+        out.bytes_out = s.bytes_sent();
+        out.trace_json = s.trace_json();
         for (const auto& d : s.devices()) {
           out.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(),
-                                 d.copy_in_ms(), d.kernel_ms(), d.reduce_ms(), d.copy_out_ms()});
+                                 d.copy_in_ms(), d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(),
+                                 d.kernel_wait_ms(), d.reduce_wait_ms(), d.copy_out_wait_ms(), d.order_wait_ms()});
         }
       }
     }
@@ -365,6 +371,8 @@ class GrpcClient final : public Client {
     for (const auto& d : resp.devices())
       out.devices.push_back(
           {d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor()});
+    out.startup_ms = resp.startup_ms();
+    out.pinned_pool_bytes = resp.pinned_pool_bytes();
     out.max_matrix_elements = resp.limits().max_matrix_elements();
     out.max_chunk_bytes = resp.limits().max_chunk_bytes();
     out.max_in_flight = resp.limits().max_in_flight();

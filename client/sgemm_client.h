@@ -89,6 +89,7 @@ struct MultiplyOptions {
   std::optional<KernelKind> kernel;        // nullopt: the server chooses per shape
   SplitMode split = SplitMode::kAuto;      // kAuto: the server's planner decides
   std::chrono::milliseconds timeout{0};    // 0 = no deadline
+  bool trace = false;                      // ask for a Chrome trace of the request (MultiplySummary::trace_json)
   // Called as rows of C arrive: elements [offset, offset + count) are final.
   std::function<void(int64_t offset, int64_t count)> on_chunk;
 };
@@ -97,7 +98,11 @@ struct DeviceTimingResult {
   int index = -1;
   std::string name;
   int64_t row_begin = 0, row_end = 0, k_begin = 0, k_end = 0;
+  // Working time per phase; reduce_ms excludes waiting for peers.
   double copy_in_ms = 0, kernel_ms = 0, reduce_ms = 0, copy_out_ms = 0;
+  // Waiting per phase: for input, for copies in, for peer GPUs, for kernels;
+  // and for the NCCL order (docs/observability.md).
+  double copy_in_wait_ms = 0, kernel_wait_ms = 0, reduce_wait_ms = 0, copy_out_wait_ms = 0, order_wait_ms = 0;
 };
 
 struct MultiplySummary {
@@ -105,6 +110,9 @@ struct MultiplySummary {
   std::string precision;  // the arithmetic that ran: "fp32", "tf32", "fp32x3"
   std::vector<DeviceTimingResult> devices;
   double queue_ms = 0, receive_ms = 0, compute_ms = 0, total_ms = 0;
+  double send_ms = 0;                   // first chunk of C sent to the summary
+  int64_t bytes_in = 0, bytes_out = 0;  // matrix payload the server received and sent
+  std::string trace_json;               // Chrome trace-event JSON when MultiplyOptions::trace
 };
 
 struct MultiplyResult {
@@ -134,6 +142,8 @@ struct ServerInfo {
   int max_in_flight = 0, max_queued = 0;
   int in_flight = 0, queued = 0, open_streams = 0;
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
+  double startup_ms = 0;          // the engine's start-up, warm-up included
+  int64_t pinned_pool_bytes = 0;  // page-locked memory pinned at start-up for requests
 };
 
 class Client {

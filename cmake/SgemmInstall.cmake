@@ -1,7 +1,7 @@
 # `cmake --install` and CPack: what another project and a host need.
 #
 #   cmake --install build --prefix /opt/sgemm --component client   # library, headers, CLI, CMake package
-#   cmake --install build --prefix /opt/sgemm --component server   # sgemm-server
+#   cmake --install build --prefix /opt/sgemm --component server   # sgemm-server, sgemm-timings
 #   (cd build && cpack -G DEB)                                      # sgemm-server_*.deb, sgemm-client_*.deb
 #
 # The client component installs the static libraries sgemm::client (with
@@ -60,6 +60,9 @@ install(FILES ${CMAKE_BINARY_DIR}/cmake/sgemm_clientConfig.cmake
 # Toolkit is not a Debian package, so the loader's default path may lack it).
 set_target_properties(sgemm-server PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 install(TARGETS sgemm-server RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT server)
+# sgemm-timings: percentiles, lists and pictures of timings.jsonl and traces (docs/observability.md).
+install(PROGRAMS ${CMAKE_SOURCE_DIR}/tools/sgemm_timings.py DESTINATION ${CMAKE_INSTALL_BINDIR} RENAME sgemm-timings
+        COMPONENT server)
 
 # --- CPack: one .deb per component --------------------------------------------
 set(CPACK_PACKAGE_NAME sgemm)
@@ -92,4 +95,7 @@ if(SGEMM_DPKG_SHLIBDEPS)
 endif()
 # The static sgemm::client links gRPC and protobuf, so a consumer needs their development files.
 set(CPACK_DEBIAN_CLIENT_PACKAGE_DEPENDS "libgrpc++-dev, libprotobuf-dev")
+# sgemm-timings is Python (matplotlib only for its pictures).
+set(CPACK_DEBIAN_SERVER_PACKAGE_DEPENDS "python3")
+set(CPACK_DEBIAN_SERVER_PACKAGE_SUGGESTS "python3-matplotlib")
 include(CPack)

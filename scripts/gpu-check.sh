@@ -24,6 +24,11 @@
 #   ncu [SHAPE]    Nsight Compute on one ping-pong and one cuBLAS launch (SGEMM_NCU_SHAPE)
 #   ncu-thin       Nsight Compute on the GEMV kernels (1x8192x8192, 8192x1x8192) and the thin
 #                  tile (8192x64x8192), each next to cuBLAS on the same shape
+#   obs            observability (docs/observability.md) into $OUT/obs: first vs tenth request on a cold
+#                  server (--no-warm-up --pinned-pool-bytes 0) and a warm one; on every GPU a 16384^3 row
+#                  split and K split with --trace (how much of B's broadcast was waiting, per GPU); the
+#                  Prometheus scrape; sgemm-timings summary/list; PNGs when python3-matplotlib is there
+#                  (else render them on the build host: docs/observability.md, "Pictures"); alias: warm
 # Every log goes to $OUT; every part runs even if an earlier one failed.
 # A bundle over the device tool's 64 MiB carry limit is also packed as
 # .runtime.tar.xz; carry that instead and the script unpacks it.
@@ -91,7 +96,8 @@ if has sanitize; then
     | tee -a "$OUT/summary.txt"
 fi
 if has e2e; then
-  for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test e2e_shm_test; do
+  for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test e2e_shm_test \
+    e2e_observability_test; do
     SGEMM_E2E_BACKEND=cuda step "$t" 300 "$BIN/$t" --gtest_brief=1
   done
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test; do  # over shared memory
@@ -215,6 +221,60 @@ if has ncu-thin; then
   done
   ncu_thin thin-8192x64x8192 pingpong_sgemm_kernel 8192x64x8192 pingpong
   ncu_thin cublas-8192x64x8192 'gemm|xmma' 8192x64x8192 cublas
+if has obs || has warm; then
+  o=$OUT/obs
+  mkdir -p "$o/traces"
+  tool="python3 tools/sgemm_timings.py"
+  obs_server() {  # obs_server NAME FLAGS...: starts sgemm-server, sets addr, mport, spid
+    local name=$1
+    shift
+    rm -f "$o/$name.port"
+    "$BIN/sgemm-server" --listen 127.0.0.1:0 --port-file "$o/$name.port" --backend cuda --log-dir "$o/$name-logs" \
+      --metrics-listen 127.0.0.1:0 "$@" >"$o/$name-server.log" 2>&1 &
+    spid=$!
+    for _ in $(seq 900); do [ -s "$o/$name.port" ] && break; sleep 0.1; done
+    addr=127.0.0.1:$(cat "$o/$name.port" 2>/dev/null)
+    mport=$(sed -n 's/.*\/metrics (port \([0-9]*\)).*/\1/p' "$o/$name-server.log" | head -n 1)
+    grep -E "started in|engine ready" "$o/$name-server.log" | tee -a "$OUT/summary.txt"
+  }
+  obs_requests() {  # the same requests on each server: 10 of each, first vs tenth
+    local name=$1
+    step "obs-$name-cublas-4096" 300 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --kernel cublas --repeat 10
+    step "obs-$name-pingpong-4096" 300 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --kernel pingpong \
+      --repeat 10
+    step "obs-$name-16384" 580 "$BIN/sgemm-client" submit --server "$addr" --size 16384 --split single --repeat 2
+  }
+  obs_server cold --no-warm-up --pinned-pool-bytes 0
+  obs_requests cold
+  kill "$spid"; wait "$spid"
+  obs_server warm --trace-dir "$o/traces"
+  obs_requests warm
+  ngpu=$(nvidia-smi -L | wc -l)
+  step obs-rows-16384 580 "$BIN/sgemm-client" submit --server "$addr" --size 16384 --split rows --repeat 2 \
+    --trace "$o/trace-rows-16384-${ngpu}gpu.json"
+  step obs-k-16384 580 "$BIN/sgemm-client" submit --server "$addr" --size 16384 --split k --repeat 2 \
+    --trace "$o/trace-k-16384-${ngpu}gpu.json"
+  python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" \
+    "http://127.0.0.1:$mport/metrics" >"$o/metrics.txt" 2>&1
+  kill "$spid"; wait "$spid"
+  for s in cold warm; do
+    echo "--- $s server: one line per request, in order (first vs tenth)" | tee -a "$OUT/summary.txt"
+    $tool list "$o/$s-logs/timings.jsonl" | tee -a "$OUT/summary.txt"
+  done
+  $tool summary "$o/warm-logs/timings.jsonl" >"$o/timings-summary.txt"
+  $tool summary "$o/warm-logs/timings.jsonl" --csv >"$o/timings-summary.csv"
+  for t in "$o"/trace-*.json; do
+    echo "--- $t" | tee -a "$OUT/summary.txt"
+    $tool trace "$t" | grep -E "NCCL|process" | tee -a "$OUT/summary.txt"
+  done
+  grep -E "^sgemm_(requests_total|gpu_busy_seconds_total|gpu_wait_seconds_total)" "$o/metrics.txt" | head -n 40
+  if python3 -c "import matplotlib" 2>/dev/null; then
+    for t in "$o"/trace-*.json; do $tool trace "$t" --png "${t%.json}.png" >/dev/null; done
+    $tool summary "$o/warm-logs/timings.jsonl" --png "$o/timings-summary.png" >/dev/null
+  else
+    echo "obs: no matplotlib here; render the PNGs on the build host (docs/observability.md, Pictures)" \
+      | tee -a "$OUT/summary.txt"
+  fi
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}" | tee -a "$OUT/summary.txt"

@@ -17,6 +17,7 @@ packages=(
   libspdlog-dev libcli11-dev nlohmann-json3-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   python3 python3-grpcio python3-numpy python3-yaml   # Python client tests, manifest checks
+  prometheus-cpp-dev python3-matplotlib               # --metrics-listen; sgemm-timings --png
 )
 
 missing=()

@@ -54,6 +54,11 @@ struct ServerOptions {
   double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
+  std::string metrics_listen;            // Prometheus /metrics on this address:port; "" = none
+  // Page-locked memory pinned at start-up for request buffers (cuda backend):
+  // 4 GiB holds one 16384^3 request's A, B and C; 0 = pin buffers as they come.
+  int64_t pinned_pool_bytes = int64_t(4) << 30;
+  bool no_warm_up = false;  // skip the start-up warm-up (to measure what it saves)
 };
 
 sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
@@ -163,6 +168,16 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
   app.add_option("--port-file", opt.port_file, "write the bound port to this file once serving");
   app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--metrics-listen", opt.metrics_listen,
+                 "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)");
+  app.add_option("--trace-dir", opt.service.trace_dir,
+                 "write a Chrome trace-event JSON of every request here (trace-<id>.json; opens in ui.perfetto.dev)");
+  app.add_option("--pinned-pool-bytes", opt.pinned_pool_bytes,
+                 "page-locked memory pinned at start-up for request buffers (cuda backend; 0 = none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--no-warm-up", opt.no_warm_up,
+               "skip loading kernels and cuBLAS on every GPU at start-up (the first requests then pay for it)");
   CLI11_PARSE(app, argc, argv);
 
   // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
@@ -190,6 +205,17 @@ int main(int argc, char** argv) {
   sgemm::parse_backend_choice(opt.backend, &eopt.backend);
   if (!opt.kernel.empty()) eopt.kernel = sgemm::parse_kernel_kind(opt.kernel);
   eopt.cpu_threads = opt.cpu_threads;
+  eopt.pinned_pool_bytes = std::size_t(opt.pinned_pool_bytes);
+  eopt.warm_up = !opt.no_warm_up;
+  if (!opt.service.trace_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opt.service.trace_dir, ec);
+    if (ec) {
+      log->error("--trace-dir {}: {}", opt.service.trace_dir, ec.message());
+      return 2;
+    }
+  }
+  const auto t_engine = std::chrono::steady_clock::now();
   eopt.log = [log](std::string_view msg) { log->info("engine: {}", msg); };
   if (auto st = parse_devices(opt.devices, &eopt.devices); !st.ok()) {
     log->error("{}", st.message());
@@ -209,6 +235,8 @@ int main(int argc, char** argv) {
     log->info("{}", built->note);
   }
   sgemm::Engine& engine = *built->engine;
+  log->info("engine ready in {:.0f} ms",
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_engine).count());
   for (const auto& d : engine.info().devices)
     log->info("device {}: {} ({} SMs, {:.1f} GiB)", d.index, d.name, d.sm_count, d.memory_bytes / 1073741824.0);
 
@@ -217,6 +245,14 @@ int main(int argc, char** argv) {
   opt.service.version = SGEMM_VERSION;
   opt.service.backends = sgemm::built_backends();
   sgemm::SgemmService service(engine, opt.service, log, timing_log);
+  if (!opt.metrics_listen.empty()) {
+    auto metrics_port = service.start_metrics(opt.metrics_listen);
+    if (!metrics_port.ok()) {
+      log->error("{}", metrics_port.status().message());
+      return 1;
+    }
+    log->info("metrics at http://{}/metrics (port {})", opt.metrics_listen, *metrics_port);
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

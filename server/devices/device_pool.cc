@@ -128,6 +128,34 @@ StatusOr<std::unique_ptr<DevicePool>> DevicePool::create(const DevicePoolOptions
   return pool;
 }
 
+Status DevicePool::warm_up() {
+  // One shape every kernel accepts: tiles of 128 divide it and it is 16-byte
+  // aligned; each backend is asked first (can_implement) and skipped if not.
+  constexpr int64_t kN = 256;
+  for (auto& dev : devices_) {
+    SGEMM_CUDA_TRY(cudaSetDevice(dev->info.index));
+    for (auto& lane : dev->lanes) {
+      const std::size_t bytes = std::size_t(kN * kN) * sizeof(float);
+      SGEMM_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::allocate(dev->info.index, bytes, lane->compute_));
+      SGEMM_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::allocate(dev->info.index, bytes, lane->compute_));
+      SGEMM_ASSIGN_OR_RETURN(DeviceBuffer c, DeviceBuffer::allocate(dev->info.index, bytes, lane->compute_));
+      for (DeviceBuffer* buf : {&a, &b, &c}) SGEMM_CUDA_TRY(cudaMemsetAsync(buf->floats(), 0, bytes, lane->compute_));
+      for (auto& be : lane->backends_) {
+        GemmArgs args{GemmShape{kN, kN, kN}, 1.0f, 0.0f, a.floats(), kN, b.floats(), kN, c.floats(), kN};
+        if (!be->can_implement(args).ok()) continue;
+        const std::size_t need = be->workspace_bytes(args);
+        SGEMM_ASSIGN_OR_RETURN(void* ws, lane->workspace(need));
+        SGEMM_RETURN_IF_ERROR(be->run(args, ws, need, lane->compute_)
+                                  .with_context("warm-up of kernel '" + std::string(be->name()) + "' on CUDA device " +
+                                                std::to_string(dev->info.index)));
+      }
+      // Done (and any error seen) before the engine is handed out.
+      for (cudaStream_t s : lane->streams()) SGEMM_CUDA_TRY(cudaStreamSynchronize(s));
+    }
+  }
+  return Status::Ok();
+}
+
 DevicePool::~DevicePool() {
   for (auto& d : devices_) {
     (void)cudaSetDevice(d->info.index);

@@ -140,6 +140,13 @@ class DevicePool {
   const GemmBackend* probe_backend(KernelKind kind) const;
   int busy_lanes(int index) const;
 
+  // Warm start: on every lane of every device, one small product with each
+  // backend (loads the module's kernels, initialises each cuBLAS handle and
+  // its workspace, touches the memory pool), then synchronises, so the first
+  // request runs like the tenth. Call once, before serving; not concurrently
+  // with acquire(). Returns the first error.
+  Status warm_up();
+
  private:
   friend class LaneLease;
   struct Device {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace sgemm {
 namespace {
@@ -53,11 +54,31 @@ class CpuEngine final : public Engine {
     const GemmShape s = r.shape;
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
+    const auto origin = job.origin.value_or(t0);
+    auto ms_since_origin = [&](Clock::time_point t) {
+      return std::chrono::duration<double, std::milli>(t - origin).count();
+    };
+    std::vector<Step> steps;
+    double input_wait_ms = 0;
+    auto waited = [&](Clock::time_point w0, int64_t bytes) {
+      const auto w1 = Clock::now();
+      const double ms = std::chrono::duration<double, std::milli>(w1 - w0).count();
+      if (ms <= 0.01) return;
+      input_wait_ms += ms;
+      steps.push_back(Step{.kind = StepKind::kWaitInput,
+                           .start_ms = ms_since_origin(w0),
+                           .end_ms = ms_since_origin(w1),
+                           .bytes = bytes,
+                           .row_begin = 0,
+                           .row_end = s.m,
+                           .k_begin = 0,
+                           .k_end = s.k});
+    };
     if (job.feed) {
       SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, s.k * s.n));
       if (r.has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
     }
-    const auto t1 = Clock::now();
+    waited(t0, (s.k * s.n + (r.has_c ? s.m * s.n : 0)) * int64_t(sizeof(float)));
     double kernel_ms = 0;
     const float beta = r.has_c ? r.beta : 0.0f;
     const int64_t lda = job.a_ld(), ldb = job.b_ld(), ldc = job.c_ld();
@@ -69,11 +90,24 @@ class CpuEngine final : public Engine {
     for (int64_t r0 = 0; r0 < s.m; r0 += options_.rows_per_block) {
       const int64_t r1 = std::min(s.m, r0 + options_.rows_per_block);
       if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
-      if (job.feed) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
+      if (job.feed) {
+        const auto w0 = Clock::now();
+        SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
+        waited(w0, (r1 - r0) * s.k * int64_t(sizeof(float)));
+      }
       const auto k0 = Clock::now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k), r.alpha,
                   job.a + r0 * lda, blasint(lda), job.b, blasint(ldb), beta, job.c + r0 * ldc, blasint(ldc));
-      kernel_ms += std::chrono::duration<double, std::milli>(Clock::now() - k0).count();
+      const auto k1 = Clock::now();
+      kernel_ms += std::chrono::duration<double, std::milli>(k1 - k0).count();
+      steps.push_back(Step{.kind = StepKind::kKernel,
+                           .start_ms = ms_since_origin(k0),
+                           .end_ms = ms_since_origin(k1),
+                           .bytes = 0,
+                           .row_begin = r0,
+                           .row_end = r1,
+                           .k_begin = 0,
+                           .k_end = s.k});
       if (job.sink) job.sink->rows_ready(r0, r1);
     }
     GemmReport report;
@@ -89,8 +123,9 @@ class CpuEngine final : public Engine {
     t.device = -1;
     t.name = name_;
     t.shard = {-1, 0, s.m, 0, s.k};
-    t.copy_in_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();  // waiting for input
+    t.copy_in_wait_ms = input_wait_ms;  // no copies on the CPU: the input is used where it landed
     t.kernel_ms = kernel_ms;
+    t.steps = std::move(steps);
     report.devices.push_back(t);
     return report;
   }

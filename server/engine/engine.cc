@@ -14,4 +14,20 @@ Status check_gemm_request(const GemmRequest& r) {
   return Status::Ok();
 }
 
+const char* step_kind_name(StepKind kind) {
+  switch (kind) {
+    case StepKind::kCopyIn:
+      return "copy_in";
+    case StepKind::kKernel:
+      return "kernel";
+    case StepKind::kCollective:
+      return "collective";
+    case StepKind::kCopyOut:
+      return "copy_out";
+    case StepKind::kWaitInput:
+      return "wait_input";
+  }
+  return "?";
+}
+
 }  // namespace sgemm

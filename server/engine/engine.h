@@ -12,6 +12,7 @@
 // called concurrently; each implementation says how it shares devices.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -85,8 +86,50 @@ struct GemmJob {
   InputFeed* feed = nullptr;            // null: all inputs are present
   OutputSink* sink = nullptr;           // null: nobody listens for early rows
   const CancelToken* cancel = nullptr;  // null: the job is never cancelled
+  // Time zero of the report's steps (Step::start_ms): the service passes the
+  // moment the request arrived, so steps line up with its own phases; unset =
+  // the start of run().
+  std::optional<std::chrono::steady_clock::time_point> origin;
 };
 
+// One timed operation on one device, for traces. Times are milliseconds since
+// GemmJob::origin, on the host's steady clock (GPU events are placed on it
+// through one reference event per device, good to some tens of microseconds).
+enum class StepKind {
+  kCopyIn,      // host -> device copy (h2d stream)
+  kKernel,      // a GEMM block (compute stream)
+  kCollective,  // an NCCL collective (comm stream): broadcast of B, reduce of C
+  kCopyOut,     // device -> host copy (d2h stream)
+  kWaitInput,   // the engine's thread waiting for the client's data (host)
+};
+const char* step_kind_name(StepKind kind);  // "copy_in", "kernel", "collective", "copy_out", "wait_input"
+
+struct Step {
+  StepKind kind = StepKind::kKernel;
+  double start_ms = 0, end_ms = 0;
+  int64_t bytes = 0;  // moved by a copy or collective; 0 for kernels
+  // The part of C (rows) and of K this step works on.
+  int64_t row_begin = 0, row_end = 0, k_begin = 0, k_end = 0;
+  // A collective: when the last device of the job reached it (peer_ready_ms);
+  // before that this device's collective was waiting for a peer.
+  double peer_ready_ms = 0;
+};
+
+// Where one device's time went, phase by phase, each split into working and
+// waiting (docs/observability.md defines every figure):
+//   *_ms        working: the sum of the phase's operations as its stream ran
+//               them (CUDA events around each copy, kernel, collective).
+//   copy_in_wait_ms   waiting for input: host time the engine spent blocked
+//               on the client's data (InputFeed) before this device's copies.
+//   kernel_wait_ms    the compute stream idle between its first and last
+//               kernel: waiting for copies in (or for B's broadcast).
+//   reduce_wait_ms    inside the collectives, waiting for a peer GPU to reach
+//               them (this device's start to the last device's start); the
+//               rest of the collective is reduce_ms.
+//   copy_out_wait_ms  the d2h stream idle between its first and last copy:
+//               waiting for kernels (or the reduce) to finish rows.
+//   order_wait_ms     the job waiting for the NCCL order (another split job
+//               held it), host time; the same for every device of the job.
 struct DeviceTiming {
   int device = -1;   // CUDA ordinal, -1 for the CPU
   std::string name;  // "NVIDIA H100 80GB HBM3", "cpu (OpenBLAS, 2 threads)"
@@ -95,6 +138,12 @@ struct DeviceTiming {
   double kernel_ms = 0;
   double reduce_ms = 0;
   double copy_out_ms = 0;
+  double copy_in_wait_ms = 0;
+  double kernel_wait_ms = 0;
+  double reduce_wait_ms = 0;
+  double copy_out_wait_ms = 0;
+  double order_wait_ms = 0;
+  std::vector<Step> steps{};  // in issue order per stream; for traces
 };
 
 struct GemmReport {
@@ -112,6 +161,8 @@ struct EngineInfo {
   std::vector<KernelKind> kernels;                    // available kernels, the configured default first
   KernelKind default_kernel = KernelKind::kPingpong;  // used where the kernel-choice table has no row
   std::vector<Precision> precisions;                  // the arithmetic this backend offers, fp32 first
+  double startup_ms = 0;                              // the engine's start-up, warm-up included (0: not measured)
+  int64_t pinned_pool_bytes = 0;  // page-locked host memory set aside at start-up for request buffers
 };
 
 class Engine {

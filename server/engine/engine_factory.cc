@@ -32,6 +32,8 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   cuda_options.devices = options.devices;
   cuda_options.default_kernel = options.kernel;
   cuda_options.log = options.log;
+  if (options.pinned_pool_bytes) cuda_options.pinned_pool_bytes = *options.pinned_pool_bytes;
+  cuda_options.warm_up = options.warm_up;
   auto cuda = make_cuda_engine(cuda_options);
   if (cuda.ok()) {
     built.engine = std::move(cuda).value();

@@ -2,6 +2,7 @@
 // or the CPU engine, with `auto` falling back to the CPU when no GPU is usable.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -22,6 +23,8 @@ struct EngineOptions {
   std::vector<int> devices;                      // CUDA ordinals; empty = every visible GPU
   std::optional<KernelKind> kernel;              // default GPU kernel; nullopt = the engine's (pingpong)
   int cpu_threads = 0;                           // OpenBLAS threads; 0 = all cores
+  std::optional<std::size_t> pinned_pool_bytes;  // cuda: pinned at start-up; nullopt = the engine's default (none)
+  bool warm_up = true;                           // cuda: a small product per kernel and lane before serving
   std::function<void(std::string_view)> log;     // engine start-up and fallback messages; null = silent
 };
 

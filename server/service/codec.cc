@@ -283,6 +283,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       if (!converted.ok()) return converted.status();
       out.header = *converted;
       out.regions = region_operands_from_proto(h);
+      out.trace = h.trace();
       out.slices.clear();
     } else if (out.kind == RequestMessage::Kind::kChunk) {
       auto m = matrix_from_proto(static_cast<v1::Matrix>(matrix));
@@ -307,6 +308,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       slow.kind = RequestMessage::Kind::kHeader;
       slow.header = *h;
       slow.regions = region_operands_from_proto(req.header());
+      slow.trace = req.header().trace();
       break;
     }
     case v1::MultiplyRequest::kChunk: {
@@ -406,7 +408,14 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
     t->set_kernel_ms(d.kernel_ms);
     t->set_reduce_ms(d.reduce_ms);
     t->set_copy_out_ms(d.copy_out_ms);
+    t->set_copy_in_wait_ms(d.copy_in_wait_ms);
+    t->set_kernel_wait_ms(d.kernel_wait_ms);
+    t->set_reduce_wait_ms(d.reduce_wait_ms);
+    t->set_copy_out_wait_ms(d.copy_out_wait_ms);
+    t->set_order_wait_ms(d.order_wait_ms);
   }
+  sum->set_send_ms(f.send_ms);
+  if (!f.trace_json.empty()) sum->set_trace_json(f.trace_json);
   sum->set_queue_ms(f.queue_ms);
   sum->set_receive_ms(f.receive_ms);
   sum->set_compute_ms(f.compute_ms);
@@ -444,6 +453,8 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   load->set_requests_failed(f.requests_failed);
   load->set_host_bytes_in_use(f.host_bytes_in_use);
   load->set_open_streams(f.open_streams);
+  out->set_startup_ms(info.startup_ms);
+  out->set_pinned_pool_bytes(info.pinned_pool_bytes);
 }
 
 }  // namespace sgemm

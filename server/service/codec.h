@@ -26,6 +26,7 @@ struct RequestMessage {
   Kind kind = Kind::kEmpty;
   GemmRequest header;              // kind == kHeader (already converted; enums checked)
   RegionOperands regions;          // kind == kHeader: shared-memory operands, if any
+  bool trace = false;              // kind == kHeader: header.trace asks for a trace in the summary
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;
   // The chunk's payload (little-endian fp32), left where gRPC received it:
@@ -61,6 +62,8 @@ struct SummaryFigures {
   std::string request_id;
   double queue_ms = 0, receive_ms = 0, compute_ms = 0, total_ms = 0;
   int64_t bytes_received = 0, bytes_sent = 0;
+  double send_ms = 0;
+  std::string trace_json;  // "" unless the request asked for a trace
 };
 grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& figures);
 

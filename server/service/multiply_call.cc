@@ -2,7 +2,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
-#include <nlohmann/json.hpp>
+#include <cstdio>
 
 #include "server/service/status_mapping.h"
 
@@ -238,6 +238,7 @@ Status MultiplyCall::on_message(RequestMessage msg) {
       if (phase_ != Phase::kHeader)
         return InvalidArgument("a Multiply stream carries one header; message " + std::to_string(messages_) +
                                " is a second `header`");
+      trace_ = msg.trace;
       SGEMM_RETURN_IF_ERROR(on_header(msg.header, msg.regions));
       if (phase_ == Phase::kReceiving) start_read();
       return Status::Ok();
@@ -366,6 +367,7 @@ Status MultiplyCall::start_compute() {
   job_.feed = nullptr;  // every input is present
   job_.sink = this;
   job_.cancel = &cancel_;
+  job_.origin = t_start_;  // the engine's steps line up with the service's phases
   phase_ = Phase::kQueued;
   ++refs_;  // the pool task's reference
   if (!shared_.pool.submit([this] { run_compute(); })) {
@@ -430,20 +432,35 @@ void MultiplyCall::send_more() {
     }
     writing_ = true;
     write_since_ = Clock::now();
+    if (!t_first_send_) t_first_send_ = write_since_;
     StartWrite(&out_);
     return;
   }
   if (!compute_done_) return;
   if (!result_.ok()) return finish(result_.status());
   // Everything sent: the summary goes with the status.
+  const Clock::time_point now = Clock::now();
+  facts_.request_id = id_;
+  facts_.unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  facts_.request = header_;
+  facts_.received_ms = ms_between(t_start_, t_received_);
+  facts_.compute_start_ms = ms_between(t_start_, t_compute_start_);
+  facts_.compute_end_ms = ms_between(t_start_, t_compute_end_);
+  facts_.first_send_ms = t_first_send_ ? ms_between(t_start_, *t_first_send_) : -1.0;
+  facts_.summary_ms = ms_between(t_start_, now);
+  facts_.bytes_in = bytes_in_;
+  facts_.bytes_out = bytes_out_;
+  if (trace_ || !shared_.options.trace_dir.empty()) trace_json_ = chrome_trace_json(facts_, *result_);
   SummaryFigures f;
   f.request_id = id_;
   f.queue_ms = ms_between(t_received_, t_compute_start_);
   f.receive_ms = ms_between(t_start_, t_received_);
   f.compute_ms = ms_between(t_compute_start_, t_compute_end_);
-  f.total_ms = ms_between(t_start_, Clock::now());
+  f.total_ms = facts_.summary_ms;
+  f.send_ms = facts_.first_send_ms >= 0 ? facts_.summary_ms - facts_.first_send_ms : 0.0;
   f.bytes_received = bytes_in_;
   f.bytes_sent = bytes_out_;
+  if (trace_) f.trace_json = trace_json_;
   out_ = encode_summary(*result_, f);
   set_finished();
   phase_ = Phase::kDone;
@@ -481,6 +498,7 @@ void MultiplyCall::log_outcome(const Status& st) {
   const GemmShape& s = header_.shape;
   if (!st.ok()) {
     shared_.requests_failed.fetch_add(1);
+    if (shared_.metrics) shared_.metrics->record(st.code(), bytes_in_, bytes_out_, nullptr);
     // Streams that never sent anything are the cheapest to open: log them at debug level.
     const auto level =
         messages_ == 0 && st.code() == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
@@ -502,37 +520,16 @@ void MultiplyCall::log_outcome(const Status& st) {
       id_, ctx_->peer(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
       kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
       bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
-  if (!shared_.timing_log) return;
-  nlohmann::json j;
-  j["request_id"] = id_;
-  j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  j["m"] = s.m;
-  j["n"] = s.n;
-  j["k"] = s.k;
-  j["backend"] = r.backend;
-  j["kernel"] = kernel_kind_name(r.kernel);
-  j["split"] = split_mode_name(r.split);
-  j["plan"] = r.plan_reason;
-  j["queue_ms"] = queue_ms;
-  j["receive_ms"] = receive_ms;
-  j["compute_ms"] = compute_ms;
-  j["total_ms"] = total_ms;
-  j["bytes_in"] = bytes_in_;
-  j["bytes_out"] = bytes_out_;
-  auto& devs = j["devices"] = nlohmann::json::array();
-  for (const DeviceTiming& d : r.devices) {
-    devs.push_back({{"index", d.device},
-                    {"name", d.name},
-                    {"row_begin", d.shard.row_begin},
-                    {"row_end", d.shard.row_end},
-                    {"k_begin", d.shard.k_begin},
-                    {"k_end", d.shard.k_end},
-                    {"copy_in_ms", d.copy_in_ms},
-                    {"kernel_ms", d.kernel_ms},
-                    {"reduce_ms", d.reduce_ms},
-                    {"copy_out_ms", d.copy_out_ms}});
+  const TimingRecord record = timing_record_of(facts_, r);
+  if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, bytes_in_, bytes_out_, &record);
+  if (shared_.timing_log) shared_.timing_log->info(timing_record_json(record));
+  if (!shared_.options.trace_dir.empty()) {
+    const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";
+    std::FILE* file = std::fopen(path.c_str(), "w");
+    if (!file || std::fwrite(trace_json_.data(), 1, trace_json_.size(), file) != trace_json_.size())
+      shared_.log.write(spdlog::level::warn, "request id=" + id_ + ": cannot write the trace " + path);
+    if (file) std::fclose(file);
   }
-  shared_.timing_log->info(j.dump());
 }
 
 }  // namespace sgemm

@@ -35,6 +35,7 @@
 #include <string>
 
 #include "server/service/codec.h"
+#include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
 
 namespace sgemm {
@@ -137,6 +138,12 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   bool from_regions_ = false;
   bool output_in_region_ = false;  // C is written into a region: nothing to send but the summary
   std::vector<std::shared_ptr<const MappedRegion>> regions_held_;
+  // Observability (docs/observability.md): a trace asked for by the header,
+  // when the first chunk of C went out, the facts the summary was made from.
+  bool trace_ = false;
+  std::optional<Clock::time_point> t_first_send_;
+  RequestFacts facts_;
+  std::string trace_json_;  // made once, for the summary and/or --trace-dir
 };
 
 }  // namespace sgemm

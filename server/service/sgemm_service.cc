@@ -51,6 +51,7 @@ SgemmService::SgemmService(Engine& engine, ServiceOptions options, std::shared_p
 }
 
 SgemmService::~SgemmService() {
+  shared_->metrics.reset();  // no scrape reads the service while it goes
   {
     std::lock_guard lock(watchdog_mu_);
     stopping_ = true;
@@ -105,6 +106,24 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   out->set_region_bytes_in_use(regions_->bytes_in_use());
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+LoadGauges SgemmService::load() const {
+  LoadGauges g;
+  g.in_flight = shared_->pool.running();
+  g.queued = shared_->pool.queued() + shared_->budget.waiters();
+  {
+    std::lock_guard lock(shared_->calls_mu);
+    g.open_streams = int(shared_->calls.size());
+  }
+  g.host_bytes_in_use = shared_->budget.in_use();
+  g.host_bytes_budget = shared_->budget.capacity();
+  return g;
+}
+
+StatusOr<int> SgemmService::start_metrics(const std::string& listen) {
+  SGEMM_ASSIGN_OR_RETURN(shared_->metrics, ServiceMetrics::start(listen, [this] { return load(); }));
+  return shared_->metrics->port();
 }
 
 void SgemmService::begin_shutdown() {

@@ -37,6 +37,7 @@
 #include "server/service/rate_limited_log.h"
 #include "server/service/region_registry.h"
 #include "server/service/request_assembly.h"
+#include "server/service/service_metrics.h"
 #include "server/service/unix_connections.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
@@ -61,6 +62,7 @@ struct ServiceOptions {
   std::vector<std::string> backends;              // backends this build has, for GetInfo
   int64_t region_bytes = 0;  // shared-memory regions registered at once, all callers together (page-locked
                              // memory the callers own); 0 = a quarter of physical memory (docs/transport.md)
+  std::string trace_dir;     // write a Chrome trace of every request here (trace-<id>.json); "" = only on request
 };
 
 // Half of this host's physical memory: what --host-memory-bytes 0 means.
@@ -79,6 +81,8 @@ struct ServiceShared {
   ComputePool pool;
   RateLimitedLog log;                          // per-request lines; failures rate-limited
   std::shared_ptr<spdlog::logger> timing_log;  // may be null
+  // Set by start_metrics() before the server serves; null = no metrics.
+  std::unique_ptr<ServiceMetrics> metrics;
   std::atomic<int64_t> next_id{1};
   std::atomic<int64_t> requests_total{0};
   std::atomic<int64_t> requests_failed{0};
@@ -134,6 +138,12 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   bool wait_for_no_calls(std::chrono::steady_clock::time_point deadline);
   // Step 3: ends every open call with `why` (engines stop at their next block).
   void cancel_all(const Status& why);
+
+  // Serves Prometheus metrics on `listen` (--metrics-listen); call before the
+  // gRPC server starts. Returns the port bound.
+  StatusOr<int> start_metrics(const std::string& listen);
+  // The service's load, as GetInfo and the metrics' gauges report it.
+  LoadGauges load() const;
 
   const ServiceOptions& options() const { return options_; }
   int64_t host_bytes_in_use() const { return shared_->budget.in_use(); }

@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
 
 #include "client/sgemm_client.h"
@@ -40,11 +42,17 @@ TEST(CliE2E, SubmitJsonCarriesShapeTimesDevicesErrorAndBytes) {
   EXPECT_EQ(j["shape"]["m"], 300);
   EXPECT_TRUE(j["verify"]["passed"].get<bool>());
   EXPECT_LT(j["verify"]["max_rel_error"].get<double>(), kSgemmTolerance);
-  EXPECT_EQ(j["bytes_sent"], 3 * 300 * 300 * 4);  // A, B and C (beta != 0 sends C)
-  EXPECT_EQ(j["bytes_received"], 300 * 300 * 4);
+  EXPECT_EQ(j["schema"], "sgemm.timing/1");                 // the server's timings.jsonl record (docs/observability.md)
+  EXPECT_EQ(j["client"]["bytes_sent"], 3 * 300 * 300 * 4);  // A, B and C (beta != 0 sends C)
+  EXPECT_EQ(j["client"]["bytes_received"], 300 * 300 * 4);
+  // The server's view agrees; through shared memory no matrix byte crosses gRPC.
+  const char* transport = std::getenv("SGEMM_E2E_TRANSPORT");
+  const bool shm = transport && std::string(transport) == "shm";
+  EXPECT_EQ(j["bytes_in"], shm ? 0 : 3 * 300 * 300 * 4);
   EXPECT_FALSE(j["devices"].empty());
   EXPECT_TRUE(j["devices"][0].contains("kernel_ms"));
-  EXPECT_EQ(j["client_total_ms_all"].size(), 2u);
+  EXPECT_TRUE(j["devices"][0].contains("kernel_wait_ms"));
+  EXPECT_EQ(j["client"]["total_ms_all"].size(), 2u);
   EXPECT_EQ(server.stop(), 0);
 }
 

@@ -15,7 +15,7 @@ execute_process(COMMAND ${CPACK} -G DEB -B ${WORK_DIR} --config ${BUILD_DIR}/CPa
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cpack -G DEB failed (${rc}):\n${out}\n${err}")
 endif()
-set(expect_server usr/bin/sgemm-server)
+set(expect_server usr/bin/sgemm-server usr/bin/sgemm-timings)
 set(expect_client usr/bin/sgemm-client usr/include/client/sgemm_client.h usr/include/common/status.h
                   usr/lib/cmake/sgemm_client/sgemm_clientConfig.cmake)
 foreach(pkg server client)

@@ -47,6 +47,8 @@ class CudaEngine final : public Engine {
     info.kernels.push_back(default_kind_);
     for (KernelKind k : pool_->kernels())
       if (k != default_kind_) info.kernels.push_back(k);
+    info.startup_ms = startup_ms_;
+    info.pinned_pool_bytes = int64_t(host_pool_.stats().arena_bytes);
     info.precisions.push_back(Precision::kFp32);
     for (Precision p : {Precision::kTf32, Precision::kFp32x3})
       if (has_kernel(kernel_of(p))) info.precisions.push_back(p);
@@ -74,6 +76,17 @@ class CudaEngine final : public Engine {
   Status unregister_host_memory(void* data) override {
     SGEMM_CUDA_TRY(cudaSetDevice(pool_->ordinal(0)));
     return SGEMM_CUDA_STATUS(cudaHostUnregister(data));
+  }
+
+  // Start-up, after construction and before the engine is shared: warm-up
+  // and the pinned pool (see CudaEngineOptions).
+  Status start(std::chrono::steady_clock::time_point t0) {
+    if (options_.warm_up) SGEMM_RETURN_IF_ERROR(pool_->warm_up());
+    // Without the pool requests still run (pinning their buffers as they come): say so, go on.
+    if (Status s = host_pool_.reserve(options_.pinned_pool_bytes); !s.ok() && options_.log)
+      options_.log("cuda engine: " + s.message() + "; request buffers are pinned as they come");
+    startup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return Status::Ok();
   }
 
   Status validate(const GemmRequest& r) const override {
@@ -152,7 +165,10 @@ class CudaEngine final : public Engine {
     } else {
       if (!comm_ || int(plan.shards.size()) != pool_->size())
         return Internal("split plan does not cover the device pool");
+      const auto t_order = std::chrono::steady_clock::now();
       SGEMM_ASSIGN_OR_RETURN(order, lock_order(job.cancel));
+      jr.set_order_wait_ms(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_order).count());
       for (int i = 0; i < pool_->size(); ++i) {
         SGEMM_ASSIGN_OR_RETURN(LaneLease lease, pool_->acquire(i, job.cancel));
         leases.push_back(std::move(lease));
@@ -234,6 +250,7 @@ class CudaEngine final : public Engine {
   }
 
   const CudaEngineOptions options_;
+  double startup_ms_ = 0;  // set once by make_cuda_engine, before the engine is shared
   std::unique_ptr<DevicePool> pool_;
   std::unique_ptr<NcclCommunicator> comm_;  // null with one device
   PinnedHostPool host_pool_;
@@ -243,6 +260,7 @@ class CudaEngine final : public Engine {
 }  // namespace
 
 StatusOr<std::unique_ptr<Engine>> make_cuda_engine(const CudaEngineOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
   if (options.lanes_per_device < 1) return InvalidArgument("lanes_per_device must be >= 1");
   if (!(options.gpu_tflops > 0) || !(options.tf32_tflops > 0) || !(options.fp32x3_tflops > 0) ||
       !(options.host_link_gbps > 0) || !(options.peer_gbps > 0))
@@ -271,7 +289,15 @@ StatusOr<std::unique_ptr<Engine>> make_cuda_engine(const CudaEngineOptions& opti
            std::string(kernel_kind_name(def)) + (comm ? "; NCCL communicator ready" : "");
     options.log(msg);
   }
-  return std::unique_ptr<Engine>(new CudaEngine(options, std::move(pool), std::move(comm), def));
+  auto engine = std::make_unique<CudaEngine>(options, std::move(pool), std::move(comm), def);
+  SGEMM_RETURN_IF_ERROR(engine->start(t0));
+  if (options.log) {
+    const EngineInfo info = engine->info();
+    options.log("cuda engine: started in " + std::to_string(int64_t(info.startup_ms)) + " ms (" +
+                (options.warm_up ? "kernels and cuBLAS warmed up on every lane" : "no warm-up") + ", " +
+                std::to_string(info.pinned_pool_bytes >> 20) + " MiB pinned pool)");
+  }
+  return std::unique_ptr<Engine>(std::move(engine));
 }
 
 }  // namespace sgemm

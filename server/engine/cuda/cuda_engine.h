@@ -38,6 +38,16 @@ struct CudaEngineOptions {
 
   // Released pinned host memory kept for reuse by host_allocator() (8 GiB).
   std::size_t pinned_cache_bytes = std::size_t(8) << 30;
+  // Page-locked memory pinned at start-up, from which request buffers are
+  // carved before any is allocated fresh (the first 16384^3 request's upload
+  // otherwise pays for pinning its 3 GiB). 0 = none: every buffer is pinned
+  // when first needed (the library default, so tests and benchmarks pin
+  // nothing they do not use; sgemm-server's --pinned-pool-bytes is 4 GiB).
+  std::size_t pinned_pool_bytes = 0;
+  // Warm start: one small product per kernel on every lane before serving
+  // (DevicePool::warm_up), so the first request does not load kernels or
+  // initialise cuBLAS.
+  bool warm_up = true;
   // Rows per block of the row pipeline (copy in, kernel, copy out, rows_ready);
   // 0 = the shard's rows / planner.pipeline_chunks, rounded up to 128, >= 512.
   int64_t chunk_rows = 0;

@@ -22,7 +22,8 @@ void JobRun::add(Lane* lane, int rank, const Shard& shard, const DeviceInfo& inf
 
 Status JobRun::execute(const SplitExecutor& executor) {
   for (auto& w : works_) w.lane->reset_events();
-  const Status issued = executor.issue(*this);
+  const Status origins = record_origins();
+  const Status issued = origins.ok() ? executor.issue(*this) : origins;
   const Status drained = drain();
   Status s = issued.ok() ? drained : issued;
   if (s.ok()) {
@@ -39,13 +40,56 @@ Status JobRun::execute(const SplitExecutor& executor) {
 
 std::vector<DeviceTiming> JobRun::timings() const {
   std::vector<DeviceTiming> v;
-  for (const auto& w : works_) v.push_back(w.timing);
+  for (const auto& w : works_) {
+    v.push_back(w.timing);
+    v.back().order_wait_ms = order_wait_ms_;
+  }
   return v;
+}
+
+Status JobRun::record_origins() {
+  // The lanes are leased and idle: each origin fires as soon as it is
+  // recorded, so the host time after the synchronize places it (to within the
+  // synchronize's latency).
+  for (auto& w : works_) {
+    SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
+    SGEMM_ASSIGN_OR_RETURN(w.origin, w.lane->next_event());
+    SGEMM_CUDA_TRY(cudaEventRecord(w.origin, w.lane->h2d()));
+    SGEMM_CUDA_TRY(cudaEventSynchronize(w.origin));
+    w.origin_ms = host_ms(std::chrono::steady_clock::now());
+  }
+  return Status::Ok();
 }
 
 Status JobRun::feed_wait(MatrixId m, int64_t elements) {
   if (!job_.feed || elements <= 0) return Status::Ok();
-  return job_.feed->wait_for(m, elements);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = job_.feed->wait_for(m, elements);
+  const auto t1 = std::chrono::steady_clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  if (ms > 0.01) {  // a wait that found the data present is no wait
+    pending_wait_ms_ += ms;
+    Step st;
+    st.kind = StepKind::kWaitInput;
+    st.start_ms = host_ms(t0);
+    st.end_ms = host_ms(t1);
+    st.bytes = elements * int64_t(kFloatBytes);  // the prefix waited for
+    pending_waits_.push_back(st);
+  }
+  return s;
+}
+
+void JobRun::charge_input_wait(ShardWork& w) {
+  w.timing.copy_in_wait_ms += pending_wait_ms_;
+  for (Step& st : pending_waits_) {
+    st.row_begin = w.shard.row_begin;
+    st.row_end = w.shard.row_end;
+    st.k_begin = w.shard.k_begin;
+    st.k_end = w.shard.k_end;
+    w.timing.steps.push_back(st);
+  }
+  pending_wait_ms_ = 0;
+  pending_waits_.clear();
 }
 
 Status JobRun::order_after(ShardWork& w, cudaStream_t waiter, cudaStream_t producer) {
@@ -104,6 +148,11 @@ Status JobRun::copy_out(ShardWork& w, const float* dev, int64_t dev_row0, int64_
                                                    w.lane->d2h()));
       },
       &done));
+  w.out.back().meta.bytes = (end - begin) * n * int64_t(kFloatBytes);
+  w.out.back().meta.row_begin = begin;
+  w.out.back().meta.row_end = end;
+  w.out.back().meta.k_begin = w.shard.k_begin;
+  w.out.back().meta.k_end = w.shard.k_end;
   outs_.push_back(OutBlock{done, begin, end, false});
   report_outputs(/*all_done=*/false);
   return Status::Ok();
@@ -122,12 +171,19 @@ Status JobRun::begin_comm_spans(std::vector<Span>* spans, const std::vector<cuda
   return Status::Ok();
 }
 
-Status JobRun::end_comm_spans(const std::vector<Span>& spans) {
+Status JobRun::end_comm_spans(const std::vector<Span>& spans, const std::vector<int64_t>& bytes) {
   for (size_t i = 0; i < works_.size(); ++i) {
     ShardWork& w = works_[i];
     SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
     SGEMM_CUDA_TRY(cudaEventRecord(spans[i].end, w.lane->comm()));
-    w.reduce.push_back(spans[i]);
+    Span sp = spans[i];
+    sp.meta.kind = StepKind::kCollective;
+    sp.meta.bytes = i < bytes.size() ? bytes[i] : 0;
+    sp.meta.row_begin = w.shard.row_begin;
+    sp.meta.row_end = w.shard.row_end;
+    sp.meta.k_begin = w.shard.k_begin;
+    sp.meta.k_end = w.shard.k_end;
+    w.reduce.push_back(sp);
   }
   return Status::Ok();
 }
@@ -188,22 +244,56 @@ Status JobRun::drain() {
 }
 
 Status JobRun::collect_timings() {
+  // Every span on the job's common timeline (ms since the origin).
   for (auto& w : works_) {
-    auto sum = [&](const std::vector<Span>& spans, double* out) -> Status {
-      double total = 0;
-      for (const Span& sp : spans) {
-        float ms = 0;
-        SGEMM_CUDA_TRY(cudaEventElapsedTime(&ms, sp.begin, sp.end));
-        total += ms;
-      }
-      *out = total;
-      return Status::Ok();
-    };
     SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
-    SGEMM_RETURN_IF_ERROR(sum(w.in, &w.timing.copy_in_ms));
-    SGEMM_RETURN_IF_ERROR(sum(w.kernel, &w.timing.kernel_ms));
-    SGEMM_RETURN_IF_ERROR(sum(w.reduce, &w.timing.reduce_ms));
-    SGEMM_RETURN_IF_ERROR(sum(w.out, &w.timing.copy_out_ms));
+    for (auto* spans : {&w.in, &w.kernel, &w.reduce, &w.out}) {
+      for (Span& sp : *spans) {
+        float b = 0, e = 0;
+        SGEMM_CUDA_TRY(cudaEventElapsedTime(&b, w.origin, sp.begin));
+        SGEMM_CUDA_TRY(cudaEventElapsedTime(&e, w.origin, sp.end));
+        sp.meta.start_ms = w.origin_ms + b;
+        sp.meta.end_ms = w.origin_ms + std::max(b, e);
+      }
+    }
+  }
+  // A collective makes progress only once every device has reached it: the
+  // c-th collective of each device is the same call (begin/end_comm_spans).
+  std::vector<double> peer_ready;
+  for (const auto& w : works_)
+    for (size_t c = 0; c < w.reduce.size(); ++c) {
+      if (peer_ready.size() <= c) peer_ready.resize(c + 1, 0.0);
+      peer_ready[c] = std::max(peer_ready[c], w.reduce[c].meta.start_ms);
+    }
+  for (auto& w : works_) {
+    // Working: the spans themselves. Waiting: the stream idle between its
+    // first and last span of the phase (it waited on another stream).
+    auto work_and_gaps = [](const std::vector<Span>& spans, double* work, double* wait) {
+      double total = 0, first = 0, last = 0;
+      for (size_t i = 0; i < spans.size(); ++i) {
+        total += spans[i].meta.end_ms - spans[i].meta.start_ms;
+        first = i == 0 ? spans[i].meta.start_ms : std::min(first, spans[i].meta.start_ms);
+        last = i == 0 ? spans[i].meta.end_ms : std::max(last, spans[i].meta.end_ms);
+      }
+      *work = total;
+      if (wait) *wait = std::max(0.0, (last - first) - total);
+    };
+    work_and_gaps(w.in, &w.timing.copy_in_ms, nullptr);  // its wait is the input's (feed_wait)
+    work_and_gaps(w.kernel, &w.timing.kernel_ms, &w.timing.kernel_wait_ms);
+    work_and_gaps(w.out, &w.timing.copy_out_ms, &w.timing.copy_out_wait_ms);
+    double reduce_work = 0, reduce_wait = 0;
+    for (size_t c = 0; c < w.reduce.size(); ++c) {
+      Step& m = w.reduce[c].meta;
+      const double len = m.end_ms - m.start_ms;
+      const double wait = std::clamp(peer_ready[c] - m.start_ms, 0.0, len);
+      m.peer_ready_ms = std::max(m.start_ms, std::min(peer_ready[c], m.end_ms));
+      reduce_wait += wait;
+      reduce_work += len - wait;
+    }
+    w.timing.reduce_ms = reduce_work;
+    w.timing.reduce_wait_ms = reduce_wait;
+    for (auto* spans : {&w.in, &w.kernel, &w.reduce, &w.out})
+      for (const Span& sp : *spans) w.timing.steps.push_back(sp.meta);
   }
   return Status::Ok();
 }

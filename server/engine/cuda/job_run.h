@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -30,10 +31,12 @@ namespace sgemm {
 
 struct SplitExecutor;
 
-// Start and end events of one operation on one stream.
+// Start and end events of one operation on one stream, and what it moved
+// (meta's times are filled in by collect_timings()).
 struct Span {
   cudaEvent_t begin = nullptr;
   cudaEvent_t end = nullptr;
+  Step meta;
 };
 
 // One device's part of a running job.
@@ -45,6 +48,11 @@ struct ShardWork {
   std::vector<Span> in, kernel, reduce, out;
   DeviceBuffer a, b, c;
   std::deque<cudaEvent_t> in_flight;  // end events of issued blocks not yet seen finished
+  // The device's time reference: `origin` fired at origin_ms (host steady
+  // clock, ms since the job's origin), so an event e happened at
+  // origin_ms + cudaEventElapsedTime(origin, e).
+  cudaEvent_t origin = nullptr;
+  double origin_ms = 0;
 };
 
 // How a job is run: resolved from the request and the engine's options.
@@ -69,7 +77,7 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 class JobRun {
  public:
   JobRun(const GemmJob& job, const JobSettings& settings, NcclCommunicator* comm)
-      : job_(job), set_(settings), comm_(comm) {}
+      : job_(job), set_(settings), comm_(comm), origin_(job.origin.value_or(std::chrono::steady_clock::now())) {}
 
   void add(Lane* lane, int rank, const Shard& shard, const DeviceInfo& info);
 
@@ -78,6 +86,9 @@ class JobRun {
   Status execute(const SplitExecutor& executor);
 
   std::vector<DeviceTiming> timings() const;
+  // Host time the job waited for the NCCL order before it ran (every device's
+  // order_wait_ms).
+  void set_order_wait_ms(double ms) { order_wait_ms_ = ms; }
   bool fallback_used() const { return fallback_used_; }
 
   // ---- What executors use -------------------------------------------------
@@ -90,19 +101,26 @@ class JobRun {
   // The job's cancellation status (OK while it may go on).
   Status check_cancel() const { return job_.cancel ? job_.cancel->status() : Status::Ok(); }
   // Waits until the first `elements` of `m` are in host memory (streaming input).
+  // The time it blocks is charged, as waiting for input, to the device whose
+  // copy in is issued next (the one the data was waited for).
   Status feed_wait(MatrixId m, int64_t elements);
 
   // Records begin, enqueues, records end on `stream`; `end_out` gets the end
-  // event, which later stages wait on.
+  // event, which later stages wait on. `meta` says what the step moves
+  // (bytes, rows, K range) for traces; its kind follows from `into`.
   template <typename Enqueue>
-  Status timed(ShardWork& w, std::vector<Span>& into, cudaStream_t stream, Enqueue&& enqueue, cudaEvent_t* end_out) {
+  Status timed(ShardWork& w, std::vector<Span>& into, cudaStream_t stream, Enqueue&& enqueue, cudaEvent_t* end_out,
+               const Step& meta = {}) {
     SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
     SGEMM_ASSIGN_OR_RETURN(cudaEvent_t begin, w.lane->next_event());
     SGEMM_ASSIGN_OR_RETURN(cudaEvent_t end, w.lane->next_event());
     SGEMM_CUDA_TRY(cudaEventRecord(begin, stream));
     SGEMM_RETURN_IF_ERROR(enqueue());
     SGEMM_CUDA_TRY(cudaEventRecord(end, stream));
-    into.push_back(Span{begin, end});
+    Span span{begin, end, meta};
+    span.meta.kind = &into == &w.in ? StepKind::kCopyIn : &into == &w.out ? StepKind::kCopyOut : StepKind::kKernel;
+    if (&into == &w.in) charge_input_wait(w);
+    into.push_back(span);
     if (end_out) *end_out = end;
     return Status::Ok();
   }
@@ -126,9 +144,10 @@ class JobRun {
 
   // Every device's comm stream brackets one collective: begin_comm_spans()
   // records the start on each (after `wait_for[i]` when given), end_comm_spans()
-  // the end, adding the span to each device's reduce timing.
+  // the end, adding the span to each device's reduce timing. `bytes[i]` is
+  // what device i receives (traces); empty = unknown.
   Status begin_comm_spans(std::vector<Span>* spans, const std::vector<cudaEvent_t>* wait_for = nullptr);
-  Status end_comm_spans(const std::vector<Span>& spans);
+  Status end_comm_spans(const std::vector<Span>& spans, const std::vector<int64_t>& bytes = {});
 
   // A block ending with `done` was issued on `w`. While more than blocks_ahead
   // blocks of `w` are unfinished, waits for the oldest, polling the job's
@@ -140,6 +159,11 @@ class JobRun {
 
  private:
   Status wait_event(ShardWork& w, cudaEvent_t e);
+  Status record_origins();
+  void charge_input_wait(ShardWork& w);
+  double host_ms(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double, std::milli>(t - origin_).count();
+  }
   void report_outputs(bool all_done);
   Status drain();
   Status collect_timings();
@@ -157,6 +181,11 @@ class JobRun {
   std::vector<ShardWork> works_;
   std::vector<OutBlock> outs_;
   bool fallback_used_ = false;
+  const std::chrono::steady_clock::time_point origin_;
+  double order_wait_ms_ = 0;
+  // Input waits not yet charged to a device (see feed_wait).
+  double pending_wait_ms_ = 0;
+  std::vector<Step> pending_waits_;
 };
 
 }  // namespace sgemm

@@ -58,7 +58,12 @@ Status issue(JobRun& run) {
                                            size_t((m_pad - zero_from) * ldc) * kFloatBytes, w.lane->h2d()));
           return Status::Ok();
         },
-        nullptr));
+        nullptr,
+        Step{.bytes = owns_c ? s.m * s.n * int64_t(kFloatBytes) : 0,
+             .row_begin = 0,
+             .row_end = s.m,
+             .k_begin = w.shard.k_begin,
+             .k_end = w.shard.k_end}));
   }
   // K blocks, block i on every device before block i+1 on any.
   for (int64_t i = 0;; ++i) {
@@ -83,12 +88,18 @@ Status issue(JobRun& run) {
             SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + s0, job.a_ld(), s1 - s0, s.m));
             return run.h2d_2d(w, db, ldb, job.b + s0 * job.b_ld(), job.b_ld(), s.n, s1 - s0);
           },
-          &in_done));
+          &in_done,
+          Step{.bytes = (s1 - s0) * (s.m + s.n) * int64_t(kFloatBytes),
+               .row_begin = 0,
+               .row_end = s.m,
+               .k_begin = s0,
+               .k_end = s1}));
       SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
       const float beta = i == 0 ? (owns_c ? job.request.beta : 0.0f) : 1.0f;
       GemmArgs args{GemmShape{s.m, s.n, s1 - s0}, job.request.alpha, beta, da, lda, db, ldb, w.c.floats(), ldc};
       SGEMM_RETURN_IF_ERROR(run.timed(
-          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done));
+          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
+          Step{.row_begin = 0, .row_end = s.m, .k_begin = s0, .k_end = s1}));
       SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
     }
     if (!issued) break;
@@ -119,7 +130,11 @@ Status issue(JobRun& run) {
     }
     SGEMM_RETURN_IF_ERROR(group.end());
   }
-  SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans));
+  // What each device receives of its peers' partial Cs (its block, or all of C at the root).
+  std::vector<int64_t> received;
+  for (auto& w : works)
+    received.push_back((scatter ? block_rows : (w.rank == 0 ? s.m : 0)) * s.n * (p - 1) * int64_t(kFloatBytes));
+  SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
   if (scatter) {
     for (int r = 0; r < p; ++r) {
       ShardWork& w = works[size_t(r)];

@@ -37,7 +37,7 @@ Status issue_row_pipeline(JobRun& run) {
     SGEMM_RETURN_IF_ERROR(run.timed(
         w, w.in, w.lane->h2d(),
         [&] { return run.h2d_2d(w, w.b.floats() + r0 * ldb, ldb, job.b + r0 * hldb, hldb, s.n, r1 - r0); },
-        &b_ready[size_t(j)]));
+        &b_ready[size_t(j)], Step{.bytes = (r1 - r0) * s.n * int64_t(kFloatBytes), .k_begin = r0, .k_end = r1}));
   }
   if (p > 1) {
     NcclCommunicator* comm = run.comm();
@@ -59,7 +59,11 @@ Status issue_row_pipeline(JobRun& run) {
       }
       SGEMM_RETURN_IF_ERROR(group.end());
     }
-    SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans));
+    // Each device receives the slices it did not upload.
+    std::vector<int64_t> received;
+    for (int j = 0; j < p; ++j)
+      received.push_back((s.k - (kb[size_t(j) + 1] - kb[size_t(j)])) * s.n * int64_t(kFloatBytes));
+    SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
     for (int j = 0; j < p; ++j) b_ready[size_t(j)] = spans[size_t(j)].end;
   }
   for (int j = 0; j < p; ++j) {
@@ -91,11 +95,17 @@ Status issue_row_pipeline(JobRun& run) {
             if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * hldc, hldc, s.n, c1 - c0));
             return Status::Ok();
           },
-          &in_done));
+          &in_done,
+          Step{.bytes = (c1 - c0) * (s.k + (has_c ? s.n : 0)) * int64_t(kFloatBytes),
+               .row_begin = c0,
+               .row_end = c1,
+               .k_begin = 0,
+               .k_end = s.k}));
       SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
       GemmArgs args{GemmShape{c1 - c0, s.n, s.k}, job.request.alpha, beta, da, lda, w.b.floats(), ldb, dc, ldc};
       SGEMM_RETURN_IF_ERROR(run.timed(
-          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done));
+          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
+          Step{.row_begin = c0, .row_end = c1, .k_begin = 0, .k_end = s.k}));
       SGEMM_RETURN_IF_ERROR(run.copy_out(w, w.c.floats(), r0, ldc, c0, c1, k_done));
       SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
     }

@@ -115,6 +115,10 @@ TEST(CudaEngineGpu, ProgressiveFeedAndEveryRowReportedOnce) {
   EXPECT_GT(sink.calls(), 1);
   EXPECT_GT(feed.waits(), 2);
   EXPECT_TRUE(verify(p, false).passed(kSgemmTolerance));
+  // The engine waited for the trickling input, and says so, as input waiting.
+  ASSERT_EQ(r->devices.size(), 1u);
+  EXPECT_GT(r->devices[0].copy_in_wait_ms, 0.0);
+  expect_steps(r->devices[0]);
 }
 
 TEST(CudaEngineGpu, ConcurrentRuns) {
@@ -251,6 +255,49 @@ TEST(CudaEngineGpu, CancelStopsAtABlockBoundary) {
   auto after = e->run(job_of(q));
   ASSERT_TRUE(after.ok()) << after.status().to_string();
   EXPECT_TRUE(verify(q, false).passed(kSgemmTolerance));
+}
+
+// Warm start: a small product per kernel on every lane and the pinned pool
+// before the engine is handed out; request buffers come from that pool.
+TEST(CudaEngineGpu, WarmStartAndPinnedPool) {
+  SGEMM_REQUIRE_GPUS(1);
+  CudaEngineOptions o;
+  o.devices = {0};
+  o.pinned_pool_bytes = std::size_t(64) << 20;
+  o.warm_up = true;
+  auto made = make_cuda_engine(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  auto& e = *made;
+  const EngineInfo info = e->info();
+  EXPECT_GT(info.startup_ms, 0.0);
+  EXPECT_EQ(info.pinned_pool_bytes, int64_t(64) << 20);
+  // Three buffers from the pool, page-locked, within one 64 MiB block; freed
+  // and coalesced, the whole pool is one buffer again.
+  std::vector<HostBuffer> bufs;
+  for (int i = 0; i < 3; ++i) {
+    auto b = e->host_allocator().allocate(std::size_t(10) << 20);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, b->data()), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeHost);
+    bufs.push_back(std::move(b).value());
+  }
+  const char* lo = static_cast<const char*>(bufs[0].data());
+  for (const HostBuffer& b : bufs) {
+    EXPECT_GE(static_cast<const char*>(b.data()), lo);
+    EXPECT_LT(static_cast<const char*>(b.data()) - lo, std::ptrdiff_t(64) << 20);
+  }
+  bufs.clear();
+  auto whole = e->host_allocator().allocate(std::size_t(64) << 20);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->data(), lo);
+  whole->reset();
+  // And the warmed engine computes right (each kernel once more).
+  Problem p = make_problem(*e, {257, 129, 65}, 7, false, 1.0f, 0.0f);
+  auto r = e->run(job_of(p));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  expect_report(*r, SplitMode::kSingle, 1);
+  EXPECT_TRUE(verify(p, false).passed(kSgemmTolerance));
 }
 
 TEST(CudaEngineGpu, PinnedHostMemoryIsReused) {

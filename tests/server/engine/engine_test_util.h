@@ -189,6 +189,31 @@ inline std::unique_ptr<Engine> make_engine(std::vector<int> devices, KReduce red
   return e.ok() ? std::move(e).value() : nullptr;
 }
 
+// Honest timings: waits are never negative, every step ends after it starts,
+// a collective's peer-ready time lies inside it, and the working time of each
+// phase is the sum of its steps.
+inline void expect_steps(const DeviceTiming& d) {
+  for (double w : {d.copy_in_wait_ms, d.kernel_wait_ms, d.reduce_wait_ms, d.copy_out_wait_ms, d.order_wait_ms})
+    EXPECT_GE(w, 0.0);
+  EXPECT_FALSE(d.steps.empty());
+  double sums[5] = {};
+  for (const Step& s : d.steps) {
+    EXPECT_GE(s.end_ms, s.start_ms) << step_kind_name(s.kind);
+    EXPECT_GE(s.start_ms, 0.0) << step_kind_name(s.kind);
+    EXPECT_GE(s.bytes, 0);
+    if (s.kind == StepKind::kCollective) {
+      EXPECT_GE(s.peer_ready_ms, s.start_ms);
+      EXPECT_LE(s.peer_ready_ms, s.end_ms);
+    }
+    sums[int(s.kind)] += s.end_ms - s.start_ms;
+  }
+  EXPECT_NEAR(sums[int(StepKind::kCopyIn)], d.copy_in_ms, 1e-6);
+  EXPECT_NEAR(sums[int(StepKind::kKernel)], d.kernel_ms, 1e-6);
+  EXPECT_NEAR(sums[int(StepKind::kCollective)], d.reduce_ms + d.reduce_wait_ms, 1e-6);
+  EXPECT_NEAR(sums[int(StepKind::kCopyOut)], d.copy_out_ms, 1e-6);
+  EXPECT_NEAR(sums[int(StepKind::kWaitInput)], d.copy_in_wait_ms, 1e-6);
+}
+
 inline void expect_report(const GemmReport& r, SplitMode mode, std::size_t devices) {
   EXPECT_EQ(r.backend, "cuda");
   EXPECT_NE(r.kernel, KernelKind::kOpenblas);
@@ -201,6 +226,7 @@ inline void expect_report(const GemmReport& r, SplitMode mode, std::size_t devic
     EXPECT_GT(d.kernel_ms + d.reduce_ms, 0.0);  // a device with an empty shard may only reduce
     EXPECT_GE(d.copy_in_ms, 0.0);
     EXPECT_GE(d.copy_out_ms, 0.0);
+    expect_steps(d);
   }
 }
 

@@ -1,0 +1,243 @@
+#include "server/service/service_metrics.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace sgemm {
+namespace {
+
+// Gauges computed when Prometheus scrapes, from the service's own counters.
+class LoadCollectable final : public prometheus::Collectable {
+ public:
+  explicit LoadCollectable(std::function<LoadGauges()> load) : load_(std::move(load)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const LoadGauges g = load_();
+    std::vector<prometheus::MetricFamily> out;
+    auto gauge = [&](const char* name, const char* help, double value) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = prometheus::MetricType::Gauge;
+      prometheus::ClientMetric m;
+      m.gauge.value = value;
+      f.metric.push_back(m);
+      out.push_back(std::move(f));
+    };
+    gauge("sgemm_queued_requests", "Requests waiting for a compute slot or for host memory", g.queued);
+    gauge("sgemm_in_flight_requests", "Requests being computed", g.in_flight);
+    gauge("sgemm_open_streams", "Multiply streams open, in any phase", g.open_streams);
+    gauge("sgemm_host_memory_in_use_bytes", "Host memory budget reserved by requests", double(g.host_bytes_in_use));
+    gauge("sgemm_host_memory_budget_bytes", "Host memory budget (--host-memory-bytes)", double(g.host_bytes_budget));
+    return out;
+  }
+
+ private:
+  std::function<LoadGauges()> load_;
+};
+
+std::string device_label(int index) { return index < 0 ? "cpu" : std::to_string(index); }
+
+// A minimal HTTP/1.0 endpoint for GET /metrics: one thread, one connection at
+// a time (Prometheus scrapes every few seconds). prometheus-cpp's own exposer
+// (civetweb) cannot start its threads inside sgemm-server: it asks for small
+// thread stacks, and the static TLS of the CUDA libraries does not fit them.
+class MetricsEndpoint {
+ public:
+  using Body = std::function<std::string()>;
+  static StatusOr<std::unique_ptr<MetricsEndpoint>> listen(const std::string& address, Body body) {
+    const auto colon = address.rfind(':');
+    if (colon == std::string::npos) return InvalidArgument("--metrics-listen " + address + ": expected HOST:PORT");
+    std::string host = address.substr(0, colon);
+    const std::string port = address.substr(colon + 1);
+    if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    if (int e = getaddrinfo(host.empty() || host == "*" ? nullptr : host.c_str(), port.c_str(), &hints, &found); e)
+      return InvalidArgument("--metrics-listen " + address + ": " + gai_strerror(e));
+    int fd = -1;
+    std::string why = "no address";
+    for (addrinfo* ai = found; ai && fd < 0; ai = ai->ai_next) {
+      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) continue;
+      const int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, 16) != 0) {
+        why = std::strerror(errno);
+        close(fd);
+        fd = -1;
+      }
+    }
+    freeaddrinfo(found);
+    if (fd < 0) return Unavailable("--metrics-listen " + address + ": cannot listen: " + why);
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+    const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    return std::unique_ptr<MetricsEndpoint>(new MetricsEndpoint(fd, bound_port, std::move(body)));
+  }
+  ~MetricsEndpoint() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  MetricsEndpoint(int fd, int port, Body body)
+      : fd_(fd), port_(port), body_(std::move(body)), thread_([this] { serve(); }) {}
+
+  void serve() {
+    while (!stop_.load()) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;  // wakes every 100 ms to see stop_
+      const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      answer(c);
+      close(c);
+    }
+  }
+
+  void answer(int c) {
+    // The request line and headers; a client that sends nothing for 2 s is dropped.
+    const timeval timeout{2, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+    std::string req;
+    char buf[2048];
+    while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
+      const ssize_t n = recv(c, buf, sizeof buf, 0);
+      if (n <= 0) return;
+      req.append(buf, size_t(n));
+    }
+    const bool metrics = req.rfind("GET /metrics ", 0) == 0 || req.rfind("GET /metrics?", 0) == 0;
+    const std::string body = metrics ? body_() : "not found: metrics are at /metrics\n";
+    const std::string head =
+        std::string(metrics ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n") +
+        "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\nConnection: close\r\n\r\n";
+    const std::string out = head + body;
+    for (size_t sent = 0; sent < out.size();) {
+      const ssize_t n = send(c, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += size_t(n);
+    }
+  }
+
+  const int fd_;
+  const int port_;
+  Body body_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: starts once the rest is set
+};
+
+}  // namespace
+
+struct ServiceMetrics::Impl {
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::shared_ptr<LoadCollectable> load;
+  prometheus::Family<prometheus::Counter>* requests = nullptr;
+  prometheus::Family<prometheus::Histogram>* phases = nullptr;
+  prometheus::Counter* bytes_in = nullptr;
+  prometheus::Counter* bytes_out = nullptr;
+  prometheus::Family<prometheus::Counter>* busy = nullptr;
+  prometheus::Family<prometheus::Counter>* wait = nullptr;
+};
+
+StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::start(const std::string& listen,
+                                                                std::function<LoadGauges()> load) {
+  auto impl = std::make_unique<Impl>();
+  auto& reg = *impl->registry;
+  impl->requests = &prometheus::BuildCounter()
+                        .Name("sgemm_requests_total")
+                        .Help("Finished Multiply calls by status code")
+                        .Register(reg);
+  impl->phases = &prometheus::BuildHistogram()
+                      .Name("sgemm_request_phase_seconds")
+                      .Help("Time successful requests spent in each phase (receive, queue, compute, send, total)")
+                      .Register(reg);
+  impl->bytes_in = &prometheus::BuildCounter()
+                        .Name("sgemm_received_bytes_total")
+                        .Help("Matrix payload received (A, B, C)")
+                        .Register(reg)
+                        .Add({});
+  impl->bytes_out =
+      &prometheus::BuildCounter().Name("sgemm_sent_bytes_total").Help("Matrix payload sent (C)").Register(reg).Add({});
+  impl->busy = &prometheus::BuildCounter()
+                    .Name("sgemm_gpu_busy_seconds_total")
+                    .Help("Device time spent working, by phase (copy_in, kernel, reduce, copy_out)")
+                    .Register(reg);
+  impl->wait = &prometheus::BuildCounter()
+                    .Name("sgemm_gpu_wait_seconds_total")
+                    .Help(
+                        "Device phases waiting: copy_in (for input), kernel (for copies), reduce (for peers), "
+                        "copy_out (for kernels), order (for the NCCL order)")
+                    .Register(reg);
+  impl->load = std::make_shared<LoadCollectable>(std::move(load));
+  Impl* raw = impl.get();
+  SGEMM_ASSIGN_OR_RETURN(impl->endpoint, MetricsEndpoint::listen(listen, [raw] {
+                           std::vector<prometheus::MetricFamily> families = raw->registry->Collect();
+                           for (auto& f : raw->load->Collect()) families.push_back(std::move(f));
+                           return prometheus::TextSerializer().Serialize(families);
+                         }));
+  return std::unique_ptr<ServiceMetrics>(new ServiceMetrics(std::move(impl)));
+}
+
+ServiceMetrics::ServiceMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ServiceMetrics::~ServiceMetrics() {
+  impl_->endpoint.reset();  // stop serving before the metrics go
+}
+
+int ServiceMetrics::port() const { return impl_->endpoint->port(); }
+
+void ServiceMetrics::record(StatusCode code, int64_t bytes_in, int64_t bytes_out, const TimingRecord* t) {
+  impl_->requests->Add({{"code", std::string(status_code_name(code))}}).Increment();
+  impl_->bytes_in->Increment(double(bytes_in));
+  impl_->bytes_out->Increment(double(bytes_out));
+  if (!t) return;
+  // 1 ms to ~9 min, x2 per bucket: GEMMs from tiny to 65536^3 on a CPU.
+  static const prometheus::Histogram::BucketBoundaries kBuckets = [] {
+    prometheus::Histogram::BucketBoundaries b;
+    for (double s = 0.001; s < 1000; s *= 2) b.push_back(s);
+    return b;
+  }();
+  const std::pair<const char*, double> phases[] = {{"receive", t->receive_ms},
+                                                   {"queue", t->queue_ms},
+                                                   {"compute", t->compute_ms},
+                                                   {"send", t->send_ms},
+                                                   {"total", t->total_ms}};
+  for (const auto& [name, ms] : phases) impl_->phases->Add({{"phase", name}}, kBuckets).Observe(ms / 1000.0);
+  for (const DeviceTimingRecord& d : t->devices) {
+    const std::string dev = device_label(d.index);
+    const std::pair<const char*, double> busy[] = {
+        {"copy_in", d.copy_in_ms}, {"kernel", d.kernel_ms}, {"reduce", d.reduce_ms}, {"copy_out", d.copy_out_ms}};
+    for (const auto& [name, ms] : busy) impl_->busy->Add({{"device", dev}, {"phase", name}}).Increment(ms / 1000.0);
+    const std::pair<const char*, double> waits[] = {{"copy_in", d.copy_in_wait_ms},
+                                                    {"kernel", d.kernel_wait_ms},
+                                                    {"reduce", d.reduce_wait_ms},
+                                                    {"copy_out", d.copy_out_wait_ms},
+                                                    {"order", d.order_wait_ms}};
+    for (const auto& [name, ms] : waits) impl_->wait->Add({{"device", dev}, {"phase", name}}).Increment(ms / 1000.0);
+  }
+}
+
+}  // namespace sgemm

@@ -1,0 +1,224 @@
+// Observability end to end (docs/observability.md): a request's trace in its
+// summary (header.trace), --trace-dir, the timings.jsonl record, the CLI's
+// --json and --trace, and the Prometheus endpoint scraped with a plain HTTP GET
+// over loopback before and after requests: the counters moved by what the
+// requests did.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+#include "common/timing_record.h"
+#include "tests/e2e/server_process.h"
+
+namespace sgemm {
+namespace {
+
+using testing::ServerProcess;
+
+// GET /metrics on 127.0.0.1:port; the body, or "" on failure.
+std::string scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+    }
+  }
+  close(fd);
+  const auto body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+// Samples of the exposition format: "name{labels}" -> value.
+std::map<std::string, double> samples(const std::string& text) {
+  std::map<std::string, double> m;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    m[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return m;
+}
+
+double value(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? 0.0 : it->second;
+}
+
+int metrics_port(const ServerProcess& server) {
+  if (!server.log_has("/metrics (port ")) return 0;
+  std::smatch match;
+  const std::string log = server.log();
+  if (!std::regex_search(log, match, std::regex(R"(/metrics \(port (\d+)\))"))) return 0;
+  return std::stoi(match[1]);
+}
+
+struct Inputs {
+  GemmShape s;
+  std::vector<float> a, b;
+};
+
+Inputs inputs(GemmShape s, uint64_t seed) {
+  Inputs in{s, std::vector<float>(size_t(s.m * s.k)), std::vector<float>(size_t(s.k * s.n))};
+  fill_random(in.a, seed);
+  fill_random(in.b, seed + 1);
+  return in;
+}
+
+class ObservabilityE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    trace_dir_ = testing::make_temp_dir();
+    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{"--metrics-listen", "127.0.0.1:0", "--trace-dir",
+                                                                       trace_dir_, "--max-matrix-elements", "1000000"});
+    ASSERT_TRUE(server_->running()) << server_->log();
+    port_ = metrics_port(*server_);
+    ASSERT_GT(port_, 0) << server_->log();
+  }
+  void TearDown() override {
+    server_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(trace_dir_, ec);
+  }
+  std::string trace_dir_;
+  std::unique_ptr<ServerProcess> server_;
+  int port_ = 0;
+};
+
+TEST_F(ObservabilityE2E, MetricsCountRequestsBytesPhasesAndDeviceTime) {
+  const auto before = samples(scrape(port_));
+  ASSERT_FALSE(before.empty());
+  // Gauges are there from the start.
+  for (const char* g : {"sgemm_queued_requests", "sgemm_in_flight_requests", "sgemm_open_streams",
+                        "sgemm_host_memory_in_use_bytes", "sgemm_host_memory_budget_bytes"})
+    EXPECT_TRUE(before.count(g)) << g;
+  EXPECT_GT(value(before, "sgemm_host_memory_budget_bytes"), 0.0);
+
+  auto client = Client::connect(server_->address());
+  const Inputs in = inputs({301, 67, 129}, 5);
+  for (int i = 0; i < 2; ++i) {
+    auto r = client->multiply(in.s, in.a.data(), in.b.data(), nullptr, {});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    const auto v = verify_gemm(in.s.m, in.s.n, in.s.k, 1.0f, in.a.data(), in.b.data(), 0.0f, nullptr, r->c.data(), {});
+    EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+  }
+  // One refused request: over --max-matrix-elements.
+  const Inputs big = inputs({2000, 1, 1000}, 9);
+  auto refused = client->multiply(big.s, big.a.data(), big.b.data(), nullptr, {});
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().to_string();
+  ASSERT_TRUE(server_->log_has("RESOURCE_EXHAUSTED"));
+
+  const auto after = samples(scrape(port_));
+  EXPECT_EQ(value(after, R"(sgemm_requests_total{code="OK"})") - value(before, R"(sgemm_requests_total{code="OK"})"),
+            2.0);
+  EXPECT_EQ(value(after, R"(sgemm_requests_total{code="RESOURCE_EXHAUSTED"})") -
+                value(before, R"(sgemm_requests_total{code="RESOURCE_EXHAUSTED"})"),
+            1.0);
+  const double in_bytes = 2.0 * 4 * (in.s.m * in.s.k + in.s.k * in.s.n);
+  EXPECT_EQ(value(after, "sgemm_received_bytes_total") - value(before, "sgemm_received_bytes_total"), in_bytes);
+  EXPECT_EQ(value(after, "sgemm_sent_bytes_total") - value(before, "sgemm_sent_bytes_total"),
+            2.0 * 4 * in.s.m * in.s.n);
+  for (const char* phase : {"receive", "queue", "compute", "send", "total"}) {
+    const std::string count = std::string("sgemm_request_phase_seconds_count{phase=\"") + phase + "\"}";
+    EXPECT_EQ(value(after, count), 2.0) << count;
+  }
+  EXPECT_GT(value(after, R"(sgemm_request_phase_seconds_sum{phase="total"})"), 0.0);
+  // Busy seconds by device and phase: the kernel ran somewhere.
+  double kernel_busy = 0;
+  for (const auto& [key, v] : after)
+    if (key.rfind("sgemm_gpu_busy_seconds_total{", 0) == 0 && key.find("phase=\"kernel\"") != std::string::npos)
+      kernel_busy += v;
+  EXPECT_GT(kernel_busy, 0.0);
+}
+
+TEST_F(ObservabilityE2E, TraceInSummaryInTraceDirAndTimingRecord) {
+  auto client = Client::connect(server_->address());
+  const Inputs in = inputs({257, 131, 97}, 11);
+  MultiplyOptions opt;
+  opt.trace = true;
+  auto r = client->multiply(in.s, in.a.data(), in.b.data(), nullptr, opt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const auto v = verify_gemm(in.s.m, in.s.n, in.s.k, 1.0f, in.a.data(), in.b.data(), 0.0f, nullptr, r->c.data(), {});
+  EXPECT_TRUE(v.passed(kSgemmTolerance));
+
+  // The trace: Chrome trace-event JSON with the service's phases and the device's steps.
+  ASSERT_FALSE(r->summary.trace_json.empty());
+  const auto trace = nlohmann::json::parse(r->summary.trace_json);
+  std::map<std::string, int> names;
+  int64_t kernel_rows = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    names[e["name"].get<std::string>()]++;
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    if (e["cat"] == "kernel") {
+      EXPECT_TRUE(e["args"].contains("bytes"));
+      EXPECT_TRUE(e["args"].contains("shard"));
+      const std::string rows = e["args"]["rows"];
+      const auto dash = rows.find('-');
+      kernel_rows += std::stoll(rows.substr(dash + 1)) - std::stoll(rows.substr(0, dash));
+    }
+  }
+  for (const char* phase : {"receive", "queue", "compute", "send"}) EXPECT_EQ(names[phase], 1) << phase;
+  EXPECT_EQ(kernel_rows, in.s.m);  // the kernels' slices cover every row of C once
+
+  // The same trace in --trace-dir, named by the request id.
+  const std::string path = trace_dir_ + "/trace-" + r->summary.request_id + ".json";
+  for (int i = 0; i < 300 && !std::filesystem::exists(path); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::ifstream f(path);
+  ASSERT_TRUE(f.good()) << path;
+  EXPECT_EQ(nlohmann::json::parse(f)["otherData"]["request_id"], r->summary.request_id);
+
+  // timings.jsonl: one sgemm.timing/1 record, the summary's figures.
+  std::ifstream log(server_->dir() + "/logs/timings.jsonl");
+  std::string line, last;
+  while (std::getline(log, line)) last = line;
+  auto rec = parse_timing_record(last);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string() << ": " << last;
+  EXPECT_EQ(rec->request_id, r->summary.request_id);
+  EXPECT_EQ(rec->shape.m, in.s.m);
+  EXPECT_EQ(rec->bytes_in, 4 * (in.s.m * in.s.k + in.s.k * in.s.n));
+  ASSERT_EQ(rec->devices.size(), r->summary.devices.size());
+  EXPECT_DOUBLE_EQ(rec->devices[0].kernel_ms, r->summary.devices[0].kernel_ms);
+  EXPECT_DOUBLE_EQ(rec->devices[0].copy_in_wait_ms, r->summary.devices[0].copy_in_wait_ms);
+  EXPECT_GE(rec->send_ms, 0.0);
+  EXPECT_LE(rec->receive_ms + rec->queue_ms + rec->compute_ms, rec->total_ms + 1e-6);
+}
+
+TEST_F(ObservabilityE2E, CliJsonIsATimingRecordAndTraceGoesToAFile) {
+  const std::string trace = trace_dir_ + "/cli-trace.json";
+  auto r = testing::run_command(testing::client_bin() + " submit --server " + server_->address() +
+                                " --m 99 --n 45 --k 77 --verify --json --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto rec = parse_timing_record(r.output.substr(0, r.output.find('\n')));
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string() << ": " << r.output;
+  ASSERT_TRUE(rec->client.has_value());
+  EXPECT_EQ(rec->client->bytes_sent, 4 * (99 * 77 + 77 * 45));
+  EXPECT_EQ(rec->bytes_in, rec->client->bytes_sent);  // the server's view and the client's agree
+  std::ifstream f(trace);
+  ASSERT_TRUE(f.good());
+  EXPECT_FALSE(nlohmann::json::parse(f)["traceEvents"].empty());
+}
+
+}  // namespace
+}  // namespace sgemm
