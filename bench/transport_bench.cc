@@ -164,9 +164,9 @@ int run_e2e(const std::string& transport, const std::vector<int64_t>& sizes, int
   auto write = [&](FILE* f) {
     std::fputs(header, f);
     for (const auto& r : rows)
-      std::fprintf(f, "%s,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3g\n", sgemm::transport_name(*t), (long long)r.size,
-                   r.median_ms, r.min_ms, r.server_ms, r.compute_ms, r.copy_in_ms, r.kernel_ms, r.copy_out_ms,
-                   r.max_rel_err);
+      std::fprintf(f, "%s,%lld,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3g,%.1f\n", sgemm::transport_name(*t),
+                   (long long)r.size, r.median_ms, r.min_ms, r.server_ms, r.compute_ms, r.copy_in_ms, r.kernel_ms,
+                   r.copy_out_ms, r.max_rel_err, r.register_ms);
   };
   write(stdout);
   if (!csv_out.empty()) {
