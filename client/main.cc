@@ -4,6 +4,7 @@
 //   sgemm-client submit --m 1000 --n 1 --k 1000 --alpha 2 --beta 0.5 --json
 //   sgemm-client submit --a a.npy --b b.npy [--c c.npy --beta 1] --out c_out.npy
 //   sgemm-client info
+//   sgemm-client submit --server host:50051 --tls-ca ca.pem --token "$TOKEN" --size 1024
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -103,7 +104,19 @@ nlohmann::json to_json(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r
   return j;
 }
 
-int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o) {
+// --tls-ca, --tls-cert, --tls-key, --tls-server-name, --token: on the app and on each subcommand.
+void add_connection_options(CLI::App* app, sgemm::ClientOptions* c) {
+  app->add_option("--tls-ca", c->tls.ca_file, "PEM CA of the server's certificate: connect with TLS");
+  app->add_option("--tls-cert", c->tls.cert_file, "PEM client certificate, for servers that require one (mutual TLS)");
+  app->add_option("--tls-key", c->tls.key_file, "PEM private key of --tls-cert");
+  app->add_option("--tls-server-name", c->tls.server_name,
+                  "name the server's certificate must carry, when not the --server host");
+  app->add_flag("--tls", c->tls.enabled, "connect with TLS (implied by --tls-ca/--tls-cert)");
+  app->add_option("--token", c->token, "bearer token for servers started with --auth-tokens")->envname("SGEMM_TOKEN");
+}
+
+int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o,
+           const sgemm::ClientOptions& connection) {
   sgemm::GemmShape s{o.m, o.n, o.k};
   if (o.size > 0) s = {o.size, o.size, o.size};
   std::optional<sgemm::GemmInputs> files;
@@ -139,7 +152,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     c0.resize(std::size_t(s.m * s.n));
     sgemm::fill_random(c0, o.seed + 2);
   }
-  sgemm::ClientOptions copt;
+  sgemm::ClientOptions copt = connection;
   copt.chunk_bytes = chunk_bytes;
   if (no_retry) copt.retry.max_attempts = 1;
   auto client = sgemm::Client::connect(server, copt);
@@ -227,6 +240,8 @@ int main(int argc, char** argv) {
   bool no_retry = false;
   app.add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
   app.add_option("--server", server, "sgemm-server address host:port")->capture_default_str();
+  sgemm::ClientOptions connection;
+  add_connection_options(&app, &connection);
   app.add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent")
       ->check(CLI::Range(int64_t{4}, int64_t{(4 << 20) - 1024}))
       ->capture_default_str();
@@ -234,6 +249,7 @@ int main(int argc, char** argv) {
   SubmitOptions o;
   CLI::App* sub = app.add_subcommand("submit", "multiply random matrices, or matrices from files, on the server");
   sub->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(sub, &connection);
   sub->add_option("--size", o.size, "square problem: m = n = k = SIZE")->check(CLI::PositiveNumber);
   sub->add_option("--m", o.m, "rows of A and C")->check(CLI::PositiveNumber);
   sub->add_option("--n", o.n, "columns of B and C")->check(CLI::PositiveNumber);
@@ -266,19 +282,21 @@ int main(int argc, char** argv) {
 
   CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
   info->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(info, &connection);
   bool info_json = false;
   info->add_flag("--json", info_json, "print JSON");
 
   CLI::App* health = app.add_subcommand("health", "exit 0 when the server reports SERVING (grpc.health.v1)");
   health->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(health, &connection);
   std::string health_service;
   health->add_option("--service", health_service, "service name to ask about (\"\" = the whole server)");
 
   CLI11_PARSE(app, argc, argv);
 
-  if (*sub) return submit(server, chunk_bytes, no_retry, o);
+  if (*sub) return submit(server, chunk_bytes, no_retry, o, connection);
   if (*health) {
-    auto r = sgemm::Client::connect(server)->serving(health_service);
+    auto r = sgemm::Client::connect(server, connection)->serving(health_service);
     if (!r.ok()) {
       std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
       return 3;
@@ -286,7 +304,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", *r ? "SERVING" : "NOT_SERVING");
     return *r ? 0 : 1;
   }
-  auto client = sgemm::Client::connect(server);
+  auto client = sgemm::Client::connect(server, connection);
   auto r = client->info();
   if (!r.ok()) {
     std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
@@ -307,6 +325,13 @@ int main(int argc, char** argv) {
                         {"requests_total", r->requests_total},
                         {"requests_failed", r->requests_failed},
                         {"host_bytes_in_use", r->host_bytes_in_use}};
+    if (!r->client.empty()) {
+      j["client"] = r->client;
+      j["client_max_in_flight"] = r->client_max_in_flight;
+      j["client_max_bytes_in_flight"] = r->client_max_bytes_in_flight;
+      j["client_in_flight"] = r->client_in_flight;
+      j["client_bytes_in_flight"] = r->client_bytes_in_flight;
+    }
     auto& devs = j["devices"] = nlohmann::json::array();
     for (const auto& d : r->devices)
       devs.push_back(

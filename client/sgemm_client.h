@@ -32,9 +32,21 @@ struct RetryPolicy {
   double multiplier = 2.0;                        // each wait is this times the previous one
 };
 
+// TLS to the server (docs/security.md). Used when `enabled` or any file is set.
+struct TlsClientOptions {
+  bool enabled = false;     // TLS with the system's root CAs even when no file is given
+  std::string ca_file;      // PEM CA(s) that signed the server's certificate; "" = the system's roots
+  std::string cert_file;    // this client's PEM certificate, for servers that require one (mutual TLS)
+  std::string key_file;     // its PEM private key
+  std::string server_name;  // check the server's certificate for this name, not the target's host
+  bool used() const { return enabled || !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
+};
+
 struct ClientOptions {
   int64_t chunk_bytes = 1 << 20;  // payload of each chunk sent (1 MiB: docs/transport.md)
   RetryPolicy retry;              // for Multiply's UNAVAILABLE
+  TlsClientOptions tls;           // plaintext unless used()
+  std::string token;              // bearer token sent with every call (`authorization: Bearer ...`); "" = none
 };
 
 struct MultiplyOptions {
@@ -87,12 +99,17 @@ struct ServerInfo {
   int max_in_flight = 0, max_queued = 0;
   int in_flight = 0, queued = 0, open_streams = 0;
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
+  // With tokens (--auth-tokens): who the server takes us for, our quotas (0 = none) and what we hold.
+  std::string client;
+  int client_max_in_flight = 0, client_in_flight = 0;
+  int64_t client_max_bytes_in_flight = 0, client_bytes_in_flight = 0;
 };
 
 class Client {
  public:
   virtual ~Client() = default;
-  // Makes a channel to `target` ("host:port"); connects lazily.
+  // Makes a channel to `target` ("host:port"); connects lazily. A TLS file
+  // that cannot be read makes every call fail with INVALID_ARGUMENT naming it.
   static std::unique_ptr<Client> connect(const std::string& target, const ClientOptions& options = {});
 
   // C = alpha*A*B + beta*C on the server. `c` may be null (no C input).

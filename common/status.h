@@ -20,6 +20,7 @@ enum class StatusCode : int {
   kCancelled = 1,
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
+  kPermissionDenied = 7,  // authenticated, but not allowed this (rights, per-client quotas)
   kFailedPrecondition = 9,
   kAborted = 10,
   kOutOfRange = 11,
@@ -27,6 +28,7 @@ enum class StatusCode : int {
   kInternal = 13,
   kUnavailable = 14,       // retryable: the caller may try again later
   kResourceExhausted = 8,  // out of memory, queue full, over a limit
+  kUnauthenticated = 16,   // no valid credentials (bearer token)
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -59,6 +61,8 @@ inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExc
 inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

@@ -4,6 +4,7 @@
 //
 // SIGINT/SIGTERM: stop accepting, let requests in flight finish within
 // --shutdown-grace, cancel the rest, exit 0 (docs/lifecycle.md).
+// SIGHUP: reload the TLS certificate, key and client CA (docs/security.md).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -21,6 +22,7 @@
 
 #include "server/engine/engine_factory.h"
 #include "server/service/sgemm_service.h"
+#include "server/service/tls_credentials.h"
 
 #ifndef SGEMM_VERSION
 #define SGEMM_VERSION "dev"
@@ -44,6 +46,8 @@ struct ServerOptions {
   std::string port_file;                 // write the bound port here once listening (tests, orchestration)
   std::string log_level = "info";
   sgemm::ServiceOptions service;         // limits, queue, memory budget, idle timeout, response chunk size
+  sgemm::TlsOptions tls;                 // --tls-cert/--tls-key/--tls-client-ca; none = plaintext
+  std::string auth_tokens;               // --auth-tokens: JSON file of bearer tokens and quotas; "" = no tokens
   int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
   double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
@@ -87,10 +91,12 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   ServerOptions opt;
@@ -152,6 +158,16 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
   app.add_option("--port-file", opt.port_file, "write the bound port to this file once serving");
   app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--tls-cert", opt.tls.cert_file,
+                 "PEM certificate chain: TCP listeners speak TLS only (reloaded on SIGHUP)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", opt.tls.key_file, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  app.add_option("--tls-client-ca", opt.tls.client_ca_file,
+                 "PEM CA: require client certificates it signed (mutual TLS)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--auth-tokens", opt.auth_tokens,
+                 "JSON file of bearer tokens, client names and quotas (docs/security.md); calls need a token")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
 
   // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
@@ -205,13 +221,31 @@ int main(int argc, char** argv) {
   if (opt.service.host_memory_bytes == 0) opt.service.host_memory_bytes = sgemm::default_host_memory_bytes();
   opt.service.version = SGEMM_VERSION;
   opt.service.backends = sgemm::built_backends();
+  std::unique_ptr<sgemm::TlsCredentials> tls;
+  if (opt.tls.enabled()) {
+    auto made = sgemm::TlsCredentials::create(opt.tls);
+    if (!made.ok()) {
+      log->error("{}", made.status().message());
+      return 2;
+    }
+    tls = std::move(made).value();
+  }
+  if (!opt.auth_tokens.empty()) {
+    auto loaded = sgemm::ClientAuth::load(opt.auth_tokens);
+    if (!loaded.ok()) {
+      log->error("{}", loaded.status().message());
+      return 2;
+    }
+    log->info("bearer tokens required: {} clients in {}", (*loaded)->size(), opt.auth_tokens);
+    opt.service.auth = std::move(loaded).value();
+  }
   sgemm::SgemmService service(engine, opt.service, log, timing_log);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(opt.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(opt.listen, sgemm::listener_credentials(opt.listen, tls.get()), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(int(opt.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
@@ -223,9 +257,14 @@ int main(int argc, char** argv) {
   // Health answers for the whole server ("") and for the service by name.
   server->GetHealthCheckService()->SetServingStatus(sgemm::v1::Sgemm::service_full_name(), true);
   log->info(
-      "sgemm-server {} listening on {} (port {}), backend {}, max {} in flight + {} queued, host memory budget {:.2f} "
+      "sgemm-server {} listening on {} (port {}, {}), backend {}, max {} in flight + {} queued, host memory budget "
+      "{:.2f} "
       "GiB, idle timeout {} s",
-      SGEMM_VERSION, opt.listen, port, engine.info().backend, opt.service.max_in_flight, opt.service.max_queued,
+      SGEMM_VERSION, opt.listen, port,
+      !tls                                 ? "plaintext"
+      : tls->requires_client_certificate() ? "TLS, client certificates required"
+                                           : "TLS",
+      engine.info().backend, opt.service.max_in_flight, opt.service.max_queued,
       opt.service.host_memory_bytes / 1073741824.0, opt.idle_timeout_s);
   if (!opt.port_file.empty()) {
     const std::string tmp = opt.port_file + ".tmp";
@@ -236,7 +275,18 @@ int main(int argc, char** argv) {
   std::thread waiter([&] {
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
     unsigned char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    for (;;) {
+      while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+      }
+      if (sig != SIGHUP) break;
+      // SIGHUP: new handshakes get the new files; open connections and their requests carry on.
+      if (!tls) {
+        log->info("SIGHUP: no TLS files to reload");
+      } else if (auto st = tls->reload(); st.ok()) {
+        log->info("SIGHUP: TLS certificate reloaded; new connections get it within {} s", opt.tls.refresh_interval_s);
+      } else {
+        log->error("SIGHUP: TLS files not reloaded, the previous ones stay in use: {}", st.message());
+      }
     }
     using namespace std::chrono;
     const auto grace = milliseconds(int64_t(opt.shutdown_grace_s * 1000));

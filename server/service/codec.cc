@@ -442,6 +442,11 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   load->set_requests_failed(f.requests_failed);
   load->set_host_bytes_in_use(f.host_bytes_in_use);
   load->set_open_streams(f.open_streams);
+  out->set_client(f.client);
+  lim->set_client_max_in_flight(f.client_max_in_flight);
+  lim->set_client_max_bytes_in_flight(f.client_max_bytes_in_flight);
+  load->set_client_in_flight(f.client_in_flight);
+  load->set_client_bytes_in_flight(f.client_bytes_in_flight);
 }
 
 }  // namespace sgemm

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "server/engine/engine.h"
+#include "server/service/client_auth.h"
 #include "server/service/compute_pool.h"
 #include "server/service/memory_budget.h"
 #include "server/service/rate_limited_log.h"
@@ -54,6 +55,8 @@ struct ServiceOptions {
   int log_lines_per_second = 20;                  // failed-request log lines per second; the rest are counted
   std::string version = "dev";                    // reported by GetInfo
   std::vector<std::string> backends;              // backends this build has, for GetInfo
+  std::shared_ptr<const ClientAuth> auth;         // bearer tokens and per-client quotas (--auth-tokens);
+                                                  // null = calls need no token
 };
 
 // Half of this host's physical memory: what --host-memory-bytes 0 means.
@@ -109,6 +112,8 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
 
  private:
   void watchdog();
+  // The caller's client (null without --auth-tokens), or UNAUTHENTICATED.
+  StatusOr<AuthClient*> authenticate(const grpc::CallbackServerContext* ctx) const;
 
   const ServiceOptions options_;
   std::unique_ptr<ServiceShared> shared_;
