@@ -8,7 +8,7 @@
 
 namespace sgemm {
 
-namespace v1 = ::sgemm::v1;
+// `v1` is ::sgemm::v1 here (an alias would redefine it; clang says so).
 
 int64_t default_host_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
