@@ -283,8 +283,8 @@ class GrpcClient final : public Client {
     out.kernels.assign(resp.kernels().begin(), resp.kernels().end());
     for (int p : resp.precisions()) out.precisions.push_back(precision_text(v1::Precision(p)));
     for (const auto& d : resp.devices())
-      out.devices.push_back(
-          {d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor()});
+      out.devices.push_back({d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor(),
+                             d.unhealthy(), d.health_reason()});
     out.max_matrix_elements = resp.limits().max_matrix_elements();
     out.max_chunk_bytes = resp.limits().max_chunk_bytes();
     out.max_in_flight = resp.limits().max_in_flight();

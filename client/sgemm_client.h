@@ -89,6 +89,8 @@ struct ServerInfo {
     std::string name;
     int64_t memory_bytes = 0;
     int sm_count = 0, compute_major = 0, compute_minor = 0;
+    bool unhealthy = false;     // taken out of service by a GPU fault
+    std::string health_reason;  // why
   };
   std::string version, backend;
   std::vector<std::string> backends, kernels;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
@@ -51,6 +52,7 @@ struct ServerOptions {
   int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
   double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
+  double collective_timeout_s = 60;      // a split job's NCCL collectives must finish within this
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
   int64_t max_message_bytes = 64 << 20;  // larger messages are refused by gRPC; up to this size the service
                                          // answers an oversized chunk itself, saying to chunk
@@ -153,6 +155,11 @@ int main(int argc, char** argv) {
   app.add_option("--response-chunk-bytes", opt.service.response_chunk_bytes, "payload of each C chunk sent back")
       ->check(CLI::Range(int64_t{4096}, int64_t{(4 << 20) - 1024}))
       ->capture_default_str();
+  app.add_option("--collective-timeout", opt.collective_timeout_s,
+                 "seconds a multi-GPU job may hold the NCCL communicator; past it the communicator is aborted and "
+                 "rebuilt over the healthy GPUs")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--cpu-threads", opt.cpu_threads, "OpenBLAS threads for the cpu backend (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
@@ -195,6 +202,7 @@ int main(int argc, char** argv) {
   sgemm::parse_backend_choice(opt.backend, &eopt.backend);
   if (!opt.kernel.empty()) eopt.kernel = sgemm::parse_kernel_kind(opt.kernel);
   eopt.cpu_threads = opt.cpu_threads;
+  eopt.collective_timeout_s = opt.collective_timeout_s;
   eopt.log = [log](std::string_view msg) { log->info("engine: {}", msg); };
   if (auto st = parse_devices(opt.devices, &eopt.devices); !st.ok()) {
     log->error("{}", st.message());
@@ -239,6 +247,12 @@ int main(int argc, char** argv) {
     log->info("bearer tokens required: {} clients in {}", (*loaded)->size(), opt.auth_tokens);
     opt.service.auth = std::move(loaded).value();
   }
+  // GPU faults: the health service says NOT_SERVING once no device is left.
+  std::atomic<grpc::HealthCheckServiceInterface*> health{nullptr};
+  opt.service.on_serving_change = [&health, log](bool serving) {
+    if (!serving) log->error("no healthy device left: health is NOT_SERVING");
+    if (auto* h = health.load()) h->SetServingStatus(serving);
+  };
   sgemm::SgemmService service(engine, opt.service, log, timing_log);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -256,6 +270,7 @@ int main(int argc, char** argv) {
   }
   // Health answers for the whole server ("") and for the service by name.
   server->GetHealthCheckService()->SetServingStatus(sgemm::v1::Sgemm::service_full_name(), true);
+  health = server->GetHealthCheckService();
   log->info(
       "sgemm-server {} listening on {} (port {}, {}), backend {}, max {} in flight + {} queued, host memory budget "
       "{:.2f} "

@@ -105,6 +105,14 @@ struct EngineInfo {
   std::vector<KernelKind> kernels;                    // available kernels, the configured default first
   KernelKind default_kernel = KernelKind::kPingpong;  // used where the kernel-choice table has no row
   std::vector<Precision> precisions;                  // the arithmetic this backend offers, fp32 first
+  // Per device (same order): "" while healthy, else why it was taken out of
+  // service (a sticky CUDA error, a failed collective). Empty = all healthy.
+  std::vector<std::string> unhealthy;
+  bool serving() const {  // some device can still run requests
+    for (std::size_t i = 0; i < devices.size(); ++i)
+      if (i >= unhealthy.size() || unhealthy[i].empty()) return true;
+    return devices.empty();
+  }
 };
 
 class Engine {

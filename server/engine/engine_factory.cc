@@ -32,6 +32,7 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   cuda_options.devices = options.devices;
   cuda_options.default_kernel = options.kernel;
   cuda_options.log = options.log;
+  cuda_options.collective_timeout = std::chrono::milliseconds(int64_t(options.collective_timeout_s * 1000));
   auto cuda = make_cuda_engine(cuda_options);
   if (cuda.ok()) {
     built.engine = std::move(cuda).value();

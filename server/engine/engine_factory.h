@@ -22,6 +22,8 @@ struct EngineOptions {
   std::vector<int> devices;                      // CUDA ordinals; empty = every visible GPU
   std::optional<KernelKind> kernel;              // default GPU kernel; nullopt = the engine's (pingpong)
   int cpu_threads = 0;                           // OpenBLAS threads; 0 = all cores
+  double collective_timeout_s = 60;              // a split job's collectives must finish within this, else the
+                                                 // NCCL communicator is aborted and rebuilt (--collective-timeout)
   std::function<void(std::string_view)> log;     // engine start-up and fallback messages; null = silent
 };
 

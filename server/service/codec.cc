@@ -439,6 +439,11 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
     p->set_sm_count(d.sm_count);
     p->set_compute_major(d.compute_major);
     p->set_compute_minor(d.compute_minor);
+    const std::size_t i = std::size_t(out->devices_size() - 1);
+    if (i < info.unhealthy.size() && !info.unhealthy[i].empty()) {
+      p->set_unhealthy(true);
+      p->set_health_reason(info.unhealthy[i]);
+    }
   }
   v1::Limits* lim = out->mutable_limits();
   lim->set_max_matrix_elements(f.max_matrix_elements);

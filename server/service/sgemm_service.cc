@@ -148,6 +148,11 @@ void SgemmService::watchdog() {
       std::lock_guard calls_lock(shared_->calls_mu);
       for (MultiplyCall* call : shared_->calls) call->check_idle(now);
     }
+    if (options_.on_serving_change) {  // GPU faults: NOT_SERVING once no device is left
+      const bool serving = shared_->engine.info().serving();
+      if (serving != serving_) options_.on_serving_change(serving);
+      serving_ = serving;
+    }
     lock.lock();
   }
 }

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,6 +58,9 @@ struct ServiceOptions {
   std::vector<std::string> backends;              // backends this build has, for GetInfo
   std::shared_ptr<const ClientAuth> auth;         // bearer tokens and per-client quotas (--auth-tokens);
                                                   // null = calls need no token
+  // Called (on the watchdog thread) when the engine gains or loses its last
+  // healthy device: main turns it into the health service's SERVING/NOT_SERVING.
+  std::function<void(bool serving)> on_serving_change;
 };
 
 // Half of this host's physical memory: what --host-memory-bytes 0 means.
@@ -120,6 +124,7 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   std::mutex watchdog_mu_;
   std::condition_variable watchdog_cv_;
   bool stopping_ = false;  // guarded by watchdog_mu_
+  bool serving_ = true;    // watchdog thread only: the engine had a healthy device at the last look
   std::thread watchdog_;
 };
 
