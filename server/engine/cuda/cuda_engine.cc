@@ -39,7 +39,10 @@ class CudaEngine final : public Engine {
         default_kind_(default_kind),
         health_(pool_->size()),
         faults_(faults) {
-    if (comm_) watchdog_ = std::thread([this] { watch_collectives(); });
+    if (comm_) {
+      comm_ordinals_ = pool_->ordinals();
+      watchdog_ = std::thread([this] { watch_collectives(); });
+    }
   }
 
   ~CudaEngine() override {
@@ -124,6 +127,7 @@ class CudaEngine final : public Engine {
       req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r.options.precision), options_.host_link_gbps,
                                        options_.peer_gbps, pool_->busy_lanes(i)});
     }
+    ensure_comm(healthy, job.cancel);
     if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
     const Plan plan = make_plan(req, options_.planner);
     const SplitExecutor* executor = find_split_executor(plan.mode);
@@ -257,10 +261,12 @@ class CudaEngine final : public Engine {
   }
 
   // Whether the communicator's ranks are exactly these pool indices, in order.
+  // Reads the copy of its devices (comm_state_mu_), so no order mutex is needed.
   bool comm_covers(const std::vector<int>& idx) const {
-    if (!comm_ || comm_->size() != int(idx.size())) return false;
+    std::lock_guard lock(comm_state_mu_);
+    if (comm_ordinals_.size() != idx.size()) return false;
     for (std::size_t r = 0; r < idx.size(); ++r)
-      if (comm_->device(int(r)) != pool_->ordinal(idx[r])) return false;
+      if (comm_ordinals_[r] != pool_->ordinal(idx[r])) return false;
     return true;
   }
 
@@ -270,14 +276,29 @@ class CudaEngine final : public Engine {
     std::vector<int> ordinals;
     for (int i = 0; i < pool_->size(); ++i)
       if (health_.healthy(i)) ordinals.push_back(pool_->ordinal(i));
+    rebuilt_for_ = int(ordinals.size());
+    Status s = InvalidArgument("fewer than 2 healthy GPUs");
     if (ordinals.size() < 2) {
       comm_->abort();  // nothing to rebuild over: single-GPU jobs only from now on
-      log("NCCL communicator retired: fewer than 2 healthy GPUs");
-      return;
+    } else {
+      s = comm_->rebuild(ordinals);
     }
-    const Status s = comm_->rebuild(ordinals);
+    {
+      std::lock_guard lock(comm_state_mu_);
+      comm_ordinals_ = s.ok() ? ordinals : std::vector<int>();
+    }
     log(s.ok() ? "NCCL communicator rebuilt over " + std::to_string(ordinals.size()) + " healthy GPU(s)"
-               : "NCCL communicator not rebuilt (split jobs off): " + s.message());
+               : "NCCL communicator retired (split jobs off): " + s.message());
+  }
+
+  // A communicator that does not cover the healthy devices (its rebuild was
+  // skipped, e.g. the failing job was cancelled first) is rebuilt by the next
+  // job, once per change in the healthy count.
+  void ensure_comm(const std::vector<int>& healthy, const CancelToken* cancel) {
+    if (!comm_ || healthy.size() < 2 || comm_covers(healthy)) return;
+    auto order = lock_order(cancel);
+    if (!order.ok() || rebuilt_for_ == health_.healthy_count() || comm_covers(healthy)) return;
+    rebuild_comm();
   }
 
   // SGEMM_FAULT_INJECT: each hook fires once, on the first job that uses its device.
@@ -415,6 +436,9 @@ class CudaEngine final : public Engine {
   const FaultInjection faults_;
   std::atomic<bool> trap_fired_{false}, fail_fired_{false}, hang_fired_{false};
   void* spin_flag_ = nullptr;  // host-mapped int releasing the injected hang; allocated on first use
+  int rebuilt_for_ = -1;       // guarded by the order mutex: healthy count of the last rebuild attempt
+  mutable std::mutex comm_state_mu_;
+  std::vector<int> comm_ordinals_;  // guarded by comm_state_mu_: the devices the communicator spans now
 
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
