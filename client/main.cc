@@ -333,9 +333,11 @@ int main(int argc, char** argv) {
       j["client_bytes_in_flight"] = r->client_bytes_in_flight;
     }
     auto& devs = j["devices"] = nlohmann::json::array();
-    for (const auto& d : r->devices)
+    for (const auto& d : r->devices) {
       devs.push_back(
           {{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memory_bytes}, {"sm_count", d.sm_count}});
+      if (d.unhealthy) devs.back()["unhealthy"] = d.health_reason;
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     print_info(*r);
