@@ -6,6 +6,7 @@
 //   sgemm-client submit --unix /run/sgemm/sgemm.sock --size 8192 --transport shm   (docs/transport.md)
 //   sgemm-client submit --size 4096 --split rows --trace trace.json   # open in ui.perfetto.dev
 //   sgemm-client info
+//   sgemm-client submit --server host:50051 --tls-ca ca.pem --token "$TOKEN" --size 1024
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -136,7 +137,19 @@ sgemm::TimingRecord to_record(const sgemm::GemmShape& s, bool has_c, const sgemm
   return t;
 }
 
-int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o) {
+// --tls-ca, --tls-cert, --tls-key, --tls-server-name, --token: on the app and on each subcommand.
+void add_connection_options(CLI::App* app, sgemm::ClientOptions* c) {
+  app->add_option("--tls-ca", c->tls.ca_file, "PEM CA of the server's certificate: connect with TLS");
+  app->add_option("--tls-cert", c->tls.cert_file, "PEM client certificate, for servers that require one (mutual TLS)");
+  app->add_option("--tls-key", c->tls.key_file, "PEM private key of --tls-cert");
+  app->add_option("--tls-server-name", c->tls.server_name,
+                  "name the server's certificate must carry, when not the --server host");
+  app->add_flag("--tls", c->tls.enabled, "connect with TLS (implied by --tls-ca/--tls-cert)");
+  app->add_option("--token", c->token, "bearer token for servers started with --auth-tokens")->envname("SGEMM_TOKEN");
+}
+
+int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o,
+           const sgemm::ClientOptions& connection) {
   sgemm::GemmShape s{o.m, o.n, o.k};
   if (o.size > 0) s = {o.size, o.size, o.size};
   std::optional<sgemm::GemmInputs> files;
@@ -172,7 +185,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     c0.resize(std::size_t(s.m * s.n));
     sgemm::fill_random(c0, o.seed + 2);
   }
-  sgemm::ClientOptions copt;
+  sgemm::ClientOptions copt = connection;
   copt.chunk_bytes = chunk_bytes;
   if (no_retry) copt.retry.max_attempts = 1;
   std::string note;
@@ -291,6 +304,8 @@ int main(int argc, char** argv) {
   bool no_retry = false;
   app.add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
   app.add_option("--server", server, "sgemm-server address host:port")->capture_default_str();
+  sgemm::ClientOptions connection;
+  add_connection_options(&app, &connection);
   app.add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent")
       ->check(CLI::Range(int64_t{4}, int64_t{(4 << 20) - 1024}))
       ->capture_default_str();
@@ -298,6 +313,7 @@ int main(int argc, char** argv) {
   SubmitOptions o;
   CLI::App* sub = app.add_subcommand("submit", "multiply random matrices, or matrices from files, on the server");
   sub->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(sub, &connection);
   sub->add_option("--size", o.size, "square problem: m = n = k = SIZE")->check(CLI::PositiveNumber);
   sub->add_option("--m", o.m, "rows of A and C")->check(CLI::PositiveNumber);
   sub->add_option("--n", o.n, "columns of B and C")->check(CLI::PositiveNumber);
@@ -337,19 +353,21 @@ int main(int argc, char** argv) {
 
   CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
   info->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(info, &connection);
   bool info_json = false;
   info->add_flag("--json", info_json, "print JSON");
 
   CLI::App* health = app.add_subcommand("health", "exit 0 when the server reports SERVING (grpc.health.v1)");
   health->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(health, &connection);
   std::string health_service;
   health->add_option("--service", health_service, "service name to ask about (\"\" = the whole server)");
 
   CLI11_PARSE(app, argc, argv);
 
-  if (*sub) return submit(server, chunk_bytes, no_retry, o);
+  if (*sub) return submit(server, chunk_bytes, no_retry, o, connection);
   if (*health) {
-    auto r = sgemm::Client::connect(server)->serving(health_service);
+    auto r = sgemm::Client::connect(server, connection)->serving(health_service);
     if (!r.ok()) {
       std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
       return 3;
@@ -357,7 +375,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", *r ? "SERVING" : "NOT_SERVING");
     return *r ? 0 : 1;
   }
-  auto client = sgemm::Client::connect(server);
+  auto client = sgemm::Client::connect(server, connection);
   auto r = client->info();
   if (!r.ok()) {
     std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
@@ -380,10 +398,19 @@ int main(int argc, char** argv) {
                         {"host_bytes_in_use", r->host_bytes_in_use},
                         {"startup_ms", r->startup_ms},
                         {"pinned_pool_bytes", r->pinned_pool_bytes}};
+    if (!r->client.empty()) {
+      j["client"] = r->client;
+      j["client_max_in_flight"] = r->client_max_in_flight;
+      j["client_max_bytes_in_flight"] = r->client_max_bytes_in_flight;
+      j["client_in_flight"] = r->client_in_flight;
+      j["client_bytes_in_flight"] = r->client_bytes_in_flight;
+    }
     auto& devs = j["devices"] = nlohmann::json::array();
-    for (const auto& d : r->devices)
+    for (const auto& d : r->devices) {
       devs.push_back(
           {{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memory_bytes}, {"sm_count", d.sm_count}});
+      if (d.unhealthy) devs.back()["unhealthy"] = d.health_reason;
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     print_info(*r);

@@ -8,9 +8,11 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -126,11 +128,42 @@ class ShmRegion final : public Region {
   bool created_ = false, registered_ = false;
 };
 
-std::shared_ptr<grpc::Channel> make_channel(const std::string& target) {
+StatusOr<std::string> read_text(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return InvalidArgument(std::string(what) + " " + path + ": cannot be read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The channel's credentials: plaintext, or TLS with the given CA and (for
+// mutual TLS) this client's certificate.
+StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const TlsClientOptions& tls) {
+  if (!tls.used()) return grpc::InsecureChannelCredentials();
+  if (tls.cert_file.empty() != tls.key_file.empty())
+    return InvalidArgument("a client certificate needs both its certificate and its key (--tls-cert, --tls-key)");
+  grpc::SslCredentialsOptions o;
+  if (!tls.ca_file.empty()) {
+    SGEMM_ASSIGN_OR_RETURN(o.pem_root_certs, read_text(tls.ca_file, "--tls-ca"));
+  }
+  if (!tls.cert_file.empty()) {
+    SGEMM_ASSIGN_OR_RETURN(o.pem_cert_chain, read_text(tls.cert_file, "--tls-cert"));
+    SGEMM_ASSIGN_OR_RETURN(o.pem_private_key, read_text(tls.key_file, "--tls-key"));
+  }
+  return grpc::SslCredentials(o);
+}
+
+std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const ClientOptions& options, Status* error) {
+  auto creds = channel_credentials(options.tls);
+  if (!creds.ok()) {
+    *error = creds.status();
+    creds = grpc::InsecureChannelCredentials();  // never used: every call returns *error
+  }
   grpc::ChannelArguments args;
+  if (!options.tls.server_name.empty()) args.SetSslTargetNameOverride(options.tls.server_name);
   // Registrations live as long as the Unix connection: keep it even when idle.
   if (is_unix_target(target)) args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target, *creds, args);
 }
 
 class GrpcClient final : public Client {
@@ -138,12 +171,19 @@ class GrpcClient final : public Client {
   GrpcClient(const std::string& target, const ClientOptions& options)
       : options_(options),
         unix_target_(is_unix_target(target)),
-        channel_(make_channel(target)),
+        channel_(make_channel(target, options, &setup_)),
         stub_(v1::Sgemm::NewStub(channel_)),
         health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
+  // Every call: the bearer token, when there is one.
+  void prepare(grpc::ClientContext& ctx) const {
+    if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
+  }
+
   StatusOr<bool> serving(const std::string& service, std::chrono::milliseconds timeout) override {
+    SGEMM_RETURN_IF_ERROR(setup_);
     grpc::ClientContext ctx;
+    prepare(ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + timeout);
     grpc::health::v1::HealthCheckRequest req;
     req.set_service(service);
@@ -209,7 +249,9 @@ class GrpcClient final : public Client {
                                          std::chrono::system_clock::time_point deadline) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
+    SGEMM_RETURN_IF_ERROR(setup_);
     grpc::ClientContext ctx;
+    prepare(ctx);
     if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
     auto stream = stub_->Multiply(&ctx);
 
@@ -357,7 +399,9 @@ class GrpcClient final : public Client {
   }
 
   StatusOr<ServerInfo> info(std::chrono::milliseconds timeout) override {
+    SGEMM_RETURN_IF_ERROR(setup_);
     grpc::ClientContext ctx;
+    prepare(ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + timeout);
     v1::GetInfoRequest req;
     v1::GetInfoResponse resp;
@@ -369,8 +413,8 @@ class GrpcClient final : public Client {
     out.kernels.assign(resp.kernels().begin(), resp.kernels().end());
     for (int p : resp.precisions()) out.precisions.push_back(precision_text(v1::Precision(p)));
     for (const auto& d : resp.devices())
-      out.devices.push_back(
-          {d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor()});
+      out.devices.push_back({d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor(),
+                             d.unhealthy(), d.health_reason()});
     out.startup_ms = resp.startup_ms();
     out.pinned_pool_bytes = resp.pinned_pool_bytes();
     out.max_matrix_elements = resp.limits().max_matrix_elements();
@@ -387,6 +431,11 @@ class GrpcClient final : public Client {
     out.region_bytes = resp.limits().region_bytes();
     out.region_bytes_in_use = resp.region_bytes_in_use();
     out.regions_available = resp.regions_available();
+    out.client = resp.client();
+    out.client_max_in_flight = resp.limits().client_max_in_flight();
+    out.client_max_bytes_in_flight = resp.limits().client_max_bytes_in_flight();
+    out.client_in_flight = resp.load().client_in_flight();
+    out.client_bytes_in_flight = resp.load().client_bytes_in_flight();
     return out;
   }
 
@@ -477,6 +526,7 @@ class GrpcClient final : public Client {
 
   const ClientOptions options_;
   const bool unix_target_ = false;
+  Status setup_;  // a TLS file that could not be read: every call returns it
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sgemm::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;

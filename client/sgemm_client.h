@@ -50,10 +50,21 @@ enum class Transport {
 };
 const char* transport_name(Transport t);
 std::optional<Transport> parse_transport(std::string_view name);  // "auto", "grpc", "shm"
+// TLS to the server (docs/security.md). Used when `enabled` or any file is set.
+struct TlsClientOptions {
+  bool enabled = false;     // TLS with the system's root CAs even when no file is given
+  std::string ca_file;      // PEM CA(s) that signed the server's certificate; "" = the system's roots
+  std::string cert_file;    // this client's PEM certificate, for servers that require one (mutual TLS)
+  std::string key_file;     // its PEM private key
+  std::string server_name;  // check the server's certificate for this name, not the target's host
+  bool used() const { return enabled || !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
+};
 
 struct ClientOptions {
   int64_t chunk_bytes = 1 << 20;  // payload of each chunk sent (1 MiB: docs/transport.md)
   RetryPolicy retry;              // for Multiply's UNAVAILABLE
+  TlsClientOptions tls;           // plaintext unless used()
+  std::string token;              // bearer token sent with every call (`authorization: Bearer ...`); "" = none
   Transport transport = Transport::kAuto;
 };
 
@@ -130,6 +141,8 @@ struct ServerInfo {
     std::string name;
     int64_t memory_bytes = 0;
     int sm_count = 0, compute_major = 0, compute_minor = 0;
+    bool unhealthy = false;     // taken out of service by a GPU fault
+    std::string health_reason;  // why
   };
   std::string version, backend;
   std::vector<std::string> backends, kernels;
@@ -144,12 +157,17 @@ struct ServerInfo {
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
   double startup_ms = 0;          // the engine's start-up, warm-up included
   int64_t pinned_pool_bytes = 0;  // page-locked memory pinned at start-up for requests
+  // With tokens (--auth-tokens): who the server takes us for, our quotas (0 = none) and what we hold.
+  std::string client;
+  int client_max_in_flight = 0, client_in_flight = 0;
+  int64_t client_max_bytes_in_flight = 0, client_bytes_in_flight = 0;
 };
 
 class Client {
  public:
   virtual ~Client() = default;
-  // Makes a channel to `target` ("host:port"); connects lazily.
+  // Makes a channel to `target` ("host:port"); connects lazily. A TLS file
+  // that cannot be read makes every call fail with INVALID_ARGUMENT naming it.
   static std::unique_ptr<Client> connect(const std::string& target, const ClientOptions& options = {});
 
   // C = alpha*A*B + beta*C on the server. `c` may be null (no C input).

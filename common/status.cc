@@ -14,8 +14,6 @@ std::string_view status_code_name(StatusCode code) {
       return "NOT_FOUND";
     case StatusCode::kAlreadyExists:
       return "ALREADY_EXISTS";
-    case StatusCode::kPermissionDenied:
-      return "PERMISSION_DENIED";
     case StatusCode::kDeadlineExceeded:
       return "DEADLINE_EXCEEDED";
     case StatusCode::kFailedPrecondition:
@@ -32,6 +30,10 @@ std::string_view status_code_name(StatusCode code) {
       return "UNAVAILABLE";
     case StatusCode::kResourceExhausted:
       return "RESOURCE_EXHAUSTED";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
   }
   return "UNKNOWN";
 }

@@ -20,9 +20,9 @@ enum class StatusCode : int {
   kCancelled = 1,
   kNotFound = 5,
   kAlreadyExists = 6,
-  kPermissionDenied = 7,
   kInvalidArgument = 3,
   kDeadlineExceeded = 4,
+  kPermissionDenied = 7,  // authenticated, but not allowed this (rights, per-client quotas)
   kFailedPrecondition = 9,
   kAborted = 10,
   kOutOfRange = 11,
@@ -30,6 +30,7 @@ enum class StatusCode : int {
   kInternal = 13,
   kUnavailable = 14,       // retryable: the caller may try again later
   kResourceExhausted = 8,  // out of memory, queue full, over a limit
+  kUnauthenticated = 16,   // no valid credentials (bearer token)
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -65,6 +66,7 @@ inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
 
 // A value or the Status that explains why there is none.
 template <typename T>

@@ -8,6 +8,7 @@ std::string timing_record_json(const TimingRecord& r, const std::string& extra_j
   nlohmann::ordered_json j;
   j["schema"] = kTimingSchema;
   j["request_id"] = r.request_id;
+  if (!r.caller.empty()) j["caller"] = r.caller;
   j["time"] = r.time;
   j["shape"] = {{"m", r.shape.m}, {"n", r.shape.n}, {"k", r.shape.k}};
   j["has_c"] = r.has_c;
@@ -70,6 +71,7 @@ StatusOr<TimingRecord> parse_timing_record(const std::string& json) {
   try {
     TimingRecord r;
     r.request_id = j.at("request_id").get<std::string>();
+    r.caller = j.value("caller", "");
     r.time = j.at("time").get<double>();
     r.shape = {j.at("shape").at("m").get<int64_t>(), j.at("shape").at("n").get<int64_t>(),
                j.at("shape").at("k").get<int64_t>()};

@@ -44,7 +44,8 @@ struct ClientTimingRecord {
 
 struct TimingRecord {
   std::string request_id;
-  double time = 0;  // Unix seconds when the summary was written (the server's clock)
+  std::string caller;  // the token's client name (--auth-tokens); "" without tokens
+  double time = 0;     // Unix seconds when the summary was written (the server's clock)
   GemmShape shape;
   bool has_c = false;
   std::string backend, kernel, precision, split, plan;

@@ -9,6 +9,8 @@
 #   tests          kernel + engine gpu/multigpu suites (SGEMM_TEST_GPUS="2,4" narrows the counts)
 #   sanitize       compute-sanitizer memcheck + racecheck on the kernel tests
 #   e2e            the e2e suite with the cuda backend (then again with SGEMM_E2E_TRANSPORT=shm)
+#   faults         GPU faults injected through SGEMM_FAULT_INJECT (a trapping kernel, a failed device,
+#                  a hung collective aborted after --collective-timeout, no device left); 2 GPUs
 #   serve          sgemm-server --backend cuda and sgemm-client submit --size 4096/8192 --verify,
 #                  each precision the GPUs offer, and sgemm-load (64 clients; then misbehaving clients attached)
 #   bench-kernels  sgemm-bench (SGEMM_KERNEL_BENCH_ARGS), CSV and plot
@@ -78,6 +80,10 @@ if has tests; then
            cuda_engine_gpu_test cuda_engine_region_gpu_test cuda_engine_multigpu_test; do
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
+fi
+if has faults; then
+  # Each case starts its own server with the fault it needs (tests/e2e/gpu_fault_test.cc).
+  step faults 580 "$BIN/e2e_gpu_fault_test" --gtest_brief=1
 fi
 if has sanitize; then
   # gtest filters know only * and ?, no [0-9] classes: the cases are named.

@@ -16,6 +16,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev nlohmann-json3-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
+  clang-14 libfuzzer-14-dev openssl                   # fuzz targets (scripts/fuzz.sh); TLS tests make certificates
   python3 python3-grpcio python3-numpy python3-yaml   # Python client tests, manifest checks
   prometheus-cpp-dev python3-matplotlib               # --metrics-listen; sgemm-timings --png
 )

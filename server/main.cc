@@ -5,6 +5,7 @@
 //
 // SIGINT/SIGTERM: stop accepting, let requests in flight finish within
 // --shutdown-grace, cancel the rest, exit 0 (docs/lifecycle.md).
+// SIGHUP: reload the TLS certificate, key and client CA (docs/security.md).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -17,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
@@ -25,6 +27,7 @@
 
 #include "server/engine/engine_factory.h"
 #include "server/service/sgemm_service.h"
+#include "server/service/tls_credentials.h"
 #include "server/service/unix_connections.h"
 
 #ifndef SGEMM_VERSION
@@ -50,9 +53,12 @@ struct ServerOptions {
   std::string port_file;                             // write the bound port here once listening (tests, orchestration)
   std::string log_level = "info";
   sgemm::ServiceOptions service;         // limits, queue, memory budget, idle timeout, response chunk size
+  sgemm::TlsOptions tls;                 // --tls-cert/--tls-key/--tls-client-ca; none = plaintext
+  std::string auth_tokens;               // --auth-tokens: JSON file of bearer tokens and quotas; "" = no tokens
   int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
   double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
+  double collective_timeout_s = 60;      // a split job's NCCL collectives must finish within this
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
   std::string metrics_listen;            // Prometheus /metrics on this address:port; "" = none
   // Page-locked memory pinned at start-up for request buffers (cuda backend):
@@ -96,10 +102,12 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   ServerOptions opt;
@@ -163,6 +171,11 @@ int main(int argc, char** argv) {
   app.add_option("--response-chunk-bytes", opt.service.response_chunk_bytes, "payload of each C chunk sent back")
       ->check(CLI::Range(int64_t{4096}, int64_t{(4 << 20) - 1024}))
       ->capture_default_str();
+  app.add_option("--collective-timeout", opt.collective_timeout_s,
+                 "seconds a multi-GPU job may hold the NCCL communicator; past it the communicator is aborted and "
+                 "rebuilt over the healthy GPUs")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--cpu-threads", opt.cpu_threads, "OpenBLAS threads for the cpu backend (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
@@ -178,6 +191,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-warm-up", opt.no_warm_up,
                "skip loading kernels and cuBLAS on every GPU at start-up (the first requests then pay for it)");
+  app.add_option("--tls-cert", opt.tls.cert_file,
+                 "PEM certificate chain: TCP listeners speak TLS only (reloaded on SIGHUP)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", opt.tls.key_file, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  app.add_option("--tls-client-ca", opt.tls.client_ca_file,
+                 "PEM CA: require client certificates it signed (mutual TLS)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--auth-tokens", opt.auth_tokens,
+                 "JSON file of bearer tokens, client names and quotas (docs/security.md); calls need a token")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
 
   // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
@@ -216,6 +239,7 @@ int main(int argc, char** argv) {
     }
   }
   const auto t_engine = std::chrono::steady_clock::now();
+  eopt.collective_timeout_s = opt.collective_timeout_s;
   eopt.log = [log](std::string_view msg) { log->info("engine: {}", msg); };
   if (auto st = parse_devices(opt.devices, &eopt.devices); !st.ok()) {
     log->error("{}", st.message());
@@ -244,6 +268,30 @@ int main(int argc, char** argv) {
   if (opt.service.host_memory_bytes == 0) opt.service.host_memory_bytes = sgemm::default_host_memory_bytes();
   opt.service.version = SGEMM_VERSION;
   opt.service.backends = sgemm::built_backends();
+  std::unique_ptr<sgemm::TlsCredentials> tls;
+  if (opt.tls.enabled()) {
+    auto made = sgemm::TlsCredentials::create(opt.tls);
+    if (!made.ok()) {
+      log->error("{}", made.status().message());
+      return 2;
+    }
+    tls = std::move(made).value();
+  }
+  if (!opt.auth_tokens.empty()) {
+    auto loaded = sgemm::ClientAuth::load(opt.auth_tokens);
+    if (!loaded.ok()) {
+      log->error("{}", loaded.status().message());
+      return 2;
+    }
+    log->info("bearer tokens required: {} clients in {}", (*loaded)->size(), opt.auth_tokens);
+    opt.service.auth = std::move(loaded).value();
+  }
+  // GPU faults: the health service says NOT_SERVING once no device is left.
+  std::atomic<grpc::HealthCheckServiceInterface*> health{nullptr};
+  opt.service.on_serving_change = [&health, log](bool serving) {
+    if (!serving) log->error("no healthy device left: health is NOT_SERVING");
+    if (auto* h = health.load()) h->SetServingStatus(serving);
+  };
   sgemm::SgemmService service(engine, opt.service, log, timing_log);
   if (!opt.metrics_listen.empty()) {
     auto metrics_port = service.start_metrics(opt.metrics_listen);
@@ -257,13 +305,13 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  // TCP addresses go to gRPC; unix:PATH sockets are accepted by us (their
-  // peers' credentials decide region rights) and handed to gRPC per connection.
+  // TCP addresses go to gRPC (TLS when configured); unix:PATH sockets (plaintext: the peer's credentials are checked)
+  // are accepted by us (their peers' credentials decide region rights) and handed to gRPC per connection.
   std::vector<std::string> tcp, unix_paths;
   for (const auto& l : opt.listen) (l.rfind("unix:", 0) == 0 ? unix_paths : tcp).push_back(l);
   std::vector<int> ports(tcp.size(), 0);
   for (std::size_t i = 0; i < tcp.size(); ++i)
-    builder.AddListeningPort(tcp[i], grpc::InsecureServerCredentials(), &ports[i]);
+    builder.AddListeningPort(tcp[i], sgemm::listener_credentials(tcp[i], tls.get()), &ports[i]);
   std::vector<std::unique_ptr<sgemm::UnixListener>> unix_listeners;
   for (const auto& u : unix_paths) {
     auto l = sgemm::UnixListener::listen(u.substr(5));
@@ -286,11 +334,16 @@ int main(int argc, char** argv) {
     l->start(service.connections(), [&server](int fd) { grpc::AddInsecureChannelFromFd(server.get(), fd); });
   // Health answers for the whole server ("") and for the service by name.
   server->GetHealthCheckService()->SetServingStatus(sgemm::v1::Sgemm::service_full_name(), true);
+  health = server->GetHealthCheckService();
   log->info(
-      "sgemm-server {} listening on {} (port {}), backend {}, max {} in flight + {} queued, host memory budget {:.2f} "
-      "GiB, region budget {:.2f} GiB, idle timeout {} s",
-      SGEMM_VERSION, fmt::format("{}", fmt::join(opt.listen, ", ")), port, engine.info().backend,
-      opt.service.max_in_flight, opt.service.max_queued, opt.service.host_memory_bytes / 1073741824.0,
+      "sgemm-server {} listening on {} (port {}, {}), backend {}, max {} in flight + {} queued, host memory budget "
+      "{:.2f} GiB, region budget {:.2f} GiB, idle timeout {} s",
+      SGEMM_VERSION, fmt::format("{}", fmt::join(opt.listen, ", ")), port,
+      !tls                                 ? "plaintext"
+      : tls->requires_client_certificate() ? "TCP: TLS, client certificates required"
+                                           : "TCP: TLS",
+      engine.info().backend, opt.service.max_in_flight, opt.service.max_queued,
+      opt.service.host_memory_bytes / 1073741824.0,
       (opt.service.region_bytes ? opt.service.region_bytes : sgemm::default_host_memory_bytes() / 2) / 1073741824.0,
       opt.idle_timeout_s);
   if (!opt.port_file.empty()) {
@@ -302,7 +355,18 @@ int main(int argc, char** argv) {
   std::thread waiter([&] {
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
     unsigned char sig = 0;
-    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    for (;;) {
+      while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+      }
+      if (sig != SIGHUP) break;
+      // SIGHUP: new handshakes get the new files; open connections and their requests carry on.
+      if (!tls) {
+        log->info("SIGHUP: no TLS files to reload");
+      } else if (auto st = tls->reload(); st.ok()) {
+        log->info("SIGHUP: TLS certificate reloaded; new connections get it within {} s", opt.tls.refresh_interval_s);
+      } else {
+        log->error("SIGHUP: TLS files not reloaded, the previous ones stay in use: {}", st.message());
+      }
     }
     using namespace std::chrono;
     const auto grace = milliseconds(int64_t(opt.shutdown_grace_s * 1000));

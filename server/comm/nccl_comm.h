@@ -12,6 +12,8 @@
 
 #include <nccl.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -29,17 +31,34 @@ class NcclCommunicator {
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  int size() const { return int(comms_.size()); }
+  int size() const { return aborted_ ? 0 : int(comms_.size()); }
   int device(int rank) const { return devices_[size_t(rank)]; }
   ncclComm_t comm(int rank) const { return comms_[size_t(rank)]; }
   // Serialises jobs that enqueue collectives (see the header comment).
   std::mutex& order_mutex() { return order_mutex_; }
+
+  // Fault handling (docs/lifecycle.md#gpu-faults). Called with order_mutex()
+  // held by the job that owns the collectives, except abort(), which the
+  // engine's collective watchdog calls from its thread while that job waits.
+  //
+  // ncclCommAbort on every rank, in rank order (`before_rank(r)`, when given,
+  // runs just before rank r is aborted): kernels waiting in a collective
+  // return, and the communicator is unusable (size() is 0) until rebuild().
+  void abort(const std::function<void(int rank)>& before_rank = nullptr);
+  bool aborted() const { return aborted_; }
+  // The asynchronous error NCCL recorded for `rank` (OK when none).
+  Status async_error(int rank) const;
+  // A new communicator over `devices` (>= 2; the old one is destroyed, or was
+  // aborted). On failure size() is 0 and the error says why.
+  Status rebuild(const std::vector<int>& devices);
 
  private:
   NcclCommunicator() = default;
   std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;
   std::mutex order_mutex_;
+  std::atomic<bool> aborted_{false};
+  void destroy();
 };
 
 // ncclGroupStart in the constructor; end() runs ncclGroupEnd and reports its

@@ -163,6 +163,14 @@ struct EngineInfo {
   std::vector<Precision> precisions;                  // the arithmetic this backend offers, fp32 first
   double startup_ms = 0;                              // the engine's start-up, warm-up included (0: not measured)
   int64_t pinned_pool_bytes = 0;  // page-locked host memory set aside at start-up for request buffers
+  // Per device (same order): "" while healthy, else why it was taken out of
+  // service (a sticky CUDA error, a failed collective). Empty = all healthy.
+  std::vector<std::string> unhealthy;
+  bool serving() const {  // some device can still run requests
+    for (std::size_t i = 0; i < devices.size(); ++i)
+      if (i >= unhealthy.size() || unhealthy[i].empty()) return true;
+    return devices.empty();
+  }
 };
 
 class Engine {

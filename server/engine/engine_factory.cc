@@ -34,6 +34,7 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   cuda_options.log = options.log;
   if (options.pinned_pool_bytes) cuda_options.pinned_pool_bytes = *options.pinned_pool_bytes;
   cuda_options.warm_up = options.warm_up;
+  cuda_options.collective_timeout = std::chrono::milliseconds(int64_t(options.collective_timeout_s * 1000));
   auto cuda = make_cuda_engine(cuda_options);
   if (cuda.ok()) {
     built.engine = std::move(cuda).value();

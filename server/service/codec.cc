@@ -10,7 +10,7 @@
 
 namespace sgemm {
 
-namespace v1 = ::sgemm::v1;
+// `v1` is ::sgemm::v1 here (an alias would redefine it; clang says so).
 
 StatusOr<GemmRequest> header_from_proto(const v1::GemmHeader& h) {
   GemmRequest out;
@@ -119,9 +119,11 @@ class WireReader {
   }
   std::size_t pos() const { return pos_; }
   std::size_t size() const { return size_; }
-  bool varint(uint64_t* v) {
+  // A varint of at most `max_bytes` bytes (protobuf's limit: 10 for values,
+  // 5 for tags and lengths).
+  bool varint(uint64_t* v, int max_bytes = 10) {
     *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int shift = 0; shift < 7 * max_bytes; shift += 7) {
       uint8_t b;
       if (!byte(&b)) return false;
       *v |= uint64_t(b & 0x7f) << shift;
@@ -134,6 +136,17 @@ class WireReader {
     advance(n);
     return true;
   }
+  // A field's tag as protobuf reads it: a varint of at most 5 bytes and 32
+  // bits whose field number is not 0 (the fuzzer found all three let through).
+  bool tag(uint32_t* field, uint32_t* wire) {
+    uint64_t t;
+    if (!varint(&t, 5) || t > 0xffffffffu || (t >> 3) == 0) return false;
+    *field = uint32_t(t >> 3);
+    *wire = uint32_t(t & 7);
+    return true;
+  }
+  // A length-delimited field's length as protobuf reads it: at most 5 bytes, under 2 GiB.
+  bool length(uint64_t* n) { return varint(n, 5) && *n < (uint64_t{1} << 31) - 64; }
   // Skips a field of `wire_type` whose tag was just read.
   bool skip_field(uint32_t wire_type) {
     uint64_t v;
@@ -143,7 +156,7 @@ class WireReader {
       case 1:
         return skip(8);
       case 2:
-        return varint(&v) && skip(std::size_t(v));
+        return length(&v) && skip(std::size_t(v));
       case 5:
         return skip(4);
       default:
@@ -204,13 +217,12 @@ Fast decode_in_place(const std::vector<grpc::Slice>& slices, RequestMessage* out
   WireReader r(slices);
   int top_fields = 0;
   while (r.pos() < r.size()) {
-    uint64_t tag;
-    if (!r.varint(&tag)) return Fast::kMalformed;
-    const uint32_t field = uint32_t(tag >> 3), wire = uint32_t(tag & 7);
+    uint32_t field, wire;
+    if (!r.tag(&field, &wire)) return Fast::kMalformed;
     if ((field == 1 || field == 2) && wire == 2) {
       if (++top_fields > 1) return Fast::kFallback;  // oneof rules: leave it to protobuf
       uint64_t len;
-      if (!r.varint(&len) || len > r.size() - r.pos()) return Fast::kMalformed;
+      if (!r.length(&len) || len > r.size() - r.pos()) return Fast::kMalformed;
       if (field == 1) {
         if (!r.bytes(std::size_t(len), header_bytes)) return Fast::kMalformed;
         out->kind = RequestMessage::Kind::kHeader;
@@ -220,9 +232,8 @@ Fast decode_in_place(const std::vector<grpc::Slice>& slices, RequestMessage* out
       const std::size_t end = r.pos() + std::size_t(len);
       bool seen[4] = {false, false, false, false};
       while (r.pos() < end) {
-        uint64_t t;
-        if (!r.varint(&t)) return Fast::kMalformed;
-        const uint32_t f = uint32_t(t >> 3), w = uint32_t(t & 7);
+        uint32_t f, w;
+        if (!r.tag(&f, &w)) return Fast::kMalformed;
         if (f >= 1 && f <= 3) {
           if (seen[f]) return Fast::kFallback;
           seen[f] = true;
@@ -235,7 +246,7 @@ Fast decode_in_place(const std::vector<grpc::Slice>& slices, RequestMessage* out
           if (!r.varint(&v)) return Fast::kMalformed;
           out->offset = int64_t(v);
         } else if (f == 3 && w == 2) {
-          if (!r.varint(&v) || v > end - r.pos()) return Fast::kMalformed;
+          if (!r.length(&v) || v > end - r.pos()) return Fast::kMalformed;
           out->data_offset = r.pos();
           out->data_bytes = std::size_t(v);
           if (!r.skip(std::size_t(v))) return Fast::kMalformed;
@@ -248,7 +259,7 @@ Fast decode_in_place(const std::vector<grpc::Slice>& slices, RequestMessage* out
       if (r.pos() != end) return Fast::kMalformed;
     } else if (field == 1 || field == 2) {
       return Fast::kFallback;
-    } else if (field == 0 || !r.skip_field(wire)) {
+    } else if (!r.skip_field(wire)) {
       return Fast::kMalformed;
     }
   }
@@ -439,6 +450,11 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
     p->set_sm_count(d.sm_count);
     p->set_compute_major(d.compute_major);
     p->set_compute_minor(d.compute_minor);
+    const std::size_t i = std::size_t(out->devices_size() - 1);
+    if (i < info.unhealthy.size() && !info.unhealthy[i].empty()) {
+      p->set_unhealthy(true);
+      p->set_health_reason(info.unhealthy[i]);
+    }
   }
   v1::Limits* lim = out->mutable_limits();
   lim->set_max_matrix_elements(f.max_matrix_elements);
@@ -455,6 +471,11 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   load->set_open_streams(f.open_streams);
   out->set_startup_ms(info.startup_ms);
   out->set_pinned_pool_bytes(info.pinned_pool_bytes);
+  out->set_client(f.client);
+  lim->set_client_max_in_flight(f.client_max_in_flight);
+  lim->set_client_max_bytes_in_flight(f.client_max_bytes_in_flight);
+  load->set_client_in_flight(f.client_in_flight);
+  load->set_client_bytes_in_flight(f.client_bytes_in_flight);
 }
 
 }  // namespace sgemm

@@ -75,6 +75,10 @@ struct InfoFigures {
   int max_in_flight = 0, max_queued = 0;
   int in_flight = 0, queued = 0, open_streams = 0;
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
+  // The caller, when the server checks tokens: its name, quotas and what it holds.
+  std::string client;
+  int client_max_in_flight = 0, client_in_flight = 0;
+  int64_t client_max_bytes_in_flight = 0, client_bytes_in_flight = 0;
 };
 void info_to_proto(const EngineInfo& engine, const InfoFigures& f, sgemm::v1::GetInfoResponse* out);
 

@@ -42,8 +42,12 @@ const char* MultiplyCall::phase_name(Phase p) {
   return "?";
 }
 
-MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse)
-    : shared_(shared), ctx_(ctx), id_(std::to_string(shared.next_id.fetch_add(1))), t_start_(Clock::now()) {
+MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client)
+    : shared_(shared),
+      ctx_(ctx),
+      id_(std::to_string(shared.next_id.fetch_add(1))),
+      t_start_(Clock::now()),
+      client_(client) {
   shared_.requests_total.fetch_add(1);
   shared_.unanswered.fetch_add(1);
   {
@@ -59,6 +63,8 @@ MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* c
 }
 
 MultiplyCall::~MultiplyCall() = default;
+
+std::string_view MultiplyCall::client_name() const { return client_ ? std::string_view(client_->name()) : "-"; }
 
 void MultiplyCall::ref() {
   std::lock_guard lock(mu_);
@@ -274,6 +280,9 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
     return ResourceExhausted("the request needs " + std::to_string(footprint_bytes_) +
                              " bytes of host memory for A, B and C, more than the server's whole budget of " +
                              std::to_string(shared_.budget.capacity()) + " bytes (--host-memory-bytes)");
+  if (client_) {
+    SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
+  }
   assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
   phase_ = Phase::kReceiving;
   return Status::Ok();
@@ -476,6 +485,7 @@ void MultiplyCall::send_more() {
 void MultiplyCall::set_finished() {
   finished_ = true;
   shared_.unanswered.fetch_sub(1);
+  client_lease_.reset();  // answered: the client may send its next request
 }
 
 void MultiplyCall::finish(const Status& status) {
@@ -503,10 +513,11 @@ void MultiplyCall::log_outcome(const Status& st) {
     const auto level =
         messages_ == 0 && st.code() == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
     if (!shared_.log.admit(level)) return;  // formatting is most of a reset stream's cost
-    shared_.log.write(level, fmt::format("request id={} peer={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
-                                         "bytes_in={} bytes_out={} error=\"{}\"",
-                                         id_, ctx_->peer(), s.m, s.n, s.k, status_code_name(st.code()),
-                                         phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, st.message()));
+    shared_.log.write(
+        level, fmt::format("request id={} peer={} client={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
+                           "bytes_in={} bytes_out={} error=\"{}\"",
+                           id_, ctx_->peer(), client_name(), s.m, s.n, s.k, status_code_name(st.code()),
+                           phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, st.message()));
     return;
   }
   const GemmReport& r = *result_;
@@ -514,13 +525,14 @@ void MultiplyCall::log_outcome(const Status& st) {
   const double receive_ms = ms_between(t_start_, t_received_);
   const double compute_ms = ms_between(t_compute_start_, t_compute_end_);
   shared_.log.logger().info(
-      "request id={} peer={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
+      "request id={} peer={} client={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
       "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
       "bytes_out={} gflops={:.1f} devices={} plan=\"{}\"",
-      id_, ctx_->peer(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
+      id_, ctx_->peer(), client_name(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
       kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
       bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
-  const TimingRecord record = timing_record_of(facts_, r);
+  TimingRecord record = timing_record_of(facts_, r);
+  if (client_) record.caller = client_->name();
   if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, bytes_in_, bytes_out_, &record);
   if (shared_.timing_log) shared_.timing_log->info(timing_record_json(record));
   if (!shared_.options.trace_dir.empty()) {

@@ -46,7 +46,8 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   // Registers itself with `shared` and starts reading. A non-OK `refuse`
   // ends the call at once with that status (limits on open streams, shutdown).
-  MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse);
+  // `client` is the caller's (--auth-tokens; null without), charged for the request's quotas.
+  MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client = nullptr);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -83,6 +84,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void finish(const Status& status);
   void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
   void log_outcome(const Status& status);
+  std::string_view client_name() const;  // "-" without --auth-tokens
 
   // Off the reactor.
   void run_compute();
@@ -101,6 +103,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   grpc::CallbackServerContext* const ctx_;
   const std::string id_;
   const Clock::time_point t_start_;
+  AuthClient* const client_;  // owned by the service's ClientAuth; null without --auth-tokens
 
   mutable std::mutex mu_;
   int refs_ = 1;                  // guarded by mu_: gRPC (until OnDone), pool task, memory waiter
@@ -125,7 +128,8 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   int64_t footprint_bytes_ = 0;  // A + B + C, reserved at the first chunk
   std::optional<MatrixAssembler> assembler_;
   MemoryBudget::Reservation reservation_;
-  HostBuffer buffers_[3];  // A, B, C
+  AuthClient::Lease client_lease_;  // the client's quotas, from the header until the call is answered
+  HostBuffer buffers_[3];           // A, B, C
   CancelToken cancel_;
   GemmJob job_;
   StatusOr<GemmReport> result_ = Internal("not computed");

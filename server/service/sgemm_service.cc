@@ -9,7 +9,7 @@
 
 namespace sgemm {
 
-namespace v1 = ::sgemm::v1;
+// `v1` is ::sgemm::v1 here (an alias would redefine it; clang says so).
 
 int64_t default_host_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
@@ -67,13 +67,25 @@ SgemmService::~SgemmService() {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multiply(grpc::CallbackServerContext* ctx) {
   Status refuse;
+  auto client = authenticate(ctx);
   if (shared_->shutting_down.load()) {
     refuse = Unavailable("server shutting down; retry on another replica or later");
+  } else if (!client.ok()) {
+    refuse = client.status();
   } else if (const int open = shared_->unanswered.load(); open >= options_.max_open_streams) {
     refuse = Unavailable("too many open Multiply streams: " + std::to_string(open) + " (--max-open-streams " +
                          std::to_string(options_.max_open_streams) + "); retry with backoff");
   }
-  return new MultiplyCall(*shared_, ctx, refuse);
+  return new MultiplyCall(*shared_, ctx, refuse, client.ok() ? *client : nullptr);
+}
+
+StatusOr<AuthClient*> SgemmService::authenticate(const grpc::CallbackServerContext* ctx) const {
+  if (!options_.auth) return nullptr;
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  const std::string_view value =
+      it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+  return options_.auth->authenticate(value);
 }
 
 grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
@@ -81,6 +93,11 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (shared_->shutting_down.load()) {
     reactor->Finish(to_grpc_status(Unavailable("server shutting down")));
+    return reactor;
+  }
+  auto client = authenticate(ctx);
+  if (!client.ok()) {
+    reactor->Finish(to_grpc_status(client.status()));
     return reactor;
   }
   InfoFigures f;
@@ -100,6 +117,13 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   f.requests_total = shared_->requests_total.load();
   f.requests_failed = shared_->requests_failed.load();
   f.host_bytes_in_use = shared_->budget.in_use();
+  if (const AuthClient* c = *client) {
+    f.client = c->name();
+    f.client_max_in_flight = c->quota().max_in_flight;
+    f.client_max_bytes_in_flight = c->quota().max_bytes_in_flight;
+    f.client_in_flight = c->in_flight();
+    f.client_bytes_in_flight = c->bytes_in_flight();
+  }
   info_to_proto(shared_->engine.info(), f, out);
   out->mutable_limits()->set_region_bytes(regions_->capacity());
   out->set_regions_available(connections_->find(ctx->peer()).unix_socket);
@@ -174,6 +198,11 @@ void SgemmService::watchdog() {
       ended_last_tick = ended;
     }
     if (trim) malloc_trim(0);
+    if (options_.on_serving_change) {  // GPU faults: NOT_SERVING once no device is left
+      const bool serving = shared_->engine.info().serving();
+      if (serving != serving_) options_.on_serving_change(serving);
+      serving_ = serving;
+    }
     lock.lock();
   }
 }

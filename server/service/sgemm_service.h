@@ -24,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "server/engine/engine.h"
+#include "server/service/client_auth.h"
 #include "server/service/compute_pool.h"
 #include "server/service/memory_budget.h"
 #include "server/service/rate_limited_log.h"
@@ -63,6 +65,11 @@ struct ServiceOptions {
   int64_t region_bytes = 0;  // shared-memory regions registered at once, all callers together (page-locked
                              // memory the callers own); 0 = a quarter of physical memory (docs/transport.md)
   std::string trace_dir;     // write a Chrome trace of every request here (trace-<id>.json); "" = only on request
+  std::shared_ptr<const ClientAuth> auth;  // bearer tokens and per-client quotas (--auth-tokens);
+                                           // null = calls need no token
+  // Called (on the watchdog thread) when the engine gains or loses its last
+  // healthy device: main turns it into the health service's SERVING/NOT_SERVING.
+  std::function<void(bool serving)> on_serving_change;
 };
 
 // Half of this host's physical memory: what --host-memory-bytes 0 means.
@@ -150,6 +157,8 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
 
  private:
   void watchdog();
+  // The caller's client (null without --auth-tokens), or UNAUTHENTICATED.
+  StatusOr<AuthClient*> authenticate(const grpc::CallbackServerContext* ctx) const;
 
   const ServiceOptions options_;
   std::unique_ptr<RegionRegistry> regions_;
@@ -158,6 +167,7 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   std::mutex watchdog_mu_;
   std::condition_variable watchdog_cv_;
   bool stopping_ = false;  // guarded by watchdog_mu_
+  bool serving_ = true;    // watchdog thread only: the engine had a healthy device at the last look
   std::thread watchdog_;
 };
 

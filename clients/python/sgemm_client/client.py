@@ -80,12 +80,30 @@ class Client:
     """
 
     def __init__(self, target="localhost:50051", *, chunk_bytes=1 << 20, retries=5, backoff_s=0.05,
-                 max_backoff_s=2.0, channel=None):
+                 max_backoff_s=2.0, channel=None, tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None,
+                 token=None):
+        """tls_ca/tls_cert/tls_key: PEM file paths; any of them (or tls_server_name) makes the
+        channel TLS (mutual with tls_cert and tls_key). token: bearer token sent with every call
+        (servers started with --auth-tokens; docs/security.md)."""
         self.target = target
         self._transport = ChunkedTransport(chunk_bytes)
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        if channel is None and (tls_ca or tls_cert or tls_key or tls_server_name):
+            if bool(tls_cert) != bool(tls_key):
+                raise ValueError("a client certificate needs both tls_cert and tls_key")
+
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+
+            creds = grpc.ssl_channel_credentials(root_certificates=read(tls_ca) if tls_ca else None,
+                                                 private_key=read(tls_key) if tls_key else None,
+                                                 certificate_chain=read(tls_cert) if tls_cert else None)
+            options = [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else []
+            channel = grpc.secure_channel(target, creds, options=options)
         self._channel = channel or grpc.insecure_channel(target)
         self._stub = pb2_grpc.SgemmStub(self._channel)
         self._lock = threading.Lock()
@@ -108,7 +126,7 @@ class Client:
     def info(self, timeout=10.0):
         """The server's GetInfoResponse: devices, backends, kernels, limits, load."""
         try:
-            return self._stub.GetInfo(pb2.GetInfoRequest(), timeout=timeout)
+            return self._stub.GetInfo(pb2.GetInfoRequest(), timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise SgemmError(e.code(), e.details()) from None
 
@@ -168,7 +186,7 @@ class Client:
         out = np.empty(m * n, dtype=_FP32)
         received = 0
         summary = None
-        for resp in self._stub.Multiply(requests, timeout=timeout):
+        for resp in self._stub.Multiply(requests, timeout=timeout, metadata=self._metadata):
             kind = resp.WhichOneof("kind")
             if kind == "chunk":
                 part = np.frombuffer(resp.chunk.data, dtype=_FP32)

@@ -8,13 +8,17 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "kernels/cuda_status.h"
+#include "kernels/fault_kernels.h"
 #include "kernels/gemm_backend.h"
 #include "server/comm/nccl_comm.h"
+#include "server/devices/device_health.h"
 #include "server/devices/device_pool.h"
 #include "server/devices/pinned_host_pool.h"
 #include "server/engine/cuda/job_run.h"
@@ -27,22 +31,40 @@ namespace {
 class CudaEngine final : public Engine {
  public:
   CudaEngine(CudaEngineOptions options, std::unique_ptr<DevicePool> pool, std::unique_ptr<NcclCommunicator> comm,
-             KernelKind default_kind)
+             KernelKind default_kind, FaultInjection faults)
       : options_(std::move(options)),
         pool_(std::move(pool)),
         comm_(std::move(comm)),
         host_pool_(options_.pinned_cache_bytes),
-        default_kind_(default_kind) {}
+        default_kind_(default_kind),
+        health_(pool_->size()),
+        faults_(faults) {
+    if (comm_) {
+      comm_ordinals_ = pool_->ordinals();
+      watchdog_ = std::thread([this] { watch_collectives(); });
+    }
+  }
 
   ~CudaEngine() override {
+    {
+      std::lock_guard lock(watch_mu_);
+      watch_stop_ = true;
+    }
+    watch_cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    release_spin();
     comm_.reset();  // communicators before the pool's streams
     pool_.reset();
+    if (spin_flag_) (void)cudaFreeHost(spin_flag_);
   }
 
   EngineInfo info() const override {
     EngineInfo info;
     info.backend = "cuda";
-    for (int i = 0; i < pool_->size(); ++i) info.devices.push_back(pool_->info(i));
+    for (int i = 0; i < pool_->size(); ++i) {
+      info.devices.push_back(pool_->info(i));
+      info.unhealthy.push_back(health_.healthy(i) ? std::string() : health_.reason(i));
+    }
     info.default_kernel = default_kind_;
     info.kernels.push_back(default_kind_);
     for (KernelKind k : pool_->kernels())
@@ -129,10 +151,18 @@ class CudaEngine final : public Engine {
     req.has_c = r.has_c;
     req.forced = r.options.split;
     req.k_reduce = options_.k_reduce;
-    for (int i = 0; i < pool_->size(); ++i) {
+    // Only healthy devices are planned over; a split needs the communicator
+    // to cover exactly them (it is rebuilt when one drops out).
+    std::vector<int> healthy;
+    for (int i = 0; i < pool_->size(); ++i)
+      if (health_.healthy(i)) healthy.push_back(i);
+    if (healthy.empty()) return Unavailable(no_device_left());
+    for (int i : healthy) {
       req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r.options.precision), options_.host_link_gbps,
                                        options_.peer_gbps, pool_->busy_lanes(i)});
     }
+    ensure_comm(healthy, job.cancel);
+    if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
     const Plan plan = make_plan(req, options_.planner);
     const SplitExecutor* executor = find_split_executor(plan.mode);
     if (!executor)
@@ -155,27 +185,39 @@ class CudaEngine final : public Engine {
 
     std::unique_lock<std::mutex> order;  // held for jobs that span the pool: NCCL order
     std::vector<LaneLease> leases;       // declared before the JobRun: outlive its buffers
+    std::vector<int> used;               // pool index of each lease (rank order for a split)
     JobRun jr(job, set, comm_.get());
     if (!executor->spans_pool) {
       const int idx = index_of(plan.shards[0].device);
       if (idx < 0) return Internal("planner chose an unknown device");
       SGEMM_ASSIGN_OR_RETURN(LaneLease lease, pool_->acquire(idx, job.cancel));
       leases.push_back(std::move(lease));
+      used.push_back(idx);
       jr.add(&*leases.back(), idx, plan.shards[0], pool_->info(idx));
     } else {
-      if (!comm_ || int(plan.shards.size()) != pool_->size())
-        return Internal("split plan does not cover the device pool");
       const auto t_order = std::chrono::steady_clock::now();
       SGEMM_ASSIGN_OR_RETURN(order, lock_order(job.cancel));
       jr.set_order_wait_ms(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_order).count());
-      for (int i = 0; i < pool_->size(); ++i) {
-        SGEMM_ASSIGN_OR_RETURN(LaneLease lease, pool_->acquire(i, job.cancel));
+      if (!comm_covers(healthy) || plan.shards.size() != healthy.size())
+        return Unavailable("the split plan's devices changed while it waited (a GPU failed); retry");
+      for (std::size_t rank = 0; rank < healthy.size(); ++rank) {
+        SGEMM_ASSIGN_OR_RETURN(LaneLease lease, pool_->acquire(healthy[rank], job.cancel));
         leases.push_back(std::move(lease));
+        used.push_back(healthy[rank]);
       }
-      for (int i = 0; i < pool_->size(); ++i) jr.add(&*leases[size_t(i)], i, plan.shards[size_t(i)], pool_->info(i));
+      for (std::size_t rank = 0; rank < healthy.size(); ++rank)
+        jr.add(&*leases[rank], int(rank), plan.shards[rank], pool_->info(healthy[rank]));
     }
-    SGEMM_RETURN_IF_ERROR(jr.execute(*executor));
+    SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
+    if (executor->spans_pool) arm_watchdog();
+    Status ran = jr.execute(*executor);
+    const bool timed_out = executor->spans_pool && disarm_watchdog();
+    if (timed_out || !ran.ok()) {
+      Status fault = on_job_failure(ran, timed_out, executor->spans_pool, leases, used, &order, job.cancel);
+      if (!fault.ok()) return fault;
+      return ran;
+    }
     if (jr.fallback_used()) {
       report.kernel = KernelKind::kCublas;
       report.precision = Precision::kFp32;
@@ -243,6 +285,179 @@ class CudaEngine final : public Engine {
     return lock;
   }
 
+  // ---- Faults -------------------------------------------------------------
+
+  std::string device_name(int idx) const {
+    return "GPU " + std::to_string(pool_->ordinal(idx)) + " (" + pool_->info(idx).name + ")";
+  }
+
+  std::string no_device_left() const {
+    std::string msg = "no healthy GPU left on this server:";
+    for (int i = 0; i < pool_->size(); ++i) msg += " " + device_name(i) + ": " + health_.reason(i) + ";";
+    return msg + " restart it (or send requests to another replica)";
+  }
+
+  // Whether the communicator's ranks are exactly these pool indices, in order.
+  // Reads the copy of its devices (comm_state_mu_), so no order mutex is needed.
+  bool comm_covers(const std::vector<int>& idx) const {
+    std::lock_guard lock(comm_state_mu_);
+    if (comm_ordinals_.size() != idx.size()) return false;
+    for (std::size_t r = 0; r < idx.size(); ++r)
+      if (comm_ordinals_[r] != pool_->ordinal(idx[r])) return false;
+    return true;
+  }
+
+  // Rebuilds the communicator over the healthy devices (order mutex held).
+  void rebuild_comm() {
+    if (!comm_) return;
+    std::vector<int> ordinals;
+    for (int i = 0; i < pool_->size(); ++i)
+      if (health_.healthy(i)) ordinals.push_back(pool_->ordinal(i));
+    rebuilt_for_ = int(ordinals.size());
+    Status s = InvalidArgument("fewer than 2 healthy GPUs");
+    if (ordinals.size() < 2) {
+      comm_->abort();  // nothing to rebuild over: single-GPU jobs only from now on
+    } else {
+      s = comm_->rebuild(ordinals);
+    }
+    {
+      std::lock_guard lock(comm_state_mu_);
+      comm_ordinals_ = s.ok() ? ordinals : std::vector<int>();
+    }
+    log(s.ok() ? "NCCL communicator rebuilt over " + std::to_string(ordinals.size()) + " healthy GPU(s)"
+               : "NCCL communicator retired (split jobs off): " + s.message());
+  }
+
+  // A communicator that does not cover the healthy devices (its rebuild was
+  // skipped, e.g. the failing job was cancelled first) is rebuilt by the next
+  // job, once per change in the healthy count.
+  void ensure_comm(const std::vector<int>& healthy, const CancelToken* cancel) {
+    if (!comm_ || healthy.size() < 2 || comm_covers(healthy)) return;
+    auto order = lock_order(cancel);
+    if (!order.ok() || rebuilt_for_ == health_.healthy_count() || comm_covers(healthy)) return;
+    rebuild_comm();
+  }
+
+  // SGEMM_FAULT_INJECT: each hook fires once, on the first job that uses its device.
+  Status inject_faults(bool spans_pool, std::vector<LaneLease>& leases, const std::vector<int>& used) {
+    if (!faults_.any()) return Status::Ok();
+    for (std::size_t i = 0; i < used.size(); ++i) {
+      const int ordinal = pool_->ordinal(used[i]);
+      if (ordinal == faults_.fail_device && !fail_fired_.exchange(true)) {
+        const std::string why = "injected failure (SGEMM_FAULT_INJECT=fail:" + std::to_string(ordinal) + ")";
+        mark_unhealthy(used[i], why);
+        if (spans_pool) rebuild_comm();  // the order mutex is held
+        return Unavailable(device_name(used[i]) + " failed and is out of service: " + why + "; retry");
+      }
+      if (ordinal == faults_.trap_device && !trap_fired_.exchange(true)) {
+        SGEMM_CUDA_TRY(cudaSetDevice(ordinal));
+        SGEMM_CUDA_TRY(launch_trap_kernel(leases[i]->compute()));
+        log("fault injection: a trapping kernel launched on " + device_name(used[i]));
+      }
+    }
+    if (spans_pool && faults_.hang_collective && leases.size() > 1 && !hang_fired_.exchange(true)) {
+      if (!spin_flag_) {
+        SGEMM_CUDA_TRY(cudaHostAlloc(&spin_flag_, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+      }
+      *static_cast<volatile int*>(spin_flag_) = 0;
+      SGEMM_CUDA_TRY(cudaSetDevice(leases[1]->device()));
+      SGEMM_CUDA_TRY(launch_spin_kernel(static_cast<const volatile int*>(spin_flag_), leases[1]->comm()));
+      log("fault injection: the collective's second rank held back on " + device_name(used[1]));
+    }
+    return Status::Ok();
+  }
+
+  void release_spin() {
+    if (spin_flag_) *static_cast<volatile int*>(spin_flag_) = 1;
+  }
+
+  void mark_unhealthy(int idx, const std::string& why) {
+    if (health_.mark_unhealthy(idx, why))
+      log(device_name(idx) + " marked unhealthy: " + why + " (" + std::to_string(health_.healthy_count()) +
+          " healthy GPU(s) left)");
+  }
+
+  // After a failed (or timed-out) job: finds the devices at fault, marks them,
+  // and rebuilds the communicator. Returns the job's status when a fault was
+  // found (UNAVAILABLE naming the device), else OK (the error stands).
+  Status on_job_failure(const Status& ran, bool timed_out, bool spans_pool, std::vector<LaneLease>& leases,
+                        const std::vector<int>& used, std::unique_lock<std::mutex>* order, const CancelToken* cancel) {
+    std::string failed;
+    for (std::size_t i = 0; i < used.size(); ++i) {
+      (void)cudaSetDevice(pool_->ordinal(used[i]));
+      const cudaError_t e = cudaStreamQuery(leases[i]->compute());
+      if (is_sticky_cuda_error(e)) {
+        mark_unhealthy(used[i],
+                       std::string("sticky CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+        failed += (failed.empty() ? "" : ", ") + device_name(used[i]);
+        continue;
+      }
+      (void)cudaGetLastError();
+      if (spans_pool && !timed_out && comm_) {
+        const Status a = comm_->async_error(int(i));
+        if (!a.ok()) {
+          mark_unhealthy(used[i], "NCCL error on its rank: " + a.message());
+          failed += (failed.empty() ? "" : ", ") + device_name(used[i]);
+        }
+      }
+    }
+    if (failed.empty() && !timed_out) return Status::Ok();
+    if (comm_) {
+      if (!order->owns_lock()) {
+        auto lock = lock_order(cancel);
+        if (lock.ok()) *order = std::move(lock).value();
+      }
+      if (order->owns_lock()) rebuild_comm();
+    }
+    const std::string left = std::to_string(health_.healthy_count()) + " healthy GPU(s) left";
+    if (timed_out)
+      return Unavailable("a collective did not finish within --collective-timeout (" +
+                         std::to_string(options_.collective_timeout.count() / 1000.0) +
+                         " s): the NCCL communicator was aborted and rebuilt over the healthy GPUs" +
+                         (failed.empty() ? "" : "; failed: " + failed) + "; " + left + "; retry");
+    return Unavailable(failed + " failed and is out of service (" + ran.message() + "); " + left + "; retry");
+  }
+
+  void log(const std::string& msg) const {
+    if (options_.log) options_.log("cuda engine: " + msg);
+  }
+
+  // The collective watchdog: one thread; at most one split job is armed at a
+  // time (they hold the order mutex).
+  void arm_watchdog() {
+    std::lock_guard lock(watch_mu_);
+    watch_deadline_ = std::chrono::steady_clock::now() + options_.collective_timeout;
+    watch_armed_ = true;
+    watch_fired_ = false;
+    watch_cv_.notify_all();
+  }
+  bool disarm_watchdog() {
+    std::lock_guard lock(watch_mu_);
+    watch_armed_ = false;
+    return watch_fired_;
+  }
+  void watch_collectives() {
+    std::unique_lock lock(watch_mu_);
+    while (!watch_stop_) {
+      if (!watch_armed_) {
+        watch_cv_.wait(lock);
+        continue;
+      }
+      const auto deadline = watch_deadline_;
+      watch_cv_.wait_until(lock, deadline);
+      if (watch_stop_ || !watch_armed_ || std::chrono::steady_clock::now() < watch_deadline_) continue;
+      watch_armed_ = false;
+      watch_fired_ = true;
+      // Aborted with watch_mu_ held: the job's disarm_watchdog() (and so its
+      // rebuild of the communicator) waits until the abort is over.
+      log("a split job's collectives did not finish within the collective timeout: aborting the NCCL communicator");
+      // A collective held back by fault injection is released just before its rank is aborted.
+      comm_->abort([this](int rank) {
+        if (rank == 1) release_spin();
+      });
+    }
+  }
+
   int index_of(int ordinal) const {
     for (int i = 0; i < pool_->size(); ++i)
       if (pool_->ordinal(i) == ordinal) return i;
@@ -255,6 +470,21 @@ class CudaEngine final : public Engine {
   std::unique_ptr<NcclCommunicator> comm_;  // null with one device
   PinnedHostPool host_pool_;
   const KernelKind default_kind_;
+  DeviceHealth health_;
+  const FaultInjection faults_;
+  std::atomic<bool> trap_fired_{false}, fail_fired_{false}, hang_fired_{false};
+  void* spin_flag_ = nullptr;  // host-mapped int releasing the injected hang; allocated on first use
+  int rebuilt_for_ = -1;       // guarded by the order mutex: healthy count of the last rebuild attempt
+  mutable std::mutex comm_state_mu_;
+  std::vector<int> comm_ordinals_;  // guarded by comm_state_mu_: the devices the communicator spans now
+
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;                               // guarded by watch_mu_
+  bool watch_armed_ = false;                              // guarded by watch_mu_
+  bool watch_fired_ = false;                              // guarded by watch_mu_
+  std::chrono::steady_clock::time_point watch_deadline_;  // guarded by watch_mu_
+  std::thread watchdog_;
 };
 
 }  // namespace
@@ -267,6 +497,8 @@ StatusOr<std::unique_ptr<Engine>> make_cuda_engine(const CudaEngineOptions& opti
     return InvalidArgument("gpu_tflops, tf32_tflops, fp32x3_tflops, host_link_gbps and peer_gbps must be > 0");
   if (options.chunk_rows < 0 || options.chunk_k < 0) return InvalidArgument("chunk_rows and chunk_k must be >= 0");
   if (options.blocks_ahead < 1) return InvalidArgument("blocks_ahead must be >= 1");
+  if (options.collective_timeout.count() <= 0) return InvalidArgument("collective_timeout must be > 0");
+  SGEMM_ASSIGN_OR_RETURN(const FaultInjection faults, FaultInjection::from_env());
   DevicePoolOptions po;
   po.devices = options.devices;
   po.lanes_per_device = options.lanes_per_device;
@@ -289,7 +521,10 @@ StatusOr<std::unique_ptr<Engine>> make_cuda_engine(const CudaEngineOptions& opti
            std::string(kernel_kind_name(def)) + (comm ? "; NCCL communicator ready" : "");
     options.log(msg);
   }
-  auto engine = std::make_unique<CudaEngine>(options, std::move(pool), std::move(comm), def);
+  if (faults.any() && options.log)
+    options.log("cuda engine: FAULT INJECTION ON (SGEMM_FAULT_INJECT=" + faults.describe() +
+                "): test hooks will break GPUs on purpose");
+  auto engine = std::make_unique<CudaEngine>(options, std::move(pool), std::move(comm), def, faults);
   SGEMM_RETURN_IF_ERROR(engine->start(t0));
   if (options.log) {
     const EngineInfo info = engine->info();

@@ -12,8 +12,16 @@
 // interleave, then one lane on every device. Every one of those waits, and
 // the wait for the GPUs, polls GemmJob::cancel. rows_ready() is called on the
 // thread that called run().
+//
+// Faults (docs/lifecycle.md#gpu-faults): a sticky CUDA error on a device, or
+// an asynchronous NCCL error on its rank, marks that device unhealthy; the
+// job fails with UNAVAILABLE naming it, and later jobs are planned over the
+// healthy devices only (the communicator rebuilt over them). A split job past
+// `collective_timeout` has its communicator aborted by a watchdog thread.
+// SGEMM_FAULT_INJECT (server/devices/device_health.h) injects such faults.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -76,6 +84,12 @@ struct CudaEngineOptions {
   double host_link_gbps = 54.0;
   double peer_gbps = 310.0;
   PlannerOptions planner;  // split geometry and cost constants
+
+  // A job that spans the pool must finish within this once it holds the
+  // communicator; past it the communicator is aborted (ncclCommAbort), the
+  // job fails (UNAVAILABLE) and the communicator is rebuilt over the healthy
+  // devices. Bounds the whole split job, so it must exceed the longest one.
+  std::chrono::milliseconds collective_timeout{60000};
 
   // Start-up and fallback messages; null = silent. Called from any thread.
   std::function<void(std::string_view)> log;

@@ -104,6 +104,34 @@ class ClientAgainstServer(unittest.TestCase):
         self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("alpha", e.exception.details)
 
+    def test_tls_and_a_bearer_token(self):
+        # Certificates made here with the openssl CLI; the server takes TLS and tokens together.
+        d = self.server.dir / "pki"
+        d.mkdir(exist_ok=True)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        run = lambda *a: subprocess.run(a, cwd=d, check=True, capture_output=True)
+        run("openssl", "req", "-x509", *ec, "-days", "2", "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=ca")
+        run("openssl", "req", *ec, "-keyout", "s.key", "-out", "s.csr", "-subj", "/CN=s")
+        (d / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        run("openssl", "x509", "-req", "-in", "s.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-days", "2", "-out", "s.pem", "-extfile", "ext")
+        (d / "tokens.json").write_text('{"clients": [{"name": "py", "token": "python-token-0123456789"}]}')
+        secure = ServerProcess("--tls-cert", str(d / "s.pem"), "--tls-key", str(d / "s.key"),
+                               "--auth-tokens", str(d / "tokens.json"))
+        try:
+            a, b = self.random(37, 41), self.random(41, 29)
+            with sgemm_client.Client(secure.address, tls_ca=str(d / "ca.pem"),
+                                     token="python-token-0123456789") as client:
+                c, _ = client.multiply(a, b, timeout=30)
+                np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=0, atol=1e-3)
+                self.assertEqual(client.info().client, "py")
+            with sgemm_client.Client(secure.address, tls_ca=str(d / "ca.pem"), retries=0) as anonymous:
+                with self.assertRaises(sgemm_client.SgemmError) as e:
+                    anonymous.multiply(a, b, timeout=30)
+                self.assertEqual(e.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        finally:
+            self.assertEqual(secure.stop(), 0)
+
     def test_over_the_size_limit_is_resource_exhausted(self):
         small = ServerProcess("--max-matrix-elements", "1000")
         try:

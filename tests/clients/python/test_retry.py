@@ -27,7 +27,7 @@ class FlakyStub:
     def __init__(self, failures, code=grpc.StatusCode.UNAVAILABLE):
         self.failures, self.code, self.calls, self.requests = failures, code, 0, []
 
-    def Multiply(self, requests, timeout=None):
+    def Multiply(self, requests, timeout=None, metadata=None):
         self.calls += 1
         self.requests = list(requests)  # a fresh, complete request stream each attempt
         if self.calls <= self.failures:

@@ -145,5 +145,23 @@ TEST(Codec, UnusualEncodingsFallBackToProtobuf) {
   EXPECT_FALSE(decode_request(cut, 1, 1 << 20).ok());
 }
 
+// Found by the codec fuzzer (tests/fuzz/codec_fuzzer.cc): the in-place path
+// took a field numbered 0 inside a chunk, a tag over 32 bits (whose field
+// number it truncated) and a tag spelt in 6 bytes, all of which protobuf refuses.
+TEST(Codec, TagsProtobufRefusesAreRefusedInPlaceToo) {
+  const std::string field_zero_in_chunk = std::string("\x12\x06\x08\x01\x10\x00\x00\x00", 8);
+  const std::string tag_over_32_bits = std::string("\x92\x80\x80\x80\x80\x01\x02\x08\x01", 9);
+  const std::string tag_in_six_bytes = std::string("\x92\x80\x80\x80\x80\x00\x02\x08\x01", 9);
+  for (const std::string& bytes : {field_zero_in_chunk, tag_over_32_bits, tag_in_six_bytes}) {
+    v1::MultiplyRequest req;
+    EXPECT_FALSE(req.ParseFromString(bytes));
+    grpc::ByteBuffer bb = to_buffer(bytes);
+    auto r = decode_request(bb, 1, 1 << 20);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("does not parse"), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace sgemm

@@ -21,7 +21,12 @@ namespace v1 = ::sgemm::v1;
 class FakeEngine : public Engine {
  public:
   EngineInfo info() const override {
-    return {"fake", {}, {KernelKind::kOpenblas}, KernelKind::kOpenblas, {Precision::kFp32}};
+    EngineInfo info;
+    info.backend = "fake";
+    info.kernels = {KernelKind::kOpenblas};
+    info.default_kernel = KernelKind::kOpenblas;
+    info.precisions = {Precision::kFp32};
+    return info;
   }
   HostAllocator& host_allocator() override { return alloc_; }
   Status validate(const GemmRequest& r) const override { return check_gemm_request(r); }

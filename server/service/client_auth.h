@@ -1,0 +1,108 @@
+// Bearer tokens and per-client quotas (docs/security.md).
+//
+// `--auth-tokens FILE` names a JSON file:
+//
+//   {"clients": [
+//     {"name": "batch", "token": "<secret>", "max_in_flight": 2,
+//      "max_bytes_in_flight": 1073741824, "multiply": true}
+//   ]}
+//
+// Every Multiply and GetInfo call is authenticated in one place,
+// ClientAuth::authenticate(), from the `authorization: Bearer <token>`
+// metadata: UNAUTHENTICATED when it is missing, malformed or unknown. A
+// known client gets an AuthClient whose quotas the service charges as requests go:
+// a request holds one of `max_in_flight` places and its footprint (A, B, C)
+// of `max_bytes_in_flight` from its header until it is answered; a request
+// over either, or a Multiply from a client without the `multiply` right, is
+// PERMISSION_DENIED. Messages name the client and the quota, never a token.
+// Health checks and reflection stay open (probes carry no token).
+//
+// Threads: authenticate() and the AuthClient's admit()/Lease are thread-safe;
+// the table does not change after load().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace sgemm {
+
+struct ClientQuota {
+  int max_in_flight = 0;            // requests open at once (header received, not yet answered); 0 = no limit
+  int64_t max_bytes_in_flight = 0;  // sum of those requests' A+B+C bytes; 0 = no limit
+  bool multiply = true;             // may call Multiply (false: GetInfo only)
+};
+
+// One client of the token file, with what it holds right now.
+class AuthClient {
+ public:
+  AuthClient(std::string name, ClientQuota quota) : name_(std::move(name)), quota_(quota) {}
+  const std::string& name() const { return name_; }
+  const ClientQuota& quota() const { return quota_; }
+  int in_flight() const { return in_flight_.load(); }
+  int64_t bytes_in_flight() const { return bytes_in_flight_.load(); }
+
+  // What one request holds against its client's quotas; move-only, released
+  // when reset or destroyed.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(AuthClient* client, int64_t bytes) : client_(client), bytes_(bytes) {}
+    Lease(Lease&& o) noexcept : client_(o.client_), bytes_(o.bytes_) { o.client_ = nullptr; }
+    Lease& operator=(Lease&& o) noexcept {
+      if (this != &o) {
+        reset();
+        client_ = o.client_;
+        bytes_ = o.bytes_;
+        o.client_ = nullptr;
+      }
+      return *this;
+    }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { reset(); }
+    void reset();
+
+   private:
+    AuthClient* client_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+
+  // Takes one request place and `bytes` against the quotas, or
+  // PERMISSION_DENIED naming the quota that is full.
+  StatusOr<Lease> admit(int64_t bytes);
+
+ private:
+  const std::string name_;
+  const ClientQuota quota_;
+  std::atomic<int> in_flight_{0};
+  std::atomic<int64_t> bytes_in_flight_{0};
+};
+
+class ClientAuth {
+ public:
+  // Reads and checks a token file (INVALID_ARGUMENT naming the entry at fault,
+  // never its token).
+  static StatusOr<std::unique_ptr<ClientAuth>> load(const std::string& path);
+  static StatusOr<std::unique_ptr<ClientAuth>> parse(const std::string& json_text, const std::string& source);
+
+  // `authorization` is the call's metadata value ("" when absent). Returns
+  // the client (owned by this table), or UNAUTHENTICATED.
+  StatusOr<AuthClient*> authenticate(std::string_view authorization) const;
+
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::string token;
+    std::unique_ptr<AuthClient> client;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace sgemm
