@@ -91,6 +91,10 @@ class ShmRegion final : public Region {
     v1::RegisterRegionResponse resp;
     SGEMM_RETURN_IF_ERROR(from_grpc(r->stub_->RegisterRegion(&ctx, req, &resp)));
     r->registered_ = true;
+    // Both sides have it mapped: the name is no longer needed, and without it
+    // the memory goes with the last mapping, even if this process is killed.
+    shm_unlink(name);
+    r->created_ = false;
     return std::unique_ptr<Region>(std::move(r));
   }
 

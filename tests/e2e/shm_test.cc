@@ -365,7 +365,8 @@ TEST_F(ShmE2E, ADeadClientsRegistrationsAreDropped) {
     if (in_use) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(in_use, 0);
-  // The dead client could not unlink its object: remove it as an operator would.
+  // The client unlinks its object's name once registered; if it was killed
+  // between the two, remove the name as an operator would.
   std::error_code ec;
   std::filesystem::remove("/dev/shm" + theirs, ec);
 }
