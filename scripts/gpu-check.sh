@@ -227,6 +227,7 @@ if has ncu-thin; then
   done
   ncu_thin thin-8192x64x8192 pingpong_sgemm_kernel 8192x64x8192 pingpong
   ncu_thin cublas-8192x64x8192 'gemm|xmma' 8192x64x8192 cublas
+fi
 if has obs || has warm; then
   o=$OUT/obs
   mkdir -p "$o/traces"

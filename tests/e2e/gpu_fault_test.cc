@@ -18,10 +18,23 @@ using testing::ServerProcess;
 // when this machine has fewer than `gpus` GPUs.
 std::unique_ptr<ServerProcess> start(const std::string& faults, int gpus, std::vector<std::string> flags = {}) {
   setenv("SGEMM_FAULT_INJECT", faults.c_str(), 1);
-  flags.insert(flags.begin(), {"--backend", "cuda"});
+  const char* was = std::getenv("SGEMM_E2E_BACKEND");
+  const std::string backend_before = was ? was : "";
+  setenv("SGEMM_E2E_BACKEND", "cuda", 1);  // ServerProcess passes --backend from it
   auto server = std::make_unique<ServerProcess>(flags);
+  if (backend_before.empty())
+    unsetenv("SGEMM_E2E_BACKEND");
+  else
+    setenv("SGEMM_E2E_BACKEND", backend_before.c_str(), 1);
   unsetenv("SGEMM_FAULT_INJECT");
-  if (!server->running()) return nullptr;
+  if (!server->running()) {
+    // No GPU at all: the cuda backend cannot start (skip); otherwise a server
+    // that does not start is a failure, not a skip.
+    if (server->log().find("no CUDA device") == std::string::npos &&
+        server->log().find("no usable CUDA device") == std::string::npos)
+      ADD_FAILURE() << "the server did not start:\n" << server->log();
+    return nullptr;
+  }
   auto info = Client::connect(server->address())->info();
   if (!info.ok() || int(info->devices.size()) < gpus) return nullptr;
   return server;
