@@ -60,6 +60,60 @@ Status NcclCommunicator::rebuild(const std::vector<int>& devices) {
   return Status::Ok();
 }
 
+Status NcclCommunicator::warm_up(std::size_t bytes) {
+  const std::size_t n = bytes / sizeof(float);
+  const int ranks = size();
+  if (ranks < 2 || n < std::size_t(ranks)) return Status::Ok();
+  std::vector<float*> buf(std::size_t(ranks), nullptr);
+  std::vector<cudaStream_t> streams(std::size_t(ranks), nullptr);
+  auto cuda = [](cudaError_t e, const char* what) {
+    return e == cudaSuccess ? Status::Ok()
+                            : Unavailable(std::string("NCCL warm-up: ") + what + ": " + cudaGetErrorString(e));
+  };
+  Status st = Status::Ok();
+  for (int r = 0; r < ranks && st.ok(); ++r) {
+    st = cuda(cudaSetDevice(devices_[std::size_t(r)]), "cudaSetDevice");
+    if (st.ok()) st = cuda(cudaMalloc(&buf[std::size_t(r)], n * sizeof(float)), "cudaMalloc");
+    if (st.ok()) st = cuda(cudaMemsetAsync(buf[std::size_t(r)], 0, n * sizeof(float)), "cudaMemset");
+    if (st.ok()) st = cuda(cudaStreamCreateWithFlags(&streams[std::size_t(r)], cudaStreamNonBlocking), "stream");
+    if (st.ok()) st = cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+  // The collectives the executors use: broadcast (row split), reduce and
+  // reduce-scatter (K split).
+  for (int op = 0; op < 3 && st.ok(); ++op) {
+    NcclGroup group;
+    st = group.start_status();
+    const std::size_t part = n / std::size_t(ranks);
+    for (int r = 0; r < ranks && st.ok(); ++r) {
+      float* b = buf[std::size_t(r)];
+      ncclComm_t c = comms_[std::size_t(r)];
+      cudaStream_t s = streams[std::size_t(r)];
+      switch (op) {
+        case 0:
+          st = SGEMM_NCCL_STATUS(ncclBroadcast(b, b, n, ncclFloat, 0, c, s));
+          break;
+        case 1:
+          st = SGEMM_NCCL_STATUS(ncclReduce(b, b, n, ncclFloat, ncclSum, 0, c, s));
+          break;
+        default:
+          st = SGEMM_NCCL_STATUS(ncclReduceScatter(b, b + std::size_t(r) * part, part, ncclFloat, ncclSum, c, s));
+      }
+    }
+    Status ended = group.end();
+    if (st.ok()) st = ended;
+  }
+  for (int r = 0; r < ranks; ++r) {
+    (void)cudaSetDevice(devices_[std::size_t(r)]);
+    if (streams[std::size_t(r)]) {
+      Status synced = cuda(cudaStreamSynchronize(streams[std::size_t(r)]), "cudaStreamSynchronize");
+      if (st.ok()) st = synced;
+      (void)cudaStreamDestroy(streams[std::size_t(r)]);
+    }
+    if (buf[std::size_t(r)]) (void)cudaFree(buf[std::size_t(r)]);
+  }
+  return st;
+}
+
 NcclGroup::NcclGroup() {
   start_ = SGEMM_NCCL_STATUS(ncclGroupStart());
   open_ = start_.ok();

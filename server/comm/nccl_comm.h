@@ -51,6 +51,12 @@ class NcclCommunicator {
   // A new communicator over `devices` (>= 2; the old one is destroyed, or was
   // aborted). On failure size() is 0 and the error says why.
   Status rebuild(const std::vector<int>& devices);
+  // Start-up: one broadcast, reduce and reduce-scatter of `bytes` per rank,
+  // so NCCL sets up its connections (lazily, on a collective's first use)
+  // before the first request needs them (measured on 4 H200s: the first
+  // 4096^3 row split's broadcast took 69 ms, later ones 0.3 ms). Call with
+  // order_mutex() held, or before the communicator is shared.
+  Status warm_up(std::size_t bytes = std::size_t(64) << 20);
 
  private:
   NcclCommunicator() = default;

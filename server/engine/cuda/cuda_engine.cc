@@ -103,7 +103,10 @@ class CudaEngine final : public Engine {
   // Start-up, after construction and before the engine is shared: warm-up
   // and the pinned pool (see CudaEngineOptions).
   Status start(std::chrono::steady_clock::time_point t0) {
-    if (options_.warm_up) SGEMM_RETURN_IF_ERROR(pool_->warm_up());
+    if (options_.warm_up) {
+      SGEMM_RETURN_IF_ERROR(pool_->warm_up());
+      if (comm_) SGEMM_RETURN_IF_ERROR(comm_->warm_up());  // NCCL's connections, set up on first use
+    }
     // Without the pool requests still run (pinning their buffers as they come): say so, go on.
     if (Status s = host_pool_.reserve(options_.pinned_pool_bytes); !s.ok() && options_.log)
       options_.log("cuda engine: " + s.message() + "; request buffers are pinned as they come");
