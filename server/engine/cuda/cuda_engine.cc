@@ -390,8 +390,14 @@ class CudaEngine final : public Engine {
       (void)cudaSetDevice(pool_->ordinal(used[i]));
       const cudaError_t e = cudaStreamQuery(leases[i]->compute());
       if (is_sticky_cuda_error(e)) {
-        mark_unhealthy(used[i],
-                       std::string("sticky CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+        // CUDA: after a sticky error "the process must be terminated and
+        // relaunched" (measured on 4 H200s: a trap on GPU 0 made every later
+        // call on GPUs 1-3 fail with it too). So every GPU of the process goes
+        // out of service at once, health turns NOT_SERVING, and the
+        // orchestrator's liveness probe restarts the server.
+        const std::string why = std::string("sticky CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                                ") on " + device_name(used[i]) + "; CUDA needs the process restarted";
+        for (int d = 0; d < pool_->size(); ++d) mark_unhealthy(d, why);
         failed += (failed.empty() ? "" : ", ") + device_name(used[i]);
         continue;
       }
