@@ -60,14 +60,16 @@ bool is_unix_target(const std::string& target) { return target.rfind("unix:", 0)
 // over `channel` (the Unix connection the registration belongs to).
 class ShmRegion final : public Region {
  public:
-  static StatusOr<std::unique_ptr<Region>> create(std::shared_ptr<grpc::Channel> channel, int64_t bytes) {
+  // `token`: the bearer token the region RPCs carry ("" = none).
+  static StatusOr<std::unique_ptr<Region>> create(std::shared_ptr<grpc::Channel> channel, int64_t bytes,
+                                                  std::string token) {
     if (bytes <= 0) return InvalidArgument("a region needs at least one byte");
     static std::atomic<uint64_t> counter{0};
     std::mt19937_64 rng{std::random_device{}()};
     char name[96];
     std::snprintf(name, sizeof name, "/sgemm-%d-%llu-%016llx", int(getpid()), (unsigned long long)counter.fetch_add(1),
                   (unsigned long long)rng());
-    std::unique_ptr<ShmRegion> r(new ShmRegion(std::move(channel), name));
+    std::unique_ptr<ShmRegion> r(new ShmRegion(std::move(channel), name, std::move(token)));
     const int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return Internal(std::string("shm_open(") + name + "): " + strerror(errno));
     r->created_ = true;
@@ -84,6 +86,7 @@ class ShmRegion final : public Region {
     r->bytes_ = bytes;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    r->authorize(ctx);
     v1::RegisterRegionRequest req;
     req.set_name(name);
     req.set_shm_name(name);
@@ -113,6 +116,7 @@ class ShmRegion final : public Region {
     registered_ = false;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+    authorize(ctx);
     v1::UnregisterRegionRequest req;
     req.set_name(name_);
     v1::UnregisterRegionResponse resp;
@@ -121,12 +125,20 @@ class ShmRegion final : public Region {
   }
 
  private:
-  ShmRegion(std::shared_ptr<grpc::Channel> channel, std::string name)
-      : channel_(std::move(channel)), stub_(v1::Sgemm::NewStub(channel_)), name_(std::move(name)) {}
+  ShmRegion(std::shared_ptr<grpc::Channel> channel, std::string name, std::string token)
+      : channel_(std::move(channel)),
+        stub_(v1::Sgemm::NewStub(channel_)),
+        name_(std::move(name)),
+        token_(std::move(token)) {}
+
+  void authorize(grpc::ClientContext& ctx) const {
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+  }
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sgemm::Stub> stub_;
   std::string name_;
+  std::string token_;  // the bearer token for the region RPCs ("" = none)
   void* data_ = nullptr;
   int64_t bytes_ = 0;
   bool created_ = false, registered_ = false;
@@ -472,7 +484,7 @@ class GrpcClient final : public Client {
   StatusOr<std::unique_ptr<Region>> create_region(int64_t bytes) override {
     if (!unix_target_)
       return FailedPrecondition("shared-memory regions need the server's Unix socket: connect to unix:PATH");
-    return ShmRegion::create(channel_, bytes);
+    return ShmRegion::create(channel_, bytes, options_.token);
   }
 
  private:

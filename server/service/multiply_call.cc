@@ -508,7 +508,8 @@ void MultiplyCall::log_outcome(const Status& st) {
   const GemmShape& s = header_.shape;
   if (!st.ok()) {
     shared_.requests_failed.fetch_add(1);
-    if (shared_.metrics) shared_.metrics->record(st.code(), bytes_in_, bytes_out_, nullptr);
+    if (shared_.metrics)
+      shared_.metrics->record(st.code(), client_ ? client_->name() : std::string(), bytes_in_, bytes_out_, nullptr);
     // Streams that never sent anything are the cheapest to open: log them at debug level.
     const auto level =
         messages_ == 0 && st.code() == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
@@ -533,7 +534,7 @@ void MultiplyCall::log_outcome(const Status& st) {
       bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
   TimingRecord record = timing_record_of(facts_, r);
   if (client_) record.caller = client_->name();
-  if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, bytes_in_, bytes_out_, &record);
+  if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, bytes_out_, &record);
   if (shared_.timing_log) shared_.timing_log->info(timing_record_json(record));
   if (!shared_.options.trace_dir.empty()) {
     const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";

@@ -9,7 +9,8 @@
 namespace sgemm {
 
 Status MultiplyCall::start_from_regions(const RegionOperands& regions) {
-  const RegionCaller caller = shared_.connections ? shared_.connections->find(ctx_->peer()) : RegionCaller{};
+  RegionCaller caller = shared_.connections ? shared_.connections->find(ctx_->peer()) : RegionCaller{};
+  if (client_) caller.client = client_->name();  // with tokens, regions belong to their client
   if (!shared_.regions || !caller.unix_socket)
     return regions_need_unix_socket("a Multiply naming shared-memory regions");
   SGEMM_ASSIGN_OR_RETURN(BoundOperands bound, bind_region_operands(*shared_.regions, caller, header_, regions));

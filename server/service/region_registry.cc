@@ -77,6 +77,12 @@ RegionRegistry::~RegionRegistry() {
   }
 }
 
+Status check_region_client(const RegionCaller& caller, const std::string& region, const std::string& owner) {
+  if (owner == caller.client) return Status::Ok();
+  return PermissionDenied("region '" + region + "' belongs to client '" + owner + "'; this call is client '" +
+                          caller.client + "' (--auth-tokens)");
+}
+
 StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, const std::string& name,
                                                   const std::string& shm_name, int64_t byte_size) {
   if (!caller.unix_socket) return regions_need_unix_socket("RegisterRegion");
@@ -140,6 +146,7 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
   r->name_ = name;
   r->shm_name_ = shm_name;
   r->connection_ = caller.connection;
+  r->client_ = caller.client;
   r->st_ = st;
   r->engine_ = &engine_;
   void* p = mmap(nullptr, std::size_t(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -166,6 +173,7 @@ Status RegionRegistry::unregister_region(const RegionCaller& caller, const std::
     auto it = regions_.find(name);
     if (it == regions_.end()) return NotFound("no region named '" + name + "' is registered");
     SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
+    SGEMM_RETURN_IF_ERROR(check_region_client(caller, name, it->second->client_));
     r = std::move(it->second);
     regions_.erase(it);
   }
@@ -188,6 +196,7 @@ StatusOr<std::shared_ptr<const MappedRegion>> RegionRegistry::acquire(const Regi
     return NotFound("no region named '" + name +
                     "' is registered (it was never registered, was unregistered, or its connection closed)");
   SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
+  SGEMM_RETURN_IF_ERROR(check_region_client(caller, name, it->second->client_));
   return std::shared_ptr<const MappedRegion>(it->second);
 }
 
@@ -197,6 +206,7 @@ std::vector<RegionRow> RegionRegistry::list(const RegionCaller& caller) const {
   std::lock_guard lock(mu_);
   for (const auto& [name, r] : regions_) {
     if (!check_region_access(caller.cred, r->st_).ok()) continue;
+    if (!check_region_client(caller, name, r->client_).ok()) continue;
     rows.push_back({name, r->shm_name(), r->bytes(), int(r.use_count()) - 1, r->connection() == caller.connection});
   }
   return rows;

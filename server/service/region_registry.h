@@ -55,7 +55,12 @@ struct RegionCaller {
   bool unix_socket = false;  // false: regions are refused
   uint64_t connection = 0;   // the Unix connection's id (unix_connections.h)
   PeerCredentials cred;
+  std::string client;  // the bearer token's client (--auth-tokens); "" without tokens
 };
+
+// With tokens, a region belongs to the client that registered it: another
+// client may not use, list or unregister it (PERMISSION_DENIED naming both).
+Status check_region_client(const RegionCaller& caller, const std::string& region, const std::string& owner);
 
 // OK when `cred` may read and write an object with `st`'s owner and mode, by
 // the usual owner / group / other rule, with no exemption for root.
@@ -88,6 +93,7 @@ class MappedRegion {
   void* data_ = nullptr;
   int64_t bytes_ = 0;
   uint64_t connection_ = 0;
+  std::string client_;  // the registering client (tokens), or ""
   struct stat st_ {};
   Engine* engine_ = nullptr;
   bool engine_registered_ = false;

@@ -11,12 +11,24 @@ namespace sgemm {
 
 namespace v1 = ::sgemm::v1;
 
+StatusOr<RegionCaller> SgemmService::region_caller(const grpc::CallbackServerContext* ctx) const {
+  // Tokens first (as for Multiply), then the Unix connection's credentials.
+  SGEMM_ASSIGN_OR_RETURN(AuthClient * client, authenticate(ctx));
+  RegionCaller caller = connections_->find(ctx->peer());
+  if (client) caller.client = client->name();
+  return caller;
+}
+
 grpc::ServerUnaryReactor* SgemmService::RegisterRegion(grpc::CallbackServerContext* ctx,
                                                        const v1::RegisterRegionRequest* req,
                                                        v1::RegisterRegionResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const RegionCaller caller = connections_->find(ctx->peer());
-  auto r = regions_->register_region(caller, req->name(), req->shm_name(), req->byte_size());
+  auto caller = region_caller(ctx);
+  if (!caller.ok()) {
+    reactor->Finish(to_grpc_status(caller.status()));
+    return reactor;
+  }
+  auto r = regions_->register_region(*caller, req->name(), req->shm_name(), req->byte_size());
   if (r.ok()) resp->set_byte_size(*r);
   reactor->Finish(to_grpc_status(r.status()));
   return reactor;
@@ -26,8 +38,12 @@ grpc::ServerUnaryReactor* SgemmService::UnregisterRegion(grpc::CallbackServerCon
                                                          const v1::UnregisterRegionRequest* req,
                                                          v1::UnregisterRegionResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const RegionCaller caller = connections_->find(ctx->peer());
-  const Status st = regions_->unregister_region(caller, req->name(), [reactor, resp](int waited) {
+  auto caller = region_caller(ctx);
+  if (!caller.ok()) {
+    reactor->Finish(to_grpc_status(caller.status()));
+    return reactor;
+  }
+  const Status st = regions_->unregister_region(*caller, req->name(), [reactor, resp](int waited) {
     resp->set_waited_requests(waited);
     reactor->Finish(grpc::Status::OK);
   });
@@ -38,7 +54,12 @@ grpc::ServerUnaryReactor* SgemmService::UnregisterRegion(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* SgemmService::ListRegions(grpc::CallbackServerContext* ctx, const v1::ListRegionsRequest*,
                                                     v1::ListRegionsResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const RegionCaller caller = connections_->find(ctx->peer());
+  auto found = region_caller(ctx);
+  if (!found.ok()) {
+    reactor->Finish(to_grpc_status(found.status()));
+    return reactor;
+  }
+  const RegionCaller& caller = *found;
   if (!caller.unix_socket) {
     reactor->Finish(to_grpc_status(regions_need_unix_socket("ListRegions")));
     return reactor;

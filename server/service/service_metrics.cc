@@ -168,7 +168,7 @@ StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::start(const std::strin
   auto& reg = *impl->registry;
   impl->requests = &prometheus::BuildCounter()
                         .Name("sgemm_requests_total")
-                        .Help("Finished Multiply calls by status code")
+                        .Help("Finished Multiply calls by status code and client (--auth-tokens)")
                         .Register(reg);
   impl->phases = &prometheus::BuildHistogram()
                       .Name("sgemm_request_phase_seconds")
@@ -209,8 +209,9 @@ ServiceMetrics::~ServiceMetrics() {
 
 int ServiceMetrics::port() const { return impl_->endpoint->port(); }
 
-void ServiceMetrics::record(StatusCode code, int64_t bytes_in, int64_t bytes_out, const TimingRecord* t) {
-  impl_->requests->Add({{"code", std::string(status_code_name(code))}}).Increment();
+void ServiceMetrics::record(StatusCode code, const std::string& client, int64_t bytes_in, int64_t bytes_out,
+                            const TimingRecord* t) {
+  impl_->requests->Add({{"code", std::string(status_code_name(code))}, {"client", client}}).Increment();
   impl_->bytes_in->Increment(double(bytes_in));
   impl_->bytes_out->Increment(double(bytes_out));
   if (!t) return;

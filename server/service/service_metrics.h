@@ -1,7 +1,8 @@
 // Prometheus metrics of sgemm-server, served over HTTP on --metrics-listen
 // (prometheus-cpp's registry and text format; a small HTTP/1.0 endpoint of
 // our own, see service_metrics.cc). What is exported (docs/observability.md lists each):
-//   sgemm_requests_total{code}                   finished Multiply calls by gRPC status code
+//   sgemm_requests_total{code,client}            finished Multiply calls by gRPC status code and token
+//                                                client (--auth-tokens; "" without tokens)
 //   sgemm_request_phase_seconds{phase}           histogram: receive, queue, compute, send, total (successes)
 //   sgemm_received_bytes_total / sgemm_sent_bytes_total   matrix payload in and out
 //   sgemm_gpu_busy_seconds_total{device,phase}   working time: copy_in, kernel, reduce, copy_out
@@ -39,7 +40,8 @@ class ServiceMetrics {
 
   // One finished call: its code and payload; `timings` for a success (phases
   // and per-device figures), null for a failure.
-  void record(StatusCode code, int64_t bytes_in, int64_t bytes_out, const TimingRecord* timings);
+  void record(StatusCode code, const std::string& client, int64_t bytes_in, int64_t bytes_out,
+              const TimingRecord* timings);
 
  private:
   struct Impl;

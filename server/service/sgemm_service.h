@@ -159,6 +159,8 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   void watchdog();
   // The caller's client (null without --auth-tokens), or UNAUTHENTICATED.
   StatusOr<AuthClient*> authenticate(const grpc::CallbackServerContext* ctx) const;
+  // A region RPC's caller: its token's client and its Unix connection (region_service.cc).
+  StatusOr<RegionCaller> region_caller(const grpc::CallbackServerContext* ctx) const;
 
   const ServiceOptions options_;
   std::unique_ptr<RegionRegistry> regions_;

@@ -189,6 +189,43 @@ TEST_F(AuthE2E, AClientAtItsRequestQuotaIsDeniedUntilOneFinishes) {
   EXPECT_TRUE(again.ok()) << again.to_string();
 }
 
+TEST_F(AuthE2E, ARegionBelongsToTheClientThatRegisteredIt) {
+  // Shared-memory regions on the Unix socket: the region RPCs need a token too,
+  // and with tokens a region is its registering client's alone.
+  auto unix_client = [](const std::string& token) {
+    ClientOptions o;
+    o.token = token;
+    o.retry.max_attempts = 1;
+    return Client::connect(server_->unix_address(), o);
+  };
+  auto alice = unix_client(kAlice);
+  const GemmShape s{33, 17, 9};
+  auto a = alice->create_region(s.m * s.k * 4);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  auto b = alice->create_region(s.k * s.n * 4);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  std::vector<float> ha(std::size_t(s.m * s.k)), hb(std::size_t(s.k * s.n));
+  fill_random(ha, 11);
+  fill_random(hb, 12);
+  std::copy(ha.begin(), ha.end(), (*a)->floats());
+  std::copy(hb.begin(), hb.end(), (*b)->floats());
+  // Alice multiplies from her regions, checked against the fp64 reference.
+  auto mine =
+      alice->multiply_regions(s, RegionMatrix{a->get()}, RegionMatrix{b->get()}, std::nullopt, std::nullopt, {});
+  ASSERT_TRUE(mine.ok()) << mine.status().to_string();
+  EXPECT_TRUE(verify_gemm(s.m, s.n, s.k, 1, ha.data(), hb.data(), 0, nullptr, mine->c.data()).passed(kSgemmTolerance));
+  // Another client, same uid and socket, may not name them.
+  auto theirs = unix_client(kOne)->multiply_regions(s, RegionMatrix{a->get()}, RegionMatrix{b->get()}, std::nullopt,
+                                                    std::nullopt, {});
+  expect(theirs.status(), StatusCode::kPermissionDenied, "belongs to client 'alice'");
+  // Without a token, not even a registration.
+  ClientOptions none;
+  none.retry.max_attempts = 1;
+  auto anon = Client::connect(server_->unix_address(), none)->create_region(4096);
+  expect(anon.status(), StatusCode::kUnauthenticated, "token");
+  expect_alice_served();
+}
+
 TEST_F(AuthE2E, ATokenFileWithAnErrorStopsTheServerAtStart) {
   const std::string file = *dir_ + "/bad.json";
   std::ofstream(file) << R"({"clients": [{"name": "x", "token": "short"}]})";

@@ -129,10 +129,11 @@ TEST_F(ObservabilityE2E, MetricsCountRequestsBytesPhasesAndDeviceTime) {
   ASSERT_TRUE(server_->log_has("RESOURCE_EXHAUSTED"));
 
   const auto after = samples(scrape(port_));
-  EXPECT_EQ(value(after, R"(sgemm_requests_total{code="OK"})") - value(before, R"(sgemm_requests_total{code="OK"})"),
+  EXPECT_EQ(value(after, R"(sgemm_requests_total{client="",code="OK"})") -
+                value(before, R"(sgemm_requests_total{client="",code="OK"})"),
             2.0);
-  EXPECT_EQ(value(after, R"(sgemm_requests_total{code="RESOURCE_EXHAUSTED"})") -
-                value(before, R"(sgemm_requests_total{code="RESOURCE_EXHAUSTED"})"),
+  EXPECT_EQ(value(after, R"(sgemm_requests_total{client="",code="RESOURCE_EXHAUSTED"})") -
+                value(before, R"(sgemm_requests_total{client="",code="RESOURCE_EXHAUSTED"})"),
             1.0);
   const double in_bytes = 2.0 * 4 * (in.s.m * in.s.k + in.s.k * in.s.n);
   EXPECT_EQ(value(after, "sgemm_received_bytes_total") - value(before, "sgemm_received_bytes_total"), in_bytes);
