@@ -1,12 +1,15 @@
 #include "client/sgemm_client.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
@@ -35,12 +38,134 @@ Status from_grpc(const grpc::Status& s) {
   return Status(static_cast<StatusCode>(int(s.error_code())), s.error_message());
 }
 
+// One Multiply call as a callback reactor, so the upload and C's download run
+// together (the server streams rows of C while A is still arriving): writes
+// go header, then each input in chunks, one outstanding; reads decode chunks
+// of C straight into the caller's buffer. Payload slices point into the
+// caller's matrices (wire_codec.h).
+// Threads: reactions on gRPC's threads (a read and a write reaction may run at
+// once), start()/wait() on the caller's; every member below mu_ is guarded by it.
+class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  struct Input {
+    wire::WireMatrix matrix;
+    const float* data;
+    int64_t elements;
+  };
+
+  MultiplyStream(grpc::ClientContext* ctx, const v1::MultiplyRequest& header, std::vector<Input> inputs,
+                 int64_t chunk_elems, float* c, int64_t c_elements, std::function<void(int64_t, int64_t)> on_chunk,
+                 wire::SliceRefs* refs)
+      : ctx_(ctx),
+        inputs_(std::move(inputs)),
+        chunk_elems_(chunk_elems),
+        c_(c),
+        c_elements_(c_elements),
+        on_chunk_(std::move(on_chunk)),
+        refs_(refs) {
+    bool own = false;
+    [[maybe_unused]] grpc::Status st = grpc::SerializationTraits<v1::MultiplyRequest>::Serialize(header, &out_, &own);
+  }
+
+  void start() {
+    std::lock_guard lock(mu_);
+    StartWrite(&out_);
+    StartRead(&in_);
+    StartCall();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    if (!ok) return;  // the call is ending: OnDone brings its status
+    bytes_sent_ += pending_bytes_;
+    pending_bytes_ = 0;
+    while (input_ < inputs_.size() && next_offset_ >= inputs_[input_].elements) {
+      ++input_;
+      next_offset_ = 0;
+    }
+    if (input_ == inputs_.size()) {
+      upload_done_ = true;
+      StartWritesDone();
+      return;
+    }
+    const Input& in = inputs_[input_];
+    const int64_t count = std::min(chunk_elems_, in.elements - next_offset_);
+    out_ = wire::encode_chunk(in.matrix, in.data, next_offset_, count, refs_);
+    next_offset_ += count;
+    pending_bytes_ = count * int64_t(sizeof(float));
+    StartWrite(&out_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    if (!ok) return;
+    auto r = wire::decode_response(in_, c_, c_elements_, &summary_);
+    if (!r.ok()) {
+      protocol_error_ = r.status();
+      ctx_->TryCancel();
+      return;
+    }
+    if (r->kind == wire::Response::Kind::kChunk) {
+      if (bytes_received_ == 0 && !upload_done_) first_c_before_upload_end_ = true;
+      bytes_received_ += r->count * int64_t(sizeof(float));
+      if (on_chunk_) on_chunk_(r->offset, r->count);
+    } else if (r->kind == wire::Response::Kind::kSummary) {
+      have_summary_ = true;
+    }
+    StartRead(&in_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    std::lock_guard lock(mu_);
+    status_ = s;
+    out_.Clear();  // its slice of the caller's memory
+    done_ = true;
+    cv_.notify_all();
+  }
+
+  // Blocks until gRPC is done with the call; its status.
+  grpc::Status wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return status_;
+  }
+
+  // After wait().
+  int64_t bytes_sent() const { return bytes_sent_; }
+  int64_t bytes_received() const { return bytes_received_; }
+  const Status& protocol_error() const { return protocol_error_; }
+  bool have_summary() const { return have_summary_; }
+  const v1::MultiplyResponse& summary() const { return summary_; }
+  bool first_c_before_upload_end() const { return first_c_before_upload_end_; }
+
+ private:
+  grpc::ClientContext* const ctx_;
+  const std::vector<Input> inputs_;
+  const int64_t chunk_elems_;
+  float* const c_;
+  const int64_t c_elements_;
+  const std::function<void(int64_t, int64_t)> on_chunk_;
+  wire::SliceRefs* const refs_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  grpc::ByteBuffer out_, in_;
+  std::size_t input_ = 0;    // the input being sent
+  int64_t next_offset_ = 0;  // its next element
+  int64_t pending_bytes_ = 0, bytes_sent_ = 0, bytes_received_ = 0;
+  bool upload_done_ = false, have_summary_ = false, first_c_before_upload_end_ = false, done_ = false;
+  Status protocol_error_;
+  v1::MultiplyResponse summary_;
+  grpc::Status status_;
+};
+
 class GrpcClient final : public Client {
  public:
   GrpcClient(const std::string& target, const ClientOptions& options)
       : options_(options),
         channel_(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
         stub_(v1::Sgemm::NewStub(channel_)),
+        generic_(std::make_unique<grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>>(channel_)),
         health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
   StatusOr<bool> serving(const std::string& service, std::chrono::milliseconds timeout) override {
@@ -86,11 +211,8 @@ class GrpcClient final : public Client {
 
   StatusOr<MultiplyResult> multiply_once(const GemmShape& shape, const float* a, const float* b, const float* c,
                                          const MultiplyOptions& opt, std::chrono::system_clock::time_point deadline) {
-    using Clock = std::chrono::steady_clock;
-    const auto t0 = Clock::now();
     grpc::ClientContext ctx;
     if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
-    auto stream = stub_->Multiply(&ctx);
 
     v1::MultiplyRequest req;
     v1::GemmHeader* h = req.mutable_header();
@@ -139,84 +261,72 @@ class GrpcClient final : public Client {
         break;
     }
 
-    MultiplyResult result;
-    bool write_ok = stream->Write(req);
-    const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
-    const std::pair<v1::Matrix, std::pair<const float*, int64_t>> inputs[] = {
-        {v1::MATRIX_A, {a, shape.m * shape.k}},
-        {v1::MATRIX_B, {b, shape.k * shape.n}},
-        {v1::MATRIX_C, {c, c ? shape.m * shape.n : 0}}};
-    for (const auto& [which, data] : inputs) {
-      for (int64_t off = 0; write_ok && off < data.second; off += chunk_elems) {
-        const int64_t count = std::min(chunk_elems, data.second - off);
-        v1::MatrixChunk* ch = req.mutable_chunk();
-        ch->set_matrix(which);
-        ch->set_offset(off);
-        ch->set_data(reinterpret_cast<const char*>(data.first + off), std::size_t(count) * sizeof(float));
-        write_ok = stream->Write(req);
-        if (write_ok) result.bytes_sent += count * int64_t(sizeof(float));
-      }
-    }
-    if (write_ok) stream->WritesDone();
+    return run_stream(ctx, req, shape, a, b, c, opt);
+  }
 
-    // Read C (and the summary) even after a failed write: the status comes from Finish().
+  StatusOr<MultiplyResult> run_stream(grpc::ClientContext& ctx, const v1::MultiplyRequest& header,
+                                      const GemmShape& shape, const float* a, const float* b, const float* c,
+                                      const MultiplyOptions& opt) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    MultiplyResult result;
     const int64_t total = shape.m * shape.n;
-    result.c.assign(std::size_t(total), 0.0f);
-    v1::MultiplyResponse resp;
-    bool have_summary = false;
-    Status protocol_error;
-    while (stream->Read(&resp)) {
-      if (resp.has_chunk()) {
-        const v1::MatrixChunk& ch = resp.chunk();
-        const int64_t count = int64_t(ch.data().size() / sizeof(float));
-        if (ch.matrix() != v1::MATRIX_C || ch.offset() < 0 || ch.offset() + count > total ||
-            ch.data().size() % sizeof(float) != 0) {
-          protocol_error = Internal("server sent a malformed chunk of C (offset " + std::to_string(ch.offset()) + ")");
-          ctx.TryCancel();
-          continue;
-        }
-        std::memcpy(result.c.data() + ch.offset(), ch.data().data(), ch.data().size());
-        result.bytes_received += int64_t(ch.data().size());
-        if (opt.on_chunk) opt.on_chunk(ch.offset(), count);
-      } else if (resp.has_summary()) {
-        const v1::MultiplySummary& s = resp.summary();
-        have_summary = true;
-        MultiplySummary& out = result.summary;
-        out.request_id = s.request_id();
-        out.backend = s.backend();
-        out.kernel = s.kernel();
-        out.precision = precision_text(s.precision());
-        switch (s.split()) {
-          case v1::SPLIT_SINGLE:
-            out.split = "single";
-            break;
-          case v1::SPLIT_ROWS:
-            out.split = "rows";
-            break;
-          case v1::SPLIT_K:
-            out.split = "k";
-            break;
-          default:
-            out.split = "unspecified";
-        }
-        out.plan_reason = s.plan_reason();
-        out.queue_ms = s.queue_ms();
-        out.receive_ms = s.receive_ms();
-        out.compute_ms = s.compute_ms();
-        out.total_ms = s.total_ms();
-        for (const auto& d : s.devices()) {
-          out.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(),
-                                 d.copy_in_ms(), d.kernel_ms(), d.reduce_ms(), d.copy_out_ms()});
-        }
-      }
+    float* out = opt.c_out;
+    if (!out) {
+      result.c.resize(std::size_t(total));
+      out = result.c.data();
     }
-    const Status st = from_grpc(stream->Finish());
-    if (!protocol_error.ok()) return protocol_error;
+    // B (and C) first, then A by row blocks: the server starts computing
+    // once B (and C) are in and A is arriving (docs/lifecycle.md).
+    std::vector<MultiplyStream::Input> inputs;
+    inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
+    if (c) inputs.push_back({wire::WireMatrix::kC, c, shape.m * shape.n});
+    inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
+    const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
+    wire::SliceRefs refs;
+    MultiplyStream call(&ctx, header, std::move(inputs), chunk_elems, out, total, opt.on_chunk, &refs);
+    generic_->PrepareBidiStreamingCall(&ctx, "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(), &call);
+    call.start();
+    const grpc::Status gst = call.wait();
+    refs.wait_zero();  // gRPC holds no slice of the caller's A, B or C any more
+    result.bytes_sent = call.bytes_sent();
+    result.bytes_received = call.bytes_received();
+    const Status st = from_grpc(gst);
+    if (!call.protocol_error().ok()) return call.protocol_error();
     if (!st.ok()) return st;
-    if (!have_summary) return Internal("the server ended the stream without a summary");
+    if (!call.have_summary()) return Internal("the server ended the stream without a summary");
     if (result.bytes_received != total * int64_t(sizeof(float)))
       return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " + std::to_string(total) +
                       " elements of C");
+    const v1::MultiplySummary& s = call.summary().summary();
+    MultiplySummary& sum = result.summary;
+    sum.request_id = s.request_id();
+    sum.backend = s.backend();
+    sum.kernel = s.kernel();
+    sum.precision = precision_text(s.precision());
+    switch (s.split()) {
+      case v1::SPLIT_SINGLE:
+        sum.split = "single";
+        break;
+      case v1::SPLIT_ROWS:
+        sum.split = "rows";
+        break;
+      case v1::SPLIT_K:
+        sum.split = "k";
+        break;
+      default:
+        sum.split = "unspecified";
+    }
+    sum.plan_reason = s.plan_reason();
+    sum.queue_ms = s.queue_ms();
+    sum.receive_ms = s.receive_ms();
+    sum.compute_ms = s.compute_ms();
+    sum.total_ms = s.total_ms();
+    for (const auto& d : s.devices()) {
+      sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),
+                             d.kernel_ms(), d.reduce_ms(), d.copy_out_ms()});
+    }
+    result.first_c_before_upload_end = call.first_c_before_upload_end();
     result.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return result;
   }
@@ -254,6 +364,7 @@ class GrpcClient final : public Client {
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sgemm::Stub> stub_;
+  std::unique_ptr<grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>> generic_;  // Multiply's data plane
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   std::mutex rng_mu_;
   std::mt19937_64 rng_{std::random_device{}()};  // guarded by rng_mu_ (backoff jitter)

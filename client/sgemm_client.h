@@ -4,8 +4,9 @@
 //   auto result = (*client)->multiply({m, n, k}, a, b, /*c=*/nullptr, {});
 //   if (result.ok()) use(result->c, result->summary.devices);
 //
-// It streams A, B (and C) in chunks and reassembles C from the server's
-// chunks. Thread-safe: one Client may serve many threads (gRPC channels are).
+// It streams B (and C), then A, in chunks straight from the caller's memory
+// (no copy into protobuf messages), and reads C's chunks while it writes,
+// straight into the result (docs/transport.md). Thread-safe: one Client may serve many threads (gRPC channels are).
 #pragma once
 
 #include <chrono>
@@ -44,8 +45,12 @@ struct MultiplyOptions {
   std::optional<KernelKind> kernel;        // nullopt: the server chooses per shape
   SplitMode split = SplitMode::kAuto;      // kAuto: the server's planner decides
   std::chrono::milliseconds timeout{0};    // 0 = no deadline
-  // Called as rows of C arrive: elements [offset, offset + count) are final.
+  // Called as rows of C arrive, on a gRPC thread (while the upload may still
+  // be running): elements [offset, offset + count) are final.
   std::function<void(int64_t offset, int64_t count)> on_chunk;
+  // Where C goes (m x n floats, the caller's memory): MultiplyResult::c stays
+  // empty. nullptr: into MultiplyResult::c.
+  float* c_out = nullptr;
 };
 
 struct DeviceTimingResult {
@@ -63,12 +68,15 @@ struct MultiplySummary {
 };
 
 struct MultiplyResult {
-  std::vector<float> c;  // m x n, row-major
+  std::vector<float> c;  // m x n, row-major (empty when MultiplyOptions::c_out was given)
   MultiplySummary summary;
   int64_t bytes_sent = 0;      // matrix payload sent
   int64_t bytes_received = 0;  // matrix payload received
   double wall_ms = 0;          // as the client saw it, connect excluded, retries included
   int attempts = 1;            // 1 + retries after UNAVAILABLE
+  // The first chunk of C arrived before the client had written all of its
+  // input (the server started computing during the upload).
+  bool first_c_before_upload_end = false;
 };
 
 struct ServerInfo {

@@ -46,6 +46,7 @@ struct ServerOptions {
   sgemm::ServiceOptions service;         // limits, queue, memory budget, idle timeout, response chunk size
   int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
   double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
+  double feed_wait_budget_s = 1;         // --feed-wait-budget, into service.feed_wait_budget
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
   int64_t max_message_bytes = 64 << 20;  // larger messages are refused by gRPC; up to this size the service
@@ -122,6 +123,11 @@ int main(int argc, char** argv) {
   app.add_option("--idle-timeout", opt.idle_timeout_s,
                  "seconds a stream may make no progress (client silent or not reading) before it is ended")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--feed-wait-budget", opt.feed_wait_budget_s,
+                 "seconds the engine may wait, in all, for A after it started computing during the upload; "
+                 "0 = compute only complete uploads (docs/lifecycle.md)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--shutdown-grace", opt.shutdown_grace_s,
                  "on SIGTERM, seconds requests in flight may take to finish before they are cancelled")
@@ -202,6 +208,7 @@ int main(int argc, char** argv) {
     log->info("device {}: {} ({} SMs, {:.1f} GiB)", d.index, d.name, d.sm_count, d.memory_bytes / 1073741824.0);
 
   opt.service.idle_timeout = std::chrono::milliseconds(int64_t(opt.idle_timeout_s * 1000));
+  opt.service.feed_wait_budget = std::chrono::milliseconds(int64_t(opt.feed_wait_budget_s * 1000));
   if (opt.service.host_memory_bytes == 0) opt.service.host_memory_bytes = sgemm::default_host_memory_bytes();
   opt.service.version = SGEMM_VERSION;
   opt.service.backends = sgemm::built_backends();

@@ -22,11 +22,40 @@ bool ComputePool::submit(std::function<void()> task) {
     std::lock_guard lock(mu_);
     // Tasks beyond the idle threads wait; at most max_queued_ of them.
     const int idle = int(threads_.size()) - running_;
-    if (stopping_ || int(tasks_.size()) >= idle + max_queued_) return false;
+    if (stopping_) return false;
+    if (int(tasks_.size()) >= idle + max_queued_) {
+      // A task that holds its slot only for its client's sake gives it up.
+      if (preemptible_.empty()) return false;
+      preemptible_.front().preempt();
+      preemptible_.erase(preemptible_.begin());
+    }
     tasks_.push_back(std::move(task));
   }
   cv_.notify_one();
   return true;
+}
+
+bool ComputePool::submit_if_idle(std::function<void()> task, std::function<void()> preempt, uint64_t* id) {
+  {
+    std::lock_guard lock(mu_);
+    const int idle = int(threads_.size()) - running_;
+    if (stopping_ || int(tasks_.size()) >= idle) return false;
+    tasks_.push_back(std::move(task));
+    *id = next_id_++;
+    preemptible_.push_back({*id, std::move(preempt)});
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void ComputePool::forget(uint64_t id) {
+  std::lock_guard lock(mu_);
+  for (auto it = preemptible_.begin(); it != preemptible_.end(); ++it) {
+    if (it->id == id) {
+      preemptible_.erase(it);
+      return;
+    }
+  }
 }
 
 void ComputePool::release_slot() {

@@ -49,11 +49,16 @@ struct ServiceOptions {
   int64_t host_memory_bytes = 0;           // the budget for all requests' host buffers; 0 = half of physical memory
   std::chrono::milliseconds idle_timeout{30000};  // a call making no progress this long (client silent, not
                                                   // reading, or memory not granted) ends and frees everything
-  int max_open_streams = 1024;                    // Multiply streams open and not yet answered; more are refused
-                                                  // (UNAVAILABLE)
-  int log_lines_per_second = 20;                  // failed-request log lines per second; the rest are counted
-  std::string version = "dev";                    // reported by GetInfo
-  std::vector<std::string> backends;              // backends this build has, for GetInfo
+  // Computing may start before the upload ends: once B (and C) are complete
+  // and A is arriving at a rate that brings the rest within half of this, on
+  // an idle compute slot; the engine then waits at most this long, in all,
+  // for A (DEADLINE_EXCEEDED after). 0: compute only complete uploads.
+  std::chrono::milliseconds feed_wait_budget{1000};
+  int max_open_streams = 1024;        // Multiply streams open and not yet answered; more are refused
+                                      // (UNAVAILABLE)
+  int log_lines_per_second = 20;      // failed-request log lines per second; the rest are counted
+  std::string version = "dev";        // reported by GetInfo
+  std::vector<std::string> backends;  // backends this build has, for GetInfo
 };
 
 // Half of this host's physical memory: what --host-memory-bytes 0 means.
