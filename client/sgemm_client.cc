@@ -159,11 +159,18 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   grpc::Status status_;
 };
 
+// The channel, with the library's transport settings (docs/transport.md) and the caller's extra arguments.
+std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  for (const auto& [name, value] : options.channel_args) args.SetInt(name, value);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
 class GrpcClient final : public Client {
  public:
   GrpcClient(const std::string& target, const ClientOptions& options)
       : options_(options),
-        channel_(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+        channel_(make_channel(target, options)),
         stub_(v1::Sgemm::NewStub(channel_)),
         generic_(std::make_unique<grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>>(channel_)),
         health_(grpc::health::v1::Health::NewStub(channel_)) {}

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/gemm_types.h"
@@ -36,6 +37,9 @@ struct RetryPolicy {
 struct ClientOptions {
   int64_t chunk_bytes = 1 << 20;  // payload of each chunk sent (1 MiB: docs/transport.md)
   RetryPolicy retry;              // for Multiply's UNAVAILABLE
+  // Extra integer gRPC channel arguments (name, value), after the library's
+  // own (docs/transport.md); a distinct unknown name gives a connection of its own.
+  std::vector<std::pair<std::string, int>> channel_args;
 };
 
 struct MultiplyOptions {

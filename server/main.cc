@@ -51,6 +51,7 @@ struct ServerOptions {
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
   int64_t max_message_bytes = 64 << 20;  // larger messages are refused by gRPC; up to this size the service
                                          // answers an oversized chunk itself, saying to chunk
+  std::vector<std::string> grpc_args;    // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
 };
 
 sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
@@ -141,6 +142,8 @@ int main(int argc, char** argv) {
                  "concurrent HTTP/2 streams one connection may open")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--grpc-arg", opt.grpc_args,
+                 "NAME=INT: an integer gRPC server argument (HTTP/2 and TCP tuning; repeatable; docs/transport.md)");
   app.add_option("--max-message-bytes", opt.max_message_bytes,
                  "largest message gRPC accepts; chunks over the chunk limit but under this get a message saying "
                  "to chunk")
@@ -221,6 +224,14 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(opt.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(int(opt.max_message_bytes));
+  for (const std::string& kv : opt.grpc_args) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "sgemm-server: --grpc-arg takes NAME=INT, not '%s'\n", kv.c_str());
+      return 2;
+    }
+    builder.AddChannelArgument(kv.substr(0, eq), std::stoi(kv.substr(eq + 1)));
+  }
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {

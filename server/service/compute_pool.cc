@@ -23,12 +23,12 @@ bool ComputePool::submit(std::function<void()> task) {
     // Tasks beyond the idle threads wait; at most max_queued_ of them.
     const int idle = int(threads_.size()) - running_;
     if (stopping_) return false;
-    if (int(tasks_.size()) >= idle + max_queued_) {
-      // A task that holds its slot only for its client's sake gives it up.
-      if (preemptible_.empty()) return false;
-      preemptible_.front().preempt();
-      preemptible_.erase(preemptible_.begin());
-    }
+    // Tasks that hold a slot (and the engine's locks or GPU lanes, which may
+    // be fewer than the slots) only for their clients' sake give them up.
+    const bool preempted = !preemptible_.empty();
+    for (auto& p : preemptible_) p.preempt();
+    preemptible_.clear();
+    if (int(tasks_.size()) >= idle + max_queued_ && !preempted) return false;
     tasks_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -38,8 +38,7 @@ bool ComputePool::submit(std::function<void()> task) {
 bool ComputePool::submit_if_idle(std::function<void()> task, std::function<void()> preempt, uint64_t* id) {
   {
     std::lock_guard lock(mu_);
-    const int idle = int(threads_.size()) - running_;
-    if (stopping_ || int(tasks_.size()) >= idle) return false;
+    if (stopping_ || running_ > 0 || !tasks_.empty()) return false;
     tasks_.push_back(std::move(task));
     *id = next_id_++;
     preemptible_.push_back({*id, std::move(preempt)});

@@ -26,12 +26,13 @@ class ComputePool {
 
   // False (and `task` dropped unrun) when every thread is busy and the queue is full.
   bool submit(std::function<void()> task);
-  // Accepted only when a thread is idle now (false, `task` dropped,
+  // Accepted only when the whole pool is idle now (false, `task` dropped,
   // otherwise), as a preemptible task: while it is registered (until
-  // forget(id)), a submit() that finds no room calls its `preempt` once
-  // (under the pool's lock: it must only signal) and is accepted beyond
+  // forget(id)), the next submit() calls its `preempt` once (under the
+  // pool's lock: it must only signal), and is accepted even beyond
   // --max-queued, taking the place the preempted task will free. For work
-  // that started early and may wait for its client (MultiplyCall).
+  // that started early and may wait for its client (MultiplyCall): it must
+  // not hold the engine's locks or GPU lanes while another request could run.
   bool submit_if_idle(std::function<void()> task, std::function<void()> preempt, uint64_t* id);
   // The preemptible task `id` no longer holds its slot for its client.
   void forget(uint64_t id);

@@ -342,6 +342,9 @@ Status MultiplyCall::after_chunk() {
     upload_complete_ = true;
     t_received_ = Clock::now();
     if (!early_) return start_compute(/*early=*/false);
+    // Its data is all here: the running task no longer waits for the client, so it keeps its slot.
+    if (pool_id_) shared_.pool.forget(pool_id_);
+    pool_id_ = 0;
   } else if (!early_ && may_start_early()) {
     SGEMM_RETURN_IF_ERROR(start_compute(/*early=*/true));
   }
@@ -355,7 +358,9 @@ bool MultiplyCall::may_start_early() const {
   // A request with an input C never starts early: after a yield, computing
   // again needs C's input rows, which the first run may have overwritten.
   const auto budget = shared_.options.feed_wait_budget;
-  if (budget.count() <= 0 || header_.has_c || !buffers_[0] || assembler_->received(MatrixId::kA) == 0) return false;
+  // Nor after a yield: then the client has shown it may stall, and it waits for its whole upload.
+  if (budget.count() <= 0 || header_.has_c || yields_ > 0 || !buffers_[0] || assembler_->received(MatrixId::kA) == 0)
+    return false;
   const GemmShape& s = header_.shape;
   if (assembler_->received(MatrixId::kB) < s.k * s.n) return false;
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - t_first_data_).count();
