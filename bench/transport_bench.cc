@@ -198,6 +198,7 @@ void row(const char* what, const std::string& size, const char* dir, int64_t byt
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is measured, even under `timeout`
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];

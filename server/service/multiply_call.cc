@@ -394,7 +394,7 @@ Status MultiplyCall::start_compute(bool early) {
       assembler_->set_wait_budget(std::chrono::milliseconds(0));
       return Status::Ok();  // no idle slot: compute once the upload is complete
     }
-    early_ = true;
+    early_ = started_early_ = true;
   } else if (!shared_.pool.submit([this] { run_compute(); })) {
     --refs_;
     return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +
@@ -570,10 +570,10 @@ void MultiplyCall::log_outcome(const Status& st) {
   shared_.log.logger().info(
       "request id={} peer={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
       "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
-      "bytes_out={} gflops={:.1f} devices={} plan=\"{}\"",
+      "bytes_out={} gflops={:.1f} devices={} early_start={} yields={} plan=\"{}\"",
       id_, ctx_->peer(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
       kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
-      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
+      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), started_early_, yields_, r.plan_reason);
   if (!shared_.timing_log) return;
   nlohmann::json j;
   j["request_id"] = id_;
@@ -591,6 +591,8 @@ void MultiplyCall::log_outcome(const Status& st) {
   j["total_ms"] = total_ms;
   j["bytes_in"] = bytes_in_;
   j["bytes_out"] = bytes_out_;
+  j["early_start"] = started_early_;
+  j["yields"] = yields_;
   auto& devs = j["devices"] = nlohmann::json::array();
   for (const DeviceTiming& d : r.devices) {
     devs.push_back({{"index", d.device},

@@ -141,9 +141,10 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::deque<std::pair<int64_t, int64_t>> rows_;  // finished rows of C not yet sent
   int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
-  bool early_ = false;    // computing started before the upload ended (and has not yielded)
-  uint64_t pool_id_ = 0;  // early_: the pool's id for the preemptible task
-  int yields_ = 0;        // times computing gave its slot back to wait for A
+  bool early_ = false;          // computing started before the upload ended (and has not yielded)
+  uint64_t pool_id_ = 0;        // early_: the pool's id for the preemptible task
+  bool started_early_ = false;  // computing ever started before the upload ended (for the log)
+  int yields_ = 0;              // times computing gave its slot back to wait for A
   std::vector<std::pair<int64_t, int64_t>> reported_;  // rows of C reported by the engine so far
   std::vector<std::pair<int64_t, int64_t>> skip_;      // after a yield: rows already reported (sorted, merged)
   bool upload_complete_ = false;                       // every declared matrix is in
