@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -159,11 +160,23 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   grpc::Status status_;
 };
 
-// The channel, with the library's transport settings (docs/transport.md) and the caller's extra arguments.
+// The channel for (target, extra arguments), shared by every Client of the
+// process and never destroyed: in gRPC 1.51 destroying the last channel that
+// made a callback-API call joins the callback queue's poller threads, which
+// can take up to 10 s (measured: transport-bench's split runs, docs/transport.md).
 std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const ClientOptions& options) {
-  grpc::ChannelArguments args;
-  for (const auto& [name, value] : options.channel_args) args.SetInt(name, value);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  static std::mutex mu;
+  static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>;  // leaked on purpose
+  std::string key = target;
+  for (const auto& [name, value] : options.channel_args) key += "\n" + name + "=" + std::to_string(value);
+  std::lock_guard lock(mu);
+  auto& ch = (*channels)[key];
+  if (!ch) {
+    grpc::ChannelArguments args;
+    for (const auto& [name, value] : options.channel_args) args.SetInt(name, value);
+    ch = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  }
+  return ch;
 }
 
 class GrpcClient final : public Client {
@@ -218,62 +231,69 @@ class GrpcClient final : public Client {
 
   StatusOr<MultiplyResult> multiply_once(const GemmShape& shape, const float* a, const float* b, const float* c,
                                          const MultiplyOptions& opt, std::chrono::system_clock::time_point deadline) {
-    grpc::ClientContext ctx;
-    if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
+    // Declared before the call so it outlives it: gRPC drops its last slices when the call is destroyed.
+    wire::SliceRefs refs;
+    StatusOr<MultiplyResult> result = Internal("not run");
+    {
+      grpc::ClientContext ctx;
+      if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
 
-    v1::MultiplyRequest req;
-    v1::GemmHeader* h = req.mutable_header();
-    h->set_m(shape.m);
-    h->set_n(shape.n);
-    h->set_k(shape.k);
-    h->set_alpha(opt.alpha);
-    h->set_beta(opt.beta);
-    h->set_has_c(c != nullptr);
-    if (opt.kernel) {
-      switch (*opt.kernel) {
-        case KernelKind::kPingpong:
-          h->set_kernel(v1::KERNEL_PINGPONG);
-          break;
-        case KernelKind::kCublas:
-          h->set_kernel(v1::KERNEL_CUBLAS);
-          break;
-        case KernelKind::kTf32:
-        case KernelKind::kFp32x3:
-        case KernelKind::kOpenblas:
-          return InvalidArgument("kernel '" + std::string(kernel_kind_name(*opt.kernel)) +
-                                 "' cannot be named in a sgemm.v1 request (pingpong or cublas)");
+      v1::MultiplyRequest req;
+      v1::GemmHeader* h = req.mutable_header();
+      h->set_m(shape.m);
+      h->set_n(shape.n);
+      h->set_k(shape.k);
+      h->set_alpha(opt.alpha);
+      h->set_beta(opt.beta);
+      h->set_has_c(c != nullptr);
+      if (opt.kernel) {
+        switch (*opt.kernel) {
+          case KernelKind::kPingpong:
+            h->set_kernel(v1::KERNEL_PINGPONG);
+            break;
+          case KernelKind::kCublas:
+            h->set_kernel(v1::KERNEL_CUBLAS);
+            break;
+          case KernelKind::kTf32:
+          case KernelKind::kFp32x3:
+          case KernelKind::kOpenblas:
+            return InvalidArgument("kernel '" + std::string(kernel_kind_name(*opt.kernel)) +
+                                   "' cannot be named in a sgemm.v1 request (pingpong or cublas)");
+        }
       }
-    }
-    switch (opt.precision) {
-      case Precision::kFp32:
-        break;
-      case Precision::kTf32:
-        h->set_precision(v1::PRECISION_TF32);
-        break;
-      case Precision::kFp32x3:
-        h->set_precision(v1::PRECISION_FP32X3);
-        break;
-    }
-    switch (opt.split) {
-      case SplitMode::kAuto:
-        break;
-      case SplitMode::kSingle:
-        h->set_split(v1::SPLIT_SINGLE);
-        break;
-      case SplitMode::kRows:
-        h->set_split(v1::SPLIT_ROWS);
-        break;
-      case SplitMode::kK:
-        h->set_split(v1::SPLIT_K);
-        break;
-    }
+      switch (opt.precision) {
+        case Precision::kFp32:
+          break;
+        case Precision::kTf32:
+          h->set_precision(v1::PRECISION_TF32);
+          break;
+        case Precision::kFp32x3:
+          h->set_precision(v1::PRECISION_FP32X3);
+          break;
+      }
+      switch (opt.split) {
+        case SplitMode::kAuto:
+          break;
+        case SplitMode::kSingle:
+          h->set_split(v1::SPLIT_SINGLE);
+          break;
+        case SplitMode::kRows:
+          h->set_split(v1::SPLIT_ROWS);
+          break;
+        case SplitMode::kK:
+          h->set_split(v1::SPLIT_K);
+          break;
+      }
 
-    return run_stream(ctx, req, shape, a, b, c, opt);
+      result = run_stream(ctx, req, shape, a, b, c, opt, &refs);
+    }                  // the call (ClientContext) goes here
+    refs.wait_zero();  // gRPC holds no slice of the caller's A, B or C any more
+    return result;
   }
 
   StatusOr<MultiplyResult> run_stream(grpc::ClientContext& ctx, const v1::MultiplyRequest& header,
                                       const GemmShape& shape, const float* a, const float* b, const float* c,
-                                      const MultiplyOptions& opt) {
+                                      const MultiplyOptions& opt, wire::SliceRefs* refs) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     MultiplyResult result;
@@ -290,12 +310,10 @@ class GrpcClient final : public Client {
     if (c) inputs.push_back({wire::WireMatrix::kC, c, shape.m * shape.n});
     inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
     const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
-    wire::SliceRefs refs;
-    MultiplyStream call(&ctx, header, std::move(inputs), chunk_elems, out, total, opt.on_chunk, &refs);
+    MultiplyStream call(&ctx, header, std::move(inputs), chunk_elems, out, total, opt.on_chunk, refs);
     generic_->PrepareBidiStreamingCall(&ctx, "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(), &call);
     call.start();
     const grpc::Status gst = call.wait();
-    refs.wait_zero();  // gRPC holds no slice of the caller's A, B or C any more
     result.bytes_sent = call.bytes_sent();
     result.bytes_received = call.bytes_received();
     const Status st = from_grpc(gst);
