@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gRPC transport settings, measured side by side on the serving host: for each
 # variant, a fresh sgemm-server with the variant's server flags and
-# transport-bench with its client flags (64 MiB each way next to raw TCP, and
+# grpc-transport-bench with its client flags (64 MiB each way next to raw TCP, and
 # end to end at 8192). Logs go to $OUT/variant-NAME.log.
 #   OUT=dir scripts/bench-grpc-variants.sh BIN_DIR BACKEND
 set -uo pipefail
@@ -24,7 +24,7 @@ for v in "${variants[@]}"; do
   for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
   echo "=== $name: server [$sargs] client [$cargs]" | tee -a "$OUT/variants.txt"
   # shellcheck disable=SC2086
-  timeout 60 "$bin/transport-bench" --server "127.0.0.1:$(cat "$tmp/port")" --sizes "" --e2e-sizes "${SGEMM_VARIANT_E2E:-8192}" --repeat 3 $cargs \
+  timeout 60 "$bin/grpc-transport-bench" --server "127.0.0.1:$(cat "$tmp/port")" --sizes "" --e2e-sizes "${SGEMM_VARIANT_E2E:-8192}" --repeat 3 $cargs \
     2>&1 | tee -a "$OUT/variants.txt"
   kill "$spid"; wait "$spid" 2>/dev/null
   rm -rf "$tmp"

@@ -15,7 +15,7 @@
 #   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
 #   variants-fp32x3  every fp32x3 schedule/tile variant
 #   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
-#   bench-grpc     the gRPC data plane: transport-bench against sgemm-server --backend cuda (GB/s each way
+#   bench-grpc     the gRPC data plane: grpc-transport-bench against sgemm-server --backend cuda (GB/s each way
 #                  next to raw loopback TCP, 1/2/4 connections, end to end at 4096 and 8192), sgemm-client
 #                  submit --size 4096/8192, and engine-bench's device-side time for the same shapes
 #   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build)
@@ -32,7 +32,7 @@ if [ "${1:-}" = "--bundle" ]; then
   b=${SGEMM_BUILD:-build}
   rm -rf "$RT"
   bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench "$b"/bin/sgemm-load
-        "$b"/bin/transport-bench)
+        "$b"/bin/grpc-transport-bench)
   for t in "$b"/tests/*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
   scripts/bundle-runtime.sh "$RT" "${bins[@]}"
   if [ "$(du -sm "$RT" | cut -f1)" -gt 60 ]; then
@@ -122,13 +122,13 @@ if has bench-grpc; then
   for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
   addr=127.0.0.1:$(cat "$tmp/port" 2>/dev/null)
   # shellcheck disable=SC2086  # a list of arguments
-  step transport-bench 200 "$BIN/transport-bench" --server "$addr" --sizes 4096,8192 --e2e-sizes 4096,8192 \
+  step grpc-transport-bench 200 "$BIN/grpc-transport-bench" --server "$addr" --sizes 4096,8192 --e2e-sizes 4096,8192 \
     --streams 1,2,4 --repeat 5 ${SGEMM_TRANSPORT_BENCH_ARGS:-}
   step grpc-submit-4096 60 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --repeat 5
   step grpc-submit-8192 60 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --repeat 5
   kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
   step grpc-engine-bench 120 "$BIN/engine-bench" --gpus 1 --shapes 4096x4096x4096,8192x8192x8192
-  for f in transport-bench grpc-submit-4096 grpc-submit-8192 grpc-engine-bench; do
+  for f in grpc-transport-bench grpc-submit-4096 grpc-submit-8192 grpc-engine-bench; do
     echo "--- $f"
     cat "$OUT/$f.log"
   done
