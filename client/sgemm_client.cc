@@ -1,20 +1,24 @@
 #include "client/sgemm_client.h"
 
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
@@ -169,17 +173,159 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Tl
   return grpc::SslCredentials(o);
 }
 
+// One Multiply call as a callback reactor, so the upload and C's download run
+// together (the server streams rows of C while A is still arriving): writes
+// go header, then each input in chunks, one outstanding; reads decode chunks
+// of C straight into the caller's buffer. Payload slices point into the
+// caller's matrices (wire_codec.h).
+// Threads: reactions on gRPC's threads (a read and a write reaction may run at
+// once), start()/wait() on the caller's; every member below mu_ is guarded by it.
+class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  struct Input {
+    wire::WireMatrix matrix;
+    const float* data;
+    int64_t elements;
+  };
+
+  MultiplyStream(grpc::ClientContext* ctx, const v1::MultiplyRequest& header, std::vector<Input> inputs,
+                 int64_t chunk_elems, float* c, int64_t c_elements, std::function<void(int64_t, int64_t)> on_chunk,
+                 wire::SliceRefs* refs)
+      : ctx_(ctx),
+        inputs_(std::move(inputs)),
+        chunk_elems_(chunk_elems),
+        c_(c),
+        c_elements_(c_elements),
+        on_chunk_(std::move(on_chunk)),
+        refs_(refs) {
+    bool own = false;
+    [[maybe_unused]] grpc::Status st = grpc::SerializationTraits<v1::MultiplyRequest>::Serialize(header, &out_, &own);
+  }
+
+  void start() {
+    std::lock_guard lock(mu_);
+    StartWrite(&out_);
+    StartRead(&in_);
+    StartCall();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    if (!ok) return;  // the call is ending: OnDone brings its status
+    bytes_sent_ += pending_bytes_;
+    pending_bytes_ = 0;
+    while (input_ < inputs_.size() && next_offset_ >= inputs_[input_].elements) {
+      ++input_;
+      next_offset_ = 0;
+    }
+    if (input_ == inputs_.size()) {
+      upload_done_ = true;
+      StartWritesDone();
+      return;
+    }
+    const Input& in = inputs_[input_];
+    const int64_t count = std::min(chunk_elems_, in.elements - next_offset_);
+    out_ = wire::encode_chunk(in.matrix, in.data, next_offset_, count, refs_);
+    next_offset_ += count;
+    pending_bytes_ = count * int64_t(sizeof(float));
+    StartWrite(&out_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    if (!ok) return;
+    auto r = wire::decode_response(in_, c_, c_elements_, &summary_);
+    if (!r.ok()) {
+      protocol_error_ = r.status();
+      ctx_->TryCancel();
+      return;
+    }
+    if (r->kind == wire::Response::Kind::kChunk) {
+      if (bytes_received_ == 0 && !upload_done_) first_c_before_upload_end_ = true;
+      bytes_received_ += r->count * int64_t(sizeof(float));
+      if (on_chunk_) on_chunk_(r->offset, r->count);
+    } else if (r->kind == wire::Response::Kind::kSummary) {
+      have_summary_ = true;
+    }
+    StartRead(&in_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    std::lock_guard lock(mu_);
+    status_ = s;
+    out_.Clear();  // its slice of the caller's memory
+    done_ = true;
+    cv_.notify_all();
+  }
+
+  // Blocks until gRPC is done with the call; its status.
+  grpc::Status wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    return status_;
+  }
+
+  // After wait().
+  int64_t bytes_sent() const { return bytes_sent_; }
+  int64_t bytes_received() const { return bytes_received_; }
+  const Status& protocol_error() const { return protocol_error_; }
+  bool have_summary() const { return have_summary_; }
+  const v1::MultiplyResponse& summary() const { return summary_; }
+  bool first_c_before_upload_end() const { return first_c_before_upload_end_; }
+
+ private:
+  grpc::ClientContext* const ctx_;
+  const std::vector<Input> inputs_;
+  const int64_t chunk_elems_;
+  float* const c_;
+  const int64_t c_elements_;
+  const std::function<void(int64_t, int64_t)> on_chunk_;
+  wire::SliceRefs* const refs_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  grpc::ByteBuffer out_, in_;
+  std::size_t input_ = 0;    // the input being sent
+  int64_t next_offset_ = 0;  // its next element
+  int64_t pending_bytes_ = 0, bytes_sent_ = 0, bytes_received_ = 0;
+  bool upload_done_ = false, have_summary_ = false, first_c_before_upload_end_ = false, done_ = false;
+  Status protocol_error_;
+  v1::MultiplyResponse summary_;
+  grpc::Status status_;
+};
+
+// The channel for (target, credentials, token, extra arguments), shared by
+// every Client of the process and never destroyed: in gRPC 1.51 destroying the
+// last channel that made a callback-API call joins the callback queue's poller
+// threads, which can take up to 10 s (measured: transport-bench's split runs,
+// docs/transport.md). The key holds everything the channel was made from (the
+// TLS files and names, the token, the arguments), so Clients with different
+// credentials never share a connection. A TLS file that cannot be read sets
+// *error and gives an uncached channel no call uses.
 std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const ClientOptions& options, Status* error) {
   auto creds = channel_credentials(options.tls);
   if (!creds.ok()) {
     *error = creds.status();
-    creds = grpc::InsecureChannelCredentials();  // never used: every call returns *error
+    return grpc::CreateChannel(target, grpc::InsecureChannelCredentials());  // never used: every call returns *error
   }
-  grpc::ChannelArguments args;
-  if (!options.tls.server_name.empty()) args.SetSslTargetNameOverride(options.tls.server_name);
-  // Registrations live as long as the Unix connection: keep it even when idle.
-  if (is_unix_target(target)) args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
-  return grpc::CreateCustomChannel(target, *creds, args);
+  static std::mutex mu;
+  static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>;  // leaked on purpose
+  std::string key = target;
+  key += "\ntls=" + std::to_string(options.tls.used()) + "\nca=" + options.tls.ca_file +
+         "\ncert=" + options.tls.cert_file + "\nkey=" + options.tls.key_file +
+         "\nserver_name=" + options.tls.server_name + "\ntoken=" + options.token;
+  for (const auto& [name, value] : options.channel_args) key += "\n" + name + "=" + std::to_string(value);
+  std::lock_guard lock(mu);
+  auto& ch = (*channels)[key];
+  if (!ch) {
+    grpc::ChannelArguments args;
+    if (!options.tls.server_name.empty()) args.SetSslTargetNameOverride(options.tls.server_name);
+    // Registrations live as long as the Unix connection: keep it even when idle.
+    if (is_unix_target(target)) args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
+    for (const auto& [name, value] : options.channel_args) args.SetInt(name, value);
+    ch = grpc::CreateCustomChannel(target, *creds, args);
+  }
+  return ch;
 }
 
 class GrpcClient final : public Client {
@@ -189,6 +335,7 @@ class GrpcClient final : public Client {
         unix_target_(is_unix_target(target)),
         channel_(make_channel(target, options, &setup_)),
         stub_(v1::Sgemm::NewStub(channel_)),
+        generic_(std::make_unique<grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>>(channel_)),
         health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
   // Every call: the bearer token, when there is one.
@@ -263,153 +410,147 @@ class GrpcClient final : public Client {
   StatusOr<MultiplyResult> multiply_once(const GemmShape& shape, const float* a, const float* b, const float* c,
                                          const RegionRefs* regions, const MultiplyOptions& opt,
                                          std::chrono::system_clock::time_point deadline) {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    // Declared before the call so it outlives it: gRPC drops its last slices when the call is destroyed.
+    wire::SliceRefs refs;
+    StatusOr<MultiplyResult> result = Internal("not run");
+    {
+      grpc::ClientContext ctx;
+      prepare(ctx);
+      if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
+
+      v1::MultiplyRequest req;
+      v1::GemmHeader* h = req.mutable_header();
+      h->set_m(shape.m);
+      h->set_n(shape.n);
+      h->set_k(shape.k);
+      h->set_alpha(opt.alpha);
+      h->set_beta(opt.beta);
+      h->set_has_c(regions ? regions->c.has_value() : c != nullptr);
+      h->set_trace(opt.trace);
+      if (regions) {
+        set_ref(h->mutable_a_region(), regions->a);
+        set_ref(h->mutable_b_region(), regions->b);
+        if (regions->c) set_ref(h->mutable_c_region(), *regions->c);
+        if (regions->out) set_ref(h->mutable_out_region(), *regions->out);
+      }
+      if (opt.kernel) {
+        switch (*opt.kernel) {
+          case KernelKind::kPingpong:
+            h->set_kernel(v1::KERNEL_PINGPONG);
+            break;
+          case KernelKind::kCublas:
+            h->set_kernel(v1::KERNEL_CUBLAS);
+            break;
+          case KernelKind::kTf32:
+          case KernelKind::kFp32x3:
+          case KernelKind::kOpenblas:
+            return InvalidArgument("kernel '" + std::string(kernel_kind_name(*opt.kernel)) +
+                                   "' cannot be named in a sgemm.v1 request (pingpong or cublas)");
+        }
+      }
+      switch (opt.precision) {
+        case Precision::kFp32:
+          break;
+        case Precision::kTf32:
+          h->set_precision(v1::PRECISION_TF32);
+          break;
+        case Precision::kFp32x3:
+          h->set_precision(v1::PRECISION_FP32X3);
+          break;
+      }
+      switch (opt.split) {
+        case SplitMode::kAuto:
+          break;
+        case SplitMode::kSingle:
+          h->set_split(v1::SPLIT_SINGLE);
+          break;
+        case SplitMode::kRows:
+          h->set_split(v1::SPLIT_ROWS);
+          break;
+        case SplitMode::kK:
+          h->set_split(v1::SPLIT_K);
+          break;
+      }
+
+      result = run_stream(ctx, req, shape, a, b, c, regions, opt, &refs);
+    }                  // the call (ClientContext) goes here
+    refs.wait_zero();  // gRPC holds no slice of the caller's A, B or C any more
+    return result;
+  }
+
+  // One Multiply call through MultiplyStream. With `regions` no matrix byte is
+  // streamed (the header names them), and with an output region no C comes back.
+  StatusOr<MultiplyResult> run_stream(grpc::ClientContext& ctx, const v1::MultiplyRequest& header,
+                                      const GemmShape& shape, const float* a, const float* b, const float* c,
+                                      const RegionRefs* regions, const MultiplyOptions& opt, wire::SliceRefs* refs) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    SGEMM_RETURN_IF_ERROR(setup_);
-    grpc::ClientContext ctx;
-    prepare(ctx);
-    if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
-    auto stream = stub_->Multiply(&ctx);
-
-    v1::MultiplyRequest req;
-    v1::GemmHeader* h = req.mutable_header();
-    h->set_m(shape.m);
-    h->set_n(shape.n);
-    h->set_k(shape.k);
-    h->set_alpha(opt.alpha);
-    h->set_beta(opt.beta);
-    h->set_has_c(regions ? regions->c.has_value() : c != nullptr);
-    h->set_trace(opt.trace);
-    if (regions) {
-      set_ref(h->mutable_a_region(), regions->a);
-      set_ref(h->mutable_b_region(), regions->b);
-      if (regions->c) set_ref(h->mutable_c_region(), *regions->c);
-      if (regions->out) set_ref(h->mutable_out_region(), *regions->out);
-    }
-    if (opt.kernel) {
-      switch (*opt.kernel) {
-        case KernelKind::kPingpong:
-          h->set_kernel(v1::KERNEL_PINGPONG);
-          break;
-        case KernelKind::kCublas:
-          h->set_kernel(v1::KERNEL_CUBLAS);
-          break;
-        case KernelKind::kTf32:
-        case KernelKind::kFp32x3:
-        case KernelKind::kOpenblas:
-          return InvalidArgument("kernel '" + std::string(kernel_kind_name(*opt.kernel)) +
-                                 "' cannot be named in a sgemm.v1 request (pingpong or cublas)");
-      }
-    }
-    switch (opt.precision) {
-      case Precision::kFp32:
-        break;
-      case Precision::kTf32:
-        h->set_precision(v1::PRECISION_TF32);
-        break;
-      case Precision::kFp32x3:
-        h->set_precision(v1::PRECISION_FP32X3);
-        break;
-    }
-    switch (opt.split) {
-      case SplitMode::kAuto:
-        break;
-      case SplitMode::kSingle:
-        h->set_split(v1::SPLIT_SINGLE);
-        break;
-      case SplitMode::kRows:
-        h->set_split(v1::SPLIT_ROWS);
-        break;
-      case SplitMode::kK:
-        h->set_split(v1::SPLIT_K);
-        break;
-    }
-
     MultiplyResult result;
-    bool write_ok = stream->Write(req);
-    const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
-    const bool chunks_in = regions == nullptr;
-    const std::pair<v1::Matrix, std::pair<const float*, int64_t>> inputs[] = {
-        {v1::MATRIX_A, {a, chunks_in ? shape.m * shape.k : 0}},
-        {v1::MATRIX_B, {b, chunks_in ? shape.k * shape.n : 0}},
-        {v1::MATRIX_C, {c, chunks_in && c ? shape.m * shape.n : 0}}};
-    for (const auto& [which, data] : inputs) {
-      for (int64_t off = 0; write_ok && off < data.second; off += chunk_elems) {
-        const int64_t count = std::min(chunk_elems, data.second - off);
-        v1::MatrixChunk* ch = req.mutable_chunk();
-        ch->set_matrix(which);
-        ch->set_offset(off);
-        ch->set_data(reinterpret_cast<const char*>(data.first + off), std::size_t(count) * sizeof(float));
-        write_ok = stream->Write(req);
-        if (write_ok) result.bytes_sent += count * int64_t(sizeof(float));
-      }
-    }
-    if (write_ok) stream->WritesDone();
-
-    // Read C (and the summary) even after a failed write: the status comes from Finish().
     const bool c_in_region = regions && regions->out;
     const int64_t total = c_in_region ? 0 : shape.m * shape.n;  // no chunk of C comes back when it goes to a region
-    result.c.assign(std::size_t(total), 0.0f);
-    v1::MultiplyResponse resp;
-    bool have_summary = false;
-    Status protocol_error;
-    while (stream->Read(&resp)) {
-      if (resp.has_chunk()) {
-        const v1::MatrixChunk& ch = resp.chunk();
-        const int64_t count = int64_t(ch.data().size() / sizeof(float));
-        if (ch.matrix() != v1::MATRIX_C || ch.offset() < 0 || ch.offset() + count > total ||
-            ch.data().size() % sizeof(float) != 0) {
-          protocol_error = Internal("server sent a malformed chunk of C (offset " + std::to_string(ch.offset()) + ")");
-          ctx.TryCancel();
-          continue;
-        }
-        std::memcpy(result.c.data() + ch.offset(), ch.data().data(), ch.data().size());
-        result.bytes_received += int64_t(ch.data().size());
-        if (opt.on_chunk) opt.on_chunk(ch.offset(), count);
-      } else if (resp.has_summary()) {
-        const v1::MultiplySummary& s = resp.summary();
-        have_summary = true;
-        MultiplySummary& out = result.summary;
-        out.request_id = s.request_id();
-        out.backend = s.backend();
-        out.kernel = s.kernel();
-        out.precision = precision_text(s.precision());
-        switch (s.split()) {
-          case v1::SPLIT_SINGLE:
-            out.split = "single";
-            break;
-          case v1::SPLIT_ROWS:
-            out.split = "rows";
-            break;
-          case v1::SPLIT_K:
-            out.split = "k";
-            break;
-          default:
-            out.split = "unspecified";
-        }
-        out.plan_reason = s.plan_reason();
-        out.queue_ms = s.queue_ms();
-        out.receive_ms = s.receive_ms();
-        out.compute_ms = s.compute_ms();
-        out.total_ms = s.total_ms();
-        out.send_ms = s.send_ms();
-        out.bytes_in = s.bytes_received();
-        out.bytes_out = s.bytes_sent();
-        out.trace_json = s.trace_json();
-        for (const auto& d : s.devices()) {
-          out.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(),
-                                 d.copy_in_ms(), d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(),
-                                 d.kernel_wait_ms(), d.reduce_wait_ms(), d.copy_out_wait_ms(), d.order_wait_ms()});
-        }
-      }
+    float* out = c_in_region ? nullptr : opt.c_out;
+    if (!out && total > 0) {
+      result.c.resize(std::size_t(total));
+      out = result.c.data();
     }
-    const Status st = from_grpc(stream->Finish());
-    if (!protocol_error.ok()) return protocol_error;
+    // B (and C) first, then A by row blocks: the server starts computing
+    // once B (and C) are in and A is arriving (docs/lifecycle.md).
+    // Regions: the header is all there is to send.
+    std::vector<MultiplyStream::Input> inputs;
+    if (!regions) {
+      inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
+      if (c) inputs.push_back({wire::WireMatrix::kC, c, shape.m * shape.n});
+      inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
+    }
+    const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
+    MultiplyStream call(&ctx, header, std::move(inputs), chunk_elems, out, total, opt.on_chunk, refs);
+    generic_->PrepareBidiStreamingCall(&ctx, "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(), &call);
+    call.start();
+    const grpc::Status gst = call.wait();
+    result.bytes_sent = call.bytes_sent();
+    result.bytes_received = call.bytes_received();
+    const Status st = from_grpc(gst);
+    if (!call.protocol_error().ok()) return call.protocol_error();
     if (!st.ok()) return st;
-    if (!have_summary) return Internal("the server ended the stream without a summary");
+    if (!call.have_summary()) return Internal("the server ended the stream without a summary");
     if (result.bytes_received != total * int64_t(sizeof(float)))
       return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " + std::to_string(total) +
                       " elements of C");
+    const v1::MultiplySummary& s = call.summary().summary();
+    MultiplySummary& sum = result.summary;
+    sum.request_id = s.request_id();
+    sum.backend = s.backend();
+    sum.kernel = s.kernel();
+    sum.precision = precision_text(s.precision());
+    switch (s.split()) {
+      case v1::SPLIT_SINGLE:
+        sum.split = "single";
+        break;
+      case v1::SPLIT_ROWS:
+        sum.split = "rows";
+        break;
+      case v1::SPLIT_K:
+        sum.split = "k";
+        break;
+      default:
+        sum.split = "unspecified";
+    }
+    sum.plan_reason = s.plan_reason();
+    sum.queue_ms = s.queue_ms();
+    sum.receive_ms = s.receive_ms();
+    sum.compute_ms = s.compute_ms();
+    sum.total_ms = s.total_ms();
+    sum.send_ms = s.send_ms();
+    sum.bytes_in = s.bytes_received();
+    sum.bytes_out = s.bytes_sent();
+    sum.trace_json = s.trace_json();
+    for (const auto& d : s.devices()) {
+      sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),
+                             d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(), d.kernel_wait_ms(),
+                             d.reduce_wait_ms(), d.copy_out_wait_ms(), d.order_wait_ms()});
+    }
+    result.first_c_before_upload_end = call.first_c_before_upload_end();
     result.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return result;
   }
@@ -521,12 +662,16 @@ class GrpcClient final : public Client {
       }
       if (!r.ok()) return r;
       const int64_t elems = s.m * s.n;
-      r->c.resize(std::size_t(elems));
+      float* dst = opt.c_out;  // MultiplyOptions::c_out, else MultiplyResult::c
+      if (!dst) {
+        r->c.resize(std::size_t(elems));
+        dst = r->c.data();
+      }
       const float* cr = reinterpret_cast<const float*>(base + c_off);
       const int64_t step = std::max<int64_t>(1, options_.chunk_bytes / 4);
       for (int64_t off = 0; off < elems; off += step) {
         const int64_t count = std::min(step, elems - off);
-        std::memcpy(r->c.data() + off, cr + off, std::size_t(count) * 4);
+        std::memcpy(dst + off, cr + off, std::size_t(count) * 4);
         if (opt.on_chunk) opt.on_chunk(off, count);
       }
       r->bytes_sent = (s.m * s.k + s.k * s.n + (c ? elems : 0)) * 4;
@@ -545,6 +690,7 @@ class GrpcClient final : public Client {
   Status setup_;  // a TLS file that could not be read: every call returns it
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sgemm::Stub> stub_;
+  std::unique_ptr<grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>> generic_;  // Multiply's data plane
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   std::mutex rng_mu_;
   std::mt19937_64 rng_{std::random_device{}()};  // guarded by rng_mu_ (backoff jitter)

@@ -4,9 +4,10 @@
 //   auto result = (*client)->multiply({m, n, k}, a, b, /*c=*/nullptr, {});
 //   if (result.ok()) use(result->c, result->summary.devices);
 //
-// It streams A, B (and C) in chunks and reassembles C from the server's
-// chunks; or, on the server's Unix socket ("unix:/path"), passes them through
-// shared memory (docs/transport.md):
+// Over TCP it streams B (and C), then A, in chunks straight from the caller's
+// memory (no copy into protobuf messages), and reads C's chunks while it
+// writes, straight into the result; or, on the server's Unix socket
+// ("unix:/path"), passes them through shared memory (docs/transport.md):
 //
 //   auto client = sgemm::Client::connect("unix:/run/sgemm/sgemm.sock");
 //   auto a = client->create_region(m * k * 4);        // mapped here, registered there
@@ -24,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/gemm_types.h"
@@ -66,6 +68,9 @@ struct ClientOptions {
   TlsClientOptions tls;           // plaintext unless used()
   std::string token;              // bearer token sent with every call (`authorization: Bearer ...`); "" = none
   Transport transport = Transport::kAuto;
+  // Extra integer gRPC channel arguments (name, value), after the library's
+  // own (docs/transport.md); a distinct unknown name gives a connection of its own.
+  std::vector<std::pair<std::string, int>> channel_args;
 };
 
 // A POSIX shared-memory object this client created, mapped here and
@@ -101,8 +106,12 @@ struct MultiplyOptions {
   SplitMode split = SplitMode::kAuto;      // kAuto: the server's planner decides
   std::chrono::milliseconds timeout{0};    // 0 = no deadline
   bool trace = false;                      // ask for a Chrome trace of the request (MultiplySummary::trace_json)
-  // Called as rows of C arrive: elements [offset, offset + count) are final.
+  // Called as rows of C arrive, on a gRPC thread (while the upload may still
+  // be running): elements [offset, offset + count) are final.
   std::function<void(int64_t offset, int64_t count)> on_chunk;
+  // Where C goes (m x n floats, the caller's memory): MultiplyResult::c stays
+  // empty. nullptr: into MultiplyResult::c.
+  float* c_out = nullptr;
 };
 
 struct DeviceTimingResult {
@@ -127,12 +136,16 @@ struct MultiplySummary {
 };
 
 struct MultiplyResult {
-  std::vector<float> c;  // m x n, row-major (empty when multiply_regions wrote C into a region)
+  std::vector<float> c;  // m x n, row-major (empty when MultiplyOptions::c_out was given or multiply_regions
+                         // wrote C into a region)
   MultiplySummary summary;
   int64_t bytes_sent = 0;      // matrix payload sent
   int64_t bytes_received = 0;  // matrix payload received
   double wall_ms = 0;          // as the client saw it, connect excluded, retries included
   int attempts = 1;            // 1 + retries after UNAVAILABLE
+  // The first chunk of C arrived before the client had written all of its
+  // input (the server started computing during the upload).
+  bool first_c_before_upload_end = false;
 };
 
 struct ServerInfo {

@@ -20,6 +20,9 @@
 #   bench-transport  shared memory vs the device-side floor at 4096 and 8192 (SGEMM_TRANSPORT_SIZES): engine-bench
 #                  --gpus 1 (pinned in, pinned out), then through sgemm-server on its Unix socket with
 #                  transport-bench --transport shm, and gRPC over TCP beside it; writes bench-transport.txt
+#   bench-grpc     the gRPC data plane: grpc-transport-bench against sgemm-server --backend cuda (GB/s each way
+#                  next to raw loopback TCP, 1/2/4 connections, end to end at 4096 and 8192), sgemm-client
+#                  submit --size 4096/8192, and engine-bench's device-side time for the same shapes
 #   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build adds the tuning ones);
 #                  SGEMM_VARIANT_SHAPES="1x4096x4096,8192x64x8192" narrows the shapes
 #   sass           instruction mix of the kernels (cuobjdump)
@@ -42,7 +45,7 @@ if [ "${1:-}" = "--bundle" ]; then
   b=${SGEMM_BUILD:-build}
   rm -rf "$RT"
   bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench "$b"/bin/sgemm-load
-        "$b"/bin/transport-bench)
+        "$b"/bin/transport-bench "$b"/bin/grpc-transport-bench)
   for t in "$b"/tests/*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
   scripts/bundle-runtime.sh "$RT" "${bins[@]}"
   if [ "$(du -sm "$RT" | cut -f1)" -gt 60 ]; then
@@ -131,6 +134,25 @@ if has serve; then
     cat "$OUT/$f.log"
   done
   kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
+fi
+if has bench-grpc; then
+  tmp=$(mktemp -d)
+  "$BIN/sgemm-server" --listen 127.0.0.1:0 --port-file "$tmp/port" --backend cuda --log-dir "$OUT/grpc-server-logs" \
+    >"$OUT/grpc-server.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  addr=127.0.0.1:$(cat "$tmp/port" 2>/dev/null)
+  # shellcheck disable=SC2086  # a list of arguments
+  step grpc-transport-bench 200 "$BIN/grpc-transport-bench" --server "$addr" --sizes 4096,8192 --e2e-sizes 4096,8192 \
+    --streams 1,2,4 --repeat 5 ${SGEMM_TRANSPORT_BENCH_ARGS:-}
+  step grpc-submit-4096 60 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --repeat 5
+  step grpc-submit-8192 60 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --repeat 5
+  kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
+  step grpc-engine-bench 120 "$BIN/engine-bench" --gpus 1 --shapes 4096x4096x4096,8192x8192x8192
+  for f in grpc-transport-bench grpc-submit-4096 grpc-submit-8192 grpc-engine-bench; do
+    echo "--- $f"
+    cat "$OUT/$f.log"
+  done
 fi
 if has bench-kernels; then
   # shellcheck disable=SC2086  # a list of arguments

@@ -57,6 +57,7 @@ struct ServerOptions {
   std::string auth_tokens;               // --auth-tokens: JSON file of bearer tokens and quotas; "" = no tokens
   int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
   double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
+  double feed_wait_budget_s = 1;         // --feed-wait-budget, into service.feed_wait_budget
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
   double collective_timeout_s = 60;      // a split job's NCCL collectives must finish within this
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
@@ -64,7 +65,8 @@ struct ServerOptions {
   // Page-locked memory pinned at start-up for request buffers (cuda backend):
   // 4 GiB holds one 16384^3 request's A, B and C; 0 = pin buffers as they come.
   int64_t pinned_pool_bytes = int64_t(4) << 30;
-  bool no_warm_up = false;  // skip the start-up warm-up (to measure what it saves)
+  bool no_warm_up = false;             // skip the start-up warm-up (to measure what it saves)
+  std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
 };
 
 sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
@@ -147,6 +149,11 @@ int main(int argc, char** argv) {
                  "seconds a stream may make no progress (client silent or not reading) before it is ended")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--feed-wait-budget", opt.feed_wait_budget_s,
+                 "seconds the engine may wait, in all, for A after it started computing during the upload; "
+                 "0 = compute only complete uploads (docs/lifecycle.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--shutdown-grace", opt.shutdown_grace_s,
                  "on SIGTERM, seconds requests in flight may take to finish before they are cancelled")
       ->check(CLI::NonNegativeNumber)
@@ -159,6 +166,8 @@ int main(int argc, char** argv) {
                  "concurrent HTTP/2 streams one connection may open")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--grpc-arg", opt.grpc_args,
+                 "NAME=INT: an integer gRPC server argument (HTTP/2 and TCP tuning; repeatable; docs/transport.md)");
   app.add_option("--max-message-bytes", opt.service.max_message_bytes,
                  "largest message gRPC accepts; chunks over the chunk limit but under this get a message saying "
                  "to chunk")
@@ -265,6 +274,7 @@ int main(int argc, char** argv) {
     log->info("device {}: {} ({} SMs, {:.1f} GiB)", d.index, d.name, d.sm_count, d.memory_bytes / 1073741824.0);
 
   opt.service.idle_timeout = std::chrono::milliseconds(int64_t(opt.idle_timeout_s * 1000));
+  opt.service.feed_wait_budget = std::chrono::milliseconds(int64_t(opt.feed_wait_budget_s * 1000));
   if (opt.service.host_memory_bytes == 0) opt.service.host_memory_bytes = sgemm::default_host_memory_bytes();
   opt.service.version = SGEMM_VERSION;
   opt.service.backends = sgemm::built_backends();
@@ -323,6 +333,14 @@ int main(int argc, char** argv) {
   }
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(int(opt.service.max_message_bytes));
+  for (const std::string& kv : opt.grpc_args) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "sgemm-server: --grpc-arg takes NAME=INT, not '%s'\n", kv.c_str());
+      return 2;
+    }
+    builder.AddChannelArgument(kv.substr(0, eq), std::stoi(kv.substr(eq + 1)));
+  }
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || std::count(ports.begin(), ports.end(), 0) > 0) {

@@ -366,7 +366,7 @@ grpc::ByteBuffer serialize(const v1::MultiplyResponse& msg) {
 
 }  // namespace
 
-grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count) {
+grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count, std::shared_ptr<const void> keep) {
   // MultiplyResponse { chunk (1) = MatrixChunk { matrix (1) = MATRIX_C, offset (2), data (3) } }
   const uint64_t data_bytes = uint64_t(count) * sizeof(float);
   const uint64_t chunk_len =
@@ -382,7 +382,16 @@ grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count) {
   }
   head.push_back(char((3 << 3) | 2));  // data
   put_varint(head, data_bytes);
-  grpc::Slice slices[2] = {grpc::Slice(head), grpc::Slice(c + offset, std::size_t(data_bytes))};
+  if (!keep) {
+    grpc::Slice slices[2] = {grpc::Slice(head), grpc::Slice(c + offset, std::size_t(data_bytes))};
+    return grpc::ByteBuffer(slices, 2);
+  }
+  // The slice owns a reference to C's buffer; gRPC drops it once the bytes are written.
+  auto* ref = new std::shared_ptr<const void>(std::move(keep));
+  grpc::Slice slices[2] = {grpc::Slice(head),
+                           grpc::Slice(
+                               const_cast<float*>(c + offset), std::size_t(data_bytes),
+                               [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, ref)};
   return grpc::ByteBuffer(slices, 2);
 }
 

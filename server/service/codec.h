@@ -9,6 +9,7 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,8 +55,11 @@ sgemm::v1::Split split_to_proto(SplitMode s);
 sgemm::v1::Precision precision_to_proto(Precision p);
 
 // A MultiplyResponse carrying elements [offset, offset + count) of C, encoded
-// by hand so the payload is copied once, from `c + offset` into the buffer.
-grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count);
+// by hand. With `keep` (what owns C's memory) the payload is not copied: the
+// buffer's second slice points at `c + offset` and holds `keep` until gRPC
+// has written it. Without, the payload is copied once into the buffer.
+grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count,
+                                std::shared_ptr<const void> keep = nullptr);
 
 // Per-request figures the summary reports besides the engine's.
 struct SummaryFigures {

@@ -22,11 +22,39 @@ bool ComputePool::submit(std::function<void()> task) {
     std::lock_guard lock(mu_);
     // Tasks beyond the idle threads wait; at most max_queued_ of them.
     const int idle = int(threads_.size()) - running_;
-    if (stopping_ || int(tasks_.size()) >= idle + max_queued_) return false;
+    if (stopping_) return false;
+    // Tasks that hold a slot (and the engine's locks or GPU lanes, which may
+    // be fewer than the slots) only for their clients' sake give them up.
+    const bool preempted = !preemptible_.empty();
+    for (auto& p : preemptible_) p.preempt();
+    preemptible_.clear();
+    if (int(tasks_.size()) >= idle + max_queued_ && !preempted) return false;
     tasks_.push_back(std::move(task));
   }
   cv_.notify_one();
   return true;
+}
+
+bool ComputePool::submit_if_idle(std::function<void()> task, std::function<void()> preempt, uint64_t* id) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || running_ > 0 || !tasks_.empty()) return false;
+    tasks_.push_back(std::move(task));
+    *id = next_id_++;
+    preemptible_.push_back({*id, std::move(preempt)});
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void ComputePool::forget(uint64_t id) {
+  std::lock_guard lock(mu_);
+  for (auto it = preemptible_.begin(); it != preemptible_.end(); ++it) {
+    if (it->id == id) {
+      preemptible_.erase(it);
+      return;
+    }
+  }
 }
 
 void ComputePool::release_slot() {

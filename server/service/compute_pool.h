@@ -8,6 +8,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -25,6 +26,16 @@ class ComputePool {
 
   // False (and `task` dropped unrun) when every thread is busy and the queue is full.
   bool submit(std::function<void()> task);
+  // Accepted only when the whole pool is idle now (false, `task` dropped,
+  // otherwise), as a preemptible task: while it is registered (until
+  // forget(id)), the next submit() calls its `preempt` once (under the
+  // pool's lock: it must only signal), and is accepted even beyond
+  // --max-queued, taking the place the preempted task will free. For work
+  // that started early and may wait for its client (MultiplyCall): it must
+  // not hold the engine's locks or GPU lanes while another request could run.
+  bool submit_if_idle(std::function<void()> task, std::function<void()> preempt, uint64_t* id);
+  // The preemptible task `id` no longer holds its slot for its client.
+  void forget(uint64_t id);
   // Called by a task on its pool thread when its compute is done and what is
   // left is quick (handing the result to gRPC): its slot counts as free from
   // now on, so a request that arrives as the result goes out is not refused.
@@ -44,6 +55,12 @@ class ComputePool {
   std::deque<std::function<void()>> tasks_;  // guarded by mu_
   int running_ = 0;                          // guarded by mu_
   bool stopping_ = false;                    // guarded by mu_
+  struct Preemptible {
+    uint64_t id;
+    std::function<void()> preempt;
+  };
+  std::vector<Preemptible> preemptible_;  // guarded by mu_
+  uint64_t next_id_ = 1;                  // guarded by mu_
   std::vector<std::thread> threads_;
   static thread_local bool slot_released_;  // the running task called release_slot()
 };

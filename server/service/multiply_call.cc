@@ -2,6 +2,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "server/service/status_mapping.h"
@@ -88,6 +89,7 @@ void MultiplyCall::after_unlock(std::unique_lock<std::mutex>& lock) {
 }
 
 void MultiplyCall::start_read() {
+  if (reading_) return;  // one read outstanding at a time
   reading_ = true;
   read_since_ = Clock::now();
   in_.Clear();
@@ -130,7 +132,7 @@ void MultiplyCall::OnReadDone(bool ok) {
       finish(cancelled_status());
     } else if (phase_ == Phase::kHeader) {
       finish(InvalidArgument("the request stream ended before its header"));
-    } else if (phase_ == Phase::kReceiving) {
+    } else if (accepts_chunks()) {
       Status st = assembler_->finish();
       finish(st.ok() ? Internal("upload ended incomplete without a reason") : st);
     }
@@ -200,7 +202,7 @@ void MultiplyCall::check_idle(Clock::time_point now) {
     }
     return after_unlock(lock);
   }
-  const bool waiting_in = reading_ && (phase_ == Phase::kHeader || phase_ == Phase::kReceiving);
+  const bool waiting_in = reading_ && (phase_ == Phase::kHeader || accepts_chunks());
   if (waiting_in && now - read_since_ >= idle) {
     finish(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
                             phase_name(phase_) + "; send the data without pauses or raise --idle-timeout"));
@@ -251,7 +253,7 @@ Status MultiplyCall::on_message(RequestMessage msg) {
     case RequestMessage::Kind::kChunk:
       if (phase_ == Phase::kHeader)
         return InvalidArgument("the first message of a Multiply stream must carry `header`, not `chunk`");
-      if (phase_ != Phase::kReceiving)
+      if (!accepts_chunks())
         return InvalidArgument("message " + std::to_string(messages_) +
                                " is a chunk, but every declared matrix was already complete");
       {
@@ -266,6 +268,10 @@ Status MultiplyCall::on_message(RequestMessage msg) {
 }
 
 GemmRequest MultiplyCall::request() const { return header_; }
+
+bool MultiplyCall::accepts_chunks() const {
+  return phase_ == Phase::kReceiving || (early_ && !upload_complete_ && phase_ != Phase::kDone);
+}
 
 Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions) {
   header_ = header;
@@ -337,14 +343,15 @@ void MultiplyCall::on_memory_granted(MemoryBudget::Reservation reservation) {
 
 Status MultiplyCall::on_chunk(RequestMessage& msg) {
   const int idx = static_cast<int>(msg.matrix);
+  if (t_first_data_ == Clock::time_point{}) t_first_data_ = Clock::now();
   if (!buffers_[idx]) {
     const int64_t elements = matrix_elements(header_.shape, msg.matrix);
     // The check before allocating: a chunk that would be refused costs nothing.
     SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data_bytes));
     auto got = shared_.engine.host_allocator().allocate(std::size_t(elements) * sizeof(float));
     if (!got.ok()) return got.status().with_context("allocating " + std::string(matrix_name(msg.matrix)));
-    buffers_[idx] = std::move(got).value();
-    assembler_->set_destination(msg.matrix, buffers_[idx].floats());
+    buffers_[idx] = std::make_shared<HostBuffer>(std::move(got).value());
+    assembler_->set_destination(msg.matrix, buffers_[idx]->floats());
   }
   SGEMM_RETURN_IF_ERROR(
       assembler_->add_chunk(msg.matrix, msg.offset, msg.data_bytes, [&](void* dst) { msg.copy_data(dst); }));
@@ -353,39 +360,78 @@ Status MultiplyCall::on_chunk(RequestMessage& msg) {
 }
 
 Status MultiplyCall::after_chunk() {
-  if (assembler_->complete()) return start_compute();
+  if (assembler_->complete()) {
+    upload_complete_ = true;
+    t_received_ = Clock::now();
+    if (!early_) return start_compute(/*early=*/false);
+    // Its data is all here: the running task no longer waits for the client, so it keeps its slot.
+    if (pool_id_) shared_.pool.forget(pool_id_);
+    pool_id_ = 0;
+  } else if (!early_ && may_start_early()) {
+    SGEMM_RETURN_IF_ERROR(start_compute(/*early=*/true));
+  }
   start_read();
   return Status::Ok();
 }
 
-Status MultiplyCall::start_compute() {
-  t_received_ = Clock::now();
+bool MultiplyCall::may_start_early() const {
+  // docs/lifecycle.md: the engine may wait for A while it holds a compute
+  // slot, so it starts only when the rest of A is due well within the budget.
+  // A request with an input C never starts early: after a yield, computing
+  // again needs C's input rows, which the first run may have overwritten.
+  const auto budget = shared_.options.feed_wait_budget;
+  // Nor after a yield: then the client has shown it may stall, and it waits for its whole upload.
+  // Nor a request naming regions: it has no upload.
+  if (budget.count() <= 0 || from_regions_ || header_.has_c || yields_ > 0 || !buffers_[0] ||
+      assembler_->received(MatrixId::kA) == 0)
+    return false;
+  const GemmShape& s = header_.shape;
+  if (assembler_->received(MatrixId::kB) < s.k * s.n) return false;
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - t_first_data_).count();
+  const double rate = double(bytes_in_) / std::max(elapsed_s, 1e-6);  // bytes/s so far
+  const double left_bytes = double(s.m * s.k - assembler_->received(MatrixId::kA)) * sizeof(float);
+  return left_bytes / rate <= 0.5 * std::chrono::duration<double>(budget).count();
+}
+
+Status MultiplyCall::start_compute(bool early) {
   const GemmShape& s = header_.shape;
   const int c_idx = static_cast<int>(MatrixId::kC);
   if (!from_regions_) {      // start_from_regions() set the job's matrices
     if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
       auto got = shared_.engine.host_allocator().allocate(std::size_t(s.m * s.n) * sizeof(float));
       if (!got.ok()) return got.status().with_context("allocating C");
-      buffers_[c_idx] = std::move(got).value();
+      buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
     }
-    job_.a = buffers_[0].floats();
-    job_.b = buffers_[1].floats();
-    job_.c = buffers_[c_idx].floats();
+    if (early && !buffers_[0]) return Status::Ok();
+    job_.a = buffers_[0]->floats();
+    job_.b = buffers_[1]->floats();
+    job_.c = buffers_[c_idx]->floats();
   }
   job_.request = request();
-  job_.feed = nullptr;  // every input is present
+  job_.feed = early ? &*assembler_ : nullptr;  // early: the engine waits for A's rows
   job_.sink = this;
   job_.cancel = &cancel_;
   job_.origin = t_start_;  // the engine's steps line up with the service's phases
-  phase_ = Phase::kQueued;
+  if (early) assembler_->set_wait_budget(shared_.options.feed_wait_budget);
   ++refs_;  // the pool task's reference
-  if (!shared_.pool.submit([this] { run_compute(); })) {
+  if (early) {
+    // The assembler outlives the task (the task holds a reference on the call).
+    if (!shared_.pool.submit_if_idle([this] { run_compute(); }, [this] { assembler_->yield_now(); }, &pool_id_)) {
+      --refs_;
+      assembler_->set_wait_budget(std::chrono::milliseconds(0));
+      return Status::Ok();  // no idle slot: compute once the upload is complete
+    }
+    early_ = started_early_ = true;
+  } else if (!shared_.pool.submit([this] { run_compute(); })) {
     --refs_;
     return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +
                        std::to_string(shared_.pool.queued()) + " queued (--max-in-flight " +
                        std::to_string(shared_.pool.threads()) + ", --max-queued " +
                        std::to_string(shared_.pool.max_queued()) + "); retry with backoff");
   }
+  t_submit_ = Clock::now();
+  phase_ = Phase::kQueued;
+  if (early) return Status::Ok();  // after_chunk() keeps reading
   // Keep a read posted: it sees the half-close, or a message that should not come.
   start_read();
   return Status::Ok();
@@ -398,11 +444,46 @@ void MultiplyCall::run_compute() {
     if (!finished_) phase_ = Phase::kComputing;
   }
   StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
+  uint64_t pool_id;
+  {
+    std::lock_guard lock(mu_);
+    pool_id = pool_id_;
+    pool_id_ = 0;
+  }
+  if (pool_id) shared_.pool.forget(pool_id);
   shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
   // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
   std::vector<std::shared_ptr<const MappedRegion>>().swap(regions_held_);
   {
     std::unique_lock lock(mu_);
+    if (!result.ok() && assembler_ && assembler_->yielded() && !finished_) {
+      // Started early, then waited too long for A or was asked for the slot:
+      // the engine has stopped and holds nothing. Back to receiving; compute
+      // again once the upload is complete (rows already reported are final
+      // and are not sent twice).
+      early_ = false;
+      ++yields_;
+      assembler_->set_wait_budget(std::chrono::milliseconds(0));
+      skip_ = reported_;
+      std::sort(skip_.begin(), skip_.end());
+      std::vector<std::pair<int64_t, int64_t>> merged;
+      for (const auto& r : skip_) {
+        if (!merged.empty() && r.first <= merged.back().second)
+          merged.back().second = std::max(merged.back().second, r.second);
+        else
+          merged.push_back(r);
+      }
+      skip_ = std::move(merged);
+      Status st = Status::Ok();
+      if (upload_complete_)
+        st = start_compute(/*early=*/false);
+      else
+        phase_ = Phase::kReceiving;
+      if (!st.ok()) finish(st);
+      after_unlock(lock);
+      unref();
+      return;
+    }
     t_compute_end_ = Clock::now();
     compute_done_ = true;
     result_ = std::move(result);
@@ -418,7 +499,16 @@ void MultiplyCall::run_compute() {
 void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
   std::unique_lock lock(mu_);
   if (output_in_region_) return;  // C is in the caller's region: only the summary goes back
-  rows_.emplace_back(row_begin, row_end);
+  reported_.emplace_back(row_begin, row_end);
+  // After a yield, the new run reports rows the first run already sent: only the rest goes out.
+  int64_t b = row_begin;
+  for (const auto& [s0, s1] : skip_) {
+    if (s1 <= b) continue;
+    if (s0 >= row_end) break;
+    if (s0 > b) rows_.emplace_back(b, s0);
+    b = std::max(b, s1);
+  }
+  if (b < row_end) rows_.emplace_back(b, row_end);
   send_more();
   after_unlock(lock);
 }
@@ -432,7 +522,7 @@ void MultiplyCall::send_more() {
     const int64_t end = r1 * n;
     const int64_t chunk_elems = std::max<int64_t>(1, shared_.options.response_chunk_bytes / int64_t(sizeof(float)));
     const int64_t count = std::min(chunk_elems, end - send_next_);
-    out_ = encode_c_chunk(job_.c, send_next_, count);
+    out_ = encode_c_chunk(job_.c, send_next_, count, buffers_[static_cast<int>(MatrixId::kC)]);
     send_next_ += count;
     bytes_out_ += count * int64_t(sizeof(float));
     if (send_next_ >= end) {
@@ -453,6 +543,7 @@ void MultiplyCall::send_more() {
   facts_.unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   facts_.request = header_;
   facts_.received_ms = ms_between(t_start_, t_received_);
+  facts_.submitted_ms = ms_between(t_start_, t_submit_);
   facts_.compute_start_ms = ms_between(t_start_, t_compute_start_);
   facts_.compute_end_ms = ms_between(t_start_, t_compute_end_);
   facts_.first_send_ms = t_first_send_ ? ms_between(t_start_, *t_first_send_) : -1.0;
@@ -462,7 +553,7 @@ void MultiplyCall::send_more() {
   if (trace_ || !shared_.options.trace_dir.empty()) trace_json_ = chrome_trace_json(facts_, *result_);
   SummaryFigures f;
   f.request_id = id_;
-  f.queue_ms = ms_between(t_received_, t_compute_start_);
+  f.queue_ms = ms_between(t_submit_, t_compute_start_);
   f.receive_ms = ms_between(t_start_, t_received_);
   f.compute_ms = ms_between(t_compute_start_, t_compute_end_);
   f.total_ms = facts_.summary_ms;
@@ -491,7 +582,8 @@ void MultiplyCall::set_finished() {
 void MultiplyCall::finish(const Status& status) {
   if (finished_) return;
   set_finished();
-  cancel_.cancel(status);  // the engine stops at its next block
+  cancel_.cancel(status);                    // the engine stops at its next block
+  if (assembler_) assembler_->fail(status);  // or where it waits for A
   if (memory_ticket_) {
     ticket_to_cancel_ = memory_ticket_;  // cancelled once mu_ is released
     memory_ticket_ = 0;
@@ -522,20 +614,23 @@ void MultiplyCall::log_outcome(const Status& st) {
     return;
   }
   const GemmReport& r = *result_;
-  const double queue_ms = ms_between(t_received_, t_compute_start_);
+  const double queue_ms = ms_between(t_submit_, t_compute_start_);
   const double receive_ms = ms_between(t_start_, t_received_);
   const double compute_ms = ms_between(t_compute_start_, t_compute_end_);
   shared_.log.logger().info(
       "request id={} peer={} client={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
       "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
-      "bytes_out={} gflops={:.1f} devices={} plan=\"{}\"",
+      "bytes_out={} gflops={:.1f} devices={} early_start={} yields={} plan=\"{}\"",
       id_, ctx_->peer(), client_name(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
       kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
-      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), r.plan_reason);
+      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), started_early_, yields_, r.plan_reason);
   TimingRecord record = timing_record_of(facts_, r);
   if (client_) record.caller = client_->name();
   if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, bytes_out_, &record);
-  if (shared_.timing_log) shared_.timing_log->info(timing_record_json(record));
+  if (shared_.timing_log)
+    shared_.timing_log->info(
+        timing_record_json(record, "{\"early_start\":" + std::string(started_early_ ? "true" : "false") +
+                                       ",\"yields\":" + std::to_string(yields_) + "}"));
   if (!shared_.options.trace_dir.empty()) {
     const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";
     std::FILE* file = std::fopen(path.c_str(), "w");

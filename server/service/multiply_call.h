@@ -7,9 +7,18 @@
 //                    (holding nothing) until it does or --idle-timeout passes
 //   on_chunk()       copy a chunk into its matrix (buffer allocated at the
 //                    matrix's first chunk)
-//   start_compute()  upload complete: C's buffer, a place on the compute pool
-//   run_compute()    (pool thread) Engine::run with every input present
-//   send_more()      one chunk of C at a time, as rows are final
+//   start_compute()  upload complete: C's buffer, a place on the compute pool;
+//                    or early (may_start_early()): B (and C) complete, A
+//                    arriving fast enough, a compute slot idle now
+//   run_compute()    (pool thread) Engine::run; when started early it waits
+//                    for A's rows through the assembler (InputFeed) and
+//                    yields its slot (the engine stops, the call goes back to
+//                    receiving) after --feed-wait-budget of waiting in all or
+//                    when another request needs the slot; computing restarts
+//                    once the upload is complete, and rows already sent are
+//                    not sent again
+//   send_more()      one chunk of C at a time, as rows are final, sent from
+//                    C's buffer without a copy (while A may still arrive)
 //   finish()         the error, or (send_more) the summary and the log line: Finish()
 //   OnDone()         a failure's log line, with the code the client got
 //
@@ -33,6 +42,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "server/service/codec.h"
 #include "server/service/request_report.h"
@@ -79,7 +90,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status admit_memory(RequestMessage& msg, bool* parked);
   Status on_chunk(RequestMessage& msg);
   Status after_chunk();
-  Status start_compute();
+  bool may_start_early() const;
+  Status start_compute(bool early);
+  bool accepts_chunks() const;  // a chunk now is part of the upload
   void send_more();
   void finish(const Status& status);
   void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
@@ -128,15 +141,22 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   int64_t footprint_bytes_ = 0;  // A + B + C, reserved at the first chunk
   std::optional<MatrixAssembler> assembler_;
   MemoryBudget::Reservation reservation_;
-  AuthClient::Lease client_lease_;  // the client's quotas, from the header until the call is answered
-  HostBuffer buffers_[3];           // A, B, C
+  AuthClient::Lease client_lease_;          // the client's quotas, from the header until the call is answered
+  std::shared_ptr<HostBuffer> buffers_[3];  // A, B, C (C's also held by chunks gRPC has yet to write)
   CancelToken cancel_;
   GemmJob job_;
   StatusOr<GemmReport> result_ = Internal("not computed");
   std::deque<std::pair<int64_t, int64_t>> rows_;  // finished rows of C not yet sent
   int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
-  Clock::time_point t_received_{}, t_compute_start_{}, t_compute_end_{};
+  bool early_ = false;          // computing started before the upload ended (and has not yielded); never for regions
+  uint64_t pool_id_ = 0;        // early_: the pool's id for the preemptible task
+  bool started_early_ = false;  // computing ever started before the upload ended (for the log)
+  int yields_ = 0;              // times computing gave its slot back to wait for A
+  std::vector<std::pair<int64_t, int64_t>> reported_;  // rows of C reported by the engine so far
+  std::vector<std::pair<int64_t, int64_t>> skip_;      // after a yield: rows already reported (sorted, merged)
+  bool upload_complete_ = false;                       // every declared matrix is in
+  Clock::time_point t_first_data_{}, t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{};
   // Shared-memory operands: the regions this request reads and writes, held
   // (so they stay mapped) from the header until the engine returns.
   bool from_regions_ = false;

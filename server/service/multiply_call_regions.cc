@@ -40,13 +40,16 @@ Status MultiplyCall::start_from_regions(const RegionOperands& regions) {
     const int c_idx = static_cast<int>(MatrixId::kC);
     auto got = shared_.engine.host_allocator().allocate(std::size_t(footprint_bytes_));
     if (!got.ok()) return got.status().with_context("allocating C");
-    buffers_[c_idx] = std::move(got).value();
-    if (bound.c_in) copy_matrix(buffers_[c_idx].floats(), s.n, bound.c_in, bound.ldc_in, s.m, s.n);
-    job_.c = buffers_[c_idx].floats();
+    buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
+    if (bound.c_in) copy_matrix(buffers_[c_idx]->floats(), s.n, bound.c_in, bound.ldc_in, s.m, s.n);
+    job_.c = buffers_[c_idx]->floats();
     job_.ldc = 0;
   }
   regions_held_ = std::move(bound.held);
-  return start_compute();
+  // Nothing to receive: the upload is complete now, and computing never starts early.
+  upload_complete_ = true;
+  t_received_ = Clock::now();
+  return start_compute(/*early=*/false);
 }
 
 }  // namespace sgemm

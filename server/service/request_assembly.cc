@@ -143,13 +143,47 @@ void MatrixAssembler::fail(const Status& why) {
   cv_.notify_all();
 }
 
+void MatrixAssembler::set_wait_budget(std::chrono::milliseconds budget) {
+  std::lock_guard lock(mu_);
+  wait_budget_ = budget;
+  waited_ = {};
+  yield_ = yielded_ = false;
+}
+
+void MatrixAssembler::yield_now() {
+  {
+    std::lock_guard lock(mu_);
+    if (wait_budget_.count() == 0) return;
+    yield_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool MatrixAssembler::yielded() const {
+  std::lock_guard lock(mu_);
+  return yielded_;
+}
+
 Status MatrixAssembler::wait_for(MatrixId matrix, int64_t elements) {
   const int idx = static_cast<int>(matrix);
   std::unique_lock lock(mu_);
   if (elements > expected_[idx])
     return Internal("engine waited for " + std::to_string(elements) + " elements of " +
                     std::string(matrix_name(matrix)) + ", which has " + std::to_string(expected_[idx]));
-  cv_.wait(lock, [&] { return !failure_.ok() || received_[idx] >= elements; });
+  const auto ready = [&] { return !failure_.ok() || received_[idx] >= elements; };
+  if (wait_budget_.count() == 0) {
+    cv_.wait(lock, ready);
+  } else if (!ready()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto left = std::chrono::steady_clock::duration(wait_budget_) - waited_;
+    if (!yield_ && left.count() > 0) cv_.wait_until(lock, t0 + left, [&] { return ready() || yield_; });
+    waited_ += std::chrono::steady_clock::now() - t0;
+    if (!ready()) {
+      yield_ = yielded_ = true;
+      return Unavailable("yielded the compute slot while waiting for " + std::string(matrix_name(matrix)) + " (" +
+                         std::to_string(received_[idx]) + " of " + std::to_string(expected_[idx]) + " elements)");
+    }
+  }
   if (received_[idx] >= elements) return Status::Ok();
   return failure_;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -58,6 +59,17 @@ class MatrixAssembler final : public InputFeed {
   // Fails the request: waiters in wait_for() return `why`. First failure wins.
   void fail(const Status& why);
 
+  // Yielding, for an engine that started before the upload ended and holds
+  // a compute slot while it waits (docs/lifecycle.md). With a budget, a
+  // wait_for() that cannot return at once returns UNAVAILABLE ("yielded")
+  // instead of blocking once the time spent blocked, summed over its calls,
+  // reaches `budget`, or at once after yield_now(); from then on every
+  // wait_for() that would block yields. Zero (the default): wait_for() blocks
+  // until the data or a failure comes. set_wait_budget() also clears a yield.
+  void set_wait_budget(std::chrono::milliseconds budget);
+  void yield_now();
+  bool yielded() const;  // a wait_for() returned "yielded"
+
   Status wait_for(MatrixId matrix, int64_t elements) override;
 
   int64_t received(MatrixId matrix) const;
@@ -71,8 +83,12 @@ class MatrixAssembler final : public InputFeed {
   std::array<float*, 3> dst_{};
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::array<int64_t, 3> received_{};  // guarded by mu_
-  Status failure_;                     // guarded by mu_
+  std::array<int64_t, 3> received_{};              // guarded by mu_
+  Status failure_;                                 // guarded by mu_
+  std::chrono::milliseconds wait_budget_{0};       // guarded by mu_
+  std::chrono::steady_clock::duration waited_{0};  // guarded by mu_: time spent blocked in wait_for()
+  bool yield_ = false;                             // guarded by mu_: yield_now() called or budget spent
+  bool yielded_ = false;                           // guarded by mu_
 };
 
 }  // namespace sgemm

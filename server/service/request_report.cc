@@ -4,6 +4,14 @@
 
 namespace sgemm {
 
+namespace {
+
+// When the request joined the compute queue: received_ms, or earlier when
+// computing started while A was still arriving (docs/lifecycle.md).
+double queued_at(const RequestFacts& f) { return f.submitted_ms >= 0 ? f.submitted_ms : f.received_ms; }
+
+}  // namespace
+
 TimingRecord timing_record_of(const RequestFacts& f, const GemmReport& r) {
   TimingRecord t;
   t.request_id = f.request_id;
@@ -16,7 +24,7 @@ TimingRecord timing_record_of(const RequestFacts& f, const GemmReport& r) {
   t.split = split_mode_name(r.split);
   t.plan = r.plan_reason;
   t.receive_ms = f.received_ms;
-  t.queue_ms = f.compute_start_ms - f.received_ms;
+  t.queue_ms = f.compute_start_ms - queued_at(f);
   t.compute_ms = f.compute_end_ms - f.compute_start_ms;
   t.send_ms = f.first_send_ms >= 0 ? f.summary_ms - f.first_send_ms : 0.0;
   t.total_ms = f.summary_ms;
@@ -82,7 +90,7 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
   meta(0, kPhases, "thread_name", "request " + f.request_id);
   meta(0, kSending, "thread_name", "request " + f.request_id + ": sending C");
   slice(0, kPhases, "receive", "service", 0, f.received_ms, {{"bytes", f.bytes_in}, {"shape", whole}});
-  slice(0, kPhases, "queue", "service", f.received_ms, f.compute_start_ms, {{"shape", whole}});
+  slice(0, kPhases, "queue", "service", queued_at(f), f.compute_start_ms, {{"shape", whole}});
   slice(0, kPhases, "compute", "service", f.compute_start_ms, f.compute_end_ms,
         {{"split", split_mode_name(r.split)}, {"kernel", kernel_kind_name(r.kernel)}, {"plan", r.plan_reason}});
   if (f.first_send_ms >= 0)

@@ -27,6 +27,8 @@ struct RequestFacts {
   double unix_time = 0;  // when the summary was written
   GemmRequest request;
   double received_ms = 0;       // the last input chunk arrived
+  double submitted_ms = -1;     // it was handed to the compute pool (-1: at received_ms); computing that
+                                // starts while A arrives is handed over before received_ms
   double compute_start_ms = 0;  // a compute slot took it
   double compute_end_ms = 0;
   double first_send_ms = -1;  // the first chunk of C went to gRPC (-1: none was sent)

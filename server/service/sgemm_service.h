@@ -54,17 +54,24 @@ struct ServiceOptions {
   int64_t host_memory_bytes = 0;           // the budget for all requests' host buffers; 0 = half of physical memory
   std::chrono::milliseconds idle_timeout{30000};  // a call making no progress this long (client silent, not
                                                   // reading, or memory not granted) ends and frees everything
-  int max_open_streams = 1024;                    // Multiply streams open and not yet answered; more are refused
-                                                  // (UNAVAILABLE)
-  int log_lines_per_second = 20;                  // failed-request log lines per second; the rest are counted
-  int64_t max_message_bytes = 64 << 20;           // gRPC refuses larger messages itself (RESOURCE_EXHAUSTED);
-                                                  // up to this size the service answers an oversized chunk,
-                                                  // saying to chunk
-  std::string version = "dev";                    // reported by GetInfo
-  std::vector<std::string> backends;              // backends this build has, for GetInfo
-  int64_t region_bytes = 0;  // shared-memory regions registered at once, all callers together (page-locked
-                             // memory the callers own); 0 = a quarter of physical memory (docs/transport.md)
-  std::string trace_dir;     // write a Chrome trace of every request here (trace-<id>.json); "" = only on request
+  // Computing may start before the upload ends: once B (and C) are complete
+  // and A is arriving at a rate that brings the rest within half of this, on
+  // an idle compute slot; the engine then waits at most this long, in all,
+  // for A (DEADLINE_EXCEEDED after). 0: compute only complete uploads.
+  // Requests naming shared-memory regions never start early (no upload).
+  std::chrono::milliseconds feed_wait_budget{1000};
+  int max_open_streams = 1024;           // Multiply streams open and not yet answered; more are refused
+                                         // (UNAVAILABLE)
+  int log_lines_per_second = 20;         // failed-request log lines per second; the rest are counted
+  int64_t max_message_bytes = 64 << 20;  // gRPC refuses larger messages itself (RESOURCE_EXHAUSTED);
+                                         // up to this size the service answers an oversized chunk,
+                                         // saying to chunk
+  std::string version = "dev";           // reported by GetInfo
+  std::vector<std::string> backends;     // backends this build has, for GetInfo
+  // Shared-memory regions registered at once, all callers together (page-locked
+  // memory the callers own); 0 = a quarter of physical memory (docs/transport.md).
+  int64_t region_bytes = 0;
+  std::string trace_dir;  // write a Chrome trace of every request here (trace-<id>.json); "" = only on request
   std::shared_ptr<const ClientAuth> auth;  // bearer tokens and per-client quotas (--auth-tokens);
                                            // null = calls need no token
   // Called (on the watchdog thread) when the engine gains or loses its last

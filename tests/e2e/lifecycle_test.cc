@@ -469,10 +469,119 @@ TEST(ShutdownE2E, SigtermWithIdleClientsAttachedExitsZeroWithinTheGrace) {
   EXPECT_LT(exit_ms, 4000);
 }
 
+// ---- Early start and duplex (docs/lifecycle.md, docs/transport.md) ------------
+
+// Reads one message; true when it is a chunk of C, adding its values to `sum`
+// and its element count to `elements`.
+bool read_c_chunk(Stream& s, double* sum, int64_t* elements) {
+  v1::MultiplyResponse r;
+  if (!s.Read(&r) || !r.has_chunk()) return false;
+  const auto& d = r.chunk().data();
+  const float* v = reinterpret_cast<const float*>(d.data());
+  for (std::size_t i = 0; i < d.size() / 4; ++i) *sum += v[i];
+  *elements += int64_t(d.size() / 4);
+  return true;
+}
+
+// B first, then a part of A: rows of C come back before the rest of A is
+// sent (the test sends it only after reading one), and every element comes
+// exactly once. Each C element is 64 * 0.5 * 0.5 = 16.
+TEST(DuplexE2E, RowsOfCComeBackWhileAIsStillArriving) {
+  ServerProcess server;
+  ASSERT_TRUE(server.running()) << server.log();
+  auto stub = v1::Sgemm::NewStub(own_channel(server.address(), 1));
+  const int64_t m = 4096, n = 64, k = 64, first_rows = 1024;
+  HeldStream h(*stub);
+  h.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(h.stream->Write(header_msg(m, n, k)));
+  ASSERT_TRUE(h.stream->Write(chunk_msg(v1::MATRIX_B, 0, k * n)));
+  ASSERT_TRUE(h.stream->Write(chunk_msg(v1::MATRIX_A, 0, first_rows * k)));
+  double sum = 0;
+  int64_t elements = 0;
+  ASSERT_TRUE(read_c_chunk(*h.stream, &sum, &elements)) << "no row of C before the upload ended\n" << server.log();
+  ASSERT_TRUE(h.stream->Write(chunk_msg(v1::MATRIX_A, first_rows * k, (m - first_rows) * k)));
+  h.stream->WritesDone();
+  while (read_c_chunk(*h.stream, &sum, &elements)) {
+  }
+  h.finished = true;
+  const grpc::Status st = h.stream->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(elements, m * n) << "each element of C exactly once";
+  EXPECT_DOUBLE_EQ(sum, 16.0 * double(m * n));
+  expect_all_freed(server.address());
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// A request that started computing during its upload and then stalls holds
+// the only compute slot, but a newcomer takes it (the stalled one yields);
+// the stalled one completes correctly once the rest of A comes, without
+// sending any row twice.
+TEST(DuplexE2E, AStalledAYieldsTheSlotToAnotherRequestAndStillCompletes) {
+  ServerProcess server({"--max-in-flight", "1", "--max-queued", "0", "--feed-wait-budget", "60"});
+  ASSERT_TRUE(server.running()) << server.log();
+  auto stub = v1::Sgemm::NewStub(own_channel(server.address(), 1));
+  const int64_t m = 4096, n = 64, k = 64, first_rows = 1024;
+  HeldStream h(*stub);
+  h.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(h.stream->Write(header_msg(m, n, k)));
+  ASSERT_TRUE(h.stream->Write(chunk_msg(v1::MATRIX_B, 0, k * n)));
+  ASSERT_TRUE(h.stream->Write(chunk_msg(v1::MATRIX_A, 0, first_rows * k)));
+  double sum = 0;
+  int64_t elements = 0;
+  ASSERT_TRUE(read_c_chunk(*h.stream, &sum, &elements)) << server.log();  // it is computing, and waits for A
+  EXPECT_EQ(info_of(server.address()).in_flight, 1);
+  // The one slot is held by a request that waits for its client: others still get through.
+  for (int i = 0; i < 3; ++i) normal_request(server.address(), {300, 200, 100});
+  ASSERT_TRUE(h.stream->Write(chunk_msg(v1::MATRIX_A, first_rows * k, (m - first_rows) * k)));
+  h.stream->WritesDone();
+  while (read_c_chunk(*h.stream, &sum, &elements)) {
+  }
+  h.finished = true;
+  const grpc::Status st = h.stream->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(elements, m * n) << "each element of C exactly once, across the yield";
+  EXPECT_DOUBLE_EQ(sum, 16.0 * double(m * n));
+  expect_all_freed(server.address());
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// A trickling A (one row block now and then) under a short budget: the
+// engine yields after the budget and the request finishes once A is in,
+// while normal requests are served all along.
+TEST(DuplexE2E, ATricklingAIsBoundedByTheFeedWaitBudget) {
+  ServerProcess server({"--max-in-flight", "1", "--feed-wait-budget", "0.2"});
+  ASSERT_TRUE(server.running()) << server.log();
+  auto stub = v1::Sgemm::NewStub(own_channel(server.address(), 1));
+  const int64_t m = 2048, n = 64, k = 64, step = 256;
+  HeldStream h(*stub);
+  h.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(h.stream->Write(header_msg(m, n, k)));
+  ASSERT_TRUE(h.stream->Write(chunk_msg(v1::MATRIX_B, 0, k * n)));
+  for (int64_t r = 0; r < m; r += step) {
+    ASSERT_TRUE(h.stream->Write(chunk_msg(v1::MATRIX_A, r * k, step * k)));
+    normal_request(server.address(), {129, 65, 33});
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+  h.stream->WritesDone();
+  double sum = 0;
+  int64_t elements = 0;
+  while (read_c_chunk(*h.stream, &sum, &elements)) {
+  }
+  h.finished = true;
+  const grpc::Status st = h.stream->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(elements, m * n);
+  EXPECT_DOUBLE_EQ(sum, 16.0 * double(m * n));
+  expect_all_freed(server.address());
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // ---- Retries and admission ------------------------------------------------------
 
 TEST(AdmissionE2E, BusyIsUnavailableOnlyWhenEverySlotIsTakenAndTheClientRetriesIt) {
-  ServerProcess server({"--max-in-flight", "1", "--max-queued", "0", "--cpu-threads", "1"});
+  // --feed-wait-budget 0: the slot is taken by computing, not by an early
+  // start that a newcomer may preempt while A is still arriving (tested below).
+  ServerProcess server({"--max-in-flight", "1", "--max-queued", "0", "--cpu-threads", "1", "--feed-wait-budget", "0"});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
   if (info_of(addr).backend != "cpu") GTEST_SKIP() << "needs a product that holds the slot a while: the cpu backend";

@@ -101,6 +101,29 @@ TEST_F(MultiplyE2E, AlphaBetaVariantsWithAndWithoutC) {
   multiply_and_verify(*client, {{513, 1025, 257}, 1.5f, 0.25f, true});
 }
 
+// The client sends B (and C) first, then A, from the caller's memory, and
+// can write C into the caller's buffer (MultiplyOptions::c_out).
+TEST_F(MultiplyE2E, OddShapesIntoTheCallersOutputBuffer) {
+  auto client = Client::connect(server_->address());
+  for (const GemmShape s : {GemmShape{1, 1, 1}, GemmShape{777, 301, 129}, GemmShape{1025, 3, 2049}}) {
+    const uint64_t seed = fresh_seed();
+    std::vector<float> a(s.m * s.k), b(s.k * s.n), c0(s.m * s.n), out(s.m * s.n, -1.0f);
+    fill_random(a, seed);
+    fill_random(b, seed + 1);
+    fill_random(c0, seed + 2);
+    MultiplyOptions opt;
+    opt.alpha = 0.75f;
+    opt.beta = -1.5f;
+    opt.c_out = out.data();
+    auto r = client->multiply(s, a.data(), b.data(), c0.data(), opt);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(r->c.empty());
+    auto v = verify_gemm(s.m, s.n, s.k, 0.75f, a.data(), b.data(), -1.5f, c0.data(), out.data(),
+                         rows_to_verify(s.m, s.n, s.k, seed));
+    EXPECT_TRUE(v.passed(kSgemmTolerance)) << s.m << "x" << s.n << "x" << s.k << ": " << v.max_rel_error;
+  }
+}
+
 TEST_F(MultiplyE2E, SmallChunksFromTheClientStillAssemble) {
   ClientOptions opt;
   opt.chunk_bytes = 4 * 37;  // chunks that straddle rows

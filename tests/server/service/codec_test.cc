@@ -32,6 +32,38 @@ TEST(Codec, CChunkDecodesAsAMultiplyResponse) {
   }
 }
 
+std::string flatten(grpc::ByteBuffer& bb) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(bb.Dump(&slices).ok());
+  std::string out;
+  for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+TEST(Codec, ZeroCopyCChunkIsByteExactWithProtobufAndHoldsItsBufferUntilReleased) {
+  auto owner = std::make_shared<std::vector<float>>(5000);
+  for (std::size_t i = 0; i < owner->size(); ++i) (*owner)[i] = float(i) * 0.25f - 7.0f;
+  std::weak_ptr<std::vector<float>> watch = owner;
+  for (int64_t offset : {int64_t{0}, int64_t{1}, int64_t{127}, int64_t{128}, int64_t{4000}}) {
+    for (int64_t count : {int64_t{1}, int64_t{31}, int64_t{1000}}) {
+      v1::MultiplyResponse want;
+      want.mutable_chunk()->set_matrix(v1::MATRIX_C);
+      want.mutable_chunk()->set_offset(offset);
+      want.mutable_chunk()->set_data(owner->data() + offset, std::size_t(count) * sizeof(float));
+      grpc::ByteBuffer bb = encode_c_chunk(owner->data(), offset, count, owner);
+      EXPECT_EQ(flatten(bb), want.SerializeAsString()) << "offset " << offset << " count " << count;
+      grpc::ByteBuffer copied = encode_c_chunk(owner->data(), offset, count);
+      EXPECT_EQ(flatten(copied), want.SerializeAsString());
+    }
+  }
+  {
+    grpc::ByteBuffer held = encode_c_chunk(owner->data(), 0, 10, owner);
+    owner.reset();
+    EXPECT_FALSE(watch.expired()) << "the slice must keep C's buffer alive";
+  }
+  EXPECT_TRUE(watch.expired()) << "the last slice released C's buffer";
+}
+
 TEST(Codec, ParseErrorsEmptyMessagesAndOversizedChunksAreNamed) {
   grpc::ByteBuffer junk = to_buffer("\xff\xff\xff\xff not protobuf");
   auto r = decode_request(junk, 1, 1 << 20);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <thread>
 
 namespace sgemm {
 namespace {
@@ -58,6 +59,30 @@ TEST(ComputePool, ATaskThatReleasesItsSlotLetsTheNextInWhileItFinishes) {
   for (int i = 0; i < 200 && !ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(ran.load());
   EXPECT_EQ(pool.running(), 0);
+}
+
+TEST(ComputePool, APreemptibleTaskIsAskedForItsSlotWhenTheQueueIsFull) {
+  ComputePool pool(1, 0);
+  std::promise<void> preempted;
+  auto gate = preempted.get_future().share();
+  std::atomic<int> ran{0}, asked{0};
+  uint64_t id = 0;
+  ASSERT_TRUE(pool.submit_if_idle(
+      [&] {
+        gate.wait();
+        ++ran;
+      },
+      [&] {
+        ++asked;
+        preempted.set_value();
+      },
+      &id));
+  EXPECT_FALSE(pool.submit_if_idle([] {}, [] {}, &id)) << "no idle thread";
+  for (int i = 0; i < 200 && pool.running() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(pool.submit([&] { ++ran; })) << "accepted: the preemptible task gives its slot up";
+  EXPECT_EQ(asked.load(), 1);
+  EXPECT_FALSE(pool.submit([&] { ++ran; })) << "nothing left to preempt, queue full";
+  while (ran.load() < 2) std::this_thread::yield();
 }
 
 }  // namespace

@@ -123,5 +123,30 @@ TEST(MatrixAssembler, WaitForReleasesAsDataArrivesAndFailReleasesWaiters) {
   EXPECT_EQ(as.add_chunk(MatrixId::kB, 0, v, 4).code(), StatusCode::kCancelled);
 }
 
+TEST(MatrixAssembler, WithABudgetWaitForYieldsInsteadOfBlockingAndSetWaitBudgetClearsIt) {
+  std::vector<float> a(4 * 4), b(4 * 4), c(4 * 4);
+  MatrixAssembler asm_({4, 4, 4}, false, a.data(), b.data(), c.data(), 1 << 20);
+  std::vector<float> row(4, 1.0f);
+  ASSERT_TRUE(asm_.add_chunk(MatrixId::kA, 0, row.data(), 16).ok());
+  asm_.set_wait_budget(std::chrono::milliseconds(50));
+  EXPECT_TRUE(asm_.wait_for(MatrixId::kA, 4).ok()) << "present data never yields";
+  auto st = asm_.wait_for(MatrixId::kA, 8);  // blocks about 50 ms, then yields
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.message();
+  EXPECT_TRUE(asm_.yielded());
+  EXPECT_EQ(asm_.wait_for(MatrixId::kA, 8).code(), StatusCode::kUnavailable) << "once spent, every wait yields";
+  asm_.set_wait_budget(std::chrono::seconds(100));
+  EXPECT_FALSE(asm_.yielded());
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    asm_.yield_now();
+  });
+  EXPECT_EQ(asm_.wait_for(MatrixId::kA, 8).code(), StatusCode::kUnavailable) << "yield_now() releases a waiter";
+  t.join();
+  asm_.set_wait_budget(std::chrono::milliseconds(0));
+  std::thread feeder([&] { ASSERT_TRUE(asm_.add_chunk(MatrixId::kA, 4, row.data(), 16).ok()); });
+  EXPECT_TRUE(asm_.wait_for(MatrixId::kA, 8).ok()) << "no budget: blocks until the data comes";
+  feeder.join();
+}
+
 }  // namespace
 }  // namespace sgemm

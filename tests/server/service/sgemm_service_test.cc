@@ -50,7 +50,12 @@ class ReverseRowsEngine final : public FakeEngine {
     const GemmShape s = job.request.shape;
     const float alpha = job.request.alpha, beta = job.request.beta;
     const bool has_c = job.request.has_c;
-    if (job.feed) return Internal("the service runs a job only once its inputs are present");
+    if (job.feed) {
+      // Started early (B complete, A arriving): the rows go in reverse, so all of A is needed first.
+      ++early_starts;
+      SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, s.k * s.n));
+      SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, s.m * s.k));
+    }
     ++runs;
     for (int64_t i = s.m - 1; i >= 0; --i) {
       for (int64_t j = 0; j < s.n; ++j) {
@@ -66,7 +71,8 @@ class ReverseRowsEngine final : public FakeEngine {
     r.devices.push_back(DeviceTiming{.device = 7, .name = "fake device", .shard = {7, 0, s.m, 0, s.k}});
     return r;
   }
-  std::atomic<int> runs{0};
+  std::atomic<int> runs{0};          // runs that computed
+  std::atomic<int> early_starts{0};  // runs started before the upload ended
 };
 
 struct InProcessServer {
@@ -148,6 +154,8 @@ TEST(SgemmService, AnUnfinishedUploadHoldsNoComputeSlot) {
     ASSERT_TRUE(s->Finish().ok());
   }
   EXPECT_EQ(engine.runs.load(), 3);
+  // It had started early (B complete, A arriving) and gave its slot up.
+  EXPECT_EQ(engine.early_starts.load(), 1);
   // The stalled one finishes once the rest of A comes.
   ASSERT_TRUE(stalled->Write(chunk(v1::MATRIX_A, 128, v.data(), 128)));
   stalled->WritesDone();
@@ -155,6 +163,41 @@ TEST(SgemmService, AnUnfinishedUploadHoldsNoComputeSlot) {
   while (stalled->Read(&resp)) {
   }
   EXPECT_TRUE(stalled->Finish().ok());
+}
+
+TEST(SgemmService, AnEarlyStartWhoseAStallsYieldsAfterTheBudgetAndFinishesLater) {
+  ReverseRowsEngine engine;
+  ServiceOptions opt;
+  opt.max_in_flight = 1;
+  opt.feed_wait_budget = std::chrono::milliseconds(100);
+  InProcessServer srv(engine, opt);
+  std::vector<float> v(16 * 16, 1.0f);
+  grpc::ClientContext ctx;
+  auto s = srv.stub->Multiply(&ctx);
+  ASSERT_TRUE(s->Write(header(16, 16, 16)));
+  ASSERT_TRUE(s->Write(chunk(v1::MATRIX_B, 0, v.data(), 256)));
+  ASSERT_TRUE(s->Write(chunk(v1::MATRIX_A, 0, v.data(), 128)));
+  // Started early; after 100 ms of waiting for A it yields (no run computed).
+  for (int i = 0; i < 400 && engine.early_starts.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine.early_starts.load(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(engine.runs.load(), 0);
+  ASSERT_TRUE(s->Write(chunk(v1::MATRIX_A, 128, v.data(), 128)));
+  s->WritesDone();
+  v1::MultiplyResponse resp;
+  int64_t elements = 0;
+  while (s->Read(&resp)) {
+    if (resp.has_chunk()) {
+      elements += int64_t(resp.chunk().data().size() / 4);
+      const float* got = reinterpret_cast<const float*>(resp.chunk().data().data());
+      for (std::size_t i = 0; i < resp.chunk().data().size() / 4; ++i) ASSERT_EQ(got[i], 16.0f);
+    }
+  }
+  EXPECT_TRUE(s->Finish().ok());
+  EXPECT_EQ(elements, 256) << "each element of C exactly once";
+  EXPECT_EQ(engine.runs.load(), 1);
+  EXPECT_EQ(engine.early_starts.load(), 1) << "after a yield, computing waits for the whole upload";
 }
 
 TEST(SgemmService, RowsFinishedOutOfOrderArriveAsCorrectChunksAndASummary) {
