@@ -31,8 +31,8 @@ double estimate_cluster_rows_ms(const ClusterPlanRequest& req, const std::vector
   }
   // Rank 0 brings in B and the remote rows of A (and C); every byte for another
   // host then crosses the network once, and the remote rows of C come back.
-  const double root_in = cost::transfer_ms(e * (s.k * s.n + remote_rows * (s.k + (req.has_c ? s.n : 0))),
-                                           cost::link_gbps(root, o));
+  const double root_in =
+      cost::transfer_ms(e * (s.k * s.n + remote_rows * (s.k + (req.has_c ? s.n : 0))), cost::link_gbps(root, o));
   const double bcast = cost::transfer_ms(e * s.k * s.n, req.net_gbps) + o.nccl_latency_ms;
   const double sends = cost::transfer_ms(e * remote_rows * (s.k + (req.has_c ? s.n : 0)), req.net_gbps);
   const double back = cost::transfer_ms(e * remote_rows * s.n, req.net_gbps);
@@ -56,8 +56,8 @@ ClusterPlan make_cluster_plan(const ClusterPlanRequest& req, const PlannerOption
   plan.est_ms = estimate_cluster_rows_ms(req, plan.shards, o);
   char net[48];
   std::snprintf(net, sizeof net, "net %.2f GB/s", req.net_gbps);
-  const std::string what = "cluster rows: " + std::to_string(req.ranks.size()) + " GPUs on " +
-                           std::to_string(hosts.size()) + " hosts";
+  const std::string what =
+      "cluster rows: " + std::to_string(req.ranks.size()) + " GPUs on " + std::to_string(hosts.size()) + " hosts";
   if (!(req.net_gbps > 0)) {
     plan.use_cluster = req.forced;
     plan.reason = what + (req.forced ? " (requested)" : "") + ", link between hosts not measured";

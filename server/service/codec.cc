@@ -404,6 +404,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
     t->set_kernel_ms(d.kernel_ms);
     t->set_reduce_ms(d.reduce_ms);
     t->set_copy_out_ms(d.copy_out_ms);
+    t->set_host(d.host);
   }
   sum->set_queue_ms(f.queue_ms);
   sum->set_receive_ms(f.receive_ms);
