@@ -263,8 +263,8 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
     for (uint64_t mid : ids) {
       auto it = members_.find(mid);
       if (it != members_.end() && !(it->second.ready_epoch == epoch && it->second.ready_ok))
-        it->second.reactor->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "did not join communicator epoch " +
-                                                                                 std::to_string(epoch)));
+        it->second.reactor->finish(
+            grpc::Status(grpc::StatusCode::UNAVAILABLE, "did not join communicator epoch " + std::to_string(epoch)));
     }
     ++generation_;
     lock.unlock();

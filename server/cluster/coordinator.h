@@ -106,15 +106,15 @@ class ClusterCoordinator final : public v1::Cluster::CallbackService {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, Member> members_;  // guarded by mu_; by id = join order
-  uint64_t next_member_id_ = 1;         // guarded by mu_
-  uint64_t generation_ = 1;             // guarded by mu_; bumped on every join/leave or failed job
-  uint64_t built_generation_ = 0;       // guarded by mu_; generation_ of the current communicator
-  uint64_t epoch_ = 0;                  // guarded by mu_
-  uint64_t next_job_id_ = 1;            // guarded by mu_
-  ClusterView view_;                    // guarded by mu_
-  std::vector<uint64_t> view_members_;  // guarded by mu_; member ids of view_, in rank order
-  std::shared_ptr<CancelToken> abort_;  // guarded by mu_; the job or rebuild under way
+  std::map<uint64_t, Member> members_;   // guarded by mu_; by id = join order
+  uint64_t next_member_id_ = 1;          // guarded by mu_
+  uint64_t generation_ = 1;              // guarded by mu_; bumped on every join/leave or failed job
+  uint64_t built_generation_ = 0;        // guarded by mu_; generation_ of the current communicator
+  uint64_t epoch_ = 0;                   // guarded by mu_
+  uint64_t next_job_id_ = 1;             // guarded by mu_
+  ClusterView view_;                     // guarded by mu_
+  std::vector<uint64_t> view_members_;   // guarded by mu_; member ids of view_, in rank order
+  std::shared_ptr<CancelToken> abort_;   // guarded by mu_; the job or rebuild under way
   std::vector<uint64_t> abort_members_;  // guarded by mu_; the members it includes
   bool shut_down_ = false;               // guarded by mu_
 };

@@ -69,10 +69,10 @@ class ClusterMember {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> tasks_;                   // guarded by mu_
-  std::shared_ptr<CancelToken> current_;     // guarded by mu_; cancelled by a new comm or the stream's end
-  std::shared_ptr<Session> session_;         // guarded by mu_; the open stream
-  bool stopping_ = false;                    // guarded by mu_
+  std::deque<Task> tasks_;                // guarded by mu_
+  std::shared_ptr<CancelToken> current_;  // guarded by mu_; cancelled by a new comm or the stream's end
+  std::shared_ptr<Session> session_;      // guarded by mu_; the open stream
+  bool stopping_ = false;                 // guarded by mu_
   std::thread session_thread_, worker_thread_;
 };
 

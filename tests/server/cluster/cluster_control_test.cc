@@ -87,8 +87,8 @@ class ClusterControl : public ::testing::Test {
     auto lock = coord_->lock_jobs();
     StatusOr<ClusterRunResult> r = coord_->run(spec, job);
     if (r.ok()) {
-      const VerifyResult v = verify_gemm(s.m, s.n, s.k, spec.alpha, a.data(), b.data(), spec.beta,
-                                         has_c ? c0.data() : nullptr, c.data());
+      const VerifyResult v =
+          verify_gemm(s.m, s.n, s.k, spec.alpha, a.data(), b.data(), spec.beta, has_c ? c0.data() : nullptr, c.data());
       EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
     }
     return r;

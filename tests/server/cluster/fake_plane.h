@@ -169,7 +169,7 @@ class FakePlane final : public ClusterDataPlane {
   const int gpus_;
   const std::string name_;
   std::mutex mu_;
-  ClusterCommSpec comm_;                  // guarded by mu_
+  ClusterCommSpec comm_;                   // guarded by mu_
   std::vector<ClusterCommSpec> connects_;  // guarded by mu_
   std::vector<ClusterJobSpec> jobs_;       // guarded by mu_
   int disconnects_ = 0;                    // guarded by mu_
