@@ -61,8 +61,9 @@ void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
   for (const auto& d : sum.devices) {
     const std::string rows = std::to_string(d.row_begin) + "-" + std::to_string(d.row_end);
     const std::string ks = std::to_string(d.k_begin) + "-" + std::to_string(d.k_end);
-    std::printf("%-6d %-28.28s %-15s %-15s %10.3f %10.3f %10.3f %11.3f\n", d.index, d.name.c_str(), rows.c_str(),
-                ks.c_str(), d.copy_in_ms, d.kernel_ms, d.reduce_ms, d.copy_out_ms);
+    std::printf("%-6d %-28.28s %-15s %-15s %10.3f %10.3f %10.3f %11.3f%s%s\n", d.index, d.name.c_str(), rows.c_str(),
+                ks.c_str(), d.copy_in_ms, d.kernel_ms, d.reduce_ms, d.copy_out_ms, d.host.empty() ? "" : "  on ",
+                d.host.c_str());
   }
   std::printf("server: queue %.3f ms, receive %.3f ms, compute %.3f ms, total %.3f ms\n", sum.queue_ms, sum.receive_ms,
               sum.compute_ms, sum.total_ms);
@@ -99,7 +100,8 @@ nlohmann::json to_json(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r
                     {"copy_in_ms", d.copy_in_ms},
                     {"kernel_ms", d.kernel_ms},
                     {"reduce_ms", d.reduce_ms},
-                    {"copy_out_ms", d.copy_out_ms}});
+                    {"copy_out_ms", d.copy_out_ms},
+                    {"host", d.host}});
   return j;
 }
 

@@ -206,7 +206,7 @@ class GrpcClient final : public Client {
         out.total_ms = s.total_ms();
         for (const auto& d : s.devices()) {
           out.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(),
-                                 d.copy_in_ms(), d.kernel_ms(), d.reduce_ms(), d.copy_out_ms()});
+                                 d.copy_in_ms(), d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.host()});
         }
       }
     }

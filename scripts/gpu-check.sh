@@ -18,6 +18,10 @@
 #   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build)
 #   sass           instruction mix of the kernels (cuobjdump)
 #   ncu [SHAPE]    Nsight Compute on one ping-pong and one cuBLAS launch (SGEMM_NCU_SHAPE)
+#   cluster        cluster mode, one server per GPU: cluster-sockets then cluster-nvlink
+#   cluster-sockets  scripts/cluster-check.sh sockets: NCCL over TCP (as between hosts); e2e suite, a
+#                  member killed mid-request, SGEMM_CLUSTER_SIZE^3 (32768) over the cluster vs one GPU
+#   cluster-nvlink   the same with NVLink allowed, for comparison
 # Every log goes to $OUT; every part runs even if an earlier one failed.
 # A bundle over the device tool's 64 MiB carry limit is also packed as
 # .runtime.tar.xz; carry that instead and the script unpacks it.
@@ -155,6 +159,12 @@ if has ncu; then
   step ncu-cublas 300 ncu --clock-control none -k regex:'gemm|xmma' --launch-count 1 $sections \
     "$BIN/sgemm-bench" --shapes "$shape" --kernels cublas --runs 1 --warmup 0 --ref-rows 0
 fi
+for m in sockets nvlink; do
+  if has cluster || has "cluster-$m"; then
+    BIN=$BIN OUT=$OUT step "cluster-$m" 290 scripts/cluster-check.sh "$m" "${SGEMM_CLUSTER_SIZE:-32768}"
+    cat "$OUT/cluster-$m.log"
+  fi
+done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}" | tee -a "$OUT/summary.txt"
   exit 1

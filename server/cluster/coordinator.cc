@@ -313,12 +313,21 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(std::unique_lock<s
   auto abort = std::make_shared<CancelToken>();
   abort_ = abort;
   abort_members_ = ids;
+  if (spec.kind == ClusterJobKind::kRows)
+    log("job " + std::to_string(spec.job_id) + ": " + std::to_string(spec.shape.m) + "x" +
+        std::to_string(spec.shape.n) + "x" + std::to_string(spec.shape.k) + " over " + std::to_string(ranks.size()) +
+        " ranks");
   lock.unlock();
 
   StatusOr<ClusterRunResult> mine =
       job ? plane_.run_root(spec, *job, abort.get()) : plane_.run_root(spec, GemmJob{}, abort.get());
   lock.lock();
   Status s = mine.ok() ? Status::Ok() : mine.status();
+  if (!s.ok() && abort->status().ok()) {
+    // NCCL may see a dead peer before its stream's end reaches us: give the
+    // control plane a moment to say which member it was.
+    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !abort->status().ok(); });
+  }
   if (!abort->status().ok()) s = abort->status();  // a member left: that is the cause
   if (s.ok())
     s = wait_members_locked(

@@ -40,7 +40,7 @@ struct RankWork {
   Lane* lane = nullptr;
   int rank = 0;
   Shard shard;
-  DeviceBuffer a, b, c;          // rows of A and C, all of B
+  DeviceBuffer a, b, c;             // rows of A and C, all of B
   DeviceBuffer a_remote, c_remote;  // rank 0 only: the remote ranks' rows
   std::vector<Span> in, kernel, comm, out;
   DeviceTiming timing;
@@ -173,8 +173,8 @@ class CudaClusterPlane final : public ClusterDataPlane {
           SGEMM_CUDA_TRY(cudaEventRecord(sp.begin, w.lane->comm()));
           w.comm.push_back(sp);
         }
-        SGEMM_NCCL_TRY(ncclBroadcast(w.b.floats(), w.b.floats(), count, ncclFloat, 0, comm_->comm(int(i)),
-                                     w.lane->comm()));
+        SGEMM_NCCL_TRY(
+            ncclBroadcast(w.b.floats(), w.b.floats(), count, ncclFloat, 0, comm_->comm(int(i)), w.lane->comm()));
       }
       SGEMM_RETURN_IF_ERROR(end_group());
     }
@@ -193,8 +193,15 @@ class CudaClusterPlane final : public ClusterDataPlane {
     const int64_t step = options_.chunk_rows > 0 ? options_.chunk_rows : rows;
     for (int64_t r0 = 0; r0 < rows; r0 += step) {
       const int64_t r1 = std::min(rows, r0 + step);
-      GemmArgs args{GemmShape{r1 - r0, s.n, s.k}, spec.alpha, spec.has_c ? spec.beta : 0.0f, w.a.floats() + r0 * lda,
-                    lda, w.b.floats(), ldb, w.c.floats() + r0 * ldc, ldc};
+      GemmArgs args{GemmShape{r1 - r0, s.n, s.k},
+                    spec.alpha,
+                    spec.has_c ? spec.beta : 0.0f,
+                    w.a.floats() + r0 * lda,
+                    lda,
+                    w.b.floats(),
+                    ldb,
+                    w.c.floats() + r0 * ldc,
+                    ldc};
       GemmBackend* be = w.lane->backend(spec.kernel);
       if (!be || !be->can_implement(args).ok()) be = w.lane->backend(KernelKind::kCublas);
       if (!be) return Internal("no backend for the cluster job's kernel");
@@ -316,8 +323,8 @@ class CudaClusterPlane final : public ClusterDataPlane {
           const Shard& sh = spec.ranks[size_t(r)];
           const size_t n_rows = size_t(sh.row_end - sh.row_begin);
           if (n_rows == 0) continue;
-          SGEMM_NCCL_TRY(ncclRecv(w.c_remote.floats() + (sh.row_begin - remote0) * ldc, n_rows * size_t(ldc),
-                                  ncclFloat, r, c, st));
+          SGEMM_NCCL_TRY(ncclRecv(w.c_remote.floats() + (sh.row_begin - remote0) * ldc, n_rows * size_t(ldc), ncclFloat,
+                                  r, c, st));
         }
       } else if (!root && rows > 0) {
         SGEMM_NCCL_TRY(ncclSend(w.c.floats(), rows * size_t(ldc), ncclFloat, 0, c, st));
@@ -371,9 +378,12 @@ class CudaClusterPlane final : public ClusterDataPlane {
         }
       }
       if (!busy) return Status::Ok();
-      if (abort && !abort->status().ok()) why = abort->status();
-      else if (cancel && !cancel->status().ok()) why = cancel->status();
-      else if (Status e = comm_->async_error(); !e.ok()) why = e;
+      if (abort && !abort->status().ok())
+        why = abort->status();
+      else if (cancel && !cancel->status().ok())
+        why = cancel->status();
+      else if (Status e = comm_->async_error(); !e.ok())
+        why = e;
       else if (std::chrono::steady_clock::now() >= deadline)
         why = Unavailable("the cluster job did not finish within " + std::to_string(options_.job_timeout_ms) + " ms");
       if (!why.ok()) break;
@@ -426,8 +436,7 @@ StatusOr<std::unique_ptr<ClusterDataPlane>> make_cuda_cluster_plane(const CudaCl
   po.devices = options.devices;
   po.lanes_per_device = 1;  // cluster jobs run one at a time
   SGEMM_ASSIGN_OR_RETURN(std::unique_ptr<DevicePool> pool, DevicePool::create(po));
-  if (options.log)
-    options.log("cluster data plane: " + std::to_string(pool->size()) + " GPU(s), one NCCL rank each");
+  if (options.log) options.log("cluster data plane: " + std::to_string(pool->size()) + " GPU(s), one NCCL rank each");
   return std::unique_ptr<ClusterDataPlane>(new CudaClusterPlane(options, std::move(pool)));
 }
 
