@@ -67,14 +67,14 @@ grep -h "link between hosts\|failed" "$log/coord.log" | tail -n 4
 # Kernel phase: the slowest GPU of the cluster's warm run vs the one GPU.
 awk -v mode="$mode" -v n="$n" -v size="$size" '
   FNR == 1 { file++ }
-  file == 1 && /^plan:/ { run++ ; kmax[run] = 0 }
-  file == 1 && /^[0-9]+ / && NF >= 8 { if ($(NF-3) + 0 > kmax[run]) kmax[run] = $(NF-3) + 0 }
-  file == 1 && /^[0-9]+ .* on / { k = $(NF-5) + 0; if (k > kmax[run]) kmax[run] = k }
-  file == 1 && /^server:/ { comp[run] = $7 + 0 }
-  file == 2 && /^[0-9]+ / { single_k = $(NF-3) + 0 }
-  file == 2 && /^server:/ { single_comp = $7 + 0 }
+  file == 1 && /^plan:/ { run++; kmax[run] = 0 }
+  /^[0-9]+ / && !/runs:/ { k = (/ on [^ ]+$/ ? $(NF-4) : $(NF-2)) + 0 }
+  file == 1 && /^[0-9]+ / && !/runs:/ { if (k > kmax[run]) kmax[run] = k }
+  file == 1 && /^server:/ { comp[run] = $9 + 0 }
+  file == 2 && /^[0-9]+ / && !/runs:/ { single_k = k }
+  file == 2 && /^server:/ { single_comp = $9 + 0 }
   END {
-    if (run < 1 || single_k <= 0) { print "cluster " mode ": no figures (see the logs)"; exit }
+    if (run < 1 || single_k <= 0 || kmax[run] <= 0) { print "cluster " mode ": no figures (see the logs)"; exit }
     printf "cluster %s %dx1 GPU %d^3: kernel phase %.1f ms vs one GPU %.1f ms = %.2fx; device-side compute %.1f ms vs %.1f ms = %.2fx\n",
       mode, n, size, kmax[run], single_k, single_k / kmax[run], comp[run], single_comp, single_comp / comp[run]
   }' "$log/cluster-$size.log" "$log/single-$size.log" | tee -a "$OUT/summary.txt"
