@@ -148,8 +148,22 @@ class CudaClusterPlane final : public ClusterDataPlane {
     SGEMM_CUDA_TRY(cudaStreamWaitEvent(waiter, e, 0));
     return Status::Ok();
   }
+  // ncclGroupStart; the group is ended (and waited for) by end_group(), or by
+  // the destructor when an enqueue failed half-way, so no group stays open.
+  struct Group {
+    bool open = false;
+    Status start() {
+      SGEMM_NCCL_TRY(ncclGroupStart());
+      open = true;
+      return Status::Ok();
+    }
+    ~Group() {
+      if (open) (void)ncclGroupEnd();
+    }
+  };
   // ncclGroupEnd on a non-blocking communicator, then until every rank issued.
-  Status end_group() {
+  Status end_group(Group& g) {
+    g.open = false;
     const ncclResult_t r = ncclGroupEnd();
     if (r != ncclSuccess && r != ncclInProgress) return SGEMM_NCCL_STATUS(r);
     return comm_->wait_issued(nullptr, options_.job_timeout_ms);
@@ -162,7 +176,8 @@ class CudaClusterPlane final : public ClusterDataPlane {
       SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(w.lane->device(), count * kF, w.lane->comm()));
     }
     for (int round = 0; round < 2; ++round) {
-      SGEMM_NCCL_TRY(ncclGroupStart());
+      Group group;
+      SGEMM_RETURN_IF_ERROR(group.start());
       for (size_t i = 0; i < works.size(); ++i) {
         RankWork& w = works[i];
         SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
@@ -176,7 +191,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
         SGEMM_NCCL_TRY(
             ncclBroadcast(w.b.floats(), w.b.floats(), count, ncclFloat, 0, comm_->comm(int(i)), w.lane->comm()));
       }
-      SGEMM_RETURN_IF_ERROR(end_group());
+      SGEMM_RETURN_IF_ERROR(end_group(group));
     }
     for (auto& w : works)
       if (w.rank == 0) {
@@ -268,7 +283,8 @@ class CudaClusterPlane final : public ClusterDataPlane {
       SGEMM_ASSIGN_OR_RETURN(spans[i].end, w.lane->next_event());
       SGEMM_CUDA_TRY(cudaEventRecord(spans[i].begin, w.lane->comm()));
     }
-    SGEMM_NCCL_TRY(ncclGroupStart());
+    Group group1;
+    SGEMM_RETURN_IF_ERROR(group1.start());
     for (size_t i = 0; i < works.size(); ++i) {
       RankWork& w = works[i];
       ncclComm_t c = comm_->comm(int(i));
@@ -290,7 +306,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
         if (spec.has_c) SGEMM_NCCL_TRY(ncclRecv(w.c.floats(), rows * size_t(ldc), ncclFloat, 0, c, st));
       }
     }
-    SGEMM_RETURN_IF_ERROR(end_group());
+    SGEMM_RETURN_IF_ERROR(end_group(group1));
     for (size_t i = 0; i < works.size(); ++i) {
       RankWork& w = works[i];
       SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
@@ -312,7 +328,8 @@ class CudaClusterPlane final : public ClusterDataPlane {
       SGEMM_ASSIGN_OR_RETURN(spans[i].end, w.lane->next_event());
       SGEMM_CUDA_TRY(cudaEventRecord(spans[i].begin, w.lane->comm()));
     }
-    SGEMM_NCCL_TRY(ncclGroupStart());
+    Group group2;
+    SGEMM_RETURN_IF_ERROR(group2.start());
     for (size_t i = 0; i < works.size(); ++i) {
       RankWork& w = works[i];
       ncclComm_t c = comm_->comm(int(i));
@@ -330,7 +347,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
         SGEMM_NCCL_TRY(ncclSend(w.c.floats(), rows * size_t(ldc), ncclFloat, 0, c, st));
       }
     }
-    SGEMM_RETURN_IF_ERROR(end_group());
+    SGEMM_RETURN_IF_ERROR(end_group(group2));
     for (size_t i = 0; i < works.size(); ++i) {
       RankWork& w = works[i];
       SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
