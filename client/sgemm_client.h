@@ -53,7 +53,7 @@ struct DeviceTimingResult {
   std::string name;
   int64_t row_begin = 0, row_end = 0, k_begin = 0, k_end = 0;
   double copy_in_ms = 0, kernel_ms = 0, reduce_ms = 0, copy_out_ms = 0;
-  std::string host;  // the server owning the GPU in a cluster (docs/cluster.md); "" = the one asked
+  std::string host{};  // the server owning the GPU in a cluster (docs/cluster.md); "" = the one asked
 };
 
 struct MultiplySummary {

@@ -33,7 +33,7 @@ rc=0
 
 if [ "${SGEMM_CLUSTER_SKIP:-}" != e2e ]; then
   echo "=== cluster $mode: $n processes x 1 GPU; e2e_cluster_multigpu_test"
-  timeout --kill-after=10 200 "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 >"$log/e2e.log" 2>&1 || rc=1
+  timeout --kill-after=5 150 "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 >"$log/e2e.log" 2>&1 || rc=1
   grep -E "PASSED|FAILED|SKIPPED|Failure|next request|error|Which is|Expected" "$log/e2e.log" | tail -n 20
   echo "e2e_cluster_multigpu_test $mode: rc=$rc" >>"$OUT/summary.txt"
 fi
@@ -56,11 +56,11 @@ done
 for _ in $(seq 300); do [ "$(grep -c "' joined with" "$log/coord.log")" -ge $((n - 1)) ] && break; sleep 0.1; done
 
 echo "=== cluster $mode: ${size}^3 over $n processes (2 runs, the second warm)"
-timeout 150 "$BIN/sgemm-client" submit --server "$addr" --size "$size" --repeat 2 --seed 7 --no-retry \
+timeout 80 "$BIN/sgemm-client" submit --server "$addr" --size "$size" --repeat 2 --seed 7 --no-retry \
   >"$log/cluster-$size.log" 2>&1 || rc=1
 cat "$log/cluster-$size.log"
 echo "=== cluster $mode: ${size}^3 on the coordinator's GPU alone"
-timeout 100 "$BIN/sgemm-client" submit --server "$addr" --size "$size" --split single --seed 7 --no-retry \
+timeout 50 "$BIN/sgemm-client" submit --server "$addr" --size "$size" --split single --seed 7 --no-retry \
   >"$log/single-$size.log" 2>&1 || rc=1
 cat "$log/single-$size.log"
 grep -h "link between hosts\|failed" "$log/coord.log" | tail -n 4

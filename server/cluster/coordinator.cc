@@ -15,22 +15,31 @@ class MemberReactor final : public grpc::ServerBidiReactor<v1::ClusterMemberMess
  public:
   explicit MemberReactor(ClusterCoordinator* c) : c_(c) { StartRead(&in_); }
 
+  // Start*/Finish are called outside mu_: gRPC may run reactions on other
+  // threads at once, and one write at a time is guaranteed by writing_.
   void send(const v1::ClusterCoordinatorMessage& msg) {
-    std::lock_guard lock(mu_);
-    if (finishing_) return;
-    out_.push_back(msg);
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&out_.front());
+    const v1::ClusterCoordinatorMessage* start = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (finishing_) return;
+      out_.push_back(msg);
+      if (!writing_) {
+        writing_ = true;
+        start = &out_.front();
+      }
     }
+    if (start) StartWrite(start);
   }
   // Ends the stream once queued messages are written.
   void finish(grpc::Status s) {
-    std::lock_guard lock(mu_);
-    if (finishing_) return;
-    finishing_ = true;
-    final_ = std::move(s);
-    if (!writing_) Finish(final_);
+    {
+      std::lock_guard lock(mu_);
+      if (finishing_) return;
+      finishing_ = true;
+      final_ = std::move(s);
+      if (writing_) return;  // OnWriteDone finishes
+    }
+    Finish(final_);
   }
 
   void OnReadDone(bool ok) override {
@@ -43,14 +52,20 @@ class MemberReactor final : public grpc::ServerBidiReactor<v1::ClusterMemberMess
     StartRead(&in_);
   }
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mu_);
-    out_.pop_front();
-    if (ok && !out_.empty() && !finishing_) {
-      StartWrite(&out_.front());
-      return;
+    const v1::ClusterCoordinatorMessage* next = nullptr;
+    bool finish_now = false;
+    {
+      std::lock_guard lock(mu_);
+      out_.pop_front();
+      if (ok && !out_.empty() && !finishing_) {
+        next = &out_.front();
+      } else {
+        writing_ = false;
+        finish_now = finishing_;
+      }
     }
-    writing_ = false;
-    if (finishing_) Finish(final_);
+    if (next) StartWrite(next);
+    if (finish_now) Finish(final_);
   }
   void OnCancel() override { c_->on_left(this, "its connection was lost"); }
   void OnDone() override {
@@ -65,7 +80,7 @@ class MemberReactor final : public grpc::ServerBidiReactor<v1::ClusterMemberMess
   std::deque<v1::ClusterCoordinatorMessage> out_;  // guarded by mu_; front is being written
   bool writing_ = false;                           // guarded by mu_
   bool finishing_ = false;                         // guarded by mu_
-  grpc::Status final_;                             // guarded by mu_
+  grpc::Status final_;                             // set once under mu_, before Finish
 };
 
 ClusterCoordinator::ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions options)

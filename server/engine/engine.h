@@ -88,7 +88,7 @@ struct DeviceTiming {
   double kernel_ms = 0;
   double reduce_ms = 0;
   double copy_out_ms = 0;
-  std::string host;  // the server process owning the GPU in a cluster (docs/cluster.md); "" = this one
+  std::string host{};  // the server process owning the GPU in a cluster (docs/cluster.md); "" = this one
 };
 
 struct GemmReport {
