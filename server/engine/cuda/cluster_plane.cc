@@ -109,6 +109,9 @@ class CudaClusterPlane final : public ClusterDataPlane {
     }
     const auto t0 = std::chrono::steady_clock::now();
     Status issued = spec.kind == ClusterJobKind::kProbe ? issue_probe(spec, works) : issue_rows(spec, job, works);
+    // An enqueue that failed half-way leaves peers waiting on calls we never
+    // made: abort at once (the collectives issued end), then drain.
+    if (!issued.ok()) comm_->abort();
     // Wait for every stream, or give up (abort the communicator) and drain.
     Status waited = wait_all(works, abort, job ? job->cancel : nullptr);
     Status s = issued.ok() ? waited : issued;
