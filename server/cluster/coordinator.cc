@@ -360,6 +360,8 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(std::unique_lock<s
       }
       for (DeviceTiming t : m.done_timings) {
         t.host = m.host;
+        t.shard.k_begin = 0;  // the row split gives every rank all of K
+        t.shard.k_end = spec.shape.k;
         out.timings.push_back(std::move(t));
       }
     }

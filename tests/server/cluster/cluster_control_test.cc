@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/reference_gemm.h"
+#include "server/cluster/cluster_engine.h"
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
 #include "tests/server/cluster/fake_plane.h"
@@ -240,6 +241,108 @@ TEST_F(ClusterControl, AMemberDropsItsCommunicatorWhenTheCoordinatorGoes) {
   coord_->shutdown();  // every member stream ends: the member drops its communicator and tries again
   ASSERT_TRUE(eventually([&] { return a.disconnects() >= 1; }));
   EXPECT_EQ(members_[0]->epoch(), 0u);
+}
+
+// The coordinator's own engine, for the cluster engine's tests: runs every
+// job on "one GPU" (computing nothing) and says so in its reason.
+class LocalEngine final : public Engine {
+ public:
+  EngineInfo info() const override {
+    EngineInfo i;
+    i.backend = "cuda";
+    i.devices.push_back(DeviceInfo{0, "local gpu", 0, 0, 0, 0});
+    return i;
+  }
+  HostAllocator& host_allocator() override { return alloc_; }
+  Status validate(const GemmRequest&) const override { return Status::Ok(); }
+  StatusOr<GemmReport> run(const GemmJob& job) override {
+    ++runs;
+    GemmReport r;
+    r.plan_reason = "local";
+    r.split = job.request.options.split == SplitMode::kAuto ? SplitMode::kSingle : job.request.options.split;
+    return r;
+  }
+  int runs = 0;
+
+ private:
+  AlignedHostAllocator alloc_;
+};
+
+TEST_F(ClusterControl, TheEngineRunsLocallyUntilTheClusterPaysAndOverItWhenAsked) {
+  auto local = std::make_unique<LocalEngine>();
+  LocalEngine* local_ptr = local.get();
+  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), *coord_);
+  const GemmShape s{96, 40, 24};
+  std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n));
+  fill_random(a, 1);
+  fill_random(b, 2);
+  GemmJob job;
+  job.request.shape = s;
+  job.a = a.data();
+  job.b = b.data();
+  job.c = c.data();
+  // No member: local.
+  StatusOr<GemmReport> r = engine->run(job);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(local_ptr->runs, 1);
+  add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  // A member, but a small product over a 67 GB/s link: the cost model keeps it local.
+  r = engine->run(job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(local_ptr->runs, 2);
+  EXPECT_NE(r->plan_reason.find("cluster rows: 2 GPUs on 2 hosts"), std::string::npos) << r->plan_reason;
+  // split single is never spread over the cluster.
+  job.request.options.split = SplitMode::kSingle;
+  ASSERT_TRUE(engine->run(job).ok());
+  EXPECT_EQ(local_ptr->runs, 3);
+}
+
+TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
+  // A coordinator whose options say --cluster-always, on the same fabric.
+  ClusterOptions o = opts("coordinator");
+  o.always = true;
+  ClusterCoordinator always(*root_plane_, o);
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&always);
+  auto server = b.BuildAndStart();
+  ASSERT_TRUE(server);
+  FakePlane plane(fabric_, 1, "host-a");
+  ClusterMember member(plane, "127.0.0.1:" + std::to_string(port), opts("host-a"));
+  member.start();
+  ASSERT_TRUE(eventually([&] { return always.member_count() == 1; }));
+  auto local = std::make_unique<LocalEngine>();
+  LocalEngine* local_ptr = local.get();
+  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), always);
+  const GemmShape s{77, 33, 19};
+  std::vector<float> a(size_t(s.m * s.k)), bm(size_t(s.k * s.n)), c(size_t(s.m * s.n)), c0;
+  fill_random(a, 4);
+  fill_random(bm, 5);
+  fill_random(c, 6);
+  c0 = c;
+  GemmJob job;
+  job.request.shape = s;
+  job.request.alpha = 2.0f;
+  job.request.beta = 0.5f;
+  job.request.has_c = true;
+  job.a = a.data();
+  job.b = bm.data();
+  job.c = c.data();
+  StatusOr<GemmReport> r = engine->run(job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(local_ptr->runs, 0);
+  EXPECT_EQ(r->split, SplitMode::kRows);
+  ASSERT_EQ(r->devices.size(), 2u);
+  EXPECT_EQ(r->devices[0].host, "coordinator");
+  EXPECT_EQ(r->devices[1].host, "host-a");
+  EXPECT_EQ(r->devices[1].shard.row_end, s.m);
+  const VerifyResult v = verify_gemm(s.m, s.n, s.k, 2.0f, a.data(), bm.data(), 0.5f, c0.data(), c.data());
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+  member.stop();
+  always.shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
 }
 
 }  // namespace
