@@ -161,7 +161,8 @@ if has ncu; then
 fi
 for m in sockets nvlink; do
   if has cluster || has "cluster-$m"; then
-    BIN=$BIN OUT=$OUT step "cluster-$m" 295 scripts/cluster-check.sh "$m" "${SGEMM_CLUSTER_SIZE:-32768}"
+    export BIN OUT
+    step "cluster-$m" 295 scripts/cluster-check.sh "$m" "${SGEMM_CLUSTER_SIZE:-32768}"
     cat "$OUT/cluster-$m.log"
   fi
 done
