@@ -95,9 +95,10 @@ void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
   for (const auto& d : sum.devices) {
     const std::string rows = std::to_string(d.row_begin) + "-" + std::to_string(d.row_end);
     const std::string ks = std::to_string(d.k_begin) + "-" + std::to_string(d.k_end);
-    std::printf("%-6d %-24.24s %-13s %-13s %10.3f %8.3f %10.3f %8.3f %10.3f %8.3f %11.3f %8.3f\n", d.index,
+    std::printf("%-6d %-24.24s %-13s %-13s %10.3f %8.3f %10.3f %8.3f %10.3f %8.3f %11.3f %8.3f%s%s\n", d.index,
                 d.name.c_str(), rows.c_str(), ks.c_str(), d.copy_in_ms, d.copy_in_wait_ms, d.kernel_ms,
-                d.kernel_wait_ms, d.reduce_ms, d.reduce_wait_ms, d.copy_out_ms, d.copy_out_wait_ms);
+                d.kernel_wait_ms, d.reduce_ms, d.reduce_wait_ms, d.copy_out_ms, d.copy_out_wait_ms,
+                d.host.empty() ? "" : "  on ", d.host.c_str());
     order_wait = std::max(order_wait, d.order_wait_ms);
   }
   std::printf("waits: copy-in for the client's data, kernel for copies in, reduce for peer GPUs, copy-out for kernels");

@@ -548,7 +548,7 @@ class GrpcClient final : public Client {
     for (const auto& d : s.devices()) {
       sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),
                              d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(), d.kernel_wait_ms(),
-                             d.reduce_wait_ms(), d.copy_out_wait_ms(), d.order_wait_ms()});
+                             d.reduce_wait_ms(), d.copy_out_wait_ms(), d.order_wait_ms(), d.host()});
     }
     result.first_c_before_upload_end = call.first_c_before_upload_end();
     result.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

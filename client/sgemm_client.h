@@ -123,6 +123,7 @@ struct DeviceTimingResult {
   // Waiting per phase: for input, for copies in, for peer GPUs, for kernels;
   // and for the NCCL order (docs/observability.md).
   double copy_in_wait_ms = 0, kernel_wait_ms = 0, reduce_wait_ms = 0, copy_out_wait_ms = 0, order_wait_ms = 0;
+  std::string host{};  // the server owning the GPU in a cluster (docs/cluster.md); "" = the one asked
 };
 
 struct MultiplySummary {

@@ -25,6 +25,9 @@
 #include <fstream>
 #include <thread>
 
+#include "server/cluster/cluster_engine.h"
+#include "server/cluster/coordinator.h"
+#include "server/cluster/member.h"
 #include "server/engine/engine_factory.h"
 #include "server/service/sgemm_service.h"
 #include "server/service/tls_credentials.h"
@@ -67,6 +70,11 @@ struct ServerOptions {
   int64_t pinned_pool_bytes = int64_t(4) << 30;
   bool no_warm_up = false;             // skip the start-up warm-up (to measure what it saves)
   std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
+  std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster
+  std::string join;                    // member: the coordinator's cluster address; "" = not a member
+  std::string cluster_name;            // this process's name in a cluster; "" = the host name
+  bool cluster_always = false;         // coordinator: every fp32 request over the cluster (benchmarks)
+  double cluster_timeout_s = 60;       // building a communicator; a member's answer to a job (x10)
 };
 
 sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
@@ -210,6 +218,17 @@ int main(int argc, char** argv) {
   app.add_option("--auth-tokens", opt.auth_tokens,
                  "JSON file of bearer tokens, client names and quotas (docs/security.md); calls need a token")
       ->check(CLI::ExistingFile);
+  auto* cluster_listen = app.add_option("--cluster-listen", opt.cluster_listen,
+                                        "coordinate a cluster: address:port other servers --join (docs/cluster.md)");
+  app.add_option("--join", opt.join, "join the cluster of the coordinator at this address:port (its --cluster-listen)")
+      ->excludes(cluster_listen);
+  app.add_option("--cluster-name", opt.cluster_name, "this server's name in a cluster (default: the host name)");
+  app.add_flag("--cluster-always", opt.cluster_always,
+               "coordinator: run every fp32 request over the cluster, whatever the cost model says");
+  app.add_option("--cluster-timeout", opt.cluster_timeout_s,
+                 "seconds to build a cluster communicator; a member may take 10x this to finish its part of a job")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
@@ -267,9 +286,58 @@ int main(int argc, char** argv) {
   } else {
     log->info("{}", built->note);
   }
-  sgemm::Engine& engine = *built->engine;
   log->info("engine ready in {:.0f} ms",
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_engine).count());
+  // Cluster mode (docs/cluster.md): this process's GPUs are NCCL ranks of a
+  // communicator over several servers; gRPC carries the control messages.
+  std::unique_ptr<sgemm::ClusterDataPlane> cluster_plane;
+  std::unique_ptr<sgemm::ClusterCoordinator> coordinator;
+  std::unique_ptr<sgemm::ClusterMember> member;
+  std::unique_ptr<grpc::Server> cluster_server;
+  std::unique_ptr<sgemm::Engine> served = std::move(built->engine);
+  if (!opt.cluster_listen.empty() || !opt.join.empty()) {
+    auto plane = sgemm::make_cluster_plane(eopt);
+    if (!plane.ok()) {
+      log->error("cluster mode needs GPUs: {}", plane.status().to_string());
+      return 1;
+    }
+    cluster_plane = std::move(plane).value();
+    sgemm::ClusterOptions copt;
+    copt.host = opt.cluster_name;
+    if (copt.host.empty()) {
+      char name[256] = {};
+      gethostname(name, sizeof name - 1);
+      copt.host = name;
+    }
+    copt.always = opt.cluster_always;
+    copt.connect_timeout_ms = int64_t(opt.cluster_timeout_s * 1000);
+    copt.job_timeout_ms = 10 * copt.connect_timeout_ms;
+    copt.log = [log](std::string_view msg) { log->info("{}", msg); };
+    if (!opt.cluster_listen.empty()) {
+      coordinator = std::make_unique<sgemm::ClusterCoordinator>(*cluster_plane, copt);
+      grpc::ServerBuilder cb;
+      int cport = 0;
+      cb.AddListeningPort(opt.cluster_listen, grpc::InsecureServerCredentials(), &cport);
+      cb.RegisterService(coordinator.get());
+      cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+      cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+      cb.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+      cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+      cluster_server = cb.BuildAndStart();
+      if (!cluster_server || cport == 0) {
+        log->error("cannot listen for cluster members on {}", opt.cluster_listen);
+        return 1;
+      }
+      log->info("cluster coordinator '{}' on {} (port {}): members join with --join", copt.host, opt.cluster_listen,
+                cport);
+      served = sgemm::make_cluster_engine(std::move(served), *coordinator);
+    } else {
+      member = std::make_unique<sgemm::ClusterMember>(*cluster_plane, opt.join, copt);
+      member->start();
+      log->info("cluster member '{}' joining {}", copt.host, opt.join);
+    }
+  }
+  sgemm::Engine& engine = *served;
   for (const auto& d : engine.info().devices)
     log->info("device {}: {} ({} SMs, {:.1f} GiB)", d.index, d.name, d.sm_count, d.memory_bytes / 1073741824.0);
 
@@ -407,6 +475,9 @@ int main(int argc, char** argv) {
   });
   server->Wait();
   waiter.join();
+  if (member) member->stop();
+  if (coordinator) coordinator->shutdown();
+  if (cluster_server) cluster_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   log->info("sgemm-server stopped");
   return 0;
 }

@@ -144,6 +144,7 @@ struct DeviceTiming {
   double copy_out_wait_ms = 0;
   double order_wait_ms = 0;
   std::vector<Step> steps{};  // in issue order per stream; for traces
+  std::string host{};         // the server process owning the GPU in a cluster (docs/cluster.md); "" = this one
 };
 
 struct GemmReport {

@@ -1,6 +1,7 @@
 #include "server/engine/engine_factory.h"
 
 #include "server/engine/cpu_engine.h"
+#include "server/engine/cuda/cuda_cluster_plane.h"
 #include "server/engine/cuda/cuda_engine.h"
 
 namespace sgemm {
@@ -46,6 +47,13 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   built.fell_back = true;
   built.engine = make_cpu_engine(cpu_options);
   return built;
+}
+
+StatusOr<std::unique_ptr<ClusterDataPlane>> make_cluster_plane(const EngineOptions& options) {
+  CudaClusterPlaneOptions po;
+  po.devices = options.devices;
+  po.log = options.log;
+  return make_cuda_cluster_plane(po);
 }
 
 }  // namespace sgemm

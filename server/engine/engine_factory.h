@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/gemm_types.h"
+#include "server/engine/cluster_plane.h"
 #include "server/engine/engine.h"
 
 namespace sgemm {
@@ -37,6 +38,10 @@ struct BuiltEngine {
 };
 
 StatusOr<BuiltEngine> make_engine(const EngineOptions& options);
+
+// The data plane of cluster mode on options.devices (docs/cluster.md): this
+// process's GPUs as NCCL ranks. UNAVAILABLE without a usable GPU.
+StatusOr<std::unique_ptr<ClusterDataPlane>> make_cluster_plane(const EngineOptions& options);
 
 // Backends compiled into this build ("cuda", "cpu").
 std::vector<std::string> built_backends();

@@ -433,6 +433,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
     t->set_reduce_wait_ms(d.reduce_wait_ms);
     t->set_copy_out_wait_ms(d.copy_out_wait_ms);
     t->set_order_wait_ms(d.order_wait_ms);
+    t->set_host(d.host);
   }
   sum->set_send_ms(f.send_ms);
   if (!f.trace_json.empty()) sum->set_trace_json(f.trace_json);

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Checks deploy/k8s/: every manifest parses; each flag the Deployment passes
-to sgemm-server is one that `sgemm-server --help` lists; the probes, GPU,
-/dev/shm, non-root user, Service and Prometheus annotations are as
-docs/clients.md describes.
+"""Checks deploy/k8s/ (and deploy/k8s/cluster/): every manifest parses; each
+flag a Deployment or StatefulSet passes to sgemm-server is one that
+`sgemm-server --help` lists; the probes, GPU, /dev/shm, non-root user,
+Services and Prometheus annotations are as docs/clients.md describes; a
+StatefulSet's serviceName is a headless Service of the same manifests
+(docs/cluster.md).
 
     check_k8s_manifests.py DEPLOY_K8S_DIR SGEMM_SERVER_BIN
 """
@@ -88,7 +90,8 @@ def main():
                     docs.append((f.name, d))
         except yaml.YAMLError as e:
             errors.append(f"{f.name}: does not parse: {e}")
-    pod_labels, pod_ports = {}, set()
+    workloads = []  # (labels, ports) of each Deployment / StatefulSet
+    stateful = []
     services = []
     for name, d in docs:
         if not check(all(k in d for k in ("apiVersion", "kind")), f"{name}: lacks apiVersion or kind"):
@@ -101,18 +104,26 @@ def main():
                 check(f.name == name or f.name in listed, f"{name}: does not list {f.name}")
             continue
         check(d.get("metadata", {}).get("name"), f"{name}: {d['kind']} has no metadata.name")
-        if d["kind"] == "Deployment":
-            pod_labels, pod_ports = check_deployment(name, d, flags)
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            workloads.append(check_deployment(name, d, flags))
+            if d["kind"] == "StatefulSet":
+                stateful.append((name, d))
         elif d["kind"] == "Service":
             services.append((name, d))
-    check(pod_labels, "no Deployment of sgemm-server")
+    check(workloads, "no Deployment or StatefulSet of sgemm-server")
     check(services, "no Service")
     for name, s in services:
-        for k, v in s["spec"]["selector"].items():
-            check(pod_labels.get(k) == v, f"{name}: selector {k}={v} matches no pod of the Deployment")
+        sel = s["spec"]["selector"]
+        matched = [(labels, ports) for labels, ports in workloads if all(labels.get(k) == v for k, v in sel.items())]
+        check(matched, f"{name}: selector {sel} matches no pod of the manifests")
+        pod_ports = set().union(*(ports for _, ports in matched)) if matched else set()
         for p in s["spec"]["ports"]:
             t = p.get("targetPort", p["port"])
             check(not isinstance(t, str) or t in pod_ports, f"{name}: targetPort {t} is no container port")
+    headless = {s["metadata"]["name"] for _, s in services if s["spec"].get("clusterIP") == "None"}
+    for name, d in stateful:
+        check(d["spec"].get("serviceName") in headless,
+              f"{name}: serviceName {d['spec'].get('serviceName')} is no headless Service of these manifests")
     if errors:
         print("deploy/k8s check FAILED:\n  " + "\n  ".join(errors))
         sys.exit(1)

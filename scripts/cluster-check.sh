@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# cluster-check.sh: cluster mode on one machine as if on several (docs/cluster.md).
+# Run by scripts/gpu-check.sh (PARTs cluster, cluster-sockets, cluster-nvlink) with
+# BIN, OUT and LD_LIBRARY_PATH set; one sgemm-server per GPU (CUDA_VISIBLE_DEVICES).
+#
+#   scripts/cluster-check.sh MODE [SIZE]
+#     MODE  sockets: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 (NCCL over TCP, as between hosts)
+#           nvlink:  NCCL as it likes (NVLink P2P between the GPUs)
+#     SIZE  the square product of the benchmark (default 32768)
+# Steps: the e2e_cluster_multigpu_test suite (results vs fp64, a member killed
+# mid-request); then a coordinator + members, SIZE^3 over the cluster (twice,
+# the second warm) and on the coordinator's GPU alone (--split single), with
+# the link bandwidth the coordinator measured at join. SGEMM_CLUSTER_PROCESSES
+# caps the process count (default: the GPU count, at most 4); SGEMM_CLUSTER_SKIP=e2e or bench skips a step.
+set -uo pipefail
+mode=${1:?sockets or nvlink}
+size=${2:-32768}
+: "${BIN:?}" "${OUT:?}"
+case $mode in
+  sockets) export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 ;;
+  nvlink) unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE NCCL_IB_DISABLE ;;
+  *) echo "unknown mode $mode" >&2; exit 2 ;;
+esac
+export NCCL_NVLS_ENABLE=0
+gpus=$(nvidia-smi -L | wc -l)
+n=${SGEMM_CLUSTER_PROCESSES:-$((gpus < 4 ? gpus : 4))}
+[ "$n" -le "$gpus" ] || n=$gpus
+if [ "$n" -lt 2 ]; then echo "cluster-check: needs 2 GPUs, found $gpus (skipped)"; exit 0; fi
+export SGEMM_CLUSTER_PROCESSES=$n
+log=$OUT/cluster-$mode
+mkdir -p "$log"
+rc=0
+
+if [ "${SGEMM_CLUSTER_SKIP:-}" != e2e ]; then
+  echo "=== cluster $mode: $n processes x 1 GPU; e2e_cluster_multigpu_test"
+  timeout --kill-after=5 150 "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 >"$log/e2e.log" 2>&1 || rc=1
+  grep -E "PASSED|FAILED|SKIPPED|Failure|next request|error|Which is|Expected" "$log/e2e.log" | tail -n 20
+  echo "e2e_cluster_multigpu_test $mode: rc=$rc" >>"$OUT/summary.txt"
+fi
+[ "${SGEMM_CLUSTER_SKIP:-}" != bench ] || exit $rc
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+cport=$((20000 + RANDOM % 20000))
+CUDA_VISIBLE_DEVICES=0 "$BIN/sgemm-server" --listen 127.0.0.1:0 --port-file "$log/port" --backend cuda \
+  --cluster-listen "127.0.0.1:$cport" --cluster-always --cluster-name coord >"$log/coord.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 300); do [ -s "$log/port" ] && break; sleep 0.1; done
+addr=127.0.0.1:$(cat "$log/port")
+for i in $(seq 1 $((n - 1))); do
+  CUDA_VISIBLE_DEVICES=$i "$BIN/sgemm-server" --listen 127.0.0.1:0 --backend cuda --join "127.0.0.1:$cport" \
+    --cluster-name "member-$i" >"$log/member-$i.log" 2>&1 &
+  pids+=($!)
+done
+for _ in $(seq 300); do [ "$(grep -c "' joined with" "$log/coord.log")" -ge $((n - 1)) ] && break; sleep 0.1; done
+
+echo "=== cluster $mode: ${size}^3 over $n processes (2 runs, the second warm)"
+timeout 80 "$BIN/sgemm-client" submit --server "$addr" --size "$size" --repeat 2 --seed 7 --no-retry \
+  >"$log/cluster-$size.log" 2>&1 || rc=1
+cat "$log/cluster-$size.log"
+echo "=== cluster $mode: ${size}^3 on the coordinator's GPU alone"
+timeout 50 "$BIN/sgemm-client" submit --server "$addr" --size "$size" --split single --seed 7 --no-retry \
+  >"$log/single-$size.log" 2>&1 || rc=1
+cat "$log/single-$size.log"
+grep -h "link between hosts\|failed" "$log/coord.log" | tail -n 4
+# Kernel phase: the slowest GPU of the cluster's warm run vs the one GPU.
+awk -v mode="$mode" -v n="$n" -v size="$size" '
+  FNR == 1 { file++ }
+  file == 1 && /^plan:/ { run++; kmax[run] = 0 }
+  /^[0-9]+ / && !/runs:/ { k = (/ on [^ ]+$/ ? $(NF-4) : $(NF-2)) + 0 }
+  file == 1 && /^[0-9]+ / && !/runs:/ { if (k > kmax[run]) kmax[run] = k }
+  file == 1 && /^server:/ { comp[run] = $9 + 0 }
+  file == 2 && /^[0-9]+ / && !/runs:/ { single_k = k }
+  file == 2 && /^server:/ { single_comp = $9 + 0 }
+  END {
+    if (run < 1 || single_k <= 0 || kmax[run] <= 0) { print "cluster " mode ": no figures (see the logs)"; exit }
+    printf "cluster %s %dx1 GPU %d^3: kernel phase %.1f ms vs one GPU %.1f ms = %.2fx; device-side compute %.1f ms vs %.1f ms = %.2fx\n",
+      mode, n, size, kmax[run], single_k, single_k / kmax[run], comp[run], single_comp, single_comp / comp[run]
+  }' "$log/cluster-$size.log" "$log/single-$size.log" | tee -a "$OUT/summary.txt"
+grep -h "link between hosts" "$log/coord.log" | tail -n 1 | sed "s/^/cluster $mode: /" | tee -a "$OUT/summary.txt"
+exit $rc

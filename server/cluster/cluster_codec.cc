@@ -1,0 +1,80 @@
+#include "server/cluster/cluster_codec.h"
+
+#include <string>
+
+namespace sgemm {
+
+void job_to_proto(const ClusterJobSpec& s, v1::ClusterJob* out) {
+  out->set_job_id(s.job_id);
+  out->set_epoch(s.epoch);
+  out->set_kind(int(s.kind));
+  out->set_m(s.shape.m);
+  out->set_n(s.shape.n);
+  out->set_k(s.shape.k);
+  out->set_alpha(s.alpha);
+  out->set_beta(s.beta);
+  out->set_has_c(s.has_c);
+  out->set_kernel(std::string(kernel_kind_name(s.kernel)));
+  for (const Shard& sh : s.ranks) {
+    auto* r = out->add_ranks();
+    r->set_row_begin(sh.row_begin);
+    r->set_row_end(sh.row_end);
+  }
+  out->set_probe_bytes(s.probe_bytes);
+}
+
+StatusOr<ClusterJobSpec> job_from_proto(const v1::ClusterJob& in) {
+  ClusterJobSpec s;
+  s.job_id = in.job_id();
+  s.epoch = in.epoch();
+  if (in.kind() != int(ClusterJobKind::kRows) && in.kind() != int(ClusterJobKind::kProbe))
+    return InvalidArgument("cluster job kind " + std::to_string(in.kind()) + " is unknown to this member");
+  s.kind = ClusterJobKind(in.kind());
+  s.shape = GemmShape{in.m(), in.n(), in.k()};
+  s.alpha = in.alpha();
+  s.beta = in.beta();
+  s.has_c = in.has_c();
+  const auto kind = parse_kernel_kind(in.kernel());
+  if (!kind) return InvalidArgument("cluster job kernel '" + in.kernel() + "' is unknown to this member");
+  s.kernel = *kind;
+  int rank = 0;
+  for (const auto& r : in.ranks()) s.ranks.push_back(Shard{rank++, r.row_begin(), r.row_end(), 0, in.k()});
+  s.probe_bytes = in.probe_bytes();
+  if (s.kind == ClusterJobKind::kRows && (s.shape.m < 1 || s.shape.n < 1 || s.shape.k < 1 || s.ranks.empty()))
+    return InvalidArgument("cluster job without a shape or ranks");
+  return s;
+}
+
+void timings_to_proto(const std::vector<DeviceTiming>& t, v1::ClusterJobDone* out) {
+  for (const DeviceTiming& d : t) {
+    auto* p = out->add_timings();
+    p->set_device(d.device);
+    p->set_name(d.name);
+    p->set_row_begin(d.shard.row_begin);
+    p->set_row_end(d.shard.row_end);
+    p->set_copy_in_ms(d.copy_in_ms);
+    p->set_kernel_ms(d.kernel_ms);
+    p->set_reduce_ms(d.reduce_ms);
+    p->set_copy_out_ms(d.copy_out_ms);
+  }
+}
+
+std::vector<DeviceTiming> timings_from_proto(const v1::ClusterJobDone& in) {
+  std::vector<DeviceTiming> v;
+  for (const auto& p : in.timings()) {
+    DeviceTiming d;
+    d.device = p.device();
+    d.name = p.name();
+    d.shard.device = p.device();
+    d.shard.row_begin = p.row_begin();
+    d.shard.row_end = p.row_end();
+    d.copy_in_ms = p.copy_in_ms();
+    d.kernel_ms = p.kernel_ms();
+    d.reduce_ms = p.reduce_ms();
+    d.copy_out_ms = p.copy_out_ms();
+    v.push_back(std::move(d));
+  }
+  return v;
+}
+
+}  // namespace sgemm

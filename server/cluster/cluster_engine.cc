@@ -1,0 +1,100 @@
+#include "server/cluster/cluster_engine.h"
+
+#include "server/planner/cluster_plan.h"
+
+namespace sgemm {
+namespace {
+
+class ClusterEngine final : public Engine {
+ public:
+  ClusterEngine(std::unique_ptr<Engine> local, ClusterCoordinator& c, ClusterEngineOptions o)
+      : local_(std::move(local)), coord_(c), options_(std::move(o)) {}
+
+  EngineInfo info() const override { return local_->info(); }
+  HostAllocator& host_allocator() override { return local_->host_allocator(); }
+  Status validate(const GemmRequest& r) const override { return local_->validate(r); }
+
+  StatusOr<GemmReport> run(const GemmJob& job) override {
+    const GemmRequest& r = job.request;
+    // The cluster runs fp32 with the default or a named fp32 kernel.
+    if (coord_.member_count() == 0 || r.options.precision != Precision::kFp32 ||
+        r.options.split == SplitMode::kSingle || r.options.split == SplitMode::kK)
+      return local_->run(job);
+    auto jobs = coord_.lock_jobs();
+    StatusOr<ClusterView> view = coord_.prepare();
+    if (!view.ok()) {
+      jobs.unlock();
+      StatusOr<GemmReport> rep = local_->run(job);
+      if (rep.ok()) rep->plan_reason += "; cluster not used: " + view.status().message();
+      return rep;
+    }
+    if (view->members == 0) {
+      jobs.unlock();
+      return local_->run(job);
+    }
+    const EngineInfo info = local_->info();
+    ClusterPlanRequest pr;
+    pr.shape = r.shape;
+    pr.has_c = r.has_c;
+    pr.net_gbps = view->net_gbps;
+    pr.forced = coord_.options().always;
+    PlanRequest local_req;
+    local_req.shape = r.shape;
+    local_req.has_c = r.has_c;
+    for (const DeviceInfo& d : info.devices) {
+      DeviceCaps c = options_.caps;
+      c.device = d.index;
+      local_req.devices.push_back(c);
+    }
+    if (local_req.devices.empty()) local_req.devices.push_back(options_.caps);
+    pr.local_est_ms = make_plan(local_req, options_.planner).est_ms;
+    for (const auto& rank : view->ranks) pr.ranks.push_back(ClusterRank{options_.caps, rank.host});
+    const ClusterPlan plan = make_cluster_plan(pr, options_.planner);
+    if (!plan.use_cluster) {
+      jobs.unlock();
+      StatusOr<GemmReport> rep = local_->run(job);
+      if (rep.ok()) rep->plan_reason += "; " + plan.reason;
+      return rep;
+    }
+    // The cluster path moves whole matrices: wait for every input.
+    if (job.feed) {
+      SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r.shape.m * r.shape.k));
+      SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, r.shape.k * r.shape.n));
+      if (r.has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, r.shape.m * r.shape.n));
+    }
+    if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
+    ClusterJobSpec spec;
+    spec.kind = ClusterJobKind::kRows;
+    spec.shape = r.shape;
+    spec.alpha = r.alpha;
+    spec.beta = r.has_c ? r.beta : 0.0f;
+    spec.has_c = r.has_c;
+    spec.kernel = r.options.kernel.value_or(info.default_kernel);
+    spec.ranks = plan.shards;
+    SGEMM_ASSIGN_OR_RETURN(ClusterRunResult res, coord_.run(spec, job));
+    jobs.unlock();
+    if (job.sink) job.sink->rows_ready(0, r.shape.m);
+    GemmReport rep;
+    rep.backend = info.backend;
+    rep.kernel = spec.kernel;
+    rep.precision = Precision::kFp32;
+    rep.split = SplitMode::kRows;
+    rep.plan_reason = plan.reason;
+    rep.devices = std::move(res.timings);
+    return rep;
+  }
+
+ private:
+  std::unique_ptr<Engine> local_;
+  ClusterCoordinator& coord_;
+  const ClusterEngineOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cluster_engine(std::unique_ptr<Engine> local, ClusterCoordinator& coordinator,
+                                            ClusterEngineOptions options) {
+  return std::make_unique<ClusterEngine>(std::move(local), coordinator, std::move(options));
+}
+
+}  // namespace sgemm

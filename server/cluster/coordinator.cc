@@ -1,0 +1,379 @@
+#include "server/cluster/coordinator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+
+#include "server/cluster/cluster_codec.h"
+
+namespace sgemm {
+
+// One member's Join stream. Reads run back to back; writes are queued and
+// sent one at a time. Ends (and deletes itself) when gRPC says the call is
+// done; the coordinator forgets it first.
+class MemberReactor final : public grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage> {
+ public:
+  explicit MemberReactor(ClusterCoordinator* c) : c_(c) { StartRead(&in_); }
+
+  // Start*/Finish are called outside mu_: gRPC may run reactions on other
+  // threads at once, and one write at a time is guaranteed by writing_.
+  void send(const v1::ClusterCoordinatorMessage& msg) {
+    const v1::ClusterCoordinatorMessage* start = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (finishing_) return;
+      out_.push_back(msg);
+      if (!writing_) {
+        writing_ = true;
+        start = &out_.front();
+      }
+    }
+    if (start) StartWrite(start);
+  }
+  // Ends the stream once queued messages are written.
+  void finish(grpc::Status s) {
+    {
+      std::lock_guard lock(mu_);
+      if (finishing_) return;
+      finishing_ = true;
+      final_ = std::move(s);
+      if (writing_) return;  // OnWriteDone finishes
+    }
+    Finish(final_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      c_->on_left(this, "closed its stream");
+      finish(grpc::Status::OK);
+      return;
+    }
+    c_->on_message(this, in_);
+    StartRead(&in_);
+  }
+  void OnWriteDone(bool ok) override {
+    const v1::ClusterCoordinatorMessage* next = nullptr;
+    bool finish_now = false;
+    {
+      std::lock_guard lock(mu_);
+      out_.pop_front();
+      if (ok && !out_.empty() && !finishing_) {
+        next = &out_.front();
+      } else {
+        writing_ = false;
+        finish_now = finishing_;
+      }
+    }
+    if (next) StartWrite(next);
+    if (finish_now) Finish(final_);
+  }
+  void OnCancel() override { c_->on_left(this, "its connection was lost"); }
+  void OnDone() override {
+    c_->forget(this);
+    delete this;
+  }
+
+ private:
+  ClusterCoordinator* c_;
+  v1::ClusterMemberMessage in_;
+  std::mutex mu_;
+  std::deque<v1::ClusterCoordinatorMessage> out_;  // guarded by mu_; front is being written
+  bool writing_ = false;                           // guarded by mu_
+  bool finishing_ = false;                         // guarded by mu_
+  grpc::Status final_;                             // set once under mu_, before Finish
+};
+
+ClusterCoordinator::ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions options)
+    : plane_(plane), options_(std::move(options)) {}
+
+ClusterCoordinator::~ClusterCoordinator() { shutdown(); }
+
+void ClusterCoordinator::log(const std::string& msg) const {
+  if (options_.log) options_.log("cluster: " + msg);
+}
+
+grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>* ClusterCoordinator::Join(
+    grpc::CallbackServerContext*) {
+  auto* r = new MemberReactor(this);
+  std::lock_guard lock(mu_);
+  if (shut_down_) r->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
+  return r;
+}
+
+int ClusterCoordinator::member_count() const {
+  std::lock_guard lock(mu_);
+  return int(members_.size());
+}
+
+ClusterCoordinator::Member* ClusterCoordinator::find_locked(MemberReactor* r) {
+  for (auto& [id, m] : members_)
+    if (m.reactor == r) return &m;
+  return nullptr;
+}
+
+void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMessage& msg) {
+  std::lock_guard lock(mu_);
+  Member* m = find_locked(r);
+  if (msg.has_hello()) {
+    if (m || shut_down_) return;  // one hello per stream
+    Member nm;
+    nm.id = next_member_id_++;
+    nm.host = msg.hello().host().empty() ? "member-" + std::to_string(nm.id) : msg.hello().host();
+    nm.devices = msg.hello().devices_size();
+    nm.reactor = r;
+    if (nm.devices < 1) {
+      r->finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a member needs at least one GPU"));
+      return;
+    }
+    v1::ClusterCoordinatorMessage welcome;
+    welcome.mutable_welcome()->set_member_id(nm.id);
+    r->send(welcome);
+    log("member " + std::to_string(nm.id) + " '" + nm.host + "' joined with " + std::to_string(nm.devices) +
+        " GPU(s); the communicator is rebuilt before the next cluster request");
+    members_.emplace(nm.id, std::move(nm));
+    ++generation_;
+  } else if (!m) {
+    return;  // nothing before hello
+  } else if (msg.has_ready()) {
+    m->ready_epoch = msg.ready().epoch();
+    m->ready_ok = msg.ready().ok();
+    m->ready_error = msg.ready().error();
+  } else if (msg.has_done()) {
+    m->done_job = msg.done().job_id();
+    m->done_ok = msg.done().ok();
+    m->done_error = msg.done().error();
+    m->done_timings = timings_from_proto(msg.done());
+  }
+  cv_.notify_all();
+}
+
+void ClusterCoordinator::on_left(MemberReactor* r, const std::string& why) {
+  std::lock_guard lock(mu_);
+  Member* m = find_locked(r);
+  if (!m) return;
+  const uint64_t id = m->id;
+  const std::string who = "cluster member '" + m->host + "' (member " + std::to_string(id) + ")";
+  log(who + " left: " + why);
+  for (uint64_t a : abort_members_)
+    if (a == id && abort_) abort_->cancel(Unavailable(who + " left during the request (" + why + ")"));
+  members_.erase(id);
+  ++generation_;
+  cv_.notify_all();
+}
+
+void ClusterCoordinator::forget(MemberReactor* r) {
+  std::lock_guard lock(mu_);
+  if (Member* m = find_locked(r)) {
+    members_.erase(m->id);
+    ++generation_;
+    cv_.notify_all();
+  }
+}
+
+void ClusterCoordinator::shutdown() {
+  std::lock_guard lock(mu_);
+  shut_down_ = true;
+  if (abort_) abort_->cancel(Unavailable("the coordinator is shutting down"));
+  for (auto& [id, m] : members_)
+    m.reactor->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
+  cv_.notify_all();
+}
+
+Status ClusterCoordinator::wait_members_locked(std::unique_lock<std::mutex>& lock, const std::vector<uint64_t>& ids,
+                                               const CancelToken& abort, int64_t timeout_ms, const char* what,
+                                               bool (*done)(const Member&, uint64_t), uint64_t value) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    if (!abort.status().ok()) return abort.status();
+    std::string missing;
+    for (uint64_t id : ids) {
+      auto it = members_.find(id);
+      if (it == members_.end()) return Unavailable("cluster member " + std::to_string(id) + " left " + what);
+      if (!done(it->second, value)) missing += (missing.empty() ? "'" : ", '") + it->second.host + "'";
+    }
+    if (missing.empty()) return Status::Ok();
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && std::chrono::steady_clock::now() >= deadline)
+      return Unavailable("cluster member(s) " + missing + " did not answer " + what + " within " +
+                         std::to_string(timeout_ms) + " ms");
+  }
+}
+
+StatusOr<ClusterView> ClusterCoordinator::prepare() {
+  std::unique_lock lock(mu_);
+  if (shut_down_) return Unavailable("the coordinator is shutting down");
+  if (members_.empty()) {
+    if (view_.members > 0) {
+      lock.unlock();
+      plane_.disconnect();
+      lock.lock();
+    }
+    view_ = ClusterView{};
+    view_members_.clear();
+    built_generation_ = generation_;
+    return view_;
+  }
+  if (built_generation_ == generation_) return view_;
+  const uint64_t generation = generation_;
+  const uint64_t epoch = ++epoch_;
+  lock.unlock();
+  StatusOr<std::string> id = plane_.new_unique_id();
+  if (!id.ok()) return id.status().with_context("cluster: a communicator id");
+  const std::vector<DeviceInfo> local = plane_.local_devices();
+  lock.lock();
+
+  ClusterView view;
+  view.epoch = epoch;
+  for (const DeviceInfo& d : local) view.ranks.push_back(ClusterView::Rank{0, options_.host, d});
+  std::vector<uint64_t> ids;
+  int host = 0;
+  for (auto& [mid, m] : members_) {
+    m.first_rank = int(view.ranks.size());
+    ++host;
+    for (int i = 0; i < m.devices; ++i) {
+      DeviceInfo d;
+      d.index = i;
+      d.name = "GPU " + std::to_string(i) + " of " + m.host;
+      view.ranks.push_back(ClusterView::Rank{host, m.host, d});
+    }
+    ids.push_back(mid);
+  }
+  view.members = int(ids.size());
+  for (uint64_t mid : ids) {
+    Member& m = members_[mid];
+    v1::ClusterCoordinatorMessage msg;
+    auto* c = msg.mutable_comm();
+    c->set_epoch(epoch);
+    c->set_unique_id(*id);
+    c->set_nranks(int(view.ranks.size()));
+    c->set_first_rank(m.first_rank);
+    m.reactor->send(msg);
+  }
+  auto abort = std::make_shared<CancelToken>();
+  abort_ = abort;
+  abort_members_ = ids;
+  log("epoch " + std::to_string(epoch) + ": building a communicator over " + std::to_string(view.ranks.size()) +
+      " GPUs on " + std::to_string(ids.size() + 1) + " hosts");
+  lock.unlock();
+
+  ClusterCommSpec spec{epoch, *id, int(view.ranks.size()), 0};
+  Status s = plane_.connect(spec, abort.get(), options_.connect_timeout_ms);
+  lock.lock();
+  if (s.ok())
+    s = wait_members_locked(
+        lock, ids, *abort, options_.connect_timeout_ms, "the communicator",
+        [](const Member& m, uint64_t e) { return m.ready_epoch == e; }, epoch);
+  if (s.ok()) {
+    for (uint64_t mid : ids) {
+      const Member& m = members_[mid];
+      if (!m.ready_ok) {
+        s = Unavailable("cluster member '" + m.host + "' could not join the communicator: " + m.ready_error);
+        break;
+      }
+    }
+  }
+  abort_.reset();
+  abort_members_.clear();
+  if (!s.ok()) {
+    // Members that did not join are dropped: they join again with a new stream.
+    for (uint64_t mid : ids) {
+      auto it = members_.find(mid);
+      if (it != members_.end() && !(it->second.ready_epoch == epoch && it->second.ready_ok))
+        it->second.reactor->finish(
+            grpc::Status(grpc::StatusCode::UNAVAILABLE, "did not join communicator epoch " + std::to_string(epoch)));
+    }
+    ++generation_;
+    lock.unlock();
+    plane_.disconnect();
+    log("epoch " + std::to_string(epoch) + " failed: " + s.to_string());
+    return s;
+  }
+  view_ = view;
+  view_members_ = ids;
+  built_generation_ = generation;
+
+  // The link between hosts: a timed broadcast from rank 0.
+  ClusterJobSpec probe;
+  probe.kind = ClusterJobKind::kProbe;
+  probe.probe_bytes = options_.probe_bytes;
+  StatusOr<ClusterRunResult> r = run_locked_job(lock, probe, nullptr);
+  if (!r.ok()) return r.status().with_context("cluster: measuring the link between hosts");
+  view_.net_gbps = r->elapsed_ms > 0 ? double(options_.probe_bytes) / (r->elapsed_ms * 1e6) : 0;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.2f GB/s (%lld MiB broadcast in %.3f ms)", view_.net_gbps,
+                static_cast<long long>(options_.probe_bytes >> 20), r->elapsed_ms);
+  log("epoch " + std::to_string(epoch) + " ready: " + std::to_string(view_.ranks.size()) +
+      " ranks; link between hosts " + buf);
+  return view_;
+}
+
+StatusOr<ClusterRunResult> ClusterCoordinator::run(ClusterJobSpec spec, const GemmJob& job) {
+  std::unique_lock lock(mu_);
+  return run_locked_job(lock, std::move(spec), &job);
+}
+
+StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(std::unique_lock<std::mutex>& lock, ClusterJobSpec spec,
+                                                              const GemmJob* job) {
+  if (shut_down_) return Unavailable("the coordinator is shutting down");
+  if (built_generation_ != generation_ || view_.members == 0)
+    return Unavailable("the cluster changed since it was prepared; retry");
+  spec.job_id = next_job_id_++;
+  spec.epoch = view_.epoch;
+  const std::vector<uint64_t> ids = view_members_;
+  const std::vector<ClusterView::Rank> ranks = view_.ranks;
+  for (uint64_t mid : ids) {
+    v1::ClusterCoordinatorMessage msg;
+    job_to_proto(spec, msg.mutable_job());
+    members_[mid].reactor->send(msg);
+  }
+  auto abort = std::make_shared<CancelToken>();
+  abort_ = abort;
+  abort_members_ = ids;
+  if (spec.kind == ClusterJobKind::kRows)
+    log("job " + std::to_string(spec.job_id) + ": " + std::to_string(spec.shape.m) + "x" +
+        std::to_string(spec.shape.n) + "x" + std::to_string(spec.shape.k) + " over " + std::to_string(ranks.size()) +
+        " ranks");
+  lock.unlock();
+
+  StatusOr<ClusterRunResult> mine =
+      job ? plane_.run_root(spec, *job, abort.get()) : plane_.run_root(spec, GemmJob{}, abort.get());
+  lock.lock();
+  Status s = mine.ok() ? Status::Ok() : mine.status();
+  if (!s.ok() && abort->status().ok()) {
+    // NCCL may see a dead peer before its stream's end reaches us: give the
+    // control plane a moment to say which member it was.
+    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !abort->status().ok(); });
+  }
+  if (!abort->status().ok()) s = abort->status();  // a member left: that is the cause
+  if (s.ok())
+    s = wait_members_locked(
+        lock, ids, *abort, options_.job_timeout_ms, "the job",
+        [](const Member& m, uint64_t j) { return m.done_job == j; }, spec.job_id);
+  ClusterRunResult out;
+  if (s.ok()) {
+    out = *mine;
+    for (auto& t : out.timings) t.host = options_.host;
+    for (uint64_t mid : ids) {
+      const Member& m = members_[mid];
+      if (!m.done_ok) {
+        s = Unavailable("cluster member '" + m.host + "' failed the job: " + m.done_error);
+        break;
+      }
+      for (DeviceTiming t : m.done_timings) {
+        t.host = m.host;
+        t.shard.k_begin = 0;  // the row split gives every rank all of K
+        t.shard.k_end = spec.shape.k;
+        out.timings.push_back(std::move(t));
+      }
+    }
+  }
+  abort_.reset();
+  abort_members_.clear();
+  if (!s.ok()) {
+    ++generation_;  // the communicator may be broken: build a new one before the next job
+    log("job " + std::to_string(spec.job_id) + " failed: " + s.to_string());
+    return s;
+  }
+  return out;
+}
+
+}  // namespace sgemm

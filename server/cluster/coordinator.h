@@ -1,0 +1,122 @@
+// The coordinator of a cluster (docs/cluster.md): the gRPC service members
+// join (sgemm.v1.Cluster, one bidi stream per member, its end = the member
+// left), the ranks of every GPU, and the jobs it sends ahead of the NCCL
+// calls. The data itself moves through a ClusterDataPlane.
+//
+// Ownership and threads: main() owns it and registers it on the cluster
+// listener. gRPC threads run the member reactors (joins, Ready, JobDone,
+// leaves); the thread that calls prepare()/run() (a service thread, holding
+// lock_jobs()) builds communicators and runs jobs. A member that leaves while
+// a job includes it cancels that job's abort token, so the data plane stops
+// waiting on the GPUs and run() returns UNAVAILABLE naming the member; the
+// next prepare() builds a communicator over the members left.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/cluster/cluster_options.h"
+#include "server/engine/cluster_plane.h"
+#include "sgemm/v1/cluster.grpc.pb.h"
+
+namespace sgemm {
+
+class MemberReactor;
+
+// The cluster as the last prepare() built it.
+struct ClusterView {
+  uint64_t epoch = 0;
+  int members = 0;
+  struct Rank {
+    int host = 0;           // 0: the coordinator; 1.. members in join order
+    std::string host_name;  // ClusterOptions::host of that process
+    DeviceInfo device;
+  };
+  std::vector<Rank> ranks;  // NCCL rank order
+  double net_gbps = 0;      // measured broadcast algBw from rank 0 (0: not measured)
+};
+
+class ClusterCoordinator final : public v1::Cluster::CallbackService {
+ public:
+  ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions options);
+  ~ClusterCoordinator() override;
+
+  grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>* Join(
+      grpc::CallbackServerContext* context) override;
+
+  int member_count() const;
+  const ClusterOptions& options() const { return options_; }
+
+  // Held across prepare() and run(): one cluster job (or rebuild) at a time.
+  std::unique_lock<std::mutex> lock_jobs() { return std::unique_lock<std::mutex>(job_mu_); }
+  // Brings the communicator up to date with the membership (a new epoch and
+  // a link measurement when members joined or left, or the last job failed).
+  StatusOr<ClusterView> prepare();
+  // Runs `spec` (ranks filled by the caller from the view prepare() returned)
+  // with `job`'s matrices: sends it to every member, runs rank 0's part, waits
+  // for every member's answer. Timings carry each rank's host.
+  StatusOr<ClusterRunResult> run(ClusterJobSpec spec, const GemmJob& job);
+  // Ends every member's stream (server shutdown).
+  void shutdown();
+
+ private:
+  friend class MemberReactor;
+  struct Member {
+    uint64_t id = 0;
+    std::string host;
+    int devices = 0;
+    MemberReactor* reactor = nullptr;
+    int first_rank = -1;
+    uint64_t ready_epoch = 0;
+    bool ready_ok = false;
+    std::string ready_error;
+    uint64_t done_job = 0;
+    bool done_ok = false;
+    std::string done_error;
+    std::vector<DeviceTiming> done_timings;
+  };
+
+  // Reactor callbacks (gRPC threads).
+  void on_message(MemberReactor* r, const v1::ClusterMemberMessage& msg);
+  void on_left(MemberReactor* r, const std::string& why);
+  void forget(MemberReactor* r);
+  Member* find_locked(MemberReactor* r);
+  // Waits (mu_ held through `lock`) until `done(member)` for every member of
+  // `ids`, a member of them leaves, `abort` is cancelled or the deadline passes.
+  Status wait_members_locked(std::unique_lock<std::mutex>& lock, const std::vector<uint64_t>& ids,
+                             const CancelToken& abort, int64_t timeout_ms, const char* what,
+                             bool (*done)(const Member&, uint64_t), uint64_t value);
+  // Runs a job on the current communicator; mu_ is held through `lock` on entry and on return.
+  StatusOr<ClusterRunResult> run_locked_job(std::unique_lock<std::mutex>& lock, ClusterJobSpec spec,
+                                            const GemmJob* job);
+  void log(const std::string& msg) const;
+
+  ClusterDataPlane& plane_;
+  const ClusterOptions options_;
+
+  std::mutex job_mu_;  // see lock_jobs()
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Member> members_;   // guarded by mu_; by id = join order
+  uint64_t next_member_id_ = 1;          // guarded by mu_
+  uint64_t generation_ = 1;              // guarded by mu_; bumped on every join/leave or failed job
+  uint64_t built_generation_ = 0;        // guarded by mu_; generation_ of the current communicator
+  uint64_t epoch_ = 0;                   // guarded by mu_
+  uint64_t next_job_id_ = 1;             // guarded by mu_
+  ClusterView view_;                     // guarded by mu_
+  std::vector<uint64_t> view_members_;   // guarded by mu_; member ids of view_, in rank order
+  std::shared_ptr<CancelToken> abort_;   // guarded by mu_; the job or rebuild under way
+  std::vector<uint64_t> abort_members_;  // guarded by mu_; the members it includes
+  bool shut_down_ = false;               // guarded by mu_
+};
+
+}  // namespace sgemm

@@ -1,0 +1,82 @@
+// The data plane of a cluster (docs/cluster.md): what the gRPC control plane
+// (server/cluster/) asks of this process's GPUs, in plain structs. No CUDA,
+// no protobuf: the CUDA implementation is server/engine/cuda/cluster_plane.cc
+// (NCCL across processes), and tests drive the control plane with a fake.
+//
+// Every process of a cluster owns its local GPUs, one NCCL rank each. The
+// coordinator's first GPU is rank 0 and holds the request's matrices; the
+// members' ranks follow in join order. The coordinator hands out a
+// ClusterCommSpec (an epoch) whenever the membership changes, then sends each
+// member the ClusterJobSpec of every request before its own NCCL calls, so
+// every rank issues the same collectives in the same order.
+//
+// Threads: connect() and run_*() are called from one thread at a time per
+// process (the control plane serialises jobs); `abort` tokens are cancelled
+// from other threads (a member's stream closing), and the call waiting on the
+// GPUs then aborts the communicator and returns the token's status.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/cancel_token.h"
+#include "common/gemm_types.h"
+#include "common/status.h"
+#include "server/engine/engine.h"
+
+namespace sgemm {
+
+// One communicator over the whole cluster: made again for every membership.
+struct ClusterCommSpec {
+  uint64_t epoch = 0;
+  std::string unique_id;  // the ncclUniqueId's bytes, opaque to the control plane
+  int nranks = 0;
+  int first_rank = 0;  // this process's GPUs are ranks first_rank, first_rank + 1, ...
+};
+
+enum class ClusterJobKind {
+  kRows = 0,   // a row split of one product across every rank
+  kProbe = 1,  // a timed broadcast from rank 0: the link between hosts, measured at join
+};
+
+// What every rank needs to issue its part of a job, sent ahead of the NCCL calls.
+struct ClusterJobSpec {
+  uint64_t job_id = 0;
+  uint64_t epoch = 0;  // the communicator it runs on
+  ClusterJobKind kind = ClusterJobKind::kRows;
+  GemmShape shape;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  bool has_c = false;
+  KernelKind kernel = KernelKind::kPingpong;
+  std::vector<Shard> ranks;  // kRows: rows [row_begin, row_end) of C per rank, in rank order
+  int64_t probe_bytes = 0;   // kProbe: bytes broadcast from rank 0
+};
+
+struct ClusterRunResult {
+  std::vector<DeviceTiming> timings;  // this process's ranks
+  double elapsed_ms = 0;              // from the first enqueue to the last stream done (kProbe: the broadcast)
+};
+
+class ClusterDataPlane {
+ public:
+  virtual ~ClusterDataPlane() = default;
+  // This process's GPUs (one rank each).
+  virtual std::vector<DeviceInfo> local_devices() const = 0;
+  // A fresh communicator id (the coordinator's, once per epoch).
+  virtual StatusOr<std::string> new_unique_id() = 0;
+  // Joins this process's GPUs to `spec`'s communicator, dropping any older one
+  // (ncclCommAbort). Waits until every rank has joined, `abort` is cancelled
+  // or `timeout_ms` passes (UNAVAILABLE).
+  virtual Status connect(const ClusterCommSpec& spec, const CancelToken* abort, int64_t timeout_ms) = 0;
+  // Drops the communicator (nothing may be running).
+  virtual void disconnect() = 0;
+  // The coordinator's part: rank 0 holds `job`'s host matrices; C lands in job.c.
+  virtual StatusOr<ClusterRunResult> run_root(const ClusterJobSpec& spec, const GemmJob& job,
+                                              const CancelToken* abort) = 0;
+  // A member's part of `spec` (its ranks).
+  virtual StatusOr<ClusterRunResult> run_member(const ClusterJobSpec& spec, const CancelToken* abort) = 0;
+};
+
+}  // namespace sgemm

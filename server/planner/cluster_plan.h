@@ -1,0 +1,45 @@
+// Planning one product over the GPUs of several hosts (docs/cluster.md).
+// Pure C++, like the rest of the planner.
+//
+// The cluster row split: rank 0 (the coordinator's first GPU) takes B and the
+// other hosts' rows of A from host memory, broadcasts B over NCCL, sends each
+// remote rank its rows of A, every rank computes its rows of C, the remote
+// ranks send theirs back and the coordinator copies C out. The coordinator's
+// other GPUs copy their own rows of A and C over their own host links. The
+// link between hosts is measured when the cluster forms (a timed broadcast).
+// The estimate adds the phases (the engine does not overlap them yet).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "server/planner/plan.h"
+
+namespace sgemm {
+
+struct ClusterRank {
+  DeviceCaps caps;
+  int host = 0;  // 0: the coordinator; members 1, 2, ... in join order
+};
+
+struct ClusterPlanRequest {
+  GemmShape shape;
+  bool has_c = false;
+  std::vector<ClusterRank> ranks;  // in NCCL rank order; rank 0 is on host 0
+  double net_gbps = 0;             // between hosts: measured broadcast algBw (<= 0: unknown, the cluster is not used)
+  double local_est_ms = 0;         // the coordinator's own best plan for the request
+  bool forced = false;             // run on the cluster whatever the estimate (tests, benchmarks)
+};
+
+struct ClusterPlan {
+  bool use_cluster = false;
+  std::vector<Shard> shards;  // one per rank (Shard::device is the rank)
+  double est_ms = 0;
+  std::string reason;  // "cluster rows: 4 GPUs on 4 hosts, est 900 ms (net 3.1 GB/s) vs local 2800 ms"
+};
+
+double estimate_cluster_rows_ms(const ClusterPlanRequest& req, const std::vector<Shard>& shards,
+                                const PlannerOptions& o);
+ClusterPlan make_cluster_plan(const ClusterPlanRequest& req, const PlannerOptions& o = {});
+
+}  // namespace sgemm

@@ -1,0 +1,185 @@
+// Cluster mode on one machine as if on several (docs/cluster.md): one
+// sgemm-server per GPU (CUDA_VISIBLE_DEVICES), the first coordinating, the
+// others joining it; NCCL between them over whatever the environment allows
+// (scripts/cluster-check.sh runs this suite with NCCL_P2P_DISABLE=1
+// NCCL_SHM_DISABLE=1, sockets, and again with NVLink). Results are checked
+// against the fp64 reference; a member killed in the middle of a request
+// fails it with UNAVAILABLE naming the member, and the next request is served.
+// SGEMM_CLUSTER_PROCESSES (default: the GPU count, at most 4) processes.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+#include "tests/common/gpu_test.h"
+#include "tests/e2e/server_process.h"
+
+namespace sgemm {
+namespace {
+
+using testing::ServerProcess;
+using namespace std::chrono_literals;
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+int processes() {
+  const int gpus = testing::cuda_device_count();
+  if (const char* e = std::getenv("SGEMM_CLUSTER_PROCESSES")) return std::min(gpus, std::atoi(e));
+  return std::min(gpus, 4);
+}
+
+// A server that sees only GPU `gpu`.
+std::unique_ptr<ServerProcess> start_on_gpu(int gpu, std::vector<std::string> flags) {
+  const char* old = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = old ? old : "";
+  setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu).c_str(), 1);
+  setenv("SGEMM_E2E_BACKEND", "cuda", 1);  // ServerProcess passes --backend from it
+  auto p = std::make_unique<ServerProcess>(flags);
+  if (old)
+    setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+  else
+    unsetenv("CUDA_VISIBLE_DEVICES");
+  return p;
+}
+
+class Cluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    n_ = processes();
+    if (n_ < 2) GTEST_SKIP() << "needs 2 CUDA devices (one per server process), found " << n_;
+    cluster_addr_ = "127.0.0.1:" + std::to_string(free_port());
+    coord_ = start_on_gpu(0, {"--cluster-listen", cluster_addr_, "--cluster-always", "--cluster-name", "coord"});
+    ASSERT_TRUE(coord_->running()) << coord_->log();
+    for (int i = 1; i < n_; ++i) {
+      add_member(i);
+      ASSERT_TRUE(coord_->log_has("'member-" + std::to_string(i) + "' joined", 60000)) << coord_->log();
+    }
+    client_ = Client::connect(coord_->address(), no_retry());
+  }
+  void add_member(int i) {
+    if (members_.size() < size_t(i)) members_.resize(size_t(i));
+    members_[size_t(i - 1)] =
+        start_on_gpu(i, {"--join", cluster_addr_, "--cluster-name", "member-" + std::to_string(i)});
+  }
+  static ClientOptions no_retry() {
+    ClientOptions o;
+    o.retry.max_attempts = 1;
+    return o;
+  }
+  // Multiplies fresh random matrices, checks C against the fp64 reference.
+  StatusOr<MultiplyResult> multiply(GemmShape s, bool with_c, uint64_t seed, bool all_rows = true) {
+    std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n));
+    fill_random(a, seed);
+    fill_random(b, seed + 1);
+    fill_random(c, seed + 2);
+    MultiplyOptions o;
+    o.alpha = 0.75f;
+    o.beta = with_c ? -1.25f : 0.0f;
+    StatusOr<MultiplyResult> r = client_->multiply(s, a.data(), b.data(), with_c ? c.data() : nullptr, o);
+    if (r.ok()) {
+      const auto rows = all_rows ? std::vector<int64_t>{} : rows_to_verify(s.m, s.n, s.k, seed, 48);
+      const VerifyResult v = verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta,
+                                         with_c ? c.data() : nullptr, r->c.data(), rows);
+      EXPECT_TRUE(v.passed(kSgemmTolerance)) << s.m << "x" << s.n << "x" << s.k << ": max rel error " << v.max_rel_error
+                                             << " at " << v.worst_row << "," << v.worst_col;
+    }
+    return r;
+  }
+
+  int n_ = 0;
+  std::string cluster_addr_;
+  std::unique_ptr<ServerProcess> coord_;
+  std::vector<std::unique_ptr<ServerProcess>> members_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(Cluster, RowSplitOverEveryProcessMatchesTheReference) {
+  for (auto [s, with_c] : {std::pair{GemmShape{1025, 777, 3001}, true}, std::pair{GemmShape{4096, 4096, 4096}, false},
+                           std::pair{GemmShape{3, 5, 7}, true}, std::pair{GemmShape{2049, 1000, 513}, false}}) {
+    StatusOr<MultiplyResult> r = multiply(s, with_c, uint64_t(s.m + s.k), s.m * s.n * s.k < (int64_t{1} << 33));
+    ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << coord_->log();
+    EXPECT_EQ(r->summary.split, "rows");
+    EXPECT_NE(r->summary.plan_reason.find("cluster rows"), std::string::npos) << r->summary.plan_reason;
+    ASSERT_EQ(int(r->summary.devices.size()), n_);
+    EXPECT_EQ(r->summary.devices[0].host, "coord");
+    for (int i = 1; i < n_; ++i) EXPECT_EQ(r->summary.devices[size_t(i)].host, "member-" + std::to_string(i));
+    int64_t next = 0;
+    for (const auto& d : r->summary.devices) {
+      EXPECT_EQ(d.row_begin, next);
+      next = d.row_end;
+    }
+    EXPECT_EQ(next, s.m);
+  }
+}
+
+TEST_F(Cluster, MemberKilledMidRequestFailsItAndTheNextIsServed) {
+  // Warm the communicator, then a product long enough to kill a member in.
+  ASSERT_TRUE(multiply(GemmShape{512, 512, 512}, false, 1).ok()) << coord_->log();
+  const std::string victim = "member-" + std::to_string(n_ - 1);
+  std::atomic<bool> killed{false}, finished{false};
+  std::thread killer([&] {
+    // The coordinator logs each cluster job as it sends it to the members.
+    while (!finished) {
+      if (coord_->log_has("job 3: 16384x16384x16384", 0)) {
+        kill(members_.back()->pid(), SIGKILL);
+        killed = true;
+        return;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  StatusOr<MultiplyResult> r = multiply(GemmShape{16384, 16384, 16384}, false, 2, /*all_rows=*/false);
+  finished = true;
+  killer.join();
+  ASSERT_TRUE(killed) << coord_->log();
+  if (r.ok()) GTEST_SKIP() << "the product finished before the member died; nothing to test";
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+  EXPECT_NE(r.status().message().find(victim), std::string::npos) << r.status().to_string();
+
+  // The next request, served by the processes left, within 30 s.
+  const auto t0 = std::chrono::steady_clock::now();
+  StatusOr<MultiplyResult> next = multiply(GemmShape{1024, 1024, 2048}, true, 3);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(next.ok()) << next.status().to_string() << "\n" << coord_->log();
+  EXPECT_LT(took, 30s);
+  EXPECT_EQ(int(next->summary.devices.size()), n_ - 1);  // the coordinator alone runs it locally
+  std::printf("next request after the kill: %.0f ms, on %zu GPU(s)\n",
+              std::chrono::duration<double, std::milli>(took).count(), next->summary.devices.size());
+
+  // The member comes back: the cluster has every process again.
+  add_member(n_ - 1);
+  const std::string joined = "'" + victim + "' joined with";
+  auto joins = [&] {
+    const std::string log = coord_->log();
+    int count = 0;
+    for (size_t at = log.find(joined); at != std::string::npos; at = log.find(joined, at + 1)) ++count;
+    return count;
+  };
+  for (int i = 0; i < 6000 && joins() < 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(joins(), 2) << coord_->log();
+  StatusOr<MultiplyResult> again = multiply(GemmShape{1025, 777, 3001}, true, 4);
+  ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << coord_->log();
+  EXPECT_EQ(int(again->summary.devices.size()), n_);
+}
+
+}  // namespace
+}  // namespace sgemm

@@ -1,0 +1,349 @@
+// The cluster control plane over real gRPC on 127.0.0.1, with fake data
+// planes (tests/server/cluster/fake_plane.h): joins, the communicator id and
+// ranks handed out, job descriptions ahead of the data, a member dying in the
+// middle of a job (UNAVAILABLE naming it) and the next job on the members left.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "common/reference_gemm.h"
+#include "server/cluster/cluster_engine.h"
+#include "server/cluster/coordinator.h"
+#include "server/cluster/member.h"
+#include "tests/server/cluster/fake_plane.h"
+
+namespace sgemm {
+namespace {
+
+using testing::FakeFabric;
+using testing::FakePlane;
+using namespace std::chrono_literals;
+
+template <typename Pred>
+bool eventually(Pred p, std::chrono::milliseconds limit = 10s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return p();
+}
+
+ClusterOptions opts(std::string host) {
+  ClusterOptions o;
+  o.host = std::move(host);
+  o.connect_timeout_ms = 5000;
+  o.job_timeout_ms = 10000;
+  o.rejoin_interval_ms = 100;
+  return o;
+}
+
+class ClusterControl : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_plane_ = std::make_unique<FakePlane>(fabric_, 1, "coordinator");
+    coord_ = std::make_unique<ClusterCoordinator>(*root_plane_, opts("coordinator"));
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(coord_.get());
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_);
+    ASSERT_GT(port_, 0);
+  }
+  void TearDown() override {
+    members_.clear();
+    coord_->shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + 1s);
+  }
+  FakePlane& add_member(const std::string& name, int gpus) {
+    planes_.push_back(std::make_unique<FakePlane>(fabric_, gpus, name));
+    members_.push_back(
+        std::make_unique<ClusterMember>(*planes_.back(), "127.0.0.1:" + std::to_string(port_), opts(name)));
+    members_.back()->start();
+    return *planes_.back();
+  }
+
+  // A job over the cluster's ranks, rows split evenly; checked against fp64.
+  StatusOr<ClusterRunResult> multiply(const ClusterView& view, GemmShape s, bool has_c, uint64_t seed) {
+    std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n)), c0;
+    fill_random(a, seed);
+    fill_random(b, seed + 1);
+    fill_random(c, seed + 2);
+    c0 = c;
+    ClusterJobSpec spec;
+    spec.shape = s;
+    spec.alpha = 1.5f;
+    spec.beta = has_c ? -0.5f : 0.0f;
+    spec.has_c = has_c;
+    const int p = int(view.ranks.size());
+    for (int r = 0; r < p; ++r) spec.ranks.push_back(Shard{r, s.m * r / p, s.m * (r + 1) / p, 0, s.k});
+    GemmJob job;
+    job.request.shape = s;
+    job.a = a.data();
+    job.b = b.data();
+    job.c = c.data();
+    auto lock = coord_->lock_jobs();
+    StatusOr<ClusterRunResult> r = coord_->run(spec, job);
+    if (r.ok()) {
+      const VerifyResult v =
+          verify_gemm(s.m, s.n, s.k, spec.alpha, a.data(), b.data(), spec.beta, has_c ? c0.data() : nullptr, c.data());
+      EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+    }
+    return r;
+  }
+  StatusOr<ClusterView> prepare() {
+    auto lock = coord_->lock_jobs();
+    return coord_->prepare();
+  }
+
+  FakeFabric fabric_;
+  std::unique_ptr<FakePlane> root_plane_;
+  std::unique_ptr<ClusterCoordinator> coord_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::vector<std::unique_ptr<FakePlane>> planes_;  // outlive the members
+  std::vector<std::unique_ptr<ClusterMember>> members_;
+};
+
+TEST_F(ClusterControl, NoMembersIsAnEmptyView) {
+  StatusOr<ClusterView> v = prepare();
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->members, 0);
+  EXPECT_TRUE(root_plane_->connects().empty());
+}
+
+TEST_F(ClusterControl, MembersJoinOneCommunicatorWithRanksInJoinOrder) {
+  FakePlane& a = add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  FakePlane& b = add_member("host-b", 2);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  StatusOr<ClusterView> v = prepare();
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->members, 2);
+  ASSERT_EQ(v->ranks.size(), 4u);
+  EXPECT_EQ(v->ranks[0].host, 0);
+  EXPECT_EQ(v->ranks[1].host_name, "host-a");
+  EXPECT_EQ(v->ranks[2].host_name, "host-b");
+  EXPECT_EQ(v->ranks[3].host_name, "host-b");
+  // One id, one epoch, every process its first rank.
+  ASSERT_EQ(root_plane_->connects().size(), 1u);
+  const ClusterCommSpec root = root_plane_->connects()[0];
+  ASSERT_TRUE(eventually([&] { return a.connects().size() == 1 && b.connects().size() == 1; }));
+  EXPECT_EQ(root.first_rank, 0);
+  EXPECT_EQ(a.connects()[0].first_rank, 1);
+  EXPECT_EQ(b.connects()[0].first_rank, 2);
+  for (const auto& c : {a.connects()[0], b.connects()[0]}) {
+    EXPECT_EQ(c.unique_id, root.unique_id);
+    EXPECT_EQ(c.nranks, 4);
+    EXPECT_EQ(c.epoch, root.epoch);
+  }
+  // The link was measured with a probe every rank took part in: 64 MiB in 1 ms.
+  EXPECT_NEAR(v->net_gbps, 67.1, 0.1);
+  ASSERT_TRUE(eventually([&] { return a.jobs().size() == 1 && b.jobs().size() == 1; }));
+  EXPECT_EQ(a.jobs()[0].kind, ClusterJobKind::kProbe);
+  // Nothing changed: the next prepare keeps the communicator.
+  ASSERT_TRUE(prepare().ok());
+  EXPECT_EQ(root_plane_->connects().size(), 1u);
+}
+
+TEST_F(ClusterControl, JobsReachEveryRankAndTimingsCarryTheHost) {
+  FakePlane& a = add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));  // join order = rank order
+  FakePlane& b = add_member("host-b", 2);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  StatusOr<ClusterView> v = prepare();
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  for (GemmShape s : {GemmShape{67, 33, 41}, GemmShape{128, 64, 96}, GemmShape{3, 5, 7}}) {
+    for (bool has_c : {false, true}) {
+      StatusOr<ClusterRunResult> r = multiply(*v, s, has_c, uint64_t(s.m * 7 + has_c));
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      ASSERT_EQ(r->timings.size(), 4u);
+      EXPECT_EQ(r->timings[0].host, "coordinator");
+      EXPECT_EQ(r->timings[1].host, "host-a");
+      EXPECT_EQ(r->timings[2].host, "host-b");
+      EXPECT_EQ(r->timings[3].host, "host-b");
+    }
+  }
+  // Every member saw the same job descriptions, in the same order.
+  ASSERT_TRUE(eventually([&] { return a.jobs().size() == 7 && b.jobs().size() == 7; }));
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(a.jobs()[i].job_id, b.jobs()[i].job_id);
+    EXPECT_EQ(a.jobs()[i].job_id, root_plane_->jobs()[i].job_id);
+    EXPECT_EQ(a.jobs()[i].ranks, root_plane_->jobs()[i].ranks);
+  }
+}
+
+TEST_F(ClusterControl, MemberKilledMidJobFailsItNamingTheMemberAndTheNextRunsOnTheRest) {
+  FakePlane& a = add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  FakePlane& b = add_member("host-b", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  StatusOr<ClusterView> v = prepare();
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  b.set_hang(true);  // host-b stops in the job, like a rank whose process froze
+  auto failed = std::async(std::launch::async, [&] { return multiply(*v, GemmShape{64, 32, 16}, false, 3); });
+  ASSERT_TRUE(eventually([&] { return b.running(); }));
+  members_[1]->stop();  // host-b's process goes away: its stream ends
+  ASSERT_EQ(failed.wait_for(10s), std::future_status::ready);
+  StatusOr<ClusterRunResult> r = failed.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("host-b"), std::string::npos) << r.status().message();
+
+  // The next request: a new communicator over the coordinator and host-a.
+  const auto t0 = std::chrono::steady_clock::now();
+  StatusOr<ClusterView> v2 = prepare();
+  ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+  EXPECT_EQ(v2->members, 1);
+  EXPECT_EQ(v2->ranks.size(), 2u);
+  EXPECT_GT(v2->epoch, v->epoch);
+  StatusOr<ClusterRunResult> next = multiply(*v2, GemmShape{65, 31, 17}, true, 5);
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+  ASSERT_TRUE(eventually([&] { return a.connects().size() == 2; }));
+  EXPECT_EQ(a.connects()[1].nranks, 2);
+}
+
+TEST_F(ClusterControl, JoinAndLeaveBetweenRequestsRebuildTheCommunicator) {
+  add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  StatusOr<ClusterView> v1 = prepare();
+  ASSERT_TRUE(v1.ok());
+  EXPECT_EQ(v1->ranks.size(), 2u);
+  add_member("host-b", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  StatusOr<ClusterView> v2 = prepare();
+  ASSERT_TRUE(v2.ok());
+  EXPECT_EQ(v2->ranks.size(), 3u);
+  ASSERT_TRUE(multiply(*v2, GemmShape{50, 20, 30}, false, 9).ok());
+  members_[0]->stop();
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  StatusOr<ClusterView> v3 = prepare();
+  ASSERT_TRUE(v3.ok());
+  EXPECT_EQ(v3->ranks.size(), 2u);
+  EXPECT_EQ(v3->ranks[1].host_name, "host-b");
+  ASSERT_TRUE(multiply(*v3, GemmShape{50, 20, 30}, true, 10).ok());
+  members_[1]->stop();
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 0; }));
+  StatusOr<ClusterView> v4 = prepare();
+  ASSERT_TRUE(v4.ok());
+  EXPECT_EQ(v4->members, 0);
+}
+
+TEST_F(ClusterControl, AMemberDropsItsCommunicatorWhenTheCoordinatorGoes) {
+  FakePlane& a = add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  ASSERT_TRUE(prepare().ok());
+  EXPECT_NE(members_[0]->epoch(), 0u);
+  coord_->shutdown();  // every member stream ends: the member drops its communicator and tries again
+  ASSERT_TRUE(eventually([&] { return a.disconnects() >= 1; }));
+  EXPECT_EQ(members_[0]->epoch(), 0u);
+}
+
+// The coordinator's own engine, for the cluster engine's tests: runs every
+// job on "one GPU" (computing nothing) and says so in its reason.
+class LocalEngine final : public Engine {
+ public:
+  EngineInfo info() const override {
+    EngineInfo i;
+    i.backend = "cuda";
+    i.devices.push_back(DeviceInfo{0, "local gpu", 0, 0, 0, 0});
+    return i;
+  }
+  HostAllocator& host_allocator() override { return alloc_; }
+  Status validate(const GemmRequest&) const override { return Status::Ok(); }
+  StatusOr<GemmReport> run(const GemmJob& job) override {
+    ++runs;
+    GemmReport r;
+    r.plan_reason = "local";
+    r.split = job.request.options.split == SplitMode::kAuto ? SplitMode::kSingle : job.request.options.split;
+    return r;
+  }
+  int runs = 0;
+
+ private:
+  AlignedHostAllocator alloc_;
+};
+
+TEST_F(ClusterControl, TheEngineRunsLocallyUntilTheClusterPaysAndOverItWhenAsked) {
+  auto local = std::make_unique<LocalEngine>();
+  LocalEngine* local_ptr = local.get();
+  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), *coord_);
+  const GemmShape s{96, 40, 24};
+  std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n));
+  fill_random(a, 1);
+  fill_random(b, 2);
+  GemmJob job;
+  job.request.shape = s;
+  job.a = a.data();
+  job.b = b.data();
+  job.c = c.data();
+  // No member: local.
+  StatusOr<GemmReport> r = engine->run(job);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(local_ptr->runs, 1);
+  add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  // A member, but a small product over a 67 GB/s link: the cost model keeps it local.
+  r = engine->run(job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(local_ptr->runs, 2);
+  EXPECT_NE(r->plan_reason.find("cluster rows: 2 GPUs on 2 hosts"), std::string::npos) << r->plan_reason;
+  // split single is never spread over the cluster.
+  job.request.options.split = SplitMode::kSingle;
+  ASSERT_TRUE(engine->run(job).ok());
+  EXPECT_EQ(local_ptr->runs, 3);
+}
+
+TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
+  // A coordinator whose options say --cluster-always, on the same fabric.
+  ClusterOptions o = opts("coordinator");
+  o.always = true;
+  ClusterCoordinator always(*root_plane_, o);
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&always);
+  auto server = b.BuildAndStart();
+  ASSERT_TRUE(server);
+  FakePlane plane(fabric_, 1, "host-a");
+  ClusterMember member(plane, "127.0.0.1:" + std::to_string(port), opts("host-a"));
+  member.start();
+  ASSERT_TRUE(eventually([&] { return always.member_count() == 1; }));
+  auto local = std::make_unique<LocalEngine>();
+  LocalEngine* local_ptr = local.get();
+  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), always);
+  const GemmShape s{77, 33, 19};
+  std::vector<float> a(size_t(s.m * s.k)), bm(size_t(s.k * s.n)), c(size_t(s.m * s.n)), c0;
+  fill_random(a, 4);
+  fill_random(bm, 5);
+  fill_random(c, 6);
+  c0 = c;
+  GemmJob job;
+  job.request.shape = s;
+  job.request.alpha = 2.0f;
+  job.request.beta = 0.5f;
+  job.request.has_c = true;
+  job.a = a.data();
+  job.b = bm.data();
+  job.c = c.data();
+  StatusOr<GemmReport> r = engine->run(job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(local_ptr->runs, 0);
+  EXPECT_EQ(r->split, SplitMode::kRows);
+  ASSERT_EQ(r->devices.size(), 2u);
+  EXPECT_EQ(r->devices[0].host, "coordinator");
+  EXPECT_EQ(r->devices[1].host, "host-a");
+  EXPECT_EQ(r->devices[1].shard.row_end, s.m);
+  const VerifyResult v = verify_gemm(s.m, s.n, s.k, 2.0f, a.data(), bm.data(), 0.5f, c0.data(), c.data());
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+  member.stop();
+  always.shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
+}
+
+}  // namespace
+}  // namespace sgemm

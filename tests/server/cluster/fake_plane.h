@@ -1,0 +1,180 @@
+// A ClusterDataPlane without GPUs or NCCL, for the control plane's tests: the
+// planes of one test share a FakeFabric that stands in for the NCCL network.
+// Each rank computes its own rows of C (in fp32, on the CPU) from the root's
+// host matrices; the root waits for every rank's rows as it would for the
+// shards coming back. A plane told to hang waits, like a rank in a collective
+// whose peer died, until its abort token is cancelled.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "server/engine/cluster_plane.h"
+
+namespace sgemm::testing {
+
+struct FakeFabric {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t job_id = 0;
+  const GemmJob* job = nullptr;  // guarded by mu: the root's job under way
+  ClusterJobSpec spec;           // guarded by mu
+  std::set<int> ranks_done;      // guarded by mu
+  int ids = 0;
+};
+
+class FakePlane final : public ClusterDataPlane {
+ public:
+  FakePlane(FakeFabric& fabric, int gpus, std::string name) : fabric_(fabric), gpus_(gpus), name_(std::move(name)) {}
+
+  std::vector<DeviceInfo> local_devices() const override {
+    std::vector<DeviceInfo> v;
+    for (int i = 0; i < gpus_; ++i) v.push_back(DeviceInfo{i, name_ + " gpu " + std::to_string(i), 0, 0, 0, 0});
+    return v;
+  }
+  StatusOr<std::string> new_unique_id() override {
+    std::lock_guard lock(fabric_.mu);
+    return "fake-id-" + std::to_string(++fabric_.ids);
+  }
+  Status connect(const ClusterCommSpec& spec, const CancelToken*, int64_t) override {
+    std::lock_guard lock(mu_);
+    connects_.push_back(spec);
+    comm_ = spec;
+    return Status::Ok();
+  }
+  void disconnect() override {
+    std::lock_guard lock(mu_);
+    ++disconnects_;
+    comm_ = ClusterCommSpec{};
+  }
+  StatusOr<ClusterRunResult> run_root(const ClusterJobSpec& spec, const GemmJob& job,
+                                      const CancelToken* abort) override {
+    record(spec);
+    ClusterRunResult r;
+    if (spec.kind == ClusterJobKind::kProbe) {
+      r.elapsed_ms = 1.0;
+      return r;
+    }
+    {
+      std::lock_guard lock(fabric_.mu);
+      fabric_.job_id = spec.job_id;
+      fabric_.job = &job;
+      fabric_.spec = spec;
+      fabric_.ranks_done.clear();
+      fabric_.cv.notify_all();
+    }
+    SGEMM_RETURN_IF_ERROR(compute_mine(spec, abort, &r));
+    std::unique_lock lock(fabric_.mu);
+    while (int(fabric_.ranks_done.size()) < int(spec.ranks.size())) {
+      if (abort && !abort->status().ok()) {
+        fabric_.job = nullptr;
+        return abort->status();
+      }
+      fabric_.cv.wait_for(lock, std::chrono::milliseconds(5));
+    }
+    fabric_.job = nullptr;
+    return r;
+  }
+  StatusOr<ClusterRunResult> run_member(const ClusterJobSpec& spec, const CancelToken* abort) override {
+    record(spec);
+    ClusterRunResult r;
+    if (spec.kind == ClusterJobKind::kProbe) return r;
+    SGEMM_RETURN_IF_ERROR(compute_mine(spec, abort, &r));
+    return r;
+  }
+
+  // Test controls and records.
+  void set_hang(bool h) {
+    std::lock_guard lock(mu_);
+    hang_ = h;
+  }
+  bool running() {
+    std::lock_guard lock(mu_);
+    return running_;
+  }
+  std::vector<ClusterCommSpec> connects() {
+    std::lock_guard lock(mu_);
+    return connects_;
+  }
+  std::vector<ClusterJobSpec> jobs() {
+    std::lock_guard lock(mu_);
+    return jobs_;
+  }
+  int disconnects() {
+    std::lock_guard lock(mu_);
+    return disconnects_;
+  }
+
+ private:
+  void record(const ClusterJobSpec& spec) {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(spec);
+  }
+  struct Running {
+    FakePlane* p;
+    explicit Running(FakePlane* p) : p(p) {
+      std::lock_guard lock(p->mu_);
+      p->running_ = true;
+    }
+    ~Running() {
+      std::lock_guard lock(p->mu_);
+      p->running_ = false;
+    }
+  };
+  // Waits for the root's job, then computes this process's ranks' rows.
+  Status compute_mine(const ClusterJobSpec& spec, const CancelToken* abort, ClusterRunResult* r) {
+    Running running(this);
+    int first = 0;
+    bool hang = false;
+    {
+      std::lock_guard lock(mu_);
+      first = comm_.first_rank;
+      hang = hang_;
+      if (comm_.epoch != spec.epoch) return Unavailable("fake plane: job for another epoch");
+    }
+    std::unique_lock lock(fabric_.mu);
+    for (;;) {
+      if (abort && !abort->status().ok()) return abort->status();
+      if (!hang && fabric_.job && fabric_.job_id == spec.job_id) break;
+      fabric_.cv.wait_for(lock, std::chrono::milliseconds(5));
+    }
+    const GemmJob& job = *fabric_.job;
+    const auto& s = spec.shape;
+    for (int rank = first; rank < first + gpus_; ++rank) {
+      const Shard& sh = spec.ranks[size_t(rank)];
+      for (int64_t i = sh.row_begin; i < sh.row_end; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          float acc = 0;
+          for (int64_t p = 0; p < s.k; ++p) acc += job.a[i * s.k + p] * job.b[p * s.n + j];
+          float& c = job.c[i * s.n + j];
+          c = spec.alpha * acc + (spec.has_c ? spec.beta * c : 0.0f);
+        }
+      DeviceTiming t;
+      t.device = rank - first;
+      t.name = name_;
+      t.shard = sh;
+      t.kernel_ms = 1;
+      r->timings.push_back(t);
+      fabric_.ranks_done.insert(rank);
+    }
+    fabric_.cv.notify_all();
+    return Status::Ok();
+  }
+
+  FakeFabric& fabric_;
+  const int gpus_;
+  const std::string name_;
+  std::mutex mu_;
+  ClusterCommSpec comm_;                   // guarded by mu_
+  std::vector<ClusterCommSpec> connects_;  // guarded by mu_
+  std::vector<ClusterJobSpec> jobs_;       // guarded by mu_
+  int disconnects_ = 0;                    // guarded by mu_
+  bool hang_ = false;                      // guarded by mu_
+  bool running_ = false;                   // guarded by mu_
+};
+
+}  // namespace sgemm::testing
