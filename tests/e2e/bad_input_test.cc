@@ -264,8 +264,11 @@ TEST_F(BadInputE2E, ExpiredDeadline) {
   while (stream->Read(&resp)) {
   }
   EXPECT_EQ(stream->Finish().error_code(), StatusCode::DEADLINE_EXCEEDED);
-  // Logged with the client's code, naming the phase.
-  EXPECT_TRUE(server_->log_has("status=DEADLINE_EXCEEDED phase=\"receiving the matrices\"")) << server_->log();
+  // Logged with the client's code, naming the phase (on a loaded machine, or
+  // under ThreadSanitizer, the deadline can pass before the header is read).
+  EXPECT_TRUE(server_->log_has("status=DEADLINE_EXCEEDED phase=\"receiving the matrices\"") ||
+              server_->log_has("status=DEADLINE_EXCEEDED phase=\"reading the header\"", 0))
+      << server_->log();
   expect_healthy();
 }
 
