@@ -502,7 +502,9 @@ TEST(AdmissionE2E, BusyIsUnavailableOnlyWhenEverySlotIsTakenAndTheClientRetriesI
   auto retried = Client::connect(addr, patient)->multiply({4, 4, 4}, a.data(), a.data(), nullptr, {});
   ASSERT_TRUE(retried.ok()) << retried.status().to_string();
   // Refused, then retried, while the big product held the slot.
-  if (still_busy) EXPECT_GT(retried->attempts, 1);
+  if (still_busy) {
+    EXPECT_GT(retried->attempts, 1);
+  }
   EXPECT_FLOAT_EQ(retried->c[0], 4.0f);
   big.join();
   // With the slot free, admission never refuses: many sequential requests, none retried.
