@@ -4,8 +4,6 @@
 
 namespace sgemm {
 
-namespace v1 = ::sgemm::v1;
-
 namespace {
 
 std::optional<RegionRef> ref_from(bool present, const v1::RegionRef& r) {

@@ -9,8 +9,6 @@
 
 namespace sgemm {
 
-namespace v1 = ::sgemm::v1;
-
 StatusOr<RegionCaller> SgemmService::region_caller(const grpc::CallbackServerContext* ctx) const {
   // Tokens first (as for Multiply), then the Unix connection's credentials.
   SGEMM_ASSIGN_OR_RETURN(AuthClient * client, authenticate(ctx));

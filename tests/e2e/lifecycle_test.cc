@@ -685,9 +685,10 @@ TEST(StreamLimitsE2E, AfterA20000StreamResetStormTheServerGivesItsMemoryBack) {
   EXPECT_EQ(j["wrong_results"], 0);
   EXPECT_EQ(j["ok"], 4);
   const int64_t rss_peak = rss_bytes(server.pid());
-  // The backlog of resets is worked off, then the watchdog trims the heap.
+  // The backlog of resets is worked off, then the watchdog trims the heap
+  // (about 2 s on an idle machine; much longer when other tests share the cores).
   int64_t rss = rss_peak;
-  for (int t = 0; t < 100 && rss - rss_before > (int64_t{64} << 20); ++t) {
+  for (int t = 0; t < 600 && rss - rss_before > (int64_t{64} << 20); ++t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     rss = rss_bytes(server.pid());
   }
