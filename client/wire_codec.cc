@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/chunk_wire.h"
 #include "sgemm/v1/sgemm.pb.h"
 
 namespace sgemm::wire {
@@ -32,23 +33,6 @@ void SliceRefs::wait_zero() {
 void SliceRefs::release_cb(void* self) { static_cast<SliceRefs*>(self)->release(); }
 
 namespace {
-
-void put_varint(std::string& s, uint64_t v) {
-  while (v >= 0x80) {
-    s.push_back(char(uint8_t(v) | 0x80));
-    v >>= 7;
-  }
-  s.push_back(char(v));
-}
-
-std::size_t varint_size(uint64_t v) {
-  std::size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
 
 // Reads varints from a small prefix copied out of the message.
 struct Prefix {
@@ -98,21 +82,7 @@ StatusOr<Response> check_chunk(int64_t matrix, int64_t offset, uint64_t bytes, i
 }  // namespace
 
 std::string request_chunk_head(WireMatrix matrix, int64_t offset, uint64_t data_bytes) {
-  const uint64_t m = uint64_t(matrix);
-  const uint64_t chunk_len =
-      1 + varint_size(m) + (offset ? 1 + varint_size(uint64_t(offset)) : 0) + 1 + varint_size(data_bytes) + data_bytes;
-  std::string head;
-  head.push_back(char((2 << 3) | 2));  // MultiplyRequest.chunk, length-delimited
-  put_varint(head, chunk_len);
-  head.push_back(char((1 << 3) | 0));  // matrix
-  put_varint(head, m);
-  if (offset) {
-    head.push_back(char((2 << 3) | 0));  // offset
-    put_varint(head, uint64_t(offset));
-  }
-  head.push_back(char((3 << 3) | 2));  // data
-  put_varint(head, data_bytes);
-  return head;
+  return matrix_chunk_head(2, uint64_t(matrix), offset, data_bytes);  // MultiplyRequest.chunk
 }
 
 grpc::ByteBuffer encode_chunk(WireMatrix matrix, const float* data, int64_t offset, int64_t count, SliceRefs* refs) {

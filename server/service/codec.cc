@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/chunk_wire.h"
+
 namespace sgemm {
 
 // `v1` is ::sgemm::v1 here (an alias would redefine it; clang says so).
@@ -340,23 +342,6 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
 
 namespace {
 
-void put_varint(std::string& s, uint64_t v) {
-  while (v >= 0x80) {
-    s.push_back(char(uint8_t(v) | 0x80));
-    v >>= 7;
-  }
-  s.push_back(char(v));
-}
-
-std::size_t varint_size(uint64_t v) {
-  std::size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
 grpc::ByteBuffer serialize(const v1::MultiplyResponse& msg) {
   grpc::ByteBuffer bb;
   bool own = false;
@@ -369,19 +354,7 @@ grpc::ByteBuffer serialize(const v1::MultiplyResponse& msg) {
 grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count, std::shared_ptr<const void> keep) {
   // MultiplyResponse { chunk (1) = MatrixChunk { matrix (1) = MATRIX_C, offset (2), data (3) } }
   const uint64_t data_bytes = uint64_t(count) * sizeof(float);
-  const uint64_t chunk_len =
-      2 + (offset ? 1 + varint_size(uint64_t(offset)) : 0) + 1 + varint_size(data_bytes) + data_bytes;
-  std::string head;
-  head.push_back(char((1 << 3) | 2));  // field 1, length-delimited
-  put_varint(head, chunk_len);
-  head.push_back(char((1 << 3) | 0));  // matrix
-  put_varint(head, uint64_t(v1::MATRIX_C));
-  if (offset) {
-    head.push_back(char((2 << 3) | 0));  // offset
-    put_varint(head, uint64_t(offset));
-  }
-  head.push_back(char((3 << 3) | 2));  // data
-  put_varint(head, data_bytes);
+  const std::string head = matrix_chunk_head(1, uint64_t(v1::MATRIX_C), offset, data_bytes);
   if (!keep) {
     grpc::Slice slices[2] = {grpc::Slice(head), grpc::Slice(c + offset, std::size_t(data_bytes))};
     return grpc::ByteBuffer(slices, 2);
