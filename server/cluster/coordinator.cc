@@ -70,6 +70,9 @@ class MemberReactor final : public grpc::ServerBidiReactor<v1::ClusterMemberMess
   void OnCancel() override { c_->on_left(this, "its connection was lost"); }
   void OnDone() override {
     c_->forget(this);
+    // gRPC runs OnDone after every other reaction has returned; taking mu_
+    // once shows that order to ThreadSanitizer before the queue is destroyed.
+    { std::lock_guard lock(mu_); }
     delete this;
   }
 

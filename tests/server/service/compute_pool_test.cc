@@ -79,9 +79,17 @@ TEST(ComputePool, APreemptibleTaskIsAskedForItsSlotWhenTheQueueIsFull) {
       &id));
   EXPECT_FALSE(pool.submit_if_idle([] {}, [] {}, &id)) << "no idle thread";
   for (int i = 0; i < 200 && pool.running() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_TRUE(pool.submit([&] { ++ran; })) << "accepted: the preemptible task gives its slot up";
+  // The task that takes the slot holds it until the last check: were it to
+  // finish first, the slot would be free again and the third submit accepted.
+  std::promise<void> hold;
+  auto held = hold.get_future().share();
+  EXPECT_TRUE(pool.submit([&] {
+    held.wait();
+    ++ran;
+  })) << "accepted: the preemptible task gives its slot up";
   EXPECT_EQ(asked.load(), 1);
   EXPECT_FALSE(pool.submit([&] { ++ran; })) << "nothing left to preempt, queue full";
+  hold.set_value();
   while (ran.load() < 2) std::this_thread::yield();
 }
 
