@@ -68,7 +68,8 @@ grep -h "link between hosts\|failed" "$log/coord.log" | tail -n 4
 awk -v mode="$mode" -v n="$n" -v size="$size" '
   FNR == 1 { file++ }
   file == 1 && /^plan:/ { run++; kmax[run] = 0 }
-  /^[0-9]+ / && !/runs:/ { k = (/ on [^ ]+$/ ? $(NF-4) : $(NF-2)) + 0 }
+  # kernel ms: the 6th column from the right, before " on HOST" in cluster mode
+  /^[0-9]+ / && !/runs:/ { k = (/ on [^ ]+$/ ? $(NF-7) : $(NF-5)) + 0 }
   file == 1 && /^[0-9]+ / && !/runs:/ { if (k > kmax[run]) kmax[run] = k }
   file == 1 && /^server:/ { comp[run] = $9 + 0 }
   file == 2 && /^[0-9]+ / && !/runs:/ { single_k = k }

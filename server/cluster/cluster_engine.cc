@@ -1,6 +1,9 @@
 #include "server/cluster/cluster_engine.h"
 
+#include <algorithm>
+
 #include "server/planner/cluster_plan.h"
+#include "server/planner/kernel_choice.h"
 
 namespace sgemm {
 namespace {
@@ -69,8 +72,21 @@ class ClusterEngine final : public Engine {
     spec.alpha = r.alpha;
     spec.beta = r.has_c ? r.beta : 0.0f;
     spec.has_c = r.has_c;
-    spec.kernel = r.options.kernel.value_or(info.default_kernel);
     spec.ranks = plan.shards;
+    // One kernel for every rank: the measured table's pick for the largest
+    // shard, as the local engine picks for a whole request.
+    std::string kernel_reason;
+    if (r.options.kernel) {
+      spec.kernel = *r.options.kernel;
+    } else {
+      GemmShape largest{0, r.shape.n, r.shape.k};
+      for (const Shard& sh : plan.shards) largest.m = std::max(largest.m, sh.row_end - sh.row_begin);
+      spec.kernel = choose_kernel(largest, info.default_kernel, info.kernels);
+      if (spec.kernel != info.default_kernel)
+        if (const KernelChoiceRow* row = find_kernel_choice(largest))
+          kernel_reason = "; kernel " + std::string(kernel_kind_name(spec.kernel)) + " for " + row->shape_class +
+                          " (measured table, server/planner/kernel_choice.cc)";
+    }
     SGEMM_ASSIGN_OR_RETURN(ClusterRunResult res, coord_.run(spec, job));
     jobs.unlock();
     if (job.sink) job.sink->rows_ready(0, r.shape.m);
@@ -79,7 +95,7 @@ class ClusterEngine final : public Engine {
     rep.kernel = spec.kernel;
     rep.precision = Precision::kFp32;
     rep.split = SplitMode::kRows;
-    rep.plan_reason = plan.reason;
+    rep.plan_reason = plan.reason + kernel_reason;
     rep.devices = std::move(res.timings);
     return rep;
   }
