@@ -241,6 +241,20 @@ std::size_t gemv_workspace(const GemmShape& s) {
 
 bool any_shape(const GemmShape&) { return true; }
 constexpr ALayout kAKM = ALayout::kKMajorWhenAligned;
+
+// Thin C with a long K (n <= 32, n <= 64): the K-major BK-32 tile when A's rows are
+// 16-byte aligned (its 16-byte copies of A are what wins there: 107-110% of cuBLAS at
+// n = 32 against 82-89% for the transposed tile), else the transposed tile measured
+// best before it. The workspace covers either.
+template <class CfgKMajor, class CfgTransposed>
+Status run_split_k_by_a_layout(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  if (a_rows_aligned(g)) return run_config_split_k<CfgKMajor, SplitReduce::kWorkspace, kThinMinK, kAKM>(g, ws, stream);
+  return run_config_split_k<CfgTransposed, SplitReduce::kWorkspace, kThinMinK>(g, ws, stream);
+}
+template <class CfgKMajor, class CfgTransposed>
+std::size_t split_k_workspace_either(const GemmShape& s) {
+  return std::max(split_k_workspace<CfgKMajor, kThinMinK>(s), split_k_workspace<CfgTransposed, kThinMinK>(s));
+}
 bool gemv_shape(const GemmShape& s) { return s.m == 1 || s.n == 1; }
 
 struct Variant {
@@ -258,15 +272,17 @@ constexpr Variant kVariants[] = {
      any_shape},
     {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>, split_k_workspace<SmallWide4>, any_shape},
     {"gemv", run_gemv<GemvRowBlock::k8Warps>, gemv_workspace<GemvRowBlock::k8Warps>, gemv_shape},
-    {"256x32x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Tall, SplitReduce::kWorkspace, kThinMinK>,
-     split_k_workspace<Tall, kThinMinK>, any_shape},
-    {"128x64x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Medium, SplitReduce::kWorkspace, kThinMinK>,
-     split_k_workspace<Medium, kThinMinK>, any_shape},
+    {"128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16", run_split_k_by_a_layout<TallK32, Tall>,
+     split_k_workspace_either<TallK32, Tall>, any_shape},
+    {"64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16", run_split_k_by_a_layout<Small32, Medium>,
+     split_k_workspace_either<Small32, Medium>, any_shape},
     {"128x64x16_w64x32_t8x8_s3_splitk512_cluster", run_config_split_k<Medium, SplitReduce::kCluster, kThinMinK>,
      no_workspace, any_shape},
     {"32x128x16_w16x64_t4x8_s4_splitk512", run_config_split_k<Flat, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<Flat, kThinMinK>, any_shape},
-    // K-major A (16-byte copies of A) candidates, measured against the rows above.
+#ifdef SGEMM_KERNEL_TUNING
+    // K-major A (16-byte copies of A) candidates (bench/results/2026-11-22-h100-kernel2/) and the
+    // transposed thin tiles the picker used before them.
     {"64x128x16_w32x64_t8x8_s4_akm-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide, kAKM>,
      no_workspace, any_shape},
     {"64x128x16_w32x64_t8x8_s4_akm_splitk", run_config_split_k<SmallWide4, SplitReduce::kWorkspace, 1024, kAKM>,
@@ -294,7 +310,10 @@ constexpr Variant kVariants[] = {
      split_k_workspace<Wide32, kThinMinK>, any_shape},
     {"32x128x32_w16x64_t4x8_s3_akm_splitk512", run_config_split_k<Flat32, SplitReduce::kWorkspace, kThinMinK, kAKM>,
      split_k_workspace<Flat32, kThinMinK>, any_shape},
-#ifdef SGEMM_KERNEL_TUNING
+    {"256x32x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Tall, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Tall, kThinMinK>, any_shape},
+    {"128x64x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Medium, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Medium, kThinMinK>, any_shape},
     {"128x128x16_w32x64_t8x8_s3", run_config<Large>, no_workspace, any_shape},
     {"128x128x8_w64x64_t8x16_s4", run_config<Wide>, no_workspace, any_shape},
     {"128x256x8_w64x64_t8x16_s4", run_config<Huge>, no_workspace, any_shape},
@@ -332,8 +351,8 @@ enum VariantId {
   kSmallWideByAlignment = 0,
   kSmallWide4SplitK = 1,
   kGemv = 2,
-  kTallSplitK = 3,
-  kMediumSplitK = 4,
+  kThinN32SplitK = 3,
+  kThinN64SplitK = 4,
   kMediumSplitKCluster = 5,
   kFlatSplitK = 6,
 };
@@ -386,15 +405,17 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // 1024 to 8192, with 4 stages when B and C allow 16-byte copies and 3 otherwise;
   // shapes with too few tiles for a wave and a long K split K (deterministically).
   // Thin C (issue 14, bench/results/2026-11-22-h100-kernel-thin/): a single row or
-  // column is a memory-bound GEMV; C at most 32 or 64 columns wide takes the
-  // 256x32 or 128x64 tile, at most 32 rows high the 32x128 one, splitting K down
-  // to 512 per split (each the best of the measured tiles on its class).
+  // column is a memory-bound GEMV; C at most 32 rows high takes the 32x128 tile,
+  // splitting K down to 512 per split. C at most 32 or 64 columns wide (issue 14,
+  // bench/results/2026-11-22-h100-kernel2/): the 128x32x32 or 64x64x32 tile with A
+  // K-major in shared memory (16-byte copies of A, the heavy operand there) when A's
+  // rows are 16-byte aligned, else the transposed 256x32x16 or 128x64x16 tile.
   if (gemv_shape(s)) return kGemv;
-  if (s.n <= 32 && s.m >= 1024) return kTallSplitK;
+  if (s.n <= 32 && s.m >= 1024) return kThinN32SplitK;
   // With K < 2048 the 128x64 tile splits K at most 3 ways: its splits meet in a
   // cluster (no workspace pass): 8192x64x1024 114.5% of cuBLAS against 99.6% with
   // the workspace; with more splits the cluster reduction lost (73.6% at 8192x64x8192).
-  if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kMediumSplitK;
+  if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kThinN64SplitK;
   if (s.m <= 32 && s.n >= 1024) return kFlatSplitK;
   if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) return kSmallWide4SplitK;
   return kSmallWideByAlignment;
