@@ -34,11 +34,12 @@ using Tall = PingpongConfig<256, 32, 16, 4, 1, 8, 4, 8, 8, 3, 3>;     // 128 thr
 using Flat = PingpongConfig<32, 128, 16, 2, 2, 4, 8, 4, 8, 4, 4>;     // 128 thr, warp 16x64, for m <= 32
 using TallK32 = PingpongConfig<128, 32, 32, 4, 1, 8, 4, 4, 8, 3, 3>;  // 128 thr, warp 32x32, BK 32
 // BK 32 with 4x8 thread tiles (K-major A candidates, bench/results/2026-11-22-h100-kernel2/).
-using Small32 = PingpongConfig<64, 64, 32, 2, 2, 8, 4, 4, 8, 3, 4>;     // 128 thr, warp 32x32
-using Medium32 = PingpongConfig<128, 64, 32, 4, 2, 8, 4, 4, 8, 3, 2>;   // 256 thr, warp 32x32
-using Wide32 = PingpongConfig<64, 128, 32, 2, 4, 8, 4, 4, 8, 3, 2>;     // 256 thr, warp 32x32
-using Flat32 = PingpongConfig<32, 128, 32, 2, 2, 4, 8, 4, 8, 3, 3>;     // 128 thr, warp 16x64
-using MediumK32 = PingpongConfig<128, 64, 32, 2, 2, 8, 4, 8, 8, 3, 2>;  // 128 thr, warp 64x32, BK 32
+using Small32 = PingpongConfig<64, 64, 32, 2, 2, 8, 4, 4, 8, 3, 4>;        // 128 thr, warp 32x32
+using Medium32 = PingpongConfig<128, 64, 32, 4, 2, 8, 4, 4, 8, 3, 2>;      // 256 thr, warp 32x32
+using Wide32 = PingpongConfig<64, 128, 32, 2, 4, 8, 4, 4, 8, 3, 2>;        // 256 thr, warp 32x32
+using Flat32 = PingpongConfig<32, 128, 32, 2, 2, 4, 8, 4, 8, 3, 3>;        // 128 thr, warp 16x64
+using SmallWide4B3 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 3>;  // SmallWide4 at 3 blocks/SM (170 regs)
+using MediumK32 = PingpongConfig<128, 64, 32, 2, 2, 8, 4, 8, 8, 3, 2>;     // 128 thr, warp 64x32, BK 32
 
 // C = beta * C ahead of split-K accumulation (C is not read when beta == 0).
 Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
@@ -283,6 +284,10 @@ constexpr Variant kVariants[] = {
 #ifdef SGEMM_KERNEL_TUNING
     // K-major A (16-byte copies of A) candidates (bench/results/2026-11-22-h100-kernel2/) and the
     // transposed thin tiles the picker used before them.
+    {"64x128x16_w32x64_t8x8_s4_b3_akm-aligned_s3-unaligned", run_config_by_alignment<SmallWide4B3, SmallWide, kAKM>,
+     no_workspace, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_b3_akm_splitk", run_config_split_k<SmallWide4B3, SplitReduce::kWorkspace, 1024, kAKM>,
+     split_k_workspace<SmallWide4B3>, any_shape},
     {"64x128x16_w32x64_t8x8_s4_akm-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide, kAKM>,
      no_workspace, any_shape},
     {"64x128x16_w32x64_t8x8_s4_akm_splitk", run_config_split_k<SmallWide4, SplitReduce::kWorkspace, 1024, kAKM>,

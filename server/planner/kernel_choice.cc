@@ -35,10 +35,11 @@ constexpr KernelChoiceRow kTable[] = {
     {"m <= 64 with n >= 1024, k >= 2048", few_rows, KernelKind::kPingpong,
      "ping-pong 157.1% of cuBLAS at 32x8192x8192, 101.0% at 64x8192x8192 (H100, 2026-11-22)"},
     {"n <= 32 with m >= 1024, k >= 2048, k % 4 == 0", narrow32_aligned, KernelKind::kPingpong,
-     "ping-pong (K-major 128x32x32) 109.6% of cuBLAS at 8192x32x8192, 107.0% at 4096x32x4096 (H100, 2026-11-22)"},
+     "ping-pong (K-major 128x32x32) 109.6-110.7% of cuBLAS at 8192x32x8192, 107.0-108.9% at 4096x32x4096 (H100, "
+     "2026-11-22)"},
     {"n <= 128 with m >= 1024, k >= 2048", narrow, KernelKind::kCublas,
-     "ping-pong 93.1% of cuBLAS at 8192x64x8192, 98.5% at 4096x64x4096, 89.2% at 8192x128x8192; 82% at "
-     "8192x32x8192 with A rows not 16-byte aligned (H100, 2026-11-22)"},
+     "ping-pong 93.1-96.5% of cuBLAS at 8192x64x8192, 89.2-90.6% at 8192x128x8192, 80.3% at 8192x32x8191 (A rows "
+     "not 16-byte aligned); 98.5-109.5% at 4096x64x4096, which this row leaves to cuBLAS (H100, 2026-11-22)"},
     {"64 < m <= 128 with n >= 1024, k >= 2048", short_rows, KernelKind::kCublas,
      "ping-pong 89.7% of cuBLAS at 128x8192x8192 (H100, 2026-11-22)"},
     {"m, n >= 2048 with k >= 1000", large, KernelKind::kCublas,
