@@ -150,7 +150,12 @@ Options parse(int argc, char** argv) {
                 {8192, 128, 8192},
                 {32, 8192, 8192},
                 {128, 8192, 8192},
-                {8192, 64, 1024}};
+                {8192, 64, 1024},
+                // n <= 64 at half the size, and n = 32 with K % 4 != 0 (A rows not 16-byte aligned:
+                // the transposed tile instead of the K-major one).
+                {4096, 32, 4096},
+                {4096, 64, 4096},
+                {8192, 32, 8191}};
   if (o.kernels.empty()) o.kernels = gpu_kernel_kinds();
   return o;
 }

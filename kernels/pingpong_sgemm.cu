@@ -30,10 +30,16 @@ using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 
 using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
 using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;         // 64 thr, warp 32x64
 // Thin classes (issue 14): tiles shaped to the thin side of C, split-K to fill the device.
-using Tall = PingpongConfig<256, 32, 16, 4, 1, 8, 4, 8, 8, 3, 3>;       // 128 thr, warp 64x32, for n <= 32
-using Flat = PingpongConfig<32, 128, 16, 2, 2, 4, 8, 4, 8, 4, 4>;       // 128 thr, warp 16x64, for m <= 32
-using TallK32 = PingpongConfig<128, 32, 32, 4, 1, 8, 4, 4, 8, 3, 3>;    // 128 thr, warp 32x32, BK 32
-using MediumK32 = PingpongConfig<128, 64, 32, 2, 2, 8, 4, 8, 8, 3, 2>;  // 128 thr, warp 64x32, BK 32
+using Tall = PingpongConfig<256, 32, 16, 4, 1, 8, 4, 8, 8, 3, 3>;     // 128 thr, warp 64x32, for n <= 32
+using Flat = PingpongConfig<32, 128, 16, 2, 2, 4, 8, 4, 8, 4, 4>;     // 128 thr, warp 16x64, for m <= 32
+using TallK32 = PingpongConfig<128, 32, 32, 4, 1, 8, 4, 4, 8, 3, 3>;  // 128 thr, warp 32x32, BK 32
+// BK 32 with 4x8 thread tiles (K-major A candidates, bench/results/2026-11-22-h100-kernel2/).
+using Small32 = PingpongConfig<64, 64, 32, 2, 2, 8, 4, 4, 8, 3, 4>;        // 128 thr, warp 32x32
+using Medium32 = PingpongConfig<128, 64, 32, 4, 2, 8, 4, 4, 8, 3, 2>;      // 256 thr, warp 32x32
+using Wide32 = PingpongConfig<64, 128, 32, 2, 4, 8, 4, 4, 8, 3, 2>;        // 256 thr, warp 32x32
+using Flat32 = PingpongConfig<32, 128, 32, 2, 2, 4, 8, 4, 8, 3, 3>;        // 128 thr, warp 16x64
+using SmallWide4B3 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 3>;  // SmallWide4 at 3 blocks/SM (170 regs)
+using MediumK32 = PingpongConfig<128, 64, 32, 2, 2, 8, 4, 8, 8, 3, 2>;     // 128 thr, warp 64x32, BK 32
 
 // C = beta * C ahead of split-K accumulation (C is not read when beta == 0).
 Status prescale_c(const GemmArgs& g, cudaStream_t stream) {
@@ -88,15 +94,16 @@ int effective_splits(const GemmShape& s, int bk, int splits) {
   return (k_tiles + per_split - 1) / per_split;
 }
 
-template <class Cfg, bool kVectorized>
+template <class Cfg, bool kVectorized, bool kAKMajor>
 Status launch_cluster_reduce(const GemmArgs& g, cudaStream_t stream, dim3 grid, int per_split) {
   static std::atomic<uint64_t> smem_raised{0};
-  auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized, true>;
-  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
+  auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized, true, kAKMajor>;
+  constexpr int kSmem = kAKMajor ? Cfg::AKM_SMEM_BYTES : Cfg::SMEM_BYTES;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, kSmem, smem_raised));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(Cfg::THREADS);
-  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+  cfg.dynamicSmemBytes = kSmem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -111,12 +118,13 @@ Status launch_cluster_reduce(const GemmArgs& g, cudaStream_t stream, dim3 grid, 
                                               g.ldc, per_split, no_workspace, int64_t{0}));
 }
 
-template <class Cfg, bool kVectorized>
+template <class Cfg, bool kVectorized, bool kAKMajor = false>
 Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
               SplitReduce reduce = SplitReduce::kWorkspace) {
   static std::atomic<uint64_t> smem_raised{0};
-  auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized>;
-  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
+  auto kernel = pingpong::pingpong_sgemm_kernel<Cfg, kVectorized, false, kAKMajor>;
+  constexpr int kSmem = kAKMajor ? Cfg::AKM_SMEM_BYTES : Cfg::SMEM_BYTES;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, kSmem, smem_raised));
   const int64_t tiles = ((g.shape.m + Cfg::BM - 1) / Cfg::BM) * ((g.shape.n + Cfg::BN - 1) / Cfg::BN);
   if (tiles > INT_MAX) return InvalidArgument("shape: too many tiles for one launch");
   const int k_tiles = int((g.shape.k + Cfg::BK - 1) / Cfg::BK);
@@ -127,7 +135,7 @@ Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
   const int m = int(g.shape.m), n = int(g.shape.n), k = int(g.shape.k);
   if (splits > 1 && reduce == SplitReduce::kCluster) {
     if constexpr (Cfg::TM * Cfg::TN * Cfg::THREADS * int(sizeof(float)) <= Cfg::SMEM_BYTES)
-      return launch_cluster_reduce<Cfg, kVectorized>(g, stream, grid, per_split);
+      return launch_cluster_reduce<Cfg, kVectorized, kAKMajor>(g, stream, grid, per_split);
     else
       return InvalidArgument("variant: this tile's accumulators do not fit its shared memory for a cluster reduction");
   }
@@ -139,14 +147,14 @@ Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
                              std::to_string(need) + " bytes, got " + std::to_string(ws.bytes) +
                              " (ask pingpong_workspace_bytes)");
     float* w = static_cast<float*>(ws.data);
-    kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c,
-                                                                  g.ldc, per_split, w, ldw);
+    kernel<<<grid, dim3(Cfg::THREADS), kSmem, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc,
+                                                        per_split, w, ldw);
     SGEMM_CUDA_TRY(cudaGetLastError());
     return launch_splitk_reduce(g, splits, w, ldw, stream);
   }
   if (splits > 1) SGEMM_RETURN_IF_ERROR(prescale_c(g, stream));
-  kernel<<<grid, dim3(Cfg::THREADS), Cfg::SMEM_BYTES, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c,
-                                                                g.ldc, per_split, nullptr, 0);
+  kernel<<<grid, dim3(Cfg::THREADS), kSmem, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc,
+                                                      per_split, nullptr, 0);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
@@ -155,6 +163,25 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // B and C are touched 16 bytes at a time only when their pointers and leading
 // dimensions keep every row 16-byte aligned. A is always copied 4 bytes at a time.
 bool vectorizable(const GemmArgs& g) { return aligned16(g.b) && aligned16(g.c) && g.ldb % 4 == 0 && g.ldc % 4 == 0; }
+
+// A can be copied 16 bytes at a time into the K-major layout (kAKMajor) when every
+// row of A is 16-byte aligned.
+bool a_rows_aligned(const GemmArgs& g) { return aligned16(g.a) && g.lda % 4 == 0; }
+
+// How A is laid out in shared memory: always transposed (4-byte copies), or K-major
+// (16-byte copies) when A's rows allow it.
+enum class ALayout { kTransposed, kKMajorWhenAligned };
+
+template <class Cfg, ALayout kLayout>
+Status launch_by_alignment(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits, SplitReduce reduce) {
+  const bool vec = vectorizable(g);
+  if constexpr (kLayout == ALayout::kKMajorWhenAligned) {
+    if (a_rows_aligned(g))
+      return vec ? launch<Cfg, true, true>(g, ws, stream, splits, reduce)
+                 : launch<Cfg, false, true>(g, ws, stream, splits, reduce);
+  }
+  return vec ? launch<Cfg, true>(g, ws, stream, splits, reduce) : launch<Cfg, false>(g, ws, stream, splits, reduce);
+}
 
 #ifdef SGEMM_KERNEL_TUNING
 template <class Cfg>
@@ -165,9 +192,10 @@ Status run_config(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
 
 // One tile, stage count by alignment: the 4-byte-copy (unaligned) instantiation
 // of the 4-stage ring measured 7% slower than the 3-stage one (v5, docs/kernels.md).
-template <class CfgAligned, class CfgUnaligned>
+template <class CfgAligned, class CfgUnaligned, ALayout kLayout = ALayout::kTransposed>
 Status run_config_by_alignment(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
-  return vectorizable(g) ? launch<CfgAligned, true>(g, ws, stream, 1) : launch<CfgUnaligned, false>(g, ws, stream, 1);
+  return vectorizable(g) ? launch_by_alignment<CfgAligned, kLayout>(g, ws, stream, 1, SplitReduce::kWorkspace)
+                         : launch_by_alignment<CfgUnaligned, kLayout>(g, ws, stream, 1, SplitReduce::kWorkspace);
 }
 
 int sm_count_of_current_device();
@@ -187,11 +215,11 @@ int pick_splits(const GemmShape& s, int64_t bm, int64_t bn, int sm_count, int pe
 // even for K = 1024 to 2048, and their slices are small to reduce.
 constexpr int64_t kThinMinK = 512;
 
-template <class Cfg, SplitReduce kReduce = SplitReduce::kWorkspace, int64_t kMinK = 1024>
+template <class Cfg, SplitReduce kReduce = SplitReduce::kWorkspace, int64_t kMinK = 1024,
+          ALayout kLayout = ALayout::kTransposed>
 Status run_config_split_k(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
   const int splits = pick_splits(g.shape, Cfg::BM, Cfg::BN, sm_count_of_current_device(), Cfg::MIN_BLOCKS, kMinK);
-  return vectorizable(g) ? launch<Cfg, true>(g, ws, stream, splits, kReduce)
-                         : launch<Cfg, false>(g, ws, stream, splits, kReduce);
+  return launch_by_alignment<Cfg, kLayout>(g, ws, stream, splits, kReduce);
 }
 
 template <class Cfg, int64_t kMinK = 1024>
@@ -213,6 +241,21 @@ std::size_t gemv_workspace(const GemmShape& s) {
 }
 
 bool any_shape(const GemmShape&) { return true; }
+constexpr ALayout kAKM = ALayout::kKMajorWhenAligned;
+
+// Thin C with a long K (n <= 32, n <= 64): the K-major BK-32 tile when A's rows are
+// 16-byte aligned (its 16-byte copies of A are what wins there: 107-110% of cuBLAS at
+// n = 32 against 82-89% for the transposed tile), else the transposed tile measured
+// best before it. The workspace covers either.
+template <class CfgKMajor, class CfgTransposed>
+Status run_split_k_by_a_layout(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  if (a_rows_aligned(g)) return run_config_split_k<CfgKMajor, SplitReduce::kWorkspace, kThinMinK, kAKM>(g, ws, stream);
+  return run_config_split_k<CfgTransposed, SplitReduce::kWorkspace, kThinMinK>(g, ws, stream);
+}
+template <class CfgKMajor, class CfgTransposed>
+std::size_t split_k_workspace_either(const GemmShape& s) {
+  return std::max(split_k_workspace<CfgKMajor, kThinMinK>(s), split_k_workspace<CfgTransposed, kThinMinK>(s));
+}
 bool gemv_shape(const GemmShape& s) { return s.m == 1 || s.n == 1; }
 
 struct Variant {
@@ -230,15 +273,52 @@ constexpr Variant kVariants[] = {
      any_shape},
     {"64x128x16_w32x64_t8x8_s4_splitk", run_config_split_k<SmallWide4>, split_k_workspace<SmallWide4>, any_shape},
     {"gemv", run_gemv<GemvRowBlock::k8Warps>, gemv_workspace<GemvRowBlock::k8Warps>, gemv_shape},
-    {"256x32x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Tall, SplitReduce::kWorkspace, kThinMinK>,
-     split_k_workspace<Tall, kThinMinK>, any_shape},
-    {"128x64x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Medium, SplitReduce::kWorkspace, kThinMinK>,
-     split_k_workspace<Medium, kThinMinK>, any_shape},
+    {"128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16", run_split_k_by_a_layout<TallK32, Tall>,
+     split_k_workspace_either<TallK32, Tall>, any_shape},
+    {"64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16", run_split_k_by_a_layout<Small32, Medium>,
+     split_k_workspace_either<Small32, Medium>, any_shape},
     {"128x64x16_w64x32_t8x8_s3_splitk512_cluster", run_config_split_k<Medium, SplitReduce::kCluster, kThinMinK>,
      no_workspace, any_shape},
     {"32x128x16_w16x64_t4x8_s4_splitk512", run_config_split_k<Flat, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<Flat, kThinMinK>, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
+    // K-major A (16-byte copies of A) candidates (bench/results/2026-11-22-h100-kernel2/) and the
+    // transposed thin tiles the picker used before them.
+    {"64x128x16_w32x64_t8x8_s4_b3_akm-aligned_s3-unaligned", run_config_by_alignment<SmallWide4B3, SmallWide, kAKM>,
+     no_workspace, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_b3_akm_splitk", run_config_split_k<SmallWide4B3, SplitReduce::kWorkspace, 1024, kAKM>,
+     split_k_workspace<SmallWide4B3>, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_akm-aligned_s3-unaligned", run_config_by_alignment<SmallWide4, SmallWide, kAKM>,
+     no_workspace, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_akm_splitk", run_config_split_k<SmallWide4, SplitReduce::kWorkspace, 1024, kAKM>,
+     split_k_workspace<SmallWide4>, any_shape},
+    {"256x32x16_w64x32_t8x8_s3_akm_splitk512", run_config_split_k<Tall, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<Tall, kThinMinK>, any_shape},
+    {"128x32x32_w32x32_t4x8_s3_akm_splitk512", run_config_split_k<TallK32, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<TallK32, kThinMinK>, any_shape},
+    {"128x64x16_w64x32_t8x8_s3_akm_splitk512", run_config_split_k<Medium, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<Medium, kThinMinK>, any_shape},
+    {"128x64x16_w64x32_t8x8_s3_akm_splitk512_cluster",
+     run_config_split_k<Medium, SplitReduce::kCluster, kThinMinK, kAKM>, no_workspace, any_shape},
+    {"32x128x16_w16x64_t4x8_s4_akm_splitk512", run_config_split_k<Flat, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<Flat, kThinMinK>, any_shape},
+    {"64x128x16_w32x64_t8x8_s4_akm_splitk512", run_config_split_k<SmallWide4, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<SmallWide4, kThinMinK>, any_shape},
+    {"64x64x32_w32x32_t4x8_s3_akm_splitk512", run_config_split_k<Small32, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<Small32, kThinMinK>, any_shape},
+    {"128x64x32_w32x32_t4x8_s3_akm_splitk512", run_config_split_k<Medium32, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<Medium32, kThinMinK>, any_shape},
+    {"64x128x32_w32x32_t4x8_s3_akm", run_config_by_alignment<Wide32, Wide32, kAKM>, no_workspace, any_shape},
+    {"64x128x32_w32x32_t4x8_s3_akm_splitk", run_config_split_k<Wide32, SplitReduce::kWorkspace, 1024, kAKM>,
+     split_k_workspace<Wide32>, any_shape},
+    {"64x128x32_w32x32_t4x8_s3_akm_splitk512", run_config_split_k<Wide32, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<Wide32, kThinMinK>, any_shape},
+    {"32x128x32_w16x64_t4x8_s3_akm_splitk512", run_config_split_k<Flat32, SplitReduce::kWorkspace, kThinMinK, kAKM>,
+     split_k_workspace<Flat32, kThinMinK>, any_shape},
+    {"256x32x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Tall, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Tall, kThinMinK>, any_shape},
+    {"128x64x16_w64x32_t8x8_s3_splitk512", run_config_split_k<Medium, SplitReduce::kWorkspace, kThinMinK>,
+     split_k_workspace<Medium, kThinMinK>, any_shape},
     {"128x128x16_w32x64_t8x8_s3", run_config<Large>, no_workspace, any_shape},
     {"128x128x8_w64x64_t8x16_s4", run_config<Wide>, no_workspace, any_shape},
     {"128x256x8_w64x64_t8x16_s4", run_config<Huge>, no_workspace, any_shape},
@@ -276,8 +356,8 @@ enum VariantId {
   kSmallWideByAlignment = 0,
   kSmallWide4SplitK = 1,
   kGemv = 2,
-  kTallSplitK = 3,
-  kMediumSplitK = 4,
+  kThinN32SplitK = 3,
+  kThinN64SplitK = 4,
   kMediumSplitKCluster = 5,
   kFlatSplitK = 6,
 };
@@ -330,15 +410,17 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // 1024 to 8192, with 4 stages when B and C allow 16-byte copies and 3 otherwise;
   // shapes with too few tiles for a wave and a long K split K (deterministically).
   // Thin C (issue 14, bench/results/2026-11-22-h100-kernel-thin/): a single row or
-  // column is a memory-bound GEMV; C at most 32 or 64 columns wide takes the
-  // 256x32 or 128x64 tile, at most 32 rows high the 32x128 one, splitting K down
-  // to 512 per split (each the best of the measured tiles on its class).
+  // column is a memory-bound GEMV; C at most 32 rows high takes the 32x128 tile,
+  // splitting K down to 512 per split. C at most 32 or 64 columns wide (issue 14,
+  // bench/results/2026-11-22-h100-kernel2/): the 128x32x32 or 64x64x32 tile with A
+  // K-major in shared memory (16-byte copies of A, the heavy operand there) when A's
+  // rows are 16-byte aligned, else the transposed 256x32x16 or 128x64x16 tile.
   if (gemv_shape(s)) return kGemv;
-  if (s.n <= 32 && s.m >= 1024) return kTallSplitK;
+  if (s.n <= 32 && s.m >= 1024) return kThinN32SplitK;
   // With K < 2048 the 128x64 tile splits K at most 3 ways: its splits meet in a
   // cluster (no workspace pass): 8192x64x1024 114.5% of cuBLAS against 99.6% with
   // the workspace; with more splits the cluster reduction lost (73.6% at 8192x64x8192).
-  if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kMediumSplitK;
+  if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kThinN64SplitK;
   if (s.m <= 32 && s.n >= 1024) return kFlatSplitK;
   if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) return kSmallWide4SplitK;
   return kSmallWideByAlignment;

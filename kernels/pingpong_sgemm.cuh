@@ -16,6 +16,12 @@
 //   single floats with 4-byte cp.async (A needs no alignment at all), lanes covering
 //   8 consecutive k x 4 consecutive m, which the +4 padding spreads over all 32 banks.
 //   B is stored as is, Bs[k][n], copied 16 bytes at a time (kVectorized) or 4 bytes.
+//   kAKMajor (A 16-byte aligned with lda % 4 == 0): A is stored as it lies, As[m][k]
+//   with row stride BK+4 (an odd number of 16-byte units), copied 16 bytes at a time;
+//   a thread's rows are lane_m + i*TWM, each read one 16-byte chunk (4 k) at a time:
+//   any 8 consecutive rows hit distinct bank groups, so a warp's TWM rows are read
+//   without conflicts. A thread multiplies 4 k steps from TM chunk loads (the same LDS
+//   count as the transposed layout) and copies a quarter as many A pieces.
 // Edges: out-of-range elements of A and B are zero-filled by cp.async's src-size
 //   operand, so any M, N, K >= 1 run in the same kernel; the epilogue stores only
 //   in-range elements (float4 stores where a whole aligned group is in range).
@@ -69,6 +75,13 @@ struct PingpongConfig {
   static_assert((BK * BN / 4) % THREADS == 0, "every thread must copy the same number of B float4s");
   static_assert(STAGES >= 2, "the cp.async pipeline needs at least two stages");
   static_assert(GROUP_M >= 1, "a rasterization group holds at least one tile row");
+  // The K-major A layout (kAKMajor): BM rows of BK+4 floats per stage.
+  static constexpr int AKM_CHUNKS = BK / 4;  // 16-byte chunks per A row
+  static constexpr int AKM_STRIDE = BK + 4;  // an odd number of 16-byte units when BK % 8 == 0
+  static constexpr int AKM_A_STAGE = BM * AKM_STRIDE;
+  static constexpr int AKM_SMEM_BYTES = STAGES * (AKM_A_STAGE + B_STAGE) * int(sizeof(float));
+  static constexpr bool AKM_OK = BK % 8 == 0 && TWM <= 8 && THREADS % AKM_CHUNKS == 0 &&
+                                 (BM * AKM_CHUNKS) % THREADS == 0 && BM % (THREADS / AKM_CHUNKS) == 0;
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -92,7 +105,7 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <class Cfg, bool kVectorized, bool kClusterReduce = false>
+template <class Cfg, bool kVectorized, bool kClusterReduce = false, bool kAKMajor = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     pingpong_sgemm_kernel(int m, int n, int k, float alpha, const float* __restrict__ a, int64_t lda,
                           const float* __restrict__ b, int64_t ldb, float beta, float* __restrict__ c, int64_t ldc,
@@ -100,9 +113,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   constexpr int TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
   constexpr int THREADS = Cfg::THREADS, STAGES = Cfg::STAGES;
+  static_assert(!kAKMajor || Cfg::AKM_OK,
+                "the K-major A layout needs BK % 8 == 0, at most 8 lanes along M and whole A chunks per thread");
+  constexpr int A_STAGE = kAKMajor ? Cfg::AKM_A_STAGE : Cfg::A_STAGE;  // floats
   extern __shared__ __align__(16) float smem[];
-  float* const As = smem;                          // STAGES x [BK][A_STRIDE]
-  float* const Bs = smem + STAGES * Cfg::A_STAGE;  // STAGES x [BK][B_STRIDE]
+  float* const As = smem;                     // STAGES x [BK][A_STRIDE], or [BM][AKM_STRIDE] (kAKMajor)
+  float* const Bs = smem + STAGES * A_STAGE;  // STAGES x [BK][B_STRIDE]
 
   // ---- which tile: grouped rasterization for L2 reuse ----
   const int tiles_m = (m + BM - 1) / BM;
@@ -130,8 +146,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   // A: A_PER_THREAD single floats per tile. Lanes take 8 consecutive k of 4
   //    consecutive rows; copy i of a thread is row a_row + (i*A_RSTEP) % BM and
   //    k a_col + 8*((i*A_RSTEP) / BM) of the tile.
-  constexpr int A_PER_THREAD = BM * BK / THREADS;
-  constexpr int A_RSTEP = THREADS / 8;
+  //    kAKMajor: A_PER_THREAD 16-byte chunks; BK/4 lanes cover a row's BK k, copy i
+  //    of a thread is row a_row + i*A_RSTEP, k a_col..a_col+3.
+  constexpr int A_PER_THREAD = kAKMajor ? BM * BK / 4 / THREADS : BM * BK / THREADS;
+  constexpr int A_RSTEP = kAKMajor ? THREADS / Cfg::AKM_CHUNKS : THREADS / 8;
   static_assert(BM % A_RSTEP == 0, "a thread's A rows must repeat with the block's row count");
   static_assert(A_PER_THREAD <= 32, "the A row-validity mask holds 32 bits");
   // B: vectorized, float4 pieces; else single floats. Copy i is row b_row + i*B_RSTEP, column b_col.
@@ -142,7 +160,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   constexpr int B_PER_THREAD = BK / B_RSTEP;
   static_assert(BK % B_RSTEP == 0, "every thread must copy the same number of B pieces");
 
-  const int a_row = tid >> 3, a_col = tid & 7;
+  const int a_row = kAKMajor ? tid / Cfg::AKM_CHUNKS : tid >> 3;
+  const int a_col = kAKMajor ? (tid % Cfg::AKM_CHUNKS) * 4 : tid & 7;
   const int b_row = tid / B_PER_ROW, b_col = (tid % B_PER_ROW) * B_VEC;
   uint32_t a_row_ok = 0;  // bit i: copy i's row is inside A
 #pragma unroll
@@ -161,14 +180,29 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const bool rows_inside = m0 + BM <= m;
   const bool cols_inside = n0 + BN <= n;
 
-  const uint32_t as_base = smem_u32(As) + 4u * uint32_t(((a_col)*Cfg::A_STRIDE) + a_row);
+  const uint32_t as_base =
+      smem_u32(As) + 4u * uint32_t(kAKMajor ? a_row * Cfg::AKM_STRIDE + a_col : a_col * Cfg::A_STRIDE + a_row);
   const uint32_t bs_base = smem_u32(Bs) + 4u * uint32_t(b_row * Cfg::B_STRIDE + b_col);
 
   auto load_tile = [&](int k0, int stage) {
-    const uint32_t as_stage = as_base + 4u * uint32_t(stage * Cfg::A_STAGE);
+    const uint32_t as_stage = as_base + 4u * uint32_t(stage * A_STAGE);
     const uint32_t bs_stage = bs_base + 4u * uint32_t(stage * Cfg::B_STAGE);
     const bool k_inside = k0 + BK <= k;
-    if (rows_inside && k_inside) {  // interior: no predicates
+    if constexpr (kAKMajor) {
+      if (rows_inside && k_inside) {
+#pragma unroll
+        for (int i = 0; i < A_PER_THREAD; ++i)
+          cp_async_16(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE), a_next + i * a_rstep, 16);
+      } else {
+        const int k_valid = max(0, min(4, k - (k0 + a_col)));  // of this thread's chunk
+#pragma unroll
+        for (int i = 0; i < A_PER_THREAD; ++i) {
+          const bool ok = ((a_row_ok >> i) & 1u) && k_valid > 0;
+          cp_async_16(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE), ok ? a_next + i * a_rstep : a,
+                      ok ? 4 * k_valid : 0);
+        }
+      }
+    } else if (rows_inside && k_inside) {  // interior: no predicates
 #pragma unroll
       for (int i = 0; i < A_PER_THREAD; ++i) {
         const int r = (i * A_RSTEP) % BM, kh = 8 * ((i * A_RSTEP) / BM);
@@ -224,10 +258,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   }
 
   // Offsets (floats) of this thread's fragments inside a stage.
-  const int a_frag_off = warp_m * Cfg::WM + lane_m * 4;
+  const int a_frag_off = kAKMajor ? (warp_m * Cfg::WM + lane_m) * Cfg::AKM_STRIDE : warp_m * Cfg::WM + lane_m * 4;
   const int b_frag_off = warp_n * Cfg::WN + lane_n * 4;
 
-  float a_frag[2][TM];
   float b_frag[2][TN];
 
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -239,36 +272,72 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       cp_async_commit();
     }
     const int stage = kt % STAGES;
-    const float* as = As + stage * Cfg::A_STAGE + a_frag_off;
+    const float* as = As + stage * A_STAGE + a_frag_off;
     const float* bs = Bs + stage * Cfg::B_STAGE + b_frag_off;
 
-    auto load_frag = [&](int kk, int buf) {
+    if constexpr (kAKMajor) {
+      // A: one 16-byte chunk (4 k) per row, reloaded row by row as the 4th k of a chunk
+      // finishes with it; B: ping-pong per k as below.
+      float a_chunk[TM][4];
+      auto load_a_chunk = [&](int i, int q) {
+        const float4 v = *reinterpret_cast<const float4*>(as + i * TWM * Cfg::AKM_STRIDE + q * 4);
+        a_chunk[i][0] = v.x;
+        a_chunk[i][1] = v.y;
+        a_chunk[i][2] = v.z;
+        a_chunk[i][3] = v.w;
+      };
+      auto load_b_frag = [&](int kk, int buf) {
 #pragma unroll
-      for (int i = 0; i < TM / 4; ++i) {
-        const float4 v = *reinterpret_cast<const float4*>(as + kk * Cfg::A_STRIDE + i * TWM * 4);
-        a_frag[buf][4 * i + 0] = v.x;
-        a_frag[buf][4 * i + 1] = v.y;
-        a_frag[buf][4 * i + 2] = v.z;
-        a_frag[buf][4 * i + 3] = v.w;
+        for (int j = 0; j < TN / 4; ++j) {
+          const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
+          b_frag[buf][4 * j + 0] = v.x;
+          b_frag[buf][4 * j + 1] = v.y;
+          b_frag[buf][4 * j + 2] = v.z;
+          b_frag[buf][4 * j + 3] = v.w;
+        }
+      };
+#pragma unroll
+      for (int i = 0; i < TM; ++i) load_a_chunk(i, 0);
+      load_b_frag(0, 0);
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        if (kk + 1 < BK) load_b_frag(kk + 1, (kk + 1) & 1);
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a_chunk[i][kk & 3], b_frag[kk & 1][j], acc[i][j]);
+          if ((kk & 3) == 3 && kk + 1 < BK) load_a_chunk(i, (kk + 1) / 4);
+        }
       }
+    } else {
+      float a_frag[2][TM];
+      auto load_frag = [&](int kk, int buf) {
 #pragma unroll
-      for (int j = 0; j < TN / 4; ++j) {
-        const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
-        b_frag[buf][4 * j + 0] = v.x;
-        b_frag[buf][4 * j + 1] = v.y;
-        b_frag[buf][4 * j + 2] = v.z;
-        b_frag[buf][4 * j + 3] = v.w;
+        for (int i = 0; i < TM / 4; ++i) {
+          const float4 v = *reinterpret_cast<const float4*>(as + kk * Cfg::A_STRIDE + i * TWM * 4);
+          a_frag[buf][4 * i + 0] = v.x;
+          a_frag[buf][4 * i + 1] = v.y;
+          a_frag[buf][4 * i + 2] = v.z;
+          a_frag[buf][4 * i + 3] = v.w;
+        }
+#pragma unroll
+        for (int j = 0; j < TN / 4; ++j) {
+          const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
+          b_frag[buf][4 * j + 0] = v.x;
+          b_frag[buf][4 * j + 1] = v.y;
+          b_frag[buf][4 * j + 2] = v.z;
+          b_frag[buf][4 * j + 3] = v.w;
+        }
+      };
+      load_frag(0, 0);
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        if (kk + 1 < BK) load_frag(kk + 1, (kk + 1) & 1);  // ping-pong: next step's fragments
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a_frag[kk & 1][i], b_frag[kk & 1][j], acc[i][j]);
       }
-    };
-
-    load_frag(0, 0);
-#pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      if (kk + 1 < BK) load_frag(kk + 1, (kk + 1) & 1);  // ping-pong: next step's fragments
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a_frag[kk & 1][i], b_frag[kk & 1][j], acc[i][j]);
     }
   }
   cp_async_wait<0>();  // nothing useful is left in flight, but leave no copy behind
@@ -306,6 +375,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   }
 
   // ---- epilogue: C = alpha*acc + beta*C, float4 where possible ----
+  // Row of accumulator row i inside the block tile.
+  auto row_in_tile = [&](int i) {
+    return kAKMajor ? warp_m * Cfg::WM + i * TWM + lane_m : warp_m * Cfg::WM + (i / 4) * TWM * 4 + lane_m * 4 + (i % 4);
+  };
   const bool full_block = (m0 + BM <= m) && (n0 + BN <= n);
   if (!kClusterReduce && gridDim.y > 1 && workspace != nullptr) {
     // Deterministic split-K: alpha * partial into this split's workspace slice
@@ -314,7 +387,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     float* slice = workspace + int64_t(blockIdx.y) * m * ldw;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      const int row = m0 + warp_m * Cfg::WM + (i / 4) * TWM * 4 + lane_m * 4 + (i % 4);
+      const int row = m0 + row_in_tile(i);
       if (row >= m) continue;
       float* wrow = slice + int64_t(row) * ldw;
 #pragma unroll
@@ -331,7 +404,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     // Atomic split-K: the launcher has already made C = beta*C; each split adds its part.
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      const int row = m0 + warp_m * Cfg::WM + (i / 4) * TWM * 4 + lane_m * 4 + (i % 4);
+      const int row = m0 + row_in_tile(i);
       if (row >= m) continue;
       float* crow = c + int64_t(row) * ldc;
 #pragma unroll
@@ -344,7 +417,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   }
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
-    const int row = m0 + warp_m * Cfg::WM + (i / 4) * TWM * 4 + lane_m * 4 + (i % 4);
+    const int row = m0 + row_in_tile(i);
     if (!full_block && row >= m) continue;
     float* crow = c + int64_t(row) * ldc;
 #pragma unroll

@@ -130,8 +130,8 @@ TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
   EXPECT_EQ(picked({1024, 1024, 16384}), "64x128x16_w32x64_t8x8_s4_splitk");
   EXPECT_EQ(picked({1, 4096, 4096}), "gemv");
   EXPECT_EQ(picked({8192, 1, 8192}), "gemv");
-  EXPECT_EQ(picked({8192, 32, 8192}), "256x32x16_w64x32_t8x8_s3_splitk512");
-  EXPECT_EQ(picked({8192, 64, 8192}), "128x64x16_w64x32_t8x8_s3_splitk512");
+  EXPECT_EQ(picked({8192, 32, 8192}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");
+  EXPECT_EQ(picked({8192, 64, 8192}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
   EXPECT_EQ(picked({8192, 64, 1024}), "128x64x16_w64x32_t8x8_s3_splitk512_cluster");
   EXPECT_EQ(picked({32, 8192, 8192}), "32x128x16_w16x64_t4x8_s4_splitk512");
   EXPECT_EQ(picked({8192, 128, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");

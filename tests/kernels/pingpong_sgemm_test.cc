@@ -222,7 +222,11 @@ std::vector<Case> variant_cases() {
   for (int var = 0; var < pingpong_variant_count(); ++var) {
     for (Case c : {Case{129, 131, 37}, Case{300, 520, 301, 1.0f, 1.0f}, Case{7, 9, 5},
                    Case{257, 259, 33, 1.0f, 0.5f, 1, 1, 3, 1, 1, 1}, Case{1, 131, 300, 1.0f, 0.5f},
-                   Case{129, 1, 300, -1.0f, 0.0f, 1, 0, 0, 1, 0, 0}}) {
+                   Case{129, 1, 300, -1.0f, 0.0f, 1, 0, 0, 1, 0, 0},
+                   // A rows 16-byte aligned (lda % 4 == 0), B and C vectorizable or not: the K-major A
+                   // layout's 16-byte copies, with a partial last chunk (k % 4 != 0) and split-K.
+                   Case{129, 132, 38, 1.0f, 0.0f, 2}, Case{257, 260, 35, 1.0f, 0.5f, 1, 0, 0, 4, 0, 0},
+                   Case{300, 72, 1030, 1.0f, 0.5f, 2, 1}, Case{600, 36, 1100, -1.0f, 0.25f, 4, 4, 4}}) {
       c.variant = var;
       // The GEMV variant runs only single rows or columns of C.
       if (pingpong_variant_accepts({c.m, c.n, c.k}, var)) v.push_back(c);

@@ -13,7 +13,10 @@ TEST(KernelChoice, ThinClassesGoToTheMeasuredWinner) {
   EXPECT_EQ(choose_kernel({4096, 1, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({1, 1, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({8192, 64, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
-  EXPECT_EQ(choose_kernel({8192, 32, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  // n <= 32: ping-pong's K-major tile when dense A rows are 16-byte aligned (k % 4 == 0).
+  EXPECT_EQ(choose_kernel({8192, 32, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({4096, 17, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({8192, 32, 8191}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({8192, 128, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({128, 8192, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({3001, 60, 2500}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
