@@ -13,6 +13,11 @@ bool few_rows(const GemmShape& s) { return s.m <= 64 && s.n >= 1024 && s.k >= 20
 // C at most 32 columns wide with a long K and rows of A 16-byte aligned when dense
 // (lda = k, k % 4 == 0): ping-pong's K-major 128x32x32 tile (16-byte copies of A).
 bool narrow32_aligned(const GemmShape& s) { return s.n <= 32 && s.m >= 1024 && s.k >= 2048 && s.k % 4 == 0; }
+// 33 to 64 columns, up to 4096 rows and K of 2048 to 4096, aligned A rows:
+// ping-pong's K-major 64x64x32 tile with split-K beats cuBLAS there.
+bool narrow64_mid_aligned(const GemmShape& s) {
+  return s.n > 32 && s.n <= 64 && s.m >= 1024 && s.m <= 4096 && s.k >= 2048 && s.k <= 4096 && s.k % 4 == 0;
+}
 // C at most 128 columns wide, or 65 to 128 rows high, with the other side and K
 // long: ping-pong's thin tiles with split-K reach 82-93% of cuBLAS there.
 bool narrow(const GemmShape& s) { return s.n <= 128 && s.m >= 1024 && s.k >= 2048; }
@@ -37,9 +42,12 @@ constexpr KernelChoiceRow kTable[] = {
     {"n <= 32 with m >= 1024, k >= 2048, k % 4 == 0", narrow32_aligned, KernelKind::kPingpong,
      "ping-pong (K-major 128x32x32) 109.6-110.7% of cuBLAS at 8192x32x8192, 107.0-108.9% at 4096x32x4096 (H100, "
      "2026-11-22)"},
+    {"32 < n <= 64 with 1024 <= m <= 4096, 2048 <= k <= 4096, k % 4 == 0", narrow64_mid_aligned, KernelKind::kPingpong,
+     "ping-pong (K-major 64x64x32) 98.5-109.5% of cuBLAS at 4096x64x4096 (H100, 2026-11-22, "
+     "bench/results/2026-11-22-h100-kernel2/)"},
     {"n <= 128 with m >= 1024, k >= 2048", narrow, KernelKind::kCublas,
      "ping-pong 93.1-96.5% of cuBLAS at 8192x64x8192, 89.2-90.6% at 8192x128x8192, 80.3% at 8192x32x8191 (A rows "
-     "not 16-byte aligned); 98.5-109.5% at 4096x64x4096, which this row leaves to cuBLAS (H100, 2026-11-22)"},
+     "not 16-byte aligned); the row above takes 4096x64x4096 (H100, 2026-11-22)"},
     {"64 < m <= 128 with n >= 1024, k >= 2048", short_rows, KernelKind::kCublas,
      "ping-pong 89.7% of cuBLAS at 128x8192x8192 (H100, 2026-11-22)"},
     {"m, n >= 2048 with k >= 1000", large, KernelKind::kCublas,

@@ -19,7 +19,11 @@ TEST(KernelChoice, ThinClassesGoToTheMeasuredWinner) {
   EXPECT_EQ(choose_kernel({8192, 32, 8191}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({8192, 128, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({128, 8192, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
-  EXPECT_EQ(choose_kernel({3001, 60, 2500}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  // 33-64 columns, m and K up to 4096, aligned A: the K-major 64x64x32 tile.
+  EXPECT_EQ(choose_kernel({4096, 64, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({3001, 60, 2500}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({3001, 60, 2501}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({8192, 64, 4096}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({32, 8192, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({64, 8192, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
 }
