@@ -105,8 +105,9 @@ void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
   if (order_wait > 0) std::printf("; %.3f ms for the NCCL order", order_wait);
   std::printf("\nserver: receive %.3f ms, queue %.3f ms, compute %.3f ms, send %.3f ms, total %.3f ms\n",
               sum.receive_ms, sum.queue_ms, sum.compute_ms, sum.send_ms, sum.total_ms);
-  std::printf("client: total %.3f ms, effective %.1f GFLOP/s, %.1f MB sent, %.1f MB received\n", r.wall_ms,
-              s.flops() / (r.wall_ms * 1e6), r.bytes_sent / 1e6, r.bytes_received / 1e6);
+  std::printf("client: total %.3f ms, effective %.1f GFLOP/s, %.1f MB sent, %.1f MB received, %d connection%s\n",
+              r.wall_ms, s.flops() / (r.wall_ms * 1e6), r.bytes_sent / 1e6, r.bytes_received / 1e6, sum.stripes,
+              sum.stripes == 1 ? "" : "s");
 }
 
 // The request as a timing record (common/timing_record.h): the same schema as
@@ -275,6 +276,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     }
     j["record"] = sgemm::timing_record_json(record, j.dump());
     j["client_total_ms"] = r->wall_ms;
+    j["connections"] = r->summary.stripes;
     runs.push_back(j);
   }
   if (o.json) {
@@ -337,6 +339,11 @@ int main(int argc, char** argv) {
   sub->add_option("--split", o.split, "auto, single, rows or k")->check(CLI::IsMember({"auto", "single", "rows", "k"}));
   sub->add_option("--timeout-ms", o.timeout_ms, "deadline for the request (0 = none)");
   sub->add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent");
+  sub->add_option("--connections", connection.connections,
+                  "connections one request spreads over (gRPC; docs/transport.md); 0 = by size: 1 below 16 MiB of "
+                  "payload, else 4")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   auto* a_opt = sub->add_option("--a", o.a_file, "A from a .npy file (or raw little-endian fp32 with --m, --k)")
                     ->check(CLI::ExistingFile);
   auto* b_opt = sub->add_option("--b", o.b_file, "B from a .npy or raw fp32 file")->check(CLI::ExistingFile);

@@ -256,7 +256,18 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
     StartRead(&in_);
   }
 
+  // Called once, from OnDone, before wait() returns: whether the call succeeded.
+  void set_on_done(std::function<void(bool ok)> f) { on_done_ = std::move(f); }
+
   void OnDone(const grpc::Status& s) override {
+    if (on_done_) {
+      bool ok;
+      {
+        std::lock_guard lock(mu_);
+        ok = s.ok() && protocol_error_.ok();
+      }
+      on_done_(ok);  // before done_: the caller's objects are still there
+    }
     std::lock_guard lock(mu_);
     status_ = s;
     out_.Clear();  // its slice of the caller's memory
@@ -305,10 +316,41 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   int64_t pending_bytes_ = 0, bytes_sent_ = 0, bytes_received_ = 0;
   bool upload_done_ = false, have_summary_ = false, first_c_before_upload_end_ = false, done_ = false;
   bool have_grant_ = false;
-  std::string grant_token_;  // StripeGrant.token, when the header asked for stripes
+  std::string grant_token_;            // StripeGrant.token, when the header asked for stripes
+  std::function<void(bool)> on_done_;  // set before start()
   Status protocol_error_;
   v1::MultiplyResponse summary_;
   grpc::Status status_;
+};
+
+// The streams of one striped request: the first to fail cancels the others
+// (a stripe the server refused, or a client-side error, ends the request at
+// once rather than after --idle-timeout), and the order of failures says whose
+// status to report. Thread-safe.
+class StripeSet {
+ public:
+  // False when a stream has failed already (do not start this one).
+  bool add(grpc::ClientContext* ctx) {
+    std::lock_guard lock(mu_);
+    contexts_.push_back(ctx);
+    return failed_.empty();
+  }
+  void done(int stripe, bool ok) {
+    std::lock_guard lock(mu_);
+    if (ok) return;
+    failed_.push_back(stripe);
+    if (failed_.size() == 1)
+      for (grpc::ClientContext* c : contexts_) c->TryCancel();
+  }
+  std::vector<int> failed() const {
+    std::lock_guard lock(mu_);
+    return failed_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<grpc::ClientContext*> contexts_;  // guarded by mu_
+  std::vector<int> failed_;                     // guarded by mu_: stripes in the order they failed
 };
 
 // The channel for (target, credentials, token, extra arguments), shared by
@@ -550,16 +592,22 @@ class GrpcClient final : public Client {
       first = &striped_header;
     }
     const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
+    StripeSet set;                                               // outlives every stream (declared first)
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;  // outlive their streams
     MultiplyStream call(&ctx, *first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
+    if (plan.stripes > 1) {
+      set.add(&ctx);
+      call.set_on_done([&set](bool ok) { set.done(0, ok); });
+    }
     generic_->PrepareBidiStreamingCall(&ctx, "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(), &call);
     call.start();
     // The other stripes, once the server has answered with their token.
-    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;  // outlive their streams (declared first)
     std::vector<std::unique_ptr<MultiplyStream>> stripes;
     std::string token;
     if (plan.stripes > 1 && call.wait_grant(&token)) {
       for (int s = 1; s < plan.stripes; ++s) {
         auto& sctx = contexts.emplace_back(std::make_unique<grpc::ClientContext>());
+        if (!set.add(sctx.get())) break;  // a stream has failed: the request is over
         prepare(*sctx);
         if (deadline != std::chrono::system_clock::time_point::max()) sctx->set_deadline(deadline);
         v1::MultiplyRequest attach;
@@ -567,27 +615,36 @@ class GrpcClient final : public Client {
         attach.mutable_attach()->set_stripe(s);
         auto& stream = stripes.emplace_back(std::make_unique<MultiplyStream>(
             sctx.get(), attach, inputs_of(s), chunk_elems, out, total, opt.on_chunk, refs));
+        stream->set_on_done([&set, s](bool ok) { set.done(s, ok); });
         stripe_stub(s)->PrepareBidiStreamingCall(sctx.get(), "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(),
                                                  stream.get());
         stream->start();
       }
     }
     const grpc::Status gst = call.wait();
-    // Which status to report: the first stripe's own failure rather than another's ABORTED echo of it.
-    Status st = call.protocol_error().ok() ? from_grpc(gst) : call.protocol_error();
+    std::vector<Status> statuses = {call.protocol_error().ok() ? from_grpc(gst) : call.protocol_error()};
     bool first_c_early = call.first_c_before_upload_end();
     result.bytes_sent = call.bytes_sent();
     result.bytes_received = call.bytes_received();
     for (auto& stream : stripes) {
       const grpc::Status sg = stream->wait();
-      const Status ss = stream->protocol_error().ok() ? from_grpc(sg) : stream->protocol_error();
-      const bool echo = [](StatusCode k) {
-        return k == StatusCode::kAborted || k == StatusCode::kCancelled;
-      }(st.code());
-      if (!ss.ok() && (st.ok() || (echo && ss.code() != StatusCode::kAborted))) st = ss;
+      statuses.push_back(stream->protocol_error().ok() ? from_grpc(sg) : stream->protocol_error());
       first_c_early = first_c_early || stream->first_c_before_upload_end();
       result.bytes_sent += stream->bytes_sent();
       result.bytes_received += stream->bytes_received();
+    }
+    // Which status to report: the first failure, unless it is another stripe's ABORTED echo or our own cancel.
+    Status st = statuses[0];
+    if (plan.stripes > 1) {
+      const std::vector<int> failed = set.failed();
+      if (!failed.empty()) st = statuses[std::size_t(failed[0])];
+      for (int f : failed) {
+        const StatusCode k = statuses[std::size_t(f)].code();
+        if (k != StatusCode::kAborted && k != StatusCode::kCancelled) {
+          st = statuses[std::size_t(f)];
+          break;
+        }
+      }
     }
     if (!st.ok()) return st;
     if (plan.stripes > 1 && stripes.empty())

@@ -36,7 +36,7 @@ struct StripeRange {
 
 struct StripePlan {
   int stripes = 1;
-  int64_t stripe_rows = 0;                          // rows per block (0 with one stripe)
+  int64_t stripe_rows = 0;                           // rows per block (0 with one stripe)
   std::vector<std::vector<StripeRange>> per_stripe;  // what each stripe sends, in order
 };
 

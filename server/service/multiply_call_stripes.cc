@@ -29,8 +29,8 @@ Status MultiplyCall::start_stripes(int stripes, int64_t stripe_rows) {
   const int64_t blocks = m / stripe_rows + (m % stripe_rows != 0);
   if (blocks < stripes)
     return InvalidArgument("header.stripes " + std::to_string(stripes) + " exceeds the " + std::to_string(blocks) +
-                           " blocks of A (m = " + std::to_string(m) + " rows, stripe_rows = " +
-                           std::to_string(stripe_rows) +
+                           " blocks of A (m = " + std::to_string(m) +
+                           " rows, stripe_rows = " + std::to_string(stripe_rows) +
                            "): every stripe needs a block of A; use fewer stripes or smaller blocks");
   ++refs_;  // the group's reference on this call, released when the group goes
   auto group = shared_.stripes.create(stripes, stripe_rows, header_, client_, this, [this] { unref(); });
@@ -56,7 +56,7 @@ Status MultiplyCall::on_attach(const RequestMessage& msg) {
   stripe_ = msg.stripe;
   header_ = group_->request();
   phase_ = Phase::kReceiving;
-  ++refs_;                                // the primary's reference, released after stripe_end()
+  ++refs_;                              // the primary's reference, released after stripe_end()
   shared_.requests_total.fetch_sub(1);  // part of the primary's request, not one of its own
   start_read();
   return Status::Ok();
@@ -137,8 +137,8 @@ Status MultiplyCall::stripe_chunk(MultiplyCall* from, int stripe, RequestMessage
   MatrixAssembler* assembler = &*assembler_;  // lives as long as this call; the stripe holds the group
   after_unlock(lock);
   // The copy runs on the stripe's own thread with no lock of ours: stripes fill disjoint rows in parallel.
-  SGEMM_RETURN_IF_ERROR(
-      assembler->add_chunk(msg.matrix, msg.offset, msg.data_bytes, [&](void* dst) { msg.copy_data(dst); }, stripe));
+  SGEMM_RETURN_IF_ERROR(assembler->add_chunk(
+      msg.matrix, msg.offset, msg.data_bytes, [&](void* dst) { msg.copy_data(dst); }, stripe));
   lock.lock();
   if (!finished_) {
     bytes_in_ += int64_t(msg.data_bytes);

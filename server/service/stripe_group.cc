@@ -25,11 +25,13 @@ StripeGroup::~StripeGroup() {
 Status StripeGroup::attach(int stripe, const AuthClient* client, MultiplyCall* member) {
   std::lock_guard lock(mu_);
   if (closed_)
-    return NotFound("the request this stripe token names has ended (or has every stripe's data); attach stripes "
-                    "while the request is uploading");
+    return NotFound(
+        "the request this stripe token names has ended (or has every stripe's data); attach stripes "
+        "while the request is uploading");
   if (client != owner_)
-    return PermissionDenied("the stripe token belongs to another client's request; attach with the token of the "
-                            "client that sent the header");
+    return PermissionDenied(
+        "the stripe token belongs to another client's request; attach with the token of the "
+        "client that sent the header");
   if (stripe < 1 || stripe >= stripes_)
     return InvalidArgument("attach.stripe " + std::to_string(stripe) + " is out of range: the request has " +
                            std::to_string(stripes_) + " stripes, so streams attach as stripes 1 to " +
@@ -73,8 +75,8 @@ StatusOr<std::shared_ptr<StripeGroup>> StripeRegistry::create(int stripes, int64
     if (n <= 0) return Internal(std::string("getrandom for a stripe token: ") + std::strerror(errno));
     got += std::size_t(n);
   }
-  auto group = std::make_shared<StripeGroup>(token, stripes, stripe_rows, request, owner, primary,
-                                             std::move(release_primary));
+  auto group =
+      std::make_shared<StripeGroup>(token, stripes, stripe_rows, request, owner, primary, std::move(release_primary));
   std::lock_guard lock(mu_);
   if (!groups_.emplace(token, group).second) return Internal("stripe token collision");
   return group;

@@ -32,8 +32,8 @@ class AuthClient;
 class StripeGroup {
  public:
   // `release_primary` runs once, from the destructor.
-  StripeGroup(std::string token, int stripes, int64_t stripe_rows, const GemmRequest& request,
-              const AuthClient* owner, MultiplyCall* primary, std::function<void()> release_primary);
+  StripeGroup(std::string token, int stripes, int64_t stripe_rows, const GemmRequest& request, const AuthClient* owner,
+              MultiplyCall* primary, std::function<void()> release_primary);
   ~StripeGroup();
   StripeGroup(const StripeGroup&) = delete;
   StripeGroup& operator=(const StripeGroup&) = delete;

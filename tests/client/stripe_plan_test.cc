@@ -49,14 +49,14 @@ TEST(StripePlan, BlocksHoldOneChunkOfTheWidestMatrixAndCoverEverything) {
 }
 
 TEST(StripePlan, NoMoreStripesThanBlocksOfA) {
-  EXPECT_EQ(plan_stripes({3, 1, 5}, false, 4, 4096).stripes, 1);    // one block of A
+  EXPECT_EQ(plan_stripes({3, 1, 5}, false, 4, 4096).stripes, 1);       // one block of A
   EXPECT_EQ(plan_stripes({64, 1024, 64}, false, 8, 4096).stripes, 8);  // a row per block
   EXPECT_EQ(plan_stripes({2, 1024, 64}, false, 8, 4096).stripes, 2);
 }
 
 TEST(StripePlan, ConnectionsBySize) {
   EXPECT_EQ(stripes_for({256, 256, 256}, false, 0), 1);
-  EXPECT_EQ(stripes_for({1024, 1024, 1024}, false, 0), 1);                        // 12 MiB
+  EXPECT_EQ(stripes_for({1024, 1024, 1024}, false, 0), 1);                       // 12 MiB
   EXPECT_EQ(stripes_for({1536, 1024, 1024}, false, 0), kStripeAutoConnections);  // 16 MiB
   EXPECT_EQ(stripes_for({1024, 1024, 1024}, false, 2), 2);
   EXPECT_EQ(stripes_for({8192, 8192, 8192}, true, 0), kStripeAutoConnections);

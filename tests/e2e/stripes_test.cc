@@ -380,6 +380,80 @@ TEST_F(StripesE2E, BadStripeHeadersAreInvalidArgument) {
   }
 }
 
+TEST_F(StripesE2E, AStripeThatGoesSilentFailsEveryStripeDeadlineExceeded) {
+  const GemmShape s{64, 8, 8};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 2, 8));
+  const std::string token = primary.grant();
+  Raw second(server_->tcp_address(), 2);
+  ASSERT_TRUE(second.attach(token, 1));
+  second.chunk(v1::MATRIX_A, a.data(), 64, 128);  // then nothing, without half-closing
+  primary.share(s, 0, 2, 8, a.data(), b.data());
+  primary.stream->WritesDone();
+  expect_status(second.finish(), grpc::StatusCode::DEADLINE_EXCEEDED, "no message from the client");
+  expect_status(primary.finish(), grpc::StatusCode::DEADLINE_EXCEEDED,
+                "stripe 1 of 2 of this request failed (DEADLINE_EXCEEDED)");
+}
+
+// The memory budget and the stream cap count a striped request like any other.
+TEST(StripesLimitsE2E, StripesWaitForMemoryLikeAnyRequestAndThenComplete) {
+  ServerProcess server({"--host-memory-bytes", "1048576", "--idle-timeout", "10", "--log-lines-per-second", "0"});
+  ASSERT_TRUE(server.running()) << server.log();
+  // A staller holds 768 KiB of the 1 MiB budget: header and one chunk, then silence.
+  Raw staller(server.tcp_address(), 9);
+  const GemmShape big{256, 256, 256};
+  std::vector<float> ones(256 * 256, 1.0f);
+  ASSERT_TRUE(staller.header(big, 0, 0));
+  ASSERT_TRUE(staller.chunk(v1::MATRIX_B, ones.data(), 0, 1024));
+  ClientOptions o;
+  o.connections = 2;
+  o.chunk_bytes = 4096;
+  o.retry.max_attempts = 1;
+  auto lib = Client::connect(server.tcp_address(), o);
+  for (int i = 0; i < 300; ++i) {  // the staller's reservation is in
+    auto info = lib->info();
+    if (info.ok() && info->host_bytes_in_use > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::thread request([&] { multiply_and_verify(*lib, {300, 100, 100}, false, 2); });  // 280 KB: must wait
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto info = lib->info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->host_bytes_in_use, 3 * 256 * 256 * 4) << "the striped request waits, holding nothing";
+  EXPECT_EQ(info->open_streams, 3);
+  staller.ctx.TryCancel();
+  request.join();
+  expect_nothing_held(*lib);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(StripesLimitsE2E, EveryStripeCountsAgainstTheOpenStreamCap) {
+  ServerProcess server({"--max-open-streams", "2", "--idle-timeout", "10", "--log-lines-per-second", "0"});
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions o;
+  o.connections = 3;
+  o.chunk_bytes = 4096;
+  o.retry.max_attempts = 1;
+  auto lib = Client::connect(server.tcp_address(), o);
+  const GemmShape s{300, 40, 50};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = lib->multiply(s, a.data(), b.data(), nullptr, {});
+  // The third stream is refused; the client ends the request at once (not after --idle-timeout).
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("--max-open-streams"), std::string::npos) << r.status().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  expect_nothing_held(*lib);
+  // Two connections fit.
+  ClientOptions two = o;
+  two.connections = 2;
+  auto lib2 = Client::connect(server.tcp_address(), two);
+  multiply_and_verify(*lib2, s, true, 2);
+  expect_nothing_held(*lib2);
+  EXPECT_EQ(server.stop(), 0);
+}
+
 // With tokens, a stripe must come from the client that sent the header.
 class StripesAuthE2E : public ::testing::Test {
  protected:
