@@ -71,9 +71,11 @@ void print_info(const sgemm::ServerInfo& info) {
   for (const auto& d : info.devices)
     std::printf("%-6d %-32s %6d %8.1fG %6d.%d\n", d.index, d.name.c_str(), d.sm_count, d.memory_bytes / 1073741824.0,
                 d.compute_major, d.compute_minor);
-  std::printf("limits: %lld elements per matrix, %d in flight, %d queued, %lld bytes per chunk\n",
-              (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued,
-              (long long)info.max_chunk_bytes);
+  std::printf(
+      "limits: %lld elements per matrix, %d in flight, %d queued, %lld bytes per chunk, %d connections per "
+      "request\n",
+      (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued, (long long)info.max_chunk_bytes,
+      info.max_stripes);
   std::printf("host memory budget: %.2f GiB; pinned pool %.2f GiB; engine started in %.0f ms\n",
               info.host_memory_bytes / 1073741824.0, info.pinned_pool_bytes / 1073741824.0, info.startup_ms);
   std::printf("load: %d in flight, %d queued, %d streams open, %lld requests (%lld failed), %lld host bytes held\n",

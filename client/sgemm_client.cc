@@ -716,6 +716,7 @@ class GrpcClient final : public Client {
     out.max_chunk_bytes = resp.limits().max_chunk_bytes();
     out.max_in_flight = resp.limits().max_in_flight();
     out.max_queued = resp.limits().max_queued();
+    out.max_stripes = resp.limits().max_stripes();
     out.host_memory_bytes = resp.limits().host_memory_bytes();
     out.open_streams = resp.load().open_streams();
     out.in_flight = resp.load().in_flight();

@@ -175,6 +175,7 @@ struct ServerInfo {
   int64_t region_bytes = 0, region_bytes_in_use = 0;  // the server's region budget and what is registered
   bool regions_available = false;                     // this connection can use shared-memory regions
   int max_in_flight = 0, max_queued = 0;
+  int max_stripes = 0;  // most connections one request may use (ClientOptions::connections)
   int in_flight = 0, queued = 0, open_streams = 0;
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
   double startup_ms = 0;          // the engine's start-up, warm-up included

@@ -446,6 +446,12 @@ Status MultiplyCall::ensure_buffer(MatrixId matrix, int64_t offset, std::size_t 
 }
 
 Status MultiplyCall::after_chunk() {
+  // With stripes, the thread that sees the upload complete may not be the one
+  // whose chunk completed it, and the others see it again: once is enough.
+  if (upload_complete_) {
+    start_read();
+    return Status::Ok();
+  }
   if (assembler_->complete()) {
     upload_complete_ = true;
     t_received_ = Clock::now();
@@ -637,6 +643,8 @@ void MultiplyCall::send_more() {
   if (!compute_done_) return;
   if (!result_.ok()) return finish(result_.status());
   // Everything sent: the summary goes with the status.
+  // Every stripe's bytes: the assembler counts each chunk as it commits it.
+  if (assembler_) bytes_in_ = assembler_->bytes_received();
   const Clock::time_point now = Clock::now();
   facts_.request_id = id_;
   facts_.unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
