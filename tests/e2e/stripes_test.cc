@@ -262,6 +262,40 @@ TEST_F(StripesE2E, HandWrittenStripesEachReceiveTheirRowsOfC) {
   EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
 }
 
+// Early start and duplex across stripes: with B and A's first block in (both stripe 0's), the server computes
+// during the upload, and the rows of C that block makes go back on stripe 0 before the rest of A is sent.
+TEST_F(StripesE2E, ComputingStartsDuringTheUploadAndRowsOfCGoBackOnTheirStripe) {
+  const GemmShape s{1024, 8, 8};
+  const int64_t rows = 256;  // A's blocks 0 1 2 3 on stripes 0 1 0 1; the CPU engine computes 256 rows at a time
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, -1.0f);
+  const uint64_t seed = fresh_seed();
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 2, rows));
+  const std::string token = primary.grant();
+  Raw second(server_->tcp_address(), 2);
+  ASSERT_TRUE(second.attach(token, 1));
+  ASSERT_TRUE(primary.chunk(v1::MATRIX_B, b.data(), 0, s.k * s.n));
+  ASSERT_TRUE(primary.chunk(v1::MATRIX_A, a.data(), 0, rows * s.k));
+  // A chunk of C on stripe 0 now, with three quarters of A still unsent.
+  v1::MultiplyResponse first;
+  ASSERT_TRUE(primary.stream->Read(&first)) << "the stream ended before any row of C";
+  ASSERT_TRUE(first.has_chunk());
+  EXPECT_LT(first.chunk().offset(), rows * s.n) << "the first rows of C come from A's first block";
+  std::memcpy(c.data() + first.chunk().offset(), first.chunk().data().data(), first.chunk().data().size());
+  second.share(s, 1, 2, rows, a.data(), b.data());
+  second.stream->WritesDone();
+  ASSERT_TRUE(primary.chunk(v1::MATRIX_A, a.data(), 2 * rows * s.k, 3 * rows * s.k));
+  primary.stream->WritesDone();
+  std::thread t([&] { expect_status(second.finish(c.data()), grpc::StatusCode::OK, ""); });
+  expect_status(primary.finish(c.data()), grpc::StatusCode::OK, "");
+  t.join();
+  auto v = verify_gemm(s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, nullptr, c.data(),
+                       rows_to_verify(s.m, s.n, s.k, seed, s.m));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+}
+
 TEST_F(StripesE2E, AnUnknownTokenIsNotFound) {
   Raw stray(server_->tcp_address(), 3);
   ASSERT_TRUE(stray.attach(std::string(16, '\x42'), 1));
