@@ -3,7 +3,14 @@
 // ceiling for gRPC on this host), and end to end for square products.
 //
 //   grpc-transport-bench --server HOST:PORT [--sizes 4096,8192] [--e2e-sizes 4096,8192]
-//                   [--repeat N] [--chunk-bytes B] [--streams 1,2,4] [--arg NAME=INT ...]
+//                   [--repeat N] [--chunk-bytes B] [--streams 1,2,4] [--connections 1,2,4,8]
+//                   [--arg NAME=INT ...]
+//
+// --connections: each transfer and e2e product is one request spread over
+// that many connections (ClientOptions::connections, GemmHeader.stripes),
+// reported next to raw TCP on one connection and raw TCP on as many
+// connections as the request used (the fair ceiling), with both ratios.
+// --streams: independent requests on connections of their own (the split rows).
 //
 // Directions, each with the payload bytes counted over the client's wall time:
 //   up    multiply {rows, 1, k}: A (rows x k) travels up, a column of C down
@@ -24,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -41,6 +49,7 @@ struct Args {
   std::vector<int64_t> sizes = {4096, 8192};
   std::vector<int64_t> e2e_sizes = {4096, 8192};
   std::vector<int> streams = {1};
+  std::vector<int> connections = {1};
   int repeat = 5;
   sgemm::ClientOptions client;
 };
@@ -61,8 +70,10 @@ double median(std::vector<double> v) {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// One loopback TCP transfer of `bytes`: seconds from the first send() to the last recv().
-double tcp_once(const std::vector<char>& src, std::vector<char>& dst) {
+// One loopback TCP transfer of `bytes` over `conns` connections (each moving
+// its share, a sender and a receiver thread each): seconds from the first
+// send() to the last recv().
+double tcp_once(const std::vector<char>& src, std::vector<char>& dst, int conns = 1) {
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -73,40 +84,54 @@ double tcp_once(const std::vector<char>& src, std::vector<char>& dst) {
     std::perror("grpc-transport-bench: tcp listen");
     std::exit(1);
   }
-  int cfd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(cfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    std::perror("grpc-transport-bench: tcp connect");
-    std::exit(1);
-  }
-  int sfd = accept(lfd, nullptr, nullptr);
-  const auto t0 = Clock::now();
-  std::thread sender([&] {
-    std::size_t off = 0;
-    while (off < src.size()) {
-      const ssize_t n = send(cfd, src.data() + off, src.size() - off, 0);
-      if (n <= 0) break;
-      off += std::size_t(n);
+  listen(lfd, conns);
+  std::vector<int> cfd(static_cast<std::size_t>(conns)), sfd(static_cast<std::size_t>(conns));
+  for (int i = 0; i < conns; ++i) {
+    cfd[std::size_t(i)] = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(cfd[std::size_t(i)], reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      std::perror("grpc-transport-bench: tcp connect");
+      std::exit(1);
     }
-  });
-  std::size_t got = 0;
-  while (got < dst.size()) {
-    const ssize_t n = recv(sfd, dst.data() + got, dst.size() - got, 0);
-    if (n <= 0) break;
-    got += std::size_t(n);
+    sfd[std::size_t(i)] = accept(lfd, nullptr, nullptr);
   }
+  const std::size_t part = (src.size() + std::size_t(conns) - 1) / std::size_t(conns);
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < conns; ++i) {
+    const std::size_t begin = std::min(src.size(), part * std::size_t(i));
+    const std::size_t end = std::min(src.size(), begin + part);
+    threads.emplace_back([&, i, begin, end] {
+      std::size_t off = begin;
+      while (off < end) {
+        const ssize_t n = send(cfd[std::size_t(i)], src.data() + off, end - off, 0);
+        if (n <= 0) break;
+        off += std::size_t(n);
+      }
+    });
+    threads.emplace_back([&, i, begin, end] {
+      std::size_t got = begin;
+      while (got < end) {
+        const ssize_t n = recv(sfd[std::size_t(i)], dst.data() + got, end - got, 0);
+        if (n <= 0) break;
+        got += std::size_t(n);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
   const double s = seconds_since(t0);
-  sender.join();
-  close(sfd);
-  close(cfd);
+  for (int i = 0; i < conns; ++i) {
+    close(sfd[std::size_t(i)]);
+    close(cfd[std::size_t(i)]);
+  }
   close(lfd);
   return s;
 }
 
-double tcp_gbps(int64_t bytes, int repeat) {
+double tcp_gbps(int64_t bytes, int repeat, int conns = 1) {
   std::vector<char> src(std::size_t(bytes), 1), dst(std::size_t(bytes), 0);
-  tcp_once(src, dst);
+  tcp_once(src, dst, conns);
   std::vector<double> t;
-  for (int i = 0; i < repeat; ++i) t.push_back(tcp_once(src, dst));
+  for (int i = 0; i < repeat; ++i) t.push_back(tcp_once(src, dst, conns));
   return double(bytes) / median(t) / 1e9;
 }
 
@@ -115,6 +140,7 @@ struct Timed {
   double compute_ms = 0;     // median server compute_ms
   int64_t up = 0, down = 0;  // payload bytes of one request
   bool duplex = false;       // C began to arrive before the upload ended (any run)
+  int stripes = 1;           // connections the request used
   std::string error;
 };
 
@@ -150,6 +176,7 @@ Timed time_requests(const std::string& server, const sgemm::ClientOptions& copt,
     out.up = r->bytes_sent;
     out.down = r->bytes_received;
     out.duplex = out.duplex || r->first_c_before_upload_end;
+    out.stripes = r->summary.stripes;
   }
   out.wall_s = median(wall);
   out.compute_ms = median(compute);
@@ -190,9 +217,14 @@ double split_gbps(const Args& args, bool up, int64_t rows, int64_t cols, int str
   return total / median(t) / 1e9;
 }
 
-void row(const char* what, const std::string& size, const char* dir, int64_t bytes, double grpc, double tcp) {
-  std::printf("%-6s %-8s %-5s %10.1f MiB   gRPC %6.2f GB/s   raw TCP %6.2f GB/s   gRPC/TCP %5.0f %%\n", what,
-              size.c_str(), dir, double(bytes) / 1048576.0, grpc, tcp, tcp > 0 ? 100.0 * grpc / tcp : 0.0);
+// tcp_n: raw TCP over as many connections as the request used (0: not measured).
+void row(const char* what, const std::string& size, const char* dir, int conns, int64_t bytes, double grpc, double tcp,
+         double tcp_n) {
+  std::printf(
+      "%-6s %-8s %-5s conns %d %8.1f MiB   gRPC %6.2f GB/s   raw TCP %6.2f GB/s (%3.0f %%)   raw TCP x%d %6.2f GB/s "
+      "(%3.0f %%)\n",
+      what, size.c_str(), dir, conns, double(bytes) / 1048576.0, grpc, tcp, tcp > 0 ? 100.0 * grpc / tcp : 0.0, conns,
+      tcp_n, tcp_n > 0 ? 100.0 * grpc / tcp_n : 0.0);
 }
 
 }  // namespace
@@ -218,6 +250,9 @@ int main(int argc, char** argv) {
     } else if (s == "--streams") {
       args.streams.clear();
       for (int64_t v : parse_list(next())) args.streams.push_back(int(v));
+    } else if (s == "--connections") {
+      args.connections.clear();
+      for (int64_t v : parse_list(next())) args.connections.push_back(int(v));
     } else if (s == "--repeat") {
       args.repeat = std::max(1, std::stoi(next()));
     } else if (s == "--chunk-bytes") {
@@ -233,22 +268,35 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: grpc-transport-bench --server HOST:PORT [--sizes 4096,8192] [--e2e-sizes 4096,8192] "
-                   "[--repeat N] [--chunk-bytes B] [--streams 1,2,4] [--arg NAME=INT ...]\n");
+                   "[--repeat N] [--chunk-bytes B] [--streams 1,2,4] [--connections 1,2,4,8] "
+                   "[--arg NAME=INT ...]\n");
       return 2;
     }
   }
   std::printf("# grpc-transport-bench: server %s, client chunk %lld bytes, median of %d after a warm-up\n",
               args.server.c_str(), (long long)args.client.chunk_bytes, args.repeat);
   int failures = 0;
+  std::map<std::pair<int64_t, int>, double> tcp_cache;  // (bytes, connections) -> GB/s, measured once
+  auto tcp = [&](int64_t bytes, int conns) {
+    auto& v = tcp_cache[{bytes, conns}];
+    if (v == 0) v = tcp_gbps(bytes, args.repeat, conns);
+    return v;
+  };
   auto transfer = [&](const std::string& label, const sgemm::GemmShape& s, bool up, int64_t tcp_bytes) {
-    Timed t = time_requests(args.server, args.client, s, args.repeat);
-    if (!t.error.empty()) {
-      std::printf("%-6s %-8s %-5s FAILED: %s\n", "xfer", label.c_str(), up ? "up" : "down", t.error.c_str());
-      ++failures;
-      return;
+    for (int conns : args.connections) {
+      sgemm::ClientOptions o = args.client;
+      o.connections = conns;
+      Timed t = time_requests(args.server, o, s, args.repeat);
+      if (!t.error.empty()) {
+        std::printf("%-6s %-8s %-5s conns %d FAILED: %s\n", "xfer", label.c_str(), up ? "up" : "down", conns,
+                    t.error.c_str());
+        ++failures;
+        continue;
+      }
+      const int64_t bytes = up ? t.up : t.down;
+      row("xfer", label, up ? "up" : "down", t.stripes, bytes, double(bytes) / t.wall_s / 1e9, tcp(tcp_bytes, 1),
+          t.stripes > 1 ? tcp(tcp_bytes, t.stripes) : tcp(tcp_bytes, 1));
     }
-    const int64_t bytes = up ? t.up : t.down;
-    row("xfer", label, up ? "up" : "down", bytes, double(bytes) / t.wall_s / 1e9, tcp_gbps(tcp_bytes, args.repeat));
   };
   transfer("64MiB", {4096, 1, 4096}, true, int64_t(4096) * 4096 * 4);
   transfer("64MiB", {4096, 4096, 1}, false, int64_t(4096) * 4096 * 4);
@@ -269,17 +317,21 @@ int main(int argc, char** argv) {
     std::printf("split  64MiB    %d connections: up %6.2f GB/s   down %6.2f GB/s\n", st, up, down);
   }
   for (int64_t n : args.e2e_sizes) {
-    Timed t = time_requests(args.server, args.client, {n, n, n}, args.repeat);
-    if (!t.error.empty()) {
-      std::printf("e2e    %-8lld FAILED: %s\n", (long long)n, t.error.c_str());
-      ++failures;
-      continue;
+    for (int conns : args.connections) {
+      sgemm::ClientOptions o = args.client;
+      o.connections = conns;
+      Timed t = time_requests(args.server, o, {n, n, n}, args.repeat);
+      if (!t.error.empty()) {
+        std::printf("e2e    %-8lld conns %d FAILED: %s\n", (long long)n, conns, t.error.c_str());
+        ++failures;
+        continue;
+      }
+      std::printf(
+          "e2e    %-8lld conns %d wall %8.1f ms   server compute %8.1f ms (early start: engine waits for A inside)   "
+          "up %.1f MiB, down %.1f MiB, C before upload end: %s\n",
+          (long long)n, t.stripes, t.wall_s * 1e3, t.compute_ms, double(t.up) / 1048576, double(t.down) / 1048576,
+          t.duplex ? "yes" : "no");
     }
-    std::printf(
-        "e2e    %-8lld wall %8.1f ms   server compute %8.1f ms (early start: engine waits for A inside)   "
-        "up %.1f MiB, down %.1f MiB, C before upload end: %s\n",
-        (long long)n, t.wall_s * 1e3, t.compute_ms, double(t.up) / 1048576, double(t.down) / 1048576,
-        t.duplex ? "yes" : "no");
   }
   return failures == 0 ? 0 : 1;
 }

@@ -71,9 +71,11 @@ void print_info(const sgemm::ServerInfo& info) {
   for (const auto& d : info.devices)
     std::printf("%-6d %-32s %6d %8.1fG %6d.%d\n", d.index, d.name.c_str(), d.sm_count, d.memory_bytes / 1073741824.0,
                 d.compute_major, d.compute_minor);
-  std::printf("limits: %lld elements per matrix, %d in flight, %d queued, %lld bytes per chunk\n",
-              (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued,
-              (long long)info.max_chunk_bytes);
+  std::printf(
+      "limits: %lld elements per matrix, %d in flight, %d queued, %lld bytes per chunk, %d connections per "
+      "request\n",
+      (long long)info.max_matrix_elements, info.max_in_flight, info.max_queued, (long long)info.max_chunk_bytes,
+      info.max_stripes);
   std::printf("host memory budget: %.2f GiB; pinned pool %.2f GiB; engine started in %.0f ms\n",
               info.host_memory_bytes / 1073741824.0, info.pinned_pool_bytes / 1073741824.0, info.startup_ms);
   std::printf("load: %d in flight, %d queued, %d streams open, %lld requests (%lld failed), %lld host bytes held\n",
@@ -105,8 +107,9 @@ void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
   if (order_wait > 0) std::printf("; %.3f ms for the NCCL order", order_wait);
   std::printf("\nserver: receive %.3f ms, queue %.3f ms, compute %.3f ms, send %.3f ms, total %.3f ms\n",
               sum.receive_ms, sum.queue_ms, sum.compute_ms, sum.send_ms, sum.total_ms);
-  std::printf("client: total %.3f ms, effective %.1f GFLOP/s, %.1f MB sent, %.1f MB received\n", r.wall_ms,
-              s.flops() / (r.wall_ms * 1e6), r.bytes_sent / 1e6, r.bytes_received / 1e6);
+  std::printf("client: total %.3f ms, effective %.1f GFLOP/s, %.1f MB sent, %.1f MB received, %d connection%s\n",
+              r.wall_ms, s.flops() / (r.wall_ms * 1e6), r.bytes_sent / 1e6, r.bytes_received / 1e6, sum.stripes,
+              sum.stripes == 1 ? "" : "s");
 }
 
 // The request as a timing record (common/timing_record.h): the same schema as
@@ -275,6 +278,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     }
     j["record"] = sgemm::timing_record_json(record, j.dump());
     j["client_total_ms"] = r->wall_ms;
+    j["connections"] = r->summary.stripes;
     runs.push_back(j);
   }
   if (o.json) {
@@ -337,6 +341,11 @@ int main(int argc, char** argv) {
   sub->add_option("--split", o.split, "auto, single, rows or k")->check(CLI::IsMember({"auto", "single", "rows", "k"}));
   sub->add_option("--timeout-ms", o.timeout_ms, "deadline for the request (0 = none)");
   sub->add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent");
+  sub->add_option("--connections", connection.connections,
+                  "connections one request spreads over (gRPC; docs/transport.md); 0 = by size: 1 below 16 MiB of "
+                  "payload, else 4")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   auto* a_opt = sub->add_option("--a", o.a_file, "A from a .npy file (or raw little-endian fp32 with --m, --k)")
                     ->check(CLI::ExistingFile);
   auto* b_opt = sub->add_option("--b", o.b_file, "B from a .npy or raw fp32 file")->check(CLI::ExistingFile);

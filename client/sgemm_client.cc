@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "client/stripe_plan.h"
 #include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
@@ -184,8 +185,8 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
  public:
   struct Input {
     wire::WireMatrix matrix;
-    const float* data;
-    int64_t elements;
+    const float* data;   // the whole matrix
+    int64_t begin, end;  // elements [begin, end) to send (a stripe's block, or all)
   };
 
   MultiplyStream(grpc::ClientContext* ctx, const v1::MultiplyRequest& header, std::vector<Input> inputs,
@@ -198,6 +199,7 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
         c_elements_(c_elements),
         on_chunk_(std::move(on_chunk)),
         refs_(refs) {
+    if (!inputs_.empty()) next_offset_ = inputs_[0].begin;
     bool own = false;
     [[maybe_unused]] grpc::Status st = grpc::SerializationTraits<v1::MultiplyRequest>::Serialize(header, &out_, &own);
   }
@@ -214,9 +216,9 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
     if (!ok) return;  // the call is ending: OnDone brings its status
     bytes_sent_ += pending_bytes_;
     pending_bytes_ = 0;
-    while (input_ < inputs_.size() && next_offset_ >= inputs_[input_].elements) {
+    while (input_ < inputs_.size() && next_offset_ >= inputs_[input_].end) {
       ++input_;
-      next_offset_ = 0;
+      if (input_ < inputs_.size()) next_offset_ = inputs_[input_].begin;
     }
     if (input_ == inputs_.size()) {
       upload_done_ = true;
@@ -224,7 +226,7 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
       return;
     }
     const Input& in = inputs_[input_];
-    const int64_t count = std::min(chunk_elems_, in.elements - next_offset_);
+    const int64_t count = std::min(chunk_elems_, in.end - next_offset_);
     out_ = wire::encode_chunk(in.matrix, in.data, next_offset_, count, refs_);
     next_offset_ += count;
     pending_bytes_ = count * int64_t(sizeof(float));
@@ -246,16 +248,40 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
       if (on_chunk_) on_chunk_(r->offset, r->count);
     } else if (r->kind == wire::Response::Kind::kSummary) {
       have_summary_ = true;
+    } else if (r->kind == wire::Response::Kind::kStripeGrant) {
+      grant_token_ = summary_.stripe_grant().token();
+      have_grant_ = true;
+      cv_.notify_all();
     }
     StartRead(&in_);
   }
 
+  // Called once, from OnDone, before wait() returns: whether the call succeeded.
+  void set_on_done(std::function<void(bool ok)> f) { on_done_ = std::move(f); }
+
   void OnDone(const grpc::Status& s) override {
+    if (on_done_) {
+      bool ok;
+      {
+        std::lock_guard lock(mu_);
+        ok = s.ok() && protocol_error_.ok();
+      }
+      on_done_(ok);  // before done_: the caller's objects are still there
+    }
     std::lock_guard lock(mu_);
     status_ = s;
     out_.Clear();  // its slice of the caller's memory
     done_ = true;
     cv_.notify_all();
+  }
+
+  // Blocks until the server's StripeGrant has come (true; its token in *token)
+  // or the call has ended without one (false).
+  bool wait_grant(std::string* token) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return have_grant_ || done_; });
+    *token = grant_token_;
+    return have_grant_;
   }
 
   // Blocks until gRPC is done with the call; its status.
@@ -289,9 +315,42 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   int64_t next_offset_ = 0;  // its next element
   int64_t pending_bytes_ = 0, bytes_sent_ = 0, bytes_received_ = 0;
   bool upload_done_ = false, have_summary_ = false, first_c_before_upload_end_ = false, done_ = false;
+  bool have_grant_ = false;
+  std::string grant_token_;            // StripeGrant.token, when the header asked for stripes
+  std::function<void(bool)> on_done_;  // set before start()
   Status protocol_error_;
   v1::MultiplyResponse summary_;
   grpc::Status status_;
+};
+
+// The streams of one striped request: the first to fail cancels the others
+// (a stripe the server refused, or a client-side error, ends the request at
+// once rather than after --idle-timeout), and the order of failures says whose
+// status to report. Thread-safe.
+class StripeSet {
+ public:
+  // False when a stream has failed already (do not start this one).
+  bool add(grpc::ClientContext* ctx) {
+    std::lock_guard lock(mu_);
+    contexts_.push_back(ctx);
+    return failed_.empty();
+  }
+  void done(int stripe, bool ok) {
+    std::lock_guard lock(mu_);
+    if (ok) return;
+    failed_.push_back(stripe);
+    if (failed_.size() == 1)
+      for (grpc::ClientContext* c : contexts_) c->TryCancel();
+  }
+  std::vector<int> failed() const {
+    std::lock_guard lock(mu_);
+    return failed_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<grpc::ClientContext*> contexts_;  // guarded by mu_
+  std::vector<int> failed_;                     // guarded by mu_: stripes in the order they failed
 };
 
 // The channel for (target, credentials, token, extra arguments), shared by
@@ -331,7 +390,8 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const Cli
 class GrpcClient final : public Client {
  public:
   GrpcClient(const std::string& target, const ClientOptions& options)
-      : options_(options),
+      : target_(target),
+        options_(options),
         unix_target_(is_unix_target(target)),
         channel_(make_channel(target, options, &setup_)),
         stub_(v1::Sgemm::NewStub(channel_)),
@@ -473,7 +533,7 @@ class GrpcClient final : public Client {
           break;
       }
 
-      result = run_stream(ctx, req, shape, a, b, c, regions, opt, &refs);
+      result = run_stream(ctx, req, shape, a, b, c, regions, opt, deadline, &refs);
     }                  // the call (ClientContext) goes here
     refs.wait_zero();  // gRPC holds no slice of the caller's A, B or C any more
     return result;
@@ -481,9 +541,14 @@ class GrpcClient final : public Client {
 
   // One Multiply call through MultiplyStream. With `regions` no matrix byte is
   // streamed (the header names them), and with an output region no C comes back.
+  // With ClientOptions::connections (or the size) asking for several, the
+  // request is spread over that many streams on connections of their own
+  // (stripe_plan.h): this stream is stripe 0, the others attach with the
+  // server's token once it comes, and all of them fill C.
   StatusOr<MultiplyResult> run_stream(grpc::ClientContext& ctx, const v1::MultiplyRequest& header,
                                       const GemmShape& shape, const float* a, const float* b, const float* c,
-                                      const RegionRefs* regions, const MultiplyOptions& opt, wire::SliceRefs* refs) {
+                                      const RegionRefs* regions, const MultiplyOptions& opt,
+                                      std::chrono::system_clock::time_point deadline, wire::SliceRefs* refs) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     MultiplyResult result;
@@ -497,22 +562,94 @@ class GrpcClient final : public Client {
     // B (and C) first, then A by row blocks: the server starts computing
     // once B (and C) are in and A is arriving (docs/lifecycle.md).
     // Regions: the header is all there is to send.
-    std::vector<MultiplyStream::Input> inputs;
-    if (!regions) {
-      inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
-      if (c) inputs.push_back({wire::WireMatrix::kC, c, shape.m * shape.n});
-      inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
+    const StripePlan plan =
+        regions ? StripePlan{1, 0, {{}}}
+                : plan_stripes(shape, c != nullptr, stripes_for(shape, c != nullptr, options_.connections),
+                               options_.chunk_bytes);
+    auto inputs_of = [&](int stripe) {
+      std::vector<MultiplyStream::Input> inputs;
+      for (const StripeRange& r : plan.per_stripe[std::size_t(stripe)]) {
+        switch (r.matrix) {
+          case StripeMatrix::kA:
+            inputs.push_back({wire::WireMatrix::kA, a, r.begin, r.end});
+            break;
+          case StripeMatrix::kB:
+            inputs.push_back({wire::WireMatrix::kB, b, r.begin, r.end});
+            break;
+          case StripeMatrix::kC:
+            inputs.push_back({wire::WireMatrix::kC, c, r.begin, r.end});
+            break;
+        }
+      }
+      return inputs;
+    };
+    v1::MultiplyRequest striped_header;
+    const v1::MultiplyRequest* first = &header;
+    if (plan.stripes > 1) {
+      striped_header = header;
+      striped_header.mutable_header()->set_stripes(plan.stripes);
+      striped_header.mutable_header()->set_stripe_rows(plan.stripe_rows);
+      first = &striped_header;
     }
     const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
-    MultiplyStream call(&ctx, header, std::move(inputs), chunk_elems, out, total, opt.on_chunk, refs);
+    StripeSet set;                                               // outlives every stream (declared first)
+    std::vector<std::unique_ptr<grpc::ClientContext>> contexts;  // outlive their streams
+    MultiplyStream call(&ctx, *first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
+    if (plan.stripes > 1) {
+      set.add(&ctx);
+      call.set_on_done([&set](bool ok) { set.done(0, ok); });
+    }
     generic_->PrepareBidiStreamingCall(&ctx, "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(), &call);
     call.start();
+    // The other stripes, once the server has answered with their token.
+    std::vector<std::unique_ptr<MultiplyStream>> stripes;
+    std::string token;
+    if (plan.stripes > 1 && call.wait_grant(&token)) {
+      for (int s = 1; s < plan.stripes; ++s) {
+        auto& sctx = contexts.emplace_back(std::make_unique<grpc::ClientContext>());
+        if (!set.add(sctx.get())) break;  // a stream has failed: the request is over
+        prepare(*sctx);
+        if (deadline != std::chrono::system_clock::time_point::max()) sctx->set_deadline(deadline);
+        v1::MultiplyRequest attach;
+        attach.mutable_attach()->set_token(token);
+        attach.mutable_attach()->set_stripe(s);
+        auto& stream = stripes.emplace_back(std::make_unique<MultiplyStream>(
+            sctx.get(), attach, inputs_of(s), chunk_elems, out, total, opt.on_chunk, refs));
+        stream->set_on_done([&set, s](bool ok) { set.done(s, ok); });
+        stripe_stub(s)->PrepareBidiStreamingCall(sctx.get(), "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(),
+                                                 stream.get());
+        stream->start();
+      }
+    }
     const grpc::Status gst = call.wait();
+    std::vector<Status> statuses = {call.protocol_error().ok() ? from_grpc(gst) : call.protocol_error()};
+    bool first_c_early = call.first_c_before_upload_end();
     result.bytes_sent = call.bytes_sent();
     result.bytes_received = call.bytes_received();
-    const Status st = from_grpc(gst);
-    if (!call.protocol_error().ok()) return call.protocol_error();
+    for (auto& stream : stripes) {
+      const grpc::Status sg = stream->wait();
+      statuses.push_back(stream->protocol_error().ok() ? from_grpc(sg) : stream->protocol_error());
+      first_c_early = first_c_early || stream->first_c_before_upload_end();
+      result.bytes_sent += stream->bytes_sent();
+      result.bytes_received += stream->bytes_received();
+    }
+    // Which status to report: the first failure, unless it is another stripe's ABORTED echo or our own cancel.
+    Status st = statuses[0];
+    if (plan.stripes > 1) {
+      const std::vector<int> failed = set.failed();
+      if (!failed.empty()) st = statuses[std::size_t(failed[0])];
+      for (int f : failed) {
+        const StatusCode k = statuses[std::size_t(f)].code();
+        if (k != StatusCode::kAborted && k != StatusCode::kCancelled) {
+          st = statuses[std::size_t(f)];
+          break;
+        }
+      }
+    }
     if (!st.ok()) return st;
+    if (plan.stripes > 1 && stripes.empty())
+      return Internal("the server answered a request over " + std::to_string(plan.stripes) +
+                      " stripes without a StripeGrant (does it predate GemmHeader.stripes? use connections 1)");
     if (!call.have_summary()) return Internal("the server ended the stream without a summary");
     if (result.bytes_received != total * int64_t(sizeof(float)))
       return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " + std::to_string(total) +
@@ -545,12 +682,13 @@ class GrpcClient final : public Client {
     sum.bytes_in = s.bytes_received();
     sum.bytes_out = s.bytes_sent();
     sum.trace_json = s.trace_json();
+    sum.stripes = std::max(1, s.stripes());
     for (const auto& d : s.devices()) {
       sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),
                              d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(), d.kernel_wait_ms(),
                              d.reduce_wait_ms(), d.copy_out_wait_ms(), d.order_wait_ms(), d.host()});
     }
-    result.first_c_before_upload_end = call.first_c_before_upload_end();
+    result.first_c_before_upload_end = first_c_early;
     result.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return result;
   }
@@ -578,6 +716,7 @@ class GrpcClient final : public Client {
     out.max_chunk_bytes = resp.limits().max_chunk_bytes();
     out.max_in_flight = resp.limits().max_in_flight();
     out.max_queued = resp.limits().max_queued();
+    out.max_stripes = resp.limits().max_stripes();
     out.host_memory_bytes = resp.limits().host_memory_bytes();
     out.open_streams = resp.load().open_streams();
     out.in_flight = resp.load().in_flight();
@@ -685,6 +824,25 @@ class GrpcClient final : public Client {
     }
   }
 
+  // The generic stub for stripe `stripe` (>= 1) of a striped request: a
+  // channel of its own (its own subchannel pool, so its own connection),
+  // kept like every channel (make_channel).
+  grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>* stripe_stub(int stripe) {
+    std::lock_guard lock(stripe_mu_);
+    if (stripe_stubs_.size() <= std::size_t(stripe)) stripe_stubs_.resize(std::size_t(stripe) + 1);
+    auto& stub = stripe_stubs_[std::size_t(stripe)];
+    if (!stub) {
+      ClientOptions o = options_;
+      o.channel_args.emplace_back(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      o.channel_args.emplace_back("sgemm.stripe", stripe);
+      Status ignored;  // setup_ has the same TLS files and said so already
+      stub = std::make_unique<grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>>(
+          make_channel(target_, o, &ignored));
+    }
+    return stub.get();
+  }
+
+  const std::string target_;
   const ClientOptions options_;
   const bool unix_target_ = false;
   Status setup_;  // a TLS file that could not be read: every call returns it
@@ -698,6 +856,9 @@ class GrpcClient final : public Client {
   std::optional<Transport> resolved_;  // guarded by transport_mu_
   std::mutex scratch_mu_;
   std::unique_ptr<Region> scratch_;  // guarded by scratch_mu_: multiply_through_shm's region, kept for reuse
+  std::mutex stripe_mu_;
+  // guarded by stripe_mu_: stripe_stub()'s, by stripe (index 0 unused: stripe 0 is generic_)
+  std::vector<std::unique_ptr<grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>>> stripe_stubs_;
 };
 
 }  // namespace

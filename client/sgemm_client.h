@@ -71,6 +71,12 @@ struct ClientOptions {
   // Extra integer gRPC channel arguments (name, value), after the library's
   // own (docs/transport.md); a distinct unknown name gives a connection of its own.
   std::vector<std::pair<std::string, int>> channel_args;
+  // Connections one gRPC Multiply spreads over (GemmHeader.stripes,
+  // docs/transport.md "One request over several connections"); 0 = by size:
+  // 1 below 16 MiB of payload (A + B + C in and C out), else 4. Capped at A's
+  // blocks of rows; with more than one, MultiplyOptions::on_chunk is called
+  // from several gRPC threads at once.
+  int connections = 0;
 };
 
 // A POSIX shared-memory object this client created, mapped here and
@@ -107,7 +113,8 @@ struct MultiplyOptions {
   std::chrono::milliseconds timeout{0};    // 0 = no deadline
   bool trace = false;                      // ask for a Chrome trace of the request (MultiplySummary::trace_json)
   // Called as rows of C arrive, on a gRPC thread (while the upload may still
-  // be running): elements [offset, offset + count) are final.
+  // be running; with ClientOptions::connections > 1, on several threads at
+  // once): elements [offset, offset + count) are final.
   std::function<void(int64_t offset, int64_t count)> on_chunk;
   // Where C goes (m x n floats, the caller's memory): MultiplyResult::c stays
   // empty. nullptr: into MultiplyResult::c.
@@ -134,6 +141,7 @@ struct MultiplySummary {
   double send_ms = 0;                   // first chunk of C sent to the summary
   int64_t bytes_in = 0, bytes_out = 0;  // matrix payload the server received and sent
   std::string trace_json;               // Chrome trace-event JSON when MultiplyOptions::trace
+  int stripes = 1;                      // connections the request used (ClientOptions::connections)
 };
 
 struct MultiplyResult {
@@ -167,6 +175,7 @@ struct ServerInfo {
   int64_t region_bytes = 0, region_bytes_in_use = 0;  // the server's region budget and what is registered
   bool regions_available = false;                     // this connection can use shared-memory regions
   int max_in_flight = 0, max_queued = 0;
+  int max_stripes = 0;  // most connections one request may use (ClientOptions::connections)
   int in_flight = 0, queued = 0, open_streams = 0;
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
   double startup_ms = 0;          // the engine's start-up, warm-up included

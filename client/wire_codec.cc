@@ -134,6 +134,9 @@ StatusOr<Response> decode_response(grpc::ByteBuffer& buffer, float* c, int64_t c
   if (msg.has_summary()) {
     summary->Swap(&msg);
     out.kind = Response::Kind::kSummary;
+  } else if (msg.has_stripe_grant()) {
+    summary->Swap(&msg);
+    out.kind = Response::Kind::kStripeGrant;
   }
   return out;
 }

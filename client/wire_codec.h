@@ -61,14 +61,14 @@ grpc::ByteBuffer encode_chunk(WireMatrix matrix, const float* data, int64_t offs
 
 // One decoded MultiplyResponse.
 struct Response {
-  enum class Kind { kChunk, kSummary, kEmpty };
+  enum class Kind { kChunk, kSummary, kStripeGrant, kEmpty };
   Kind kind = Kind::kEmpty;
   int64_t offset = 0;  // kChunk: elements [offset, offset + count) of C
   int64_t count = 0;
 };
 
 // Decodes `buffer`. A chunk of C is checked against `c_elements` and copied
-// into `c` + offset; a summary is parsed into `summary`. INTERNAL for a
+// into `c` + offset; a summary (or a stripe grant) is parsed into `summary`. INTERNAL for a
 // malformed message (the server's bug), naming what was wrong.
 StatusOr<Response> decode_response(grpc::ByteBuffer& buffer, float* c, int64_t c_elements,
                                    sgemm::v1::MultiplyResponse* summary);

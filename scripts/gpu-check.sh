@@ -20,9 +20,11 @@
 #   bench-transport  shared memory vs the device-side floor at 4096 and 8192 (SGEMM_TRANSPORT_SIZES): engine-bench
 #                  --gpus 1 (pinned in, pinned out), then through sgemm-server on its Unix socket with
 #                  transport-bench --transport shm, and gRPC over TCP beside it; writes bench-transport.txt
-#   bench-grpc     the gRPC data plane: grpc-transport-bench against sgemm-server --backend cuda (GB/s each way
-#                  next to raw loopback TCP, 1/2/4 connections, end to end at 4096 and 8192), sgemm-client
-#                  submit --size 4096/8192, and engine-bench's device-side time for the same shapes
+#   bench-grpc     the gRPC data plane: grpc-transport-bench against sgemm-server --backend cuda (64 MiB each
+#                  way as one request over 1/2/4/8 connections, next to raw loopback TCP on 1 and on as many
+#                  connections; end to end at 4096 and 8192 likewise), sgemm-client submit --size 4096/8192
+#                  --connections 1/4(/8), and engine-bench's device-side time for the same shapes (the floor).
+#                  Every step has its own timeout; about 100 s in all, at most about 270 s
 #   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build adds the tuning ones);
 #                  SGEMM_VARIANT_SHAPES="1x4096x4096,8192x64x8192" narrows the shapes
 #   sass           instruction mix of the kernels (cuobjdump)
@@ -147,13 +149,18 @@ if has bench-grpc; then
   for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
   addr=127.0.0.1:$(cat "$tmp/port" 2>/dev/null)
   # shellcheck disable=SC2086  # a list of arguments
-  step grpc-transport-bench 200 "$BIN/grpc-transport-bench" --server "$addr" --sizes 4096,8192 --e2e-sizes 4096,8192 \
-    --streams 1,2,4 --repeat 5 ${SGEMM_TRANSPORT_BENCH_ARGS:-}
-  step grpc-submit-4096 60 "$BIN/sgemm-client" submit --server "$addr" --size 4096 --repeat 5
-  step grpc-submit-8192 60 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --repeat 5
+  step grpc-transport-bench 100 "$BIN/grpc-transport-bench" --server "$addr" --sizes "" --e2e-sizes 4096,8192 \
+    --connections 1,2,4,8 --streams 1 --repeat 3 ${SGEMM_TRANSPORT_BENCH_ARGS:-}
+  grpc_logs=(grpc-transport-bench)
+  for sc in 4096:1 4096:4 8192:1 8192:4 8192:8; do
+    step "grpc-submit-${sc%:*}-c${sc#*:}" 23 "$BIN/sgemm-client" submit --server "$addr" --size "${sc%:*}" \
+      --connections "${sc#*:}" --repeat 4
+    grpc_logs+=("grpc-submit-${sc%:*}-c${sc#*:}")
+  done
   kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
-  step grpc-engine-bench 120 "$BIN/engine-bench" --gpus 1 --shapes 4096x4096x4096,8192x8192x8192
-  for f in grpc-transport-bench grpc-submit-4096 grpc-submit-8192 grpc-engine-bench; do
+  step grpc-engine-bench 40 "$BIN/engine-bench" --gpus 1 --shapes 4096x4096x4096,8192x8192x8192
+  grpc_logs+=(grpc-engine-bench)
+  for f in "${grpc_logs[@]}"; do
     echo "--- $f"
     cat "$OUT/$f.log"
   done

@@ -170,6 +170,11 @@ int main(int argc, char** argv) {
                  "Multiply streams open and not yet answered, all connections together; more get UNAVAILABLE")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--max-stripes", opt.service.max_stripes,
+                 "most streams (connections) one Multiply request may spread over (GemmHeader.stripes); each "
+                 "counts against --max-open-streams")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--max-streams-per-connection", opt.max_streams_per_connection,
                  "concurrent HTTP/2 streams one connection may open")
       ->check(CLI::PositiveNumber)

@@ -259,8 +259,8 @@ Fast decode_in_place(const std::vector<grpc::Slice>& slices, RequestMessage* out
         }
       }
       if (r.pos() != end) return Fast::kMalformed;
-    } else if (field == 1 || field == 2) {
-      return Fast::kFallback;
+    } else if (field == 1 || field == 2 || field == 10) {
+      return Fast::kFallback;  // StripeAttach (10) is rare: protobuf reads it
     } else if (!r.skip_field(wire)) {
       return Fast::kMalformed;
     }
@@ -297,6 +297,8 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       out.header = *converted;
       out.regions = region_operands_from_proto(h);
       out.trace = h.trace();
+      out.stripes = h.stripes();
+      out.stripe_rows = h.stripe_rows();
       out.slices.clear();
     } else if (out.kind == RequestMessage::Kind::kChunk) {
       auto m = matrix_from_proto(static_cast<v1::Matrix>(matrix));
@@ -322,8 +324,15 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       slow.header = *h;
       slow.regions = region_operands_from_proto(req.header());
       slow.trace = req.header().trace();
+      slow.stripes = req.header().stripes();
+      slow.stripe_rows = req.header().stripe_rows();
       break;
     }
+    case v1::MultiplyRequest::kAttach:
+      slow.kind = RequestMessage::Kind::kAttach;
+      slow.token = req.attach().token();
+      slow.stripe = req.attach().stripe();
+      break;
     case v1::MultiplyRequest::kChunk: {
       auto m = matrix_from_proto(req.chunk().matrix());
       if (!m.ok()) return m.status();
@@ -366,6 +375,13 @@ grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count, s
                                const_cast<float*>(c + offset), std::size_t(data_bytes),
                                [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, ref)};
   return grpc::ByteBuffer(slices, 2);
+}
+
+grpc::ByteBuffer encode_stripe_grant(const std::string& token, int stripes) {
+  v1::MultiplyResponse msg;
+  msg.mutable_stripe_grant()->set_token(token);
+  msg.mutable_stripe_grant()->set_stripes(stripes);
+  return serialize(msg);
 }
 
 v1::Precision precision_to_proto(Precision p) {
@@ -416,6 +432,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
   sum->set_total_ms(f.total_ms);
   sum->set_bytes_received(f.bytes_received);
   sum->set_bytes_sent(f.bytes_sent);
+  if (f.stripes > 1) sum->set_stripes(f.stripes);
   return serialize(last);
 }
 
@@ -445,6 +462,7 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   lim->set_max_queued(f.max_queued);
   lim->set_max_chunk_bytes(f.max_chunk_bytes);
   lim->set_host_memory_bytes(f.host_memory_bytes);
+  lim->set_max_stripes(f.max_stripes);
   v1::Load* load = out->mutable_load();
   load->set_in_flight(f.in_flight);
   load->set_queued(f.queued);

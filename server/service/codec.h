@@ -23,9 +23,13 @@ namespace sgemm {
 
 // One decoded MultiplyRequest message.
 struct RequestMessage {
-  enum class Kind { kHeader, kChunk, kEmpty };
+  enum class Kind { kHeader, kChunk, kAttach, kEmpty };
   Kind kind = Kind::kEmpty;
   GemmRequest header;              // kind == kHeader (already converted; enums checked)
+  int stripes = 0;                 // kind == kHeader: GemmHeader.stripes (0 or 1: one stream)
+  int64_t stripe_rows = 0;         // kind == kHeader: GemmHeader.stripe_rows
+  std::string token;               // kind == kAttach: StripeAttach.token
+  int stripe = 0;                  // kind == kAttach: StripeAttach.stripe
   RegionOperands regions;          // kind == kHeader: shared-memory operands, if any
   bool trace = false;              // kind == kHeader: header.trace asks for a trace in the summary
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
@@ -61,6 +65,9 @@ sgemm::v1::Precision precision_to_proto(Precision p);
 grpc::ByteBuffer encode_c_chunk(const float* c, int64_t offset, int64_t count,
                                 std::shared_ptr<const void> keep = nullptr);
 
+// MultiplyResponse{stripe_grant}: stripe 0's first answer to a striped header.
+grpc::ByteBuffer encode_stripe_grant(const std::string& token, int stripes);
+
 // Per-request figures the summary reports besides the engine's.
 struct SummaryFigures {
   std::string request_id;
@@ -68,6 +75,7 @@ struct SummaryFigures {
   int64_t bytes_received = 0, bytes_sent = 0;
   double send_ms = 0;
   std::string trace_json;  // "" unless the request asked for a trace
+  int stripes = 0;         // streams the request used (GemmHeader.stripes); 0 = one
 };
 grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& figures);
 
@@ -77,6 +85,7 @@ struct InfoFigures {
   std::vector<std::string> backends;
   int64_t max_matrix_elements = 0, max_chunk_bytes = 0, host_memory_bytes = 0;
   int max_in_flight = 0, max_queued = 0;
+  int max_stripes = 0;
   int in_flight = 0, queued = 0, open_streams = 0;
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
   // The caller, when the server checks tokens: its name, quotas and what it holds.

@@ -84,12 +84,27 @@ void MultiplyCall::unref() {
 void MultiplyCall::after_unlock(std::unique_lock<std::mutex>& lock) {
   const uint64_t ticket = ticket_to_cancel_;
   ticket_to_cancel_ = 0;
+  // Stripes: references and the group go, and a secondary's failure reaches its primary, with no lock held.
+  std::vector<MultiplyCall*> unrefs;
+  unrefs.swap(to_unref_);
+  std::shared_ptr<StripeGroup> drop = std::move(group_to_drop_);
+  std::shared_ptr<StripeGroup> report_to;
+  Status report;
+  if (report_failure_) {
+    report_failure_ = false;
+    report_to = group_;
+    report = final_status_;
+  }
+  const int stripe = stripe_;
   lock.unlock();
+  if (report_to) report_to->primary()->stripe_failed(stripe, report);
+  for (MultiplyCall* m : unrefs) m->unref();
+  drop.reset();
   if (ticket && shared_.budget.cancel(ticket)) unref();  // the waiter's reference
 }
 
 void MultiplyCall::start_read() {
-  if (reading_) return;  // one read outstanding at a time
+  if (reading_ || read_closed_) return;  // one read outstanding at a time; none after the half-close
   reading_ = true;
   read_since_ = Clock::now();
   in_.Clear();
@@ -126,12 +141,21 @@ void MultiplyCall::OnReadDone(bool ok) {
   std::unique_lock lock(mu_);
   reading_ = false;
   if (finished_) return after_unlock(lock);
+  if (stripe_ > 0) return on_stripe_read(lock, ok);
   if (!ok) {
     // Half-close (or the call is going away: OnCancel says so).
+    read_closed_ = true;
+    const bool striped = assembler_ && assembler_->stripes() > 1;
     if (ctx_->IsCancelled()) {
-      finish(cancelled_status());
+      finish_stream(cancelled_status());
     } else if (phase_ == Phase::kHeader) {
       finish(InvalidArgument("the request stream ended before its header"));
+    } else if (striped && phase_ == Phase::kWaitMemory) {
+      check_stripe0_at_grant_ = true;  // its last chunk may be the one waiting for memory
+    } else if (striped && accepts_chunks()) {
+      // Stripe 0's share must be in; the other stripes may still be uploading.
+      Status st = assembler_->finish_stripe(0);
+      if (!st.ok()) finish_stream(st);
     } else if (accepts_chunks()) {
       Status st = assembler_->finish();
       finish(st.ok() ? Internal("upload ended incomplete without a reason") : st);
@@ -142,7 +166,7 @@ void MultiplyCall::OnReadDone(bool ok) {
   ++messages_;
   auto msg = decode_request(in_, messages_, shared_.options.limits.max_chunk_bytes);
   Status st = msg.ok() ? on_message(std::move(msg).value()) : msg.status();
-  if (!st.ok()) finish(st);
+  if (!st.ok()) finish_stream(st);
   after_unlock(lock);
 }
 
@@ -153,14 +177,14 @@ void MultiplyCall::OnWriteDone(bool ok) {
     if (ok)
       send_more();
     else
-      finish(cancelled_status());
+      finish_stream(cancelled_status());
   }
   after_unlock(lock);
 }
 
 void MultiplyCall::OnCancel() {
   std::unique_lock lock(mu_);
-  if (!finished_) finish(cancelled_status());
+  if (!finished_) finish_stream(cancelled_status());
   after_unlock(lock);
 }
 
@@ -203,17 +227,22 @@ void MultiplyCall::check_idle(Clock::time_point now) {
     return after_unlock(lock);
   }
   const bool waiting_in = reading_ && (phase_ == Phase::kHeader || accepts_chunks());
-  if (waiting_in && now - read_since_ >= idle) {
-    finish(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
-                            phase_name(phase_) + "; send the data without pauses or raise --idle-timeout"));
+  const int missing = group_ && now - t_start_ >= idle ? group_->first_missing() : -1;
+  if (missing >= 0) {
+    finish(DeadlineExceeded("stripe " + std::to_string(missing) + " of " + std::to_string(group_->stripes()) +
+                            " never attached: no Multiply stream sent a StripeAttach for it within " +
+                            seconds_text(idle) + " (--idle-timeout) of the header"));
+  } else if (waiting_in && now - read_since_ >= idle) {
+    finish_stream(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
+                                   phase_name(phase_) + "; send the data without pauses or raise --idle-timeout"));
   } else if (writing_ && now - write_since_ >= idle) {
     // A write is stuck behind flow control: the status cannot follow it, so
     // the stream is reset and the reason goes to the log.
     server_reset_ = true;
     ctx_->TryCancel();
     // The client sees CANCELLED (RST_STREAM); the log shows the same code.
-    finish(Cancelled("stream reset by the server: the client read no part of C for " + seconds_text(idle) +
-                     " (--idle-timeout); C's buffer is freed"));
+    finish_stream(Cancelled("stream reset by the server: the client read no part of C for " + seconds_text(idle) +
+                            " (--idle-timeout); C's buffer is freed"));
   } else if (phase_ == Phase::kWaitMemory && now - memory_since_ >= idle) {
     finish(ResourceExhausted(
         "waited " + seconds_text(idle) + " (--idle-timeout) for " + std::to_string(footprint_bytes_) +
@@ -246,14 +275,27 @@ Status MultiplyCall::on_message(RequestMessage msg) {
       if (phase_ != Phase::kHeader)
         return InvalidArgument("a Multiply stream carries one header; message " + std::to_string(messages_) +
                                " is a second `header`");
+      if (msg.stripes < 0 || (msg.stripes > 1 && msg.regions.any()))
+        return InvalidArgument("header.stripes " + std::to_string(msg.stripes) +
+                               (msg.stripes < 0 ? " is negative"
+                                                : " with shared-memory regions: a request naming regions has no "
+                                                  "upload to spread; leave stripes 0"));
       trace_ = msg.trace;
       SGEMM_RETURN_IF_ERROR(on_header(msg.header, msg.regions));
+      if (phase_ == Phase::kReceiving && msg.stripes > 1) {
+        SGEMM_RETURN_IF_ERROR(start_stripes(msg.stripes, msg.stripe_rows));
+      }
       if (phase_ == Phase::kReceiving) start_read();
       return Status::Ok();
+    case RequestMessage::Kind::kAttach:
+      if (phase_ != Phase::kHeader)
+        return InvalidArgument("message " + std::to_string(messages_) +
+                               " is a StripeAttach; it may only be the first message of a stream");
+      return on_attach(msg);
     case RequestMessage::Kind::kChunk:
       if (phase_ == Phase::kHeader)
         return InvalidArgument("the first message of a Multiply stream must carry `header`, not `chunk`");
-      if (!accepts_chunks())
+      if (!accepts_chunks() && phase_ != Phase::kWaitMemory)  // waiting: another stripe's chunk waits too
         return InvalidArgument("message " + std::to_string(messages_) +
                                " is a chunk, but every declared matrix was already complete");
       {
@@ -299,6 +341,21 @@ Status MultiplyCall::admit_memory(RequestMessage& msg, bool* parked) {
   if (reservation_.bytes() > 0) return Status::Ok();
   // A bad chunk is refused before it costs memory.
   SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data_bytes));
+  bool waiting = false;
+  SGEMM_RETURN_IF_ERROR(reserve_or_wait(&waiting));
+  if (!waiting) return Status::Ok();
+  pending_ = std::move(msg);
+  *parked = true;
+  return Status::Ok();
+}
+
+Status MultiplyCall::reserve_or_wait(bool* waiting) {
+  *waiting = false;
+  if (reservation_.bytes() > 0) return Status::Ok();
+  if (memory_ticket_) {  // another stripe's chunk already queued the request for memory
+    *waiting = true;
+    return Status::Ok();
+  }
   // try_reserve and enqueue lock only the budget; grants never run here.
   if (auto r = shared_.budget.try_reserve(footprint_bytes_)) {
     reservation_ = std::move(*r);
@@ -315,10 +372,9 @@ Status MultiplyCall::admit_memory(RequestMessage& msg, bool* parked) {
         " requests already wait for it (--max-queued); retry later");
   }
   memory_ticket_ = ticket;
-  pending_ = std::move(msg);
   phase_ = Phase::kWaitMemory;
   memory_since_ = Clock::now();
-  *parked = true;
+  *waiting = true;
   return Status::Ok();
 }
 
@@ -333,33 +389,69 @@ void MultiplyCall::on_memory_granted(MemoryBudget::Reservation reservation) {
   }
   reservation_ = std::move(reservation);
   phase_ = Phase::kReceiving;
-  Status st = on_chunk(pending_);
-  pending_ = {};
-  if (st.ok()) st = after_chunk();
+  Status st = Status::Ok();
+  if (pending_.kind == RequestMessage::Kind::kChunk) {  // with stripes, another stripe's chunk may have asked
+    st = on_chunk(pending_);
+    pending_ = {};
+    if (st.ok()) st = after_chunk();
+  }
+  if (st.ok() && check_stripe0_at_grant_) {
+    check_stripe0_at_grant_ = false;
+    st = assembler_->finish_stripe(0);
+    if (!st.ok()) fail_origin_ = 0;
+  }
   if (!st.ok()) finish(st);
+  std::vector<ParkedChunk> parked;
+  parked.swap(parked_);
   after_unlock(lock);
+  // The secondaries' chunks that waited: copied now, then their streams read on.
+  for (ParkedChunk& p : parked) {
+    bool again = false;
+    Status cs = stripe_chunk(p.from, p.stripe, p.msg, &again);
+    if (!cs.ok()) {
+      std::unique_lock relock(mu_);
+      if (!finished_) {
+        fail_origin_ = p.stripe;
+        finish(cs);
+      }
+      after_unlock(relock);
+    } else if (!again) {
+      p.from->resume_read();
+    }
+    p.from->unref();
+  }
   unref();
 }
 
 Status MultiplyCall::on_chunk(RequestMessage& msg) {
-  const int idx = static_cast<int>(msg.matrix);
   if (t_first_data_ == Clock::time_point{}) t_first_data_ = Clock::now();
-  if (!buffers_[idx]) {
-    const int64_t elements = matrix_elements(header_.shape, msg.matrix);
-    // The check before allocating: a chunk that would be refused costs nothing.
-    SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data_bytes));
-    auto got = shared_.engine.host_allocator().allocate(std::size_t(elements) * sizeof(float));
-    if (!got.ok()) return got.status().with_context("allocating " + std::string(matrix_name(msg.matrix)));
-    buffers_[idx] = std::make_shared<HostBuffer>(std::move(got).value());
-    assembler_->set_destination(msg.matrix, buffers_[idx]->floats());
-  }
+  SGEMM_RETURN_IF_ERROR(ensure_buffer(msg.matrix, msg.offset, msg.data_bytes, 0));
   SGEMM_RETURN_IF_ERROR(
       assembler_->add_chunk(msg.matrix, msg.offset, msg.data_bytes, [&](void* dst) { msg.copy_data(dst); }));
   bytes_in_ += int64_t(msg.data_bytes);
   return Status::Ok();
 }
 
+Status MultiplyCall::ensure_buffer(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe) {
+  const int idx = static_cast<int>(matrix);
+  if (buffers_[idx]) return Status::Ok();
+  const int64_t elements = matrix_elements(header_.shape, matrix);
+  // The check before allocating: a chunk that would be refused costs nothing.
+  SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(matrix, offset, bytes, stripe));
+  auto got = shared_.engine.host_allocator().allocate(std::size_t(elements) * sizeof(float));
+  if (!got.ok()) return got.status().with_context("allocating " + std::string(matrix_name(matrix)));
+  buffers_[idx] = std::make_shared<HostBuffer>(std::move(got).value());
+  assembler_->set_destination(matrix, buffers_[idx]->floats());
+  return Status::Ok();
+}
+
 Status MultiplyCall::after_chunk() {
+  // With stripes, the thread that sees the upload complete may not be the one
+  // whose chunk completed it, and the others see it again: once is enough.
+  if (upload_complete_) {
+    start_read();
+    return Status::Ok();
+  }
   if (assembler_->complete()) {
     upload_complete_ = true;
     t_received_ = Clock::now();
@@ -487,6 +579,8 @@ void MultiplyCall::run_compute() {
     t_compute_end_ = Clock::now();
     compute_done_ = true;
     result_ = std::move(result);
+    // Every row of C has been handed to its stripe: the secondaries finish once theirs are sent.
+    if (group_ && result_.ok() && !finished_) close_stripes(Status::Ok());
     if (!finished_) {
       phase_ = Phase::kSending;
       send_more();
@@ -505,10 +599,10 @@ void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
   for (const auto& [s0, s1] : skip_) {
     if (s1 <= b) continue;
     if (s0 >= row_end) break;
-    if (s0 > b) rows_.emplace_back(b, s0);
+    if (s0 > b) route_rows(b, s0);
     b = std::max(b, s1);
   }
-  if (b < row_end) rows_.emplace_back(b, row_end);
+  if (b < row_end) route_rows(b, row_end);
   send_more();
   after_unlock(lock);
 }
@@ -535,9 +629,22 @@ void MultiplyCall::send_more() {
     StartWrite(&out_);
     return;
   }
+  if (stripe_ > 0) {  // a secondary stripe: its rows are sent and the request succeeded
+    if (end_ok_) {
+      set_finished();
+      final_status_ = Status::Ok();
+      finish_phase_ = phase_;
+      t_finish_ = Clock::now();
+      phase_ = Phase::kDone;
+      Finish(to_grpc_status(Status::Ok()));
+    }
+    return;
+  }
   if (!compute_done_) return;
   if (!result_.ok()) return finish(result_.status());
   // Everything sent: the summary goes with the status.
+  // Every stripe's bytes: the assembler counts each chunk as it commits it.
+  if (assembler_) bytes_in_ = assembler_->bytes_received();
   const Clock::time_point now = Clock::now();
   facts_.request_id = id_;
   facts_.unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -559,7 +666,8 @@ void MultiplyCall::send_more() {
   f.total_ms = facts_.summary_ms;
   f.send_ms = facts_.first_send_ms >= 0 ? facts_.summary_ms - facts_.first_send_ms : 0.0;
   f.bytes_received = bytes_in_;
-  f.bytes_sent = bytes_out_;
+  f.bytes_sent = bytes_out_ + stripe_bytes_out_;
+  f.stripes = assembler_ ? assembler_->stripes() : 0;
   if (trace_) f.trace_json = trace_json_;
   out_ = encode_summary(*result_, f);
   set_finished();
@@ -581,23 +689,51 @@ void MultiplyCall::set_finished() {
 
 void MultiplyCall::finish(const Status& status) {
   if (finished_) return;
+  Status own = status;
+  if (group_ && stripe_ == 0) {
+    // The other stripes end too: a failure of one stripe's stream is named to the rest.
+    const int stripes = group_->stripes();
+    close_stripes(status);
+    if (fail_origin_ > 0) own = seen_by_other_stripes(fail_origin_, stripes, status);
+  }
+  for (ParkedChunk& p : parked_) to_unref_.push_back(p.from);
+  parked_.clear();
   set_finished();
-  cancel_.cancel(status);                    // the engine stops at its next block
-  if (assembler_) assembler_->fail(status);  // or where it waits for A
+  cancel_.cancel(own);                    // the engine stops at its next block
+  if (assembler_) assembler_->fail(own);  // or where it waits for A
   if (memory_ticket_) {
     ticket_to_cancel_ = memory_ticket_;  // cancelled once mu_ is released
     memory_ticket_ = 0;
   }
-  final_status_ = status;
+  final_status_ = own;
   finish_phase_ = phase_;
   t_finish_ = Clock::now();
   phase_ = Phase::kDone;
-  Finish(to_grpc_status(status));
+  Finish(to_grpc_status(own));
+}
+
+void MultiplyCall::finish_stream(const Status& status) {
+  if (finished_) return;
+  if (stripe_ > 0)
+    report_failure_ = true;  // after_unlock() tells the primary, which ends the other stripes
+  else if (group_)
+    fail_origin_ = 0;
+  finish(status);
 }
 
 void MultiplyCall::log_outcome(const Status& st) {
   const double total_ms = ms_between(t_start_, t_finish_);
   const GemmShape& s = header_.shape;
+  if (stripe_ > 0) {  // a secondary stripe: its request's line is the primary's; failures say which stripe
+    if (st.ok() || !shared_.log.admit(spdlog::level::warn)) return;
+    shared_.log.write(
+        spdlog::level::warn,
+        fmt::format("stripe {} of request id={} peer={} client={} status={} phase=\"{}\" total_ms={:.3f} "
+                    "error=\"{}\"",
+                    stripe_, group_ ? group_->primary()->id_ : std::string("?"), ctx_->peer(), client_name(),
+                    status_code_name(st.code()), phase_name(finish_phase_), total_ms, st.message()));
+    return;
+  }
   if (!st.ok()) {
     shared_.requests_failed.fetch_add(1);
     if (shared_.metrics)

@@ -26,6 +26,16 @@
 // no pool task or memory waiter refers to it (refs_). Its buffers and
 // reservation go with it.
 //
+// Stripes (multiply_call_stripes.cc, docs/transport.md): a header with
+// stripes > 1 makes this call the request's primary (stripe 0): it owns the
+// request as above and makes a StripeGroup; the streams that attach to it
+// (secondaries, also MultiplyCalls) copy their chunks into the primary's
+// assembler and send the rows of C the primary hands them. Lock order:
+// primary's mu_, then the group's (a leaf), then a secondary's mu_; a
+// secondary calls into its primary only with its own mu_ released. The group
+// holds a reference on the primary; the primary holds one on each attached
+// secondary until it has told it how the request ended (stripe_end).
+//
 // Threads: reactions on gRPC's threads, run_compute()/rows_ready() on a pool
 // thread, check_idle()/abort() on the watchdog or shutdown thread, the memory
 // grant on whichever thread freed memory. All state is guarded by mu_; gRPC
@@ -48,6 +58,7 @@
 #include "server/service/codec.h"
 #include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
+#include "server/service/stripe_group.h"
 
 namespace sgemm {
 
@@ -73,6 +84,24 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void abort(const Status& why);
   // Whether a header has arrived (shutdown ends the calls without one at once).
   bool has_header() const;
+
+  // ---- Stripes (multiply_call_stripes.cc) ----
+  // Primary, from a secondary's thread (no lock held): stripe `stripe` sent
+  // `msg` (a chunk). *parked: the primary keeps it until memory is granted
+  // (the secondary stops reading until resume_read()). An error is the stripe's.
+  Status stripe_chunk(MultiplyCall* from, int stripe, RequestMessage& msg, bool* parked);
+  // Primary: stripe `stripe`'s client half-closed; its share must be complete.
+  void stripe_half_closed(int stripe);
+  // Primary: stripe `stripe`'s stream failed with `why` (its own status already sent).
+  void stripe_failed(int stripe, const Status& why);
+  // Secondary, from the primary (its mu_ held): rows [row_begin, row_end) of C
+  // are final and this stripe's to send; `c` is C and `keep` owns it.
+  void stripe_rows(int64_t row_begin, int64_t row_end, const float* c, std::shared_ptr<HostBuffer> keep);
+  // Secondary, from the primary (its mu_ held): the request ended; OK: finish
+  // once the rows handed over are sent.
+  void stripe_end(const Status& status);
+  // Secondary: the primary took the parked chunk; read on.
+  void resume_read();
 
  private:
   enum class Phase { kHeader, kReceiving, kWaitMemory, kQueued, kComputing, kSending, kDone };
@@ -111,6 +140,22 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void after_unlock(std::unique_lock<std::mutex>& lock);
   void ref();
   void unref();
+
+  // Stripes (multiply_call_stripes.cc), mu_ held.
+  Status start_stripes(int stripes, int64_t stripe_rows);            // primary, at the header
+  Status on_attach(const RequestMessage& msg);                       // a secondary's first message
+  void on_stripe_read(std::unique_lock<std::mutex>& lock, bool ok);  // a secondary's OnReadDone
+  // Primary: ends the group with `status` (OK: the request computed): closes
+  // it, tells each secondary, schedules the references' release.
+  void close_stripes(const Status& status);
+  // Primary: hands rows [b, e) of C to their stripes (stripe 0's to rows_).
+  void route_rows(int64_t b, int64_t e);
+  Status ensure_buffer(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe);
+  // Reserves the footprint, or queues for it (*waiting; memory_ticket_ set); shared by every stripe.
+  Status reserve_or_wait(bool* waiting);
+  // What the other stripes of a request see when stripe `origin` failed with `status`.
+  static Status seen_by_other_stripes(int origin, int stripes, const Status& status);
+  void finish_stream(const Status& status);  // a failure of this stream itself (not the request's)
 
   ServiceShared& shared_;
   grpc::CallbackServerContext* const ctx_;
@@ -168,6 +213,24 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::optional<Clock::time_point> t_first_send_;
   RequestFacts facts_;
   std::string trace_json_;  // made once, for the summary and/or --trace-dir
+
+  // Stripes. Primary: group_ until closed; secondary: group_ for its life.
+  int stripe_ = 0;                       // this stream's stripe (0: the header's stream, or no stripes)
+  std::shared_ptr<StripeGroup> group_;   // the request's group, when it has stripes
+  int fail_origin_ = -1;                 // primary: the stripe whose stream failed (-1: the request failed)
+  bool read_closed_ = false;             // the client half-closed: no read is started again
+  bool check_stripe0_at_grant_ = false;  // primary: half-closed while its last chunk waited for memory
+  int64_t stripe_bytes_out_ = 0;         // primary: bytes of C handed to secondaries
+  struct ParkedChunk {
+    MultiplyCall* from;  // the secondary (a reference held until the chunk is taken)
+    int stripe;
+    RequestMessage msg;
+  };
+  std::vector<ParkedChunk> parked_;             // primary: secondaries' chunks waiting for memory
+  std::vector<MultiplyCall*> to_unref_;         // references released by after_unlock()
+  std::shared_ptr<StripeGroup> group_to_drop_;  // released by after_unlock() (may release the primary)
+  bool report_failure_ = false;                 // secondary: tell the primary (after_unlock) that this stream failed
+  bool end_ok_ = false;                         // secondary: the request succeeded; finish once rows_ is sent
 };
 
 }  // namespace sgemm

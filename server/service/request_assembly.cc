@@ -1,5 +1,6 @@
 #include "server/service/request_assembly.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -59,7 +60,9 @@ MatrixAssembler::MatrixAssembler(const GemmShape& shape, bool has_c, float* a, f
     : has_c_(has_c), max_chunk_bytes_(max_chunk_bytes) {
   expected_ = {matrix_elements(shape, MatrixId::kA), matrix_elements(shape, MatrixId::kB),
                has_c ? matrix_elements(shape, MatrixId::kC) : 0};
+  width_ = {shape.k, shape.n, shape.n};
   dst_ = {a, b, has_c ? c : nullptr};
+  for (int i = 0; i < 3; ++i) next_[i] = {0};
 }
 
 void MatrixAssembler::set_destination(MatrixId matrix, float* dst) {
@@ -67,7 +70,34 @@ void MatrixAssembler::set_destination(MatrixId matrix, float* dst) {
   dst_[static_cast<int>(matrix)] = dst;
 }
 
-Status MatrixAssembler::check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes) const {
+void MatrixAssembler::set_stripes(int stripes, int64_t stripe_rows) {
+  std::lock_guard lock(mu_);
+  stripes_ = std::max(1, stripes);
+  for (int i = 0; i < 3; ++i) {
+    const int64_t rows = width_[i] > 0 ? expected_[i] / width_[i] : 0;
+    // Clamped to the matrix's rows, so the product cannot overflow: one block is then the whole matrix.
+    block_elems_[i] = std::max<int64_t>(
+        1, std::min(std::max<int64_t>(stripe_rows, 1), std::max<int64_t>(rows, 1)) * std::max<int64_t>(width_[i], 1));
+    next_[i].assign(std::size_t(stripes_), 0);
+    // Block s starts stripe s's share; a stripe with no block of this matrix has its share already.
+    for (int s = 0; s < stripes_; ++s) next_[i][std::size_t(s)] = std::min(int64_t(s) * block_elems_[i], expected_[i]);
+    received_[i] = *std::min_element(next_[i].begin(), next_[i].end());
+  }
+}
+
+int64_t MatrixAssembler::block_end(int idx, int64_t offset) const {
+  if (stripes_ == 1) return expected_[idx];
+  return std::min(expected_[idx], (offset / block_elems_[idx] + 1) * block_elems_[idx]);
+}
+
+int64_t MatrixAssembler::next_block_start(int idx, int64_t end) const {
+  if (stripes_ == 1 || end >= expected_[idx] || end % block_elems_[idx] != 0) return end;
+  // `end` closes a block: the stripe's next one is stripes_ - 1 blocks further on.
+  const int64_t skip = int64_t(stripes_ - 1) * block_elems_[idx];
+  return skip > expected_[idx] - end ? expected_[idx] : std::min(expected_[idx], end + skip);
+}
+
+Status MatrixAssembler::check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe) const {
   const int idx = static_cast<int>(matrix);
   const std::string name(matrix_name(matrix));
   if (!declared(matrix))
@@ -82,7 +112,23 @@ Status MatrixAssembler::check_chunk(MatrixId matrix, int64_t offset, std::size_t
   const int64_t count = int64_t(bytes / sizeof(float));
   std::lock_guard lock(mu_);
   if (!failure_.ok()) return failure_;
-  const int64_t have = received_[idx];
+  if (stripe < 0 || stripe >= stripes_) return Internal("chunk on stripe " + std::to_string(stripe) + " of none");
+  const int64_t have = next_[idx][std::size_t(stripe)];
+  if (stripes_ > 1) {
+    const std::string on = " on stripe " + std::to_string(stripe) + " of " + std::to_string(stripes_);
+    if (offset != have)
+      return InvalidArgument("chunk for " + name + on + " starts at offset " + std::to_string(offset) +
+                             " but the stripe's next element of " + name + " is " + std::to_string(have) +
+                             (have == expected_[idx] ? " (its share is complete)" : "") +
+                             "; a stripe sends the blocks of stripe_rows rows it owns (block j on stripe j % "
+                             "stripes) in order, without gaps or overlaps");
+    const int64_t end = block_end(idx, offset);
+    if (count > end - offset)
+      return InvalidArgument("chunk for " + name + on + " at offset " + std::to_string(offset) + " has " +
+                             std::to_string(count) + " values and crosses the end of its block at element " +
+                             std::to_string(end) + "; end each chunk at its block's end (GemmHeader.stripe_rows)");
+    return Status::Ok();
+  }
   if (offset != have)
     return InvalidArgument("chunk for " + name + " starts at offset " + std::to_string(offset) + " but " +
                            std::to_string(have) + " elements of " + name +
@@ -98,13 +144,14 @@ bool MatrixAssembler::complete() const {
   return received_ == expected_;
 }
 
-Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes) {
-  return add_chunk(matrix, offset, bytes, [&](void* dst) { std::memcpy(dst, data, bytes); });
+Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes, int stripe) {
+  return add_chunk(
+      matrix, offset, bytes, [&](void* dst) { std::memcpy(dst, data, bytes); }, stripe);
 }
 
 Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, std::size_t bytes,
-                                  const std::function<void(void*)>& copy) {
-  SGEMM_RETURN_IF_ERROR(check_chunk(matrix, offset, bytes));
+                                  const std::function<void(void*)>& copy, int stripe) {
+  SGEMM_RETURN_IF_ERROR(check_chunk(matrix, offset, bytes, stripe));
   const int idx = static_cast<int>(matrix);
   const int64_t count = int64_t(bytes / sizeof(float));
   float* dst;
@@ -113,13 +160,32 @@ Status MatrixAssembler::add_chunk(MatrixId matrix, int64_t offset, std::size_t b
     dst = dst_[idx];
   }
   if (!dst) return Internal("no buffer for matrix " + std::string(matrix_name(matrix)) + " before its first chunk");
-  // Only the caller's thread writes this region, and readers wait until received_ covers it.
+  // Only this stripe's thread writes this region, and readers wait until received_ covers it.
   copy(dst + offset);
   {
     std::lock_guard lock(mu_);
-    received_[idx] = offset + count;
+    auto& next = next_[idx];
+    next[std::size_t(stripe)] = next_block_start(idx, offset + count);
+    received_[idx] = *std::min_element(next.begin(), next.end());
+    bytes_ += int64_t(bytes);
   }
   cv_.notify_all();
+  return Status::Ok();
+}
+
+Status MatrixAssembler::finish_stripe(int stripe) {
+  std::lock_guard lock(mu_);
+  if (!failure_.ok()) return failure_;
+  if (stripe < 0 || stripe >= stripes_) return Internal("finish of stripe " + std::to_string(stripe) + " of none");
+  for (MatrixId m : {MatrixId::kA, MatrixId::kB, MatrixId::kC}) {
+    const int idx = static_cast<int>(m);
+    const int64_t next = next_[idx][std::size_t(stripe)];
+    if (next != expected_[idx])
+      return InvalidArgument("stripe " + std::to_string(stripe) + " of " + std::to_string(stripes_) +
+                             " ended its stream early: it had sent " + std::string(matrix_name(m)) + " up to element " +
+                             std::to_string(next) + " of its share (the matrix has " + std::to_string(expected_[idx]) +
+                             " elements)");
+  }
   return Status::Ok();
 }
 
@@ -195,7 +261,7 @@ int64_t MatrixAssembler::received(MatrixId matrix) const {
 
 int64_t MatrixAssembler::bytes_received() const {
   std::lock_guard lock(mu_);
-  return (received_[0] + received_[1] + received_[2]) * int64_t(sizeof(float));
+  return bytes_;
 }
 
 }  // namespace sgemm

@@ -1,8 +1,10 @@
 // Assembles one request's matrices from streamed chunks, and is the engine's
 // InputFeed for that request. Protobuf-free so it can be unit-tested alone.
 //
-// Threads: the service's RPC thread calls add_chunk()/finish()/fail(); the
-// engine's thread calls wait_for(). All state is guarded by mu_.
+// Threads: the service's RPC threads call add_chunk()/finish()/fail() (with
+// stripes, one thread per stripe at a time: stripes copy concurrently into
+// disjoint rows); the engine's thread calls wait_for(). All state is guarded
+// by mu_; a chunk's payload is copied with mu_ released.
 #pragma once
 
 #include <array>
@@ -12,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "server/engine/engine.h"
@@ -43,19 +46,33 @@ class MatrixAssembler final : public InputFeed {
   MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c, int64_t max_chunk_bytes);
 
   void set_destination(MatrixId matrix, float* dst);
+
+  // One request over several streams (GemmHeader.stripes, docs/transport.md):
+  // every matrix's rows are cut into blocks of `stripe_rows` rows and block j
+  // belongs to stripe j % stripes. A stripe's chunks of a matrix arrive in
+  // order, block after block, and never cross a block's end; matrices and
+  // stripes interleave freely. What wait_for() sees is each matrix's prefix
+  // present on every stripe (the smallest next offset over the stripes).
+  // Call before the first chunk; the default is one stripe (the whole stream).
+  void set_stripes(int stripes, int64_t stripe_rows);
+  int stripes() const { return stripes_; }
+
   // Whether a chunk would be accepted (the checks add_chunk makes), without copying.
-  Status check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes) const;
+  Status check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe = 0) const;
   // Every declared matrix has all its elements.
   bool complete() const;
 
   // Copies a chunk into place. Chunks of one matrix must be contiguous and in
   // order; matrices may interleave. Errors name the matrix and the offsets.
-  Status add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes);
+  Status add_chunk(MatrixId matrix, int64_t offset, const void* data, std::size_t bytes, int stripe = 0);
   // The same, with `copy(dst)` writing the chunk's `bytes` to its place (a
   // payload still in gRPC's slices is copied once, straight into the matrix).
-  Status add_chunk(MatrixId matrix, int64_t offset, std::size_t bytes, const std::function<void(void*)>& copy);
+  Status add_chunk(MatrixId matrix, int64_t offset, std::size_t bytes, const std::function<void(void*)>& copy,
+                   int stripe = 0);
   // The client half-closed: every declared matrix must be complete.
   Status finish();
+  // Stripe `stripe`'s stream half-closed: its share of every matrix must be complete.
+  Status finish_stripe(int stripe);
   // Fails the request: waiters in wait_for() return `why`. First failure wins.
   void fail(const Status& why);
 
@@ -77,13 +94,23 @@ class MatrixAssembler final : public InputFeed {
   int64_t bytes_received() const;
 
  private:
+  // The end (exclusive) of the block holding element `offset` of matrix `idx`.
+  int64_t block_end(int idx, int64_t offset) const;
+  // Where stripe `stripe`'s next block of matrix `idx` after the one ending at `end` starts (expected_ if none).
+  int64_t next_block_start(int idx, int64_t end) const;
+
   const bool has_c_;
   const int64_t max_chunk_bytes_;
   std::array<int64_t, 3> expected_{};
+  std::array<int64_t, 3> width_{};  // elements per row of each matrix
+  int stripes_ = 1;
+  std::array<int64_t, 3> block_elems_{};  // elements per block of each matrix (stripes_ > 1)
   std::array<float*, 3> dst_{};
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::array<int64_t, 3> received_{};              // guarded by mu_
+  std::array<std::vector<int64_t>, 3> next_;       // guarded by mu_: per stripe, the next element expected
+  int64_t bytes_ = 0;                              // guarded by mu_: payload bytes copied in
+  std::array<int64_t, 3> received_{};              // guarded by mu_: the prefix present on every stripe
   Status failure_;                                 // guarded by mu_
   std::chrono::milliseconds wait_budget_{0};       // guarded by mu_
   std::chrono::steady_clock::duration waited_{0};  // guarded by mu_: time spent blocked in wait_for()

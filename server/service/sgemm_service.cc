@@ -24,6 +24,7 @@ ServiceOptions resolved(ServiceOptions o) {
   if (o.host_memory_bytes <= 0) o.host_memory_bytes = default_host_memory_bytes();
   if (o.max_in_flight < 1) o.max_in_flight = 1;
   if (o.max_queued < 0) o.max_queued = 0;
+  if (o.max_stripes < 1) o.max_stripes = 1;
   if (o.region_bytes <= 0) o.region_bytes = default_host_memory_bytes() / 2;
   return o;
 }
@@ -108,6 +109,7 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   f.host_memory_bytes = shared_->budget.capacity();
   f.max_in_flight = options_.max_in_flight;
   f.max_queued = options_.max_queued;
+  f.max_stripes = options_.max_stripes;
   f.in_flight = shared_->pool.running();
   f.queued = shared_->pool.queued() + shared_->budget.waiters();
   {

@@ -40,6 +40,7 @@
 #include "server/service/region_registry.h"
 #include "server/service/request_assembly.h"
 #include "server/service/service_metrics.h"
+#include "server/service/stripe_group.h"
 #include "server/service/unix_connections.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
@@ -60,8 +61,9 @@ struct ServiceOptions {
   // for A (DEADLINE_EXCEEDED after). 0: compute only complete uploads.
   // Requests naming shared-memory regions never start early (no upload).
   std::chrono::milliseconds feed_wait_budget{1000};
-  int max_open_streams = 1024;           // Multiply streams open and not yet answered; more are refused
-                                         // (UNAVAILABLE)
+  int max_open_streams = 1024;           // Multiply streams open and not yet answered (a striped
+                                         // request's every stream counts); more are refused (UNAVAILABLE)
+  int max_stripes = 16;                  // most streams one request may spread over (GemmHeader.stripes)
   int log_lines_per_second = 20;         // failed-request log lines per second; the rest are counted
   int64_t max_message_bytes = 64 << 20;  // gRPC refuses larger messages itself (RESOURCE_EXHAUSTED);
                                          // up to this size the service answers an oversized chunk,
@@ -107,6 +109,9 @@ struct ServiceShared {
   // (region_registry.h, unix_connections.h); owned by SgemmService.
   RegionRegistry* regions = nullptr;
   ConnectionTable* connections = nullptr;
+
+  // Requests spread over several streams, by token (stripe_group.h).
+  StripeRegistry stripes;
 
   // Live calls (between creation and OnDone), for the watchdog and shutdown.
   std::mutex calls_mu;

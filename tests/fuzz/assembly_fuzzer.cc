@@ -9,6 +9,9 @@
 // Besides the sanitizers, it checks what the assembler promises: a complete
 // request has every element of each declared matrix written exactly where
 // the chunks said, and an accepted chunk never writes outside its matrix.
+// A header with stripes (GemmHeader.stripes, checked as the service checks
+// it) spreads the chunks over stripes: most go on the stripe that owns their
+// block, every third on stripe (message number % stripes), right or wrong.
 //
 //   build-fuzz/bin/sgemm-fuzz-assembly tests/fuzz/corpus/assembly -max_len=65536 -max_total_time=60
 #include <grpc/grpc.h>
@@ -64,6 +67,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   limits.max_chunk_bytes = kMaxChunkBytes;
   std::optional<sgemm::MatrixAssembler> assembler;
   sgemm::GemmRequest header;
+  int stripes = 1;
+  int64_t stripe_rows = 1;
   std::vector<float> buffers[3];
   std::size_t at = 0;
   int64_t index = 0;
@@ -83,12 +88,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       const sgemm::GemmShape& s = header.shape;
       if (s.m < 1 || s.n < 1 || s.k < 1) return 0;  // the engine's rule (Engine::validate)
       assembler.emplace(s, header.has_c, nullptr, nullptr, nullptr, limits.max_chunk_bytes);
+      if (msg->stripes > 1) {  // MultiplyCall::start_stripes' rules
+        if (msg->stripes > 16 || msg->stripe_rows < 1) return 0;
+        if (s.m / msg->stripe_rows + (s.m % msg->stripe_rows != 0) < msg->stripes) return 0;
+        stripes = msg->stripes;
+        stripe_rows = msg->stripe_rows;
+        assembler->set_stripes(stripes, stripe_rows);
+      }
       continue;
     }
-    if (!assembler) return 0;  // a chunk before the header
+    if (!assembler) return 0;                                        // a chunk before the header
+    if (msg->kind != sgemm::RequestMessage::Kind::kChunk) return 0;  // an attach here ends the call
     if (assembler->complete()) return 0;
     const int idx = static_cast<int>(msg->matrix);
-    if (!assembler->check_chunk(msg->matrix, msg->offset, msg->data_bytes).ok()) return 0;
+    int stripe = 0;
+    if (stripes > 1) {
+      const int64_t width = msg->matrix == sgemm::MatrixId::kA ? header.shape.k : header.shape.n;
+      stripe = index % 3 == 0 ? int(index % stripes) : int((msg->offset / width / stripe_rows) % stripes);
+    }
+    if (!assembler->check_chunk(msg->matrix, msg->offset, msg->data_bytes, stripe).ok()) return 0;
     if (buffers[idx].empty()) {
       const int64_t elements = sgemm::matrix_elements(header.shape, msg->matrix);
       check(elements > 0 && elements <= limits.max_matrix_elements, "a chunk accepted for an impossible matrix");
@@ -100,12 +118,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       assembler->set_destination(msg->matrix, buffers[idx].data() + kGuard);
     }
     const int64_t before = assembler->received(msg->matrix);
-    const auto st =
-        assembler->add_chunk(msg->matrix, msg->offset, msg->data_bytes, [&](void* dst) { msg->copy_data(dst); });
+    const auto st = assembler->add_chunk(
+        msg->matrix, msg->offset, msg->data_bytes, [&](void* dst) { msg->copy_data(dst); }, stripe);
     if (!st.ok()) return 0;
-    check(msg->offset == before, "a chunk accepted out of order");
     check(msg->data_bytes % 4 == 0, "a chunk accepted with a partial float");
-    check(assembler->received(msg->matrix) == before + int64_t(msg->data_bytes / 4), "received() miscounts");
+    if (stripes == 1) {
+      check(msg->offset == before, "a chunk accepted out of order");
+      check(assembler->received(msg->matrix) == before + int64_t(msg->data_bytes / 4), "received() miscounts");
+    } else {
+      check(assembler->received(msg->matrix) >= before, "the stripes' common prefix went back");
+      check(assembler->received(msg->matrix) <= sgemm::matrix_elements(header.shape, msg->matrix),
+            "the stripes' common prefix passed the matrix's end");
+    }
     for (std::size_t i = 0; i < kGuard; ++i)
       check(to_bits(buffers[idx][i]) == kGuardBits && to_bits(buffers[idx][buffers[idx].size() - 1 - i]) == kGuardBits,
             "a chunk wrote outside its matrix");

@@ -83,6 +83,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       check(copy == req.chunk().data(), "the chunk's payload differs from protobuf's");
       break;
     }
+    case sgemm::RequestMessage::Kind::kAttach:
+      check(req.has_attach(), "a stripe attach, but protobuf sees none");
+      check(msg.token == req.attach().token() && msg.stripe == req.attach().stripe(),
+            "the attach's token or stripe differs from protobuf's");
+      break;
   }
   return 0;
 }

@@ -115,6 +115,39 @@ TEST(Codec, HeaderAndChunkConvert) {
   EXPECT_EQ(d->data_bytes, 16u);
 }
 
+TEST(Codec, StripedHeaderAttachAndGrantConvert) {
+  v1::MultiplyRequest h;
+  h.mutable_header()->set_m(64);
+  h.mutable_header()->set_n(4);
+  h.mutable_header()->set_k(5);
+  h.mutable_header()->set_stripes(4);
+  h.mutable_header()->set_stripe_rows(8);
+  grpc::ByteBuffer hb = to_buffer(h.SerializeAsString());
+  auto r = decode_request(hb, 1, 1 << 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, RequestMessage::Kind::kHeader);
+  EXPECT_EQ(r->stripes, 4);
+  EXPECT_EQ(r->stripe_rows, 8);
+
+  v1::MultiplyRequest a;
+  a.mutable_attach()->set_token(std::string("\0\1\2\3", 4) + std::string(12, 'x'));
+  a.mutable_attach()->set_stripe(3);
+  grpc::ByteBuffer ab = to_buffer(a.SerializeAsString());
+  auto d = decode_request(ab, 1, 1 << 20);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->kind, RequestMessage::Kind::kAttach);
+  EXPECT_EQ(d->token, a.attach().token());
+  EXPECT_EQ(d->stripe, 3);
+
+  grpc::ByteBuffer g = encode_stripe_grant(a.attach().token(), 4);
+  v1::MultiplyResponse resp;
+  grpc::ProtoBufferReader reader(&g);
+  ASSERT_TRUE(resp.ParseFromZeroCopyStream(&reader));
+  ASSERT_TRUE(resp.has_stripe_grant());
+  EXPECT_EQ(resp.stripe_grant().token(), a.attach().token());
+  EXPECT_EQ(resp.stripe_grant().stripes(), 4);
+}
+
 // The message as gRPC may hand it over: split into slices anywhere (empty
 // ones too); the in-place reader must agree with protobuf on every split.
 TEST(Codec, ChunksSplitAcrossSlicesDecodeInPlaceLikeProtobuf) {

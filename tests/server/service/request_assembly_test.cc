@@ -148,5 +148,69 @@ TEST(MatrixAssembler, WithABudgetWaitForYieldsInsteadOfBlockingAndSetWaitBudgetC
   feeder.join();
 }
 
+// Stripes (GemmHeader.stripes): blocks of stripe_rows rows, block j on stripe
+// j % stripes; each stripe in order; wait_for sees the prefix every stripe has.
+TEST(MatrixAssemblerStripes, InterleavedBlocksAssembleAndThePrefixIsTheSlowestStripes) {
+  const GemmShape s{10, 2, 3};  // A 10 x 3, B 3 x 2
+  std::vector<float> a(30), b(6);
+  MatrixAssembler asm_(s, false, a.data(), b.data(), nullptr, 1 << 20);
+  asm_.set_stripes(3, 2);  // A's blocks (6 elements): 0 1 2 3 4 -> stripes 0 1 2 0 1; B's (4): 0 1 -> 0 1
+  std::vector<float> src(30);
+  for (int i = 0; i < 30; ++i) src[std::size_t(i)] = float(i);
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kB, 0, src.data(), 16, 0).ok());
+  EXPECT_EQ(asm_.received(MatrixId::kB), 4);
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kB, 4, src.data() + 4, 8, 1).ok());
+  EXPECT_EQ(asm_.received(MatrixId::kB), 6);
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 6, src.data() + 6, 24, 1).ok());    // block 1
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 12, src.data() + 12, 24, 2).ok());  // block 2: stripe 2 is done
+  EXPECT_EQ(asm_.received(MatrixId::kA), 0);                                   // block 0 is missing
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 0, src.data(), 12, 0).ok());        // half of block 0
+  EXPECT_EQ(asm_.received(MatrixId::kA), 3);
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 3, src.data() + 3, 12, 0).ok());
+  EXPECT_EQ(asm_.received(MatrixId::kA), 18);  // blocks 0-2; stripe 0's next is block 3 (18)
+  EXPECT_TRUE(asm_.finish_stripe(2).ok());
+  Status early = asm_.finish_stripe(1);
+  EXPECT_EQ(early.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(early.message().find("stripe 1 of 3 ended its stream early"), std::string::npos) << early.message();
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 24, src.data() + 24, 24, 1).ok());  // block 4
+  EXPECT_FALSE(asm_.complete());
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 18, src.data() + 18, 24, 0).ok());  // block 3
+  EXPECT_TRUE(asm_.complete());
+  EXPECT_TRUE(asm_.finish().ok());
+  EXPECT_EQ(a, src);
+  EXPECT_EQ(b, std::vector<float>(src.begin(), src.begin() + 6));
+  EXPECT_EQ(asm_.bytes_received(), (30 + 6) * 4);
+}
+
+TEST(MatrixAssemblerStripes, RefusesAnotherStripesBlockAndAChunkAcrossABlockEnd) {
+  const GemmShape s{8, 4, 4};
+  std::vector<float> a(32), b(16), src(32, 1.0f);
+  MatrixAssembler asm_(s, false, a.data(), b.data(), nullptr, 1 << 20);
+  asm_.set_stripes(2, 2);  // A blocks of 8 elements: stripes 0 1 0 1
+  Status st = asm_.add_chunk(MatrixId::kA, 0, src.data(), 32, 1);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("on stripe 1 of 2 starts at offset 0"), std::string::npos) << st.message();
+  st = asm_.add_chunk(MatrixId::kA, 0, src.data(), 64, 0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("crosses the end of its block at element 8"), std::string::npos) << st.message();
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 0, src.data(), 32, 0).ok());
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 16, src.data(), 32, 0).ok());      // jumps to its next block
+  EXPECT_TRUE(asm_.finish_stripe(0).code() == StatusCode::kInvalidArgument);  // B (stripe 0's) is missing
+}
+
+TEST(MatrixAssemblerStripes, TheEngineWaitsForThePrefixOfEveryStripe) {
+  const GemmShape s{4, 1, 1};
+  std::vector<float> a(4), b(1), one(4, 1.0f);
+  MatrixAssembler asm_(s, false, a.data(), b.data(), nullptr, 1 << 20);
+  asm_.set_stripes(2, 1);
+  std::thread waiter([&] { EXPECT_TRUE(asm_.wait_for(MatrixId::kA, 2).ok()); });
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 1, one.data(), 4, 1).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(asm_.received(MatrixId::kA), 0);
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 0, one.data(), 4, 0).ok());
+  waiter.join();
+  EXPECT_EQ(asm_.received(MatrixId::kA), 2);
+}
+
 }  // namespace
 }  // namespace sgemm

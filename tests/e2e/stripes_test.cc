@@ -1,0 +1,562 @@
+// One Multiply request over several connections (GemmHeader.stripes,
+// docs/transport.md): the client library on 1 to 4 connections against the
+// fp64 reference, and the protocol by hand (raw streams) for every failure
+// mode: unknown token, stripe out of range or twice, a stripe that never
+// attaches, a cancelled stripe, a bad chunk on a stripe, too many stripes,
+// another client's stripe. After each, the server holds no stream and no
+// memory.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+#include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/server_process.h"
+
+namespace sgemm {
+namespace {
+
+namespace v1 = ::sgemm::v1;
+using testing::ServerProcess;
+
+uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
+
+// Waits until the server has no Multiply stream open and no request memory held.
+void expect_nothing_held(Client& client) {
+  int open = -1;
+  int64_t held = -1;
+  for (int i = 0; i < 500 && (open != 0 || held != 0); ++i) {
+    auto info = client.info();
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    open = info->open_streams;
+    held = info->host_bytes_in_use;
+    if (open || held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(open, 0) << "Multiply streams still open";
+  EXPECT_EQ(held, 0) << "request memory still held";
+}
+
+void multiply_and_verify(Client& client, GemmShape s, bool with_c, int expect_stripes) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("shape " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " with_c " +
+               std::to_string(with_c) + " seed " + std::to_string(seed));
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c0;
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  if (with_c) {
+    c0.resize(s.m * s.n);
+    fill_random(c0, seed + 2);
+  }
+  MultiplyOptions opt;
+  opt.alpha = with_c ? 0.75f : 1.0f;
+  opt.beta = with_c ? -0.5f : 0.0f;
+  auto r = client.multiply(s, a.data(), b.data(), with_c ? c0.data() : nullptr, opt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(int64_t(r->c.size()), s.m * s.n);
+  auto v = verify_gemm(s.m, s.n, s.k, opt.alpha, a.data(), b.data(), opt.beta, with_c ? c0.data() : nullptr,
+                       r->c.data(), rows_to_verify(s.m, s.n, s.k, seed, std::min<int64_t>(s.m, 300)));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", "
+                                         << v.worst_col << ")";
+  EXPECT_EQ(r->summary.stripes, expect_stripes);
+  EXPECT_EQ(r->bytes_received, s.m * s.n * 4);
+  EXPECT_EQ(r->bytes_sent, (s.m * s.k + s.k * s.n + (with_c ? s.m * s.n : 0)) * 4);
+  EXPECT_EQ(r->summary.bytes_in, r->bytes_sent);
+  EXPECT_EQ(r->summary.bytes_out, r->bytes_received);
+}
+
+// ---- The protocol by hand --------------------------------------------------
+
+using RawStream = grpc::ClientReaderWriter<v1::MultiplyRequest, v1::MultiplyResponse>;
+
+// A channel of its own (its own connection), carrying `token` when given.
+struct Raw {
+  Raw(const std::string& address, int id, const std::string& token = "") {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("sgemm.test_channel", id);
+    stub = v1::Sgemm::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+    stream = stub->Multiply(&ctx);
+  }
+  bool header(GemmShape s, int stripes, int64_t stripe_rows) {
+    v1::MultiplyRequest req;
+    auto* h = req.mutable_header();
+    h->set_m(s.m);
+    h->set_n(s.n);
+    h->set_k(s.k);
+    h->set_stripes(stripes);
+    h->set_stripe_rows(stripe_rows);
+    return stream->Write(req);
+  }
+  // Reads the StripeGrant's token ("" if the stream ended instead).
+  std::string grant() {
+    v1::MultiplyResponse resp;
+    if (!stream->Read(&resp) || !resp.has_stripe_grant()) return "";
+    return resp.stripe_grant().token();
+  }
+  bool attach(const std::string& token, int stripe) {
+    v1::MultiplyRequest req;
+    req.mutable_attach()->set_token(token);
+    req.mutable_attach()->set_stripe(stripe);
+    return stream->Write(req);
+  }
+  bool chunk(v1::Matrix m, const float* data, int64_t begin, int64_t end) {
+    v1::MultiplyRequest req;
+    req.mutable_chunk()->set_matrix(m);
+    req.mutable_chunk()->set_offset(begin);
+    req.mutable_chunk()->set_data(data + begin, std::size_t(end - begin) * 4);
+    return stream->Write(req);
+  }
+  // Stripe `stripe`'s blocks of B, then of A (the server's rule: block j on stripe j % stripes).
+  void share(GemmShape s, int stripe, int stripes, int64_t rows, const float* a, const float* b) {
+    for (int64_t r = 0, j = 0; r < s.k; r += rows, ++j)
+      if (j % stripes == stripe) chunk(v1::MATRIX_B, b, r * s.n, std::min(s.k, r + rows) * s.n);
+    for (int64_t r = 0, j = 0; r < s.m; r += rows, ++j)
+      if (j % stripes == stripe) chunk(v1::MATRIX_A, a, r * s.k, std::min(s.m, r + rows) * s.k);
+  }
+  // Reads to the end: C's chunks into `c` (when given; their element offsets into `got`), then the status.
+  grpc::Status finish(float* c = nullptr, std::set<int64_t>* got = nullptr, bool* summary = nullptr) {
+    v1::MultiplyResponse resp;
+    while (stream->Read(&resp)) {
+      if (resp.has_chunk() && c) {
+        std::memcpy(c + resp.chunk().offset(), resp.chunk().data().data(), resp.chunk().data().size());
+        if (got)
+          for (int64_t i = 0; i < int64_t(resp.chunk().data().size() / 4); ++i) got->insert(resp.chunk().offset() + i);
+      }
+      if (resp.has_summary() && summary) *summary = true;
+    }
+    return stream->Finish();
+  }
+
+  std::unique_ptr<v1::Sgemm::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<RawStream> stream;
+};
+
+void expect_status(const grpc::Status& st, grpc::StatusCode code, const std::string& words) {
+  EXPECT_EQ(st.error_code(), code) << st.error_message();
+  EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
+}
+
+class StripesE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--idle-timeout", "3", "--max-stripes", "8", "--log-lines-per-second", "0"});
+    ASSERT_TRUE(server_->running()) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << "server did not exit cleanly on SIGTERM";
+    delete server_;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->running()) << server_->log(); }
+  void TearDown() override {
+    auto client = Client::connect(server_->tcp_address());
+    expect_nothing_held(*client);
+  }
+  static std::unique_ptr<Client> client(int connections, int64_t chunk_bytes = 4096) {
+    ClientOptions o;
+    o.transport = Transport::kGrpc;
+    o.connections = connections;
+    o.chunk_bytes = chunk_bytes;  // small blocks, so every stripe gets many of each matrix
+    o.retry.max_attempts = 1;
+    return Client::connect(server_->tcp_address(), o);
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* StripesE2E::server_ = nullptr;
+
+TEST_F(StripesE2E, OneToFourConnectionsOnOddAndRoundShapesAgainstFp64Reference) {
+  const GemmShape shapes[] = {{257, 129, 193}, {256, 256, 256}, {1000, 37, 300}, {3, 1, 5}, {64, 512, 1}};
+  for (int n : {1, 2, 3, 4}) {
+    SCOPED_TRACE("connections " + std::to_string(n));
+    auto c = client(n);
+    for (const GemmShape& s : shapes) {
+      // Blocks hold at most 4096 bytes of the widest matrix; the plan caps the stripes at A's blocks.
+      const int64_t rows = std::max<int64_t>(1, 1024 / std::max(s.k, s.n));
+      const int expect = int(std::min<int64_t>(n, s.m / rows + (s.m % rows != 0)));
+      multiply_and_verify(*c, s, /*with_c=*/false, expect);
+      multiply_and_verify(*c, s, /*with_c=*/true, expect);
+    }
+  }
+}
+
+TEST_F(StripesE2E, LargerChunksAndTheDefaultChoice) {
+  // 1 MiB chunks (the default): 16 MiB of payload and more take 4 connections by default, less takes one.
+  auto c = client(0, 1 << 20);
+  multiply_and_verify(*c, {2048, 2048, 1}, false, 4);  // C is 16 MiB (k = 1 keeps the product cheap)
+  multiply_and_verify(*c, {2053, 1031, 3}, true, 4);   // 16.2 MiB with C in and out
+  multiply_and_verify(*c, {700, 300, 500}, true, 1);   // 3.7 MiB
+  multiply_and_verify(*c, {300, 200, 100}, false, 1);
+}
+
+// Each stripe is a TCP connection of its own: ESTABLISHED sockets on the server's port, from /proc/net/tcp.
+int established_to_port(int port) {
+  int count = 0;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream f(path);
+    std::string line;
+    std::getline(f, line);
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string sl, local, remote, state;
+      in >> sl >> local >> remote >> state;
+      const auto colon = local.rfind(':');
+      if (colon == std::string::npos || state != "01") continue;
+      if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) ++count;
+    }
+  }
+  return count;
+}
+
+TEST_F(StripesE2E, StripesTravelOnConnectionsOfTheirOwn) {
+  const int port = std::stoi(server_->tcp_address().substr(server_->tcp_address().rfind(':') + 1));
+  const int before = established_to_port(port);
+  ClientOptions o;
+  o.transport = Transport::kGrpc;
+  o.connections = 4;
+  o.chunk_bytes = 4096;
+  o.channel_args.emplace_back("sgemm.test_distinct", 1);  // channels of this test alone
+  auto c = Client::connect(server_->tcp_address(), o);
+  multiply_and_verify(*c, {512, 64, 64}, false, 4);
+  // The channels stay connected after the call: four more connections than before.
+  EXPECT_GE(established_to_port(port) - before, 4);
+}
+
+TEST_F(StripesE2E, HandWrittenStripesEachReceiveTheirRowsOfC) {
+  const GemmShape s{70, 9, 11};
+  const int64_t rows = 8;  // 9 blocks of A: stripe 0 has 0, 2, 4, 6, 8; stripe 1 has 1, 3, 5, 7
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, -1.0f);
+  const uint64_t seed = fresh_seed();
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 2, rows));
+  const std::string token = primary.grant();
+  ASSERT_EQ(token.size(), 16u);
+  Raw second(server_->tcp_address(), 2);
+  ASSERT_TRUE(second.attach(token, 1));
+  second.share(s, 1, 2, rows, a.data(), b.data());
+  second.stream->WritesDone();
+  primary.share(s, 0, 2, rows, a.data(), b.data());
+  primary.stream->WritesDone();
+  std::set<int64_t> got0, got1;
+  bool summary0 = false, summary1 = false;
+  std::thread t([&] { expect_status(second.finish(c.data(), &got1, &summary1), grpc::StatusCode::OK, ""); });
+  expect_status(primary.finish(c.data(), &got0, &summary0), grpc::StatusCode::OK, "");
+  t.join();
+  EXPECT_TRUE(summary0) << "stripe 0 carries the summary";
+  EXPECT_FALSE(summary1);
+  EXPECT_EQ(int64_t(got0.size() + got1.size()), s.m * s.n) << "each element of C exactly once";
+  for (int64_t e : got1) EXPECT_EQ(((e / s.n) / rows) % 2, 1) << "element " << e << " came on stripe 1";
+  for (int64_t e : got0) EXPECT_EQ(((e / s.n) / rows) % 2, 0) << "element " << e << " came on stripe 0";
+  auto v = verify_gemm(s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, nullptr, c.data(),
+                       rows_to_verify(s.m, s.n, s.k, seed, s.m));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+}
+
+// Early start and duplex across stripes: with B and A's first block in (both stripe 0's), the server computes
+// during the upload, and the rows of C that block makes go back on stripe 0 before the rest of A is sent.
+TEST_F(StripesE2E, ComputingStartsDuringTheUploadAndRowsOfCGoBackOnTheirStripe) {
+  {
+    auto info = Client::connect(server_->tcp_address())->info();
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    if (info->backend != "cpu")
+      GTEST_SKIP() << "the row blocks are the CPU engine's (256 rows); on " << info->backend
+                   << " bench-grpc's 'C before upload end' shows the early start";
+  }
+  const GemmShape s{1024, 8, 8};
+  const int64_t rows = 256;  // A's blocks 0 1 2 3 on stripes 0 1 0 1; the CPU engine computes 256 rows at a time
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, -1.0f);
+  const uint64_t seed = fresh_seed();
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 2, rows));
+  const std::string token = primary.grant();
+  Raw second(server_->tcp_address(), 2);
+  ASSERT_TRUE(second.attach(token, 1));
+  ASSERT_TRUE(primary.chunk(v1::MATRIX_B, b.data(), 0, s.k * s.n));
+  ASSERT_TRUE(primary.chunk(v1::MATRIX_A, a.data(), 0, rows * s.k));
+  // A chunk of C on stripe 0 now, with three quarters of A still unsent.
+  v1::MultiplyResponse first;
+  ASSERT_TRUE(primary.stream->Read(&first)) << "the stream ended before any row of C";
+  ASSERT_TRUE(first.has_chunk());
+  EXPECT_LT(first.chunk().offset(), rows * s.n) << "the first rows of C come from A's first block";
+  std::memcpy(c.data() + first.chunk().offset(), first.chunk().data().data(), first.chunk().data().size());
+  second.share(s, 1, 2, rows, a.data(), b.data());
+  second.stream->WritesDone();
+  ASSERT_TRUE(primary.chunk(v1::MATRIX_A, a.data(), 2 * rows * s.k, 3 * rows * s.k));
+  primary.stream->WritesDone();
+  std::thread t([&] { expect_status(second.finish(c.data()), grpc::StatusCode::OK, ""); });
+  expect_status(primary.finish(c.data()), grpc::StatusCode::OK, "");
+  t.join();
+  auto v = verify_gemm(s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, nullptr, c.data(),
+                       rows_to_verify(s.m, s.n, s.k, seed, s.m));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+}
+
+TEST_F(StripesE2E, AnUnknownTokenIsNotFound) {
+  Raw stray(server_->tcp_address(), 3);
+  ASSERT_TRUE(stray.attach(std::string(16, '\x42'), 1));
+  expect_status(stray.finish(), grpc::StatusCode::NOT_FOUND, "unknown or expired stripe token");
+}
+
+TEST_F(StripesE2E, AStripeOutOfRangeOrTwiceIsRefusedAndTheRequestCarriesOn) {
+  const GemmShape s{32, 4, 4};
+  const int64_t rows = 4;
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 2.0f), c(s.m * s.n);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 2, rows));
+  const std::string token = primary.grant();
+  ASSERT_FALSE(token.empty());
+  for (int bad : {0, 2, -1, 7}) {
+    Raw out_of_range(server_->tcp_address(), 4);
+    out_of_range.attach(token, bad);
+    expect_status(out_of_range.finish(), grpc::StatusCode::INVALID_ARGUMENT, "out of range");
+  }
+  // Two streams attach as stripe 1 on connections of their own: whichever the server sees second is refused,
+  // and the request carries on with the other (both send the share; the refused one's writes go nowhere).
+  Raw x(server_->tcp_address(), 2), y(server_->tcp_address(), 5);
+  ASSERT_TRUE(x.attach(token, 1));
+  ASSERT_TRUE(y.attach(token, 1));
+  for (Raw* r : {&x, &y}) {
+    r->share(s, 1, 2, rows, a.data(), b.data());
+    r->stream->WritesDone();
+  }
+  primary.share(s, 0, 2, rows, a.data(), b.data());
+  primary.stream->WritesDone();
+  grpc::Status sx, sy;
+  std::thread tx([&] { sx = x.finish(c.data()); });
+  std::thread ty([&] { sy = y.finish(c.data()); });
+  expect_status(primary.finish(c.data()), grpc::StatusCode::OK, "");
+  tx.join();
+  ty.join();
+  EXPECT_TRUE(sx.ok() != sy.ok()) << sx.error_message() << " / " << sy.error_message();
+  expect_status(sx.ok() ? sy : sx, grpc::StatusCode::INVALID_ARGUMENT, "stripe 1 of 2 is already attached");
+  for (float x : c) EXPECT_EQ(x, 8.0f);  // 4 terms of 1 x 2
+}
+
+TEST_F(StripesE2E, AStripeThatNeverAttachesFailsTheRequestDeadlineExceeded) {
+  const GemmShape s{64, 8, 8};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 3, 8));
+  ASSERT_FALSE(primary.grant().empty());
+  primary.share(s, 0, 3, 8, a.data(), b.data());
+  primary.stream->WritesDone();
+  // --idle-timeout 3: the watchdog ends it within about 3.3 s.
+  expect_status(primary.finish(), grpc::StatusCode::DEADLINE_EXCEEDED, "stripe 1 of 3 never attached");
+  EXPECT_TRUE(server_->log_has("never attached", 10000));
+}
+
+TEST_F(StripesE2E, ACancelledStripeAbortsEveryOtherStripe) {
+  const GemmShape s{64, 8, 8};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 3, 8));
+  const std::string token = primary.grant();
+  Raw second(server_->tcp_address(), 2), third(server_->tcp_address(), 3);
+  ASSERT_TRUE(second.attach(token, 1));
+  ASSERT_TRUE(third.attach(token, 2));
+  third.share(s, 2, 3, 8, a.data(), b.data());  // part of the data is in
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  second.ctx.TryCancel();
+  expect_status(second.finish(), grpc::StatusCode::CANCELLED, "");
+  expect_status(primary.finish(), grpc::StatusCode::ABORTED, "stripe 1 of 3 of this request failed (CANCELLED)");
+  expect_status(third.finish(), grpc::StatusCode::ABORTED, "stripe 1 of 3");
+}
+
+TEST_F(StripesE2E, ABadChunkOnAStripeFailsEveryStripeNamingIt) {
+  const GemmShape s{64, 8, 8};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 2, 8));
+  const std::string token = primary.grant();
+  Raw second(server_->tcp_address(), 2);
+  ASSERT_TRUE(second.attach(token, 1));
+  // Block 0 of A is stripe 0's, not stripe 1's.
+  second.chunk(v1::MATRIX_A, a.data(), 0, 64);
+  expect_status(second.finish(), grpc::StatusCode::INVALID_ARGUMENT, "on stripe 1 of 2 starts at offset 0");
+  expect_status(primary.finish(), grpc::StatusCode::INVALID_ARGUMENT, "stripe 1 of 2 of this request failed");
+  // A chunk crossing its block's end is refused too.
+  Raw p2(server_->tcp_address(), 1);
+  ASSERT_TRUE(p2.header(s, 2, 8));
+  ASSERT_FALSE(p2.grant().empty());
+  p2.chunk(v1::MATRIX_A, a.data(), 0, 128);
+  expect_status(p2.finish(), grpc::StatusCode::INVALID_ARGUMENT, "crosses the end of its block");
+}
+
+TEST_F(StripesE2E, AStripeThatEndsEarlyFailsTheRequest) {
+  const GemmShape s{64, 8, 8};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 2, 8));
+  const std::string token = primary.grant();
+  Raw second(server_->tcp_address(), 2);
+  ASSERT_TRUE(second.attach(token, 1));
+  second.chunk(v1::MATRIX_A, a.data(), 64, 128);  // one of its four blocks
+  second.stream->WritesDone();
+  expect_status(second.finish(), grpc::StatusCode::INVALID_ARGUMENT, "stripe 1 of 2 ended its stream early");
+  expect_status(primary.finish(), grpc::StatusCode::INVALID_ARGUMENT, "ended its stream early");
+}
+
+TEST_F(StripesE2E, BadStripeHeadersAreInvalidArgument) {
+  const GemmShape s{64, 8, 8};
+  {
+    Raw p(server_->tcp_address(), 1);
+    ASSERT_TRUE(p.header(s, 9, 1));
+    expect_status(p.finish(), grpc::StatusCode::INVALID_ARGUMENT, "--max-stripes");
+  }
+  {
+    Raw p(server_->tcp_address(), 1);
+    ASSERT_TRUE(p.header(s, 4, 32));  // 2 blocks of A for 4 stripes
+    expect_status(p.finish(), grpc::StatusCode::INVALID_ARGUMENT, "every stripe needs a block of A");
+  }
+  {
+    Raw p(server_->tcp_address(), 1);
+    ASSERT_TRUE(p.header(s, 2, 0));
+    expect_status(p.finish(), grpc::StatusCode::INVALID_ARGUMENT, "stripe_rows");
+  }
+}
+
+TEST_F(StripesE2E, AStripeThatGoesSilentFailsEveryStripeDeadlineExceeded) {
+  const GemmShape s{64, 8, 8};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 2, 8));
+  const std::string token = primary.grant();
+  Raw second(server_->tcp_address(), 2);
+  ASSERT_TRUE(second.attach(token, 1));
+  second.chunk(v1::MATRIX_A, a.data(), 64, 128);  // then nothing, without half-closing
+  primary.share(s, 0, 2, 8, a.data(), b.data());
+  primary.stream->WritesDone();
+  expect_status(second.finish(), grpc::StatusCode::DEADLINE_EXCEEDED, "no message from the client");
+  expect_status(primary.finish(), grpc::StatusCode::DEADLINE_EXCEEDED,
+                "stripe 1 of 2 of this request failed (DEADLINE_EXCEEDED)");
+}
+
+// The memory budget and the stream cap count a striped request like any other.
+TEST(StripesLimitsE2E, StripesWaitForMemoryLikeAnyRequestAndThenComplete) {
+  ServerProcess server({"--host-memory-bytes", "1048576", "--idle-timeout", "10", "--log-lines-per-second", "0"});
+  ASSERT_TRUE(server.running()) << server.log();
+  // A staller holds 768 KiB of the 1 MiB budget: header and one chunk, then silence.
+  Raw staller(server.tcp_address(), 9);
+  const GemmShape big{256, 256, 256};
+  std::vector<float> ones(256 * 256, 1.0f);
+  ASSERT_TRUE(staller.header(big, 0, 0));
+  ASSERT_TRUE(staller.chunk(v1::MATRIX_B, ones.data(), 0, 1024));
+  ClientOptions o;
+  o.connections = 2;
+  o.chunk_bytes = 4096;
+  o.retry.max_attempts = 1;
+  auto lib = Client::connect(server.tcp_address(), o);
+  for (int i = 0; i < 300; ++i) {  // the staller's reservation is in
+    auto info = lib->info();
+    if (info.ok() && info->host_bytes_in_use > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::thread request([&] { multiply_and_verify(*lib, {300, 100, 100}, false, 2); });  // 280 KB: must wait
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto info = lib->info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->host_bytes_in_use, 3 * 256 * 256 * 4) << "the striped request waits, holding nothing";
+  EXPECT_EQ(info->open_streams, 3);
+  staller.ctx.TryCancel();
+  request.join();
+  expect_nothing_held(*lib);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(StripesLimitsE2E, EveryStripeCountsAgainstTheOpenStreamCap) {
+  ServerProcess server({"--max-open-streams", "2", "--idle-timeout", "10", "--log-lines-per-second", "0"});
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions o;
+  o.connections = 3;
+  o.chunk_bytes = 4096;
+  o.retry.max_attempts = 1;
+  auto lib = Client::connect(server.tcp_address(), o);
+  const GemmShape s{300, 40, 50};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = lib->multiply(s, a.data(), b.data(), nullptr, {});
+  // The third stream is refused; the client ends the request at once (not after --idle-timeout).
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("--max-open-streams"), std::string::npos) << r.status().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  expect_nothing_held(*lib);
+  // Two connections fit.
+  ClientOptions two = o;
+  two.connections = 2;
+  auto lib2 = Client::connect(server.tcp_address(), two);
+  multiply_and_verify(*lib2, s, true, 2);
+  expect_nothing_held(*lib2);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// With tokens, a stripe must come from the client that sent the header.
+class StripesAuthE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::make_temp_dir());
+    const std::string file = *dir_ + "/tokens.json";
+    std::ofstream(file) << R"({"clients": [{"name": "alice", "token": "alice-token-0123456789abcdef"},
+                                            {"name": "bob", "token": "bob-token-0123456789abcdefgh"}]})";
+    server_ = new ServerProcess({"--auth-tokens", file, "--log-lines-per-second", "0"});
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0);
+    delete server_;
+    std::error_code ec;
+    std::filesystem::remove_all(*dir_, ec);
+    delete dir_;
+  }
+  static ServerProcess* server_;
+  static std::string* dir_;
+};
+ServerProcess* StripesAuthE2E::server_ = nullptr;
+std::string* StripesAuthE2E::dir_ = nullptr;
+
+TEST_F(StripesAuthE2E, AnotherClientsStripeIsPermissionDeniedAndTheOwnersWorks) {
+  ASSERT_TRUE(server_->running()) << server_->log();
+  const std::string alice = "alice-token-0123456789abcdef", bob = "bob-token-0123456789abcdefgh";
+  const GemmShape s{16, 4, 4};
+  std::vector<float> a(s.m * s.k, 1.0f), b(s.k * s.n, 1.0f), c(s.m * s.n);
+  Raw primary(server_->tcp_address(), 1, alice);
+  ASSERT_TRUE(primary.header(s, 2, 4));
+  const std::string token = primary.grant();
+  ASSERT_FALSE(token.empty());
+  {
+    Raw intruder(server_->tcp_address(), 2, bob);
+    intruder.attach(token, 1);
+    expect_status(intruder.finish(), grpc::StatusCode::PERMISSION_DENIED, "another client's request");
+  }
+  Raw second(server_->tcp_address(), 2, alice);
+  ASSERT_TRUE(second.attach(token, 1));
+  second.share(s, 1, 2, 4, a.data(), b.data());
+  second.stream->WritesDone();
+  primary.share(s, 0, 2, 4, a.data(), b.data());
+  primary.stream->WritesDone();
+  std::thread t([&] { expect_status(second.finish(c.data()), grpc::StatusCode::OK, ""); });
+  expect_status(primary.finish(c.data()), grpc::StatusCode::OK, "");
+  t.join();
+  for (float x : c) EXPECT_EQ(x, 4.0f);
+  // The library with a token stripes as well.
+  ClientOptions o;
+  o.token = alice;
+  o.connections = 3;
+  o.chunk_bytes = 4096;
+  auto lib = Client::connect(server_->tcp_address(), o);
+  multiply_and_verify(*lib, {300, 40, 50}, true, 3);
+  expect_nothing_held(*lib);
+}
+
+}  // namespace
+}  // namespace sgemm
