@@ -47,6 +47,15 @@ struct ShardWork {
   DeviceTiming timing;
   std::vector<Span> in, kernel, reduce, out;
   DeviceBuffer a, b, c;
+  // A resident B (docs/resident.md) already on this device: rows
+  // [b_resident_row0, ...) with leading dimension pad4(n), read in place (no
+  // copy of B, no broadcast). Null: B comes from the job's host matrix.
+  const float* b_resident = nullptr;
+  int64_t b_resident_row0 = 0;
+  // B's rows [k0, ...) on this device: the resident piece, or the job's buffer.
+  const float* b_rows(int64_t k0, int64_t ldb) const {
+    return b_resident ? b_resident + (k0 - b_resident_row0) * ldb : b.floats() + k0 * ldb;
+  }
   std::deque<cudaEvent_t> in_flight;  // end events of issued blocks not yet seen finished
   // The device's time reference: `origin` fired at origin_ms (host steady
   // clock, ms since the job's origin), so an event e happened at
