@@ -67,9 +67,22 @@ void MatrixAssembler::set_destination(MatrixId matrix, float* dst) {
   dst_[static_cast<int>(matrix)] = dst;
 }
 
+void MatrixAssembler::mark_provided(MatrixId matrix) {
+  std::lock_guard lock(mu_);
+  const int idx = static_cast<int>(matrix);
+  provided_[idx] = true;
+  received_[idx] = expected_[idx];
+}
+
 Status MatrixAssembler::check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes) const {
   const int idx = static_cast<int>(matrix);
   const std::string name(matrix_name(matrix));
+  {
+    std::lock_guard lock(mu_);
+    if (provided_[idx])
+      return InvalidArgument("chunk for " + name + ", but the header names " + name +
+                             " by handle (a resident matrix): send no chunk for it");
+  }
   if (!declared(matrix))
     return InvalidArgument("chunk for matrix C, but the header declared no C (set header.has_c to send C)");
   if (bytes == 0) return InvalidArgument("chunk for " + name + " at offset " + std::to_string(offset) + " is empty");

@@ -43,6 +43,10 @@ class MatrixAssembler final : public InputFeed {
   MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c, int64_t max_chunk_bytes);
 
   void set_destination(MatrixId matrix, float* dst);
+  // The matrix is not sent: the header named it by handle (a resident
+  // matrix, docs/resident.md). It counts as complete; a chunk for it is
+  // INVALID_ARGUMENT.
+  void mark_provided(MatrixId matrix);
   // Whether a chunk would be accepted (the checks add_chunk makes), without copying.
   Status check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes) const;
   // Every declared matrix has all its elements.
@@ -81,6 +85,7 @@ class MatrixAssembler final : public InputFeed {
   const int64_t max_chunk_bytes_;
   std::array<int64_t, 3> expected_{};
   std::array<float*, 3> dst_{};
+  std::array<bool, 3> provided_{};  // guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::array<int64_t, 3> received_{};              // guarded by mu_
