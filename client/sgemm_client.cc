@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "client/matrix_rpcs.h"
 #include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
@@ -358,7 +359,8 @@ class GrpcClient final : public Client {
   StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                     const MultiplyOptions& opt) override {
     SGEMM_ASSIGN_OR_RETURN(const Transport t, transport());
-    if (t == Transport::kShm) return multiply_through_shm(shape, a, b, c, opt);
+    const bool resident = !opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty() || opt.keep_result;
+    if (t == Transport::kShm && !resident) return multiply_through_shm(shape, a, b, c, opt);
     return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
       return multiply_once(shape, a, b, c, nullptr, opt, deadline);
     });
@@ -428,6 +430,7 @@ class GrpcClient final : public Client {
       h->set_beta(opt.beta);
       h->set_has_c(regions ? regions->c.has_value() : c != nullptr);
       h->set_trace(opt.trace);
+      matrix_rpcs::set_header_fields(opt, h);  // resident operands (matrix_rpcs.cc)
       if (regions) {
         set_ref(h->mutable_a_region(), regions->a);
         set_ref(h->mutable_b_region(), regions->b);
@@ -487,8 +490,9 @@ class GrpcClient final : public Client {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     MultiplyResult result;
-    const bool c_in_region = regions && regions->out;
-    const int64_t total = c_in_region ? 0 : shape.m * shape.n;  // no chunk of C comes back when it goes to a region
+    // No chunk of C comes back when it goes to a region, or stays resident without send_c.
+    const bool c_in_region = (regions && regions->out) || (opt.keep_result && !opt.send_c);
+    const int64_t total = c_in_region ? 0 : shape.m * shape.n;
     float* out = c_in_region ? nullptr : opt.c_out;
     if (!out && total > 0) {
       result.c.resize(std::size_t(total));
@@ -498,10 +502,10 @@ class GrpcClient final : public Client {
     // once B (and C) are in and A is arriving (docs/lifecycle.md).
     // Regions: the header is all there is to send.
     std::vector<MultiplyStream::Input> inputs;
-    if (!regions) {
-      inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
-      if (c) inputs.push_back({wire::WireMatrix::kC, c, shape.m * shape.n});
-      inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
+    if (!regions) {  // an operand named by handle (a resident matrix) is not sent
+      if (opt.b_handle.empty()) inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
+      if (c && opt.c_handle.empty()) inputs.push_back({wire::WireMatrix::kC, c, shape.m * shape.n});
+      if (opt.a_handle.empty()) inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
     }
     const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
     MultiplyStream call(&ctx, header, std::move(inputs), chunk_elems, out, total, opt.on_chunk, refs);
@@ -545,6 +549,7 @@ class GrpcClient final : public Client {
     sum.bytes_in = s.bytes_received();
     sum.bytes_out = s.bytes_sent();
     sum.trace_json = s.trace_json();
+    sum.result_handle = s.result_handle();
     for (const auto& d : s.devices()) {
       sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),
                              d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(), d.kernel_wait_ms(),
@@ -594,6 +599,21 @@ class GrpcClient final : public Client {
     out.client_in_flight = resp.load().client_in_flight();
     out.client_bytes_in_flight = resp.load().client_bytes_in_flight();
     return out;
+  }
+
+  StatusOr<PutResult> put(int64_t rows, int64_t cols, const float* data, const PutOptions& options) override {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    return matrix_rpcs::put(
+        channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); }, options_.chunk_bytes, rows, cols, data, options);
+  }
+  StatusOr<int> remove(const std::string& handle) override {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    return matrix_rpcs::remove(
+        channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); }, handle);
+  }
+  StatusOr<MatrixList> list() override {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    return matrix_rpcs::list(channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); });
   }
 
   StatusOr<Transport> transport() override {

@@ -112,6 +112,50 @@ struct MultiplyOptions {
   // Where C goes (m x n floats, the caller's memory): MultiplyResult::c stays
   // empty. nullptr: into MultiplyResult::c.
   float* c_out = nullptr;
+  // Resident matrices (docs/resident.md): name an operand by the handle
+  // put() returned instead of sending it (its pointer may then be null); a
+  // C handle is an input C (beta applies). keep_result keeps C on the
+  // server (MultiplySummary::result_handle); its bytes come back only with
+  // send_c. keep_evictable: the kept C may be evicted.
+  std::string a_handle, b_handle, c_handle;
+  bool keep_result = false;
+  bool keep_evictable = false;
+  bool send_c = false;
+};
+
+// Client::put's options.
+struct PutOptions {
+  bool evictable = false;                // may be evicted (least recently used first) when the server needs room
+  std::string label;                     // shown by list()
+  std::chrono::milliseconds timeout{0};  // 0 = no deadline
+};
+
+struct PutResult {
+  std::string handle;  // 32 hex digits; name it in MultiplyOptions::a_handle / b_handle / c_handle
+  int64_t bytes = 0;
+  std::string placement;  // where the server put it ("GPU 0 rows 0-4096")
+  double wall_ms = 0;
+};
+
+// One resident matrix as list() reports it.
+struct MatrixInfo {
+  struct Piece {
+    int device = -1;  // CUDA ordinal; -1 = host memory
+    int64_t row_begin = 0, row_end = 0;
+  };
+  std::string handle, owner, label;
+  int64_t rows = 0, cols = 0, bytes = 0;
+  std::vector<Piece> pieces;  // where it lives (whole on one GPU, replicated, K-sharded)
+  double idle_s = 0;          // since its last use
+  bool evictable = false;
+  int requests_using = 0;
+  int64_t uses = 0;
+};
+
+struct MatrixList {
+  std::vector<MatrixInfo> matrices;  // most recently used first
+  int64_t budget_bytes = 0;          // --resident-bytes (per GPU; host memory on the cpu backend)
+  int64_t bytes_in_use = 0;          // every client's, all devices
 };
 
 struct DeviceTimingResult {
@@ -134,6 +178,7 @@ struct MultiplySummary {
   double send_ms = 0;                   // first chunk of C sent to the summary
   int64_t bytes_in = 0, bytes_out = 0;  // matrix payload the server received and sent
   std::string trace_json;               // Chrome trace-event JSON when MultiplyOptions::trace
+  std::string result_handle;            // MultiplyOptions::keep_result: the kept C's handle
 };
 
 struct MultiplyResult {
@@ -204,6 +249,16 @@ class Client {
   // C = alpha*A*B + beta*C with every operand in regions. `c` is the input C
   // (beta applies; nullopt: none); `out` is where C goes (may be `c` itself:
   // C in place); without `out` C comes back in the result as usual.
+  // ---- Resident matrices (docs/resident.md) ----
+  // Uploads a rows x cols matrix (row-major) once; later multiplies name it
+  // by the returned handle. The server loses every handle when it restarts:
+  // on NOT_FOUND, put again.
+  virtual StatusOr<PutResult> put(int64_t rows, int64_t cols, const float* data, const PutOptions& options = {}) = 0;
+  // Deletes it (requests using it finish first); returns how many were using it.
+  virtual StatusOr<int> remove(const std::string& handle) = 0;
+  // This client's resident matrices.
+  virtual StatusOr<MatrixList> list() = 0;
+
   virtual StatusOr<MultiplyResult> multiply_regions(const GemmShape& shape, const RegionMatrix& a,
                                                     const RegionMatrix& b, const std::optional<RegionMatrix>& c,
                                                     const std::optional<RegionMatrix>& out,
