@@ -42,8 +42,8 @@ int put_command(const std::string& server, const ClientOptions& options, const P
     return 3;
   }
   if (args.json) {
-    nlohmann::json j = {{"handle", r->handle},   {"rows", m.rows},     {"cols", m.cols},
-                        {"bytes", r->bytes},     {"placement", r->placement}, {"wall_ms", r->wall_ms}};
+    nlohmann::json j = {{"handle", r->handle},       {"rows", m.rows},       {"cols", m.cols}, {"bytes", r->bytes},
+                        {"placement", r->placement}, {"wall_ms", r->wall_ms}};
     if (args.file.empty()) j["seed"] = seed;
     std::printf("%s\n", j.dump().c_str());
   } else {

@@ -10,9 +10,9 @@
 namespace sgemm::cli {
 
 struct PutArgs {
-  std::string file;           // .npy or raw fp32 (raw needs rows and cols); "" = random values
+  std::string file;  // .npy or raw fp32 (raw needs rows and cols); "" = random values
   int64_t rows = 0, cols = 0;
-  uint64_t seed = 0;          // random values: 0 = a fresh seed
+  uint64_t seed = 0;  // random values: 0 = a fresh seed
   bool evictable = false;
   std::string label;
   bool json = false;

@@ -117,8 +117,8 @@ StatusOr<ResidentBytes> ResidentStore::reserve(int location, int64_t bytes, std:
   const auto where = [&] { return location < 0 ? std::string("host memory") : "GPU " + std::to_string(location); };
   if (bytes > options_.bytes_per_location)
     return ResourceExhausted(std::string(what) + " needs " + std::to_string(bytes) + " bytes on " + where() +
-                             ", more than the whole resident budget of " +
-                             std::to_string(options_.bytes_per_location) + " bytes (--resident-bytes)");
+                             ", more than the whole resident budget of " + std::to_string(options_.bytes_per_location) +
+                             " bytes (--resident-bytes)");
   int evicted = 0;
   for (;;) {
     {
@@ -141,8 +141,7 @@ StatusOr<ResidentBytes> ResidentStore::reserve(int location, int64_t bytes, std:
         const auto data = e.m->data();
         if (!data) continue;
         const Layout layout = data->layout();
-        if (std::none_of(layout.begin(), layout.end(), [&](const Piece& p) { return p.device == location; }))
-          continue;
+        if (std::none_of(layout.begin(), layout.end(), [&](const Piece& p) { return p.device == location; })) continue;
         if (best == entries_.end() || e.last_tick < best->second.last_tick) best = it;
       }
       if (best == entries_.end()) {

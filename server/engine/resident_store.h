@@ -111,9 +111,9 @@ struct ResidentRow {
   int64_t rows = 0, cols = 0, bytes = 0;
   bool evictable = false;
   Layout layout;
-  int in_use = 0;         // requests holding it now
-  int64_t uses = 0;       // requests that named it
-  double idle_s = 0;      // since its last use (or its put)
+  int in_use = 0;     // requests holding it now
+  int64_t uses = 0;   // requests that named it
+  double idle_s = 0;  // since its last use (or its put)
 };
 
 struct ResidentStoreOptions {
@@ -194,9 +194,9 @@ class ResidentStore {
   const ResidentStoreOptions options_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;  // guarded by mu_
-  std::unordered_set<std::string> evicted_;  // guarded by mu_: recent evictions, for NOT_FOUND's message
-  std::deque<std::string> evicted_order_;    // guarded by mu_
-  uint64_t tick_ = 0;                        // guarded by mu_
+  std::unordered_set<std::string> evicted_;         // guarded by mu_: recent evictions, for NOT_FOUND's message
+  std::deque<std::string> evicted_order_;           // guarded by mu_
+  uint64_t tick_ = 0;                               // guarded by mu_
   mutable std::mutex bytes_mu_;
   std::map<int, int64_t> used_;  // guarded by bytes_mu_: per location
 };

@@ -69,10 +69,10 @@ struct Move {
   bool ok = true;
   std::string why;
   Layout target;
-  std::vector<int> reuse;        // per target piece: the piece of `have` reused, or -1 (allocate)
+  std::vector<int> reuse;         // per target piece: the piece of `have` reused, or -1 (allocate)
   std::vector<PieceCopy> copies;  // into the allocated target pieces
-  std::vector<int> freed;        // pieces of `have` released afterwards
-  int64_t bytes_per_row = 0;     // as given
+  std::vector<int> freed;         // pieces of `have` released afterwards
+  int64_t bytes_per_row = 0;      // as given
   int64_t copied_bytes() const;
   int64_t allocated_bytes_on(int device) const;  // new pieces on a device (what the budget must admit)
 };

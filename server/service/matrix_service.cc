@@ -44,10 +44,10 @@ void PutMatrixCall::finish(const Status& st) {
     // Nothing is kept: the buffer, the host bytes and the resident bytes go back.
     buffer_.reset();
     resident_bytes_.reset();
-    shared_.log.write(spdlog::level::warn,
-                      fmt::format("put_matrix peer={} client={} rows={} cols={} status={} error=\"{}\"", ctx_->peer(),
-                                  owner_.empty() ? "-" : owner_, rows_, cols_, status_code_name(st.code()),
-                                  st.message()));
+    shared_.log.write(
+        spdlog::level::warn,
+        fmt::format("put_matrix peer={} client={} rows={} cols={} status={} error=\"{}\"", ctx_->peer(),
+                    owner_.empty() ? "-" : owner_, rows_, cols_, status_code_name(st.code()), st.message()));
   }
   host_bytes_.reset();
   Finish(to_grpc_status(st));
@@ -106,10 +106,10 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
                              " (--max-matrix-elements)");
   const int64_t bytes = rows_ * cols_ * int64_t(sizeof(float));
   // The resident budget first: a put that cannot be kept fails before any byte moves.
-  SGEMM_ASSIGN_OR_RETURN(resident_bytes_, shared_.engine.reserve_resident(
-                                              bytes, "PutMatrix of " + std::to_string(rows_) + " x " +
-                                                         std::to_string(cols_) + " (" + std::to_string(bytes) +
-                                                         " bytes)"));
+  SGEMM_ASSIGN_OR_RETURN(
+      resident_bytes_,
+      shared_.engine.reserve_resident(bytes, "PutMatrix of " + std::to_string(rows_) + " x " + std::to_string(cols_) +
+                                                 " (" + std::to_string(bytes) + " bytes)"));
   auto r = shared_.budget.try_reserve(bytes);
   if (!r)
     return ResourceExhausted("the host memory budget has no room for the matrix's " + std::to_string(bytes) +
@@ -126,7 +126,8 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
   SGEMM_ASSIGN_OR_RETURN(auto region, shared_.regions->acquire(caller_, h.region().region()));
   const int64_t off = h.region().offset(), ld = h.region().ld() == 0 ? cols_ : h.region().ld();
   if (off < 0 || off % 4 != 0)
-    return InvalidArgument("PutMatrix header.region.offset " + std::to_string(off) + " must be >= 0 and a multiple of 4");
+    return InvalidArgument("PutMatrix header.region.offset " + std::to_string(off) +
+                           " must be >= 0 and a multiple of 4");
   if (ld < cols_)
     return InvalidArgument("PutMatrix header.region.ld " + std::to_string(ld) + " is less than cols " +
                            std::to_string(cols_));
@@ -135,8 +136,7 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
     return InvalidArgument("PutMatrix: the matrix ends at byte " + std::to_string(end) + ", past region '" +
                            h.region().region() + "' (" + std::to_string(region->bytes()) + " bytes)");
   const float* src = reinterpret_cast<const float*>(region->data() + off);
-  for (int64_t i = 0; i < rows_; ++i)
-    std::copy(src + i * ld, src + i * ld + cols_, buffer_->floats() + i * cols_);
+  for (int64_t i = 0; i < rows_; ++i) std::copy(src + i * ld, src + i * ld + cols_, buffer_->floats() + i * cols_);
   received_ = rows_ * cols_;
   finish(complete());
   return Status::Ok();
@@ -146,8 +146,8 @@ Status PutMatrixCall::on_chunk(const RequestMessage& chunk) {
   const int64_t limit = shared_.options.limits.max_chunk_bytes;
   if (chunk.data_bytes == 0 || chunk.data_bytes % sizeof(float) != 0 || int64_t(chunk.data_bytes) > limit)
     return InvalidArgument("PutMatrix chunk at offset " + std::to_string(chunk.offset) + " has " +
-                           std::to_string(chunk.data_bytes) + " bytes; a chunk carries 4 to " +
-                           std::to_string(limit) + " bytes, a multiple of 4");
+                           std::to_string(chunk.data_bytes) + " bytes; a chunk carries 4 to " + std::to_string(limit) +
+                           " bytes, a multiple of 4");
   if (chunk.offset != received_)
     return InvalidArgument("PutMatrix chunk starts at offset " + std::to_string(chunk.offset) + " but " +
                            std::to_string(received_) +
@@ -245,8 +245,7 @@ grpc::ServerUnaryReactor* SgemmService::DeleteMatrix(grpc::CallbackServerContext
   return reactor;
 }
 
-grpc::ServerUnaryReactor* SgemmService::ListMatrices(grpc::CallbackServerContext* ctx,
-                                                     const v1::ListMatricesRequest*,
+grpc::ServerUnaryReactor* SgemmService::ListMatrices(grpc::CallbackServerContext* ctx, const v1::ListMatricesRequest*,
                                                      v1::ListMatricesResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto client = authenticate(ctx);

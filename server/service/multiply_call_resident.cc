@@ -50,10 +50,10 @@ Status MultiplyCall::bind_resident(const ResidentOperands& resident) {
     // Room for the kept C now, before any byte moves: a request whose result
     // could not be kept fails here, not after computing.
     const int64_t bytes = s.m * s.n * int64_t(sizeof(float));
-    SGEMM_ASSIGN_OR_RETURN(keep_bytes_, shared_.engine.reserve_resident(
-                                            bytes, "keep_result of a " + std::to_string(s.m) + " x " +
-                                                       std::to_string(s.n) + " C (" + std::to_string(bytes) +
-                                                       " bytes)"));
+    SGEMM_ASSIGN_OR_RETURN(
+        keep_bytes_,
+        shared_.engine.reserve_resident(bytes, "keep_result of a " + std::to_string(s.m) + " x " + std::to_string(s.n) +
+                                                   " C (" + std::to_string(bytes) + " bytes)"));
   }
   return Status::Ok();
 }
@@ -84,8 +84,8 @@ Status MultiplyCall::keep_result() {
   if (!c || !store) return Internal("keep_result without C's buffer or a resident store");
   const GemmShape& s = header_.shape;
   SGEMM_ASSIGN_OR_RETURN(auto data, shared_.engine.make_resident(c, s.m, s.n, std::move(keep_bytes_)));
-  auto m = store->add(client_ ? client_->name() : std::string(), "result of request " + id_, s.m, s.n,
-                      keep_evictable_, std::move(data));
+  auto m = store->add(client_ ? client_->name() : std::string(), "result of request " + id_, s.m, s.n, keep_evictable_,
+                      std::move(data));
   std::lock_guard lock(mu_);
   result_handle_ = m->handle;
   return Status::Ok();

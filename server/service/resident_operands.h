@@ -11,10 +11,10 @@
 namespace sgemm {
 
 struct ResidentOperands {
-  std::string a, b, c;   // handles; "" = sent as chunks (or absent, for C)
-  bool keep = false;     // keep C resident; the summary carries its handle
+  std::string a, b, c;  // handles; "" = sent as chunks (or absent, for C)
+  bool keep = false;    // keep C resident; the summary carries its handle
   bool keep_evictable = false;
-  bool send_c = false;   // with keep: also send C's bytes
+  bool send_c = false;  // with keep: also send C's bytes
   bool named() const { return !a.empty() || !b.empty() || !c.empty(); }
   bool any() const { return named() || keep; }
 };

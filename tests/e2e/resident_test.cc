@@ -82,9 +82,8 @@ TEST_F(ResidentE2E, EveryCombinationOfSentAndResidentOperands) {
     ASSERT_FALSE(ha.empty() || hb.empty() || hc.empty());
     for (int with_c = 0; with_c < 2; ++with_c)
       for (int mask = 0; mask < (with_c ? 8 : 4); ++mask) {
-        SCOPED_TRACE("shape " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
-                     " seed " + std::to_string(seed) + " mask " + std::to_string(mask) + " c " +
-                     std::to_string(with_c));
+        SCOPED_TRACE("shape " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " seed " +
+                     std::to_string(seed) + " mask " + std::to_string(mask) + " c " + std::to_string(with_c));
         MultiplyOptions o;
         o.alpha = 1.5f;
         o.beta = with_c ? 0.5f : 0.0f;
@@ -96,8 +95,8 @@ TEST_F(ResidentE2E, EveryCombinationOfSentAndResidentOperands) {
         ASSERT_TRUE(r.ok()) << r.status().to_string();
         const int64_t sent = ((mask & 1) ? 0 : s.m * s.k) + ((mask & 2) ? 0 : s.k * s.n) + (c_sent ? s.m * s.n : 0);
         EXPECT_EQ(r->summary.bytes_in, sent * 4);
-        const auto v = verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta, with_c ? c.data() : nullptr,
-                                   r->c.data());
+        const auto v =
+            verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta, with_c ? c.data() : nullptr, r->c.data());
         EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
       }
     for (const auto& h : {ha, hb, hc}) EXPECT_TRUE(client_->remove(h).ok());
@@ -318,8 +317,7 @@ TEST_F(ResidentE2E, TheCliPutsListsMultipliesKeepsAndRemoves) {
   auto sub = testing::run_command(cli + "submit --m 5 --n 48 --k 64 --b-handle " + h + " --keep" + server);
   ASSERT_EQ(sub.exit_code, 0) << sub.output;
   EXPECT_NE(sub.output.find("result handle: "), std::string::npos) << sub.output;
-  auto bad = testing::run_command(cli + "submit --m 5 --n 48 --k 64 --b-handle " + h + " --verify" + server +
-                                  " 2>&1");
+  auto bad = testing::run_command(cli + "submit --m 5 --n 48 --k 64 --b-handle " + h + " --verify" + server + " 2>&1");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   auto rm = testing::run_command(cli + "rm " + h + server);
   EXPECT_EQ(rm.exit_code, 0) << rm.output;

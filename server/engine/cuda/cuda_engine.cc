@@ -188,9 +188,8 @@ class CudaEngine final : public Engine {
     const Plan plan = make_plan(req, options_.planner);
     // Resident operands laid out as the plan needs (docs/resident.md); held
     // until run() returns so a layout change by another job cannot free them.
-    GemmJob job_here = job;
     std::shared_ptr<const GpuResident> res_b, res_a, res_c;
-    SGEMM_RETURN_IF_ERROR(bind_resident(job, plan, &job_here, &res_a, &res_b, &res_c));
+    SGEMM_RETURN_IF_ERROR(bind_resident(job, plan, &res_a, &res_b, &res_c));
     const SplitExecutor* executor = find_split_executor(plan.mode);
     if (!executor)
       return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
@@ -213,7 +212,7 @@ class CudaEngine final : public Engine {
     std::unique_lock<std::mutex> order;  // held for jobs that span the pool: NCCL order
     std::vector<LaneLease> leases;       // declared before the JobRun: outlive its buffers
     std::vector<int> used;               // pool index of each lease (rank order for a split)
-    JobRun jr(job_here, set, comm_.get());
+    JobRun jr(job, set, comm_.get());
     if (!executor->spans_pool) {
       const int idx = index_of(plan.shards[0].device);
       if (idx < 0) return Internal("planner chose an unknown device");
@@ -236,6 +235,13 @@ class CudaEngine final : public Engine {
       for (std::size_t rank = 0; rank < healthy.size(); ++rank)
         jr.add(&*leases[rank], int(rank), plan.shards[rank], pool_->info(healthy[rank]));
     }
+    if (res_a)
+      for (ShardWork& w : jr.works()) {
+        const GpuPiece* piece = res_a->find(w.lane->device(), 0, r.shape.m);
+        if (!piece) return Internal("resident A has no whole copy on GPU " + std::to_string(w.lane->device()));
+        w.a_resident = piece->data;
+        w.a_resident_ld = piece->ld;
+      }
     if (res_b)
       for (ShardWork& w : jr.works()) {
         const int64_t k0 = plan.mode == SplitMode::kK ? w.shard.k_begin : 0;
@@ -312,35 +318,42 @@ class CudaEngine final : public Engine {
     return kind;
   }
 
-  // Resident operands (docs/resident.md): B laid out as the plan needs
-  // (ensure_layout: in place when it already is, else peer copies), A and a
-  // whole copy on the plan's first device (or wherever one is: copies read
-  // device memory through UVA), an input C copied into the job's C first.
-  Status bind_resident(const GemmJob& job, const Plan& plan, GemmJob* out, std::shared_ptr<const GpuResident>* a,
+  // Resident operands (docs/resident.md). B is laid out as the plan needs
+  // (ensure_layout: in place when it already is, else peer copies that
+  // replace the layout; a single-GPU plan adds a copy instead of moving, so
+  // jobs on different GPUs do not take it from each other). A gets a whole
+  // copy on every device of the plan (added, never moved), read device to
+  // device; an input C is copied from a whole copy into the job's C first.
+  Status bind_resident(const GemmJob& job, const Plan& plan, std::shared_ptr<const GpuResident>* a,
                        std::shared_ptr<const GpuResident>* b, std::shared_ptr<const GpuResident>* c) {
-    const int first = plan.shards.empty() ? pool_->ordinal(0) : plan.shards[0].device;
-    auto whole = [&](const ResidentMatrix& m, std::shared_ptr<const GpuResident>* held) -> StatusOr<const GpuPiece*> {
-      auto cur = std::dynamic_pointer_cast<const GpuResident>(m.data());
-      if (!cur) return Internal("resident matrix '" + m.handle + "' has no GPU data");
-      int dev = device_with_whole(cur->layout(), m.rows, first);
-      if (dev < 0) {
-        SGEMM_ASSIGN_OR_RETURN(cur, ensure_layout(store_, m, whole_on(first, m.rows)));
-        dev = first;
-      }
-      *held = cur;
-      return cur->find(dev, 0, m.rows);
+    const bool single = plan.mode == SplitMode::kSingle;
+    auto on_every_device = [&](int64_t rows) {
+      Layout l;
+      for (const Shard& s : plan.shards)
+        if (std::none_of(l.begin(), l.end(), [&](const Piece& p) { return p.device == s.device; }))
+          l.push_back(Piece{s.device, 0, rows});
+      return l;
     };
     if (job.b_resident) {
-      SGEMM_ASSIGN_OR_RETURN(*b,
-                             ensure_layout(store_, *job.b_resident, layout_needed_for_b(plan, job.request.shape.k)));
+      SGEMM_ASSIGN_OR_RETURN(
+          *b, ensure_layout(store_, *job.b_resident, layout_needed_for_b(plan, job.request.shape.k), single));
     }
     if (job.a_resident) {
-      SGEMM_ASSIGN_OR_RETURN(const GpuPiece* p, whole(*job.a_resident, a));
-      out->a = p->data;
-      out->lda = p->ld;
+      SGEMM_ASSIGN_OR_RETURN(
+          *a, ensure_layout(store_, *job.a_resident, on_every_device(job.a_resident->rows), /*additive=*/true));
     }
     if (job.c_resident) {
-      SGEMM_ASSIGN_OR_RETURN(const GpuPiece* p, whole(*job.c_resident, c));
+      const ResidentMatrix& m = *job.c_resident;
+      auto cur = std::dynamic_pointer_cast<const GpuResident>(m.data());
+      if (!cur) return Internal("resident matrix '" + m.handle + "' has no GPU data");
+      int dev = device_with_whole(cur->layout(), m.rows, plan.shards.empty() ? -1 : plan.shards[0].device);
+      if (dev < 0) {
+        dev = plan.shards.empty() ? pool_->ordinal(0) : plan.shards[0].device;
+        SGEMM_ASSIGN_OR_RETURN(cur, ensure_layout(store_, m, whole_on(dev, m.rows), /*additive=*/true));
+      }
+      *c = cur;
+      const GpuPiece* p = cur->find(dev, 0, m.rows);
+      if (!p) return Internal("resident C has no whole copy on GPU " + std::to_string(dev));
       const GemmShape& s = job.request.shape;
       SGEMM_CUDA_TRY(cudaSetDevice(p->where.device));
       SGEMM_CUDA_TRY(cudaMemcpy2D(job.c, std::size_t(job.c_ld()) * sizeof(float), p->data,

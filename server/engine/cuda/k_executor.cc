@@ -87,7 +87,7 @@ Status issue(JobRun& run) {
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + s0, job.a_ld(), s1 - s0, s.m));
+            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, w.a_src(job) + s0, w.a_src_ld(job), s1 - s0, s.m));
             if (w.b_resident) return Status::Ok();
             return run.h2d_2d(w, w.b.floats() + (s0 - k0) * ldb, ldb, job.b + s0 * job.b_ld(), job.b_ld(), s.n,
                               s1 - s0);

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "kernels/cuda_status.h"
@@ -52,19 +53,23 @@ StatusOr<std::shared_ptr<ResidentData>> upload_resident(const HostBuffer& host, 
   if (device < 0) return Internal("a GPU resident matrix reserved on host memory");
   SGEMM_ASSIGN_OR_RETURN(auto piece, allocate_piece(Piece{device, 0, rows}, cols, std::move(bytes)));
   SGEMM_CUDA_TRY(cudaMemcpy2D(piece->data, std::size_t(piece->ld) * sizeof(float), host.data(),
-                              std::size_t(cols) * sizeof(float), std::size_t(cols) * sizeof(float),
-                              std::size_t(rows), cudaMemcpyHostToDevice));
+                              std::size_t(cols) * sizeof(float), std::size_t(cols) * sizeof(float), std::size_t(rows),
+                              cudaMemcpyHostToDevice));
   return std::shared_ptr<ResidentData>(
       std::make_shared<GpuResident>(rows, cols, std::vector<std::shared_ptr<GpuPiece>>{std::move(piece)}));
 }
 
 StatusOr<std::shared_ptr<const GpuResident>> ensure_layout(ResidentStore& store, const ResidentMatrix& m,
-                                                           const Layout& need) {
+                                                           const Layout& wanted, bool additive) {
   std::lock_guard lock(m.layout_mutex());
   auto cur = std::dynamic_pointer_cast<const GpuResident>(m.data());
   if (!cur) return Internal("resident matrix '" + m.handle + "' has no GPU data");
   const Layout have = cur->layout();
-  if (satisfies(have, need)) return cur;
+  if (satisfies(have, wanted)) return cur;
+  Layout need = wanted;
+  if (additive)  // keep every current piece, add what is missing
+    for (const Piece& p : have)
+      if (std::find(need.begin(), need.end(), p) == need.end()) need.push_back(p);
   const Move mv = plan_move(have, need, m.cols * int64_t(sizeof(float)));
   if (!mv.ok) return Internal("cannot lay out resident matrix '" + m.handle + "': " + mv.why);
   std::vector<std::shared_ptr<GpuPiece>> pieces(mv.target.size());
@@ -74,10 +79,9 @@ StatusOr<std::shared_ptr<const GpuResident>> ensure_layout(ResidentStore& store,
       continue;
     }
     const Piece& t = mv.target[i];
-    SGEMM_ASSIGN_OR_RETURN(
-        ResidentBytes bytes,
-        store.reserve(t.device, t.rows() * m.cols * int64_t(sizeof(float)),
-                      "laying out resident matrix '" + m.handle + "' as " + describe_layout(need)));
+    SGEMM_ASSIGN_OR_RETURN(ResidentBytes bytes,
+                           store.reserve(t.device, t.rows() * m.cols * int64_t(sizeof(float)),
+                                         "laying out resident matrix '" + m.handle + "' as " + describe_layout(need)));
     SGEMM_ASSIGN_OR_RETURN(pieces[i], allocate_piece(t, m.cols, std::move(bytes)));
   }
   for (const PieceCopy& c : mv.copies) {

@@ -62,8 +62,10 @@ StatusOr<std::shared_ptr<ResidentData>> upload_resident(const HostBuffer& host, 
 // The matrix's data laid out to hold `need` (placement.h): the current data
 // when it already does, else a new layout built by plan_move() (peer copies,
 // new pieces charged to `store`, evicting as it allows) that replaces the
-// current one in the entry. The matrix must be pinned by the caller.
+// current one in the entry; with `additive` the current pieces are kept and
+// only the missing ones added (a copy for another GPU, not a move). The
+// matrix must be pinned by the caller.
 StatusOr<std::shared_ptr<const GpuResident>> ensure_layout(ResidentStore& store, const ResidentMatrix& m,
-                                                           const Layout& need);
+                                                           const Layout& need, bool additive = false);
 
 }  // namespace sgemm

@@ -15,7 +15,7 @@ Status issue_row_pipeline(JobRun& run) {
   const GemmShape& s = run.shape();
   auto& works = run.works();
   const int64_t lda = pad4(s.k), ldb = pad4(s.n), ldc = ldb;
-  const int64_t hlda = job.a_ld(), hldb = job.b_ld(), hldc = job.c_ld();  // the host matrices' strides
+  const int64_t hldb = job.b_ld(), hldc = job.c_ld();  // the host matrices' strides (A's: ShardWork::a_src_ld)
   const int p = int(works.size());
   const bool has_c = job.request.has_c;
   // A resident B on every device (docs/resident.md) is read where it is: no
@@ -96,7 +96,8 @@ Status issue_row_pipeline(JobRun& run) {
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + c0 * hlda, hlda, s.k, c1 - c0));
+            SGEMM_RETURN_IF_ERROR(
+                run.h2d_2d(w, da, lda, w.a_src(job) + c0 * w.a_src_ld(job), w.a_src_ld(job), s.k, c1 - c0));
             if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * hldc, hldc, s.n, c1 - c0));
             return Status::Ok();
           },

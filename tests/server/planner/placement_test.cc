@@ -22,7 +22,8 @@ Plan rows_plan(int64_t m, int64_t k, std::vector<int> devices) {
 Plan k_plan(int64_t m, std::vector<int64_t> bounds, std::vector<int> devices) {
   Plan p;
   p.mode = SplitMode::kK;
-  for (std::size_t i = 0; i < devices.size(); ++i) p.shards.push_back(Shard{devices[i], 0, m, bounds[i], bounds[i + 1]});
+  for (std::size_t i = 0; i < devices.size(); ++i)
+    p.shards.push_back(Shard{devices[i], 0, m, bounds[i], bounds[i + 1]});
   return p;
 }
 
