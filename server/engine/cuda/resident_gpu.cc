@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
+#include <utility>
 
 #include "kernels/cuda_status.h"
 
@@ -23,6 +25,24 @@ StatusOr<std::shared_ptr<GpuPiece>> allocate_piece(const Piece& where, int64_t c
   p->data = static_cast<float*>(mem);
   p->bytes = std::move(bytes);
   return p;
+}
+
+// Peer access between two GPUs (both ways), once per pair, so their copies go
+// over NVLink (or PCIe peer-to-peer) rather than staged through the host.
+// Where the hardware cannot, the copy still works (staged). NCCL tolerates
+// peer access the application enabled.
+void enable_peer_access(int a, int b) {
+  static std::mutex mu;
+  static std::set<std::pair<int, int>> done;
+  std::lock_guard lock(mu);
+  for (const auto& [from, to] : {std::make_pair(a, b), std::make_pair(b, a)}) {
+    if (!done.insert({from, to}).second) continue;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, from, to) != cudaSuccess || !can) continue;
+    if (cudaSetDevice(from) != cudaSuccess) continue;
+    (void)cudaDeviceEnablePeerAccess(to, 0);  // cudaErrorPeerAccessAlreadyEnabled is fine
+  }
+  (void)cudaGetLastError();
 }
 
 }  // namespace
@@ -84,14 +104,45 @@ StatusOr<std::shared_ptr<const GpuResident>> ensure_layout(ResidentStore& store,
                                          "laying out resident matrix '" + m.handle + "' as " + describe_layout(need)));
     SGEMM_ASSIGN_OR_RETURN(pieces[i], allocate_piece(t, m.cols, std::move(bytes)));
   }
+  // The copies go on a stream of their own per target device, so they wait
+  // for nothing else (cudaMemcpyPeer would serialise with all work on both
+  // GPUs); the new layout is published only once they are done.
+  std::vector<std::pair<int, cudaStream_t>> streams;
+  auto stream_on = [&](int device) -> StatusOr<cudaStream_t> {
+    for (const auto& [d, st] : streams)
+      if (d == device) return st;
+    SGEMM_CUDA_TRY(cudaSetDevice(device));
+    cudaStream_t st = nullptr;
+    SGEMM_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    streams.emplace_back(device, st);
+    return st;
+  };
+  Status copied = Status::Ok();
   for (const PieceCopy& c : mv.copies) {
     const GpuPiece& src = *cur->pieces()[std::size_t(c.src)];
     GpuPiece& dst = *pieces[std::size_t(c.dst)];
     const std::size_t bytes = std::size_t((c.row_end - c.row_begin) * dst.ld) * sizeof(float);
     float* to = dst.data + (c.row_begin - dst.where.row_begin) * dst.ld;
+    if (src.where.device != dst.where.device) enable_peer_access(src.where.device, dst.where.device);
+    auto st = stream_on(dst.where.device);
+    if (!st.ok()) {
+      copied = st.status();
+      break;
+    }
+    copied = SGEMM_CUDA_STATUS(cudaSetDevice(dst.where.device));
+    if (!copied.ok()) break;
     // Pieces share the padded leading dimension, so a range of rows is contiguous.
-    SGEMM_CUDA_TRY(cudaMemcpyPeer(to, dst.where.device, src.row(c.row_begin), src.where.device, bytes));
+    copied = SGEMM_CUDA_STATUS(
+        cudaMemcpyPeerAsync(to, dst.where.device, src.row(c.row_begin), src.where.device, bytes, *st));
+    if (!copied.ok()) break;
   }
+  for (const auto& [d, st] : streams) {  // always drained and destroyed, even after an error
+    if (cudaSetDevice(d) != cudaSuccess) continue;
+    const Status synced = SGEMM_CUDA_STATUS(cudaStreamSynchronize(st));
+    if (copied.ok()) copied = synced;
+    (void)cudaStreamDestroy(st);
+  }
+  SGEMM_RETURN_IF_ERROR(copied);
   auto next = std::make_shared<const GpuResident>(cur->rows(), cur->cols(), std::move(pieces));
   // The entry takes the new layout; pieces no longer in it are freed when the
   // jobs still reading the old layout end.
