@@ -105,8 +105,12 @@ Figures timed_run(const ResidentLoadOptions& o, int count, One&& one) {
 }
 
 nlohmann::json to_json(const Figures& f, const GemmShape& s) {
-  nlohmann::json j = {{"ok", f.ok},           {"failed", f.failed}, {"p50_ms", f.p50},
-                      {"p99_ms", f.p99},      {"mean_ms", f.mean},  {"window_s", f.window_s},
+  nlohmann::json j = {{"ok", f.ok},
+                      {"failed", f.failed},
+                      {"p50_ms", f.p50},
+                      {"p99_ms", f.p99},
+                      {"mean_ms", f.mean},
+                      {"window_s", f.window_s},
                       {"requests_per_s", f.window_s > 0 ? double(f.ok) / f.window_s : 0.0}};
   j["gflops"] = f.window_s > 0 ? double(f.ok) * s.flops() / f.window_s / 1e9 : 0.0;
   if (!f.first_error.empty()) j["first_error"] = f.first_error;
@@ -164,21 +168,20 @@ int run_resident_load(const ResidentLoadOptions& o) {
       }
       const auto vrows = rows_to_verify(m, n, n, aseed, 16);
       const auto v = verify_gemm(m, n, n, 1.0f, a.data(), b.data(), 0.0f, nullptr, check->c.data(), vrows);
-      row["verify"] = {{"max_rel_error", v.max_rel_error}, {"rows", vrows.size()}, {"passed", v.passed(kSgemmTolerance)}};
+      row["verify"] = {
+          {"max_rel_error", v.max_rel_error}, {"rows", vrows.size()}, {"passed", v.passed(kSgemmTolerance)}};
       if (!v.passed(kSgemmTolerance)) exit_code = 1;
       row["plan"] = check->summary.plan_reason;
-      const Figures res = timed_run(o, o.requests, [&](Client& c) {
-        return c.multiply(s, a.data(), nullptr, nullptr, mo).status();
-      });
+      const Figures res =
+          timed_run(o, o.requests, [&](Client& c) { return c.multiply(s, a.data(), nullptr, nullptr, mo).status(); });
       row["resident"] = to_json(res, s);
       if (res.failed) exit_code = 2;
       if (o.sent_requests > 0) {
         MultiplyOptions plain;
         ResidentLoadOptions os = o;
         os.warmup = std::min(o.warmup, 1);
-        const Figures sent = timed_run(os, o.sent_requests, [&](Client& c) {
-          return c.multiply(s, a.data(), b.data(), nullptr, plain).status();
-        });
+        const Figures sent = timed_run(
+            os, o.sent_requests, [&](Client& c) { return c.multiply(s, a.data(), b.data(), nullptr, plain).status(); });
         row["sent_b"] = to_json(sent, s);
         if (sent.failed) exit_code = 2;
         if (res.p50 > 0) row["speedup_p50"] = sent.p50 / res.p50;

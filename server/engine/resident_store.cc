@@ -93,6 +93,14 @@ int64_t ResidentStore::in_use_total() const {
   return t;
 }
 
+int64_t ResidentStore::owner_bytes(std::string_view owner) const {
+  std::lock_guard lock(mu_);
+  int64_t total = 0;
+  for (const auto& [handle, e] : entries_)
+    if (e.m->owner == owner) total += e.m->bytes();
+  return total;
+}
+
 int ResidentStore::count() const {
   std::lock_guard lock(mu_);
   return int(entries_.size());

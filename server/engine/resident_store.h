@@ -170,6 +170,8 @@ class ResidentStore {
   std::vector<ResidentRow> list(std::string_view caller) const;
 
   int64_t capacity() const { return options_.bytes_per_location; }
+  // The matrix bytes (rows x cols x 4, once per matrix) `owner`'s names hold.
+  int64_t owner_bytes(std::string_view owner) const;
   int64_t in_use(int location) const;
   int64_t in_use_total() const;
   int count() const;

@@ -16,12 +16,22 @@ constexpr std::size_t kMaxLabel = 128;
 
 }  // namespace
 
+Status check_resident_quota(const AuthClient* client, const ResidentStore& store, int64_t bytes) {
+  if (!client || client->quota().max_resident_bytes <= 0) return Status::Ok();
+  const int64_t held = store.owner_bytes(client->name()), quota = client->quota().max_resident_bytes;
+  if (held + bytes <= quota) return Status::Ok();
+  return PermissionDenied("client '" + client->name() + "' holds " + std::to_string(held) +
+                          " bytes of resident matrices; " + std::to_string(bytes) + " more would exceed its quota of " +
+                          std::to_string(quota) + " (max_resident_bytes): delete some first");
+}
+
 PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
-                             Status refuse, std::string owner, RegionCaller caller)
+                             Status refuse, const AuthClient* client, RegionCaller caller)
     : shared_(shared),
       ctx_(ctx),
       response_(response),
-      owner_(std::move(owner)),
+      client_(client),
+      owner_(client ? client->name() : std::string()),
       caller_(std::move(caller)),
       t_start_(Clock::now()) {
   {
@@ -105,6 +115,8 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
                              " elements, over the server's limit of " + std::to_string(max) +
                              " (--max-matrix-elements)");
   const int64_t bytes = rows_ * cols_ * int64_t(sizeof(float));
+  if (const ResidentStore* store = shared_.engine.resident_store())
+    SGEMM_RETURN_IF_ERROR(check_resident_quota(client_, *store, bytes));
   // The resident budget first: a put that cannot be kept fails before any byte moves.
   SGEMM_ASSIGN_OR_RETURN(
       resident_bytes_,
@@ -212,7 +224,6 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SgemmService::PutMatrix(grpc::Callbac
                                                                    grpc::ByteBuffer* response) {
   Status refuse;
   auto client = authenticate(ctx);
-  std::string owner;
   RegionCaller caller;
   if (shared_->shutting_down.load()) {
     refuse = Unavailable("server shutting down; retry on another replica or later");
@@ -220,12 +231,14 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SgemmService::PutMatrix(grpc::Callbac
     refuse = client.status();
   } else if (!shared_->engine.resident_store()) {
     refuse = FailedPrecondition("this server's backend keeps no resident matrices");
+  } else if (*client && !(*client)->quota().multiply) {
+    refuse =
+        PermissionDenied("client '" + (*client)->name() + "' may not put matrices (its token has multiply: false)");
   } else {
-    if (*client) owner = (*client)->name();
     caller = connections_->find(ctx->peer());
-    caller.client = owner;
+    if (*client) caller.client = (*client)->name();
   }
-  return new PutMatrixCall(*shared_, ctx, response, refuse, owner, caller);
+  return new PutMatrixCall(*shared_, ctx, response, refuse, client.ok() ? *client : nullptr, caller);
 }
 
 grpc::ServerUnaryReactor* SgemmService::DeleteMatrix(grpc::CallbackServerContext* ctx,

@@ -4,6 +4,7 @@
 // uploaded, and the engine reads them where they live; with keep_result C
 // becomes a new resident matrix whose handle the summary carries.
 #include "server/service/multiply_call.h"
+#include "server/service/put_matrix_call.h"
 
 namespace sgemm {
 
@@ -50,6 +51,7 @@ Status MultiplyCall::bind_resident(const ResidentOperands& resident) {
     // Room for the kept C now, before any byte moves: a request whose result
     // could not be kept fails here, not after computing.
     const int64_t bytes = s.m * s.n * int64_t(sizeof(float));
+    SGEMM_RETURN_IF_ERROR(check_resident_quota(client_, *store, bytes));
     SGEMM_ASSIGN_OR_RETURN(
         keep_bytes_,
         shared_.engine.reserve_resident(bytes, "keep_result of a " + std::to_string(s.m) + " x " + std::to_string(s.n) +

@@ -25,12 +25,18 @@
 
 namespace sgemm {
 
+// A client's quota of resident bytes (ClientQuota::max_resident_bytes) for
+// `bytes` more: PERMISSION_DENIED naming the client and the quota when over.
+// OK without tokens or without the quota. Checked at the put (or keep_result)
+// header; two puts racing may both pass.
+Status check_resident_quota(const AuthClient* client, const ResidentStore& store, int64_t bytes);
+
 class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   using Clock = std::chrono::steady_clock;
   // `refuse` non-OK ends the call at once. `owner`: the caller's client ("" without tokens).
   PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, Status refuse,
-                std::string owner, RegionCaller caller);
+                const AuthClient* client, RegionCaller caller);
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
@@ -49,6 +55,7 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   ServiceShared& shared_;
   grpc::CallbackServerContext* const ctx_;
   grpc::ByteBuffer* const response_;
+  const AuthClient* const client_;  // null without --auth-tokens
   const std::string owner_;
   const RegionCaller caller_;
   const Clock::time_point t_start_;

@@ -408,11 +408,13 @@ TEST_F(ResidentBudgetE2E, AFullBudgetOfUnevictableMatricesRefusesPutsNamingTheNu
 }
 
 // With --auth-tokens a handle belongs to the client that put it.
-TEST(ResidentAuthE2E, AnotherClientsHandleIsPermissionDenied) {
+TEST(ResidentAuthE2E, AnotherClientsHandleIsPermissionDeniedAndResidentBytesHaveAQuota) {
   const std::string dir = testing::make_temp_dir();
   const std::string file = dir + "/tokens.json";
   std::ofstream(file) << R"({"clients": [{"name": "alice", "token": "alice-token-0123456789abcdef"},
-                                         {"name": "bob", "token": "bob-token-0123456789abcdef00"}]})";
+                                         {"name": "bob", "token": "bob-token-0123456789abcdef00"},
+                                         {"name": "carol", "token": "carol-token-0123456789abcdef",
+                                          "max_resident_bytes": 300}]})";
   ServerProcess server({"--auth-tokens", file});
   ASSERT_TRUE(server.running()) << server.log();
   ClientOptions ao, bo;
@@ -438,6 +440,21 @@ TEST(ResidentAuthE2E, AnotherClientsHandleIsPermissionDenied) {
   EXPECT_EQ(al->matrices[0].owner, "alice");
   EXPECT_TRUE(alice->multiply({2, 8, 8}, b.data(), nullptr, nullptr, o).ok());
   EXPECT_TRUE(alice->remove(put->handle).ok());
+  // carol may hold 300 bytes: one 8 x 8 matrix (256), not two; nor a kept C beside it.
+  ClientOptions co;
+  co.token = "carol-token-0123456789abcdef";
+  auto carol = Client::connect(server.tcp_address(), co);
+  auto first = carol->put(8, 8, b.data());
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto second = carol->put(8, 8, b.data());
+  ASSERT_EQ(second.status().code(), StatusCode::kPermissionDenied) << second.status().to_string();
+  EXPECT_NE(second.status().message().find("max_resident_bytes"), std::string::npos);
+  MultiplyOptions keep;
+  keep.keep_result = true;
+  EXPECT_EQ(carol->multiply({8, 8, 8}, b.data(), b.data(), nullptr, keep).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(carol->remove(first->handle).ok());
+  EXPECT_TRUE(carol->put(8, 8, b.data()).ok());
   EXPECT_EQ(server.stop(), 0);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

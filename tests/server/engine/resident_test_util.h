@@ -22,8 +22,8 @@ inline ResidentStore::Lease put_resident(Engine& e, const float* data, int64_t r
   EXPECT_TRUE(host.ok());
   if (!host.ok()) return {};
   std::memcpy(host->data(), data, std::size_t(bytes));
-  auto made = e.make_resident(std::make_shared<HostBuffer>(std::move(host).value()), rows, cols,
-                              std::move(reserved).value());
+  auto made =
+      e.make_resident(std::make_shared<HostBuffer>(std::move(host).value()), rows, cols, std::move(reserved).value());
   EXPECT_TRUE(made.ok()) << made.status().to_string();
   if (!made.ok()) return {};
   auto m = e.resident_store()->add("", "test", rows, cols, evictable, std::move(made).value());
