@@ -84,6 +84,8 @@ void print_info(const sgemm::ServerInfo& info) {
   std::printf("load: %d in flight, %d queued, %d streams open, %lld requests (%lld failed), %lld host bytes held\n",
               info.in_flight, info.queued, info.open_streams, (long long)info.requests_total,
               (long long)info.requests_failed, (long long)info.host_bytes_in_use);
+  std::printf("resident matrices: %d, %lld bytes; budget %.2f GiB per GPU (host on cpu)\n", info.resident_matrices,
+              (long long)info.resident_bytes_in_use, info.resident_bytes / 1073741824.0);
 }
 
 void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
@@ -457,7 +459,10 @@ int main(int argc, char** argv) {
                         {"requests_failed", r->requests_failed},
                         {"host_bytes_in_use", r->host_bytes_in_use},
                         {"startup_ms", r->startup_ms},
-                        {"pinned_pool_bytes", r->pinned_pool_bytes}};
+                        {"pinned_pool_bytes", r->pinned_pool_bytes},
+                        {"resident_bytes", r->resident_bytes},
+                        {"resident_bytes_in_use", r->resident_bytes_in_use},
+                        {"resident_matrices", r->resident_matrices}};
     if (!r->client.empty()) {
       j["client"] = r->client;
       j["client_max_in_flight"] = r->client_max_in_flight;

@@ -598,6 +598,9 @@ class GrpcClient final : public Client {
     out.client_max_bytes_in_flight = resp.limits().client_max_bytes_in_flight();
     out.client_in_flight = resp.load().client_in_flight();
     out.client_bytes_in_flight = resp.load().client_bytes_in_flight();
+    out.resident_bytes = resp.limits().resident_bytes();
+    out.resident_bytes_in_use = resp.load().resident_bytes_in_use();
+    out.resident_matrices = resp.load().resident_matrices();
     return out;
   }
 

@@ -216,6 +216,9 @@ struct ServerInfo {
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
   double startup_ms = 0;          // the engine's start-up, warm-up included
   int64_t pinned_pool_bytes = 0;  // page-locked memory pinned at start-up for requests
+  // Resident matrices (docs/resident.md): the budget per GPU (host on cpu), bytes held, how many.
+  int64_t resident_bytes = 0, resident_bytes_in_use = 0;
+  int resident_matrices = 0;
   // With tokens (--auth-tokens): who the server takes us for, our quotas (0 = none) and what we hold.
   std::string client;
   int client_max_in_flight = 0, client_in_flight = 0;

@@ -405,6 +405,9 @@ TEST_F(ResidentBudgetE2E, AFullBudgetOfUnevictableMatricesRefusesPutsNamingTheNu
   EXPECT_EQ(list->bytes_in_use, 3 * kBytes);
   auto info = client_->info();
   ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->resident_bytes, 3 * kBytes);
+  EXPECT_EQ(info->resident_bytes_in_use, 3 * kBytes);
+  EXPECT_EQ(info->resident_matrices, 3);
 }
 
 // With --auth-tokens a handle belongs to the client that put it.
