@@ -213,6 +213,9 @@ void PutMatrixCall::abort(const Status& why) {
 }
 
 void PutMatrixCall::OnDone() {
+  // Taking mu_ orders this thread after the constructor's (gRPC hands the
+  // call between threads through its core, which TSan does not see).
+  { std::lock_guard lock(mu_); }
   {
     std::lock_guard lock(shared_.calls_mu);
     shared_.puts.erase(this);
