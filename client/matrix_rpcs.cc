@@ -129,6 +129,36 @@ StatusOr<PutResult> put(const std::shared_ptr<grpc::Channel>& channel, const Pre
   return out;
 }
 
+StatusOr<PutResult> put_region(const std::shared_ptr<grpc::Channel>& channel, const Prepare& prepare, int64_t rows,
+                               int64_t cols, const RegionMatrix& matrix, const PutOptions& options) {
+  if (!matrix.region) return InvalidArgument("put_region: the RegionMatrix needs its region");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stub = v1::Sgemm::NewStub(channel);
+  grpc::ClientContext ctx;
+  prepare(ctx);
+  if (options.timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + options.timeout);
+  v1::PutMatrixResponse resp;
+  auto writer = stub->PutMatrix(&ctx, &resp);
+  v1::PutMatrixRequest req;
+  v1::PutMatrixHeader* h = req.mutable_header();
+  h->set_rows(rows);
+  h->set_cols(cols);
+  h->set_evictable(options.evictable);
+  h->set_label(options.label);
+  h->mutable_region()->set_region(matrix.region->name());
+  h->mutable_region()->set_offset(matrix.offset);
+  h->mutable_region()->set_ld(matrix.ld);
+  writer->Write(req);  // a failed write shows in Finish's status
+  writer->WritesDone();
+  SGEMM_RETURN_IF_ERROR(from_grpc(writer->Finish()));
+  PutResult out;
+  out.handle = resp.handle();
+  out.bytes = resp.bytes();
+  out.placement = resp.placement();
+  out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
 StatusOr<int> remove(const std::shared_ptr<grpc::Channel>& channel, const Prepare& prepare, const std::string& handle) {
   auto stub = v1::Sgemm::NewStub(channel);
   grpc::ClientContext ctx;

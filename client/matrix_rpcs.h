@@ -21,6 +21,8 @@ using Prepare = std::function<void(grpc::ClientContext&)>;  // adds the token
 
 StatusOr<PutResult> put(const std::shared_ptr<grpc::Channel>& channel, const Prepare& prepare, int64_t chunk_bytes,
                         int64_t rows, int64_t cols, const float* data, const PutOptions& options);
+StatusOr<PutResult> put_region(const std::shared_ptr<grpc::Channel>& channel, const Prepare& prepare, int64_t rows,
+                               int64_t cols, const RegionMatrix& matrix, const PutOptions& options);
 StatusOr<int> remove(const std::shared_ptr<grpc::Channel>& channel, const Prepare& prepare, const std::string& handle);
 StatusOr<MatrixList> list(const std::shared_ptr<grpc::Channel>& channel, const Prepare& prepare);
 

@@ -609,6 +609,12 @@ class GrpcClient final : public Client {
     return matrix_rpcs::put(
         channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); }, options_.chunk_bytes, rows, cols, data, options);
   }
+  StatusOr<PutResult> put_region(int64_t rows, int64_t cols, const RegionMatrix& matrix,
+                                 const PutOptions& options) override {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    return matrix_rpcs::put_region(
+        channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); }, rows, cols, matrix, options);
+  }
   StatusOr<int> remove(const std::string& handle) override {
     SGEMM_RETURN_IF_ERROR(setup_);
     return matrix_rpcs::remove(

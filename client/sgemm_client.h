@@ -257,6 +257,10 @@ class Client {
   // by the returned handle. The server loses every handle when it restarts:
   // on NOT_FOUND, put again.
   virtual StatusOr<PutResult> put(int64_t rows, int64_t cols, const float* data, const PutOptions& options = {}) = 0;
+  // The same from a matrix in a shared-memory region (the server's Unix
+  // socket only): no byte of it crosses gRPC, the server copies it.
+  virtual StatusOr<PutResult> put_region(int64_t rows, int64_t cols, const RegionMatrix& matrix,
+                                         const PutOptions& options = {}) = 0;
   // Deletes it (requests using it finish first); returns how many were using it.
   virtual StatusOr<int> remove(const std::string& handle) = 0;
   // This client's resident matrices.

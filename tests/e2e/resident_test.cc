@@ -281,6 +281,31 @@ TEST_F(ResidentE2E, AChunkForAMatrixNamedByHandleIsRefused) {
   EXPECT_TRUE(client_->remove(hb).ok());
 }
 
+// PutMatrix from a shared-memory region on the Unix socket: strided, no byte on gRPC.
+TEST_F(ResidentE2E, PutFromASharedMemoryRegion) {
+  auto local = Client::connect(server_->unix_address());
+  const int64_t rows = 19, cols = 23, ld = 32;
+  auto region = local->create_region(rows * ld * 4 + 64);
+  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  const auto b = random_matrix(rows, cols, fresh_seed());
+  for (int64_t i = 0; i < rows; ++i)
+    std::copy(b.begin() + i * cols, b.begin() + (i + 1) * cols, (*region)->floats() + 16 + i * ld);
+  auto put = local->put_region(rows, cols, RegionMatrix{region->get(), 64, ld});
+  ASSERT_TRUE(put.ok()) << put.status().to_string();
+  const auto a = random_matrix(5, rows, fresh_seed());
+  MultiplyOptions o;
+  o.b_handle = put->handle;
+  auto r = client_->multiply({5, cols, rows}, a.data(), nullptr, nullptr, o);  // used over TCP too
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(verify_gemm(5, cols, rows, 1.0f, a.data(), b.data(), 0.0f, nullptr, r->c.data()).passed(kSgemmTolerance));
+  // Past the region's end: INVALID_ARGUMENT; over TCP: FAILED_PRECONDITION.
+  EXPECT_EQ(local->put_region(rows * 4, cols, RegionMatrix{region->get(), 64, ld}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->put_region(rows, cols, RegionMatrix{region->get(), 64, ld}).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(client_->remove(put->handle).ok());
+}
+
 TEST_F(ResidentE2E, PutRejectsBadShapesAndIncompleteStreams) {
   PutOptions po;
   std::vector<float> one(1, 1.0f);
