@@ -32,6 +32,7 @@
 
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
+#include "resident_load.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
 namespace {
@@ -237,7 +238,29 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--settle-ms", o.settle_ms, "wait after attaching misbehavers")->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object");
+  // --resident: products against a resident B (docs/resident.md), bench/resident_load.h.
+  bool resident = false;
+  sgemm::bench::ResidentLoadOptions ro;
+  app.add_flag("--resident", resident,
+               "resident-matrix mode: streams of A (--a-rows) against a resident square B (--b-sizes), vs sending B");
+  app.add_option("--b-sizes", ro.b_sizes, "--resident: square B sizes")->capture_default_str();
+  app.add_option("--a-rows", ro.a_rows, "--resident: rows of each stream of A")->capture_default_str();
+  app.add_option("--sent-requests", ro.sent_requests, "--resident: products per client sending B every time")
+      ->capture_default_str();
+  app.add_option("--warmup", ro.warmup, "--resident: untimed products per client first")->capture_default_str();
+  app.add_option("--keep-requests", ro.keep_requests,
+                 "--resident: repetitions of the kept-result vs upload-of-A comparison (0: skip)")
+      ->capture_default_str();
+  app.add_option("--keep-dim", ro.keep_dim, "--resident: its square size")->capture_default_str();
+  app.add_option("--chunk-bytes", ro.chunk_bytes, "--resident: payload of each chunk sent")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (resident) {
+    ro.server = o.server;
+    ro.clients = o.clients;
+    ro.requests = o.requests;
+    ro.json = o.json;
+    return sgemm::bench::run_resident_load(ro);
+  }
   const auto shapes = parse_shapes(o.sizes);
   if (shapes.empty()) {
     std::fprintf(stderr, "sgemm-load: --sizes has no shape\n");

@@ -6,6 +6,8 @@
 //   sgemm-client submit --unix /run/sgemm/sgemm.sock --size 8192 --transport shm   (docs/transport.md)
 //   sgemm-client submit --size 4096 --split rows --trace trace.json   # open in ui.perfetto.dev
 //   sgemm-client info
+//   H=$(sgemm-client put --rows 4096 --cols 4096)       # resident matrices (docs/resident.md)
+//   sgemm-client submit --m 1 --n 4096 --k 4096 --b-handle $H; sgemm-client ls; sgemm-client rm $H
 //   sgemm-client submit --server host:50051 --tls-ca ca.pem --token "$TOKEN" --size 1024
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <random>
 
 #include "client/matrix_files.h"
+#include "client/resident_commands.h"
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "common/timing_record.h"
@@ -35,6 +38,8 @@ struct SubmitOptions {
   std::string transport = "auto";                // auto | grpc | shm
   std::string unix_path;                         // the server's Unix socket (shared memory); "" = none
   std::string trace_file;                        // Chrome trace of the (last) request; "" = none
+  std::string a_handle, b_handle, c_handle;      // resident operands (docs/resident.md)
+  bool keep = false, keep_evictable = false, send_c = false;
 };
 
 // The target and transport of a submit: shm needs the Unix socket (--unix, or
@@ -81,6 +86,8 @@ void print_info(const sgemm::ServerInfo& info) {
   std::printf("load: %d in flight, %d queued, %d streams open, %lld requests (%lld failed), %lld host bytes held\n",
               info.in_flight, info.queued, info.open_streams, (long long)info.requests_total,
               (long long)info.requests_failed, (long long)info.host_bytes_in_use);
+  std::printf("resident matrices: %d, %lld bytes; budget %.2f GiB per GPU (host on cpu)\n", info.resident_matrices,
+              (long long)info.resident_bytes_in_use, info.resident_bytes / 1073741824.0);
 }
 
 void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
@@ -210,6 +217,16 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   if (!o.split.empty()) mopt.split = sgemm::parse_split_mode(o.split).value_or(sgemm::SplitMode::kAuto);
   mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
   mopt.trace = !o.trace_file.empty();
+  mopt.a_handle = o.a_handle;
+  mopt.b_handle = o.b_handle;
+  mopt.c_handle = o.c_handle;
+  mopt.keep_result = o.keep;
+  mopt.keep_evictable = o.keep_evictable;
+  mopt.send_c = o.send_c || !o.out_file.empty() || o.verify;
+  if (o.verify && (!o.a_handle.empty() || !o.b_handle.empty() || !o.c_handle.empty())) {
+    std::fprintf(stderr, "sgemm-client: --verify needs every operand's values here: not with --a/b/c-handle\n");
+    return 2;
+  }
   // C goes straight into one buffer reused by every run (never zero-filled: the server sends every element).
   std::unique_ptr<float[]> c_out(new float[std::size_t(s.m * s.n)]);
   mopt.c_out = c_out.get();
@@ -231,6 +248,12 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
         std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
       }
       return 3;
+    }
+    if (!r->summary.result_handle.empty()) {
+      if (o.json)
+        std::fprintf(stderr, "result handle: %s\n", r->summary.result_handle.c_str());
+      else
+        std::printf("result handle: %s\n", r->summary.result_handle.c_str());
     }
     const sgemm::TimingRecord record = to_record(s, with_c, *r);
     nlohmann::json j;  // the CLI's own additions to the record: transport, verify, seed, out
@@ -363,6 +386,34 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "grpc", "shm"}))
       ->capture_default_str();
   sub->add_option("--unix", o.unix_path, "the server's Unix socket (sgemm-server --listen unix:PATH)");
+  sub->add_option("--a-handle", o.a_handle, "A is this resident matrix (sgemm-client put), not sent");
+  sub->add_option("--b-handle", o.b_handle, "B is this resident matrix, not sent");
+  sub->add_option("--c-handle", o.c_handle, "the input C is this resident matrix (beta applies)");
+  sub->add_flag("--keep", o.keep, "keep C resident on the server and print its handle (C is not sent back)");
+  sub->add_flag("--keep-evictable", o.keep_evictable, "with --keep: the kept C may be evicted");
+  sub->add_flag("--send-c", o.send_c, "with --keep: send C back as well");
+
+  sgemm::cli::PutArgs put_args;
+  CLI::App* put = app.add_subcommand("put", "upload a matrix once and print its handle (docs/resident.md)");
+  put->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(put, &connection);
+  put->add_option("--file", put_args.file, "a .npy or raw fp32 file (raw needs --rows and --cols)");
+  put->add_option("--rows", put_args.rows, "rows (random values without --file)");
+  put->add_option("--cols", put_args.cols, "columns");
+  put->add_option("--seed", put_args.seed, "random values' seed (default: fresh)");
+  put->add_flag("--evictable", put_args.evictable, "the server may drop it (least recently used first) for room");
+  put->add_option("--label", put_args.label, "a name shown by ls");
+  put->add_flag("--json", put_args.json, "print JSON");
+  std::string rm_handle;
+  CLI::App* rm = app.add_subcommand("rm", "delete a resident matrix");
+  rm->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(rm, &connection);
+  rm->add_option("handle", rm_handle, "the handle put printed")->required();
+  bool ls_json = false;
+  CLI::App* ls = app.add_subcommand("ls", "list this client's resident matrices");
+  ls->add_option("--server", server, "sgemm-server address host:port");
+  add_connection_options(ls, &connection);
+  ls->add_flag("--json", ls_json, "print JSON");
 
   CLI::App* info = app.add_subcommand("info", "print the server's devices, kernels, limits and load");
   info->add_option("--server", server, "sgemm-server address host:port");
@@ -379,6 +430,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (*sub) return submit(server, chunk_bytes, no_retry, o, connection);
+  if (*put) {
+    sgemm::ClientOptions copt = connection;
+    copt.chunk_bytes = chunk_bytes;
+    return sgemm::cli::put_command(server, copt, put_args);
+  }
+  if (*rm) return sgemm::cli::rm_command(server, connection, rm_handle);
+  if (*ls) return sgemm::cli::ls_command(server, connection, ls_json);
   if (*health) {
     auto r = sgemm::Client::connect(server, connection)->serving(health_service);
     if (!r.ok()) {
@@ -410,7 +468,10 @@ int main(int argc, char** argv) {
                         {"requests_failed", r->requests_failed},
                         {"host_bytes_in_use", r->host_bytes_in_use},
                         {"startup_ms", r->startup_ms},
-                        {"pinned_pool_bytes", r->pinned_pool_bytes}};
+                        {"pinned_pool_bytes", r->pinned_pool_bytes},
+                        {"resident_bytes", r->resident_bytes},
+                        {"resident_bytes_in_use", r->resident_bytes_in_use},
+                        {"resident_matrices", r->resident_matrices}};
     if (!r->client.empty()) {
       j["client"] = r->client;
       j["client_max_in_flight"] = r->client_max_in_flight;

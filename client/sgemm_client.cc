@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "client/matrix_rpcs.h"
 #include "client/stripe_plan.h"
 #include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -418,7 +419,8 @@ class GrpcClient final : public Client {
   StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                     const MultiplyOptions& opt) override {
     SGEMM_ASSIGN_OR_RETURN(const Transport t, transport());
-    if (t == Transport::kShm) return multiply_through_shm(shape, a, b, c, opt);
+    const bool resident = !opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty() || opt.keep_result;
+    if (t == Transport::kShm && !resident) return multiply_through_shm(shape, a, b, c, opt);
     return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
       return multiply_once(shape, a, b, c, nullptr, opt, deadline);
     });
@@ -488,6 +490,7 @@ class GrpcClient final : public Client {
       h->set_beta(opt.beta);
       h->set_has_c(regions ? regions->c.has_value() : c != nullptr);
       h->set_trace(opt.trace);
+      matrix_rpcs::set_header_fields(opt, h);  // resident operands (matrix_rpcs.cc)
       if (regions) {
         set_ref(h->mutable_a_region(), regions->a);
         set_ref(h->mutable_b_region(), regions->b);
@@ -552,8 +555,9 @@ class GrpcClient final : public Client {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     MultiplyResult result;
-    const bool c_in_region = regions && regions->out;
-    const int64_t total = c_in_region ? 0 : shape.m * shape.n;  // no chunk of C comes back when it goes to a region
+    // No chunk of C comes back when it goes to a region, or stays resident without send_c.
+    const bool c_in_region = (regions && regions->out) || (opt.keep_result && !opt.send_c);
+    const int64_t total = c_in_region ? 0 : shape.m * shape.n;
     float* out = c_in_region ? nullptr : opt.c_out;
     if (!out && total > 0) {
       result.c.resize(std::size_t(total));
@@ -562,22 +566,26 @@ class GrpcClient final : public Client {
     // B (and C) first, then A by row blocks: the server starts computing
     // once B (and C) are in and A is arriving (docs/lifecycle.md).
     // Regions: the header is all there is to send.
+    // A request naming an operand by handle (a resident matrix) sends the
+    // others on one stream, and never the named one.
+    const bool handles = !opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty();
     const StripePlan plan =
         regions ? StripePlan{1, 0, {{}}}
-                : plan_stripes(shape, c != nullptr, stripes_for(shape, c != nullptr, options_.connections),
+                : plan_stripes(shape, c != nullptr,
+                               handles ? 1 : stripes_for(shape, c != nullptr, options_.connections),
                                options_.chunk_bytes);
     auto inputs_of = [&](int stripe) {
       std::vector<MultiplyStream::Input> inputs;
       for (const StripeRange& r : plan.per_stripe[std::size_t(stripe)]) {
         switch (r.matrix) {
           case StripeMatrix::kA:
-            inputs.push_back({wire::WireMatrix::kA, a, r.begin, r.end});
+            if (opt.a_handle.empty()) inputs.push_back({wire::WireMatrix::kA, a, r.begin, r.end});
             break;
           case StripeMatrix::kB:
-            inputs.push_back({wire::WireMatrix::kB, b, r.begin, r.end});
+            if (opt.b_handle.empty()) inputs.push_back({wire::WireMatrix::kB, b, r.begin, r.end});
             break;
           case StripeMatrix::kC:
-            inputs.push_back({wire::WireMatrix::kC, c, r.begin, r.end});
+            if (opt.c_handle.empty()) inputs.push_back({wire::WireMatrix::kC, c, r.begin, r.end});
             break;
         }
       }
@@ -683,6 +691,7 @@ class GrpcClient final : public Client {
     sum.bytes_out = s.bytes_sent();
     sum.trace_json = s.trace_json();
     sum.stripes = std::max(1, s.stripes());
+    sum.result_handle = s.result_handle();
     for (const auto& d : s.devices()) {
       sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),
                              d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(), d.kernel_wait_ms(),
@@ -732,7 +741,31 @@ class GrpcClient final : public Client {
     out.client_max_bytes_in_flight = resp.limits().client_max_bytes_in_flight();
     out.client_in_flight = resp.load().client_in_flight();
     out.client_bytes_in_flight = resp.load().client_bytes_in_flight();
+    out.resident_bytes = resp.limits().resident_bytes();
+    out.resident_bytes_in_use = resp.load().resident_bytes_in_use();
+    out.resident_matrices = resp.load().resident_matrices();
     return out;
+  }
+
+  StatusOr<PutResult> put(int64_t rows, int64_t cols, const float* data, const PutOptions& options) override {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    return matrix_rpcs::put(
+        channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); }, options_.chunk_bytes, rows, cols, data, options);
+  }
+  StatusOr<PutResult> put_region(int64_t rows, int64_t cols, const RegionMatrix& matrix,
+                                 const PutOptions& options) override {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    return matrix_rpcs::put_region(
+        channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); }, rows, cols, matrix, options);
+  }
+  StatusOr<int> remove(const std::string& handle) override {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    return matrix_rpcs::remove(
+        channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); }, handle);
+  }
+  StatusOr<MatrixList> list() override {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    return matrix_rpcs::list(channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); });
   }
 
   StatusOr<Transport> transport() override {

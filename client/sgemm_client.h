@@ -119,6 +119,50 @@ struct MultiplyOptions {
   // Where C goes (m x n floats, the caller's memory): MultiplyResult::c stays
   // empty. nullptr: into MultiplyResult::c.
   float* c_out = nullptr;
+  // Resident matrices (docs/resident.md): name an operand by the handle
+  // put() returned instead of sending it (its pointer may then be null); a
+  // C handle is an input C (beta applies). keep_result keeps C on the
+  // server (MultiplySummary::result_handle); its bytes come back only with
+  // send_c. keep_evictable: the kept C may be evicted.
+  std::string a_handle, b_handle, c_handle;
+  bool keep_result = false;
+  bool keep_evictable = false;
+  bool send_c = false;
+};
+
+// Client::put's options.
+struct PutOptions {
+  bool evictable = false;                // may be evicted (least recently used first) when the server needs room
+  std::string label;                     // shown by list()
+  std::chrono::milliseconds timeout{0};  // 0 = no deadline
+};
+
+struct PutResult {
+  std::string handle;  // 32 hex digits; name it in MultiplyOptions::a_handle / b_handle / c_handle
+  int64_t bytes = 0;
+  std::string placement;  // where the server put it ("GPU 0 rows 0-4096")
+  double wall_ms = 0;
+};
+
+// One resident matrix as list() reports it.
+struct MatrixInfo {
+  struct Piece {
+    int device = -1;  // CUDA ordinal; -1 = host memory
+    int64_t row_begin = 0, row_end = 0;
+  };
+  std::string handle, owner, label;
+  int64_t rows = 0, cols = 0, bytes = 0;
+  std::vector<Piece> pieces;  // where it lives (whole on one GPU, replicated, K-sharded)
+  double idle_s = 0;          // since its last use
+  bool evictable = false;
+  int requests_using = 0;
+  int64_t uses = 0;
+};
+
+struct MatrixList {
+  std::vector<MatrixInfo> matrices;  // most recently used first
+  int64_t budget_bytes = 0;          // --resident-bytes (per GPU; host memory on the cpu backend)
+  int64_t bytes_in_use = 0;          // every client's, all devices
 };
 
 struct DeviceTimingResult {
@@ -142,6 +186,7 @@ struct MultiplySummary {
   int64_t bytes_in = 0, bytes_out = 0;  // matrix payload the server received and sent
   std::string trace_json;               // Chrome trace-event JSON when MultiplyOptions::trace
   int stripes = 1;                      // connections the request used (ClientOptions::connections)
+  std::string result_handle;            // MultiplyOptions::keep_result: the kept C's handle
 };
 
 struct MultiplyResult {
@@ -180,6 +225,9 @@ struct ServerInfo {
   int64_t requests_total = 0, requests_failed = 0, host_bytes_in_use = 0;
   double startup_ms = 0;          // the engine's start-up, warm-up included
   int64_t pinned_pool_bytes = 0;  // page-locked memory pinned at start-up for requests
+  // Resident matrices (docs/resident.md): the budget per GPU (host on cpu), bytes held, how many.
+  int64_t resident_bytes = 0, resident_bytes_in_use = 0;
+  int resident_matrices = 0;
   // With tokens (--auth-tokens): who the server takes us for, our quotas (0 = none) and what we hold.
   std::string client;
   int client_max_in_flight = 0, client_in_flight = 0;
@@ -213,6 +261,20 @@ class Client {
   // C = alpha*A*B + beta*C with every operand in regions. `c` is the input C
   // (beta applies; nullopt: none); `out` is where C goes (may be `c` itself:
   // C in place); without `out` C comes back in the result as usual.
+  // ---- Resident matrices (docs/resident.md) ----
+  // Uploads a rows x cols matrix (row-major) once; later multiplies name it
+  // by the returned handle. The server loses every handle when it restarts:
+  // on NOT_FOUND, put again.
+  virtual StatusOr<PutResult> put(int64_t rows, int64_t cols, const float* data, const PutOptions& options = {}) = 0;
+  // The same from a matrix in a shared-memory region (the server's Unix
+  // socket only): no byte of it crosses gRPC, the server copies it.
+  virtual StatusOr<PutResult> put_region(int64_t rows, int64_t cols, const RegionMatrix& matrix,
+                                         const PutOptions& options = {}) = 0;
+  // Deletes it (requests using it finish first); returns how many were using it.
+  virtual StatusOr<int> remove(const std::string& handle) = 0;
+  // This client's resident matrices.
+  virtual StatusOr<MatrixList> list() = 0;
+
   virtual StatusOr<MultiplyResult> multiply_regions(const GemmShape& shape, const RegionMatrix& a,
                                                     const RegionMatrix& b, const std::optional<RegionMatrix>& c,
                                                     const std::optional<RegionMatrix>& out,

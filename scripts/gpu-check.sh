@@ -36,6 +36,12 @@
 #                  split and K split with --trace (how much of B's broadcast was waiting, per GPU); the
 #                  Prometheus scrape; sgemm-timings summary/list; PNGs when python3-matplotlib is there
 #                  (else render them on the build host: docs/observability.md, "Pictures"); alias: warm
+#   resident       resident matrices (docs/resident.md): the engine's gpu and multigpu resident suites, then
+#                  the e2e resident suite with SGEMM_E2E_BACKEND=cuda
+#   bench-resident sgemm-load --resident against sgemm-server --backend cuda over gRPC on 127.0.0.1: streams
+#                  of A (1, 64, 1024 rows) against a resident 4096^2 and 8192^2 B vs sending B, 1 client
+#                  (latency) and 4 (throughput), and a kept 4096^3 result vs the upload of A alone;
+#                  writes bench-resident-*.json and bench-resident.txt (SGEMM_RESIDENT_ARGS adds arguments)
 #   cluster        cluster mode, one server per GPU: cluster-sockets then cluster-nvlink
 #   cluster-sockets  scripts/cluster-check.sh sockets: NCCL over TCP (as between hosts); e2e suite, a
 #                  member killed mid-request, SGEMM_CLUSTER_SIZE^3 (32768) over the cluster vs one GPU
@@ -118,6 +124,59 @@ if has e2e; then
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test; do  # over shared memory
     SGEMM_E2E_BACKEND=cuda SGEMM_E2E_TRANSPORT=shm step "shm-$t" 300 "$BIN/$t" --gtest_brief=1
   done
+fi
+if has resident; then
+  for t in cuda_engine_resident_gpu_test cuda_engine_resident_multigpu_test; do
+    [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
+  done
+  SGEMM_E2E_BACKEND=cuda step e2e_resident_test 300 "$BIN/e2e_resident_test" --gtest_brief=1
+fi
+if has bench-resident; then
+  tmp=$(mktemp -d)
+  "$BIN/sgemm-server" --listen 127.0.0.1:0 --port-file "$tmp/port" --backend cuda \
+    --log-dir "$OUT/resident-server-logs" >"$OUT/resident-server.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+  addr=127.0.0.1:$(cat "$tmp/port" 2>/dev/null)
+  step client-info-resident 60 "$BIN/sgemm-client" info --server "$addr"
+  # Latency: one client, 500 products per stream (20 sending B). Throughput: 4 clients.
+  # shellcheck disable=SC2086  # a list of arguments
+  step bench-resident-1client 580 "$BIN/sgemm-load" --server "$addr" --resident --b-sizes 4096,8192 \
+    --a-rows 1,64,1024 --clients 1 --requests 500 --sent-requests 20 --warmup 20 --keep-requests 10 \
+    --keep-dim 4096 --json ${SGEMM_RESIDENT_ARGS:-}
+  cp "$OUT/bench-resident-1client.log" "$OUT/bench-resident-1client.json"
+  # shellcheck disable=SC2086
+  step bench-resident-4clients 580 "$BIN/sgemm-load" --server "$addr" --resident --b-sizes 4096,8192 \
+    --a-rows 1,64,1024 --clients 4 --requests 200 --sent-requests 5 --warmup 10 --keep-requests 0 \
+    --json ${SGEMM_RESIDENT_ARGS:-}
+  cp "$OUT/bench-resident-4clients.log" "$OUT/bench-resident-4clients.json"
+  kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
+  python3 - "$OUT" <<'PY' | tee "$OUT/bench-resident.txt" | tee -a "$OUT/summary.txt"
+import json, sys, os
+out = sys.argv[1]
+for name in ("bench-resident-1client", "bench-resident-4clients"):
+    path = os.path.join(out, name + ".json")
+    try:
+        text = open(path).read()
+        d = json.loads(text[text.index("{"):])
+    except Exception as e:
+        print("%s: no JSON (%s)" % (name, e))
+        continue
+    print("%s: %s, %s, %d client(s)" % (name, d.get("backend"), d.get("device", "?"), d["clients"]))
+    print("%-16s %9s %9s %10s %11s %11s %10s %8s" % ("A x B", "p50 ms", "p99 ms", "req/s", "GFLOP/s", "sent p50", "sent req/s", "verify"))
+    for r in d["streams"]:
+        res, sent = r["resident"], r.get("sent_b", {})
+        print("%-16s %9.3f %9.3f %10.1f %11.1f %11.3f %10.2f %8s" % (
+            "%dx%d x %d^2" % (r["m"], r["k"], r["n"]), res["p50_ms"], res["p99_ms"], res["requests_per_s"],
+            res["gflops"], sent.get("p50_ms", 0), sent.get("requests_per_s", 0), r["verify"]["passed"]))
+        if r["m"] == 1 and r["n"] == 4096:
+            print("  target: 1x4096 x resident 4096^2 p50 <= 0.5 ms: %s" % ("MET" if res["p50_ms"] <= 0.5 else "MISSED"))
+    k = d.get("kept_result")
+    if k:
+        print("kept %d^3: product p50 %.3f ms, upload of A alone p50 %.3f ms: %.2fx (target <= 1.3x: %s), verify %s" % (
+            k["dim"], k["kept_product_p50_ms"], k["upload_a_p50_ms"], k["ratio_p50"],
+            "MET" if k["ratio_p50"] <= 1.3 else "MISSED", k["verify"]["passed"]))
+PY
 fi
 if has serve; then
   tmp=$(mktemp -d)

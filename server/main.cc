@@ -68,6 +68,10 @@ struct ServerOptions {
   // Page-locked memory pinned at start-up for request buffers (cuda backend):
   // 4 GiB holds one 16384^3 request's A, B and C; 0 = pin buffers as they come.
   int64_t pinned_pool_bytes = int64_t(4) << 30;
+  // Resident matrices (docs/resident.md): bytes per GPU (cuda) or of host
+  // memory (cpu) that PutMatrix and kept results may hold; 0 = the engine's
+  // default (8 GiB per GPU, 1 GiB on cpu).
+  int64_t resident_bytes = 0;
   bool no_warm_up = false;             // skip the start-up warm-up (to measure what it saves)
   std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
   std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster
@@ -211,6 +215,11 @@ int main(int argc, char** argv) {
                  "page-locked memory pinned at start-up for request buffers (cuda backend; 0 = none)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--resident-bytes", opt.resident_bytes,
+                 "resident matrices' budget (docs/resident.md): bytes per GPU on cuda, host bytes on cpu; evictable "
+                 "matrices are dropped least recently used first when it is full (0 = 8 GiB per GPU, 1 GiB on cpu)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--no-warm-up", opt.no_warm_up,
                "skip loading kernels and cuBLAS on every GPU at start-up (the first requests then pay for it)");
   app.add_option("--tls-cert", opt.tls.cert_file,
@@ -263,6 +272,7 @@ int main(int argc, char** argv) {
   eopt.cpu_threads = opt.cpu_threads;
   eopt.pinned_pool_bytes = std::size_t(opt.pinned_pool_bytes);
   eopt.warm_up = !opt.no_warm_up;
+  if (opt.resident_bytes > 0) eopt.resident_bytes = opt.resident_bytes;
   if (!opt.service.trace_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(opt.service.trace_dir, ec);

@@ -12,9 +12,32 @@
 namespace sgemm {
 namespace {
 
+// A resident matrix on the CPU engine: the host buffer it was received into.
+class HostResident final : public ResidentData {
+ public:
+  HostResident(std::shared_ptr<HostBuffer> buffer, int64_t rows, ResidentBytes bytes)
+      : buffer_(std::move(buffer)), rows_(rows), bytes_(std::move(bytes)) {}
+  Layout layout() const override { return whole_on(-1, rows_); }
+  const float* floats() const { return buffer_->floats(); }
+
+ private:
+  std::shared_ptr<HostBuffer> buffer_;
+  int64_t rows_;
+  ResidentBytes bytes_;
+};
+
+// The host matrix of a resident operand (null when it is not resident).
+const float* host_matrix(const ResidentMatrix* m, std::shared_ptr<ResidentData>* hold) {
+  if (!m) return nullptr;
+  *hold = m->data();
+  const auto* h = dynamic_cast<const HostResident*>(hold->get());
+  return h ? h->floats() : nullptr;
+}
+
 class CpuEngine final : public Engine {
  public:
-  explicit CpuEngine(const CpuEngineOptions& options) : options_(options) {
+  explicit CpuEngine(const CpuEngineOptions& options)
+      : options_(options), store_(ResidentStoreOptions{options.resident_bytes, {-1}}) {
     if (options_.threads > 0) openblas_set_num_threads(options_.threads);
     name_ = "cpu (OpenBLAS, " + std::to_string(openblas_get_num_threads()) + " threads)";
   }
@@ -34,6 +57,14 @@ class CpuEngine final : public Engine {
   }
 
   HostAllocator& host_allocator() override { return allocator_; }
+  ResidentStore* resident_store() override { return &store_; }
+
+  StatusOr<std::shared_ptr<ResidentData>> make_resident(std::shared_ptr<HostBuffer> host, int64_t rows, int64_t cols,
+                                                        ResidentBytes bytes) override {
+    if (!host || int64_t(host->bytes()) < rows * cols * int64_t(sizeof(float)))
+      return Internal("make_resident: the host buffer is smaller than the matrix");
+    return std::shared_ptr<ResidentData>(std::make_shared<HostResident>(std::move(host), rows, std::move(bytes)));
+  }
 
   Status validate(const GemmRequest& r) const override {
     SGEMM_RETURN_IF_ERROR(check_gemm_request(r));
@@ -81,7 +112,19 @@ class CpuEngine final : public Engine {
     waited(t0, (s.k * s.n + (r.has_c ? s.m * s.n : 0)) * int64_t(sizeof(float)));
     double kernel_ms = 0;
     const float beta = r.has_c ? r.beta : 0.0f;
-    const int64_t lda = job.a_ld(), ldb = job.b_ld(), ldc = job.c_ld();
+    // Resident operands are read where they are kept (dense); a resident C is
+    // first copied where the result goes.
+    std::shared_ptr<ResidentData> held[3];
+    const float* ra = host_matrix(job.a_resident, &held[0]);
+    const float* rb = host_matrix(job.b_resident, &held[1]);
+    const float* rc = host_matrix(job.c_resident, &held[2]);
+    if ((job.a_resident && !ra) || (job.b_resident && !rb) || (job.c_resident && !rc))
+      return Internal("a resident operand is not held in host memory");
+    const float* a = ra ? ra : job.a;
+    const float* b = rb ? rb : job.b;
+    const int64_t lda = ra ? s.k : job.a_ld(), ldb = rb ? s.n : job.b_ld(), ldc = job.c_ld();
+    if (rc)
+      for (int64_t i = 0; i < s.m; ++i) std::copy(rc + i * s.n, rc + (i + 1) * s.n, job.c + i * ldc);
     // The lock is taken only when the inputs are present (the service runs a
     // job once its upload is complete); a cancelled job stops waiting for it.
     std::unique_lock lock(mu_, std::defer_lock);
@@ -97,7 +140,7 @@ class CpuEngine final : public Engine {
       }
       const auto k0 = Clock::now();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k), r.alpha,
-                  job.a + r0 * lda, blasint(lda), job.b, blasint(ldb), beta, job.c + r0 * ldc, blasint(ldc));
+                  a + r0 * lda, blasint(lda), b, blasint(ldb), beta, job.c + r0 * ldc, blasint(ldc));
       const auto k1 = Clock::now();
       kernel_ms += std::chrono::duration<double, std::milli>(k1 - k0).count();
       steps.push_back(Step{.kind = StepKind::kKernel,
@@ -134,6 +177,7 @@ class CpuEngine final : public Engine {
   const CpuEngineOptions options_;
   std::string name_;
   AlignedHostAllocator allocator_;
+  ResidentStore store_;
   std::timed_mutex mu_;  // one product at a time: OpenBLAS already uses every core
 };
 

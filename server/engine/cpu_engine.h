@@ -18,6 +18,9 @@ namespace sgemm {
 struct CpuEngineOptions {
   int threads = 0;               // OpenBLAS threads; 0 = OpenBLAS's default (all cores)
   int64_t rows_per_block = 256;  // rows of C computed (and reported) per BLAS call
+  // Host memory for resident matrices (docs/resident.md, --resident-bytes):
+  // 1 GiB; matrices are kept in the buffers they were received into.
+  int64_t resident_bytes = int64_t{1} << 30;
 };
 
 std::unique_ptr<Engine> make_cpu_engine(const CpuEngineOptions& options);

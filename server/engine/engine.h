@@ -18,12 +18,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/cancel_token.h"
 #include "common/gemm_types.h"
 #include "common/host_buffer.h"
 #include "common/status.h"
+#include "server/engine/resident_store.h"
 #include "server/planner/plan.h"
 
 namespace sgemm {
@@ -83,6 +85,12 @@ struct GemmJob {
   int64_t a_ld() const { return lda > 0 ? lda : request.shape.k; }
   int64_t b_ld() const { return ldb > 0 ? ldb : request.shape.n; }
   int64_t c_ld() const { return ldc > 0 ? ldc : request.shape.n; }
+  // Operands the engine keeps (resident matrices, docs/resident.md), pinned
+  // by the caller until run() returns: used instead of `a`, `b` and the input
+  // C (then `c` is only where the result goes, dense). Dense, row-major.
+  const ResidentMatrix* a_resident = nullptr;
+  const ResidentMatrix* b_resident = nullptr;
+  const ResidentMatrix* c_resident = nullptr;
   InputFeed* feed = nullptr;            // null: all inputs are present
   OutputSink* sink = nullptr;           // null: nobody listens for early rows
   const CancelToken* cancel = nullptr;  // null: the job is never cancelled
@@ -201,6 +209,33 @@ class Engine {
   virtual Status unregister_host_memory(void* data) {
     (void)data;
     return Status::Ok();
+  }
+
+  // ---- Resident matrices (docs/resident.md) -------------------------------
+  // The engine's store of resident matrices (names, pins, LRU, budgets);
+  // null when the engine keeps none (cluster mode): the service then answers
+  // FAILED_PRECONDITION.
+  virtual ResidentStore* resident_store() { return nullptr; }
+  // Room for a new resident matrix of `bytes`, on the location the engine
+  // chooses for it (a GPU with the most room; host memory on the CPU engine),
+  // evicting as the store's rules allow. RESOURCE_EXHAUSTED naming
+  // --resident-bytes. `what` names the request in that message.
+  virtual StatusOr<ResidentBytes> reserve_resident(int64_t bytes, std::string_view what) {
+    ResidentStore* store = resident_store();
+    if (!store) return FailedPrecondition("this backend keeps no resident matrices");
+    return store->reserve(store->roomiest_location(), bytes, what);
+  }
+  // The data of a new resident matrix: `rows` x `cols` dense fp32 in `host`
+  // (from host_allocator()), charged to `bytes` (from reserve_resident()).
+  // The CPU engine keeps the buffer; the CUDA engine copies it to the GPU the
+  // bytes were reserved on and lets the buffer go. Thread-safe.
+  virtual StatusOr<std::shared_ptr<ResidentData>> make_resident(std::shared_ptr<HostBuffer> host, int64_t rows,
+                                                                int64_t cols, ResidentBytes bytes) {
+    (void)host;
+    (void)rows;
+    (void)cols;
+    (void)bytes;
+    return FailedPrecondition("this backend keeps no resident matrices");
   }
 };
 

@@ -24,6 +24,7 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   BuiltEngine built;
   CpuEngineOptions cpu_options;
   cpu_options.threads = options.cpu_threads;
+  if (options.resident_bytes) cpu_options.resident_bytes = *options.resident_bytes;
   if (options.backend == BackendChoice::kCpu) {
     built.engine = make_cpu_engine(cpu_options);
     built.note = "cpu backend requested (--backend cpu)";
@@ -34,6 +35,7 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   cuda_options.default_kernel = options.kernel;
   cuda_options.log = options.log;
   if (options.pinned_pool_bytes) cuda_options.pinned_pool_bytes = *options.pinned_pool_bytes;
+  if (options.resident_bytes) cuda_options.resident_bytes = *options.resident_bytes;
   cuda_options.warm_up = options.warm_up;
   cuda_options.collective_timeout = std::chrono::milliseconds(int64_t(options.collective_timeout_s * 1000));
   auto cuda = make_cuda_engine(cuda_options);

@@ -26,9 +26,13 @@ struct EngineOptions {
   int cpu_threads = 0;                           // OpenBLAS threads; 0 = all cores
   std::optional<std::size_t> pinned_pool_bytes;  // cuda: pinned at start-up; nullopt = the engine's default (none)
   bool warm_up = true;                           // cuda: a small product per kernel and lane before serving
-  double collective_timeout_s = 60;              // a split job's collectives must finish within this, else the
-                                                 // NCCL communicator is aborted and rebuilt (--collective-timeout)
-  std::function<void(std::string_view)> log;     // engine start-up and fallback messages; null = silent
+  // Resident matrices (docs/resident.md, --resident-bytes): device memory
+  // per GPU (cuda), host memory (cpu); nullopt = the engine's default
+  // (8 GiB per GPU, 1 GiB on cpu).
+  std::optional<int64_t> resident_bytes;
+  double collective_timeout_s = 60;           // a split job's collectives must finish within this, else the
+                                              // NCCL communicator is aborted and rebuilt (--collective-timeout)
+  std::function<void(std::string_view)> log;  // engine start-up and fallback messages; null = silent
 };
 
 struct BuiltEngine {

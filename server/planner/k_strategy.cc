@@ -25,7 +25,10 @@ double estimate_k_ms(const GemmShape& s, bool has_c, const std::vector<DeviceCap
       compute = std::max(compute, c_in);
       continue;
     }
-    const double in = cost::transfer_ms(cost::kBytesPerElement * kc * (s.m + s.n), link);
+    // A device already holding as many rows of B as its slice (a resident B
+    // laid out for this split, docs/resident.md) copies in only A.
+    const double b_cols = d[i].b_resident_fraction * double(s.k) >= double(kc) ? 0.0 : double(s.n);
+    const double in = cost::transfer_ms(cost::kBytesPerElement * kc * (double(s.m) + b_cols), link);
     const double kern = 2.0 * s.m * s.n * kc / cost::rate_flops(d[i], s.m, s.n, kc, o) * 1e3;
     const int chunks = int(std::clamp<int64_t>(kc / 1024, 1, std::max(1, o.pipeline_chunks)));
     compute = std::max(compute, c_in + cost::pipelined_ms(in, kern, 0.0, chunks));

@@ -37,6 +37,9 @@ struct DeviceCaps {
   double host_link_gbps = 54.0;  // pinned host<->device copy rate, each direction (53-55 measured)
   double peer_gbps = 310.0;      // NVLink rate NCCL broadcast reached in the engine (305-318 measured)
   int busy_lanes = 0;            // requests running on it right now
+  // Share of B's rows already on this device (a resident matrix, docs/resident.md):
+  // those rows need no copy in, so a request goes where its B lives.
+  double b_resident_fraction = 0.0;
 };
 
 // Cost-model constants and split geometry. Defaults are measured on H100/H200

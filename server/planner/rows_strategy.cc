@@ -13,14 +13,16 @@ double estimate_rows_ms(const GemmShape& s, bool has_c, const std::vector<Device
                         const std::vector<Shard>& shards, const PlannerOptions& o) {
   const size_t p = d.size();
   if (p == 0 || shards.size() != p) return std::numeric_limits<double>::infinity();
-  double b_in = 0, peer = std::numeric_limits<double>::infinity();
+  // B already on every device (a resident matrix replicated) costs no copy.
+  double b_in = 0, peer = std::numeric_limits<double>::infinity(), resident = 1.0;
+  for (const auto& dev : d) resident = std::min(resident, dev.b_resident_fraction);
+  const double b_bytes = cost::kBytesPerElement * s.k * s.n * (1.0 - resident);
   for (const auto& dev : d) {
-    b_in = std::max(b_in, cost::transfer_ms(cost::kBytesPerElement * s.k * s.n / double(p), cost::link_gbps(dev, o)));
+    b_in = std::max(b_in, cost::transfer_ms(b_bytes / double(p), cost::link_gbps(dev, o)));
     peer = std::min(peer, dev.peer_gbps);
   }
-  const double bcast = p > 1 ? cost::transfer_ms(cost::kBytesPerElement * s.k * s.n * double(p - 1) / double(p), peer) +
-                                   o.nccl_latency_ms
-                             : 0.0;
+  const double bcast =
+      p > 1 && b_bytes > 0 ? cost::transfer_ms(b_bytes * double(p - 1) / double(p), peer) + o.nccl_latency_ms : 0.0;
   double worst = 0;
   for (size_t i = 0; i < p; ++i)
     worst = std::max(worst, cost::rows_shard_ms(s, has_c, shards[i].row_end - shards[i].row_begin, d[i], o));

@@ -9,7 +9,8 @@
 namespace sgemm {
 
 double estimate_single_ms(const GemmShape& s, bool has_c, const DeviceCaps& d, const PlannerOptions& o) {
-  const double b_in = cost::transfer_ms(cost::kBytesPerElement * s.k * s.n, cost::link_gbps(d, o));
+  const double b_in =
+      cost::transfer_ms(cost::kBytesPerElement * s.k * s.n * (1.0 - d.b_resident_fraction), cost::link_gbps(d, o));
   return o.single_overhead_ms + b_in + cost::rows_shard_ms(s, has_c, s.m, d, o);
 }
 

@@ -87,12 +87,14 @@ StatusOr<std::unique_ptr<ClientAuth>> ClientAuth::parse(const std::string& text,
         q.max_in_flight = int(value.get<int64_t>());
       } else if (key == "max_bytes_in_flight" && value.is_number_integer() && value.get<int64_t>() >= 0) {
         q.max_bytes_in_flight = value.get<int64_t>();
+      } else if (key == "max_resident_bytes" && value.is_number_integer() && value.get<int64_t>() >= 0) {
+        q.max_resident_bytes = value.get<int64_t>();
       } else if (key == "multiply" && value.is_boolean()) {
         q.multiply = value.get<bool>();
       } else {
         return InvalidArgument(who + ": \"" + key +
-                               "\" is not a known field with a valid value (max_in_flight, max_bytes_in_flight: "
-                               "integers >= 0, 0 = no limit; multiply: true or false)");
+                               "\" is not a known field with a valid value (max_in_flight, max_bytes_in_flight, "
+                               "max_resident_bytes: integers >= 0, 0 = no limit; multiply: true or false)");
       }
     }
     const std::string token = c["token"].get<std::string>();

@@ -36,6 +36,9 @@ struct ClientQuota {
   int max_in_flight = 0;            // requests open at once (header received, not yet answered); 0 = no limit
   int64_t max_bytes_in_flight = 0;  // sum of those requests' A+B+C bytes; 0 = no limit
   bool multiply = true;             // may call Multiply (false: GetInfo only)
+  // Resident matrices it may own at once (docs/resident.md): the sum of their
+  // rows x cols x 4, put or kept, checked at each put and keep_result; 0 = no limit.
+  int64_t max_resident_bytes = 0;
 };
 
 // One client of the token file, with what it holds right now.

@@ -296,6 +296,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       if (!converted.ok()) return converted.status();
       out.header = *converted;
       out.regions = region_operands_from_proto(h);
+      out.resident = resident_operands_from_proto(h);
       out.trace = h.trace();
       out.stripes = h.stripes();
       out.stripe_rows = h.stripe_rows();
@@ -323,6 +324,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       slow.kind = RequestMessage::Kind::kHeader;
       slow.header = *h;
       slow.regions = region_operands_from_proto(req.header());
+      slow.resident = resident_operands_from_proto(req.header());
       slow.trace = req.header().trace();
       slow.stripes = req.header().stripes();
       slow.stripe_rows = req.header().stripe_rows();
@@ -425,6 +427,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
     t->set_host(d.host);
   }
   sum->set_send_ms(f.send_ms);
+  if (!f.result_handle.empty()) sum->set_result_handle(f.result_handle);
   if (!f.trace_json.empty()) sum->set_trace_json(f.trace_json);
   sum->set_queue_ms(f.queue_ms);
   sum->set_receive_ms(f.receive_ms);
@@ -477,6 +480,63 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   lim->set_client_max_bytes_in_flight(f.client_max_bytes_in_flight);
   load->set_client_in_flight(f.client_in_flight);
   load->set_client_bytes_in_flight(f.client_bytes_in_flight);
+}
+
+}  // namespace sgemm
+
+namespace sgemm {
+
+ResidentOperands resident_operands_from_proto(const v1::GemmHeader& h) {
+  ResidentOperands r;
+  r.a = h.a_handle();
+  r.b = h.b_handle();
+  r.c = h.c_handle();
+  r.keep = h.keep_result();
+  r.keep_evictable = h.keep_evictable();
+  r.send_c = h.send_c();
+  return r;
+}
+
+StatusOr<PutMessage> decode_put_request(grpc::ByteBuffer& buffer, int64_t index) {
+  const std::size_t bytes = buffer.Length();
+  const Status parse_error =
+      InvalidArgument("message " + std::to_string(index) + " of the stream (" + std::to_string(bytes) +
+                      " bytes) does not parse as a sgemm.v1.PutMatrixRequest");
+  PutMessage out;
+  RequestMessage& m = out.chunk;
+  if (!buffer.Dump(&m.slices).ok()) return parse_error;
+  std::string header_bytes;
+  int matrix = 0;
+  // PutMatrixRequest has MultiplyRequest's layout (1: header, 2: chunk), so a
+  // chunk is read in place the same way; only the header's type differs.
+  const Fast fast = decode_in_place(m.slices, &m, &header_bytes, &matrix);
+  if (fast == Fast::kMalformed) return parse_error;
+  if (fast == Fast::kDone) {
+    if (m.kind == RequestMessage::Kind::kHeader) {
+      if (!out.header.ParseFromString(header_bytes)) return parse_error;
+      out.is_header = true;
+      m = RequestMessage{};
+    } else if (m.kind != RequestMessage::Kind::kChunk) {
+      m.slices.clear();
+    }
+    return out;
+  }
+  v1::PutMatrixRequest req;
+  {
+    grpc::ProtoBufferReader reader(&buffer);
+    if (!req.ParseFromZeroCopyStream(&reader)) return parse_error;
+  }
+  m = RequestMessage{};
+  if (req.has_header()) {
+    out.is_header = true;
+    out.header = req.header();
+  } else if (req.has_chunk()) {
+    m.kind = RequestMessage::Kind::kChunk;
+    m.offset = req.chunk().offset();
+    m.data_bytes = req.chunk().data().size();
+    m.slices.emplace_back(req.chunk().data());
+  }
+  return out;
 }
 
 }  // namespace sgemm

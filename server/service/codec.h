@@ -17,6 +17,7 @@
 #include "server/engine/engine.h"
 #include "server/service/region_operands.h"
 #include "server/service/request_assembly.h"
+#include "server/service/resident_operands.h"
 #include "sgemm/v1/sgemm.pb.h"
 
 namespace sgemm {
@@ -31,6 +32,7 @@ struct RequestMessage {
   std::string token;               // kind == kAttach: StripeAttach.token
   int stripe = 0;                  // kind == kAttach: StripeAttach.stripe
   RegionOperands regions;          // kind == kHeader: shared-memory operands, if any
+  ResidentOperands resident;       // kind == kHeader: operands named by handle, keep_result
   bool trace = false;              // kind == kHeader: header.trace asks for a trace in the summary
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;
@@ -74,10 +76,20 @@ struct SummaryFigures {
   double queue_ms = 0, receive_ms = 0, compute_ms = 0, total_ms = 0;
   int64_t bytes_received = 0, bytes_sent = 0;
   double send_ms = 0;
-  std::string trace_json;  // "" unless the request asked for a trace
-  int stripes = 0;         // streams the request used (GemmHeader.stripes); 0 = one
+  std::string trace_json;     // "" unless the request asked for a trace
+  int stripes = 0;            // streams the request used (GemmHeader.stripes); 0 = one
+  std::string result_handle;  // header.keep_result: the kept C's handle
 };
 grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& figures);
+
+// One decoded PutMatrixRequest message (docs/resident.md): the header, or a
+// chunk read in place as decode_request() does (`matrix` is ignored).
+struct PutMessage {
+  bool is_header = false;
+  sgemm::v1::PutMatrixHeader header;
+  RequestMessage chunk;  // kind kChunk, or kEmpty
+};
+StatusOr<PutMessage> decode_put_request(grpc::ByteBuffer& buffer, int64_t index);
 
 // GetInfo's answer from the engine and the service's limits and load.
 struct InfoFigures {

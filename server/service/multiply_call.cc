@@ -281,8 +281,12 @@ Status MultiplyCall::on_message(RequestMessage msg) {
                                                 : " with shared-memory regions: a request naming regions has no "
                                                   "upload to spread; leave stripes 0"));
       trace_ = msg.trace;
-      SGEMM_RETURN_IF_ERROR(on_header(msg.header, msg.regions));
+      SGEMM_RETURN_IF_ERROR(on_header(msg.header, msg.regions, msg.resident));
       if (phase_ == Phase::kReceiving && msg.stripes > 1) {
+        if (msg.resident.named())
+          return InvalidArgument("header.stripes is " + std::to_string(msg.stripes) +
+                                 " but the header names a matrix by handle: a request over several streams "
+                                 "sends every operand; send this one on one stream (stripes 0 or 1)");
         SGEMM_RETURN_IF_ERROR(start_stripes(msg.stripes, msg.stripe_rows));
       }
       if (phase_ == Phase::kReceiving) start_read();
@@ -315,15 +319,22 @@ bool MultiplyCall::accepts_chunks() const {
   return phase_ == Phase::kReceiving || (early_ && !upload_complete_ && phase_ != Phase::kDone);
 }
 
-Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions) {
+Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions,
+                               const ResidentOperands& resident) {
   header_ = header;
+  if (!resident.c.empty()) header_.has_c = true;  // a C named by handle is an input C
   // One validation, before any data: the service's size limits, then the
   // engine's rules for the request (shape, scalars, kernel, split, precision).
   SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
   SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
+  if (regions.any() && resident.any())
+    return InvalidArgument("a Multiply header names shared-memory regions and resident handles; use one or the other");
   if (regions.any()) return start_from_regions(regions);
+  if (resident.any()) SGEMM_RETURN_IF_ERROR(bind_resident(resident));
   const GemmShape& s = header_.shape;
-  footprint_bytes_ = (s.m * s.k + s.k * s.n + s.m * s.n) * int64_t(sizeof(float));
+  // Host memory for what is sent (resident operands are not), and for C.
+  footprint_bytes_ =
+      ((resident_[0] ? 0 : s.m * s.k) + (resident_[1] ? 0 : s.k * s.n) + s.m * s.n) * int64_t(sizeof(float));
   if (footprint_bytes_ > shared_.budget.capacity())
     return ResourceExhausted("the request needs " + std::to_string(footprint_bytes_) +
                              " bytes of host memory for A, B and C, more than the server's whole budget of " +
@@ -333,6 +344,7 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   }
   assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
   phase_ = Phase::kReceiving;
+  if (resident.named()) return start_if_nothing_to_send();
   return Status::Ok();
 }
 
@@ -495,8 +507,8 @@ Status MultiplyCall::start_compute(bool early) {
       buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
     }
     if (early && !buffers_[0]) return Status::Ok();
-    job_.a = buffers_[0]->floats();
-    job_.b = buffers_[1]->floats();
+    job_.a = buffers_[0] ? buffers_[0]->floats() : nullptr;  // null: resident (job_.a_resident)
+    job_.b = buffers_[1] ? buffers_[1]->floats() : nullptr;
     job_.c = buffers_[c_idx]->floats();
   }
   job_.request = request();
@@ -536,6 +548,9 @@ void MultiplyCall::run_compute() {
     if (!finished_) phase_ = Phase::kComputing;
   }
   StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
+  if (result.ok() && keep_) {
+    if (Status kept = keep_result(); !kept.ok()) result = kept;
+  }
   uint64_t pool_id;
   {
     std::lock_guard lock(mu_);
@@ -578,6 +593,7 @@ void MultiplyCall::run_compute() {
     }
     t_compute_end_ = Clock::now();
     compute_done_ = true;
+    for (auto& lease : resident_) lease.reset();  // done with the resident operands (a deleted one is freed here)
     result_ = std::move(result);
     // Every row of C has been handed to its stripe: the secondaries finish once theirs are sent.
     if (group_ && result_.ok() && !finished_) close_stripes(Status::Ok());
@@ -592,7 +608,7 @@ void MultiplyCall::run_compute() {
 
 void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
   std::unique_lock lock(mu_);
-  if (output_in_region_) return;  // C is in the caller's region: only the summary goes back
+  if (output_in_region_ || !send_c_) return;  // C is in the caller's region, or kept resident: only the summary
   reported_.emplace_back(row_begin, row_end);
   // After a yield, the new run reports rows the first run already sent: only the rest goes out.
   int64_t b = row_begin;
@@ -669,6 +685,7 @@ void MultiplyCall::send_more() {
   f.bytes_sent = bytes_out_ + stripe_bytes_out_;
   f.stripes = assembler_ ? assembler_->stripes() : 0;
   if (trace_) f.trace_json = trace_json_;
+  f.result_handle = result_handle_;
   out_ = encode_summary(*result_, f);
   set_finished();
   phase_ = Phase::kDone;

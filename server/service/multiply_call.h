@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/engine/resident_store.h"
 #include "server/service/codec.h"
 #include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
@@ -111,7 +112,14 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   // Steps (mu_ held).
   Status on_message(RequestMessage msg);
-  Status on_header(const GemmRequest& header, const RegionOperands& regions);
+  Status on_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident = {});
+  // Operands named by handle and keep_result (multiply_call_resident.cc):
+  // pins the matrices, checks their shapes, reserves room for a kept C.
+  Status bind_resident(const ResidentOperands& resident);
+  // Every operand named by handle and no chunk to come: reserve C, compute.
+  Status start_if_nothing_to_send();
+  // After a successful run: C becomes a resident matrix (keep_result).
+  Status keep_result();
   // A header naming shared-memory regions (multiply_call_regions.cc): binds
   // them and goes straight to start_compute(); no receive phase.
   Status start_from_regions(const RegionOperands& regions);
@@ -207,6 +215,13 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   bool from_regions_ = false;
   bool output_in_region_ = false;  // C is written into a region: nothing to send but the summary
   std::vector<std::shared_ptr<const MappedRegion>> regions_held_;
+  // Resident operands (docs/resident.md): pinned from the header until the
+  // engine returns; a kept C's reserved bytes and, once kept, its handle.
+  ResidentStore::Lease resident_[3];
+  bool keep_ = false, keep_evictable_ = false;
+  bool send_c_ = true;  // false: keep_result without send_c, C's bytes stay on the server
+  ResidentBytes keep_bytes_;
+  std::string result_handle_;
   // Observability (docs/observability.md): a trace asked for by the header,
   // when the first chunk of C went out, the facts the summary was made from.
   bool trace_ = false;

@@ -79,8 +79,10 @@ void MatrixAssembler::set_stripes(int stripes, int64_t stripe_rows) {
     block_elems_[i] = std::max<int64_t>(
         1, std::min(std::max<int64_t>(stripe_rows, 1), std::max<int64_t>(rows, 1)) * std::max<int64_t>(width_[i], 1));
     next_[i].assign(std::size_t(stripes_), 0);
-    // Block s starts stripe s's share; a stripe with no block of this matrix has its share already.
-    for (int s = 0; s < stripes_; ++s) next_[i][std::size_t(s)] = std::min(int64_t(s) * block_elems_[i], expected_[i]);
+    // Block s starts stripe s's share; a stripe with no block of this matrix has its share already
+    // (every stripe has it all when the header named the matrix by handle).
+    for (int s = 0; s < stripes_; ++s)
+      next_[i][std::size_t(s)] = provided_[i] ? expected_[i] : std::min(int64_t(s) * block_elems_[i], expected_[i]);
     received_[i] = *std::min_element(next_[i].begin(), next_[i].end());
   }
 }
@@ -97,9 +99,23 @@ int64_t MatrixAssembler::next_block_start(int idx, int64_t end) const {
   return skip > expected_[idx] - end ? expected_[idx] : std::min(expected_[idx], end + skip);
 }
 
+void MatrixAssembler::mark_provided(MatrixId matrix) {
+  std::lock_guard lock(mu_);
+  const int idx = static_cast<int>(matrix);
+  provided_[idx] = true;
+  received_[idx] = expected_[idx];
+  for (auto& n : next_[idx]) n = expected_[idx];  // every stripe's share is there
+}
+
 Status MatrixAssembler::check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe) const {
   const int idx = static_cast<int>(matrix);
   const std::string name(matrix_name(matrix));
+  {
+    std::lock_guard lock(mu_);
+    if (provided_[idx])
+      return InvalidArgument("chunk for " + name + ", but the header names " + name +
+                             " by handle (a resident matrix): send no chunk for it");
+  }
   if (!declared(matrix))
     return InvalidArgument("chunk for matrix C, but the header declared no C (set header.has_c to send C)");
   if (bytes == 0) return InvalidArgument("chunk for " + name + " at offset " + std::to_string(offset) + " is empty");

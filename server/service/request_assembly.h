@@ -57,6 +57,10 @@ class MatrixAssembler final : public InputFeed {
   void set_stripes(int stripes, int64_t stripe_rows);
   int stripes() const { return stripes_; }
 
+  // The matrix is not sent: the header named it by handle (a resident
+  // matrix, docs/resident.md). It counts as complete; a chunk for it is
+  // INVALID_ARGUMENT.
+  void mark_provided(MatrixId matrix);
   // Whether a chunk would be accepted (the checks add_chunk makes), without copying.
   Status check_chunk(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe = 0) const;
   // Every declared matrix has all its elements.
@@ -106,6 +110,7 @@ class MatrixAssembler final : public InputFeed {
   int stripes_ = 1;
   std::array<int64_t, 3> block_elems_{};  // elements per block of each matrix (stripes_ > 1)
   std::array<float*, 3> dst_{};
+  std::array<bool, 3> provided_{};  // guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::array<std::vector<int64_t>, 3> next_;       // guarded by mu_: per stripe, the next element expected

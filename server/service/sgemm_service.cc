@@ -5,6 +5,7 @@
 
 #include "server/service/codec.h"
 #include "server/service/multiply_call.h"
+#include "server/service/put_matrix_call.h"
 #include "server/service/status_mapping.h"
 
 namespace sgemm {
@@ -130,6 +131,11 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   out->mutable_limits()->set_region_bytes(regions_->capacity());
   out->set_regions_available(connections_->find(ctx->peer()).unix_socket);
   out->set_region_bytes_in_use(regions_->bytes_in_use());
+  if (ResidentStore* store = shared_->engine.resident_store()) {
+    out->mutable_limits()->set_resident_bytes(store->capacity());
+    out->mutable_load()->set_resident_bytes_in_use(store->in_use_total());
+    out->mutable_load()->set_resident_matrices(store->count());
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -167,6 +173,7 @@ bool SgemmService::wait_for_no_calls(std::chrono::steady_clock::time_point deadl
 void SgemmService::cancel_all(const Status& why) {
   std::lock_guard lock(shared_->calls_mu);
   for (MultiplyCall* call : shared_->calls) call->abort(why);
+  for (PutMatrixCall* put : shared_->puts) put->abort(why);
 }
 
 void SgemmService::watchdog() {
@@ -190,6 +197,7 @@ void SgemmService::watchdog() {
     {
       std::lock_guard calls_lock(shared_->calls_mu);
       for (MultiplyCall* call : shared_->calls) call->check_idle(now);
+      for (PutMatrixCall* put : shared_->puts) put->check_idle(now);
       const int64_t ended = shared_->calls_ended;
       if (ended - trimmed_at_calls >= kTrimAfterCalls &&
           (ended == ended_last_tick || now - trimmed_at >= kTrimAtLeastEvery)) {

@@ -85,6 +85,7 @@ struct ServiceOptions {
 int64_t default_host_memory_bytes();
 
 class MultiplyCall;
+class PutMatrixCall;
 
 // What every call shares; owned by SgemmService.
 struct ServiceShared {
@@ -117,6 +118,7 @@ struct ServiceShared {
   std::mutex calls_mu;
   std::condition_variable calls_cv;
   std::unordered_set<MultiplyCall*> calls;  // guarded by calls_mu
+  std::unordered_set<PutMatrixCall*> puts;  // guarded by calls_mu: PutMatrix uploads, for the idle check
   int64_t calls_ended = 0;                  // guarded by calls_mu: for the watchdog's heap trim
 };
 
@@ -125,8 +127,13 @@ using RegionMethods =
     sgemm::v1::Sgemm::WithCallbackMethod_RegisterRegion<sgemm::v1::Sgemm::WithCallbackMethod_UnregisterRegion<
         sgemm::v1::Sgemm::WithCallbackMethod_ListRegions<sgemm::v1::Sgemm::Service>>>;
 
+// The resident-matrix RPCs (matrix_service.cc, docs/resident.md) under those.
+using MatrixMethods =
+    sgemm::v1::Sgemm::WithRawCallbackMethod_PutMatrix<sgemm::v1::Sgemm::WithCallbackMethod_DeleteMatrix<
+        sgemm::v1::Sgemm::WithCallbackMethod_ListMatrices<RegionMethods>>>;
+
 class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<
-                               sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<RegionMethods>> {
+                               sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<MatrixMethods>> {
  public:
   // `engine` and the loggers must outlive the service. `timing_log` may be null.
   SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,
@@ -146,6 +153,16 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
                                              sgemm::v1::UnregisterRegionResponse* response) override;
   grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* ctx, const sgemm::v1::ListRegionsRequest* request,
                                         sgemm::v1::ListRegionsResponse* response) override;
+
+  // Resident matrices (matrix_service.cc): the engine's ResidentStore.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PutMatrix(grpc::CallbackServerContext* ctx,
+                                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteMatrix(grpc::CallbackServerContext* ctx,
+                                         const sgemm::v1::DeleteMatrixRequest* request,
+                                         sgemm::v1::DeleteMatrixResponse* response) override;
+  grpc::ServerUnaryReactor* ListMatrices(grpc::CallbackServerContext* ctx,
+                                         const sgemm::v1::ListMatricesRequest* request,
+                                         sgemm::v1::ListMatricesResponse* response) override;
 
   // Where main()'s UnixListener records the connections it accepts.
   ConnectionTable& connections() { return *connections_; }

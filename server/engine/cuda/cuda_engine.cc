@@ -22,6 +22,7 @@
 #include "server/devices/device_pool.h"
 #include "server/devices/pinned_host_pool.h"
 #include "server/engine/cuda/job_run.h"
+#include "server/engine/cuda/resident_gpu.h"
 #include "server/engine/cuda/split_executor.h"
 #include "server/planner/kernel_choice.h"
 
@@ -38,7 +39,8 @@ class CudaEngine final : public Engine {
         host_pool_(options_.pinned_cache_bytes),
         default_kind_(default_kind),
         health_(pool_->size()),
-        faults_(faults) {
+        faults_(faults),
+        store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}) {
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
       watchdog_ = std::thread([this] { watch_collectives(); });
@@ -53,7 +55,8 @@ class CudaEngine final : public Engine {
     watch_cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
     release_spin();
-    comm_.reset();  // communicators before the pool's streams
+    store_.clear();  // resident pieces (device memory) while the devices are ours
+    comm_.reset();   // communicators before the pool's streams
     pool_.reset();
     if (spin_flag_) (void)cudaFreeHost(spin_flag_);
   }
@@ -78,6 +81,16 @@ class CudaEngine final : public Engine {
   }
 
   HostAllocator& host_allocator() override { return host_pool_; }
+  ResidentStore* resident_store() override { return &store_; }
+
+  // A new resident matrix goes whole to the GPU its bytes were reserved on
+  // (the one with the most room); plans move it as they need (run()).
+  StatusOr<std::shared_ptr<ResidentData>> make_resident(std::shared_ptr<HostBuffer> host, int64_t rows, int64_t cols,
+                                                        ResidentBytes bytes) override {
+    if (!host || int64_t(host->bytes()) < rows * cols * int64_t(sizeof(float)))
+      return Internal("make_resident: the host buffer is smaller than the matrix");
+    return upload_resident(*host, rows, cols, std::move(bytes));
+  }
 
   // One cudaHostRegister with cudaHostRegisterPortable page-locks the range
   // for every device of the process (a second call for another device would
@@ -142,7 +155,8 @@ class CudaEngine final : public Engine {
     StatusOr<KernelKind> resolved = rules.ok() ? resolve_kernel(r) : StatusOr<KernelKind>(rules);
     if (!resolved.ok())
       return Internal("a request that was not validated reached run(): " + resolved.status().to_string());
-    if (!job.a || !job.b || !job.c) return Internal("a job without its host matrices reached run()");
+    if ((!job.a && !job.a_resident) || (!job.b && !job.b_resident) || !job.c)
+      return Internal("a job without its host matrices reached run()");
     const KernelKind kind = *resolved;
     GemmReport report;
     report.backend = "cuda";
@@ -166,7 +180,16 @@ class CudaEngine final : public Engine {
     }
     ensure_comm(healthy, job.cancel);
     if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
+    // The planner is told where a resident B lives, so a request goes to it.
+    if (job.b_resident)
+      if (const auto cur = job.b_resident->data())
+        for (DeviceCaps& d : req.devices)
+          d.b_resident_fraction = resident_fraction_on(cur->layout(), d.device, r.shape.k);
     const Plan plan = make_plan(req, options_.planner);
+    // Resident operands laid out as the plan needs (docs/resident.md); held
+    // until run() returns so a layout change by another job cannot free them.
+    std::shared_ptr<const GpuResident> res_b, res_a, res_c;
+    SGEMM_RETURN_IF_ERROR(bind_resident(job, plan, &res_a, &res_b, &res_c));
     const SplitExecutor* executor = find_split_executor(plan.mode);
     if (!executor)
       return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
@@ -212,6 +235,23 @@ class CudaEngine final : public Engine {
       for (std::size_t rank = 0; rank < healthy.size(); ++rank)
         jr.add(&*leases[rank], int(rank), plan.shards[rank], pool_->info(healthy[rank]));
     }
+    if (res_a)
+      for (ShardWork& w : jr.works()) {
+        const GpuPiece* piece = res_a->find(w.lane->device(), 0, r.shape.m);
+        if (!piece) return Internal("resident A has no whole copy on GPU " + std::to_string(w.lane->device()));
+        w.a_resident = piece->data;
+        w.a_resident_ld = piece->ld;
+      }
+    if (res_b)
+      for (ShardWork& w : jr.works()) {
+        const int64_t k0 = plan.mode == SplitMode::kK ? w.shard.k_begin : 0;
+        const int64_t k1 = plan.mode == SplitMode::kK ? w.shard.k_end : r.shape.k;
+        if (k1 <= k0) continue;  // an empty K slice reads no B
+        const GpuPiece* piece = res_b->find(w.lane->device(), k0, k1);
+        if (!piece) return Internal("resident B has no piece for GPU " + std::to_string(w.lane->device()));
+        w.b_resident = piece->data;
+        w.b_resident_row0 = piece->where.row_begin;
+      }
     SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
     if (executor->spans_pool) arm_watchdog();
     Status ran = jr.execute(*executor);
@@ -276,6 +316,51 @@ class CudaEngine final : public Engine {
       return FailedPrecondition("kernel '" + std::string(kernel_kind_name(kind)) +
                                 "' is not available on the cuda backend (available: " + kernel_kind_list(ks) + ")");
     return kind;
+  }
+
+  // Resident operands (docs/resident.md). B is laid out as the plan needs
+  // (ensure_layout: in place when it already is, else peer copies that
+  // replace the layout; a single-GPU plan adds a copy instead of moving, so
+  // jobs on different GPUs do not take it from each other). A gets a whole
+  // copy on every device of the plan (added, never moved), read device to
+  // device; an input C is copied from a whole copy into the job's C first.
+  Status bind_resident(const GemmJob& job, const Plan& plan, std::shared_ptr<const GpuResident>* a,
+                       std::shared_ptr<const GpuResident>* b, std::shared_ptr<const GpuResident>* c) {
+    const bool single = plan.mode == SplitMode::kSingle;
+    auto on_every_device = [&](int64_t rows) {
+      Layout l;
+      for (const Shard& s : plan.shards)
+        if (std::none_of(l.begin(), l.end(), [&](const Piece& p) { return p.device == s.device; }))
+          l.push_back(Piece{s.device, 0, rows});
+      return l;
+    };
+    if (job.b_resident) {
+      SGEMM_ASSIGN_OR_RETURN(
+          *b, ensure_layout(store_, *job.b_resident, layout_needed_for_b(plan, job.request.shape.k), single));
+    }
+    if (job.a_resident) {
+      SGEMM_ASSIGN_OR_RETURN(
+          *a, ensure_layout(store_, *job.a_resident, on_every_device(job.a_resident->rows), /*additive=*/true));
+    }
+    if (job.c_resident) {
+      const ResidentMatrix& m = *job.c_resident;
+      auto cur = std::dynamic_pointer_cast<const GpuResident>(m.data());
+      if (!cur) return Internal("resident matrix '" + m.handle + "' has no GPU data");
+      int dev = device_with_whole(cur->layout(), m.rows, plan.shards.empty() ? -1 : plan.shards[0].device);
+      if (dev < 0) {
+        dev = plan.shards.empty() ? pool_->ordinal(0) : plan.shards[0].device;
+        SGEMM_ASSIGN_OR_RETURN(cur, ensure_layout(store_, m, whole_on(dev, m.rows), /*additive=*/true));
+      }
+      *c = cur;
+      const GpuPiece* p = cur->find(dev, 0, m.rows);
+      if (!p) return Internal("resident C has no whole copy on GPU " + std::to_string(dev));
+      const GemmShape& s = job.request.shape;
+      SGEMM_CUDA_TRY(cudaSetDevice(p->where.device));
+      SGEMM_CUDA_TRY(cudaMemcpy2D(job.c, std::size_t(job.c_ld()) * sizeof(float), p->data,
+                                  std::size_t(p->ld) * sizeof(float), std::size_t(s.n) * sizeof(float),
+                                  std::size_t(s.m), cudaMemcpyDeviceToHost));
+    }
+    return Status::Ok();
   }
 
   // The communicator's order, waited for while the job is still wanted.
@@ -481,6 +566,7 @@ class CudaEngine final : public Engine {
   const KernelKind default_kind_;
   DeviceHealth health_;
   const FaultInjection faults_;
+  ResidentStore store_;  // resident matrices (docs/resident.md); cleared before the pool goes
   std::atomic<bool> trap_fired_{false}, fail_fired_{false}, hang_fired_{false};
   void* spin_flag_ = nullptr;  // host-mapped int releasing the injected hang; allocated on first use
   int rebuilt_for_ = -1;       // guarded by the order mutex: healthy count of the last rebuild attempt

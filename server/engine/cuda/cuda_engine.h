@@ -91,6 +91,11 @@ struct CudaEngineOptions {
   // devices. Bounds the whole split job, so it must exceed the longest one.
   std::chrono::milliseconds collective_timeout{60000};
 
+  // Device memory per GPU for resident matrices (docs/resident.md,
+  // --resident-bytes): 8 GiB, a tenth of an H100's. Matrix bytes are counted
+  // (rows x cols x 4; the padding of rows to 16 bytes is not).
+  int64_t resident_bytes = int64_t{8} << 30;
+
   // Start-up and fallback messages; null = silent. Called from any thread.
   std::function<void(std::string_view)> log;
 };

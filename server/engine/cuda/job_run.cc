@@ -129,7 +129,7 @@ Status JobRun::h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src
                       int64_t height) {
   if (width <= 0 || height <= 0) return Status::Ok();
   return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(dst, size_t(dpitch) * kFloatBytes, src, size_t(spitch) * kFloatBytes,
-                                             size_t(width) * kFloatBytes, size_t(height), cudaMemcpyHostToDevice,
+                                             size_t(width) * kFloatBytes, size_t(height), cudaMemcpyDefault,
                                              w.lane->h2d()));
 }
 

@@ -47,6 +47,22 @@ struct ShardWork {
   DeviceTiming timing;
   std::vector<Span> in, kernel, reduce, out;
   DeviceBuffer a, b, c;
+  // A resident B (docs/resident.md) already on this device: rows
+  // [b_resident_row0, ...) with leading dimension pad4(n), read in place (no
+  // copy of B, no broadcast). Null: B comes from the job's host matrix.
+  const float* b_resident = nullptr;
+  int64_t b_resident_row0 = 0;
+  // A resident A (docs/resident.md): a whole copy on this device (leading
+  // dimension a_resident_ld), copied device to device. Null: A comes from the
+  // job's host matrix.
+  const float* a_resident = nullptr;
+  int64_t a_resident_ld = 0;
+  const float* a_src(const GemmJob& job) const { return a_resident ? a_resident : job.a; }
+  int64_t a_src_ld(const GemmJob& job) const { return a_resident ? a_resident_ld : job.a_ld(); }
+  // B's rows [k0, ...) on this device: the resident piece, or the job's buffer.
+  const float* b_rows(int64_t k0, int64_t ldb) const {
+    return b_resident ? b_resident + (k0 - b_resident_row0) * ldb : b.floats() + k0 * ldb;
+  }
   std::deque<cudaEvent_t> in_flight;  // end events of issued blocks not yet seen finished
   // The device's time reference: `origin` fired at origin_ms (host steady
   // clock, ms since the job's origin), so an event e happened at

@@ -45,7 +45,9 @@ Status issue(JobRun& run) {
     SGEMM_ASSIGN_OR_RETURN(w.c, DeviceBuffer::allocate(dev, size_t(m_pad * ldc) * kFloatBytes, w.lane->h2d()));
     if (kc > 0) {
       SGEMM_ASSIGN_OR_RETURN(w.a, DeviceBuffer::allocate(dev, size_t(s.m * lda) * kFloatBytes, w.lane->h2d()));
-      SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(dev, size_t(kc * ldb) * kFloatBytes, w.lane->h2d()));
+      if (!w.b_resident) {  // a resident B's K slice is read where it is (docs/resident.md)
+        SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(dev, size_t(kc * ldb) * kFloatBytes, w.lane->h2d()));
+      }
     }
     // The partial C's starting value, on h2d so the kernels' waits cover it.
     SGEMM_RETURN_IF_ERROR(run.timed(
@@ -80,16 +82,18 @@ Status issue(JobRun& run) {
       SGEMM_RETURN_IF_ERROR(run.check_cancel());
       SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, s1 * s.n));
       float* da = w.a.floats() + (s0 - k0);
-      float* db = w.b.floats() + (s0 - k0) * ldb;
+      const float* db = w.b_resident ? w.b_rows(s0, ldb) : w.b.floats() + (s0 - k0) * ldb;
       cudaEvent_t in_done = nullptr, k_done = nullptr;
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + s0, job.a_ld(), s1 - s0, s.m));
-            return run.h2d_2d(w, db, ldb, job.b + s0 * job.b_ld(), job.b_ld(), s.n, s1 - s0);
+            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, w.a_src(job) + s0, w.a_src_ld(job), s1 - s0, s.m));
+            if (w.b_resident) return Status::Ok();
+            return run.h2d_2d(w, w.b.floats() + (s0 - k0) * ldb, ldb, job.b + s0 * job.b_ld(), job.b_ld(), s.n,
+                              s1 - s0);
           },
           &in_done,
-          Step{.bytes = (s1 - s0) * (s.m + s.n) * int64_t(kFloatBytes),
+          Step{.bytes = (s1 - s0) * (s.m + (w.b_resident ? 0 : s.n)) * int64_t(kFloatBytes),
                .row_begin = 0,
                .row_end = s.m,
                .k_begin = s0,

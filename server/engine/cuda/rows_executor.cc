@@ -15,13 +15,18 @@ Status issue_row_pipeline(JobRun& run) {
   const GemmShape& s = run.shape();
   auto& works = run.works();
   const int64_t lda = pad4(s.k), ldb = pad4(s.n), ldc = ldb;
-  const int64_t hlda = job.a_ld(), hldb = job.b_ld(), hldc = job.c_ld();  // the host matrices' strides
+  const int64_t hldb = job.b_ld(), hldc = job.c_ld();  // the host matrices' strides (A's: ShardWork::a_src_ld)
   const int p = int(works.size());
   const bool has_c = job.request.has_c;
+  // A resident B on every device (docs/resident.md) is read where it is: no
+  // copy in, no broadcast.
+  const bool b_resident = std::all_of(works.begin(), works.end(), [](const ShardWork& w) { return w.b_resident; });
   for (auto& w : works) {
     const int dev = w.lane->device();
     const int64_t rows = w.shard.row_end - w.shard.row_begin;
-    SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(dev, size_t(s.k * ldb) * kFloatBytes, w.lane->h2d()));
+    if (!b_resident) {
+      SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(dev, size_t(s.k * ldb) * kFloatBytes, w.lane->h2d()));
+    }
     if (rows > 0) {
       SGEMM_ASSIGN_OR_RETURN(w.a, DeviceBuffer::allocate(dev, size_t(rows * lda) * kFloatBytes, w.lane->h2d()));
       SGEMM_ASSIGN_OR_RETURN(w.c, DeviceBuffer::allocate(dev, size_t(rows * ldc) * kFloatBytes, w.lane->h2d()));
@@ -30,7 +35,7 @@ Status issue_row_pipeline(JobRun& run) {
   // B: slice j of its rows comes in on device j.
   const auto kb = split_range(s.k, std::vector<double>(size_t(p), 1.0), 16);
   std::vector<cudaEvent_t> b_ready(static_cast<size_t>(p));
-  for (int j = 0; j < p; ++j) {
+  for (int j = 0; j < p && !b_resident; ++j) {
     ShardWork& w = works[size_t(j)];
     SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, kb[size_t(j) + 1] * s.n));
     const int64_t r0 = kb[size_t(j)], r1 = kb[size_t(j) + 1];
@@ -39,7 +44,7 @@ Status issue_row_pipeline(JobRun& run) {
         [&] { return run.h2d_2d(w, w.b.floats() + r0 * ldb, ldb, job.b + r0 * hldb, hldb, s.n, r1 - r0); },
         &b_ready[size_t(j)], Step{.bytes = (r1 - r0) * s.n * int64_t(kFloatBytes), .k_begin = r0, .k_end = r1}));
   }
-  if (p > 1) {
+  if (p > 1 && !b_resident) {
     NcclCommunicator* comm = run.comm();
     if (!comm || comm->size() != p) return Internal("row split without a communicator over its devices");
     std::vector<Span> spans;
@@ -66,7 +71,7 @@ Status issue_row_pipeline(JobRun& run) {
     SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
     for (int j = 0; j < p; ++j) b_ready[size_t(j)] = spans[size_t(j)].end;
   }
-  for (int j = 0; j < p; ++j) {
+  for (int j = 0; j < p && !b_resident; ++j) {
     ShardWork& w = works[size_t(j)];
     SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), b_ready[size_t(j)]));
   }
@@ -91,7 +96,8 @@ Status issue_row_pipeline(JobRun& run) {
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + c0 * hlda, hlda, s.k, c1 - c0));
+            SGEMM_RETURN_IF_ERROR(
+                run.h2d_2d(w, da, lda, w.a_src(job) + c0 * w.a_src_ld(job), w.a_src_ld(job), s.k, c1 - c0));
             if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * hldc, hldc, s.n, c1 - c0));
             return Status::Ok();
           },
@@ -102,7 +108,7 @@ Status issue_row_pipeline(JobRun& run) {
                .k_begin = 0,
                .k_end = s.k}));
       SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
-      GemmArgs args{GemmShape{c1 - c0, s.n, s.k}, job.request.alpha, beta, da, lda, w.b.floats(), ldb, dc, ldc};
+      GemmArgs args{GemmShape{c1 - c0, s.n, s.k}, job.request.alpha, beta, da, lda, w.b_rows(0, ldb), ldb, dc, ldc};
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
           Step{.row_begin = c0, .row_end = c1, .k_begin = 0, .k_end = s.k}));

@@ -213,4 +213,22 @@ TEST(MatrixAssemblerStripes, TheEngineWaitsForThePrefixOfEveryStripe) {
 }
 
 }  // namespace
+// A matrix named by handle (docs/resident.md) is not sent: it counts as
+// complete, waits for it return at once, and a chunk for it is refused.
+TEST(MatrixAssembler, AProvidedMatrixIsCompleteAndTakesNoChunk) {
+  std::vector<float> a(6, 1.0f);
+  MatrixAssembler asm_(GemmShape{2, 4, 3}, /*has_c=*/true, a.data(), nullptr, nullptr, 1 << 20);
+  asm_.mark_provided(MatrixId::kB);
+  asm_.mark_provided(MatrixId::kC);
+  EXPECT_FALSE(asm_.complete());
+  EXPECT_EQ(asm_.received(MatrixId::kB), 12);
+  EXPECT_TRUE(asm_.wait_for(MatrixId::kB, 12).ok());
+  const Status refused = asm_.check_chunk(MatrixId::kB, 0, 16);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("by handle"), std::string::npos) << refused.to_string();
+  ASSERT_TRUE(asm_.add_chunk(MatrixId::kA, 0, a.data(), a.size() * sizeof(float)).ok());
+  EXPECT_TRUE(asm_.complete());
+  EXPECT_TRUE(asm_.finish().ok());
+}
+
 }  // namespace sgemm

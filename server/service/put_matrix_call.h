@@ -1,0 +1,77 @@
+// One PutMatrix call (docs/resident.md): a gRPC callback read reactor that
+// receives a matrix's chunks (or copies it from a shared-memory region) into
+// a host buffer and hands it to the engine as a new resident matrix.
+//
+//   header   check the shape, reserve the resident budget (evicting as the
+//            store allows: RESOURCE_EXHAUSTED here, before any byte moves)
+//            and the matrix's bytes of the host-memory budget, allocate
+//   chunks   each copied once, in order, into the buffer
+//   end      Engine::make_resident (the CUDA engine copies it to its GPU),
+//            the store names it, the response carries the handle
+//
+// Ownership: deletes itself in OnDone. Threads: reactions on gRPC's threads,
+// check_idle() on the watchdog's, under the service's calls_mu; state guarded
+// by mu_.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "server/service/sgemm_service.h"
+
+namespace sgemm {
+
+// A client's quota of resident bytes (ClientQuota::max_resident_bytes) for
+// `bytes` more: PERMISSION_DENIED naming the client and the quota when over.
+// OK without tokens or without the quota. Checked at the put (or keep_result)
+// header; two puts racing may both pass.
+Status check_resident_quota(const AuthClient* client, const ResidentStore& store, int64_t bytes);
+
+class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `refuse` non-OK ends the call at once. `owner`: the caller's client ("" without tokens).
+  PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, Status refuse,
+                const AuthClient* client, RegionCaller caller);
+
+  void OnReadDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+  // Watchdog: ends the call after --idle-timeout without a message.
+  void check_idle(Clock::time_point now);
+  // Ends the call with `why` (shutdown). Called with the service's calls_mu held.
+  void abort(const Status& why);
+
+ private:
+  Status on_header(const sgemm::v1::PutMatrixHeader& h);
+  Status on_chunk(const RequestMessage& chunk);
+  Status complete();  // the matrix is in: make it resident
+  void finish(const Status& st);
+
+  ServiceShared& shared_;
+  grpc::CallbackServerContext* const ctx_;
+  grpc::ByteBuffer* const response_;
+  const AuthClient* const client_;  // null without --auth-tokens
+  const std::string owner_;
+  const RegionCaller caller_;
+  const Clock::time_point t_start_;
+
+  std::mutex mu_;
+  bool finished_ = false;  // guarded by mu_, as is everything below
+  bool have_header_ = false;
+  int64_t messages_ = 0;
+  Clock::time_point read_since_;
+  grpc::ByteBuffer in_;
+  int64_t rows_ = 0, cols_ = 0, received_ = 0;
+  bool evictable_ = false;
+  std::string label_;
+  ResidentBytes resident_bytes_;
+  MemoryBudget::Reservation host_bytes_;
+  std::shared_ptr<HostBuffer> buffer_;
+};
+
+}  // namespace sgemm

@@ -1,0 +1,24 @@
+// A Multiply's resident operands (docs/resident.md): the header's handles for
+// A, B and C, and whether to keep C resident. Converted from the wire by
+// resident_operands_from_proto(); MultiplyCall binds them against the
+// engine's ResidentStore (multiply_call_resident.cc).
+#pragma once
+
+#include <string>
+
+#include "sgemm/v1/sgemm.pb.h"
+
+namespace sgemm {
+
+struct ResidentOperands {
+  std::string a, b, c;  // handles; "" = sent as chunks (or absent, for C)
+  bool keep = false;    // keep C resident; the summary carries its handle
+  bool keep_evictable = false;
+  bool send_c = false;  // with keep: also send C's bytes
+  bool named() const { return !a.empty() || !b.empty() || !c.empty(); }
+  bool any() const { return named() || keep; }
+};
+
+ResidentOperands resident_operands_from_proto(const sgemm::v1::GemmHeader& h);
+
+}  // namespace sgemm
