@@ -24,7 +24,6 @@ class ClusterEngine final : public Engine {
     // or nothing as either cluster split.
     if (coord_.member_count() == 0 || r.options.precision != Precision::kFp32 || r.options.split == SplitMode::kSingle)
       return local_->run(job);
-    const bool only_k = r.options.split == SplitMode::kK;
     auto jobs = coord_.lock_jobs();
     StatusOr<ClusterView> view = coord_.prepare();
     if (!view.ok()) {
@@ -43,11 +42,11 @@ class ClusterEngine final : public Engine {
     pr.has_c = r.has_c;
     pr.net_gbps = view->net_gbps;
     pr.forced = coord_.options().always;
-    pr.only_k = only_k;
+    pr.split = r.options.split;
     PlanRequest local_req;
     local_req.shape = r.shape;
     local_req.has_c = r.has_c;
-    local_req.forced = only_k ? SplitMode::kK : SplitMode::kAuto;
+    local_req.forced = r.options.split;
     for (const DeviceInfo& d : info.devices) {
       DeviceCaps c = options_.caps;
       c.device = d.index;

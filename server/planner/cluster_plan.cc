@@ -105,21 +105,22 @@ ClusterPlan make_cluster_plan(const ClusterPlanRequest& req, const PlannerOption
   // K has a slice for every rank): the cheaper is the cluster's candidate.
   std::vector<Shard> rows;
   double rows_ms = std::numeric_limits<double>::infinity();
-  if (!req.only_k) {
+  const bool only_k = req.split == SplitMode::kK, only_rows = req.split == SplitMode::kRows;
+  if (!only_k) {
     std::vector<double> w;
     for (const auto& r : req.ranks) w.push_back(cost::rate_flops(r.caps, req.shape.m, req.shape.n, req.shape.k, o));
     const auto b = split_range(req.shape.m, w, o.row_align);
     for (size_t i = 0; i < req.ranks.size(); ++i) rows.push_back(Shard{int(i), b[i], b[i + 1], 0, req.shape.k});
     rows_ms = estimate_cluster_rows_ms(req, rows, o);
   }
-  std::vector<Shard> k = cluster_k_shards(req, o);
+  std::vector<Shard> k = only_rows ? std::vector<Shard>{} : cluster_k_shards(req, o);
   const double k_ms = k.empty() ? std::numeric_limits<double>::infinity() : estimate_cluster_k_ms(req, k, o);
   const std::string gpus = std::to_string(req.ranks.size()) + " GPUs on " + std::to_string(hosts.size()) + " hosts";
-  if (req.only_k && k.empty()) {
+  if (only_k && k.empty()) {
     plan.reason = "cluster K split: K " + std::to_string(req.shape.k) + " has fewer elements than the " + gpus;
     return plan;
   }
-  const bool use_k = req.only_k || (!k.empty() && k_ms < rows_ms);
+  const bool use_k = only_k || (!k.empty() && k_ms < rows_ms);
   plan.split = use_k ? SplitMode::kK : SplitMode::kRows;
   plan.shards = use_k ? std::move(k) : std::move(rows);
   plan.est_ms = use_k ? k_ms : rows_ms;

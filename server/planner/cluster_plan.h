@@ -37,7 +37,9 @@ struct ClusterPlanRequest {
   double net_gbps = 0;             // between hosts: measured broadcast algBw (<= 0: unknown, the cluster is not used)
   double local_est_ms = 0;         // the coordinator's own best plan for the request
   bool forced = false;             // run on the cluster whatever the estimate (tests, benchmarks)
-  bool only_k = false;             // the request named split K: the cluster K split or nothing
+  // The request's split: kRows or kK restricts the cluster to that split
+  // (kK: the cluster K split or nothing); kAuto: the cheaper of the two.
+  SplitMode split = SplitMode::kAuto;
 };
 
 struct ClusterPlan {

@@ -104,14 +104,14 @@ TEST(ClusterPlan, SmallOutputWithLongKTakesTheKSplitLargeSquareTakesRows) {
 
 TEST(ClusterPlan, SplitKRequestsGetTheKSplitOrStayLocal) {
   auto r = four_hosts(GemmShape{32768, 32768, 32768}, 300.0, 1e9);
-  r.only_k = true;  // rows would be cheaper, but the request named K
+  r.split = SplitMode::kK;  // rows would be cheaper, but the request named K
   ClusterPlan p = make_cluster_plan(r);
   EXPECT_TRUE(p.use_cluster);
   EXPECT_EQ(p.split, SplitMode::kK);
   EXPECT_EQ(p.reason.find("vs cluster rows"), std::string::npos) << p.reason;
   // Forced, with a slice for every rank.
   auto f = four_hosts(GemmShape{33, 17, 9}, 300.0, 0.01);
-  f.only_k = true;
+  f.split = SplitMode::kK;
   f.forced = true;
   p = make_cluster_plan(f);
   EXPECT_TRUE(p.use_cluster);
@@ -123,6 +123,12 @@ TEST(ClusterPlan, SplitKRequestsGetTheKSplitOrStayLocal) {
   p = make_cluster_plan(f);
   EXPECT_FALSE(p.use_cluster);
   EXPECT_NE(p.reason.find("fewer elements"), std::string::npos) << p.reason;
+  // A request that names rows gets the row split even where K would be cheaper.
+  auto rows = four_hosts(GemmShape{256, 1024, 1 << 20}, 300.0, 1e9);
+  rows.split = SplitMode::kRows;
+  p = make_cluster_plan(rows);
+  EXPECT_EQ(p.split, SplitMode::kRows);
+  EXPECT_EQ(p.reason.find("K split"), std::string::npos) << p.reason;
 }
 
 TEST(ClusterPlan, EstimateGrowsWithSlowerNetwork) {
