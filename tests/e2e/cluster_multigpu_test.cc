@@ -183,7 +183,7 @@ TEST_F(Cluster, MemberKilledMidRequestFailsItAndTheNextIsServed) {
       std::this_thread::sleep_for(5ms);
     }
   });
-  StatusOr<MultiplyResult> r = multiply(GemmShape{16384, 16384, 16384}, false, 2, /*all_rows=*/false);
+  StatusOr<MultiplyResult> r = multiply(GemmShape{16384, 16384, 16384}, false, 2, /*all_rows=*/false, SplitMode::kRows);
   finished = true;
   killer.join();
   ASSERT_TRUE(killed) << coord_->log();
