@@ -10,8 +10,11 @@
 # Steps: the e2e_cluster_multigpu_test suite (results vs fp64, a member killed
 # mid-request); then a coordinator + members, SIZE^3 over the cluster (twice,
 # the second warm) and on the coordinator's GPU alone (--split single), with
-# the link bandwidth the coordinator measured at join. SGEMM_CLUSTER_PROCESSES
-# caps the process count (default: the GPU count, at most 4); SGEMM_CLUSTER_SKIP=e2e or bench skips a step.
+# the link bandwidth the coordinator measured at join; then the K split
+# (--split k: slices of A and B from rank 0, reduce-scatter of the partial Cs)
+# at SGEMM_CLUSTER_K_SHAPE (default "4096 4096 262144": small m x n, long K)
+# over the cluster and on the coordinator's GPU alone. SGEMM_CLUSTER_PROCESSES
+# caps the process count (default: the GPU count, at most 4); SGEMM_CLUSTER_SKIP=e2e, bench or k skips a step.
 set -uo pipefail
 mode=${1:?sockets or nvlink}
 size=${2:-32768}
@@ -33,7 +36,7 @@ rc=0
 
 if [ "${SGEMM_CLUSTER_SKIP:-}" != e2e ]; then
   echo "=== cluster $mode: $n processes x 1 GPU; e2e_cluster_multigpu_test"
-  timeout --kill-after=5 150 "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 >"$log/e2e.log" 2>&1 || rc=1
+  timeout --kill-after=5 240 "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 >"$log/e2e.log" 2>&1 || rc=1
   grep -E "PASSED|FAILED|SKIPPED|Failure|next request|error|Which is|Expected" "$log/e2e.log" | tail -n 20
   echo "e2e_cluster_multigpu_test $mode: rc=$rc" >>"$OUT/summary.txt"
 fi
@@ -55,29 +58,44 @@ for i in $(seq 1 $((n - 1))); do
 done
 for _ in $(seq 300); do [ "$(grep -c "' joined with" "$log/coord.log")" -ge $((n - 1)) ] && break; sleep 0.1; done
 
-echo "=== cluster $mode: ${size}^3 over $n processes (2 runs, the second warm)"
-timeout 80 "$BIN/sgemm-client" submit --server "$addr" --size "$size" --repeat 2 --seed 7 --no-retry \
-  >"$log/cluster-$size.log" 2>&1 || rc=1
-cat "$log/cluster-$size.log"
-echo "=== cluster $mode: ${size}^3 on the coordinator's GPU alone"
-timeout 50 "$BIN/sgemm-client" submit --server "$addr" --size "$size" --split single --seed 7 --no-retry \
-  >"$log/single-$size.log" 2>&1 || rc=1
-cat "$log/single-$size.log"
-grep -h "link between hosts\|failed" "$log/coord.log" | tail -n 4
-# Kernel phase: the slowest GPU of the cluster's warm run vs the one GPU.
-awk -v mode="$mode" -v n="$n" -v size="$size" '
-  FNR == 1 { file++ }
-  file == 1 && /^plan:/ { run++; kmax[run] = 0 }
-  # kernel ms: the 6th column from the right, before " on HOST" in cluster mode
-  /^[0-9]+ / && !/runs:/ { k = (/ on [^ ]+$/ ? $(NF-7) : $(NF-5)) + 0 }
-  file == 1 && /^[0-9]+ / && !/runs:/ { if (k > kmax[run]) kmax[run] = k }
-  file == 1 && /^server:/ { comp[run] = $9 + 0 }
-  file == 2 && /^[0-9]+ / && !/runs:/ { single_k = k }
-  file == 2 && /^server:/ { single_comp = $9 + 0 }
-  END {
-    if (run < 1 || single_k <= 0 || kmax[run] <= 0) { print "cluster " mode ": no figures (see the logs)"; exit }
-    printf "cluster %s %dx1 GPU %d^3: kernel phase %.1f ms vs one GPU %.1f ms = %.2fx; device-side compute %.1f ms vs %.1f ms = %.2fx\n",
-      mode, n, size, kmax[run], single_k, single_k / kmax[run], comp[run], single_comp, single_comp / comp[run]
-  }' "$log/cluster-$size.log" "$log/single-$size.log" | tee -a "$OUT/summary.txt"
+# bench NAME LABEL SPLIT CLIENT-ARGS...: the product twice over the cluster (the
+# second warm) and once on the coordinator's GPU alone; the kernel phase (the
+# slowest GPU of the warm run) and the server's device-side compute, vs one GPU.
+bench() {
+  local name=$1 label=$2 split=$3
+  shift 3
+  echo "=== cluster $mode: $label over $n processes (2 runs, the second warm)"
+  timeout 80 "$BIN/sgemm-client" submit --server "$addr" "$@" --split "$split" --repeat 2 --seed 7 --no-retry \
+    >"$log/cluster-$name.log" 2>&1 || rc=1
+  cat "$log/cluster-$name.log"
+  echo "=== cluster $mode: $label on the coordinator's GPU alone"
+  timeout 50 "$BIN/sgemm-client" submit --server "$addr" "$@" --split single --seed 7 --no-retry \
+    >"$log/single-$name.log" 2>&1 || rc=1
+  cat "$log/single-$name.log"
+  grep -h "link between hosts\|failed" "$log/coord.log" | tail -n 4
+  awk -v mode="$mode" -v n="$n" -v label="$label" '
+    FNR == 1 { file++ }
+    file == 1 && /^plan:/ { run++; kmax[run] = 0 }
+    # kernel ms: the 6th column from the right, before " on HOST" in cluster mode
+    /^[0-9]+ / && !/runs:/ { k = (/ on [^ ]+$/ ? $(NF-7) : $(NF-5)) + 0 }
+    file == 1 && /^[0-9]+ / && !/runs:/ { if (k > kmax[run]) kmax[run] = k }
+    file == 1 && /^server:/ { comp[run] = $9 + 0 }
+    file == 2 && /^[0-9]+ / && !/runs:/ { single_k = k }
+    file == 2 && /^server:/ { single_comp = $9 + 0 }
+    END {
+      if (run < 1 || single_k <= 0 || kmax[run] <= 0) { print "cluster " mode " " label ": no figures (see the logs)"; exit }
+      printf "cluster %s %dx1 GPU %s: kernel phase %.1f ms vs one GPU %.1f ms = %.2fx; device-side compute %.1f ms vs %.1f ms = %.2fx\n",
+        mode, n, label, kmax[run], single_k, single_k / kmax[run], comp[run], single_comp, single_comp / comp[run]
+    }' "$log/cluster-$name.log" "$log/single-$name.log" | tee -a "$OUT/summary.txt"
+}
+
+if [ "${SGEMM_CLUSTER_SKIP:-}" != rows ]; then
+  bench "$size" "${size}^3" rows --size "$size"
+fi
+if [ "${SGEMM_CLUSTER_SKIP:-}" != k ]; then
+  read -r km kn kk <<<"${SGEMM_CLUSTER_K_SHAPE:-4096 4096 262144}"
+  bench "k-${km}x${kn}x${kk}" "${km}x${kn}x${kk} K split" k --m "$km" --n "$kn" --k "$kk"
+  grep -h "K split" "$log/cluster-k-${km}x${kn}x${kk}.log" | head -n 1
+fi
 grep -h "link between hosts" "$log/coord.log" | tail -n 1 | sed "s/^/cluster $mode: /" | tee -a "$OUT/summary.txt"
 exit $rc

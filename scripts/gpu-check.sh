@@ -43,8 +43,9 @@
 #                  (latency) and 4 (throughput), and a kept 4096^3 result vs the upload of A alone;
 #                  writes bench-resident-*.json and bench-resident.txt (SGEMM_RESIDENT_ARGS adds arguments)
 #   cluster        cluster mode, one server per GPU: cluster-sockets then cluster-nvlink
-#   cluster-sockets  scripts/cluster-check.sh sockets: NCCL over TCP (as between hosts); e2e suite, a
-#                  member killed mid-request, SGEMM_CLUSTER_SIZE^3 (32768) over the cluster vs one GPU
+#   cluster-sockets  scripts/cluster-check.sh sockets: NCCL over TCP (as between hosts); e2e suite (row
+#                  and K split vs fp64, a member killed mid-request), SGEMM_CLUSTER_SIZE^3 (32768) row split
+#                  and SGEMM_CLUSTER_K_SHAPE ("4096 4096 262144") K split over the cluster vs one GPU
 #   cluster-nvlink   the same with NVLink allowed, for comparison
 # Every log goes to $OUT; every part runs even if an earlier one failed.
 # A bundle over the device tool's 64 MiB carry limit is also packed as
@@ -378,7 +379,7 @@ fi
 for m in sockets nvlink; do
   if has cluster || has "cluster-$m"; then
     export BIN OUT
-    step "cluster-$m" 295 scripts/cluster-check.sh "$m" "${SGEMM_CLUSTER_SIZE:-32768}"
+    step "cluster-$m" 480 scripts/cluster-check.sh "$m" "${SGEMM_CLUSTER_SIZE:-32768}"
     cat "$OUT/cluster-$m.log"
   fi
 done

@@ -19,6 +19,8 @@ void job_to_proto(const ClusterJobSpec& s, v1::ClusterJob* out) {
     auto* r = out->add_ranks();
     r->set_row_begin(sh.row_begin);
     r->set_row_end(sh.row_end);
+    r->set_k_begin(sh.k_begin);
+    r->set_k_end(sh.k_end);
   }
   out->set_probe_bytes(s.probe_bytes);
 }
@@ -27,7 +29,8 @@ StatusOr<ClusterJobSpec> job_from_proto(const v1::ClusterJob& in) {
   ClusterJobSpec s;
   s.job_id = in.job_id();
   s.epoch = in.epoch();
-  if (in.kind() != int(ClusterJobKind::kRows) && in.kind() != int(ClusterJobKind::kProbe))
+  if (in.kind() != int(ClusterJobKind::kRows) && in.kind() != int(ClusterJobKind::kProbe) &&
+      in.kind() != int(ClusterJobKind::kK))
     return InvalidArgument("cluster job kind " + std::to_string(in.kind()) + " is unknown to this member");
   s.kind = ClusterJobKind(in.kind());
   s.shape = GemmShape{in.m(), in.n(), in.k()};
@@ -38,10 +41,26 @@ StatusOr<ClusterJobSpec> job_from_proto(const v1::ClusterJob& in) {
   if (!kind) return InvalidArgument("cluster job kernel '" + in.kernel() + "' is unknown to this member");
   s.kernel = *kind;
   int rank = 0;
-  for (const auto& r : in.ranks()) s.ranks.push_back(Shard{rank++, r.row_begin(), r.row_end(), 0, in.k()});
+  for (const auto& r : in.ranks()) {
+    // The row split gives every rank all of K (its coordinator may predate k_begin/k_end).
+    const bool whole_k = s.kind == ClusterJobKind::kRows && r.k_end() == 0;
+    s.ranks.push_back(
+        Shard{rank++, r.row_begin(), r.row_end(), whole_k ? 0 : r.k_begin(), whole_k ? in.k() : r.k_end()});
+  }
   s.probe_bytes = in.probe_bytes();
-  if (s.kind == ClusterJobKind::kRows && (s.shape.m < 1 || s.shape.n < 1 || s.shape.k < 1 || s.ranks.empty()))
+  if (s.kind != ClusterJobKind::kProbe && (s.shape.m < 1 || s.shape.n < 1 || s.shape.k < 1 || s.ranks.empty()))
     return InvalidArgument("cluster job without a shape or ranks");
+  if (s.kind == ClusterJobKind::kK) {
+    // Consecutive non-empty slices covering [0, k): what the data plane relies on.
+    int64_t next = 0;
+    for (const Shard& sh : s.ranks) {
+      if (sh.k_begin != next || sh.k_end <= sh.k_begin)
+        return InvalidArgument("cluster K-split job whose K slices do not cover [0, k) in rank order");
+      next = sh.k_end;
+    }
+    if (next != s.shape.k)
+      return InvalidArgument("cluster K-split job whose K slices do not cover [0, k) in rank order");
+  }
   return s;
 }
 
@@ -56,6 +75,8 @@ void timings_to_proto(const std::vector<DeviceTiming>& t, v1::ClusterJobDone* ou
     p->set_kernel_ms(d.kernel_ms);
     p->set_reduce_ms(d.reduce_ms);
     p->set_copy_out_ms(d.copy_out_ms);
+    p->set_k_begin(d.shard.k_begin);
+    p->set_k_end(d.shard.k_end);
   }
 }
 
@@ -72,6 +93,8 @@ std::vector<DeviceTiming> timings_from_proto(const v1::ClusterJobDone& in) {
     d.kernel_ms = p.kernel_ms();
     d.reduce_ms = p.reduce_ms();
     d.copy_out_ms = p.copy_out_ms();
+    d.shard.k_begin = p.k_begin();
+    d.shard.k_end = p.k_end();
     v.push_back(std::move(d));
   }
   return v;

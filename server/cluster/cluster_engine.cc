@@ -19,9 +19,10 @@ class ClusterEngine final : public Engine {
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
     const GemmRequest& r = job.request;
-    // The cluster runs fp32 with the default or a named fp32 kernel.
-    if (coord_.member_count() == 0 || r.options.precision != Precision::kFp32 ||
-        r.options.split == SplitMode::kSingle || r.options.split == SplitMode::kK)
+    // The cluster runs fp32 with the default or a named fp32 kernel; a request
+    // that names split K may run as the cluster K split, one that names rows
+    // or nothing as either cluster split.
+    if (coord_.member_count() == 0 || r.options.precision != Precision::kFp32 || r.options.split == SplitMode::kSingle)
       return local_->run(job);
     auto jobs = coord_.lock_jobs();
     StatusOr<ClusterView> view = coord_.prepare();
@@ -41,9 +42,11 @@ class ClusterEngine final : public Engine {
     pr.has_c = r.has_c;
     pr.net_gbps = view->net_gbps;
     pr.forced = coord_.options().always;
+    pr.split = r.options.split;
     PlanRequest local_req;
     local_req.shape = r.shape;
     local_req.has_c = r.has_c;
+    local_req.forced = r.options.split;
     for (const DeviceInfo& d : info.devices) {
       DeviceCaps c = options_.caps;
       c.device = d.index;
@@ -67,20 +70,24 @@ class ClusterEngine final : public Engine {
     }
     if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
     ClusterJobSpec spec;
-    spec.kind = ClusterJobKind::kRows;
+    spec.kind = plan.split == SplitMode::kK ? ClusterJobKind::kK : ClusterJobKind::kRows;
     spec.shape = r.shape;
     spec.alpha = r.alpha;
     spec.beta = r.has_c ? r.beta : 0.0f;
     spec.has_c = r.has_c;
     spec.ranks = plan.shards;
     // One kernel for every rank: the measured table's pick for the largest
-    // shard, as the local engine picks for a whole request.
+    // shard (the K split: all rows, the longest slice of K), as the local
+    // engine picks for a whole request.
     std::string kernel_reason;
     if (r.options.kernel) {
       spec.kernel = *r.options.kernel;
     } else {
-      GemmShape largest{0, r.shape.n, r.shape.k};
-      for (const Shard& sh : plan.shards) largest.m = std::max(largest.m, sh.row_end - sh.row_begin);
+      GemmShape largest{0, r.shape.n, 0};
+      for (const Shard& sh : plan.shards) {
+        largest.m = std::max(largest.m, sh.row_end - sh.row_begin);
+        largest.k = std::max(largest.k, sh.k_end - sh.k_begin);
+      }
       spec.kernel = choose_kernel(largest, info.default_kernel, info.kernels);
       if (spec.kernel != info.default_kernel)
         if (const KernelChoiceRow* row = find_kernel_choice(largest))
@@ -94,7 +101,7 @@ class ClusterEngine final : public Engine {
     rep.backend = info.backend;
     rep.kernel = spec.kernel;
     rep.precision = Precision::kFp32;
-    rep.split = SplitMode::kRows;
+    rep.split = plan.split;
     rep.plan_reason = plan.reason + kernel_reason;
     rep.devices = std::move(res.timings);
     return rep;

@@ -331,10 +331,10 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(std::unique_lock<s
   auto abort = std::make_shared<CancelToken>();
   abort_ = abort;
   abort_members_ = ids;
-  if (spec.kind == ClusterJobKind::kRows)
-    log("job " + std::to_string(spec.job_id) + ": " + std::to_string(spec.shape.m) + "x" +
-        std::to_string(spec.shape.n) + "x" + std::to_string(spec.shape.k) + " over " + std::to_string(ranks.size()) +
-        " ranks");
+  if (spec.kind != ClusterJobKind::kProbe)
+    log("job " + std::to_string(spec.job_id) + (spec.kind == ClusterJobKind::kK ? " (K split): " : ": ") +
+        std::to_string(spec.shape.m) + "x" + std::to_string(spec.shape.n) + "x" + std::to_string(spec.shape.k) +
+        " over " + std::to_string(ranks.size()) + " ranks");
   lock.unlock();
 
   StatusOr<ClusterRunResult> mine =
@@ -363,8 +363,10 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(std::unique_lock<s
       }
       for (DeviceTiming t : m.done_timings) {
         t.host = m.host;
-        t.shard.k_begin = 0;  // the row split gives every rank all of K
-        t.shard.k_end = spec.shape.k;
+        if (spec.kind == ClusterJobKind::kRows) {  // the row split gives every rank all of K
+          t.shard.k_begin = 0;
+          t.shard.k_end = spec.shape.k;
+        }
         out.timings.push_back(std::move(t));
       }
     }

@@ -38,7 +38,14 @@ struct ClusterCommSpec {
 enum class ClusterJobKind {
   kRows = 0,   // a row split of one product across every rank
   kProbe = 1,  // a timed broadcast from rank 0: the link between hosts, measured at join
+  kK = 2,      // a K split: every rank a K slice, partial Cs summed by reduce-scatter
 };
+
+// kK: the sum of the partials is reduce-scattered in equal blocks of rows, one
+// per rank in rank order (NCCL's reduce-scatter wants equal counts): rank r
+// ends with rows [r * rows, min((r + 1) * rows, m)) of C, where rows =
+// ceil(m / nranks); the partials are padded to nranks * rows rows of zeros.
+inline int64_t cluster_k_block_rows(int64_t m, int nranks) { return nranks > 0 ? (m + nranks - 1) / nranks : m; }
 
 // What every rank needs to issue its part of a job, sent ahead of the NCCL calls.
 struct ClusterJobSpec {
@@ -50,8 +57,11 @@ struct ClusterJobSpec {
   float beta = 0.0f;
   bool has_c = false;
   KernelKind kernel = KernelKind::kPingpong;
-  std::vector<Shard> ranks;  // kRows: rows [row_begin, row_end) of C per rank, in rank order
-  int64_t probe_bytes = 0;   // kProbe: bytes broadcast from rank 0
+  // kRows: rows [row_begin, row_end) of C per rank, in rank order.
+  // kK: K slices [k_begin, k_end) per rank, in rank order (rows 0..m each;
+  // every slice non-empty); beta * C is added once, by rank 0.
+  std::vector<Shard> ranks;
+  int64_t probe_bytes = 0;  // kProbe: bytes broadcast from rank 0
 };
 
 struct ClusterRunResult {

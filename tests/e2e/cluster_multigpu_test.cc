@@ -3,7 +3,8 @@
 // others joining it; NCCL between them over whatever the environment allows
 // (scripts/cluster-check.sh runs this suite with NCCL_P2P_DISABLE=1
 // NCCL_SHM_DISABLE=1, sockets, and again with NVLink). Results are checked
-// against the fp64 reference; a member killed in the middle of a request
+// against the fp64 reference, for the row split and the K split (reduce-scatter
+// of partial Cs); a member killed in the middle of a request
 // fails it with UNAVAILABLE naming the member, and the next request is served.
 // SGEMM_CLUSTER_PROCESSES (default: the GPU count, at most 4) processes.
 #include <gtest/gtest.h>
@@ -86,7 +87,8 @@ class Cluster : public ::testing::Test {
     return o;
   }
   // Multiplies fresh random matrices, checks C against the fp64 reference.
-  StatusOr<MultiplyResult> multiply(GemmShape s, bool with_c, uint64_t seed, bool all_rows = true) {
+  StatusOr<MultiplyResult> multiply(GemmShape s, bool with_c, uint64_t seed, bool all_rows = true,
+                                    SplitMode split = SplitMode::kAuto) {
     std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n));
     fill_random(a, seed);
     fill_random(b, seed + 1);
@@ -94,6 +96,7 @@ class Cluster : public ::testing::Test {
     MultiplyOptions o;
     o.alpha = 0.75f;
     o.beta = with_c ? -1.25f : 0.0f;
+    o.split = split;
     StatusOr<MultiplyResult> r = client_->multiply(s, a.data(), b.data(), with_c ? c.data() : nullptr, o);
     if (r.ok()) {
       const auto rows = all_rows ? std::vector<int64_t>{} : rows_to_verify(s.m, s.n, s.k, seed, 48);
@@ -115,7 +118,8 @@ class Cluster : public ::testing::Test {
 TEST_F(Cluster, RowSplitOverEveryProcessMatchesTheReference) {
   for (auto [s, with_c] : {std::pair{GemmShape{1025, 777, 3001}, true}, std::pair{GemmShape{4096, 4096, 4096}, false},
                            std::pair{GemmShape{3, 5, 7}, true}, std::pair{GemmShape{2049, 1000, 513}, false}}) {
-    StatusOr<MultiplyResult> r = multiply(s, with_c, uint64_t(s.m + s.k), s.m * s.n * s.k < (int64_t{1} << 33));
+    StatusOr<MultiplyResult> r =
+        multiply(s, with_c, uint64_t(s.m + s.k), s.m * s.n * s.k < (int64_t{1} << 33), SplitMode::kRows);
     ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << coord_->log();
     EXPECT_EQ(r->summary.split, "rows");
     EXPECT_NE(r->summary.plan_reason.find("cluster rows"), std::string::npos) << r->summary.plan_reason;
@@ -129,6 +133,38 @@ TEST_F(Cluster, RowSplitOverEveryProcessMatchesTheReference) {
     }
     EXPECT_EQ(next, s.m);
   }
+}
+
+TEST_F(Cluster, KSplitOverEveryProcessMatchesTheReference) {
+  // Odd shapes, C with beta != 0: the reduce-scatter's blocks pad m up to a
+  // multiple of the process count; small m x n with long K as the K split
+  // is meant for, and m smaller than the process count.
+  for (auto [s, with_c] : {std::pair{GemmShape{333, 257, 40001}, true}, std::pair{GemmShape{1025, 777, 3001}, true},
+                           std::pair{GemmShape{3, 5, 7}, true}, std::pair{GemmShape{129, 63, 65537}, false},
+                           std::pair{GemmShape{384, 256, 262145}, true}}) {
+    // Sampled rows of C above 2^32 multiply-adds (the fp64 reference is on the CPU).
+    StatusOr<MultiplyResult> r =
+        multiply(s, with_c, uint64_t(s.m * 3 + s.k), s.m * s.n * s.k < (int64_t{1} << 32), SplitMode::kK);
+    ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << coord_->log();
+    EXPECT_EQ(r->summary.split, "k");
+    EXPECT_NE(r->summary.plan_reason.find("cluster K split"), std::string::npos) << r->summary.plan_reason;
+    ASSERT_EQ(int(r->summary.devices.size()), n_);
+    EXPECT_EQ(r->summary.devices[0].host, "coord");
+    for (int i = 1; i < n_; ++i) EXPECT_EQ(r->summary.devices[size_t(i)].host, "member-" + std::to_string(i));
+    int64_t next = 0;
+    for (const auto& d : r->summary.devices) {
+      EXPECT_EQ(d.k_begin, next);
+      EXPECT_GT(d.k_end, d.k_begin);
+      EXPECT_EQ(d.row_begin, 0);
+      EXPECT_EQ(d.row_end, s.m);
+      next = d.k_end;
+    }
+    EXPECT_EQ(next, s.k);
+  }
+  // The row split still runs after K-split jobs on the same communicator.
+  StatusOr<MultiplyResult> rows = multiply(GemmShape{1025, 777, 3001}, true, 11, true, SplitMode::kRows);
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string() << "\n" << coord_->log();
+  EXPECT_EQ(rows->summary.split, "rows");
 }
 
 TEST_F(Cluster, MemberKilledMidRequestFailsItAndTheNextIsServed) {
@@ -147,7 +183,7 @@ TEST_F(Cluster, MemberKilledMidRequestFailsItAndTheNextIsServed) {
       std::this_thread::sleep_for(5ms);
     }
   });
-  StatusOr<MultiplyResult> r = multiply(GemmShape{16384, 16384, 16384}, false, 2, /*all_rows=*/false);
+  StatusOr<MultiplyResult> r = multiply(GemmShape{16384, 16384, 16384}, false, 2, /*all_rows=*/false, SplitMode::kRows);
   finished = true;
   killer.join();
   ASSERT_TRUE(killed) << coord_->log();

@@ -1,4 +1,4 @@
-// The cluster row split on this process's ranks (docs/cluster.md).
+// The cluster row split and K split on this process's ranks (docs/cluster.md).
 //
 // Rank 0 (the coordinator's first GPU) holds the request's matrices. One job,
 // on every process, is the same two NCCL groups:
@@ -7,9 +7,19 @@
 //   2. after the kernels, every remote rank ncclSends its rows of C to rank 0.
 // The coordinator's other GPUs take their rows of A and C over their own host
 // links and get B from the broadcast. Rank 0 copies the remote rows of C to
-// the host. Every wait polls the job's abort token and NCCL's async error and
-// has a deadline; giving up aborts the communicator (ncclCommAbort), which
-// ends the collectives still running, so the streams drain and buffers are freed.
+// the host.
+//
+// The K split is three NCCL groups on every process:
+//   1. rank 0 ncclSends each remote rank its columns of A (packed m x slice by
+//      the host copy) and its rows of B, which that rank ncclRecvs;
+//   2. after the kernels (every rank a partial C over all m x n; rank 0 adds
+//      beta * C), ncclReduceScatter (sum, in place) of the partials, padded to
+//      nranks equal blocks of rows: rank r ends with block r of the sum;
+//   3. every remote rank ncclSends its block to rank 0.
+// The coordinator's other GPUs take their slices over their own host links
+// and copy their own blocks out; rank 0 copies its block and the remote ones. Every wait polls the job's abort token
+// and NCCL's async error and has a deadline; giving up aborts the communicator (ncclCommAbort), which ends the
+// collectives still running, so the streams drain and buffers are freed.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -40,8 +50,9 @@ struct RankWork {
   Lane* lane = nullptr;
   int rank = 0;
   Shard shard;
-  DeviceBuffer a, b, c;             // rows of A and C, all of B
+  DeviceBuffer a, b, c;             // rows of A and C, all of B (K split: slices of A and B, the padded partial C)
   DeviceBuffer a_remote, c_remote;  // rank 0 only: the remote ranks' rows
+  DeviceBuffer b_remote;            // rank 0 only, K split: the remote ranks' rows of B
   std::vector<Span> in, kernel, comm, out;
   DeviceTiming timing;
 };
@@ -90,9 +101,13 @@ class CudaClusterPlane final : public ClusterDataPlane {
     if (spec.epoch != epoch_)
       return Unavailable("job for communicator epoch " + std::to_string(spec.epoch) + ", this process is on " +
                          std::to_string(epoch_));
-    if (spec.kind == ClusterJobKind::kRows && int(spec.ranks.size()) != comm_->nranks())
+    if (spec.kind != ClusterJobKind::kProbe && int(spec.ranks.size()) != comm_->nranks())
       return Internal("cluster job with " + std::to_string(spec.ranks.size()) + " shards for " +
                       std::to_string(comm_->nranks()) + " ranks");
+    if (spec.kind == ClusterJobKind::kK)
+      for (const Shard& sh : spec.ranks)
+        if (sh.k_end <= sh.k_begin || sh.row_begin != 0 || sh.row_end != spec.shape.m)
+          return Internal("cluster K-split job with an empty K slice or a partial row range");
     std::vector<LaneLease> leases;
     std::vector<RankWork> works(size_t(comm_->local_size()));
     for (int i = 0; i < comm_->local_size(); ++i) {
@@ -102,13 +117,15 @@ class CudaClusterPlane final : public ClusterDataPlane {
       w.lane = &*leases.back();
       w.lane->reset_events();
       w.rank = comm_->first_rank() + i;
-      if (spec.kind == ClusterJobKind::kRows) w.shard = spec.ranks[size_t(w.rank)];
+      if (spec.kind != ClusterJobKind::kProbe) w.shard = spec.ranks[size_t(w.rank)];
       w.timing.device = pool_->info(i).index;
       w.timing.name = pool_->info(i).name;
       w.timing.shard = w.shard;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    Status issued = spec.kind == ClusterJobKind::kProbe ? issue_probe(spec, works) : issue_rows(spec, job, works);
+    Status issued = spec.kind == ClusterJobKind::kProbe ? issue_probe(spec, works)
+                    : spec.kind == ClusterJobKind::kK   ? issue_k(spec, job, works)
+                                                        : issue_rows(spec, job, works);
     // An enqueue that failed half-way leaves peers waiting on calls we never
     // made: abort at once (the collectives issued end), then drain.
     if (!issued.ok()) comm_->abort();
@@ -125,6 +142,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
       w.c.reset();
       w.a_remote.reset();
       w.c_remote.reset();
+      w.b_remote.reset();
     }
     if (!s.ok()) {
       if (!comm_->aborted()) comm_->abort();  // a failed job leaves NCCL in an unknown state
@@ -204,22 +222,16 @@ class CudaClusterPlane final : public ClusterDataPlane {
     return Status::Ok();
   }
 
-  Status gemm(RankWork& w, const ClusterJobSpec& spec) {
+  // C[rows x n] = alpha * A[rows x k] * B[k x n] + beta * C on the rank's
+  // buffers (lda = pad4(k), ldb = ldc = pad4(n)), chunk_rows rows per launch.
+  Status gemm(RankWork& w, const ClusterJobSpec& spec, int64_t rows, int64_t k, float beta) {
     const auto& s = spec.shape;
-    const int64_t rows = w.shard.row_end - w.shard.row_begin;
-    const int64_t lda = pad4(s.k), ldb = pad4(s.n), ldc = ldb;
+    const int64_t lda = pad4(k), ldb = pad4(s.n), ldc = ldb;
     const int64_t step = options_.chunk_rows > 0 ? options_.chunk_rows : rows;
     for (int64_t r0 = 0; r0 < rows; r0 += step) {
       const int64_t r1 = std::min(rows, r0 + step);
-      GemmArgs args{GemmShape{r1 - r0, s.n, s.k},
-                    spec.alpha,
-                    spec.has_c ? spec.beta : 0.0f,
-                    w.a.floats() + r0 * lda,
-                    lda,
-                    w.b.floats(),
-                    ldb,
-                    w.c.floats() + r0 * ldc,
-                    ldc};
+      GemmArgs args{GemmShape{r1 - r0, s.n, k}, spec.alpha, beta, w.a.floats() + r0 * lda, lda, w.b.floats(), ldb,
+                    w.c.floats() + r0 * ldc,    ldc};
       GemmBackend* be = w.lane->backend(spec.kernel);
       if (!be || !be->can_implement(args).ok()) be = w.lane->backend(KernelKind::kCublas);
       if (!be) return Internal("no backend for the cluster job's kernel");
@@ -320,7 +332,9 @@ class CudaClusterPlane final : public ClusterDataPlane {
     for (auto& w : works) {
       if (w.shard.row_end <= w.shard.row_begin) continue;
       SGEMM_RETURN_IF_ERROR(after(w, w.lane->compute(), w.lane->comm()));
-      SGEMM_RETURN_IF_ERROR(timed(w, w.kernel, w.lane->compute(), [&] { return gemm(w, spec); }));
+      SGEMM_RETURN_IF_ERROR(timed(w, w.kernel, w.lane->compute(), [&] {
+        return gemm(w, spec, w.shard.row_end - w.shard.row_begin, s.k, spec.has_c ? spec.beta : 0.0f);
+      }));
     }
     // Group 2: rows of C from the remote ranks back to rank 0.
     for (auto& w : works) SGEMM_RETURN_IF_ERROR(after(w, w.lane->comm(), w.lane->compute()));
@@ -371,6 +385,172 @@ class CudaClusterPlane final : public ClusterDataPlane {
         SGEMM_RETURN_IF_ERROR(
             d2h(w, job->c + w.shard.row_begin * s.n, w.c.floats(), w.shard.row_end - w.shard.row_begin));
         if (w.rank == 0) SGEMM_RETURN_IF_ERROR(d2h(w, job->c + remote0 * s.n, w.c_remote.floats(), remote_rows));
+        return Status::Ok();
+      }));
+    }
+    return Status::Ok();
+  }
+
+  // Records a span's begin on every rank's comm stream; end_spans() closes them.
+  StatusOr<std::vector<Span>> begin_spans(std::vector<RankWork>& works) {
+    std::vector<Span> spans(works.size());
+    for (size_t i = 0; i < works.size(); ++i) {
+      RankWork& w = works[i];
+      SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
+      SGEMM_ASSIGN_OR_RETURN(spans[i].begin, w.lane->next_event());
+      SGEMM_ASSIGN_OR_RETURN(spans[i].end, w.lane->next_event());
+      SGEMM_CUDA_TRY(cudaEventRecord(spans[i].begin, w.lane->comm()));
+    }
+    return spans;
+  }
+  Status end_spans(std::vector<RankWork>& works, const std::vector<Span>& spans) {
+    for (size_t i = 0; i < works.size(); ++i) {
+      RankWork& w = works[i];
+      SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
+      SGEMM_CUDA_TRY(cudaEventRecord(spans[i].end, w.lane->comm()));
+      w.comm.push_back(spans[i]);
+    }
+    return Status::Ok();
+  }
+
+  // The K split (see the top of the file). Every process issues groups 1-3 in
+  // this order; counts are computed from the spec alone, so a sender's and
+  // its receiver's agree.
+  Status issue_k(const ClusterJobSpec& spec, const GemmJob* job, std::vector<RankWork>& works) {
+    const auto& s = spec.shape;
+    const int64_t ldb = pad4(s.n), ldc = ldb;
+    const bool root = comm_->first_rank() == 0;
+    if (root && !job) return Internal("rank 0 without the request's matrices");
+    const int nlocal = comm_->local_size();
+    const int nranks = comm_->nranks();
+    // Equal blocks of rows for the reduce-scatter; the partials have
+    // nranks * block rows, those past m zero.
+    const int64_t block = cluster_k_block_rows(s.m, nranks);
+    const int64_t padded_rows = block * int64_t(nranks);
+    auto slice = [&](int r) { return spec.ranks[size_t(r)].k_end - spec.ranks[size_t(r)].k_begin; };
+    auto block_rows = [&](int r) { return std::clamp<int64_t>(s.m - int64_t(r) * block, 0, block); };
+    // Rank 0 packs the remote ranks' slices in rank order: A as m x pad4(slice), B as slice x ldb.
+    std::vector<int64_t> a_off(size_t(nranks), 0), b_off(size_t(nranks), 0);
+    int64_t a_total = 0, b_total = 0;
+    if (root)
+      for (int r = nlocal; r < nranks; ++r) {
+        a_off[size_t(r)] = a_total;
+        b_off[size_t(r)] = b_total;
+        a_total += s.m * pad4(slice(r));
+        b_total += slice(r) * ldb;
+      }
+    for (auto& w : works) {
+      const int dev = w.lane->device();
+      const int64_t ks = slice(w.rank);
+      SGEMM_ASSIGN_OR_RETURN(w.a, DeviceBuffer::allocate(dev, size_t(s.m * pad4(ks)) * kF, w.lane->h2d()));
+      SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(dev, size_t(ks * ldb) * kF, w.lane->h2d()));
+      SGEMM_ASSIGN_OR_RETURN(w.c, DeviceBuffer::allocate(dev, size_t(padded_rows * ldc) * kF, w.lane->h2d()));
+      if (w.rank == 0 && a_total > 0) {
+        SGEMM_ASSIGN_OR_RETURN(w.a_remote, DeviceBuffer::allocate(dev, size_t(a_total) * kF, w.lane->h2d()));
+        SGEMM_ASSIGN_OR_RETURN(w.b_remote, DeviceBuffer::allocate(dev, size_t(b_total) * kF, w.lane->h2d()));
+      }
+    }
+    // dst[rows x width] (pitch dld) <- host src (pitch sld), all in floats.
+    auto h2d = [&](RankWork& w, float* dst, int64_t dld, const float* src, int64_t sld, int64_t width, int64_t rows) {
+      return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(dst, size_t(dld) * kF, src, size_t(sld) * kF, size_t(width) * kF,
+                                                 size_t(rows), cudaMemcpyHostToDevice, w.lane->h2d()));
+    };
+    // Rank r's columns [k_begin, k_end) of A and rows of B, from the host.
+    auto slices_in = [&](RankWork& w, int r, float* a, float* b) -> Status {
+      const Shard& sh = spec.ranks[size_t(r)];
+      const int64_t ks = sh.k_end - sh.k_begin;
+      SGEMM_RETURN_IF_ERROR(h2d(w, a, pad4(ks), job->a + sh.k_begin, s.k, ks, s.m));
+      return h2d(w, b, ldb, job->b + sh.k_begin * s.n, s.n, s.n, ks);
+    };
+    // Zeroed partials (the padding rows reduce to zero; rank 0's hold C for
+    // beta), then the slices: every local rank its own, rank 0 the remote ones.
+    for (auto& w : works) {
+      SGEMM_RETURN_IF_ERROR(timed(w, w.in, w.lane->h2d(), [&]() -> Status {
+        SGEMM_CUDA_TRY(cudaMemsetAsync(w.c.floats(), 0, size_t(padded_rows * ldc) * kF, w.lane->h2d()));
+        if (!root) return Status::Ok();
+        SGEMM_RETURN_IF_ERROR(slices_in(w, w.rank, w.a.floats(), w.b.floats()));
+        if (w.rank != 0) return Status::Ok();
+        if (spec.has_c) SGEMM_RETURN_IF_ERROR(h2d(w, w.c.floats(), ldc, job->c, s.n, s.n, s.m));
+        for (int r = nlocal; r < nranks; ++r)
+          SGEMM_RETURN_IF_ERROR(
+              slices_in(w, r, w.a_remote.floats() + a_off[size_t(r)], w.b_remote.floats() + b_off[size_t(r)]));
+        return Status::Ok();
+      }));
+    }
+    for (auto& w : works) SGEMM_RETURN_IF_ERROR(after(w, w.lane->comm(), w.lane->h2d()));
+    // Group 1: the remote ranks' slices of A and B from rank 0.
+    SGEMM_ASSIGN_OR_RETURN(std::vector<Span> spans, begin_spans(works));
+    Group group1;
+    SGEMM_RETURN_IF_ERROR(group1.start());
+    for (size_t i = 0; i < works.size(); ++i) {
+      RankWork& w = works[i];
+      ncclComm_t c = comm_->comm(int(i));
+      cudaStream_t st = w.lane->comm();
+      if (w.rank == 0) {
+        for (int r = nlocal; r < nranks; ++r) {
+          SGEMM_NCCL_TRY(
+              ncclSend(w.a_remote.floats() + a_off[size_t(r)], size_t(s.m * pad4(slice(r))), ncclFloat, r, c, st));
+          SGEMM_NCCL_TRY(ncclSend(w.b_remote.floats() + b_off[size_t(r)], size_t(slice(r) * ldb), ncclFloat, r, c, st));
+        }
+      } else if (!root) {
+        SGEMM_NCCL_TRY(ncclRecv(w.a.floats(), size_t(s.m * pad4(slice(w.rank))), ncclFloat, 0, c, st));
+        SGEMM_NCCL_TRY(ncclRecv(w.b.floats(), size_t(slice(w.rank) * ldb), ncclFloat, 0, c, st));
+      }
+    }
+    SGEMM_RETURN_IF_ERROR(end_group(group1));
+    SGEMM_RETURN_IF_ERROR(end_spans(works, spans));
+    // Kernels: every rank its partial over all m rows; beta * C once, on rank 0.
+    for (auto& w : works) {
+      SGEMM_RETURN_IF_ERROR(after(w, w.lane->compute(), w.lane->comm()));
+      const float beta = w.rank == 0 && spec.has_c ? spec.beta : 0.0f;
+      SGEMM_RETURN_IF_ERROR(
+          timed(w, w.kernel, w.lane->compute(), [&] { return gemm(w, spec, s.m, slice(w.rank), beta); }));
+    }
+    // Group 2: the partials summed, rank r keeping block r (in place).
+    for (auto& w : works) SGEMM_RETURN_IF_ERROR(after(w, w.lane->comm(), w.lane->compute()));
+    SGEMM_ASSIGN_OR_RETURN(spans, begin_spans(works));
+    Group group2;
+    SGEMM_RETURN_IF_ERROR(group2.start());
+    for (size_t i = 0; i < works.size(); ++i) {
+      RankWork& w = works[i];
+      const size_t count = size_t(block * ldc);
+      SGEMM_NCCL_TRY(ncclReduceScatter(w.c.floats(), w.c.floats() + size_t(w.rank) * count, count, ncclFloat, ncclSum,
+                                       comm_->comm(int(i)), w.lane->comm()));
+    }
+    SGEMM_RETURN_IF_ERROR(end_group(group2));
+    SGEMM_RETURN_IF_ERROR(end_spans(works, spans));
+    // Group 3: the remote ranks' blocks to rank 0, into the same rows of its partials.
+    SGEMM_ASSIGN_OR_RETURN(spans, begin_spans(works));
+    Group group3;
+    SGEMM_RETURN_IF_ERROR(group3.start());
+    for (size_t i = 0; i < works.size(); ++i) {
+      RankWork& w = works[i];
+      ncclComm_t c = comm_->comm(int(i));
+      cudaStream_t st = w.lane->comm();
+      if (w.rank == 0) {
+        for (int r = nlocal; r < nranks; ++r)
+          if (block_rows(r) > 0)
+            SGEMM_NCCL_TRY(ncclRecv(w.c.floats() + r * block * ldc, size_t(block_rows(r) * ldc), ncclFloat, r, c, st));
+      } else if (!root && block_rows(w.rank) > 0) {
+        SGEMM_NCCL_TRY(
+            ncclSend(w.c.floats() + w.rank * block * ldc, size_t(block_rows(w.rank) * ldc), ncclFloat, 0, c, st));
+      }
+    }
+    SGEMM_RETURN_IF_ERROR(end_group(group3));
+    SGEMM_RETURN_IF_ERROR(end_spans(works, spans));
+    if (!root) return Status::Ok();
+    // Device -> host: every local rank its block, rank 0 the remote blocks too.
+    auto d2h = [&](RankWork& w, int64_t row0, int64_t rows) {
+      if (rows <= 0) return Status::Ok();
+      return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(job->c + row0 * s.n, size_t(s.n) * kF, w.c.floats() + row0 * ldc,
+                                                 size_t(ldc) * kF, size_t(s.n) * kF, size_t(rows),
+                                                 cudaMemcpyDeviceToHost, w.lane->d2h()));
+    };
+    for (auto& w : works) {
+      SGEMM_RETURN_IF_ERROR(after(w, w.lane->d2h(), w.lane->comm()));
+      SGEMM_RETURN_IF_ERROR(timed(w, w.out, w.lane->d2h(), [&]() -> Status {
+        SGEMM_RETURN_IF_ERROR(d2h(w, w.rank * block, block_rows(w.rank)));
+        if (w.rank == 0) SGEMM_RETURN_IF_ERROR(d2h(w, nlocal * block, s.m - std::min(s.m, nlocal * block)));
         return Status::Ok();
       }));
     }
@@ -436,7 +616,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
       SGEMM_RETURN_IF_ERROR(sum(w.comm, &w.timing.reduce_ms));
       SGEMM_RETURN_IF_ERROR(sum(w.out, &w.timing.copy_out_ms));
       if (spec.kind == ClusterJobKind::kProbe && w.rank == 0) out->elapsed_ms = w.timing.reduce_ms;
-      if (spec.kind == ClusterJobKind::kRows) out->timings.push_back(w.timing);
+      if (spec.kind != ClusterJobKind::kProbe) out->timings.push_back(w.timing);
     }
     return Status::Ok();
   }

@@ -66,8 +66,9 @@ class ClusterControl : public ::testing::Test {
     return *planes_.back();
   }
 
-  // A job over the cluster's ranks, rows split evenly; checked against fp64.
-  StatusOr<ClusterRunResult> multiply(const ClusterView& view, GemmShape s, bool has_c, uint64_t seed) {
+  // A job over the cluster's ranks, rows (or K) split evenly; checked against fp64.
+  StatusOr<ClusterRunResult> multiply(const ClusterView& view, GemmShape s, bool has_c, uint64_t seed,
+                                      ClusterJobKind kind = ClusterJobKind::kRows) {
     std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n)), c0;
     fill_random(a, seed);
     fill_random(b, seed + 1);
@@ -78,8 +79,11 @@ class ClusterControl : public ::testing::Test {
     spec.alpha = 1.5f;
     spec.beta = has_c ? -0.5f : 0.0f;
     spec.has_c = has_c;
+    spec.kind = kind;
     const int p = int(view.ranks.size());
-    for (int r = 0; r < p; ++r) spec.ranks.push_back(Shard{r, s.m * r / p, s.m * (r + 1) / p, 0, s.k});
+    for (int r = 0; r < p; ++r)
+      spec.ranks.push_back(kind == ClusterJobKind::kK ? Shard{r, 0, s.m, s.k * r / p, s.k * (r + 1) / p}
+                                                      : Shard{r, s.m * r / p, s.m * (r + 1) / p, 0, s.k});
     GemmJob job;
     job.request.shape = s;
     job.a = a.data();
@@ -173,6 +177,34 @@ TEST_F(ClusterControl, JobsReachEveryRankAndTimingsCarryTheHost) {
     EXPECT_EQ(a.jobs()[i].job_id, b.jobs()[i].job_id);
     EXPECT_EQ(a.jobs()[i].job_id, root_plane_->jobs()[i].job_id);
     EXPECT_EQ(a.jobs()[i].ranks, root_plane_->jobs()[i].ranks);
+  }
+}
+
+TEST_F(ClusterControl, KSplitJobsCarryTheirKSlicesToEveryRank) {
+  FakePlane& a = add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  FakePlane& b = add_member("host-b", 2);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  StatusOr<ClusterView> v = prepare();
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  for (GemmShape s : {GemmShape{67, 33, 41}, GemmShape{5, 3, 2049}}) {
+    for (bool has_c : {false, true}) {
+      StatusOr<ClusterRunResult> r = multiply(*v, s, has_c, uint64_t(s.k * 3 + has_c), ClusterJobKind::kK);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      ASSERT_EQ(r->timings.size(), 4u);
+      EXPECT_EQ(r->timings[2].host, "host-b");
+      for (int i = 0; i < 4; ++i) {  // the members' K slices come back in their timings
+        EXPECT_EQ(r->timings[size_t(i)].shard.k_begin, s.k * i / 4);
+        EXPECT_EQ(r->timings[size_t(i)].shard.k_end, s.k * (i + 1) / 4);
+      }
+    }
+  }
+  // The job kind and the K slices crossed the wire (the probe is job 0).
+  ASSERT_TRUE(eventually([&] { return a.jobs().size() == 5 && b.jobs().size() == 5; }));
+  for (size_t i = 1; i < 5; ++i) {
+    EXPECT_EQ(a.jobs()[i].kind, ClusterJobKind::kK);
+    EXPECT_EQ(a.jobs()[i].ranks, root_plane_->jobs()[i].ranks);
+    EXPECT_EQ(b.jobs()[i].ranks, root_plane_->jobs()[i].ranks);
   }
 }
 
@@ -343,6 +375,80 @@ TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
   member.stop();
   always.shutdown();
   server->Shutdown(std::chrono::system_clock::now() + 1s);
+}
+
+TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayLocalOtherwise) {
+  ClusterOptions o = opts("coordinator");
+  o.always = true;
+  ClusterCoordinator always(*root_plane_, o);
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&always);
+  auto server = b.BuildAndStart();
+  ASSERT_TRUE(server);
+  FakePlane plane(fabric_, 1, "host-a");
+  ClusterMember member(plane, "127.0.0.1:" + std::to_string(port), opts("host-a"));
+  member.start();
+  ASSERT_TRUE(eventually([&] { return always.member_count() == 1; }));
+  auto local = std::make_unique<LocalEngine>();
+  LocalEngine* local_ptr = local.get();
+  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), always);
+  const GemmShape s{21, 13, 301};  // small m x n, long K, nothing a multiple of anything
+  std::vector<float> a(size_t(s.m * s.k)), bm(size_t(s.k * s.n)), c(size_t(s.m * s.n)), c0;
+  fill_random(a, 7);
+  fill_random(bm, 8);
+  fill_random(c, 9);
+  c0 = c;
+  GemmJob job;
+  job.request.shape = s;
+  job.request.alpha = -1.25f;
+  job.request.beta = 0.75f;
+  job.request.has_c = true;
+  job.request.options.split = SplitMode::kK;
+  job.a = a.data();
+  job.b = bm.data();
+  job.c = c.data();
+  StatusOr<GemmReport> r = engine->run(job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(local_ptr->runs, 0);
+  EXPECT_EQ(r->split, SplitMode::kK);
+  EXPECT_NE(r->plan_reason.find("cluster K split: 2 GPUs on 2 hosts (requested)"), std::string::npos) << r->plan_reason;
+  ASSERT_EQ(r->devices.size(), 2u);
+  EXPECT_EQ(r->devices[0].host, "coordinator");
+  EXPECT_EQ(r->devices[1].host, "host-a");
+  EXPECT_EQ(r->devices[0].shard.k_begin, 0);
+  EXPECT_EQ(r->devices[0].shard.k_end, r->devices[1].shard.k_begin);
+  EXPECT_EQ(r->devices[1].shard.k_end, s.k);
+  const VerifyResult v = verify_gemm(s.m, s.n, s.k, -1.25f, a.data(), bm.data(), 0.75f, c0.data(), c.data());
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+  ASSERT_FALSE(plane.jobs().empty());
+  EXPECT_EQ(plane.jobs().back().kind, ClusterJobKind::kK);
+  member.stop();
+  always.shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
+}
+
+TEST_F(ClusterControl, ASmallSplitKRequestStaysLocalWithTheClusterKSplitInItsReason) {
+  auto local = std::make_unique<LocalEngine>();
+  LocalEngine* local_ptr = local.get();
+  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), *coord_);
+  add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  const GemmShape s{32, 24, 400};
+  std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n));
+  GemmJob job;
+  job.request.shape = s;
+  job.request.options.split = SplitMode::kK;
+  job.a = a.data();
+  job.b = b.data();
+  job.c = c.data();
+  StatusOr<GemmReport> r = engine->run(job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(local_ptr->runs, 1);
+  EXPECT_EQ(r->split, SplitMode::kK);  // the local engine ran the split it was asked for
+  EXPECT_NE(r->plan_reason.find("cluster K split: 2 GPUs on 2 hosts"), std::string::npos) << r->plan_reason;
+  EXPECT_EQ(r->plan_reason.find("cluster rows"), std::string::npos) << r->plan_reason;
 }
 
 }  // namespace

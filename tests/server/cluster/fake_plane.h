@@ -2,8 +2,9 @@
 // planes of one test share a FakeFabric that stands in for the NCCL network.
 // Each rank computes its own rows of C (in fp32, on the CPU) from the root's
 // host matrices; the root waits for every rank's rows as it would for the
-// shards coming back. A plane told to hang waits, like a rank in a collective
-// whose peer died, until its abort token is cancelled.
+// shards coming back. A K-split job: each rank adds its partial product (its
+// slice of K) into the fabric's sum, and the root writes alpha * sum + beta * C. A plane told to hang waits, like a
+// rank in a collective whose peer died, until its abort token is cancelled.
 #pragma once
 
 #include <chrono>
@@ -24,6 +25,7 @@ struct FakeFabric {
   const GemmJob* job = nullptr;  // guarded by mu: the root's job under way
   ClusterJobSpec spec;           // guarded by mu
   std::set<int> ranks_done;      // guarded by mu
+  std::vector<float> k_sum;      // guarded by mu: a K-split job's partials, summed
   int ids = 0;
 };
 
@@ -65,6 +67,7 @@ class FakePlane final : public ClusterDataPlane {
       fabric_.job = &job;
       fabric_.spec = spec;
       fabric_.ranks_done.clear();
+      if (spec.kind == ClusterJobKind::kK) fabric_.k_sum.assign(size_t(spec.shape.m * spec.shape.n), 0.0f);
       fabric_.cv.notify_all();
     }
     SGEMM_RETURN_IF_ERROR(compute_mine(spec, abort, &r));
@@ -76,6 +79,9 @@ class FakePlane final : public ClusterDataPlane {
       }
       fabric_.cv.wait_for(lock, std::chrono::milliseconds(5));
     }
+    if (spec.kind == ClusterJobKind::kK)
+      for (size_t i = 0; i < fabric_.k_sum.size(); ++i)
+        job.c[i] = spec.alpha * fabric_.k_sum[i] + (spec.has_c ? spec.beta * job.c[i] : 0.0f);
     fabric_.job = nullptr;
     return r;
   }
@@ -146,7 +152,15 @@ class FakePlane final : public ClusterDataPlane {
     const auto& s = spec.shape;
     for (int rank = first; rank < first + gpus_; ++rank) {
       const Shard& sh = spec.ranks[size_t(rank)];
-      for (int64_t i = sh.row_begin; i < sh.row_end; ++i)
+      if (spec.kind == ClusterJobKind::kK) {
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t j = 0; j < s.n; ++j) {
+            float acc = 0;
+            for (int64_t p = sh.k_begin; p < sh.k_end; ++p) acc += job.a[i * s.k + p] * job.b[p * s.n + j];
+            fabric_.k_sum[size_t(i * s.n + j)] += acc;
+          }
+      }
+      for (int64_t i = sh.row_begin; spec.kind == ClusterJobKind::kRows && i < sh.row_end; ++i)
         for (int64_t j = 0; j < s.n; ++j) {
           float acc = 0;
           for (int64_t p = 0; p < s.k; ++p) acc += job.a[i * s.k + p] * job.b[p * s.n + j];

@@ -1,5 +1,6 @@
-// The cluster row split's plan: every row once, one shard per rank, the link
-// between hosts decides whether a product leaves the coordinator.
+// The cluster plans: the row split's every row once and the K split's every
+// element of K once, one shard per rank; the link between hosts decides
+// whether a product leaves the coordinator, and which split it takes.
 #include "server/planner/cluster_plan.h"
 
 #include <gtest/gtest.h>
@@ -54,6 +55,80 @@ TEST(ClusterPlan, NoMemberOrNoMeasuredLinkStaysLocal) {
   for (auto& r : one.ranks) r.host = 0;  // four GPUs, all on the coordinator
   EXPECT_FALSE(make_cluster_plan(one).use_cluster);
   EXPECT_FALSE(make_cluster_plan(four_hosts(GemmShape{8192, 8192, 8192}, 0.0, 1e9)).use_cluster);
+}
+
+TEST(ClusterPlan, KSplitSlicesCoverKOnceInRankOrderWithEveryRow) {
+  for (GemmShape s :
+       {GemmShape{1025, 777, 3001}, GemmShape{4096, 4096, 262144}, GemmShape{3, 5, 7}, GemmShape{17, 9, 4}}) {
+    const std::vector<Shard> k = cluster_k_shards(four_hosts(s, 3.0, 1e9), PlannerOptions{});
+    ASSERT_EQ(k.size(), 4u) << s.k;
+    int64_t next = 0;
+    for (size_t i = 0; i < k.size(); ++i) {
+      EXPECT_EQ(k[i].device, int(i));
+      EXPECT_EQ(k[i].row_begin, 0);
+      EXPECT_EQ(k[i].row_end, s.m);
+      EXPECT_EQ(k[i].k_begin, next);
+      EXPECT_GT(k[i].k_end, k[i].k_begin);  // every rank a non-empty slice
+      next = k[i].k_end;
+    }
+    EXPECT_EQ(next, s.k);
+  }
+  // Fewer elements of K than ranks: no K split.
+  EXPECT_TRUE(cluster_k_shards(four_hosts(GemmShape{64, 64, 3}, 3.0, 1e9), PlannerOptions{}).empty());
+}
+
+TEST(ClusterPlan, SmallOutputWithLongKTakesTheKSplitLargeSquareTakesRows) {
+  // 256 x 1024 x 1M over a fast link: the row split broadcasts all 4 GiB of B
+  // and leaves each rank 64 rows (a thin, slow kernel); the K split sends each
+  // remote rank a quarter of A and B, runs all 256 rows, reduces 1 MiB of C.
+  const ClusterPlan k = make_cluster_plan(four_hosts(GemmShape{256, 1024, 1 << 20}, 300.0, 1e9));
+  EXPECT_TRUE(k.use_cluster);
+  EXPECT_EQ(k.split, SplitMode::kK);
+  EXPECT_EQ(k.shards.back().k_end, int64_t(1) << 20);
+  EXPECT_NE(k.reason.find("cluster K split: 4 GPUs on 4 hosts"), std::string::npos) << k.reason;
+  EXPECT_NE(k.reason.find("vs cluster rows"), std::string::npos) << k.reason;
+  // A square product: the K split's m x n partials cross the network; rows win.
+  const ClusterPlan rows = make_cluster_plan(four_hosts(GemmShape{32768, 32768, 32768}, 300.0, 1e9));
+  EXPECT_EQ(rows.split, SplitMode::kRows);
+  EXPECT_NE(rows.reason.find("vs cluster K split"), std::string::npos) << rows.reason;
+  // The K split costs what it moves: more network time for a slower link.
+  const GemmShape s{1024, 1024, 1 << 20};
+  const auto slow = four_hosts(s, 5.0, 1e9), fast = four_hosts(s, 300.0, 1e9);
+  const auto shards = cluster_k_shards(fast, PlannerOptions{});
+  EXPECT_LT(estimate_cluster_k_ms(fast, shards, PlannerOptions{}),
+            estimate_cluster_k_ms(slow, shards, PlannerOptions{}));
+  // Over sockets (~6 GB/s) the slices of A and B cost more than one GPU's whole product.
+  const double one_gpu = 2.0 * 1024 * 1024 * double(1 << 20) / 47e12 * 1e3 + 8.0 * 1024 * (1 << 20) / 54e9 * 1e3;
+  EXPECT_FALSE(make_cluster_plan(four_hosts(s, 6.0, one_gpu)).use_cluster);
+}
+
+TEST(ClusterPlan, SplitKRequestsGetTheKSplitOrStayLocal) {
+  auto r = four_hosts(GemmShape{32768, 32768, 32768}, 300.0, 1e9);
+  r.split = SplitMode::kK;  // rows would be cheaper, but the request named K
+  ClusterPlan p = make_cluster_plan(r);
+  EXPECT_TRUE(p.use_cluster);
+  EXPECT_EQ(p.split, SplitMode::kK);
+  EXPECT_EQ(p.reason.find("vs cluster rows"), std::string::npos) << p.reason;
+  // Forced, with a slice for every rank.
+  auto f = four_hosts(GemmShape{33, 17, 9}, 300.0, 0.01);
+  f.split = SplitMode::kK;
+  f.forced = true;
+  p = make_cluster_plan(f);
+  EXPECT_TRUE(p.use_cluster);
+  EXPECT_EQ(p.split, SplitMode::kK);
+  ASSERT_EQ(p.shards.size(), 4u);
+  EXPECT_EQ(p.shards.back().k_end, 9);
+  // K shorter than the rank count: not over the cluster, even forced.
+  f.shape.k = 3;
+  p = make_cluster_plan(f);
+  EXPECT_FALSE(p.use_cluster);
+  EXPECT_NE(p.reason.find("fewer elements"), std::string::npos) << p.reason;
+  // A request that names rows gets the row split even where K would be cheaper.
+  auto rows = four_hosts(GemmShape{256, 1024, 1 << 20}, 300.0, 1e9);
+  rows.split = SplitMode::kRows;
+  p = make_cluster_plan(rows);
+  EXPECT_EQ(p.split, SplitMode::kRows);
+  EXPECT_EQ(p.reason.find("K split"), std::string::npos) << p.reason;
 }
 
 TEST(ClusterPlan, EstimateGrowsWithSlowerNetwork) {
