@@ -569,11 +569,10 @@ class GrpcClient final : public Client {
     // A request naming an operand by handle (a resident matrix) sends the
     // others on one stream, and never the named one.
     const bool handles = !opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty();
-    const StripePlan plan =
-        regions ? StripePlan{1, 0, {{}}}
-                : plan_stripes(shape, c != nullptr,
-                               handles ? 1 : stripes_for(shape, c != nullptr, options_.connections),
-                               options_.chunk_bytes);
+    const StripePlan plan = regions ? StripePlan{1, 0, {{}}}
+                                    : plan_stripes(shape, c != nullptr,
+                                                   handles ? 1 : stripes_for(shape, c != nullptr, options_.connections),
+                                                   options_.chunk_bytes);
     auto inputs_of = [&](int stripe) {
       std::vector<MultiplyStream::Input> inputs;
       for (const StripeRange& r : plan.per_stripe[std::size_t(stripe)]) {
