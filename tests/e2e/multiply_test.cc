@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <thread>
 
@@ -83,11 +84,11 @@ TEST_F(MultiplyE2E, LargeProductTravelsInManyChunks) {
   ClientOptions opt;
   opt.chunk_bytes = 1 << 20;  // A and B are 16 MiB each: 16 chunks apiece, C comes back in 16
   auto client = Client::connect(server_->address(), opt);
-  int64_t chunks = 0;
+  std::atomic<int64_t> chunks{0};  // 48 MiB of payload: several connections, on_chunk on several threads
   MultiplyOptions mopt;
   mopt.on_chunk = [&](int64_t, int64_t) { ++chunks; };
   multiply_and_verify(*client, {{2048, 2048, 2048}, 1.0f, 0.0f, false}, mopt);
-  EXPECT_GE(chunks, 16);
+  EXPECT_GE(chunks.load(), 16);
 }
 
 TEST_F(MultiplyE2E, AlphaBetaVariantsWithAndWithoutC) {
