@@ -290,14 +290,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
     }
     for (auto& w : works) SGEMM_RETURN_IF_ERROR(after(w, w.lane->comm(), w.lane->h2d()));
     // Group 1: B from rank 0 to everyone; rows of A (and C) from rank 0 to the remote ranks.
-    std::vector<Span> spans(works.size());
-    for (size_t i = 0; i < works.size(); ++i) {
-      RankWork& w = works[i];
-      SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
-      SGEMM_ASSIGN_OR_RETURN(spans[i].begin, w.lane->next_event());
-      SGEMM_ASSIGN_OR_RETURN(spans[i].end, w.lane->next_event());
-      SGEMM_CUDA_TRY(cudaEventRecord(spans[i].begin, w.lane->comm()));
-    }
+    SGEMM_ASSIGN_OR_RETURN(std::vector<Span> spans, begin_spans(works));
     Group group1;
     SGEMM_RETURN_IF_ERROR(group1.start());
     for (size_t i = 0; i < works.size(); ++i) {
@@ -322,12 +315,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
       }
     }
     SGEMM_RETURN_IF_ERROR(end_group(group1));
-    for (size_t i = 0; i < works.size(); ++i) {
-      RankWork& w = works[i];
-      SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
-      SGEMM_CUDA_TRY(cudaEventRecord(spans[i].end, w.lane->comm()));
-      w.comm.push_back(spans[i]);
-    }
+    SGEMM_RETURN_IF_ERROR(end_spans(works, spans));
     // Kernels: each rank its rows.
     for (auto& w : works) {
       if (w.shard.row_end <= w.shard.row_begin) continue;
@@ -338,13 +326,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
     }
     // Group 2: rows of C from the remote ranks back to rank 0.
     for (auto& w : works) SGEMM_RETURN_IF_ERROR(after(w, w.lane->comm(), w.lane->compute()));
-    for (size_t i = 0; i < works.size(); ++i) {
-      RankWork& w = works[i];
-      SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
-      SGEMM_ASSIGN_OR_RETURN(spans[i].begin, w.lane->next_event());
-      SGEMM_ASSIGN_OR_RETURN(spans[i].end, w.lane->next_event());
-      SGEMM_CUDA_TRY(cudaEventRecord(spans[i].begin, w.lane->comm()));
-    }
+    SGEMM_ASSIGN_OR_RETURN(spans, begin_spans(works));
     Group group2;
     SGEMM_RETURN_IF_ERROR(group2.start());
     for (size_t i = 0; i < works.size(); ++i) {
@@ -365,12 +347,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
       }
     }
     SGEMM_RETURN_IF_ERROR(end_group(group2));
-    for (size_t i = 0; i < works.size(); ++i) {
-      RankWork& w = works[i];
-      SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
-      SGEMM_CUDA_TRY(cudaEventRecord(spans[i].end, w.lane->comm()));
-      w.comm.push_back(spans[i]);
-    }
+    SGEMM_RETURN_IF_ERROR(end_spans(works, spans));
     if (!root) return Status::Ok();
     // Device -> host: every local rank its rows, rank 0 the remote rows too.
     auto d2h = [&](RankWork& w, float* dst, const float* src, int64_t rows) {
