@@ -89,10 +89,7 @@ class ClusterEngine final : public Engine {
         largest.k = std::max(largest.k, sh.k_end - sh.k_begin);
       }
       spec.kernel = choose_kernel(largest, info.default_kernel, info.kernels);
-      if (spec.kernel != info.default_kernel)
-        if (const KernelChoiceRow* row = find_kernel_choice(largest))
-          kernel_reason = "; kernel " + std::string(kernel_kind_name(spec.kernel)) + " for " + row->shape_class +
-                          " (measured table, server/planner/kernel_choice.cc)";
+      kernel_reason = kernel_choice_reason(largest, spec.kernel, info.default_kernel);
     }
     SGEMM_ASSIGN_OR_RETURN(ClusterRunResult res, coord_.run(spec, job));
     jobs.unlock();

@@ -73,4 +73,12 @@ KernelKind choose_kernel(const GemmShape& shape, KernelKind fallback, const std:
   return fallback;
 }
 
+std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, KernelKind fallback) {
+  if (chosen == fallback) return "";
+  const KernelChoiceRow* row = find_kernel_choice(shape);
+  if (!row) return "";
+  return "; kernel " + std::string(kernel_kind_name(chosen)) + " for " + row->shape_class +
+         " (measured table, server/planner/kernel_choice.cc)";
+}
+
 }  // namespace sgemm

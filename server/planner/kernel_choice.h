@@ -11,6 +11,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/gemm_types.h"
@@ -33,5 +34,9 @@ const KernelChoiceRow* find_kernel_choice(const GemmShape& shape);
 // The kernel for `shape`: the first matching row's kernel when `available`
 // has it, else `fallback` (the engine's configured default).
 KernelKind choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available);
+
+// What a plan's reason adds when the table, not the default, chose `chosen`
+// for `shape`: "; kernel K for CLASS (measured table, ...)"; "" otherwise.
+std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, KernelKind fallback);
 
 }  // namespace sgemm

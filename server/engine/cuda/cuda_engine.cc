@@ -195,10 +195,7 @@ class CudaEngine final : public Engine {
       return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
     report.split = plan.mode;
     report.plan_reason = plan.reason;
-    if (!r.options.kernel && kind != default_kind_)
-      if (const KernelChoiceRow* row = find_kernel_choice(r.shape))
-        report.plan_reason += "; kernel " + std::string(kernel_kind_name(kind)) + " for " + row->shape_class +
-                              " (measured table, server/planner/kernel_choice.cc)";
+    if (!r.options.kernel) report.plan_reason += kernel_choice_reason(r.shape, kind, default_kind_);
 
     JobSettings set;
     set.kind = kind;
