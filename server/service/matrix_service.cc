@@ -117,22 +117,9 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
   const int64_t bytes = rows_ * cols_ * int64_t(sizeof(float));
   if (const ResidentStore* store = shared_.engine.resident_store())
     SGEMM_RETURN_IF_ERROR(check_resident_quota(client_, *store, bytes));
-  // The resident budget first: a put that cannot be kept fails before any byte moves.
-  SGEMM_ASSIGN_OR_RETURN(
-      resident_bytes_,
-      shared_.engine.reserve_resident(bytes, "PutMatrix of " + std::to_string(rows_) + " x " + std::to_string(cols_) +
-                                                 " (" + std::to_string(bytes) + " bytes)"));
-  auto r = shared_.budget.try_reserve(bytes);
-  if (!r)
-    return ResourceExhausted("the host memory budget has no room for the matrix's " + std::to_string(bytes) +
-                             " bytes while it arrives (--host-memory-bytes " +
-                             std::to_string(shared_.budget.capacity()) + ", " +
-                             std::to_string(shared_.budget.in_use()) + " in use); retry later");
-  host_bytes_ = std::move(*r);
-  auto got = shared_.engine.host_allocator().allocate(std::size_t(bytes));
-  if (!got.ok()) return got.status().with_context("allocating the matrix");
-  buffer_ = std::make_shared<HostBuffer>(std::move(got).value());
+  // Memory comes with the data (reserve()): a header alone holds no budget and evicts nothing.
   if (!h.has_region()) return Status::Ok();
+  SGEMM_RETURN_IF_ERROR(reserve());
   // From a shared-memory region: one copy here, no chunk follows.
   if (!caller_.unix_socket || !shared_.regions) return regions_need_unix_socket("a PutMatrix naming a region");
   SGEMM_ASSIGN_OR_RETURN(auto region, shared_.regions->acquire(caller_, h.region().region()));
@@ -154,6 +141,27 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
   return Status::Ok();
 }
 
+// The matrix's room: the resident budget first (a put that cannot be kept
+// fails before the rest of it moves), then its host bytes while it arrives.
+Status PutMatrixCall::reserve() {
+  const int64_t bytes = rows_ * cols_ * int64_t(sizeof(float));
+  SGEMM_ASSIGN_OR_RETURN(
+      resident_bytes_,
+      shared_.engine.reserve_resident(bytes, "PutMatrix of " + std::to_string(rows_) + " x " + std::to_string(cols_) +
+                                                 " (" + std::to_string(bytes) + " bytes)"));
+  auto r = shared_.budget.try_reserve(bytes);
+  if (!r)
+    return ResourceExhausted("the host memory budget has no room for the matrix's " + std::to_string(bytes) +
+                             " bytes while it arrives (--host-memory-bytes " +
+                             std::to_string(shared_.budget.capacity()) + ", " +
+                             std::to_string(shared_.budget.in_use()) + " in use); retry later");
+  host_bytes_ = std::move(*r);
+  auto got = shared_.engine.host_allocator().allocate(std::size_t(bytes));
+  if (!got.ok()) return got.status().with_context("allocating the matrix");
+  buffer_ = std::make_shared<HostBuffer>(std::move(got).value());
+  return Status::Ok();
+}
+
 Status PutMatrixCall::on_chunk(const RequestMessage& chunk) {
   const int64_t limit = shared_.options.limits.max_chunk_bytes;
   if (chunk.data_bytes == 0 || chunk.data_bytes % sizeof(float) != 0 || int64_t(chunk.data_bytes) > limit)
@@ -168,6 +176,7 @@ Status PutMatrixCall::on_chunk(const RequestMessage& chunk) {
   if (count > rows_ * cols_ - received_)
     return InvalidArgument("PutMatrix chunk overruns the matrix: offset " + std::to_string(chunk.offset) + " + " +
                            std::to_string(count) + " values > " + std::to_string(rows_ * cols_) + " elements");
+  if (!buffer_) SGEMM_RETURN_IF_ERROR(reserve());  // the first chunk: a bad one costs nothing
   chunk.copy_data(buffer_->floats() + received_);
   received_ += count;
   return Status::Ok();

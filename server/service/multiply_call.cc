@@ -364,6 +364,7 @@ Status MultiplyCall::admit_memory(RequestMessage& msg, bool* parked) {
 Status MultiplyCall::reserve_or_wait(bool* waiting) {
   *waiting = false;
   if (reservation_.bytes() > 0) return Status::Ok();
+  SGEMM_RETURN_IF_ERROR(reserve_keep());
   if (memory_ticket_) {  // another stripe's chunk already queued the request for memory
     *waiting = true;
     return Status::Ok();

@@ -161,6 +161,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status ensure_buffer(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe);
   // Reserves the footprint, or queues for it (*waiting; memory_ticket_ set); shared by every stripe.
   Status reserve_or_wait(bool* waiting);
+  Status reserve_keep();  // keep_result's resident room, with the first data (or at once without upload)
   // What the other stripes of a request see when stripe `origin` failed with `status`.
   static Status seen_by_other_stripes(int origin, int stripes, const Status& status);
   void finish_stream(const Status& status);  // a failure of this stream itself (not the request's)

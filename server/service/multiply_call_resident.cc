@@ -47,16 +47,21 @@ Status MultiplyCall::bind_resident(const ResidentOperands& resident) {
   keep_ = resident.keep;
   keep_evictable_ = resident.keep_evictable;
   send_c_ = !resident.keep || resident.send_c;
-  if (keep_) {
-    // Room for the kept C now, before any byte moves: a request whose result
-    // could not be kept fails here, not after computing.
-    const int64_t bytes = s.m * s.n * int64_t(sizeof(float));
-    SGEMM_RETURN_IF_ERROR(check_resident_quota(client_, *store, bytes));
-    SGEMM_ASSIGN_OR_RETURN(
-        keep_bytes_,
-        shared_.engine.reserve_resident(bytes, "keep_result of a " + std::to_string(s.m) + " x " + std::to_string(s.n) +
-                                                   " C (" + std::to_string(bytes) + " bytes)"));
-  }
+  // The client's quota now; the room itself with the request's memory
+  // (reserve_keep), so a header alone holds no resident bytes and evicts nothing.
+  if (keep_) SGEMM_RETURN_IF_ERROR(check_resident_quota(client_, *store, s.m * s.n * int64_t(sizeof(float))));
+  return Status::Ok();
+}
+
+Status MultiplyCall::reserve_keep() {
+  if (!keep_ || keep_bytes_.bytes() > 0) return Status::Ok();
+  // Room for the kept C before the upload goes on: a request whose result
+  // could not be kept fails here, not after computing.
+  const GemmShape& s = header_.shape;
+  const int64_t bytes = s.m * s.n * int64_t(sizeof(float));
+  SGEMM_ASSIGN_OR_RETURN(keep_bytes_, shared_.engine.reserve_resident(bytes, "keep_result of a " + std::to_string(s.m) +
+                                                                                 " x " + std::to_string(s.n) + " C (" +
+                                                                                 std::to_string(bytes) + " bytes)"));
   return Status::Ok();
 }
 
@@ -64,6 +69,7 @@ Status MultiplyCall::start_if_nothing_to_send() {
   for (int i = 0; i < 3; ++i)
     if (resident_[i]) assembler_->mark_provided(static_cast<MatrixId>(i));
   if (!assembler_->complete()) return Status::Ok();  // chunks follow for the others
+  SGEMM_RETURN_IF_ERROR(reserve_keep());
   // No upload: C's memory now, or a refusal (nothing to wait with).
   auto r = shared_.budget.try_reserve(footprint_bytes_);
   if (!r)

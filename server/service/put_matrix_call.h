@@ -2,10 +2,11 @@
 // receives a matrix's chunks (or copies it from a shared-memory region) into
 // a host buffer and hands it to the engine as a new resident matrix.
 //
-//   header   check the shape, reserve the resident budget (evicting as the
-//            store allows: RESOURCE_EXHAUSTED here, before any byte moves)
-//            and the matrix's bytes of the host-memory budget, allocate
-//   chunks   each copied once, in order, into the buffer
+//   header   check the shape and the client's quota; nothing is reserved yet
+//   chunks   the first reserves the resident budget (evicting as the store
+//            allows: RESOURCE_EXHAUSTED here) and the matrix's bytes of the
+//            host-memory budget, and allocates (a region's header does so at
+//            once); each chunk is copied once, in order, into the buffer
 //   end      Engine::make_resident (the CUDA engine copies it to its GPU),
 //            the store names it, the response carries the handle
 //
@@ -49,6 +50,7 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  private:
   Status on_header(const sgemm::v1::PutMatrixHeader& h);
   Status on_chunk(const RequestMessage& chunk);
+  Status reserve();   // the matrix's resident and host room, and its buffer
   Status complete();  // the matrix is in: make it resident
   void finish(const Status& st);
 

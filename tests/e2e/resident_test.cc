@@ -10,6 +10,7 @@
 
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
@@ -408,6 +409,84 @@ TEST_F(ResidentBudgetE2E, EvictableMatricesGoLeastRecentlyUsedFirst) {
   EXPECT_EQ(client_->multiply({2, 64, 64}, a.data(), nullptr, nullptr, o).status().code(), StatusCode::kNotFound);
 }
 
+// Unfriendly callers: PutMatrix headers (one that fits only by evicting, and
+// ones at the size limit) and a keep_result Multiply header, none followed by
+// data. They reserve nothing and evict nothing; a normal request against the
+// resident matrices is served correctly meanwhile; --idle-timeout ends them.
+TEST(ResidentStallingE2E, HeadersWithoutDataHoldNoBudgetAndEvictNothing) {
+  constexpr int64_t kBytes = 64 * 64 * 4;
+  ServerProcess server(
+      {"--resident-bytes", std::to_string(3 * kBytes), "--idle-timeout", "2", "--log-lines-per-second", "0"});
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions co;
+  co.retry.max_attempts = 1;
+  auto client = Client::connect(server.tcp_address(), co);
+  auto info0 = client->info();
+  ASSERT_TRUE(info0.ok());
+  if (info0->backend == "cuda" && info0->devices.size() > 1) GTEST_SKIP() << "budget arithmetic assumes one location";
+  const auto b = random_matrix(64, 64, fresh_seed());
+  PutOptions po;
+  po.evictable = true;
+  std::vector<std::string> handles;
+  for (int i = 0; i < 3; ++i) {
+    auto r = client->put(64, 64, b.data(), po);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    handles.push_back(r->handle);
+  }
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
+  struct HeldPut {
+    grpc::ClientContext ctx;
+    v1::PutMatrixResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::PutMatrixRequest>> w;
+  };
+  std::vector<std::unique_ptr<HeldPut>> puts;
+  // One 64 x 64 (room only by evicting) and two at --max-matrix-elements.
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {64, 64}, {info0->max_matrix_elements, 1}, {info0->max_matrix_elements, 1}};
+  for (const auto& [rows, cols] : shapes) {
+    auto h = std::make_unique<HeldPut>();
+    h->w = stub->PutMatrix(&h->ctx, &h->resp);
+    v1::PutMatrixRequest req;
+    req.mutable_header()->set_rows(rows);
+    req.mutable_header()->set_cols(cols);
+    ASSERT_TRUE(h->w->Write(req));
+    puts.push_back(std::move(h));
+  }
+  // A Multiply header asking to keep a 64 x 64 C, its A never sent.
+  grpc::ClientContext mctx;
+  auto mstream = stub->Multiply(&mctx);
+  v1::MultiplyRequest mh;
+  mh.mutable_header()->set_m(64);
+  mh.mutable_header()->set_n(64);
+  mh.mutable_header()->set_k(64);
+  mh.mutable_header()->set_b_handle(handles[0]);
+  mh.mutable_header()->set_keep_result(true);
+  ASSERT_TRUE(mstream->Write(mh));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto held = client->info();
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->host_bytes_in_use, 0);
+  EXPECT_EQ(held->resident_bytes_in_use, 3 * kBytes);
+  EXPECT_EQ(held->resident_matrices, 3);
+  // Every matrix is still there and serves a normal request correctly.
+  const auto a = random_matrix(5, 64, fresh_seed());
+  for (const auto& h : handles) {
+    MultiplyOptions o;
+    o.b_handle = h;
+    auto r = client->multiply({5, 64, 64}, a.data(), nullptr, nullptr, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(verify_gemm(5, 64, 64, 1.0f, a.data(), b.data(), 0.0f, nullptr, r->c.data()).passed(kSgemmTolerance));
+  }
+  // --idle-timeout (2 s) ends the silent streams.
+  for (auto& h : puts) EXPECT_EQ(h->w->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(mstream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  auto after = client->info();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->host_bytes_in_use, 0);
+  EXPECT_EQ(after->resident_bytes_in_use, 3 * kBytes);
+  EXPECT_EQ(after->open_streams, 0);
+}
+
 TEST_F(ResidentBudgetE2E, AFullBudgetOfUnevictableMatricesRefusesPutsNamingTheNumbers) {
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(put(false).ok());
   auto r = put(false);
@@ -416,7 +495,7 @@ TEST_F(ResidentBudgetE2E, AFullBudgetOfUnevictableMatricesRefusesPutsNamingTheNu
   EXPECT_NE(msg.find("--resident-bytes"), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(3 * kBytes)), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(kBytes) + " bytes"), std::string::npos) << msg;
-  // keep_result needs room too: refused at the header, before any byte moves.
+  // keep_result needs room too: refused with the request's first data, before it computes.
   const auto a = random_matrix(64, 64, fresh_seed());
   MultiplyOptions o;
   o.keep_result = true;
