@@ -140,6 +140,10 @@ TEST(SgemmService, AnUnfinishedUploadHoldsNoComputeSlot) {
   ASSERT_TRUE(stalled->Write(header(16, 16, 16)));
   ASSERT_TRUE(stalled->Write(chunk(v1::MATRIX_B, 0, v.data(), 256)));
   ASSERT_TRUE(stalled->Write(chunk(v1::MATRIX_A, 0, v.data(), 128)));
+  // Write() returns once gRPC has the bytes: wait until the server has them
+  // too and has started the stalled request early on the one slot.
+  for (int i = 0; i < 500 && engine.early_starts.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   // Others complete meanwhile, one after another on the single slot.
   for (int i = 0; i < 3; ++i) {
     grpc::ClientContext ctx;
