@@ -102,15 +102,8 @@ ServerInfo info_of(const std::string& address) {
 
 // Polls until the server holds no request memory and has no stream open.
 void expect_all_freed(const std::string& address) {
-  ServerInfo i;
-  for (int t = 0; t < 500; ++t) {
-    i = info_of(address);
-    if (i.host_bytes_in_use == 0 && i.open_streams == 0 && i.in_flight == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(i.host_bytes_in_use, 0) << "request memory not freed";
-  EXPECT_EQ(i.open_streams, 0) << "streams still open";
-  EXPECT_EQ(i.in_flight, 0);
+  auto client = Client::connect(address);
+  testing::expect_released(*client);
 }
 
 int64_t rss_bytes(pid_t pid) {

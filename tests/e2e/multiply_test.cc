@@ -172,7 +172,7 @@ TEST_F(MultiplyE2E, EightClientsAtOnceAllCorrect) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
   auto client = Client::connect(server_->address());
-  EXPECT_EQ(testing::wait_for_no_held_bytes(*client), 0) << "request buffers leaked";
+  testing::expect_released(*client, "request buffers leaked");
 }
 
 TEST_F(MultiplyE2E, InfoReportsDevicesKernelsLimitsAndHealth) {

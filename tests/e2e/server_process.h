@@ -21,6 +21,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 extern char** environ;
@@ -121,21 +122,25 @@ class ServerProcess {
   int port_ = 0;
 };
 
-// Polls GetInfo until the server holds no request buffers (it frees them just
-// after answering), for up to `tries` x 10 ms; returns the last count seen.
+// Polls GetInfo until the server holds no request memory, has no Multiply
+// stream open and nothing in flight (a stream's reactor finishes just after its
+// client sees the status), for up to `tries` x 10 ms. Expects all three to reach
+// zero, naming `what` on failure, and returns the last info seen.
 template <typename ClientT>
-int64_t wait_for_no_held_bytes(ClientT& client, int tries = 300) {
-  int64_t held = -1;
-  for (int i = 0; i < tries && held != 0; ++i) {
+auto expect_released(ClientT& client, const char* what = "", int tries = 500) {
+  std::remove_cvref_t<decltype(*client.info())> last{};
+  for (int i = 0; i < tries; ++i) {
     auto info = client.info();
-    if (!info.ok()) {
-      fprintf(stderr, "info: %s\n", info.status().to_string().c_str());
-      return -1;
-    }
-    held = info->host_bytes_in_use;
-    if (held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(info.ok()) << info.status().to_string();
+    if (!info.ok()) return last;
+    last = *info;
+    if (last.host_bytes_in_use == 0 && last.open_streams == 0 && last.in_flight == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return held;
+  EXPECT_EQ(last.host_bytes_in_use, 0) << what << ": request memory still held";
+  EXPECT_EQ(last.open_streams, 0) << what << ": streams still open";
+  EXPECT_EQ(last.in_flight, 0) << what << ": requests still in flight";
+  return last;
 }
 
 struct CommandResult {

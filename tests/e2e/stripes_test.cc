@@ -28,21 +28,6 @@ using testing::ServerProcess;
 
 uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 
-// Waits until the server has no Multiply stream open and no request memory held.
-void expect_nothing_held(Client& client) {
-  int open = -1;
-  int64_t held = -1;
-  for (int i = 0; i < 500 && (open != 0 || held != 0); ++i) {
-    auto info = client.info();
-    ASSERT_TRUE(info.ok()) << info.status().to_string();
-    open = info->open_streams;
-    held = info->host_bytes_in_use;
-    if (open || held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(open, 0) << "Multiply streams still open";
-  EXPECT_EQ(held, 0) << "request memory still held";
-}
-
 void multiply_and_verify(Client& client, GemmShape s, bool with_c, int expect_stripes) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("shape " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " with_c " +
@@ -161,7 +146,7 @@ class StripesE2E : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(server_->running()) << server_->log(); }
   void TearDown() override {
     auto client = Client::connect(server_->tcp_address());
-    expect_nothing_held(*client);
+    testing::expect_released(*client);
   }
   static std::unique_ptr<Client> client(int connections, int64_t chunk_bytes = 4096) {
     ClientOptions o;
@@ -473,7 +458,7 @@ TEST(StripesLimitsE2E, StripesWaitForMemoryLikeAnyRequestAndThenComplete) {
   EXPECT_EQ(info->open_streams, 3);
   staller.ctx.TryCancel();
   request.join();
-  expect_nothing_held(*lib);
+  testing::expect_released(*lib);
   EXPECT_EQ(server.stop(), 0);
 }
 
@@ -493,13 +478,13 @@ TEST(StripesLimitsE2E, EveryStripeCountsAgainstTheOpenStreamCap) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
   EXPECT_NE(r.status().message().find("--max-open-streams"), std::string::npos) << r.status().to_string();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
-  expect_nothing_held(*lib);
+  testing::expect_released(*lib);
   // Two connections fit.
   ClientOptions two = o;
   two.connections = 2;
   auto lib2 = Client::connect(server.tcp_address(), two);
   multiply_and_verify(*lib2, s, true, 2);
-  expect_nothing_held(*lib2);
+  testing::expect_released(*lib2);
   EXPECT_EQ(server.stop(), 0);
 }
 
@@ -557,7 +542,7 @@ TEST_F(StripesAuthE2E, AnotherClientsStripeIsPermissionDeniedAndTheOwnersWorks) 
   o.chunk_bytes = 4096;
   auto lib = Client::connect(server_->tcp_address(), o);
   multiply_and_verify(*lib, {300, 40, 50}, true, 3);
-  expect_nothing_held(*lib);
+  testing::expect_released(*lib);
 }
 
 }  // namespace
