@@ -109,20 +109,34 @@ TEST(LifecycleE2E, SigtermFinishesTheRequestInFlightThenExitsZero) {
   h->set_n(3);
   h->set_k(3);
   ASSERT_TRUE(stream->Write(req));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the request is in flight
+  std::vector<float> ones(9, 1.0f);
+  auto chunk = [&](sgemm::v1::Matrix m) {
+    sgemm::v1::MultiplyRequest c;
+    c.mutable_chunk()->set_matrix(m);
+    c.mutable_chunk()->set_offset(0);
+    c.mutable_chunk()->set_data(std::string(reinterpret_cast<const char*>(ones.data()), 36));
+    return c;
+  };
+  ASSERT_TRUE(stream->Write(chunk(sgemm::v1::MATRIX_B)));
+  // The request is in flight once the server holds memory for it (a stream
+  // without its header yet would be ended at once by the shutdown).
+  {
+    auto probe = Client::connect(server.address());
+    int64_t held = 0;
+    for (int i = 0; i < 500 && held == 0; ++i) {
+      auto info = probe->info();
+      ASSERT_TRUE(info.ok()) << info.status().to_string();
+      held = info->host_bytes_in_use;
+      if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_GT(held, 0) << server.log();
+  }
   kill(server.pid(), SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // New requests are refused while the one in flight completes.
   auto refused = Client::connect(server.address())->info(std::chrono::milliseconds(2000));
   EXPECT_FALSE(refused.ok());
-  std::vector<float> ones(9, 1.0f);
-  for (auto m : {sgemm::v1::MATRIX_A, sgemm::v1::MATRIX_B}) {
-    sgemm::v1::MultiplyRequest c;
-    c.mutable_chunk()->set_matrix(m);
-    c.mutable_chunk()->set_offset(0);
-    c.mutable_chunk()->set_data(std::string(reinterpret_cast<const char*>(ones.data()), 36));
-    ASSERT_TRUE(stream->Write(c));
-  }
+  ASSERT_TRUE(stream->Write(chunk(sgemm::v1::MATRIX_A)));
   stream->WritesDone();
   sgemm::v1::MultiplyResponse resp;
   std::vector<float> c(9, 0.0f);
@@ -132,7 +146,8 @@ TEST(LifecycleE2E, SigtermFinishesTheRequestInFlightThenExitsZero) {
       std::memcpy(c.data() + resp.chunk().offset(), resp.chunk().data().data(), resp.chunk().data().size());
     summary |= resp.has_summary();
   }
-  ASSERT_TRUE(stream->Finish().ok());
+  const grpc::Status st = stream->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message() << "\n" << server.log();
   EXPECT_TRUE(summary);
   for (float v : c) EXPECT_FLOAT_EQ(v, 3.0f);
   int status = 0;
