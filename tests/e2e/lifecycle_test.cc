@@ -229,8 +229,9 @@ TEST(StallingClientsE2E, IdleTimeoutEndsSilentStalledAndNonReadingStreamsAndFree
   ASSERT_TRUE(no_reader.stream->Write(chunk_msg(v1::MATRIX_A, 0, 4096)));
   ASSERT_TRUE(no_reader.stream->Write(chunk_msg(v1::MATRIX_B, 0, 4096)));
   no_reader.stream->WritesDone();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_GT(info_of(addr).host_bytes_in_use, 0);
+  auto probe = Client::connect(addr);
+  EXPECT_GT(testing::info_when(*probe, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; }).host_bytes_in_use,
+            0);
   normal_request(addr);  // served meanwhile
   const auto t0 = Clock::now();
   for (HeldStream* h : {&silent, &header_only, &stalled}) {
@@ -290,9 +291,9 @@ TEST(MemoryBudgetE2E, OverTheBudgetIsRefusedNamingItAndOthersWaitWithinIt) {
     normal_request(addr, {512, 512, 512});
     second_done = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto probe = Client::connect(addr);
+  const ServerInfo waiting = testing::info_when(*probe, [](const ServerInfo& i) { return i.queued >= 1; });
   EXPECT_FALSE(second_done.load()) << "the second request did not wait for memory";
-  const ServerInfo waiting = info_of(addr);
   EXPECT_LE(waiting.host_bytes_in_use, budget);
   EXPECT_GE(waiting.queued, 1);
   ASSERT_TRUE(first.stream->Write(chunk_msg(v1::MATRIX_B, 0, 512 * 512, 2.0f)));
@@ -340,8 +341,8 @@ TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHol
     ASSERT_TRUE(h->stream->Write(header_msg(512, 512, 512)));
     ASSERT_TRUE(h->stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(info_of(addr).queued, 2);
+  auto probe = Client::connect(addr);
+  EXPECT_EQ(testing::info_when(*probe, [](const ServerInfo& i) { return i.queued >= 2; }).queued, 2);
   EXPECT_EQ(info_of(addr).host_bytes_in_use, 3 * 512 * 512 * 4) << "waiters must hold nothing";
   leaver.ctx->TryCancel();
   EXPECT_EQ(leaver.finish().error_code(), grpc::StatusCode::CANCELLED);

@@ -122,6 +122,23 @@ class ServerProcess {
   int port_ = 0;
 };
 
+// Polls GetInfo until `pred(info)` holds, for up to `tries` x 10 ms (a
+// request's messages reach the server some time after Write() returns, later
+// under load); returns the last info seen, for the caller's expectations.
+template <typename ClientT, typename Pred>
+auto info_when(ClientT& client, Pred pred, int tries = 500) {
+  std::remove_cvref_t<decltype(*client.info())> last{};
+  for (int i = 0; i < tries; ++i) {
+    auto info = client.info();
+    EXPECT_TRUE(info.ok()) << info.status().to_string();
+    if (!info.ok()) break;
+    last = *info;
+    if (pred(last)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return last;
+}
+
 // Polls GetInfo until the server holds no request memory, has no Multiply
 // stream open and nothing in flight (a stream's reactor finishes just after its
 // client sees the status), for up to `tries` x 10 ms. Expects all three to reach
