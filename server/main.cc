@@ -64,7 +64,12 @@ struct ServerOptions {
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
   double collective_timeout_s = 60;      // a split job's NCCL collectives must finish within this
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
-  std::string metrics_listen;            // Prometheus /metrics on this address:port; "" = none
+  // gRPC's own buffers (a grpc::ResourceQuota over every connection): gRPC
+  // 1.51 buffers a message whole before --max-message-bytes is checked, even
+  // one that never completes, and outside the memory budget; near this size it
+  // shrinks windows and closes the connections that hold the most. 0 = unlimited.
+  int64_t grpc_memory_bytes = int64_t{1} << 30;
+  std::string metrics_listen;  // Prometheus /metrics on this address:port; "" = none
   // Page-locked memory pinned at start-up for request buffers (cuda backend):
   // 4 GiB holds one 16384^3 request's A, B and C; 0 = pin buffers as they come.
   int64_t pinned_pool_bytes = int64_t(4) << 30;
@@ -178,6 +183,11 @@ int main(int argc, char** argv) {
                  "most streams (connections) one Multiply request may spread over (GemmHeader.stripes); each "
                  "counts against --max-open-streams")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--grpc-memory-bytes", opt.grpc_memory_bytes,
+                 "memory gRPC may buffer, all connections together (unfinished messages included); near it, "
+                 "gRPC closes the connections holding the most (0 = unlimited; docs/lifecycle.md)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-streams-per-connection", opt.max_streams_per_connection,
                  "concurrent HTTP/2 streams one connection may open")
@@ -425,6 +435,11 @@ int main(int argc, char** argv) {
     builder.AddChannelArgument(kv.substr(0, eq), std::stoi(kv.substr(eq + 1)));
   }
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
+  grpc::ResourceQuota quota("sgemm-server");
+  if (opt.grpc_memory_bytes > 0) {
+    quota.Resize(std::size_t(opt.grpc_memory_bytes));
+    builder.SetResourceQuota(quota);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || std::count(ports.begin(), ports.end(), 0) > 0) {
     log->error("cannot listen on {}", fmt::format("{}", fmt::join(tcp, ", ")));
