@@ -14,6 +14,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -60,6 +61,7 @@ struct ServerOptions {
   std::string auth_tokens;               // --auth-tokens: JSON file of bearer tokens and quotas; "" = no tokens
   int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
   double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
+  double connection_idle_s = 300;        // a connection with no call open this long is closed (GOAWAY); 0 = never
   double feed_wait_budget_s = 1;         // --feed-wait-budget, into service.feed_wait_budget
   double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
   double collective_timeout_s = 60;      // a split job's NCCL collectives must finish within this
@@ -102,6 +104,20 @@ sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
     }
   }
   return sgemm::Status::Ok();
+}
+
+// Raises the soft limit on open files to the hard limit: every connection is
+// a descriptor, and Debian's default soft limit (1024) is below
+// --max-open-streams. Returns {before, after}.
+std::pair<rlim_t, rlim_t> raise_open_files_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return {0, 0};
+  const rlim_t before = r.rlim_cur;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) return {before, before};
+  }
+  return {before, r.rlim_cur};
 }
 
 }  // namespace
@@ -165,6 +181,11 @@ int main(int argc, char** argv) {
   app.add_option("--idle-timeout", opt.idle_timeout_s,
                  "seconds a stream may make no progress (client silent or not reading) before it is ended")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--connection-idle-timeout", opt.connection_idle_s,
+                 "seconds a connection may carry no call before the server closes it (clients reconnect at their "
+                 "next call; 0 = never)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--feed-wait-budget", opt.feed_wait_budget_s,
                  "seconds the engine may wait, in all, for A after it started computing during the upload; "
@@ -275,6 +296,8 @@ int main(int argc, char** argv) {
   log->set_level(spdlog::level::from_str(opt.log_level));
   log->flush_on(spdlog::level::info);
   spdlog::set_default_logger(log);
+  if (const auto [before, after] = raise_open_files_limit(); after != before)
+    log->info("open files: soft limit raised from {} to {} (every connection is a descriptor)", before, after);
 
   sgemm::EngineOptions eopt;
   sgemm::parse_backend_choice(opt.backend, &eopt.backend);
@@ -435,6 +458,8 @@ int main(int argc, char** argv) {
     builder.AddChannelArgument(kv.substr(0, eq), std::stoi(kv.substr(eq + 1)));
   }
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
+  if (opt.connection_idle_s > 0)
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, int(std::min(opt.connection_idle_s * 1000, 2e9)));
   grpc::ResourceQuota quota("sgemm-server");
   if (opt.grpc_memory_bytes > 0) {
     quota.Resize(std::size_t(opt.grpc_memory_bytes));

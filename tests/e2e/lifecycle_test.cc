@@ -364,6 +364,63 @@ TEST(StallingClientsE2E, UnfinishedLargeMessagesAreBoundedByTheGrpcMemoryQuota) 
   EXPECT_EQ(server.stop(), 0);
 }
 
+int open_fds(pid_t pid) {
+  return int(std::distance(std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"),
+                           std::filesystem::directory_iterator{}));
+}
+
+// Connections that carry no call: 200 TCP connections that never speak and
+// 200 gRPC connections that make no call. They cost a file descriptor and a
+// little memory each, a normal request is served meanwhile, and
+// --connection-idle-timeout closes them all.
+TEST(StallingClientsE2E, IdleConnectionsCostLittleAndTheConnectionIdleTimeoutClosesThem) {
+  ServerProcess server({"--connection-idle-timeout", "2"});
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.tcp_address();
+  const int port = std::stoi(addr.substr(addr.rfind(':') + 1));
+  const int64_t rss_before = rss_bytes(server.pid());
+  const int fds_before = open_fds(server.pid());
+  constexpr int kEach = 200;  // 400 descriptors in all: under a default soft limit of 1024
+  std::vector<int> raw;
+  for (int i = 0; i < kEach; ++i) {
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port));
+    ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    raw.push_back(s);
+  }
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < kEach; ++i) {
+    channels.push_back(own_channel(addr, 1000 + i));
+    channels.back()->GetState(true);  // connect, with no call
+  }
+  for (auto& c : channels)
+    EXPECT_TRUE(c->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  int fds = 0;
+  for (int t = 0; t < 300 && (fds = open_fds(server.pid())) < fds_before + 2 * kEach; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int64_t rss = rss_bytes(server.pid());
+  std::printf("%d silent TCP + %d idle gRPC connections: server fds %d -> %d, RSS %+.1f MiB\n", kEach, kEach,
+              fds_before, fds, (rss - rss_before) / 1048576.0);
+  EXPECT_GE(fds, fds_before + 2 * kEach);
+  EXPECT_LT(rss - rss_before, int64_t{128} << 20);
+  const double ms = normal_request(server.address());  // served meanwhile
+  std::printf("a normal request meanwhile: %.1f ms\n", ms);
+  // --connection-idle-timeout (2 s) closes them.
+  const auto t0 = Clock::now();
+  for (int t = 0; t < 1000 && (fds = open_fds(server.pid())) > fds_before + 10; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::printf("closed by the server within %.1f s: %d fds left over the start\n", ms_since(t0) / 1000.0,
+              fds - fds_before);
+  EXPECT_LE(fds, fds_before + 10) << "idle connections still open";
+  for (int s : raw) ::close(s);
+  channels.clear();
+  normal_request(server.address());  // a client whose connection was closed reconnects
+  EXPECT_EQ(server.stop(), 0);
+}
+
 TEST(StallingClientsE2E, IdleTimeoutEndsSilentStalledAndNonReadingStreamsAndFreesEverything) {
   ServerProcess server({"--idle-timeout", "1"});
   ASSERT_TRUE(server.running()) << server.log();
