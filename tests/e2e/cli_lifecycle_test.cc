@@ -122,14 +122,8 @@ TEST(LifecycleE2E, SigtermFinishesTheRequestInFlightThenExitsZero) {
   // without its header yet would be ended at once by the shutdown).
   {
     auto probe = Client::connect(server.address());
-    int64_t held = 0;
-    for (int i = 0; i < 500 && held == 0; ++i) {
-      auto info = probe->info();
-      ASSERT_TRUE(info.ok()) << info.status().to_string();
-      held = info->host_bytes_in_use;
-      if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ASSERT_GT(held, 0) << server.log();
+    const auto held = testing::info_when(*probe, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; });
+    ASSERT_GT(held.host_bytes_in_use, 0) << server.log();
   }
   kill(server.pid(), SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -219,6 +219,15 @@ TEST(StallingClientsE2E, AThousandIdleStreamsCostNoThreadsAndLittleMemory) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// 127.0.0.1:port.
+sockaddr_in loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(uint16_t(port));
+  return a;
+}
+
 // A TCP proxy in front of the server that forwards each connection's first
 // `client_bytes` bytes from the client and then stops reading from it: the
 // server sees a message that never completes (what an unfriendly client does
@@ -227,9 +236,7 @@ class StallingProxy {
  public:
   StallingProxy(int server_port, int64_t client_bytes) : server_port_(server_port), limit_(client_bytes) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in a = loopback(0);
     socklen_t len = sizeof a;
     if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listen_fd_, 64) != 0 ||
         ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
@@ -255,10 +262,7 @@ class StallingProxy {
       const int c = ::accept(listen_fd_, nullptr, nullptr);
       if (c < 0) return;
       const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(uint16_t(server_port_));
+      sockaddr_in a = loopback(server_port_);
       if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
         ::close(c);
         ::close(s);
@@ -384,10 +388,7 @@ TEST(StallingClientsE2E, IdleConnectionsCostLittleAndTheConnectionIdleTimeoutClo
   std::vector<int> raw;
   for (int i = 0; i < kEach; ++i) {
     const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(uint16_t(port));
+    sockaddr_in a = loopback(port);
     ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
     raw.push_back(s);
   }
