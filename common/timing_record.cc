@@ -45,6 +45,10 @@ std::string timing_record_json(const TimingRecord& r, const std::string& extra_j
     dj["order_wait_ms"] = d.order_wait_ms;
     devs.push_back(std::move(dj));
   }
+  if (!r.engine_host_ms.empty()) {
+    auto& hj = j["engine_host_ms"] = nlohmann::ordered_json::object();
+    for (const auto& [step, ms] : r.engine_host_ms) hj[step] = ms;
+  }
   if (r.client) {
     const ClientTimingRecord& c = *r.client;
     nlohmann::ordered_json cj;
@@ -65,7 +69,8 @@ std::string timing_record_json(const TimingRecord& r, const std::string& extra_j
 }
 
 StatusOr<TimingRecord> parse_timing_record(const std::string& json) {
-  const auto j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  const auto j =
+      nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);  // keeps engine_host_ms in order
   if (!j.is_object() || j.value("schema", "") != kTimingSchema)
     return InvalidArgument(std::string("not a ") + kTimingSchema + " record");
   try {
@@ -107,6 +112,9 @@ StatusOr<TimingRecord> parse_timing_record(const std::string& json) {
       d.order_wait_ms = dj.at("order_wait_ms").get<double>();
       r.devices.push_back(std::move(d));
     }
+    if (j.contains("engine_host_ms"))
+      for (const auto& [step, ms] : j.at("engine_host_ms").items())
+        r.engine_host_ms.emplace_back(step, ms.get<double>());
     if (j.contains("client")) {
       const auto& cj = j.at("client");
       ClientTimingRecord c;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/gemm_types.h"
@@ -53,6 +54,7 @@ struct TimingRecord {
   double receive_ms = 0, queue_ms = 0, compute_ms = 0, send_ms = 0, total_ms = 0;
   int64_t bytes_in = 0, bytes_out = 0;  // matrix payload the server received and sent
   std::vector<DeviceTimingRecord> devices;
+  std::vector<std::pair<std::string, double>> engine_host_ms;  // the engine's host time by step (may be empty)
   std::optional<ClientTimingRecord> client;
 };
 

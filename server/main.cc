@@ -192,6 +192,12 @@ int main(int argc, char** argv) {
                  "0 = compute only complete uploads (docs/lifecycle.md)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--inline-compute-ms", opt.service.inline_compute_ms,
+                 "a complete request the engine estimates at most this many ms is computed on the gRPC thread that "
+                 "received it, when a compute slot is idle (no hand-off to a compute thread); 0 = always hand over "
+                 "(docs/lifecycle.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--shutdown-grace", opt.shutdown_grace_s,
                  "on SIGTERM, seconds requests in flight may take to finish before they are cancelled")
       ->check(CLI::NonNegativeNumber)

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -130,6 +131,11 @@ class CpuEngine final : public Engine {
     std::unique_lock lock(mu_, std::defer_lock);
     while (!lock.try_lock_for(std::chrono::milliseconds(10)))
       if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
+    busy_.store(true, std::memory_order_relaxed);
+    struct Idle {  // busy_ until the lock goes, whichever way run() returns
+      std::atomic<bool>& busy;
+      ~Idle() { busy.store(false, std::memory_order_relaxed); }
+    } idle{busy_};
     for (int64_t r0 = 0; r0 < s.m; r0 += options_.rows_per_block) {
       const int64_t r1 = std::min(s.m, r0 + options_.rows_per_block);
       if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
@@ -153,6 +159,10 @@ class CpuEngine final : public Engine {
                            .k_end = s.k});
       if (job.sink) job.sink->rows_ready(r0, r1);
     }
+    if (kernel_ms > 0) {  // the rate estimate_ms() uses: the last product's
+      const double gflops = s.flops() / (kernel_ms * 1e6);
+      gflops_.store(gflops, std::memory_order_relaxed);
+    }
     GemmReport report;
     report.backend = "cpu";
     report.kernel = KernelKind::kOpenblas;
@@ -173,12 +183,21 @@ class CpuEngine final : public Engine {
     return report;
   }
 
+  // From the last product's rate (a conservative 1 GFLOP/s before the first);
+  // no estimate while a product runs (a job would wait for it).
+  double estimate_ms(const GemmJob& job) const override {
+    if (busy_.load(std::memory_order_relaxed)) return -1;
+    return job.request.shape.flops() / (gflops_.load(std::memory_order_relaxed) * 1e6);
+  }
+
  private:
   const CpuEngineOptions options_;
   std::string name_;
   AlignedHostAllocator allocator_;
   ResidentStore store_;
-  std::timed_mutex mu_;  // one product at a time: OpenBLAS already uses every core
+  std::timed_mutex mu_;              // one product at a time: OpenBLAS already uses every core
+  std::atomic<bool> busy_{false};    // a product holds mu_
+  std::atomic<double> gflops_{1.0};  // the last product's rate
 };
 
 }  // namespace

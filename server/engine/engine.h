@@ -162,6 +162,9 @@ struct GemmReport {
   SplitMode split = SplitMode::kSingle;
   std::string plan_reason;  // why the planner chose this split
   std::vector<DeviceTiming> devices;
+  // The engine's own host time by step, in order, in ms (docs/observability.md,
+  // "engine_host_ms"): where a small request's compute phase goes besides the GPU.
+  std::vector<std::pair<std::string, double>> host_ms;
 };
 
 struct EngineInfo {
@@ -194,6 +197,12 @@ class Engine {
   // Runs a job whose request validate() accepted; a job it would refuse is
   // our bug (INTERNAL). Stops with job.cancel's status when that is set.
   virtual StatusOr<GemmReport> run(const GemmJob& job) = 0;
+  // The engine's estimate of run(job) in ms, inputs in host memory; negative:
+  // no estimate (then the service never computes the job on its own thread).
+  virtual double estimate_ms(const GemmJob& job) const {
+    (void)job;
+    return -1;
+  }
 
   // Host memory the caller owns (a mapped shared-memory region) that jobs will
   // read and write: the engine page-locks it for its devices so copies go

@@ -3,6 +3,7 @@
 namespace sgemm {
 
 thread_local bool ComputePool::slot_released_ = false;
+thread_local bool ComputePool::pool_thread_ = false;
 
 ComputePool::ComputePool(int threads, int max_queued) : max_queued_(max_queued) {
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
@@ -57,6 +58,21 @@ void ComputePool::forget(uint64_t id) {
   }
 }
 
+bool ComputePool::reserve_here() {
+  if (pool_thread_) return false;
+  std::lock_guard lock(mu_);
+  if (stopping_ || !tasks_.empty() || !preemptible_.empty() || running_ >= int(threads_.size())) return false;
+  ++running_;
+  slot_released_ = false;
+  return true;
+}
+
+void ComputePool::end_here() {
+  std::lock_guard lock(mu_);
+  if (!slot_released_) --running_;
+  slot_released_ = false;
+}
+
 void ComputePool::release_slot() {
   std::lock_guard lock(mu_);
   if (slot_released_) return;
@@ -75,6 +91,7 @@ int ComputePool::queued() const {
 }
 
 void ComputePool::loop() {
+  pool_thread_ = true;
   std::unique_lock lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });

@@ -40,6 +40,13 @@ class ComputePool {
   // left is quick (handing the result to gRPC): its slot counts as free from
   // now on, so a request that arrives as the result goes out is not refused.
   void release_slot();
+  // For a quick task run on the calling thread rather than handed to a pool
+  // thread (the hand-off costs a thread wake-up): takes a slot when a thread
+  // is idle, nothing is queued and no preemptible task runs (false
+  // otherwise, and on the pool's own threads). The task runs, then
+  // end_here(); it may call release_slot() as pool tasks do.
+  bool reserve_here();
+  void end_here();
 
   int running() const;
   int queued() const;
@@ -63,6 +70,7 @@ class ComputePool {
   uint64_t next_id_ = 1;                  // guarded by mu_
   std::vector<std::thread> threads_;
   static thread_local bool slot_released_;  // the running task called release_slot()
+  static thread_local bool pool_thread_;    // this thread is one of threads_
 };
 
 }  // namespace sgemm

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "server/service/status_mapping.h"
 
@@ -96,11 +97,17 @@ void MultiplyCall::after_unlock(std::unique_lock<std::mutex>& lock) {
     report = final_status_;
   }
   const int stripe = stripe_;
+  const bool compute_here = std::exchange(compute_here_, false);
+  ComputePool& pool = shared_.pool;
   lock.unlock();
   if (report_to) report_to->primary()->stripe_failed(stripe, report);
   for (MultiplyCall* m : unrefs) m->unref();
   drop.reset();
   if (ticket && shared_.budget.cancel(ticket)) unref();  // the waiter's reference
+  if (compute_here) {  // start_compute() reserved the slot; the task's reference keeps `this` until its end
+    run_compute();
+    pool.end_here();
+  }
 }
 
 void MultiplyCall::start_read() {
@@ -165,9 +172,11 @@ void MultiplyCall::OnReadDone(bool ok) {
   }
   ++messages_;
   auto msg = decode_request(in_, messages_, shared_.options.limits.max_chunk_bytes);
+  may_compute_here_ = true;
   Status st = msg.ok() ? on_message(std::move(msg).value()) : msg.status();
+  may_compute_here_ = false;
   if (!st.ok()) finish_stream(st);
-  after_unlock(lock);
+  after_unlock(lock);  // may compute here: `this` may be gone after it
 }
 
 void MultiplyCall::OnWriteDone(bool ok) {
@@ -479,6 +488,13 @@ Status MultiplyCall::after_chunk() {
   return Status::Ok();
 }
 
+bool MultiplyCall::computes_quickly() const {
+  const double limit = shared_.options.inline_compute_ms;
+  if (limit <= 0) return false;
+  const double est = shared_.engine.estimate_ms(job_);
+  return est >= 0 && est <= limit;
+}
+
 bool MultiplyCall::may_start_early() const {
   // docs/lifecycle.md: the engine may wait for A while it holds a compute
   // slot, so it starts only when the rest of A is due well within the budget.
@@ -527,6 +543,8 @@ Status MultiplyCall::start_compute(bool early) {
       return Status::Ok();  // no idle slot: compute once the upload is complete
     }
     early_ = started_early_ = true;
+  } else if (may_compute_here_ && !group_ && computes_quickly() && shared_.pool.reserve_here()) {
+    compute_here_ = true;  // after_unlock() runs it on this thread: no hand-off for a quick product
   } else if (!shared_.pool.submit([this] { run_compute(); })) {
     --refs_;
     return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +

@@ -129,7 +129,8 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status after_chunk();
   bool may_start_early() const;
   Status start_compute(bool early);
-  bool accepts_chunks() const;  // a chunk now is part of the upload
+  bool computes_quickly() const;  // the engine's estimate is within --inline-compute-ms
+  bool accepts_chunks() const;    // a chunk now is part of the upload
   void send_more();
   void finish(const Status& status);
   void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
@@ -187,6 +188,8 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   bool server_reset_ = false;      // we reset the stream (TryCancel): our status stands in the log
   uint64_t memory_ticket_ = 0;     // waiting for memory
   uint64_t ticket_to_cancel_ = 0;  // cancelled by after_unlock()
+  bool may_compute_here_ = false;  // in OnReadDone, unstriped: start_compute() may keep the job on this thread
+  bool compute_here_ = false;      // after_unlock() runs the compute (a slot is reserved for it)
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
   RequestMessage pending_;  // the chunk that waits for memory

@@ -30,6 +30,7 @@ TimingRecord timing_record_of(const RequestFacts& f, const GemmReport& r) {
   t.total_ms = f.summary_ms;
   t.bytes_in = f.bytes_in;
   t.bytes_out = f.bytes_out;
+  t.engine_host_ms = r.host_ms;
   for (const DeviceTiming& d : r.devices) {
     DeviceTimingRecord x;
     x.index = d.device;

@@ -61,6 +61,11 @@ struct ServiceOptions {
   // for A (DEADLINE_EXCEEDED after). 0: compute only complete uploads.
   // Requests naming shared-memory regions never start early (no upload).
   std::chrono::milliseconds feed_wait_budget{1000};
+  // A complete upload whose product the engine estimates at most this long
+  // (Engine::estimate_ms) is computed on the gRPC thread that received its
+  // last message, when a compute slot is idle, instead of being handed to a
+  // compute thread (docs/lifecycle.md). 0: always hand over.
+  double inline_compute_ms = 0.25;
   int max_open_streams = 1024;           // Multiply streams open and not yet answered (a striped
                                          // request's every stream counts); more are refused (UNAVAILABLE)
   int max_stripes = 16;                  // most streams one request may spread over (GemmHeader.stripes)

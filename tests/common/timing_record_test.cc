@@ -59,6 +59,19 @@ TEST(TimingRecord, RoundTripsEveryField) {
   EXPECT_FALSE(back->client.has_value());
 }
 
+TEST(TimingRecord, EngineHostStepsRoundTripInOrderAndAreAbsentWhenEmpty) {
+  TimingRecord r = sample();
+  EXPECT_EQ(timing_record_json(r).find("engine_host_ms"), std::string::npos);
+  r.engine_host_ms = {{"plan", 0.004}, {"lanes", 0.002}, {"issue", 0.03}, {"drain", 0.06}, {"free", 0.001}};
+  const std::string line = timing_record_json(r);
+  EXPECT_NE(line.find(R"("engine_host_ms":{"plan":0.004,"lanes":0.002,"issue":0.03,"drain":0.06,"free":0.001})"),
+            std::string::npos)
+      << line;
+  auto back = parse_timing_record(line);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->engine_host_ms, r.engine_host_ms) << "every step, in the order written";
+}
+
 TEST(TimingRecord, ClientSectionAndExtras) {
   TimingRecord r = sample();
   r.client = ClientTimingRecord{7.0, 2, 100, 200, {7.0, 8.0}};

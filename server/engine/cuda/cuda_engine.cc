@@ -159,37 +159,28 @@ class CudaEngine final : public Engine {
       return Internal("a job without its host matrices reached run()");
     const KernelKind kind = *resolved;
     GemmReport report;
+    auto last = std::chrono::steady_clock::now();
+    auto stamp = [&](const char* step) {  // GemmReport::host_ms
+      const auto now = std::chrono::steady_clock::now();
+      report.host_ms.emplace_back(step, std::chrono::duration<double, std::milli>(now - last).count());
+      last = now;
+    };
     report.backend = "cuda";
     report.kernel = kind;
     report.precision = r.options.precision;
 
-    PlanRequest req;
-    req.shape = r.shape;
-    req.has_c = r.has_c;
-    req.forced = r.options.split;
-    req.k_reduce = options_.k_reduce;
     // Only healthy devices are planned over; a split needs the communicator
     // to cover exactly them (it is rebuilt when one drops out).
-    std::vector<int> healthy;
-    for (int i = 0; i < pool_->size(); ++i)
-      if (health_.healthy(i)) healthy.push_back(i);
+    const std::vector<int> healthy = healthy_devices();
     if (healthy.empty()) return Unavailable(no_device_left());
-    for (int i : healthy) {
-      req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r.options.precision), options_.host_link_gbps,
-                                       options_.peer_gbps, pool_->busy_lanes(i)});
-    }
     ensure_comm(healthy, job.cancel);
-    if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
-    // The planner is told where a resident B lives, so a request goes to it.
-    if (job.b_resident)
-      if (const auto cur = job.b_resident->data())
-        for (DeviceCaps& d : req.devices)
-          d.b_resident_fraction = resident_fraction_on(cur->layout(), d.device, r.shape.k);
-    const Plan plan = make_plan(req, options_.planner);
+    const Plan plan = make_plan(plan_request(job, healthy), options_.planner);
+    stamp("plan");
     // Resident operands laid out as the plan needs (docs/resident.md); held
     // until run() returns so a layout change by another job cannot free them.
     std::shared_ptr<const GpuResident> res_b, res_a, res_c;
     SGEMM_RETURN_IF_ERROR(bind_resident(job, plan, &res_a, &res_b, &res_c));
+    if (job.a_resident || job.b_resident || job.c_resident) stamp("resident");
     const SplitExecutor* executor = find_split_executor(plan.mode);
     if (!executor)
       return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
@@ -250,8 +241,9 @@ class CudaEngine final : public Engine {
         w.b_resident_row0 = piece->where.row_begin;
       }
     SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
+    stamp("lanes");
     if (executor->spans_pool) arm_watchdog();
-    Status ran = jr.execute(*executor);
+    Status ran = jr.execute(*executor, &report.host_ms);
     const bool timed_out = executor->spans_pool && disarm_watchdog();
     if (timed_out || !ran.ok()) {
       Status fault = on_job_failure(ran, timed_out, executor->spans_pool, leases, used, &order, job.cancel);
@@ -268,7 +260,41 @@ class CudaEngine final : public Engine {
     return report;
   }
 
+  double estimate_ms(const GemmJob& job) const override {
+    const std::vector<int> healthy = healthy_devices();
+    if (healthy.empty() || !check_gemm_request(job.request).ok()) return -1;
+    return make_plan(plan_request(job, healthy), options_.planner).est_ms;
+  }
+
  private:
+  std::vector<int> healthy_devices() const {
+    std::vector<int> healthy;
+    for (int i = 0; i < pool_->size(); ++i)
+      if (health_.healthy(i)) healthy.push_back(i);
+    return healthy;
+  }
+
+  // What the planner is told about `job` on the `healthy` devices.
+  PlanRequest plan_request(const GemmJob& job, const std::vector<int>& healthy) const {
+    const GemmRequest& r = job.request;
+    PlanRequest req;
+    req.shape = r.shape;
+    req.has_c = r.has_c;
+    req.forced = r.options.split;
+    req.k_reduce = options_.k_reduce;
+    for (int i : healthy) {
+      req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r.options.precision), options_.host_link_gbps,
+                                       options_.peer_gbps, pool_->busy_lanes(i)});
+    }
+    if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
+    // The planner is told where a resident B lives, so a request goes to it.
+    if (job.b_resident)
+      if (const auto cur = job.b_resident->data())
+        for (DeviceCaps& d : req.devices)
+          d.b_resident_fraction = resident_fraction_on(cur->layout(), d.device, r.shape.k);
+    return req;
+  }
+
   static KernelKind kernel_of(Precision p) { return p == Precision::kTf32 ? KernelKind::kTf32 : KernelKind::kFp32x3; }
   bool has_kernel(KernelKind k) const {
     const auto& ks = pool_->kernels();

@@ -99,7 +99,8 @@ class JobRun {
 
   // Issues the work through `executor`, waits for every stream, reports the
   // rows of C and collects timings. Device buffers are freed whatever happens.
-  Status execute(const SplitExecutor& executor);
+  // Its host time by step is appended to *host_ms (GemmReport::host_ms).
+  Status execute(const SplitExecutor& executor, std::vector<std::pair<std::string, double>>* host_ms);
 
   std::vector<DeviceTiming> timings() const;
   // Host time the job waited for the NCCL order before it ran (every device's

@@ -93,5 +93,45 @@ TEST(ComputePool, APreemptibleTaskIsAskedForItsSlotWhenTheQueueIsFull) {
   while (ran.load() < 2) std::this_thread::yield();
 }
 
+TEST(ComputePool, AQuickTaskRunsOnTheCallersThreadOnlyWhileAThreadIsIdleAndHoldsItsSlot) {
+  ComputePool pool(1, 4);
+  ASSERT_TRUE(pool.reserve_here());
+  EXPECT_EQ(pool.running(), 1) << "the reserved slot counts as running";
+  EXPECT_FALSE(pool.reserve_here()) << "the one slot is taken";
+  std::atomic<bool> queued_ran{false};
+  EXPECT_TRUE(pool.submit([&] { queued_ran = true; })) << "a pool task queues behind it";
+  EXPECT_EQ(pool.queued(), 1);
+  pool.end_here();
+  for (int i = 0; i < 400 && !queued_ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(queued_ran.load());
+  while (pool.running() > 0) std::this_thread::yield();
+
+  // A task that releases its slot early (as MultiplyCall::run_compute does) is counted once.
+  ASSERT_TRUE(pool.reserve_here());
+  pool.release_slot();
+  EXPECT_EQ(pool.running(), 0);
+  pool.end_here();
+  EXPECT_EQ(pool.running(), 0);
+  ASSERT_TRUE(pool.reserve_here()) << "the thread's released flag was reset";
+  pool.end_here();
+  EXPECT_EQ(pool.running(), 0);
+}
+
+TEST(ComputePool, NoTaskRunsOnThePoolsOwnThreadsOrPastAQueue) {
+  ComputePool pool(2, 4);
+  std::promise<bool> on_pool_thread;
+  ASSERT_TRUE(pool.submit([&] { on_pool_thread.set_value(pool.reserve_here()); }));
+  EXPECT_FALSE(on_pool_thread.get_future().get()) << "a pool thread would count its slot twice";
+  while (pool.running() > 0) std::this_thread::yield();
+
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  ASSERT_TRUE(pool.submit([&] { gate.wait(); }));
+  ASSERT_TRUE(pool.submit([&] { gate.wait(); }));
+  ASSERT_TRUE(pool.submit([] {}));  // queued: both threads are busy
+  EXPECT_FALSE(pool.reserve_here()) << "no idle thread, and a task waits";
+  release.set_value();
+}
+
 }  // namespace
 }  // namespace sgemm
