@@ -76,6 +76,7 @@ Figures timed_run(const ResidentLoadOptions& o, int count, One&& one) {
     threads.emplace_back([&, c] {
       ClientOptions co;
       co.chunk_bytes = o.chunk_bytes;
+      co.caller_thread_calls = !o.reactor_calls;
       co.retry.max_attempts = 1;
       co.channel_args.push_back({"sgemm.bench.client", c});  // a connection per client
       auto client = Client::connect(o.server, co);
@@ -135,7 +136,8 @@ int run_resident_load(const ResidentLoadOptions& o) {
                         {"backend", info->backend},
                         {"clients", o.clients},
                         {"requests_per_client", o.requests},
-                        {"sent_requests_per_client", o.sent_requests}};
+                        {"sent_requests_per_client", o.sent_requests},
+                        {"calls_driven_by", o.reactor_calls ? "grpc-threads" : "caller-thread"}};
   if (!info->devices.empty()) out["device"] = info->devices[0].name;
   auto& rows = out["streams"] = nlohmann::json::array();
   std::mt19937_64 rng{std::random_device{}()};

@@ -46,6 +46,7 @@ struct LoadOptions {
   int requests = 10;                 // products per client (when --duration-s is 0)
   double duration_s = 0;             // run for this long instead of a fixed count
   std::string sizes = "64,256,512";  // square sizes, or MxNxK shapes, comma-separated
+  bool reactor_calls = false;        // ClientOptions::caller_thread_calls off
   bool with_c = false;               // send C with beta = 0.5
   int64_t timeout_ms = 60000;        // deadline of each request
   bool no_retry = false;
@@ -238,6 +239,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--settle-ms", o.settle_ms, "wait after attaching misbehavers")->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object");
+  app.add_flag("--reactor-calls", o.reactor_calls,
+               "gRPC's callback threads drive each request's stream (the client's default: the calling thread)");
   // --resident: products against a resident B (docs/resident.md), bench/resident_load.h.
   bool resident = false;
   sgemm::bench::ResidentLoadOptions ro;
@@ -259,6 +262,7 @@ int main(int argc, char** argv) {
     ro.clients = o.clients;
     ro.requests = o.requests;
     ro.json = o.json;
+    ro.reactor_calls = o.reactor_calls;
     return sgemm::bench::run_resident_load(ro);
   }
   const auto shapes = parse_shapes(o.sizes);
@@ -307,6 +311,7 @@ int main(int argc, char** argv) {
     threads.emplace_back([&, c] {
       sgemm::ClientOptions copt;
       if (o.no_retry) copt.retry.max_attempts = 1;
+      copt.caller_thread_calls = !o.reactor_calls;
       auto client = sgemm::Client::connect(o.server, copt);
       std::mt19937_64 rng((uint64_t(std::random_device{}()) << 32) ^ uint64_t(c));
       for (int r = 0;; ++r) {

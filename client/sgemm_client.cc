@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "client/matrix_rpcs.h"
+#include "client/multiply_stream.h"
 #include "client/stripe_plan.h"
 #include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -184,30 +185,16 @@ StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Tl
 // once), start()/wait() on the caller's; every member below mu_ is guarded by it.
 class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  struct Input {
-    wire::WireMatrix matrix;
-    const float* data;   // the whole matrix
-    int64_t begin, end;  // elements [begin, end) to send (a stripe's block, or all)
-  };
+  using Input = StreamProtocol::Input;
 
   MultiplyStream(grpc::ClientContext* ctx, const v1::MultiplyRequest& header, std::vector<Input> inputs,
                  int64_t chunk_elems, float* c, int64_t c_elements, std::function<void(int64_t, int64_t)> on_chunk,
                  wire::SliceRefs* refs)
-      : ctx_(ctx),
-        inputs_(std::move(inputs)),
-        chunk_elems_(chunk_elems),
-        c_(c),
-        c_elements_(c_elements),
-        on_chunk_(std::move(on_chunk)),
-        refs_(refs) {
-    if (!inputs_.empty()) next_offset_ = inputs_[0].begin;
-    bool own = false;
-    [[maybe_unused]] grpc::Status st = grpc::SerializationTraits<v1::MultiplyRequest>::Serialize(header, &out_, &own);
-  }
+      : ctx_(ctx), p_(header, std::move(inputs), chunk_elems, c, c_elements, std::move(on_chunk), refs) {}
 
   void start() {
     std::lock_guard lock(mu_);
-    StartWrite(&out_);
+    StartWrite(&p_.header());
     StartRead(&in_);
     StartCall();
   }
@@ -215,45 +202,25 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mu_);
     if (!ok) return;  // the call is ending: OnDone brings its status
-    bytes_sent_ += pending_bytes_;
-    pending_bytes_ = 0;
-    while (input_ < inputs_.size() && next_offset_ >= inputs_[input_].end) {
-      ++input_;
-      if (input_ < inputs_.size()) next_offset_ = inputs_[input_].begin;
-    }
-    if (input_ == inputs_.size()) {
-      upload_done_ = true;
+    p_.write_done();
+    grpc::ByteBuffer* out = nullptr;
+    bool last = false;
+    if (!p_.next_write(&out, &last)) {
+      p_.mark_upload_done();
       StartWritesDone();
       return;
     }
-    const Input& in = inputs_[input_];
-    const int64_t count = std::min(chunk_elems_, in.end - next_offset_);
-    out_ = wire::encode_chunk(in.matrix, in.data, next_offset_, count, refs_);
-    next_offset_ += count;
-    pending_bytes_ = count * int64_t(sizeof(float));
-    StartWrite(&out_);
+    StartWrite(out);
   }
 
   void OnReadDone(bool ok) override {
     std::lock_guard lock(mu_);
     if (!ok) return;
-    auto r = wire::decode_response(in_, c_, c_elements_, &summary_);
-    if (!r.ok()) {
-      protocol_error_ = r.status();
+    if (!p_.on_read(in_).ok()) {
       ctx_->TryCancel();
       return;
     }
-    if (r->kind == wire::Response::Kind::kChunk) {
-      if (bytes_received_ == 0 && !upload_done_) first_c_before_upload_end_ = true;
-      bytes_received_ += r->count * int64_t(sizeof(float));
-      if (on_chunk_) on_chunk_(r->offset, r->count);
-    } else if (r->kind == wire::Response::Kind::kSummary) {
-      have_summary_ = true;
-    } else if (r->kind == wire::Response::Kind::kStripeGrant) {
-      grant_token_ = summary_.stripe_grant().token();
-      have_grant_ = true;
-      cv_.notify_all();
-    }
+    if (p_.have_grant()) cv_.notify_all();
     StartRead(&in_);
   }
 
@@ -265,13 +232,13 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
       bool ok;
       {
         std::lock_guard lock(mu_);
-        ok = s.ok() && protocol_error_.ok();
+        ok = s.ok() && p_.protocol_error().ok();
       }
       on_done_(ok);  // before done_: the caller's objects are still there
     }
     std::lock_guard lock(mu_);
     status_ = s;
-    out_.Clear();  // its slice of the caller's memory
+    p_.clear();  // its slice of the caller's memory
     done_ = true;
     cv_.notify_all();
   }
@@ -280,9 +247,9 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   // or the call has ended without one (false).
   bool wait_grant(std::string* token) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return have_grant_ || done_; });
-    *token = grant_token_;
-    return have_grant_;
+    cv_.wait(lock, [&] { return p_.have_grant() || done_; });
+    *token = p_.grant_token();
+    return p_.have_grant();
   }
 
   // Blocks until gRPC is done with the call; its status.
@@ -293,34 +260,16 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   }
 
   // After wait().
-  int64_t bytes_sent() const { return bytes_sent_; }
-  int64_t bytes_received() const { return bytes_received_; }
-  const Status& protocol_error() const { return protocol_error_; }
-  bool have_summary() const { return have_summary_; }
-  const v1::MultiplyResponse& summary() const { return summary_; }
-  bool first_c_before_upload_end() const { return first_c_before_upload_end_; }
+  const StreamProtocol& protocol() const { return p_; }
 
  private:
   grpc::ClientContext* const ctx_;
-  const std::vector<Input> inputs_;
-  const int64_t chunk_elems_;
-  float* const c_;
-  const int64_t c_elements_;
-  const std::function<void(int64_t, int64_t)> on_chunk_;
-  wire::SliceRefs* const refs_;
-
   std::mutex mu_;
   std::condition_variable cv_;
-  grpc::ByteBuffer out_, in_;
-  std::size_t input_ = 0;    // the input being sent
-  int64_t next_offset_ = 0;  // its next element
-  int64_t pending_bytes_ = 0, bytes_sent_ = 0, bytes_received_ = 0;
-  bool upload_done_ = false, have_summary_ = false, first_c_before_upload_end_ = false, done_ = false;
-  bool have_grant_ = false;
-  std::string grant_token_;            // StripeGrant.token, when the header asked for stripes
+  StreamProtocol p_;  // guarded by mu_
+  grpc::ByteBuffer in_;
+  bool done_ = false;
   std::function<void(bool)> on_done_;  // set before start()
-  Status protocol_error_;
-  v1::MultiplyResponse summary_;
   grpc::Status status_;
 };
 
@@ -574,7 +523,7 @@ class GrpcClient final : public Client {
                                                    handles ? 1 : stripes_for(shape, c != nullptr, options_.connections),
                                                    options_.chunk_bytes);
     auto inputs_of = [&](int stripe) {
-      std::vector<MultiplyStream::Input> inputs;
+      std::vector<StreamProtocol::Input> inputs;
       for (const StripeRange& r : plan.per_stripe[std::size_t(stripe)]) {
         switch (r.matrix) {
           case StripeMatrix::kA:
@@ -601,44 +550,55 @@ class GrpcClient final : public Client {
     const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
     StripeSet set;                                               // outlives every stream (declared first)
     std::vector<std::unique_ptr<grpc::ClientContext>> contexts;  // outlive their streams
-    MultiplyStream call(&ctx, *first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
-    if (plan.stripes > 1) {
-      set.add(&ctx);
-      call.set_on_done([&set](bool ok) { set.done(0, ok); });
-    }
-    generic_->PrepareBidiStreamingCall(&ctx, "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(), &call);
-    call.start();
-    // The other stripes, once the server has answered with their token.
+    // One stream runs on this thread (multiply_stream.h); stripes run side by side as reactors.
+    std::optional<StreamProtocol> direct;
+    std::optional<MultiplyStream> call;
     std::vector<std::unique_ptr<MultiplyStream>> stripes;
-    std::string token;
-    if (plan.stripes > 1 && call.wait_grant(&token)) {
-      for (int s = 1; s < plan.stripes; ++s) {
-        auto& sctx = contexts.emplace_back(std::make_unique<grpc::ClientContext>());
-        if (!set.add(sctx.get())) break;  // a stream has failed: the request is over
-        prepare(*sctx);
-        if (deadline != std::chrono::system_clock::time_point::max()) sctx->set_deadline(deadline);
-        v1::MultiplyRequest attach;
-        attach.mutable_attach()->set_token(token);
-        attach.mutable_attach()->set_stripe(s);
-        auto& stream = stripes.emplace_back(std::make_unique<MultiplyStream>(
-            sctx.get(), attach, inputs_of(s), chunk_elems, out, total, opt.on_chunk, refs));
-        stream->set_on_done([&set, s](bool ok) { set.done(s, ok); });
-        stripe_stub(s)->PrepareBidiStreamingCall(sctx.get(), "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(),
-                                                 stream.get());
-        stream->start();
+    grpc::Status gst;
+    if (plan.stripes == 1 && options_.caller_thread_calls) {
+      direct.emplace(*first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
+      gst = run_on_caller_thread(*generic_, &ctx, *direct);
+    } else {
+      call.emplace(&ctx, *first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
+      if (plan.stripes > 1) {
+        set.add(&ctx);
+        call->set_on_done([&set](bool ok) { set.done(0, ok); });
       }
+      generic_->PrepareBidiStreamingCall(&ctx, "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(), &*call);
+      call->start();
+      // The other stripes, once the server has answered with their token.
+      std::string token;
+      if (plan.stripes > 1 && call->wait_grant(&token)) {
+        for (int s = 1; s < plan.stripes; ++s) {
+          auto& sctx = contexts.emplace_back(std::make_unique<grpc::ClientContext>());
+          if (!set.add(sctx.get())) break;  // a stream has failed: the request is over
+          prepare(*sctx);
+          if (deadline != std::chrono::system_clock::time_point::max()) sctx->set_deadline(deadline);
+          v1::MultiplyRequest attach;
+          attach.mutable_attach()->set_token(token);
+          attach.mutable_attach()->set_stripe(s);
+          auto& stream = stripes.emplace_back(std::make_unique<MultiplyStream>(
+              sctx.get(), attach, inputs_of(s), chunk_elems, out, total, opt.on_chunk, refs));
+          stream->set_on_done([&set, s](bool ok) { set.done(s, ok); });
+          stripe_stub(s)->PrepareBidiStreamingCall(sctx.get(), "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(),
+                                                   stream.get());
+          stream->start();
+        }
+      }
+      gst = call->wait();
     }
-    const grpc::Status gst = call.wait();
-    std::vector<Status> statuses = {call.protocol_error().ok() ? from_grpc(gst) : call.protocol_error()};
-    bool first_c_early = call.first_c_before_upload_end();
-    result.bytes_sent = call.bytes_sent();
-    result.bytes_received = call.bytes_received();
+    const StreamProtocol& p0 = direct ? *direct : call->protocol();
+    std::vector<Status> statuses = {p0.protocol_error().ok() ? from_grpc(gst) : p0.protocol_error()};
+    bool first_c_early = p0.first_c_before_upload_end();
+    result.bytes_sent = p0.bytes_sent();
+    result.bytes_received = p0.bytes_received();
     for (auto& stream : stripes) {
       const grpc::Status sg = stream->wait();
-      statuses.push_back(stream->protocol_error().ok() ? from_grpc(sg) : stream->protocol_error());
-      first_c_early = first_c_early || stream->first_c_before_upload_end();
-      result.bytes_sent += stream->bytes_sent();
-      result.bytes_received += stream->bytes_received();
+      const StreamProtocol& sp = stream->protocol();
+      statuses.push_back(sp.protocol_error().ok() ? from_grpc(sg) : sp.protocol_error());
+      first_c_early = first_c_early || sp.first_c_before_upload_end();
+      result.bytes_sent += sp.bytes_sent();
+      result.bytes_received += sp.bytes_received();
     }
     // Which status to report: the first failure, unless it is another stripe's ABORTED echo or our own cancel.
     Status st = statuses[0];
@@ -657,11 +617,11 @@ class GrpcClient final : public Client {
     if (plan.stripes > 1 && stripes.empty())
       return Internal("the server answered a request over " + std::to_string(plan.stripes) +
                       " stripes without a StripeGrant (does it predate GemmHeader.stripes? use connections 1)");
-    if (!call.have_summary()) return Internal("the server ended the stream without a summary");
+    if (!p0.have_summary()) return Internal("the server ended the stream without a summary");
     if (result.bytes_received != total * int64_t(sizeof(float)))
       return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " + std::to_string(total) +
                       " elements of C");
-    const v1::MultiplySummary& s = call.summary().summary();
+    const v1::MultiplySummary& s = p0.summary().summary();
     MultiplySummary& sum = result.summary;
     sum.request_id = s.request_id();
     sum.backend = s.backend();

@@ -77,6 +77,11 @@ struct ClientOptions {
   // blocks of rows; with more than one, MultiplyOptions::on_chunk is called
   // from several gRPC threads at once.
   int connections = 0;
+  // Whether a request on one stream runs on the calling thread, which polls
+  // the call's own completion queue (docs/transport.md, "Who drives a call"):
+  // no hand-off between gRPC's threads and the caller at each step. false:
+  // gRPC's callback threads drive it, as they drive striped requests.
+  bool caller_thread_calls = true;
 };
 
 // A POSIX shared-memory object this client created, mapped here and
