@@ -42,6 +42,10 @@
 #                  of A (1, 64, 1024 rows) against a resident 4096^2 and 8192^2 B vs sending B, 1 client
 #                  (latency) and 4 (throughput), and a kept 4096^3 result vs the upload of A alone;
 #                  writes bench-resident-*.json and bench-resident.txt (SGEMM_RESIDENT_ARGS adds arguments)
+#   profile-resident  where a small resident request's time goes (issue 11): 1x4096 x a resident 4096^2,
+#                  1 client, 3000 products (SGEMM_PROFILE_ARGS adds sgemm-load arguments), with and without
+#                  each hand-off between threads (--inline-compute-ms 0, sgemm-load --reactor-calls); the
+#                  server's phases and the engine's host steps from timings.jsonl; profile-resident/summary.txt
 #   cluster        cluster mode, one server per GPU: cluster-sockets then cluster-nvlink
 #   cluster-sockets  scripts/cluster-check.sh sockets: NCCL over TCP (as between hosts); e2e suite (row
 #                  and K split vs fp64, a member killed mid-request), SGEMM_CLUSTER_SIZE^3 (32768) row split
@@ -178,6 +182,53 @@ for name in ("bench-resident-1client", "bench-resident-4clients"):
             k["dim"], k["kept_product_p50_ms"], k["upload_a_p50_ms"], k["ratio_p50"],
             "MET" if k["ratio_p50"] <= 1.3 else "MISSED", k["verify"]["passed"]))
 PY
+fi
+if has profile-resident; then
+  p=$OUT/profile-resident
+  mkdir -p "$p"
+  { echo "tools: $(command -v nsys perf ncu | tr '\n' ' ')"; lscpu | grep -E "Model name|^CPU\(s\)"; } >"$p/host.txt" 2>&1
+  profile_load() {  # NAME "SERVER ARGS" "LOAD ARGS": a server, one sgemm-load run, the server stopped
+    local name=$1 sargs=$2 largs=$3 tmp
+    tmp=$(mktemp -d)
+    # shellcheck disable=SC2086  # lists of arguments
+    "$BIN/sgemm-server" --listen 127.0.0.1:0 --port-file "$tmp/port" --backend cuda $sargs \
+      --log-dir "$p/$name-logs" >"$p/$name-server.log" 2>&1 &
+    local spid=$!
+    for _ in $(seq 900); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+    # shellcheck disable=SC2086
+    step "profile-$name" 240 "$BIN/sgemm-load" --server "127.0.0.1:$(cat "$tmp/port" 2>/dev/null)" --resident \
+      --b-sizes 4096 --a-rows 1 --clients 1 --requests 3000 --sent-requests 0 --warmup 200 --keep-requests 0 \
+      --json $largs ${SGEMM_PROFILE_ARGS:-}
+    kill -INT "$spid"; wait "$spid"
+    python3 - "$p/$name-logs/timings.jsonl" "$OUT/profile-$name.log" "$sargs $largs" <<'PY' | tee -a "$p/summary.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in rows if r["shape"] == {"m": 1, "n": 4096, "k": 4096}][200:]
+def p50(v):
+    v = sorted(v); return v[len(v) // 2] if v else float("nan")
+text = open(sys.argv[2]).read()
+try:
+    d = json.loads(text[text.index("{"):]); client = d["streams"][0]["resident"]["p50_ms"]
+    verified = d["streams"][0]["verify"]["passed"]
+except Exception as e:
+    client, verified = float("nan"), False
+print("%s [%s]: %d requests, verified %s; client p50 %.3f ms; server p50: total %.3f = receive %.3f + queue %.3f"
+      " + compute %.3f + send %.3f; GPU p50: copy in %.4f, kernel %.4f, copy out %.4f" % (
+      sys.argv[2].split("/")[-1], sys.argv[3].strip(), len(rows), verified, client, p50([r["total_ms"] for r in rows]),
+      p50([r["receive_ms"] for r in rows]), p50([r["queue_ms"] for r in rows]), p50([r["compute_ms"] for r in rows]),
+      p50([r["send_ms"] for r in rows]), p50([r["devices"][0]["copy_in_ms"] for r in rows]),
+      p50([r["devices"][0]["kernel_ms"] for r in rows]), p50([r["devices"][0]["copy_out_ms"] for r in rows])))
+steps = [k for k in (rows[0].get("engine_host_ms", {}) if rows else {})]
+if steps:
+    print("  engine host p50 ms: " + ", ".join("%s %.4f" % (k, p50([r["engine_host_ms"].get(k, 0) for r in rows])) for k in steps))
+PY
+  }
+  # The hand-offs one at a time: the compute thread (--inline-compute-ms 0) and gRPC's client threads (--reactor-calls).
+  profile_load before "--inline-compute-ms 0" "--reactor-calls"
+  profile_load caller "--inline-compute-ms 0" ""
+  profile_load inline "" "--reactor-calls"
+  profile_load both "" ""
+  cat "$p/host.txt" "$p/summary.txt"
 fi
 if has serve; then
   tmp=$(mktemp -d)
