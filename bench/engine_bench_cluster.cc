@@ -98,6 +98,13 @@ VerifyResult verify_parallel(const GemmShape& s, const float* a, const float* b,
   return all;
 }
 
+// "est 1294.3 ms" from a cluster plan's reason (the planner's estimate), or "est ?".
+std::string estimate_of(const std::string& reason) {
+  const size_t b = reason.find("est ");
+  const size_t e = b == std::string::npos ? b : reason.find(" ms", b);
+  return e == std::string::npos ? "est ?" : reason.substr(b, e + 3 - b);
+}
+
 void log_line(std::string_view prefix, std::string_view msg) {
   std::fprintf(stderr, "%.*s%.*s\n", int(prefix.size()), prefix.data(), int(msg.size()), msg.data());
 }
@@ -313,8 +320,9 @@ int run_cluster_bench(const ClusterBenchArgs& args) {
   std::set<int> hosts;
   for (const auto& r : view.ranks) hosts.insert(r.host);
   char link[256];
-  std::snprintf(link, sizeof link, "link at join: broadcast %.2f GB/s, fan-out %.2f GB/s to %zu remote ranks (%.2fx)",
-                view.net_gbps, view.fanout_gbps, view.ranks.size() - 1,
+  const size_t remote = view.ranks.size() - 1;  // this process has one GPU
+  std::snprintf(link, sizeof link, "link at join: broadcast %.2f GB/s, fan-out %.2f GB/s to %zu remote rank%s (%.2fx)",
+                view.net_gbps, view.fanout_gbps, remote, remote == 1 ? "" : "s",
                 view.net_gbps > 0 ? view.fanout_gbps / view.net_gbps : 0.0);
   std::fprintf(stderr, "engine-bench: cluster of %zu ranks on %zu processes, %s; %s; kernel %s\n", view.ranks.size(),
                hosts.size(), info.devices.empty() ? "?" : info.devices[0].name.c_str(), link,
@@ -411,11 +419,11 @@ int run_cluster_bench(const ClusterBenchArgs& args) {
       std::fprintf(stderr, "  %s %-13s e2e %9.2f ms  kernel %9.2f ms  nccl %9.2f ms  [%s]\n", shape, config.c_str(),
                    res.e2e_ms, res.kernel_ms, res.reduce_ms, plan.c_str());
       if (cluster && single.e2e_ms > 0)
-        std::printf(
-            "cluster %dx1 GPU %s %s: kernel phase %.1f ms vs one GPU %.1f ms = %.2fx; device-side end to end %.1f ms "
-            "vs %.1f ms = %.2fx; %s\n",
-            n, shape, split, res.kernel_ms, single.kernel_ms, res.scale_kernel, res.e2e_ms, single.e2e_ms,
-            res.scale_e2e, link);
+        std::fprintf(args.csv ? stderr : stdout,
+                     "cluster %dx1 GPU %s %s: kernel phase %.1f ms vs one GPU %.1f ms = %.2fx; device-side end to end "
+                     "%.1f ms vs %.1f ms = %.2fx; planner %s; %s\n",
+                     n, shape, split, res.kernel_ms, single.kernel_ms, res.scale_kernel, res.e2e_ms, single.e2e_ms,
+                     res.scale_e2e, estimate_of(plan).c_str(), link);
     }
   }
   auto write_csv = [&](FILE* f) {
