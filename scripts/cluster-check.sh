@@ -18,6 +18,7 @@
 #           slices of A and B from rank 0, reduce-scatter of the partial Cs) at SGEMM_CLUSTER_K_SHAPE
 #           (default "4096 4096 262144": small m x n, long K), with the link the coordinator measured
 # SGEMM_CLUSTER_PROCESSES caps the process count (default: the GPU count, at most 4).
+# SGEMM_CLUSTER_E2E_TIMEOUT (240) and SGEMM_CLUSTER_ENGINE_TIMEOUT (240) bound those steps, in seconds.
 # SGEMM_CLUSTER_SKIP lists steps to skip (comma or space separated): e2e, engine, server, and rows or k
 # (the row-split or K-split products of both benchmarks); "bench" skips engine and server.
 set -uo pipefail
@@ -47,7 +48,8 @@ read -r km kn kk <<<"${SGEMM_CLUSTER_K_SHAPE:-4096 4096 262144}"
 
 if ! skip e2e; then
   echo "=== cluster $mode: $n processes x 1 GPU; e2e_cluster_multigpu_test"
-  timeout --kill-after=5 240 "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 >"$log/e2e.log" 2>&1 || rc=1
+  timeout --kill-after=5 "${SGEMM_CLUSTER_E2E_TIMEOUT:-240}" "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 \
+    >"$log/e2e.log" 2>&1 || rc=1
   grep -E "PASSED|FAILED|SKIPPED|Failure|next request|error|Which is|Expected" "$log/e2e.log" | tail -n 20
   echo "e2e_cluster_multigpu_test $mode: rc=$rc" >>"$OUT/summary.txt"
 fi
