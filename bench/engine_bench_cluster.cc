@@ -153,7 +153,9 @@ class Members {
       int st = 0;
       if (waitpid(c.pid, &st, WNOHANG) == c.pid) {
         c.pid = 0;
-        return c.name + " (GPU " + c.gpu + ") exited with status " + std::to_string(WEXITSTATUS(st));
+        return c.name + " (GPU " + c.gpu + ") " +
+               (WIFSIGNALED(st) ? "was killed by signal " + std::to_string(WTERMSIG(st))
+                                : "exited with status " + std::to_string(WEXITSTATUS(st)));
       }
     }
     return "";
