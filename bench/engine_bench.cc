@@ -15,6 +15,14 @@
 //   engine-bench [--gpus 1,2,4] [--iters N] [--warmup N] [--csv] [--kernel NAME] [--shapes MxNxK,...]
 //                [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]
 // --gpus defaults to 1, 2, 4, 8 up to the GPUs visible; a count over that is an error.
+//
+// Cluster mode (built with gRPC; docs/cluster.md, bench/engine_bench_cluster.h):
+//   engine-bench --cluster N [--split rows|k] [--shapes MxNxK[:rows|:k],...] [--iters N] [--warmup N]
+//                [--sample ROWS] [--kernel NAME] [--csv] [--csv-out FILE]
+// runs the cluster engine over N processes with one GPU each (this one and
+// N - 1 copies of it it starts), each shape with its split (--split, or the
+// shape's own :rows / :k), against the coordinator's GPU alone in the same
+// run, with the link measured when the cluster formed.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -31,6 +39,9 @@
 #include "common/reference_gemm.h"
 #include "server/devices/pinned_host_pool.h"
 #include "server/engine/cuda/cuda_engine.h"
+#ifdef SGEMM_ENGINE_BENCH_CLUSTER
+#include "engine_bench_cluster.h"
+#endif
 
 namespace {
 
@@ -49,12 +60,27 @@ struct Args {
   int64_t chunk_k = 0;     // CudaEngineOptions::chunk_k (0 = the engine's default)
   int64_t chunk_rows = 0;  // CudaEngineOptions::chunk_rows (0 = the engine's default)
   std::vector<GemmShape> shapes = {{4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 16384, 16384}, {1024, 1024, 65536}};
+  bool shapes_given = false;
+  // Cluster mode: processes (0 = not a cluster run), the split of every shape
+  // without its own (:rows / :k), and the split each shape names (kAuto: none).
+  int cluster = 0;
+  SplitMode cluster_split = SplitMode::kRows;
+  std::vector<SplitMode> shape_splits;
+  std::string member_of, member_name;  // --cluster-member ADDR --cluster-name NAME: a member (started by the above)
 };
+
+std::optional<SplitMode> parse_cluster_split(const std::string& s) {
+  if (s == "rows" || s == "row") return SplitMode::kRows;
+  if (s == "k") return SplitMode::kK;
+  return std::nullopt;
+}
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "engine-bench: %s\nusage: engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] "
-               "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]\n",
+               "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]\n"
+               "       engine-bench --cluster N [--split rows|k] [--shapes MxNxK[:rows|:k],...] [--iters N] "
+               "[--warmup N] [--sample ROWS] [--kernel NAME] [--csv] [--csv-out FILE]\n",
                msg);
   std::exit(2);
 }
@@ -95,6 +121,8 @@ Args parse(int argc, char** argv) {
       g_chunk_rows = a.chunk_rows = std::max(0LL, std::atoll(next().c_str()));
     else if (s == "--shapes") {
       a.shapes.clear();
+      a.shape_splits.clear();
+      a.shapes_given = true;
       std::string list = next();
       size_t pos = 0;
       while (pos < list.size()) {
@@ -102,11 +130,29 @@ Args parse(int argc, char** argv) {
         std::string one = list.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
         long long m, n, k;
         if (std::sscanf(one.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) usage(("bad shape " + one).c_str());
+        SplitMode split = SplitMode::kAuto;
+        if (const size_t colon = one.find(':'); colon != std::string::npos) {
+          const auto named = parse_cluster_split(one.substr(colon + 1));
+          if (!named) usage(("bad split in " + one + " (:rows or :k)").c_str());
+          split = *named;
+        }
         a.shapes.push_back({m, n, k});
+        a.shape_splits.push_back(split);
         if (end == std::string::npos) break;
         pos = end + 1;
       }
-    } else
+    } else if (s == "--cluster") {
+      a.cluster = std::atoi(next().c_str());
+      if (a.cluster < 2) usage("--cluster takes a process count of at least 2");
+    } else if (s == "--split") {
+      const auto named = parse_cluster_split(next());
+      if (!named) usage("--split takes rows or k");
+      a.cluster_split = *named;
+    } else if (s == "--cluster-member")
+      a.member_of = next();
+    else if (s == "--cluster-name")
+      a.member_name = next();
+    else
       usage(("unknown argument " + s).c_str());
   }
   return a;
@@ -156,6 +202,32 @@ std::unique_ptr<Engine> engine_or_die(int gpus, KReduce reduce, std::optional<Ke
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
+  if (args.cluster > 0 || !args.member_of.empty()) {
+#ifdef SGEMM_ENGINE_BENCH_CLUSTER
+    if (!args.member_of.empty())
+      return bench::run_cluster_member(args.member_of, args.member_name.empty() ? "member" : args.member_name);
+    bench::ClusterBenchArgs c;
+    c.processes = args.cluster;
+    c.iters = args.iters;
+    c.warmup = args.warmup;
+    c.sample = args.sample;
+    c.kernel = args.kernel;
+    c.csv = args.csv;
+    c.csv_out = args.csv_out;
+    // Without --shapes: the row split and a long-K product for the K split.
+    if (!args.shapes_given)
+      c.shapes = {{{32768, 32768, 32768}, SplitMode::kRows}, {{4096, 4096, 131072}, SplitMode::kK}};
+    for (size_t i = 0; args.shapes_given && i < args.shapes.size(); ++i)
+      c.shapes.push_back(
+          {args.shapes[i], args.shape_splits[i] == SplitMode::kAuto ? args.cluster_split : args.shape_splits[i]});
+    return bench::run_cluster_bench(c);
+#else
+    std::fprintf(stderr, "engine-bench: --cluster needs a build with gRPC (SGEMM_BUILD_GRPC=ON)\n");
+    return 2;
+#endif
+  }
+  for (SplitMode m : args.shape_splits)
+    if (m != SplitMode::kAuto) usage("a shape's :rows / :k is for --cluster");
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
     std::fprintf(stderr, "engine-bench: no CUDA device\n");

@@ -7,14 +7,20 @@
 #     MODE  sockets: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 (NCCL over TCP, as between hosts)
 #           nvlink:  NCCL as it likes (NVLink P2P between the GPUs)
 #     SIZE  the square product of the benchmark (default 32768)
-# Steps: the e2e_cluster_multigpu_test suite (results vs fp64, a member killed
-# mid-request); then a coordinator + members, SIZE^3 over the cluster (twice,
-# the second warm) and on the coordinator's GPU alone (--split single), with
-# the link bandwidth the coordinator measured at join; then the K split
-# (--split k: slices of A and B from rank 0, reduce-scatter of the partial Cs)
-# at SGEMM_CLUSTER_K_SHAPE (default "4096 4096 262144": small m x n, long K)
-# over the cluster and on the coordinator's GPU alone. SGEMM_CLUSTER_PROCESSES
-# caps the process count (default: the GPU count, at most 4); SGEMM_CLUSTER_SKIP=e2e, bench or k skips a step.
+# Steps:
+#   e2e     the e2e_cluster_multigpu_test suite (results vs fp64, a member killed mid-request)
+#   engine  engine-bench --cluster N (one process per GPU, started by engine-bench): SIZE^3 row split
+#           and the K split at SGEMM_CLUSTER_K_SHAPE, each against the coordinator's GPU alone in the
+#           same run: kernel phase, device-side end to end (pinned host in -> out), the link measured at
+#           join (broadcast and fan-out); SGEMM_CLUSTER_ITERS timed runs (3) after one warm-up
+#   server  sgemm-server processes (a coordinator + members): SIZE^3 over the cluster (twice, the second
+#           warm) and on the coordinator's GPU alone (--split single), then the K split (--split k:
+#           slices of A and B from rank 0, reduce-scatter of the partial Cs) at SGEMM_CLUSTER_K_SHAPE
+#           (default "4096 4096 262144": small m x n, long K), with the link the coordinator measured
+# SGEMM_CLUSTER_PROCESSES caps the process count (default: the GPU count, at most 4).
+# SGEMM_CLUSTER_E2E_TIMEOUT (240) and SGEMM_CLUSTER_ENGINE_TIMEOUT (240) bound those steps, in seconds.
+# SGEMM_CLUSTER_SKIP lists steps to skip (comma or space separated): e2e, engine, server, and rows or k
+# (the row-split or K-split products of both benchmarks); "bench" skips engine and server.
 set -uo pipefail
 mode=${1:?sockets or nvlink}
 size=${2:-32768}
@@ -34,13 +40,39 @@ log=$OUT/cluster-$mode
 mkdir -p "$log"
 rc=0
 
-if [ "${SGEMM_CLUSTER_SKIP:-}" != e2e ]; then
+skips=",${SGEMM_CLUSTER_SKIP:-},"
+skips=${skips// /,}
+case $skips in *,bench,*) skips="$skips,engine,server," ;; esac
+skip() { case $skips in *",$1,"*) return 0 ;; esac; return 1; }
+read -r km kn kk <<<"${SGEMM_CLUSTER_K_SHAPE:-4096 4096 262144}"
+
+if ! skip e2e; then
   echo "=== cluster $mode: $n processes x 1 GPU; e2e_cluster_multigpu_test"
-  timeout --kill-after=5 240 "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 >"$log/e2e.log" 2>&1 || rc=1
+  timeout --kill-after=5 "${SGEMM_CLUSTER_E2E_TIMEOUT:-240}" "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 \
+    >"$log/e2e.log" 2>&1 || rc=1
   grep -E "PASSED|FAILED|SKIPPED|Failure|next request|error|Which is|Expected" "$log/e2e.log" | tail -n 20
   echo "e2e_cluster_multigpu_test $mode: rc=$rc" >>"$OUT/summary.txt"
 fi
-[ "${SGEMM_CLUSTER_SKIP:-}" != bench ] || exit $rc
+
+# engine-bench --cluster: the cluster engine without the service, one process per GPU.
+if ! skip engine; then
+  shapes=()
+  skip rows || shapes+=("${size}x${size}x${size}:rows")
+  skip k || shapes+=("${km}x${kn}x${kk}:k")
+  if [ ${#shapes[@]} -gt 0 ]; then
+    list=$(IFS=,; echo "${shapes[*]}")
+    echo "=== cluster $mode: engine-bench --cluster $n --shapes $list"
+    timeout --kill-after=10 "${SGEMM_CLUSTER_ENGINE_TIMEOUT:-240}" "$BIN/engine-bench" --cluster "$n" --shapes "$list" \
+      --iters "${SGEMM_CLUSTER_ITERS:-3}" --warmup 1 --sample 4 --csv-out "$log/engine-bench.csv" \
+      >"$log/engine-bench.log" 2>&1 || rc=1
+    grep -v "^engine-bench member-" "$log/engine-bench.log"
+    grep -h "^cluster [0-9]" "$log/engine-bench.log" | sed "s/^cluster /cluster $mode engine-bench: /" \
+      | tee -a "$OUT/summary.txt"
+    grep -h "link between hosts" "$log/engine-bench.log" | tail -n 1 | sed "s/^/cluster $mode engine-bench: /" \
+      | tee -a "$OUT/summary.txt"
+  fi
+fi
+skip server && exit $rc
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
@@ -89,11 +121,10 @@ bench() {
     }' "$log/cluster-$name.log" "$log/single-$name.log" | tee -a "$OUT/summary.txt"
 }
 
-if [ "${SGEMM_CLUSTER_SKIP:-}" != rows ]; then
+if ! skip rows; then
   bench "$size" "${size}^3" rows --size "$size"
 fi
-if [ "${SGEMM_CLUSTER_SKIP:-}" != k ]; then
-  read -r km kn kk <<<"${SGEMM_CLUSTER_K_SHAPE:-4096 4096 262144}"
+if ! skip k; then
   bench "k-${km}x${kn}x${kk}" "${km}x${kn}x${kk} K split" k --m "$km" --n "$kn" --k "$kk"
   grep -h "K split" "$log/cluster-k-${km}x${kn}x${kk}.log" | head -n 1
 fi

@@ -48,9 +48,13 @@
 #                  server's phases and the engine's host steps from timings.jsonl; profile-resident/summary.txt
 #   cluster        cluster mode, one server per GPU: cluster-sockets then cluster-nvlink
 #   cluster-sockets  scripts/cluster-check.sh sockets: NCCL over TCP (as between hosts); e2e suite (row
-#                  and K split vs fp64, a member killed mid-request), SGEMM_CLUSTER_SIZE^3 (32768) row split
-#                  and SGEMM_CLUSTER_K_SHAPE ("4096 4096 262144") K split over the cluster vs one GPU
-#   cluster-nvlink   the same with NVLink allowed, for comparison
+#                  and K split vs fp64, a member killed mid-request); engine-bench --cluster N (the cluster
+#                  engine over one process per GPU: kernel phase and device-side end to end vs one GPU, the
+#                  link's broadcast and fan-out rates measured at join); then the same products through
+#                  sgemm-server processes: SGEMM_CLUSTER_SIZE^3 (32768) row split and SGEMM_CLUSTER_K_SHAPE
+#                  ("4096 4096 262144") K split over the cluster vs one GPU. SGEMM_CLUSTER_SKIP="server"
+#                  (or e2e, engine, rows, k; a list) leaves steps out
+#   cluster-nvlink   the same with NVLink allowed, for comparison (2 GPUs are enough)
 # Every log goes to $OUT; every part runs even if an earlier one failed.
 # A bundle over the device tool's 64 MiB carry limit is also packed as
 # .runtime.tar.xz; carry that instead and the script unpacks it.

@@ -41,6 +41,7 @@ class ClusterEngine final : public Engine {
     pr.shape = r.shape;
     pr.has_c = r.has_c;
     pr.net_gbps = view->net_gbps;
+    pr.fanout_gbps = view->fanout_gbps;
     pr.forced = coord_.options().always;
     pr.split = r.options.split;
     PlanRequest local_req;

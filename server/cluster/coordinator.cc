@@ -294,18 +294,28 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
   view_members_ = ids;
   built_generation_ = generation;
 
-  // The link between hosts: a timed broadcast from rank 0.
+  // The link between hosts: a timed broadcast from rank 0, then rank 0's
+  // timed sends to every remote rank at once (the fan-out).
   ClusterJobSpec probe;
   probe.kind = ClusterJobKind::kProbe;
   probe.probe_bytes = options_.probe_bytes;
   StatusOr<ClusterRunResult> r = run_locked_job(lock, probe, nullptr);
   if (!r.ok()) return r.status().with_context("cluster: measuring the link between hosts");
+  int remote_ranks = 0;
+  for (const auto& rank : view_.ranks) remote_ranks += rank.host != 0 ? 1 : 0;
+  const double fanout_bytes = double(options_.probe_bytes) * remote_ranks;
   view_.net_gbps = r->elapsed_ms > 0 ? double(options_.probe_bytes) / (r->elapsed_ms * 1e6) : 0;
-  char buf[96];
+  view_.fanout_gbps = r->fanout_ms > 0 ? fanout_bytes / (r->fanout_ms * 1e6) : 0;
+  char buf[96], fan[128];
   std::snprintf(buf, sizeof buf, "%.2f GB/s (%lld MiB broadcast in %.3f ms)", view_.net_gbps,
                 static_cast<long long>(options_.probe_bytes >> 20), r->elapsed_ms);
+  std::snprintf(fan, sizeof fan, "%.2f GB/s aggregate (%d x %lld MiB in %.3f ms, %.2fx the broadcast)",
+                view_.fanout_gbps, remote_ranks, static_cast<long long>(options_.probe_bytes >> 20), r->fanout_ms,
+                view_.net_gbps > 0 ? view_.fanout_gbps / view_.net_gbps : 0.0);
   log("epoch " + std::to_string(epoch) + " ready: " + std::to_string(view_.ranks.size()) +
-      " ranks; link between hosts " + buf);
+      " ranks; link between hosts " + buf + "; fan-out from rank 0 to " + std::to_string(remote_ranks) +
+      (remote_ranks == 1 ? " remote rank " : " remote ranks ") +
+      (r->fanout_ms > 0 ? std::string(fan) : std::string("not measured")));
   return view_;
 }
 

@@ -42,6 +42,9 @@ struct ClusterView {
   };
   std::vector<Rank> ranks;  // NCCL rank order
   double net_gbps = 0;      // measured broadcast algBw from rank 0 (0: not measured)
+  // Rank 0's concurrent sends of probe_bytes to every rank on another host:
+  // all bytes sent over the time (0: not measured).
+  double fanout_gbps = 0;
 };
 
 class ClusterCoordinator final : public v1::Cluster::CallbackService {

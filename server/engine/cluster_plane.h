@@ -37,7 +37,8 @@ struct ClusterCommSpec {
 
 enum class ClusterJobKind {
   kRows = 0,   // a row split of one product across every rank
-  kProbe = 1,  // a timed broadcast from rank 0: the link between hosts, measured at join
+  kProbe = 1,  // the link between hosts, measured at join: a timed broadcast from rank 0, then rank 0's
+               // timed concurrent sends to every rank of another process (the fan-out)
   kK = 2,      // a K split: every rank a K slice, partial Cs summed by reduce-scatter
 };
 
@@ -61,12 +62,15 @@ struct ClusterJobSpec {
   // kK: K slices [k_begin, k_end) per rank, in rank order (rows 0..m each;
   // every slice non-empty); beta * C is added once, by rank 0.
   std::vector<Shard> ranks;
-  int64_t probe_bytes = 0;  // kProbe: bytes broadcast from rank 0
+  int64_t probe_bytes = 0;  // kProbe: bytes broadcast from rank 0, and sent from it to each remote rank
 };
 
 struct ClusterRunResult {
   std::vector<DeviceTiming> timings;  // this process's ranks
   double elapsed_ms = 0;              // from the first enqueue to the last stream done (kProbe: the broadcast)
+  // kProbe, rank 0: its sends of probe_bytes to every rank of another process,
+  // issued at once (one NCCL group), timed together (0: no remote rank).
+  double fanout_ms = 0;
 };
 
 class ClusterDataPlane {

@@ -41,6 +41,10 @@ double estimate_cluster_rows_ms(const ClusterPlanRequest& req, const std::vector
          std::max(root_out, local_out);
 }
 
+double cluster_fanout_gbps(const ClusterPlanRequest& req) {
+  return req.fanout_gbps > 0 ? req.fanout_gbps : req.net_gbps;
+}
+
 double estimate_cluster_k_ms(const ClusterPlanRequest& req, const std::vector<Shard>& shards, const PlannerOptions& o) {
   const auto& s = req.shape;
   const int64_t p = int64_t(req.ranks.size());
@@ -68,12 +72,12 @@ double estimate_cluster_k_ms(const ClusterPlanRequest& req, const std::vector<Sh
   const int64_t k0 = shards[0].k_end - shards[0].k_begin;
   const int64_t remote_rows = std::max<int64_t>(0, s.m - root_local_ranks * block);
   // Rank 0 brings in its slices, C, and the remote ranks' slices; those cross
-  // the network once. The reduce-scatter is a ring: each rank sends and
-  // receives (p - 1) / p of the padded m x n partial. The remote blocks of C
-  // come back to rank 0, which copies them out with its own block.
+  // the network once, sent to every remote rank at once (the fan-out rate). The reduce-scatter is a ring: each rank
+  // sends and receives (p - 1) / p of the padded m x n partial. The remote blocks of C come back to rank 0, which
+  // copies them out with its own block.
   const double root_in =
       cost::transfer_ms(e * ((k0 + remote_k) * (s.m + s.n) + (req.has_c ? s.m * s.n : 0)), cost::link_gbps(root, o));
-  const double sends = cost::transfer_ms(e * remote_k * (s.m + s.n), req.net_gbps) + o.nccl_latency_ms;
+  const double sends = cost::transfer_ms(e * remote_k * (s.m + s.n), cluster_fanout_gbps(req)) + o.nccl_latency_ms;
   const double reduce =
       cost::transfer_ms(e * double(p * block) * s.n * double(p - 1) / double(p), req.net_gbps) + o.nccl_latency_ms;
   const double back = cost::transfer_ms(e * remote_rows * s.n, req.net_gbps);
@@ -124,8 +128,11 @@ ClusterPlan make_cluster_plan(const ClusterPlanRequest& req, const PlannerOption
   plan.split = use_k ? SplitMode::kK : SplitMode::kRows;
   plan.shards = use_k ? std::move(k) : std::move(rows);
   plan.est_ms = use_k ? k_ms : rows_ms;
-  char net[48];
-  std::snprintf(net, sizeof net, "net %.2f GB/s", req.net_gbps);
+  char net[80];
+  if (use_k && req.fanout_gbps > 0)
+    std::snprintf(net, sizeof net, "net %.2f GB/s, fan-out %.2f GB/s", req.net_gbps, req.fanout_gbps);
+  else
+    std::snprintf(net, sizeof net, "net %.2f GB/s", req.net_gbps);
   const std::string what = std::string(use_k ? "cluster K split: " : "cluster rows: ") + gpus;
   if (!(req.net_gbps > 0)) {
     plan.use_cluster = req.forced;

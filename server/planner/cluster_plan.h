@@ -16,6 +16,8 @@
 // rows, one per rank) and the remote blocks come back to rank 0. It moves
 // (m + n) * K instead of the row split's K * n broadcast, at the price of
 // m x n partials crossing the network: it pays for small m x n with long K.
+// Rank 0 sends the slices to every remote rank at once, so they cost the
+// measured fan-out rate (ClusterPlanRequest::fanout_gbps), not the broadcast's.
 #pragma once
 
 #include <string>
@@ -35,8 +37,13 @@ struct ClusterPlanRequest {
   bool has_c = false;
   std::vector<ClusterRank> ranks;  // in NCCL rank order; rank 0 is on host 0
   double net_gbps = 0;             // between hosts: measured broadcast algBw (<= 0: unknown, the cluster is not used)
-  double local_est_ms = 0;         // the coordinator's own best plan for the request
-  bool forced = false;             // run on the cluster whatever the estimate (tests, benchmarks)
+  // Rank 0's concurrent sends to every rank on another host, all bytes sent
+  // over the time (measured at join next to the broadcast; <= 0: unknown, the
+  // broadcast's net_gbps is used). Over sockets the sends to three hosts ran
+  // ~1.3x the broadcast's rate: the K split scatters its slices this way.
+  double fanout_gbps = 0;
+  double local_est_ms = 0;  // the coordinator's own best plan for the request
+  bool forced = false;      // run on the cluster whatever the estimate (tests, benchmarks)
   // The request's split: kRows or kK restricts the cluster to that split
   // (kK: the cluster K split or nothing); kAuto: the cheaper of the two.
   SplitMode split = SplitMode::kAuto;
@@ -55,6 +62,9 @@ struct ClusterPlan {
 double estimate_cluster_rows_ms(const ClusterPlanRequest& req, const std::vector<Shard>& shards,
                                 const PlannerOptions& o);
 double estimate_cluster_k_ms(const ClusterPlanRequest& req, const std::vector<Shard>& shards, const PlannerOptions& o);
+// The rate rank 0's sends to the remote ranks are costed at: fanout_gbps when
+// measured, else net_gbps.
+double cluster_fanout_gbps(const ClusterPlanRequest& req);
 // The K split's slices (rank order, proportional to the ranks' rates, aligned
 // to PlannerOptions::k_align); empty when K has fewer elements than ranks.
 std::vector<Shard> cluster_k_shards(const ClusterPlanRequest& req, const PlannerOptions& o);

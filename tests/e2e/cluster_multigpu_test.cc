@@ -148,6 +148,8 @@ TEST_F(Cluster, KSplitOverEveryProcessMatchesTheReference) {
     ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << coord_->log();
     EXPECT_EQ(r->summary.split, "k");
     EXPECT_NE(r->summary.plan_reason.find("cluster K split"), std::string::npos) << r->summary.plan_reason;
+    // Its slices were costed at the fan-out rate measured at join.
+    EXPECT_NE(r->summary.plan_reason.find(", fan-out "), std::string::npos) << r->summary.plan_reason;
     ASSERT_EQ(int(r->summary.devices.size()), n_);
     EXPECT_EQ(r->summary.devices[0].host, "coord");
     for (int i = 1; i < n_; ++i) EXPECT_EQ(r->summary.devices[size_t(i)].host, "member-" + std::to_string(i));
@@ -161,6 +163,11 @@ TEST_F(Cluster, KSplitOverEveryProcessMatchesTheReference) {
     }
     EXPECT_EQ(next, s.k);
   }
+  // The link was measured at join twice over: the broadcast and rank 0's
+  // concurrent sends to every member (the fan-out), both logged.
+  const std::string members = std::to_string(n_ - 1);
+  EXPECT_TRUE(coord_->log_has("link between hosts", 0)) << coord_->log();
+  EXPECT_TRUE(coord_->log_has("GB/s aggregate (" + members + " x 64 MiB in", 0)) << coord_->log();
   // The row split still runs after K-split jobs on the same communicator.
   StatusOr<MultiplyResult> rows = multiply(GemmShape{1025, 777, 3001}, true, 11, true, SplitMode::kRows);
   ASSERT_TRUE(rows.ok()) << rows.status().to_string() << "\n" << coord_->log();

@@ -17,7 +17,11 @@
 //      nranks equal blocks of rows: rank r ends with block r of the sum;
 //   3. every remote rank ncclSends its block to rank 0.
 // The coordinator's other GPUs take their slices over their own host links
-// and copy their own blocks out; rank 0 copies its block and the remote ones. Every wait polls the job's abort token
+// and copy their own blocks out; rank 0 copies its block and the remote ones.
+//
+// The probe (at every new communicator): a timed broadcast from rank 0, then
+// rank 0's timed sends to every rank of another process in one group (the
+// fan-out rate the K split's scatter runs at). Every wait polls the job's abort token
 // and NCCL's async error and has a deadline; giving up aborts the communicator (ncclCommAbort), which ends the
 // collectives still running, so the streams drain and buffers are freed.
 #include <cuda_runtime_api.h>
@@ -54,6 +58,7 @@ struct RankWork {
   DeviceBuffer a_remote, c_remote;  // rank 0 only: the remote ranks' rows
   DeviceBuffer b_remote;            // rank 0 only, K split: the remote ranks' rows of B
   std::vector<Span> in, kernel, comm, out;
+  std::vector<Span> fanout;  // kProbe, rank 0: the timed fan-out
   DeviceTiming timing;
 };
 
@@ -190,35 +195,54 @@ class CudaClusterPlane final : public ClusterDataPlane {
     return comm_->wait_issued(nullptr, options_.job_timeout_ms);
   }
 
-  // Two broadcasts of probe_bytes from rank 0; the second is timed on rank 0.
+  // The link between hosts, measured when a communicator is built. First two
+  // broadcasts of probe_bytes from rank 0, the second timed on rank 0; then,
+  // twice, rank 0's sends of probe_bytes to every rank of another process in
+  // one group (the second timed): the fan-out, which is how the K split
+  // scatters its slices (several connections at once run faster than one
+  // broadcast ring over sockets).
   Status issue_probe(const ClusterJobSpec& spec, std::vector<RankWork>& works) {
     const size_t count = size_t(std::max<int64_t>(spec.probe_bytes, 4)) / kF;
+    const int nlocal = comm_->local_size();
+    const int nranks = comm_->nranks();
+    const bool root = comm_->first_rank() == 0;
     for (auto& w : works) {
       SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(w.lane->device(), count * kF, w.lane->comm()));
     }
-    for (int round = 0; round < 2; ++round) {
-      Group group;
-      SGEMM_RETURN_IF_ERROR(group.start());
-      for (size_t i = 0; i < works.size(); ++i) {
-        RankWork& w = works[i];
-        SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
-        if (round == 1 && w.rank == 0) {
-          Span sp;
-          SGEMM_ASSIGN_OR_RETURN(sp.begin, w.lane->next_event());
-          SGEMM_ASSIGN_OR_RETURN(sp.end, w.lane->next_event());
-          SGEMM_CUDA_TRY(cudaEventRecord(sp.begin, w.lane->comm()));
-          w.comm.push_back(sp);
+    enum Phase { kBroadcast, kFanOut };
+    for (Phase phase : {kBroadcast, kFanOut}) {
+      if (phase == kFanOut && root && nranks == nlocal) break;  // no rank on another process
+      for (int round = 0; round < 2; ++round) {
+        Group group;
+        SGEMM_RETURN_IF_ERROR(group.start());
+        for (size_t i = 0; i < works.size(); ++i) {
+          RankWork& w = works[i];
+          ncclComm_t c = comm_->comm(int(i));
+          cudaStream_t st = w.lane->comm();
+          SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
+          if (round == 1 && w.rank == 0) {
+            Span sp;
+            SGEMM_ASSIGN_OR_RETURN(sp.begin, w.lane->next_event());
+            SGEMM_ASSIGN_OR_RETURN(sp.end, w.lane->next_event());
+            SGEMM_CUDA_TRY(cudaEventRecord(sp.begin, st));
+            (phase == kBroadcast ? w.comm : w.fanout).push_back(sp);
+          }
+          if (phase == kBroadcast) {
+            SGEMM_NCCL_TRY(ncclBroadcast(w.b.floats(), w.b.floats(), count, ncclFloat, 0, c, st));
+          } else if (w.rank == 0) {
+            for (int r = nlocal; r < nranks; ++r) SGEMM_NCCL_TRY(ncclSend(w.b.floats(), count, ncclFloat, r, c, st));
+          } else if (!root) {
+            SGEMM_NCCL_TRY(ncclRecv(w.b.floats(), count, ncclFloat, 0, c, st));
+          }
         }
-        SGEMM_NCCL_TRY(
-            ncclBroadcast(w.b.floats(), w.b.floats(), count, ncclFloat, 0, comm_->comm(int(i)), w.lane->comm()));
+        SGEMM_RETURN_IF_ERROR(end_group(group));
       }
-      SGEMM_RETURN_IF_ERROR(end_group(group));
+      for (auto& w : works)
+        if (w.rank == 0) {
+          SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
+          SGEMM_CUDA_TRY(cudaEventRecord((phase == kBroadcast ? w.comm : w.fanout).back().end, w.lane->comm()));
+        }
     }
-    for (auto& w : works)
-      if (w.rank == 0) {
-        SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
-        SGEMM_CUDA_TRY(cudaEventRecord(w.comm.back().end, w.lane->comm()));
-      }
     return Status::Ok();
   }
 
@@ -592,7 +616,10 @@ class CudaClusterPlane final : public ClusterDataPlane {
       SGEMM_RETURN_IF_ERROR(sum(w.kernel, &w.timing.kernel_ms));
       SGEMM_RETURN_IF_ERROR(sum(w.comm, &w.timing.reduce_ms));
       SGEMM_RETURN_IF_ERROR(sum(w.out, &w.timing.copy_out_ms));
-      if (spec.kind == ClusterJobKind::kProbe && w.rank == 0) out->elapsed_ms = w.timing.reduce_ms;
+      if (spec.kind == ClusterJobKind::kProbe && w.rank == 0) {
+        out->elapsed_ms = w.timing.reduce_ms;
+        SGEMM_RETURN_IF_ERROR(sum(w.fanout, &out->fanout_ms));
+      }
       if (spec.kind != ClusterJobKind::kProbe) out->timings.push_back(w.timing);
     }
     return Status::Ok();

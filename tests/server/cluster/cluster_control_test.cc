@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "common/reference_gemm.h"
@@ -144,8 +145,10 @@ TEST_F(ClusterControl, MembersJoinOneCommunicatorWithRanksInJoinOrder) {
     EXPECT_EQ(c.nranks, 4);
     EXPECT_EQ(c.epoch, root.epoch);
   }
-  // The link was measured with a probe every rank took part in: 64 MiB in 1 ms.
+  // The link was measured with a probe every rank took part in: 64 MiB
+  // broadcast in 1 ms; 3 x 64 MiB sent from rank 0 to the 3 remote ranks in 2 ms.
   EXPECT_NEAR(v->net_gbps, 67.1, 0.1);
+  EXPECT_NEAR(v->fanout_gbps, 100.7, 0.1);
   ASSERT_TRUE(eventually([&] { return a.jobs().size() == 1 && b.jobs().size() == 1; }));
   EXPECT_EQ(a.jobs()[0].kind, ClusterJobKind::kProbe);
   // Nothing changed: the next prepare keeps the communicator.
@@ -334,6 +337,12 @@ TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
   // A coordinator whose options say --cluster-always, on the same fabric.
   ClusterOptions o = opts("coordinator");
   o.always = true;
+  std::mutex log_mu;
+  std::vector<std::string> log;
+  o.log = [&](std::string_view line) {
+    std::lock_guard lock(log_mu);
+    log.emplace_back(line);
+  };
   ClusterCoordinator always(*root_plane_, o);
   grpc::ServerBuilder b;
   int port = 0;
@@ -380,6 +389,12 @@ TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
 TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayLocalOtherwise) {
   ClusterOptions o = opts("coordinator");
   o.always = true;
+  std::mutex log_mu;
+  std::vector<std::string> log;
+  o.log = [&](std::string_view line) {
+    std::lock_guard lock(log_mu);
+    log.emplace_back(line);
+  };
   ClusterCoordinator always(*root_plane_, o);
   grpc::ServerBuilder b;
   int port = 0;
@@ -414,6 +429,8 @@ TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayL
   EXPECT_EQ(local_ptr->runs, 0);
   EXPECT_EQ(r->split, SplitMode::kK);
   EXPECT_NE(r->plan_reason.find("cluster K split: 2 GPUs on 2 hosts (requested)"), std::string::npos) << r->plan_reason;
+  // The planner got both rates measured at join (64 MiB broadcast in 1 ms; sent to the one remote rank in 2 ms).
+  EXPECT_NE(r->plan_reason.find("net 67.11 GB/s, fan-out 33.55 GB/s"), std::string::npos) << r->plan_reason;
   ASSERT_EQ(r->devices.size(), 2u);
   EXPECT_EQ(r->devices[0].host, "coordinator");
   EXPECT_EQ(r->devices[1].host, "host-a");
@@ -424,6 +441,16 @@ TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayL
   EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
   ASSERT_FALSE(plane.jobs().empty());
   EXPECT_EQ(plane.jobs().back().kind, ClusterJobKind::kK);
+  {  // Both rates are logged when the communicator is ready.
+    std::lock_guard lock(log_mu);
+    std::string ready;
+    for (const auto& line : log)
+      if (line.find(" ready: 2 ranks") != std::string::npos) ready = line;
+    EXPECT_NE(ready.find("link between hosts 67.11 GB/s (64 MiB broadcast in 1.000 ms)"), std::string::npos) << ready;
+    EXPECT_NE(ready.find("fan-out from rank 0 to 1 remote rank 33.55 GB/s aggregate (1 x 64 MiB in 2.000 ms"),
+              std::string::npos)
+        << ready;
+  }
   member.stop();
   always.shutdown();
   server->Shutdown(std::chrono::system_clock::now() + 1s);

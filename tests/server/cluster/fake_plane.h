@@ -58,7 +58,8 @@ class FakePlane final : public ClusterDataPlane {
     record(spec);
     ClusterRunResult r;
     if (spec.kind == ClusterJobKind::kProbe) {
-      r.elapsed_ms = 1.0;
+      r.elapsed_ms = 1.0;  // the broadcast
+      r.fanout_ms = 2.0;   // the sends to every remote rank
       return r;
     }
     {

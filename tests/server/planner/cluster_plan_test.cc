@@ -131,6 +131,46 @@ TEST(ClusterPlan, SplitKRequestsGetTheKSplitOrStayLocal) {
   EXPECT_EQ(p.reason.find("K split"), std::string::npos) << p.reason;
 }
 
+TEST(ClusterPlan, KSplitScattersItsSlicesAtTheMeasuredFanOutRate) {
+  // nvidia-h200-x4, 4 processes over sockets (bench/results/cluster-2026-11-22-h200x4):
+  // the link measured at join 2.79 GB/s (broadcast); rank 0's sends of the
+  // slices to the three other ranks ran 1.34x that, ~3.74 GB/s aggregate; the
+  // service's compute for 4096x4096x131072 took 1045-1118 ms. Costed at the
+  // broadcast's rate the estimate was 1294 ms; at the fan-out rate it falls
+  // within the measured range's reach.
+  const GemmShape s{4096, 4096, 131072};
+  auto bcast_only = four_hosts(s, 2.79, 138.5);
+  bcast_only.split = SplitMode::kK;
+  auto fitted = bcast_only;
+  fitted.fanout_gbps = 2.79 * 1.34;
+  const auto shards = cluster_k_shards(fitted, PlannerOptions{});
+  const double old_ms = estimate_cluster_k_ms(bcast_only, shards, PlannerOptions{});
+  const double new_ms = estimate_cluster_k_ms(fitted, shards, PlannerOptions{});
+  EXPECT_NEAR(old_ms, 1294.3, 1.0);  // the estimate the run printed
+  EXPECT_GT(new_ms, 1045.0 * 0.9) << new_ms;
+  EXPECT_LT(new_ms, 1118.0 * 1.05) << new_ms;
+  // Only the scatter of the slices moves to the fan-out rate: 3/4 of A and B,
+  // 3 x (4096 + 4096) x 32768 x 4 bytes.
+  const double slices = 3.0 * (4096 + 4096) * 32768 * 4;
+  EXPECT_NEAR(old_ms - new_ms, slices / 2.79e6 - slices / (2.79 * 1.34 * 1e6), 0.01);
+  EXPECT_DOUBLE_EQ(cluster_fanout_gbps(fitted), 2.79 * 1.34);
+  EXPECT_DOUBLE_EQ(cluster_fanout_gbps(bcast_only), 2.79);  // not measured: the broadcast's rate
+  // The plan's reason names both rates; the row split's does not change.
+  const ClusterPlan p = make_cluster_plan(fitted);
+  EXPECT_EQ(p.split, SplitMode::kK);
+  EXPECT_NE(p.reason.find("net 2.79 GB/s, fan-out 3.74 GB/s"), std::string::npos) << p.reason;
+  auto rows = fitted;
+  rows.split = SplitMode::kRows;
+  auto rows_bcast = bcast_only;
+  rows_bcast.split = SplitMode::kRows;
+  EXPECT_DOUBLE_EQ(make_cluster_plan(rows).est_ms, make_cluster_plan(rows_bcast).est_ms);
+  EXPECT_EQ(make_cluster_plan(rows).reason.find("fan-out"), std::string::npos);
+  // A faster fan-out makes the K split cheaper, never dearer.
+  auto faster = fitted;
+  faster.fanout_gbps = 10.0;
+  EXPECT_LT(estimate_cluster_k_ms(faster, shards, PlannerOptions{}), new_ms);
+}
+
 TEST(ClusterPlan, EstimateGrowsWithSlowerNetwork) {
   const GemmShape s{16384, 16384, 16384};
   const ClusterPlan fast = make_cluster_plan(four_hosts(s, 100.0, 1e9));
