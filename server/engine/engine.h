@@ -198,7 +198,8 @@ class Engine {
   // our bug (INTERNAL). Stops with job.cancel's status when that is set.
   virtual StatusOr<GemmReport> run(const GemmJob& job) = 0;
   // The engine's estimate of run(job) in ms, inputs in host memory; negative:
-  // no estimate (then the service never computes the job on its own thread).
+  // no estimate, or run() would now wait for another job (then the service
+  // never computes the job on its own thread).
   virtual double estimate_ms(const GemmJob& job) const {
     (void)job;
     return -1;

@@ -175,6 +175,49 @@ TEST_F(MultiplyE2E, EightClientsAtOnceAllCorrect) {
   testing::expect_released(*client, "request buffers leaked");
 }
 
+// --inline-compute-ms (docs/lifecycle.md): products the engine estimates as
+// quick compute on the gRPC thread that read their last message. With a limit
+// no product exceeds, whatever slot is idle is taken that way: concurrent
+// clients on both client drivers, odd shapes, C in and out, all against fp64.
+TEST(MultiplyInlineE2E, QuickProductsComputedOnTheReadingThreadAreRightUnderConcurrency) {
+  ServerProcess server({"--inline-compute-ms", "100000", "--max-in-flight", "2"});
+  ASSERT_TRUE(server.running()) << server.log();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      ClientOptions co;
+      co.caller_thread_calls = t % 2 == 0;
+      auto client = Client::connect(server.address(), co);
+      for (int rep = 0; rep < 4; ++rep) {
+        const GemmShape s{1 + 31 * t + rep, 67 + 13 * t, 45 + 29 * rep};
+        const uint64_t seed = fresh_seed();
+        std::vector<float> a(s.m * s.k), b(s.k * s.n), c0(s.m * s.n);
+        fill_random(a, seed);
+        fill_random(b, seed + 1);
+        fill_random(c0, seed + 2);
+        MultiplyOptions o;
+        o.alpha = 0.5f;
+        o.beta = rep % 2 ? 2.0f : 0.0f;
+        auto r = client->multiply(s, a.data(), b.data(), rep % 2 ? c0.data() : nullptr, o);
+        if (!r.ok()) {
+          ADD_FAILURE() << r.status().to_string();
+          ++failures;
+          continue;
+        }
+        const auto v = verify_gemm(s.m, s.n, s.k, 0.5f, a.data(), b.data(), o.beta, rep % 2 ? c0.data() : nullptr,
+                                   r->c.data());
+        if (!v.passed(kSgemmTolerance)) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto client = Client::connect(server.address());
+  testing::expect_released(*client, "request buffers leaked");
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
 TEST_F(MultiplyE2E, InfoReportsDevicesKernelsLimitsAndHealth) {
   auto client = Client::connect(server_->address());
   auto info = client->info();

@@ -260,9 +260,12 @@ class CudaEngine final : public Engine {
     return report;
   }
 
+  // No estimate while any GPU's lanes are in use: a job would wait for them.
   double estimate_ms(const GemmJob& job) const override {
     const std::vector<int> healthy = healthy_devices();
     if (healthy.empty() || !check_gemm_request(job.request).ok()) return -1;
+    for (int i : healthy)
+      if (pool_->busy_lanes(i) > 0) return -1;
     return make_plan(plan_request(job, healthy), options_.planner).est_ms;
   }
 
