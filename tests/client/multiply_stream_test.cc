@@ -48,8 +48,10 @@ TEST(StreamProtocol, ChunksEveryInputInOrderMarksTheLastAndSkipsEmptyOnes) {
   std::vector<float> a(10, 1.0f), b(7, 2.0f);
   wire::SliceRefs refs;
   {
-    StreamProtocol p(header(), {{wire::WireMatrix::kB, b.data(), 0, 7}, {wire::WireMatrix::kC, b.data(), 3, 3},
-                                {wire::WireMatrix::kA, a.data(), 2, 10}},
+    StreamProtocol p(header(),
+                     {{wire::WireMatrix::kB, b.data(), 0, 7},
+                      {wire::WireMatrix::kC, b.data(), 3, 3},
+                      {wire::WireMatrix::kA, a.data(), 2, 10}},
                      /*chunk_elems=*/4, nullptr, 0, nullptr, &refs);
     EXPECT_TRUE(p.has_input());
     const Written w = drain(p);
@@ -73,7 +75,8 @@ TEST(StreamProtocol, AHeaderWithNothingToUploadHasNoInput) {
 TEST(StreamProtocol, DecodesCSummaryAndGrantAndKeepsAProtocolError) {
   std::vector<float> c(6, 0.0f);
   std::vector<std::pair<int64_t, int64_t>> seen;
-  StreamProtocol p(header(), {}, 4, c.data(), 6, [&](int64_t o, int64_t n) { seen.emplace_back(o, n); }, nullptr);
+  StreamProtocol p(
+      header(), {}, 4, c.data(), 6, [&](int64_t o, int64_t n) { seen.emplace_back(o, n); }, nullptr);
   v1::MultiplyResponse chunk;
   chunk.mutable_chunk()->set_matrix(v1::MATRIX_C);
   chunk.mutable_chunk()->set_offset(2);

@@ -205,8 +205,8 @@ TEST(MultiplyInlineE2E, QuickProductsComputedOnTheReadingThreadAreRightUnderConc
           ++failures;
           continue;
         }
-        const auto v = verify_gemm(s.m, s.n, s.k, 0.5f, a.data(), b.data(), o.beta, rep % 2 ? c0.data() : nullptr,
-                                   r->c.data());
+        const auto v =
+            verify_gemm(s.m, s.n, s.k, 0.5f, a.data(), b.data(), o.beta, rep % 2 ? c0.data() : nullptr, r->c.data());
         if (!v.passed(kSgemmTolerance)) ++failures;
       }
     });
