@@ -48,9 +48,10 @@ read -r km kn kk <<<"${SGEMM_CLUSTER_K_SHAPE:-4096 4096 262144}"
 
 if ! skip e2e; then
   echo "=== cluster $mode: $n processes x 1 GPU; e2e_cluster_multigpu_test"
-  timeout --kill-after=5 "${SGEMM_CLUSTER_E2E_TIMEOUT:-240}" "$BIN/e2e_cluster_multigpu_test" --gtest_brief=1 \
+  # Line-buffered, every test named as it starts: a step cut by its timeout still says where it was.
+  timeout --kill-after=5 "${SGEMM_CLUSTER_E2E_TIMEOUT:-240}" stdbuf -oL -eL "$BIN/e2e_cluster_multigpu_test" \
     >"$log/e2e.log" 2>&1 || rc=1
-  grep -E "PASSED|FAILED|SKIPPED|Failure|next request|error|Which is|Expected" "$log/e2e.log" | tail -n 20
+  grep -E "RUN|OK \]|PASSED|FAILED|SKIPPED|Failure|next request|error|Which is|Expected" "$log/e2e.log" | tail -n 30
   echo "e2e_cluster_multigpu_test $mode: rc=$rc" >>"$OUT/summary.txt"
 fi
 

@@ -128,9 +128,11 @@ class CudaClusterPlane final : public ClusterDataPlane {
       w.timing.shard = w.shard;
     }
     const auto t0 = std::chrono::steady_clock::now();
+    issuing_abort_ = abort;  // end_group() gives up when the job is aborted (a member left)
     Status issued = spec.kind == ClusterJobKind::kProbe ? issue_probe(spec, works)
                     : spec.kind == ClusterJobKind::kK   ? issue_k(spec, job, works)
                                                         : issue_rows(spec, job, works);
+    issuing_abort_ = nullptr;
     // An enqueue that failed half-way leaves peers waiting on calls we never
     // made: abort at once (the collectives issued end), then drain.
     if (!issued.ok()) comm_->abort();
@@ -192,7 +194,11 @@ class CudaClusterPlane final : public ClusterDataPlane {
     g.open = false;
     const ncclResult_t r = ncclGroupEnd();
     if (r != ncclSuccess && r != ncclInProgress) return SGEMM_NCCL_STATUS(r);
-    return comm_->wait_issued(nullptr, options_.job_timeout_ms);
+    // A peer that died leaves the group in progress for good: the job's abort
+    // token (cancelled when the coordinator sees a member leave) ends the wait,
+    // not only --cluster-job-timeout. On 2 H200s a member killed mid-request
+    // left the coordinator here past the e2e test's 55 s (2026-11-22).
+    return comm_->wait_issued(issuing_abort_, options_.job_timeout_ms);
   }
 
   // The link between hosts, measured when a communicator is built. First two
@@ -627,7 +633,8 @@ class CudaClusterPlane final : public ClusterDataPlane {
 
   const CudaClusterPlaneOptions options_;
   std::unique_ptr<DevicePool> pool_;
-  std::unique_ptr<NcclClusterComm> comm_;  // the current epoch's; null between epochs
+  std::unique_ptr<NcclClusterComm> comm_;       // the current epoch's; null between epochs
+  const CancelToken* issuing_abort_ = nullptr;  // the running job's, while run() issues it
   uint64_t epoch_ = 0;
 };
 
