@@ -325,6 +325,10 @@ constexpr Variant kVariants[] = {
      tma_simt_split_k_workspace<TmaSimtTile::k128x256T8x16>, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
     // Its measured alternatives (bench/results/2026-11-22-h100-kernel3/).
+    {"tma_192x128x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k192x128T8x8>,
+     tma_simt_split_k_workspace<TmaSimtTile::k192x128T8x8>, any_shape},
+    {"tma_128x192x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k128x192T8x8>,
+     tma_simt_split_k_workspace<TmaSimtTile::k128x192T8x8>, any_shape},
     {"tma_256x128x32_w64x64_t8x16_s4", run_tma_simt<TmaSimtTile::k256x128T8x16>, no_workspace, any_shape},
     {"tma_128x256x32_w32x128_t8x16_s4", run_tma_simt<TmaSimtTile::k128x256T8x16W32x128>, no_workspace, any_shape},
     {"tma_192x128x32_w32x64_t8x8_s5", run_tma_simt<TmaSimtTile::k192x128T8x8W32x64>, no_workspace, any_shape},

@@ -21,6 +21,7 @@ using Tile128x256 = TmaSimtConfig<2, 4, 8, 4, 8, 16, 4, 232, 40, 16>;  // 384 th
 using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 24, 8>;    // 512 threads, 200 KB ring
 #ifdef SGEMM_KERNEL_TUNING
 // Measured alternatives (docs/kernels.md, kernel3).
+using Tile128x192 = TmaSimtConfig<2, 6, 8, 4, 8, 8, 5, 160, 24, 8>;
 using Tile256x128 = TmaSimtConfig<4, 2, 8, 4, 8, 16, 4, 232, 40, 8>;
 using Tile128x256W32x128 = TmaSimtConfig<4, 2, 4, 8, 8, 16, 4, 232, 40, 16>;  // warp 32x128
 using Tile192x128W32x64 = TmaSimtConfig<6, 2, 4, 8, 8, 8, 5, 160, 24, 8>;     // warp 32x64
@@ -107,6 +108,9 @@ bool with_config(TmaSimtTile tile, F&& f) {
       f.template operator()<Tile192x128>();
       return true;
 #ifdef SGEMM_KERNEL_TUNING
+    case TmaSimtTile::k128x192T8x8:
+      f.template operator()<Tile128x192>();
+      return true;
     case TmaSimtTile::k256x128T8x16:
       f.template operator()<Tile256x128>();
       return true;

@@ -30,9 +30,13 @@
 // Tile order: grouped rasterization, GROUP_M tile rows per group; CTA b takes work units
 //   b, b + #CTAs, ... (the producer runs ahead into the next unit during the epilogue).
 // Split-K (splits > 1, for few tiles and a long K): a unit is one run of
-//   k_blocks_per_split k-blocks of one tile; it stores alpha * partial into its slice of an
+//   k_blocks_per_split k-blocks of one tile; it stores alpha * partial into its slice of a
 //   splits x m x ldw workspace, and the launcher's reduction kernel adds the slices in
 //   slice order (bitwise reproducible run to run).
+// Tiles in use (tma_simt_sgemm.cu): 128x256 / warp 64x64 / thread 8x16, 4 stages of 48 KB,
+//   1 producer + 2 consumer warp groups (consumers at 232 registers); 192x128 / 64x32 / 8x8,
+//   5 stages of 40 KB, 1 + 3 warp groups (consumers at 160). A_VEC and UNROLL_Q exist for the
+//   measured alternatives (docs/kernels.md).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (type only)

@@ -14,10 +14,13 @@ namespace sgemm {
 
 // The tile configurations (tma_simt_sgemm.cu has their constants).
 enum class TmaSimtTile {
-  k256x128T8x16,          // 8 consumer warps of 64x64 (8x16 per thread), 4 stages
-  k128x256T8x16,          // the same warps 2 x 4
-  k192x128T8x8,           // 12 consumer warps of 64x32 (8x8 per thread), 5 stages
-  k128x256T8x16W32x128,   // 8 consumer warps of 32x128 (8x16 per thread, 4 x 8 lanes), 2 x 4 warps
+  // Production (picked by pingpong_pick_variant):
+  k128x256T8x16,  // 8 consumer warps of 64x64 (8x16 per thread, 2 x 4 warps), 4 stages
+  k192x128T8x8,   // 12 consumer warps of 64x32 (8x8 per thread, 3 x 4 warps), 5 stages
+  // Measured alternatives (-DSGEMM_KERNEL_TUNING=ON builds only):
+  k128x192T8x8,           // k192x128T8x8's warps 2 x 6
+  k256x128T8x16,          // k128x256T8x16's warps 4 x 2
+  k128x256T8x16W32x128,   // 8 consumer warps of 32x128 (8x16 per thread, 4 x 8 lanes), 4 x 2 warps
   k192x128T8x8W32x64,     // 12 consumer warps of 32x64 (8x8 per thread, 4 x 8 lanes), 6 x 2 warps
   k128x256T8x16U2,        // k128x256T8x16 with 8 k per loop iteration instead of an unrolled stage
   k192x128T8x8U2,         // k192x128T8x8 likewise
