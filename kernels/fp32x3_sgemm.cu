@@ -7,13 +7,13 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
 #include "kernels/cuda_status.h"
 #include "kernels/fp32x3_sgemm.cuh"
 #include "kernels/fp32x3_sgemm.h"
 #include "kernels/launch_util.h"
+#include "kernels/tensor_map.h"
 
 namespace sgemm {
 namespace {
@@ -38,30 +38,10 @@ constexpr int64_t kAlignBytes = 256;
 int64_t padded_k(int64_t k) { return (k + 3) / 4 * 4; }
 int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda).
-StatusOr<PFN_cuTensorMapEncodeTiled_v12000> encode_tiled_fn() {
-  static std::once_flag once;
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static cudaError_t err = cudaSuccess;
-  std::call_once(once, [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  });
-  if (fn == nullptr) {
-    (void)cudaGetLastError();
-    return Unavailable(std::string("cuTensorMapEncodeTiled: driver entry point not found (") + cudaGetErrorName(err) +
-                       ")");
-  }
-  return fn;
-}
-
 // TMA map over hi/lo planes [2][rows][kp] of fp32, box {32, box_rows, box_planes},
 // 128-byte swizzle; out-of-range rows and k are zero-filled.
 Status make_plane_map(CUtensorMap* map, const float* planes, int64_t rows, int64_t k, int box_rows, int box_planes) {
-  SGEMM_ASSIGN_OR_RETURN(auto encode, encode_tiled_fn());
+  SGEMM_ASSIGN_OR_RETURN(auto encode, tensor_map_encode_fn());
   const int64_t kp = padded_k(k);
   const cuuint64_t dims[3] = {cuuint64_t(k), cuuint64_t(rows), 2};
   const cuuint64_t strides[2] = {cuuint64_t(kp * 4), cuuint64_t(rows * kp * 4)};
@@ -79,16 +59,7 @@ Status make_plane_map(CUtensorMap* map, const float* planes, int64_t rows, int64
 // TMA map over the caller's A itself (rows x k, ld lda, fp32), box {32, box_rows},
 // 128-byte swizzle. Only where TMA can describe it (a_tma_describable).
 Status make_raw_map(CUtensorMap* map, const float* a, int64_t rows, int64_t k, int64_t ld, int box_rows) {
-  SGEMM_ASSIGN_OR_RETURN(auto encode, encode_tiled_fn());
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld * 4)};
-  const cuuint32_t box[2] = {cuuint32_t(fp32x3::kBK), cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(a), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return Internal("cuTensorMapEncodeTiled (A) failed with CUresult " + std::to_string(int(r)));
-  return Status::Ok();
+  return make_tensor_map_2d(map, a, rows, k, ld, box_rows, fp32x3::kBK, CU_TENSOR_MAP_SWIZZLE_128B, "A");
 }
 
 // Whether the bulk tensor copy can read A in place: 16-byte aligned base and rows.

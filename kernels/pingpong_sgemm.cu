@@ -12,6 +12,7 @@
 #include "kernels/launch_util.h"
 #include "kernels/pingpong_sgemm.cuh"
 #include "kernels/pingpong_sgemm.h"
+#include "kernels/tma_simt_sgemm.h"
 
 namespace sgemm {
 namespace {
@@ -258,6 +259,41 @@ std::size_t split_k_workspace_either(const GemmShape& s) {
 }
 bool gemv_shape(const GemmShape& s) { return s.m == 1 || s.n == 1; }
 
+// The TMA-fed warp-specialized SIMT kernel (tma_simt_sgemm.h) where TMA can read A and B
+// on this device, else the 64x128 tiles above (the same results: every unsplit kernel
+// here sums K in order with FMA).
+template <TmaSimtTile kTile>
+Status run_tma_simt(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  if (tma_simt_can_run(g)) return tma_simt_sgemm(g, kTile, 1, nullptr, stream);
+  return run_config_by_alignment<SmallWide4, SmallWide>(g, ws, stream);
+}
+
+// ... with split-K for few tiles and a long K: one CTA per SM, so splits fill #SMs units,
+// each keeping at least 1024 of K; the slices are reduced as for the ping-pong tiles.
+template <TmaSimtTile kTile>
+int tma_simt_splits(const GemmShape& s) {
+  const TmaSimtTileShape t = tma_simt_tile_shape(kTile);
+  return effective_splits(s, 32, pick_splits(s, t.bm, t.bn, sm_count_of_current_device(), 1));
+}
+template <TmaSimtTile kTile>
+Status run_tma_simt_split_k(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  if (!tma_simt_can_run(g)) return run_config_split_k<SmallWide4>(g, ws, stream);
+  const int splits = tma_simt_splits<kTile>(g.shape);
+  if (splits <= 1) return tma_simt_sgemm(g, kTile, 1, nullptr, stream);
+  const std::size_t need = splitk_workspace_bytes(g.shape, splits);
+  if (ws.data == nullptr || ws.bytes < need)
+    return InvalidArgument("workspace: split-K over " + std::to_string(splits) + " slices needs " +
+                           std::to_string(need) + " bytes, got " + std::to_string(ws.bytes) +
+                           " (ask pingpong_workspace_bytes)");
+  float* w = static_cast<float*>(ws.data);
+  SGEMM_RETURN_IF_ERROR(tma_simt_sgemm(g, kTile, splits, w, stream));
+  return launch_splitk_reduce(g, splits, w, (g.shape.n + 3) / 4 * 4, stream);
+}
+template <TmaSimtTile kTile>
+std::size_t tma_simt_split_k_workspace(const GemmShape& s) {
+  return std::max(splitk_workspace_bytes(s, tma_simt_splits<kTile>(s)), split_k_workspace<SmallWide4>(s));
+}
+
 struct Variant {
   const char* name;
   Status (*run)(const GemmArgs&, Workspace, cudaStream_t);
@@ -281,7 +317,28 @@ constexpr Variant kVariants[] = {
      no_workspace, any_shape},
     {"32x128x16_w16x64_t4x8_s4_splitk512", run_config_split_k<Flat, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<Flat, kThinMinK>, any_shape},
+    // Issue 14, kernel3: the TMA producer / LDS+FFMA consumer kernel (tma_simt_sgemm.cuh),
+    // falling back to the two variants above where TMA cannot read A and B.
+    {"tma_128x256x32_w64x64_t8x16_s4", run_tma_simt<TmaSimtTile::k128x256T8x16>, no_workspace, any_shape},
+    {"tma_192x128x32_w64x32_t8x8_s5", run_tma_simt<TmaSimtTile::k192x128T8x8>, no_workspace, any_shape},
+    {"tma_128x256x32_w64x64_t8x16_s4_splitk", run_tma_simt_split_k<TmaSimtTile::k128x256T8x16>,
+     tma_simt_split_k_workspace<TmaSimtTile::k128x256T8x16>, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
+    // Its measured alternatives (bench/results/2026-11-22-h100-kernel3/).
+    {"tma_192x128x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k192x128T8x8>,
+     tma_simt_split_k_workspace<TmaSimtTile::k192x128T8x8>, any_shape},
+    {"tma_128x192x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k128x192T8x8>,
+     tma_simt_split_k_workspace<TmaSimtTile::k128x192T8x8>, any_shape},
+    {"tma_256x128x32_w64x64_t8x16_s4", run_tma_simt<TmaSimtTile::k256x128T8x16>, no_workspace, any_shape},
+    {"tma_128x256x32_w32x128_t8x16_s4", run_tma_simt<TmaSimtTile::k128x256T8x16W32x128>, no_workspace, any_shape},
+    {"tma_192x128x32_w32x64_t8x8_s5", run_tma_simt<TmaSimtTile::k192x128T8x8W32x64>, no_workspace, any_shape},
+    {"tma_128x256x32_w64x64_t8x16_s4_u2", run_tma_simt<TmaSimtTile::k128x256T8x16U2>, no_workspace, any_shape},
+    {"tma_192x128x32_w64x32_t8x8_s5_u2", run_tma_simt<TmaSimtTile::k192x128T8x8U2>, no_workspace, any_shape},
+    {"tma_256x128x32_w64x32_t8x8_s4_16warps", run_tma_simt<TmaSimtTile::k256x128T8x8W16>, no_workspace, any_shape},
+    {"tma_256x128x32_w32x64_t8x8_s4_16warps", run_tma_simt<TmaSimtTile::k256x128T8x8W16W32x64>, no_workspace,
+     any_shape},
+    {"tma_256x128x32_w64x64_t8x16_s4_splitk", run_tma_simt_split_k<TmaSimtTile::k256x128T8x16>,
+     tma_simt_split_k_workspace<TmaSimtTile::k256x128T8x16>, any_shape},
     // K-major A (16-byte copies of A) candidates (bench/results/2026-11-22-h100-kernel2/) and the
     // transposed thin tiles the picker used before them.
     {"64x128x16_w32x64_t8x8_s4_b3_akm-aligned_s3-unaligned", run_config_by_alignment<SmallWide4B3, SmallWide, kAKM>,
@@ -360,6 +417,9 @@ enum VariantId {
   kThinN64SplitK = 4,
   kMediumSplitKCluster = 5,
   kFlatSplitK = 6,
+  kTma128x256 = 7,
+  kTma192x128 = 8,
+  kTma128x256SplitK = 9,
 };
 
 int sm_count_of_current_device() {
@@ -422,7 +482,25 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // the workspace; with more splits the cluster reduction lost (73.6% at 8192x64x8192).
   if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kThinN64SplitK;
   if (s.m <= 32 && s.n >= 1024) return kFlatSplitK;
-  if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) return kSmallWide4SplitK;
+  // The TMA-fed kernel (issue 14, kernel3; it falls back to the 64x128 tiles where TMA
+  // cannot read A and B): with split-K where the 64x128 tile splits K, unless C is at most
+  // 128 columns wide (there its 128x256 tile is half padding: 8192x128x8192 48.8% against
+  // 91.8%); measured 92.9% vs 90.2% at 1024x1024x16384, 91.7% vs 89.2% at 128x8192x8192.
+  if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1)
+    return s.n > 128 ? kTma128x256SplitK : kSmallWide4SplitK;
+  // Otherwise, with K >= 2048 (at K = 1024 the 64x128 tile measured 2-3 points better), the
+  // TMA-fed kernel's per-SM rate was 1-3% above the 64x128 tile's; it runs one CTA per SM,
+  // so the last wave decides: take its 128x256 or 192x128 tile, whichever fills the last
+  // wave better, when that fill is at least the 64x128 tile's (4 blocks per SM).
+  if (s.k >= 2048) {
+    const auto fill = [&](int64_t bm, int64_t bn, int64_t slots) {
+      const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+      return double(tiles) / double((tiles + slots - 1) / slots * slots);
+    };
+    const double f256 = fill(128, 256, sm_count), f192 = fill(192, 128, sm_count);
+    const double f64 = fill(SmallWide4::BM, SmallWide4::BN, int64_t(sm_count) * SmallWide4::MIN_BLOCKS);
+    if (std::max(f256, f192) >= f64) return f192 > f256 ? kTma192x128 : kTma128x256;
+  }
   return kSmallWideByAlignment;
 }
 

@@ -7,7 +7,7 @@
 # The one GPU driver script: kernels, engine, service.
 # PARTs (default: tests e2e serve):
 #   tests          kernel + engine gpu/multigpu suites (SGEMM_TEST_GPUS="2,4" narrows the counts)
-#   sanitize       compute-sanitizer memcheck + racecheck on the kernel tests
+#   sanitize       compute-sanitizer memcheck + racecheck (+ synccheck) on the kernel tests
 #   e2e            the e2e suite with the cuda backend (then again with SGEMM_E2E_TRANSPORT=shm)
 #   faults         GPU faults injected through SGEMM_FAULT_INJECT (a trapping kernel, a failed device,
 #                  a hung collective aborted after --collective-timeout, no device left); 2 GPUs
@@ -28,7 +28,8 @@
 #   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build adds the tuning ones);
 #                  SGEMM_VARIANT_SHAPES="1x4096x4096,8192x64x8192" narrows the shapes
 #   sass           instruction mix of the kernels (cuobjdump)
-#   ncu [SHAPE]    Nsight Compute on one ping-pong and one cuBLAS launch (SGEMM_NCU_SHAPE)
+#   ncu [SHAPE]    Nsight Compute on the ping-pong pick (the TMA-fed kernel where picked), the 64x128
+#                  ping-pong tile, fp32x3 and cuBLAS, one launch each (SGEMM_NCU_SHAPE)
 #   ncu-thin       Nsight Compute on the GEMV kernels (1x8192x8192, 8192x1x8192) and the thin
 #                  tile (8192x64x8192), each next to cuBLAS on the same shape
 #   obs            observability (docs/observability.md) into $OUT/obs: first vs tenth request on a cold
@@ -116,6 +117,9 @@ if has sanitize; then
     --gtest_brief=1 --gtest_filter="Variants/*:Degenerate/*:$small:Unaligned/*:SplitK/*:PingpongSplitK.*:Thin/*:Gemv/*"
   step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
     --gtest_brief=1 --gtest_filter="Variants/*:$small:SplitK/*/200x300x5000_*:Gemv/*/1x2051x513_*:Gemv/*/1000x1x4097_*:Gemv/*/1x1000x3001_*:Thin/*/2000x40x3000_*:Thin/*/25x2000x3000_*:SplitK/*/150x70x1100_*:Thin/*/1500x50x1100_*"
+  # The TMA-fed kernel's mbarrier ring (its cases are in Variants and SplitK).
+  step synccheck 200 compute-sanitizer --tool synccheck --error-exitcode 9 "$BIN/pingpong_sgemm_test" \
+    --gtest_brief=1 --gtest_filter="Variants/*:SplitK/515x*:SplitK/2100x*:SplitK/128x2000x*:$small"
   [ -x "$BIN/fp32x3_sgemm_test" ] && step memcheck-fp32x3 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
     --gtest_brief=1 --gtest_filter="$small:Shapes/*:Unaligned/*:AlphaBeta/*/257x129x65_*:WideExponent/*/300x200x77_*:Variants/*:Fp32x3Determinism.*:Fp32x3Backend.*:CublasTf32.*"
   [ -x "$BIN/fp32x3_sgemm_test" ] && step racecheck-fp32x3 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/fp32x3_sgemm_test" \
@@ -354,8 +358,12 @@ if has ncu; then
   sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
     --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
   # shellcheck disable=SC2086  # $sections is a list of arguments
-  step ncu-pingpong 300 ncu --clock-control none -k regex:pingpong_sgemm_kernel --launch-count 1 $sections \
-    "$BIN/sgemm-bench" --shapes "$shape" --kernels pingpong --runs 1 --warmup 0 --ref-rows 0
+  # The picker's kernel (the TMA-fed one where it is picked), then the 64x128 ping-pong tile (variant 0).
+  step ncu-pingpong 300 ncu --clock-control none -k regex:'pingpong_sgemm_kernel|tma_simt_sgemm_kernel' --launch-count 1 \
+    $sections "$BIN/sgemm-bench" --shapes "$shape" --kernels pingpong --runs 1 --warmup 0 --ref-rows 0
+  # shellcheck disable=SC2086
+  step ncu-pingpong-64x128 300 ncu --clock-control none -k regex:pingpong_sgemm_kernel --launch-count 1 $sections \
+    "$BIN/sgemm-bench" --shapes "$shape" --kernels pingpong --variant 0 --runs 1 --warmup 0 --ref-rows 0
   # shellcheck disable=SC2086
   # shellcheck disable=SC2086
   step ncu-fp32x3 300 ncu --clock-control none -k regex:fp32x3_gemm_kernel --launch-count 1 $sections \

@@ -126,8 +126,13 @@ TEST(PingpongVariants, GemvVariantAcceptsOnlyItsShapes) {
 // The picker's ids and the variant table agree: each class gets the tile measured for it.
 TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
   const auto picked = [](GemmShape s) { return std::string(pingpong_variant_name(pingpong_pick_variant(s, 132))); };
-  EXPECT_EQ(picked({4096, 4096, 4096}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
-  EXPECT_EQ(picked({1024, 1024, 16384}), "64x128x16_w32x64_t8x8_s4_splitk");
+  EXPECT_EQ(picked({1024, 1024, 1024}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
+  EXPECT_EQ(picked({8192, 8192, 1024}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
+  EXPECT_EQ(picked({2048, 2048, 2048}), "tma_128x256x32_w64x64_t8x16_s4");
+  EXPECT_EQ(picked({4096, 4096, 4096}), "tma_128x256x32_w64x64_t8x16_s4");
+  EXPECT_EQ(picked({8192, 8192, 8192}), "tma_192x128x32_w64x32_t8x8_s5");
+  EXPECT_EQ(picked({1024, 1024, 16384}), "tma_128x256x32_w64x64_t8x16_s4_splitk");
+  EXPECT_EQ(picked({128, 8192, 8192}), "tma_128x256x32_w64x64_t8x16_s4_splitk");
   EXPECT_EQ(picked({1, 4096, 4096}), "gemv");
   EXPECT_EQ(picked({8192, 1, 8192}), "gemv");
   EXPECT_EQ(picked({8192, 32, 8192}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");

@@ -266,6 +266,24 @@ std::vector<Case> split_k_cases() {
       v.push_back(c);
     }
   }
+  // The TMA-fed kernel (issue 14, kernel3) where TMA can read A and B (lda, ldb % 4 == 0):
+  // many tiles per persistent CTA, ragged edges, k % 32 != 0, C with and without float4
+  // stores; its split-K variants on few-tile, long-K shapes (and a fallback case).
+  for (int var = 0; var < pingpong_variant_count(); ++var) {
+    const std::string_view name = pingpong_variant_name(var);
+    if (name.rfind("tma_", 0) != 0) continue;
+    for (Case c :
+         {Case{515, 772, 332, 1.0f, 0.5f}, Case{515, 772, 332, -1.0f, 1.0f, 0, 0, 1, 0, 0, 1}, Case{2100, 2100, 64}}) {
+      c.variant = var;
+      v.push_back(c);
+    }
+    if (name.find("_splitk") == std::string_view::npos) continue;
+    for (Case c : {Case{200, 300, 5000, 1.0f, 0.5f}, Case{128, 2000, 5000}, Case{1000, 132, 4100, -1.0f, 0.25f},
+                   Case{1, 4, 8192}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3}}) {
+      c.variant = var;
+      v.push_back(c);
+    }
+  }
   const int atomic = variant_named("64x128x16_w32x64_t8x8_s4_splitk_atomic");  // tuning builds only
   for (Case c : {Case{200, 300, 5000, 1.0f, 0.5f}, Case{131, 67, 4099, 1.0f, 0.25f, 1, 3, 5, 1, 2, 3}}) {
     if (atomic < 0) break;

@@ -1,0 +1,160 @@
+// Launchers of the TMA-fed SIMT SGEMM (kernels/tma_simt_sgemm.cuh): the only place its
+// kernel is launched. Built for sm_90a alone (kernels/CMakeLists.txt).
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+
+#include "kernels/cuda_status.h"
+#include "kernels/launch_util.h"
+#include "kernels/tensor_map.h"
+#include "kernels/tma_simt_sgemm.cuh"
+#include "kernels/tma_simt_sgemm.h"
+
+namespace sgemm {
+namespace {
+
+using tma_simt::TmaSimtConfig;
+
+//                                WARPS_M WARPS_N TWM TWN TM TN STAGES CONSUMER_REGS PRODUCER_REGS GROUP_M
+using Tile128x256 = TmaSimtConfig<2, 4, 8, 4, 8, 16, 4, 232, 40, 16>;  // 384 threads, 192 KB ring
+using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 24, 8>;    // 512 threads, 200 KB ring
+#ifdef SGEMM_KERNEL_TUNING
+// Measured alternatives (docs/kernels.md, kernel3).
+using Tile128x192 = TmaSimtConfig<2, 6, 8, 4, 8, 8, 5, 160, 24, 8>;
+using Tile256x128 = TmaSimtConfig<4, 2, 8, 4, 8, 16, 4, 232, 40, 8>;
+using Tile128x256W32x128 = TmaSimtConfig<4, 2, 4, 8, 8, 16, 4, 232, 40, 16>;  // warp 32x128
+using Tile192x128W32x64 = TmaSimtConfig<6, 2, 4, 8, 8, 8, 5, 160, 24, 8>;     // warp 32x64
+using Tile128x256U2 = TmaSimtConfig<2, 4, 8, 4, 8, 16, 4, 232, 40, 16, 2>;    // 8 k per loop iteration
+using Tile192x128U2 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 24, 8, 2>;
+// 16 consumer warps (4 per scheduler, as many as the ping-pong tile's 4 blocks of 4) at 112
+// registers: A read 8 bytes at a time to fit (ptxas still spills 24-52 bytes).
+using Tile256x128W16 = TmaSimtConfig<4, 4, 8, 4, 8, 8, 4, 112, 24, 8, 8, 2>;
+using Tile256x128W16W32x64 = TmaSimtConfig<8, 2, 4, 8, 8, 8, 4, 112, 24, 8, 8, 2>;
+#endif
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+struct Device {
+  int sm_count = 0;
+  bool sm90 = false;
+};
+
+Status current_device(Device* d) {
+  int device = 0, major = 0, minor = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&d->sm_count, cudaDevAttrMultiProcessorCount, device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  d->sm90 = major == 9 && minor == 0;
+  return Status::Ok();
+}
+
+template <class Cfg>
+Status run(const GemmArgs& g, const Device& dev, int splits, float* workspace, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_raised{0};
+  auto kernel = tma_simt::tma_simt_sgemm_kernel<Cfg>;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
+  CUtensorMap map_a, map_b;
+  // A: BM rows x 32 k, 128-byte swizzle (its rows are exactly 128 bytes); B: 32 k x BN, as is.
+  SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::BM, tma_simt::kBK,
+                                           CU_TENSOR_MAP_SWIZZLE_128B, "A"));
+  SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_b, g.b, g.shape.k, g.shape.n, g.ldb, tma_simt::kBK, Cfg::BN,
+                                           CU_TENSOR_MAP_SWIZZLE_NONE, "B"));
+  const int64_t tiles = ((g.shape.m + Cfg::BM - 1) / Cfg::BM) * ((g.shape.n + Cfg::BN - 1) / Cfg::BN);
+  const int k_blocks = int((g.shape.k + tma_simt::kBK - 1) / tma_simt::kBK);
+  splits = std::clamp(splits, 1, k_blocks);
+  const int per_split = (k_blocks + splits - 1) / splits;
+  splits = (k_blocks + per_split - 1) / per_split;  // no empty split
+  if (tiles * splits > INT_MAX / 2) return InvalidArgument("shape: m x n has too many tiles for the TMA-fed kernel");
+  if (splits > 1 && (workspace == nullptr || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0))
+    return InvalidArgument("workspace: split K needs a 16-byte aligned workspace");
+  const unsigned grid = unsigned(std::min<int64_t>(tiles * splits, dev.sm_count));
+  const bool c_vec = aligned16(g.c) && g.ldc % 4 == 0;
+  const int64_t ldw = (g.shape.n + 3) / 4 * 4;
+  kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(map_a, map_b, int(g.shape.m), int(g.shape.n), int(g.shape.k),
+                                                          g.alpha, g.beta, g.c, g.ldc, c_vec, splits, per_split,
+                                                          workspace, ldw);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+bool layout_ok(const GemmArgs& g) {
+  constexpr int64_t kMaxStride = int64_t{1} << 40;  // a tensor map's byte strides stay below 2^40
+  return aligned16(g.a) && aligned16(g.b) && g.lda % 4 == 0 && g.ldb % 4 == 0 && g.lda * 4 < kMaxStride &&
+         g.ldb * 4 < kMaxStride;
+}
+
+}  // namespace
+
+bool tma_simt_can_run(const GemmArgs& args) {
+  if (!layout_ok(args)) return false;
+  Device dev;
+  if (!current_device(&dev).ok()) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return dev.sm90;
+}
+
+// Calls f.template operator()<Cfg>() with the configuration of `tile`; false when this
+// build lacks it (the measured alternatives exist only with -DSGEMM_KERNEL_TUNING=ON).
+template <class F>
+bool with_config(TmaSimtTile tile, F&& f) {
+  switch (tile) {
+    case TmaSimtTile::k128x256T8x16:
+      f.template operator()<Tile128x256>();
+      return true;
+    case TmaSimtTile::k192x128T8x8:
+      f.template operator()<Tile192x128>();
+      return true;
+#ifdef SGEMM_KERNEL_TUNING
+    case TmaSimtTile::k128x192T8x8:
+      f.template operator()<Tile128x192>();
+      return true;
+    case TmaSimtTile::k256x128T8x16:
+      f.template operator()<Tile256x128>();
+      return true;
+    case TmaSimtTile::k128x256T8x16W32x128:
+      f.template operator()<Tile128x256W32x128>();
+      return true;
+    case TmaSimtTile::k192x128T8x8W32x64:
+      f.template operator()<Tile192x128W32x64>();
+      return true;
+    case TmaSimtTile::k128x256T8x16U2:
+      f.template operator()<Tile128x256U2>();
+      return true;
+    case TmaSimtTile::k192x128T8x8U2:
+      f.template operator()<Tile192x128U2>();
+      return true;
+    case TmaSimtTile::k256x128T8x8W16:
+      f.template operator()<Tile256x128W16>();
+      return true;
+    case TmaSimtTile::k256x128T8x8W16W32x64:
+      f.template operator()<Tile256x128W16W32x64>();
+      return true;
+#endif
+    default:
+      return false;
+  }
+}
+
+TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile) {
+  TmaSimtTileShape shape;
+  with_config(tile, [&]<class Cfg>() { shape = {Cfg::BM, Cfg::BN}; });
+  return shape;
+}
+
+Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream) {
+  if (!layout_ok(args))
+    return FailedPrecondition(
+        "a, b: the TMA-fed kernel needs A and B 16-byte aligned with lda % 4 == 0 and "
+        "ldb % 4 == 0");
+  Device dev;
+  SGEMM_RETURN_IF_ERROR(current_device(&dev));
+  if (!dev.sm90) return FailedPrecondition("device: the TMA-fed kernel needs an sm_90 GPU (Hopper)");
+  Status st = InvalidArgument("tile: this build has no such TMA-fed tile (tuning builds only)");
+  with_config(tile, [&]<class Cfg>() { (void)(st = run<Cfg>(args, dev, splits, workspace, stream)); });
+  return st;
+}
+
+}  // namespace sgemm

@@ -1,0 +1,50 @@
+// Host API of the TMA-fed SIMT SGEMM (device code: tma_simt_sgemm.cuh; launchers:
+// tma_simt_sgemm.cu, built for sm_90a). Private to kernels/: the ping-pong variant
+// table (pingpong_sgemm.cu) reaches it, falling back to its own tiles where it cannot run.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string_view>
+
+#include "common/status.h"
+#include "kernels/gemm_args.h"
+
+namespace sgemm {
+
+// The tile configurations (tma_simt_sgemm.cu has their constants).
+enum class TmaSimtTile {
+  // Production (picked by pingpong_pick_variant):
+  k128x256T8x16,  // 8 consumer warps of 64x64 (8x16 per thread, 2 x 4 warps), 4 stages
+  k192x128T8x8,   // 12 consumer warps of 64x32 (8x8 per thread, 3 x 4 warps), 5 stages
+  // Measured alternatives (-DSGEMM_KERNEL_TUNING=ON builds only):
+  k128x192T8x8,           // k192x128T8x8's warps 2 x 6
+  k256x128T8x16,          // k128x256T8x16's warps 4 x 2
+  k128x256T8x16W32x128,   // 8 consumer warps of 32x128 (8x16 per thread, 4 x 8 lanes), 4 x 2 warps
+  k192x128T8x8W32x64,     // 12 consumer warps of 32x64 (8x8 per thread, 4 x 8 lanes), 6 x 2 warps
+  k128x256T8x16U2,        // k128x256T8x16 with 8 k per loop iteration instead of an unrolled stage
+  k192x128T8x8U2,         // k192x128T8x8 likewise
+  k256x128T8x8W16,        // 16 consumer warps of 64x32 (8x8 per thread), 8-byte loads of A, 112 registers
+  k256x128T8x8W16W32x64,  // 16 consumer warps of 32x64 (8x8 per thread, 4 x 8 lanes), likewise
+};
+
+// Pure but for the device query: whether tma_simt_sgemm() can run `args` on the current
+// device: an sm_90 GPU, A and B 16-byte aligned with lda % 4 == 0 and ldb % 4 == 0 (the
+// strides a tensor map can describe). Shapes and C are unrestricted.
+bool tma_simt_can_run(const GemmArgs& args);
+
+// Rows and columns of C one work unit of `tile` covers (its block tile).
+struct TmaSimtTileShape {
+  int bm = 0, bn = 0;
+};
+TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile);
+
+// Enqueues C = alpha*A*B + beta*C on `stream` with tile `tile` (splits == 1; no workspace),
+// or, with splits > 1, the split-K partials only: split s of K (runs of
+// ceil(ceil(k/32)/splits) k-blocks) stores alpha * its partial product into
+// workspace[s * m * ldw ...] (ldw = n rounded up to 4, `workspace` 16-byte aligned, holding
+// splits * m * ldw floats); the caller then reduces the slices into C.
+// FAILED_PRECONDITION when !tma_simt_can_run(args).
+Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream);
+
+}  // namespace sgemm
