@@ -159,12 +159,7 @@ class CudaEngine final : public Engine {
       return Internal("a job without its host matrices reached run()");
     const KernelKind kind = *resolved;
     GemmReport report;
-    auto last = std::chrono::steady_clock::now();
-    auto stamp = [&](const char* step) {  // GemmReport::host_ms
-      const auto now = std::chrono::steady_clock::now();
-      report.host_ms.emplace_back(step, std::chrono::duration<double, std::milli>(now - last).count());
-      last = now;
-    };
+    HostSteps steps(&report.host_ms);
     report.backend = "cuda";
     report.kernel = kind;
     report.precision = r.options.precision;
@@ -175,12 +170,12 @@ class CudaEngine final : public Engine {
     if (healthy.empty()) return Unavailable(no_device_left());
     ensure_comm(healthy, job.cancel);
     const Plan plan = make_plan(plan_request(job, healthy), options_.planner);
-    stamp("plan");
+    steps.stamp("plan");
     // Resident operands laid out as the plan needs (docs/resident.md); held
     // until run() returns so a layout change by another job cannot free them.
     std::shared_ptr<const GpuResident> res_b, res_a, res_c;
     SGEMM_RETURN_IF_ERROR(bind_resident(job, plan, &res_a, &res_b, &res_c));
-    if (job.a_resident || job.b_resident || job.c_resident) stamp("resident");
+    if (job.a_resident || job.b_resident || job.c_resident) steps.stamp("resident");
     const SplitExecutor* executor = find_split_executor(plan.mode);
     if (!executor)
       return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
@@ -241,9 +236,9 @@ class CudaEngine final : public Engine {
         w.b_resident_row0 = piece->where.row_begin;
       }
     SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
-    stamp("lanes");
+    steps.stamp("lanes");
     if (executor->spans_pool) arm_watchdog();
-    Status ran = jr.execute(*executor, &report.host_ms);
+    Status ran = jr.execute(*executor, steps);
     const bool timed_out = executor->spans_pool && disarm_watchdog();
     if (timed_out || !ran.ok()) {
       Status fault = on_job_failure(ran, timed_out, executor->spans_pool, leases, used, &order, job.cancel);

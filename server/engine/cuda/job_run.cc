@@ -20,33 +20,27 @@ void JobRun::add(Lane* lane, int rank, const Shard& shard, const DeviceInfo& inf
   works_.push_back(std::move(w));
 }
 
-Status JobRun::execute(const SplitExecutor& executor, std::vector<std::pair<std::string, double>>* host_ms) {
-  auto last = std::chrono::steady_clock::now();
-  auto stamp = [&](const char* step) {
-    const auto now = std::chrono::steady_clock::now();
-    host_ms->emplace_back(step, std::chrono::duration<double, std::milli>(now - last).count());
-    last = now;
-  };
+Status JobRun::execute(const SplitExecutor& executor, HostSteps& steps) {
   for (auto& w : works_) w.lane->reset_events();
   const Status origins = record_origins();
-  stamp("origins");
+  steps.stamp("origins");
   const Status issued = origins.ok() ? executor.issue(*this) : origins;
-  stamp("issue");
+  steps.stamp("issue");
   const Status drained = drain();
-  stamp("drain");
+  steps.stamp("drain");
   Status s = issued.ok() ? drained : issued;
   if (s.ok()) {
     report_outputs(/*all_done=*/true);
-    stamp("outputs");
+    steps.stamp("outputs");
     s = collect_timings();
-    stamp("timings");
+    steps.stamp("timings");
   }
   for (auto& w : works_) {  // every stream is idle now: stream-ordered frees are safe
     w.a.reset();
     w.b.reset();
     w.c.reset();
   }
-  stamp("free");
+  steps.stamp("free");
   return s;
 }
 

@@ -17,6 +17,8 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -30,6 +32,23 @@
 namespace sgemm {
 
 struct SplitExecutor;
+
+// GemmReport::host_ms, step by step: stamp() adds the host time since the
+// previous stamp (or since construction) under the step's name.
+class HostSteps {
+ public:
+  explicit HostSteps(std::vector<std::pair<std::string, double>>* into)
+      : into_(into), last_(std::chrono::steady_clock::now()) {}
+  void stamp(const char* step) {
+    const auto now = std::chrono::steady_clock::now();
+    into_->emplace_back(step, std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  std::vector<std::pair<std::string, double>>* into_;
+  std::chrono::steady_clock::time_point last_;
+};
 
 // Start and end events of one operation on one stream, and what it moved
 // (meta's times are filled in by collect_timings()).
@@ -99,8 +118,8 @@ class JobRun {
 
   // Issues the work through `executor`, waits for every stream, reports the
   // rows of C and collects timings. Device buffers are freed whatever happens.
-  // Its host time by step is appended to *host_ms (GemmReport::host_ms).
-  Status execute(const SplitExecutor& executor, std::vector<std::pair<std::string, double>>* host_ms);
+  // Its host time is stamped step by step into `steps`.
+  Status execute(const SplitExecutor& executor, HostSteps& steps);
 
   std::vector<DeviceTiming> timings() const;
   // Host time the job waited for the NCCL order before it ran (every device's
