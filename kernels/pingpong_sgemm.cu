@@ -87,6 +87,16 @@ std::size_t splitk_workspace_bytes(const GemmShape& s, int splits) {
   return std::size_t(splits) * std::size_t(s.m) * std::size_t((s.n + 3) / 4 * 4) * sizeof(float);
 }
 
+// INVALID_ARGUMENT unless `ws` holds the split-K workspace of `splits` slices of s's C.
+Status check_splitk_workspace(const GemmShape& s, int splits, const Workspace& ws) {
+  const std::size_t need = splitk_workspace_bytes(s, splits);
+  if (ws.data == nullptr || ws.bytes < need)
+    return InvalidArgument("workspace: split-K over " + std::to_string(splits) + " slices needs " +
+                           std::to_string(need) + " bytes, got " + std::to_string(ws.bytes) +
+                           " (ask pingpong_workspace_bytes)");
+  return Status::Ok();
+}
+
 // The split count launch() really uses: clamped to [1, min(k tiles, 64)], no empty split.
 int effective_splits(const GemmShape& s, int bk, int splits) {
   const int k_tiles = int((s.k + bk - 1) / bk);
@@ -142,11 +152,7 @@ Status launch(const GemmArgs& g, Workspace ws, cudaStream_t stream, int splits,
   }
   if (splits > 1 && reduce == SplitReduce::kWorkspace) {
     const int64_t ldw = (g.shape.n + 3) / 4 * 4;
-    const std::size_t need = splitk_workspace_bytes(g.shape, splits);
-    if (ws.data == nullptr || ws.bytes < need)
-      return InvalidArgument("workspace: split-K over " + std::to_string(splits) + " slices needs " +
-                             std::to_string(need) + " bytes, got " + std::to_string(ws.bytes) +
-                             " (ask pingpong_workspace_bytes)");
+    SGEMM_RETURN_IF_ERROR(check_splitk_workspace(g.shape, splits, ws));
     float* w = static_cast<float*>(ws.data);
     kernel<<<grid, dim3(Cfg::THREADS), kSmem, stream>>>(m, n, k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc,
                                                         per_split, w, ldw);
@@ -280,11 +286,7 @@ Status run_tma_simt_split_k(const GemmArgs& g, Workspace ws, cudaStream_t stream
   if (!tma_simt_can_run(g)) return run_config_split_k<SmallWide4>(g, ws, stream);
   const int splits = tma_simt_splits<kTile>(g.shape);
   if (splits <= 1) return tma_simt_sgemm(g, kTile, 1, nullptr, stream);
-  const std::size_t need = splitk_workspace_bytes(g.shape, splits);
-  if (ws.data == nullptr || ws.bytes < need)
-    return InvalidArgument("workspace: split-K over " + std::to_string(splits) + " slices needs " +
-                           std::to_string(need) + " bytes, got " + std::to_string(ws.bytes) +
-                           " (ask pingpong_workspace_bytes)");
+  SGEMM_RETURN_IF_ERROR(check_splitk_workspace(g.shape, splits, ws));
   float* w = static_cast<float*>(ws.data);
   SGEMM_RETURN_IF_ERROR(tma_simt_sgemm(g, kTile, splits, w, stream));
   return launch_splitk_reduce(g, splits, w, (g.shape.n + 3) / 4 * 4, stream);
