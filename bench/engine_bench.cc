@@ -41,6 +41,7 @@
 #include "server/engine/cuda/cuda_engine.h"
 #ifdef SGEMM_ENGINE_BENCH_CLUSTER
 #include "engine_bench_cluster.h"
+#include "engine_bench_runs.h"
 #endif
 
 namespace {
@@ -175,11 +176,6 @@ struct Result {
   double max_err = 0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 std::unique_ptr<Engine> engine_or_die(int gpus, KReduce reduce, std::optional<KernelKind> kernel) {
   std::vector<int> devices;
   for (int i = 0; i < gpus; ++i) devices.push_back(i);
@@ -299,41 +295,22 @@ int main(int argc, char** argv) {
         all_ok = false;
         continue;
       }
-      for (int i = 0; i < args.warmup; ++i) (void)cfg.engine->run(job);
-      std::vector<double> e2e, kern, cin, red, cout;
-      std::string plan = first->plan_reason;
-      for (int i = 0; i < args.iters; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        auto r = cfg.engine->run(job);
-        const auto t1 = std::chrono::steady_clock::now();
-        if (!r.ok()) {
-          std::fprintf(stderr, "engine-bench: %s\n", r.status().to_string().c_str());
-          return 1;
-        }
-        e2e.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        double k = 0, ci = 0, rd = 0, co = 0;
-        for (const auto& d : r->devices) {
-          k = std::max(k, d.kernel_ms);
-          ci = std::max(ci, d.copy_in_ms);
-          rd = std::max(rd, d.reduce_ms);
-          co = std::max(co, d.copy_out_ms);
-        }
-        kern.push_back(k);
-        cin.push_back(ci);
-        red.push_back(rd);
-        cout.push_back(co);
-        plan = r->plan_reason;
+      auto runs = bench::time_engine_runs(*cfg.engine, job, args.warmup, args.iters);
+      if (!runs.ok()) {
+        std::fprintf(stderr, "engine-bench: %s\n", runs.status().to_string().c_str());
+        return 1;
       }
+      const std::string& plan = runs->plan.empty() ? first->plan_reason : runs->plan;
       Result res;
       res.shape = shape;
       res.config = cfg.name;
       res.gpus = cfg.gpus;
       res.plan = plan;
-      res.e2e_ms = median(e2e);
-      res.kernel_ms = median(kern);
-      res.copy_in_ms = median(cin);
-      res.reduce_ms = median(red);
-      res.copy_out_ms = median(cout);
+      res.e2e_ms = runs->e2e_ms;
+      res.kernel_ms = runs->kernel_ms;
+      res.copy_in_ms = runs->copy_in_ms;
+      res.reduce_ms = runs->reduce_ms;
+      res.copy_out_ms = runs->copy_out_ms;
       res.tflops_e2e = s.flops() / (res.e2e_ms * 1e-3) / 1e12;
       res.tflops_kernel = s.flops() / (res.kernel_ms * 1e-3) / 1e12;
       res.max_err = v.max_rel_error;

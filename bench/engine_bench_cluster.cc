@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "common/reference_gemm.h"
+#include "engine_bench_runs.h"
 #include "server/cluster/cluster_engine.h"
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
@@ -41,11 +42,6 @@ namespace sgemm::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -378,40 +374,21 @@ int run_cluster_bench(const ClusterBenchArgs& args) {
         rc = 1;
         continue;
       }
-      for (int i = 0; i < args.warmup; ++i) (void)engine->run(job);
-      std::vector<double> e2e, kern, cin, red, cout;
-      std::string plan = first->plan_reason;
-      for (int i = 0; i < args.iters; ++i) {
-        const auto t0 = Clock::now();
-        auto r = engine->run(job);
-        const auto t1 = Clock::now();
-        if (!r.ok()) {
-          std::fprintf(stderr, "engine-bench: %s %s: %s\n", shape, config.c_str(), r.status().to_string().c_str());
-          return finish(1);
-        }
-        e2e.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        double k = 0, ci = 0, rd = 0, co_ms = 0;
-        for (const auto& d : r->devices) {
-          k = std::max(k, d.kernel_ms);
-          ci = std::max(ci, d.copy_in_ms);
-          rd = std::max(rd, d.reduce_ms);
-          co_ms = std::max(co_ms, d.copy_out_ms);
-        }
-        kern.push_back(k);
-        cin.push_back(ci);
-        red.push_back(rd);
-        cout.push_back(co_ms);
-        plan = r->plan_reason;
+      auto runs = time_engine_runs(*engine, job, args.warmup, args.iters);
+      if (!runs.ok()) {
+        std::fprintf(stderr, "engine-bench: %s %s: %s\n", shape, config.c_str(), runs.status().to_string().c_str());
+        return finish(1);
       }
+      const std::string& plan = runs->plan.empty() ? first->plan_reason : runs->plan;
       Result res;
       res.shape = shape;
       res.config = config;
       res.processes = cluster ? n : 1;
-      res.e2e_ms = median(e2e);
-      res.kernel_ms = median(kern);
-      res.copy_in_ms = median(cin);
-      res.reduce_ms = median(red);
-      res.copy_out_ms = median(cout);
+      res.e2e_ms = runs->e2e_ms;
+      res.kernel_ms = runs->kernel_ms;
+      res.copy_in_ms = runs->copy_in_ms;
+      res.reduce_ms = runs->reduce_ms;
+      res.copy_out_ms = runs->copy_out_ms;
       res.max_err = v.max_rel_error;
       res.plan = plan;
       if (!cluster) single = res;
