@@ -4,10 +4,11 @@
 // every e2e test (one-stream requests run on the caller's thread).
 #include "client/multiply_stream.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <gtest/gtest.h>
 
 #include <vector>
+
+#include "tests/client/response_bytes.h"
 
 namespace sgemm {
 namespace {
@@ -20,12 +21,7 @@ v1::MultiplyRequest header() {
   return h;
 }
 
-grpc::ByteBuffer serialize(const v1::MultiplyResponse& msg) {
-  grpc::ByteBuffer bb;
-  bool own = false;
-  EXPECT_TRUE(grpc::SerializationTraits<v1::MultiplyResponse>::Serialize(msg, &bb, &own).ok());
-  return bb;
-}
+using testing::serialize;
 
 struct Written {
   int chunks = 0;

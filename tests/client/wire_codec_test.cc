@@ -1,11 +1,11 @@
 #include "client/wire_codec.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "sgemm/v1/sgemm.pb.h"
+#include "tests/client/response_bytes.h"
 
 namespace sgemm::wire {
 namespace {
@@ -20,12 +20,7 @@ std::string flatten(grpc::ByteBuffer& bb) {
   return out;
 }
 
-grpc::ByteBuffer serialize(const v1::MultiplyResponse& msg) {
-  grpc::ByteBuffer bb;
-  bool own = false;
-  EXPECT_TRUE(grpc::SerializationTraits<v1::MultiplyResponse>::Serialize(msg, &bb, &own).ok());
-  return bb;
-}
+using testing::serialize;
 
 TEST(WireCodec, RequestChunkIsByteExactWithProtobufAndReleasesTheCallersMemory) {
   std::vector<float> data(300000);

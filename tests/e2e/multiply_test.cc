@@ -58,6 +58,31 @@ void multiply_and_verify(Client& client, const Case& c, const MultiplyOptions& b
   EXPECT_EQ(rows_covered, s.m);
 }
 
+// One product on fresh random inputs, every element checked against fp64;
+// false (and the reason reported) when it failed or was wrong. For tests that
+// run many clients at once and count failures.
+bool product_is_right(Client& client, const GemmShape& s, float alpha, float beta, bool with_c) {
+  const uint64_t seed = fresh_seed();
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c0(s.m * s.n);
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  fill_random(c0, seed + 2);
+  MultiplyOptions o;
+  o.alpha = alpha;
+  o.beta = beta;
+  auto r = client.multiply(s, a.data(), b.data(), with_c ? c0.data() : nullptr, o);
+  if (!r.ok()) {
+    ADD_FAILURE() << r.status().to_string();
+    return false;
+  }
+  const auto v = verify_gemm(s.m, s.n, s.k, alpha, a.data(), b.data(), beta, with_c ? c0.data() : nullptr, r->c.data());
+  if (!v.passed(kSgemmTolerance)) {
+    ADD_FAILURE() << s.m << "x" << s.n << "x" << s.k << " seed " << seed << ": max rel error " << v.max_rel_error;
+    return false;
+  }
+  return true;
+}
+
 class MultiplyE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -153,20 +178,8 @@ TEST_F(MultiplyE2E, EightClientsAtOnceAllCorrect) {
     threads.emplace_back([&, t] {
       auto client = Client::connect(server_->address());
       const GemmShape s{100 + 37 * t, 90 + 11 * t, 200 + 53 * t};
-      for (int rep = 0; rep < 3; ++rep) {
-        const uint64_t seed = fresh_seed();
-        std::vector<float> a(s.m * s.k), b(s.k * s.n), c0(s.m * s.n);
-        fill_random(a, seed);
-        fill_random(b, seed + 1);
-        fill_random(c0, seed + 2);
-        MultiplyOptions o;
-        o.alpha = 1.25f;
-        o.beta = 0.75f;
-        auto r = client->multiply(s, a.data(), b.data(), c0.data(), o);
-        if (!r.ok() || !verify_gemm(s.m, s.n, s.k, 1.25f, a.data(), b.data(), 0.75f, c0.data(), r->c.data())
-                            .passed(kSgemmTolerance))
-          ++failures;
-      }
+      for (int rep = 0; rep < 3; ++rep)
+        if (!product_is_right(*client, s, 1.25f, 0.75f, /*with_c=*/true)) ++failures;
     });
   }
   for (auto& t : threads) t.join();
@@ -191,23 +204,8 @@ TEST(MultiplyInlineE2E, QuickProductsComputedOnTheReadingThreadAreRightUnderConc
       auto client = Client::connect(server.address(), co);
       for (int rep = 0; rep < 4; ++rep) {
         const GemmShape s{1 + 31 * t + rep, 67 + 13 * t, 45 + 29 * rep};
-        const uint64_t seed = fresh_seed();
-        std::vector<float> a(s.m * s.k), b(s.k * s.n), c0(s.m * s.n);
-        fill_random(a, seed);
-        fill_random(b, seed + 1);
-        fill_random(c0, seed + 2);
-        MultiplyOptions o;
-        o.alpha = 0.5f;
-        o.beta = rep % 2 ? 2.0f : 0.0f;
-        auto r = client->multiply(s, a.data(), b.data(), rep % 2 ? c0.data() : nullptr, o);
-        if (!r.ok()) {
-          ADD_FAILURE() << r.status().to_string();
-          ++failures;
-          continue;
-        }
-        const auto v =
-            verify_gemm(s.m, s.n, s.k, 0.5f, a.data(), b.data(), o.beta, rep % 2 ? c0.data() : nullptr, r->c.data());
-        if (!v.passed(kSgemmTolerance)) ++failures;
+        const bool with_c = rep % 2 == 1;
+        if (!product_is_right(*client, s, 0.5f, with_c ? 2.0f : 0.0f, with_c)) ++failures;
       }
     });
   }
