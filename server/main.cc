@@ -300,7 +300,9 @@ int main(int argc, char** argv) {
   }
   auto log = std::make_shared<spdlog::logger>("sgemm", sinks.begin(), sinks.end());
   log->set_level(spdlog::level::from_str(opt.log_level));
-  log->flush_on(spdlog::level::info);
+  // Every line that is written goes out at once (at debug and trace as well:
+  // whoever turns those on is watching the log).
+  log->flush_on(std::min(log->level(), spdlog::level::info));
   spdlog::set_default_logger(log);
   if (const auto [before, after] = raise_open_files_limit(); after != before)
     log->info("open files: soft limit raised from {} to {} (every connection is a descriptor)", before, after);

@@ -58,6 +58,11 @@ Status MultiplyCall::on_attach(const RequestMessage& msg) {
   phase_ = Phase::kReceiving;
   ++refs_;                              // the primary's reference, released after stripe_end()
   shared_.requests_total.fetch_sub(1);  // part of the primary's request, not one of its own
+  // The group keeps the primary alive (stripe_group.h): its id can be read.
+  if (shared_.log.admit(spdlog::level::debug))
+    shared_.log.write(spdlog::level::debug,
+                      fmt::format("request id={} stripe {} of {} attached peer={}", group_->primary()->id_, stripe_,
+                                  group_->stripes(), ctx_->peer()));
   start_read();
   return Status::Ok();
 }

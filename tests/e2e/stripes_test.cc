@@ -126,6 +126,12 @@ struct Raw {
   std::unique_ptr<RawStream> stream;
 };
 
+int occurrences(const std::string& text, const std::string& words) {
+  int n = 0;
+  for (auto at = text.find(words); at != std::string::npos; at = text.find(words, at + 1)) ++n;
+  return n;
+}
+
 void expect_status(const grpc::Status& st, grpc::StatusCode code, const std::string& words) {
   EXPECT_EQ(st.error_code(), code) << st.error_message();
   EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
@@ -136,7 +142,9 @@ class StripesE2E : public ::testing::Test {
   static void SetUpTestSuite() {
     // --idle-timeout 10: long enough for a stripe's new connection to attach
     // under ThreadSanitizer on a loaded 2-core machine (3 s was not, once).
-    server_ = new ServerProcess({"--idle-timeout", "10", "--max-stripes", "8", "--log-lines-per-second", "0"});
+    // --log-level debug: the log says when a stripe has attached.
+    server_ = new ServerProcess(
+        {"--idle-timeout", "10", "--max-stripes", "8", "--log-lines-per-second", "0", "--log-level", "debug"});
     ASSERT_TRUE(server_->running()) << server_->log();
   }
   static void TearDownTestSuite() {
@@ -351,10 +359,16 @@ TEST_F(StripesE2E, ACancelledStripeAbortsEveryOtherStripe) {
   ASSERT_TRUE(primary.header(s, 3, 8));
   const std::string token = primary.grant();
   Raw second(server_->tcp_address(), 2), third(server_->tcp_address(), 3);
+  const int attached_before = occurrences(server_->log(), "stripe 1 of 3 attached");  // earlier tests' lines
   ASSERT_TRUE(second.attach(token, 1));
   ASSERT_TRUE(third.attach(token, 2));
   third.share(s, 2, 3, 8, a.data(), b.data());  // part of the data is in
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Cancel only once the server has read the attach (a stream cancelled before
+  // that never was stripe 1; a fixed sleep was too short under ThreadSanitizer).
+  const auto attached = [] { return occurrences(server_->log(), "stripe 1 of 3 attached"); };
+  for (int waited = 0; attached() <= attached_before && waited < 20000; waited += 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GT(attached(), attached_before) << server_->log();
   second.ctx.TryCancel();
   expect_status(second.finish(), grpc::StatusCode::CANCELLED, "");
   expect_status(primary.finish(), grpc::StatusCode::ABORTED, "stripe 1 of 3 of this request failed (CANCELLED)");
