@@ -333,100 +333,104 @@ TEST_F(ClusterControl, TheEngineRunsLocallyUntilTheClusterPaysAndOverItWhenAsked
   EXPECT_EQ(local_ptr->runs, 3);
 }
 
-TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
-  // A coordinator whose options say --cluster-always, on the same fabric.
-  ClusterOptions o = opts("coordinator");
-  o.always = true;
+// A coordinator whose options say --cluster-always, on the fixture's fabric,
+// with one member on "host-a" and the cluster engine over a LocalEngine.
+struct AlwaysCluster {
+  AlwaysCluster(FakeFabric& fabric, FakePlane& root_plane) : plane(fabric, 1, "host-a") {
+    ClusterOptions o = opts("coordinator");
+    o.always = true;
+    o.log = [this](std::string_view line) {
+      std::lock_guard lock(log_mu);
+      log.emplace_back(line);
+    };
+    coordinator = std::make_unique<ClusterCoordinator>(root_plane, o);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(coordinator.get());
+    server = b.BuildAndStart();
+    member = std::make_unique<ClusterMember>(plane, "127.0.0.1:" + std::to_string(port), opts("host-a"));
+    member->start();
+    auto owned = std::make_unique<LocalEngine>();
+    local = owned.get();
+    engine = make_cluster_engine(std::move(owned), *coordinator);
+  }
+  ~AlwaysCluster() {
+    member->stop();
+    coordinator->shutdown();
+    if (server) server->Shutdown(std::chrono::system_clock::now() + 1s);
+  }
+  std::string line_with(const std::string& words) {  // the last log line holding `words`
+    std::lock_guard lock(log_mu);
+    std::string found;
+    for (const auto& line : log)
+      if (line.find(words) != std::string::npos) found = line;
+    return found;
+  }
+
   std::mutex log_mu;
   std::vector<std::string> log;
-  o.log = [&](std::string_view line) {
-    std::lock_guard lock(log_mu);
-    log.emplace_back(line);
-  };
-  ClusterCoordinator always(*root_plane_, o);
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  b.RegisterService(&always);
-  auto server = b.BuildAndStart();
-  ASSERT_TRUE(server);
-  FakePlane plane(fabric_, 1, "host-a");
-  ClusterMember member(plane, "127.0.0.1:" + std::to_string(port), opts("host-a"));
-  member.start();
-  ASSERT_TRUE(eventually([&] { return always.member_count() == 1; }));
-  auto local = std::make_unique<LocalEngine>();
-  LocalEngine* local_ptr = local.get();
-  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), always);
-  const GemmShape s{77, 33, 19};
-  std::vector<float> a(size_t(s.m * s.k)), bm(size_t(s.k * s.n)), c(size_t(s.m * s.n)), c0;
-  fill_random(a, 4);
-  fill_random(bm, 5);
-  fill_random(c, 6);
-  c0 = c;
+  FakePlane plane;
+  std::unique_ptr<ClusterCoordinator> coordinator;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<ClusterMember> member;
+  LocalEngine* local = nullptr;  // owned by engine
+  std::unique_ptr<Engine> engine;
+};
+
+// Random A, B and C for C = alpha*A*B + beta*C, and the job over them.
+struct Product {
+  Product(GemmShape s, float alpha, float beta, uint64_t seed)
+      : shape(s), a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n)) {
+    fill_random(a, seed);
+    fill_random(b, seed + 1);
+    fill_random(c, seed + 2);
+    c0 = c;
+    job.request.shape = s;
+    job.request.alpha = alpha;
+    job.request.beta = beta;
+    job.request.has_c = true;
+    job.a = a.data();
+    job.b = b.data();
+    job.c = c.data();
+  }
+  bool right() const {
+    const VerifyResult v = verify_gemm(shape.m, shape.n, shape.k, job.request.alpha, a.data(), b.data(),
+                                       job.request.beta, c0.data(), c.data());
+    EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+    return v.passed(kSgemmTolerance);
+  }
+
+  GemmShape shape;
+  std::vector<float> a, b, c, c0;
   GemmJob job;
-  job.request.shape = s;
-  job.request.alpha = 2.0f;
-  job.request.beta = 0.5f;
-  job.request.has_c = true;
-  job.a = a.data();
-  job.b = bm.data();
-  job.c = c.data();
-  StatusOr<GemmReport> r = engine->run(job);
+};
+
+TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
+  AlwaysCluster cluster(fabric_, *root_plane_);
+  ASSERT_TRUE(cluster.server);
+  ASSERT_TRUE(eventually([&] { return cluster.coordinator->member_count() == 1; }));
+  Product p({77, 33, 19}, 2.0f, 0.5f, 4);
+  StatusOr<GemmReport> r = cluster.engine->run(p.job);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(local_ptr->runs, 0);
+  EXPECT_EQ(cluster.local->runs, 0);
   EXPECT_EQ(r->split, SplitMode::kRows);
   ASSERT_EQ(r->devices.size(), 2u);
   EXPECT_EQ(r->devices[0].host, "coordinator");
   EXPECT_EQ(r->devices[1].host, "host-a");
-  EXPECT_EQ(r->devices[1].shard.row_end, s.m);
-  const VerifyResult v = verify_gemm(s.m, s.n, s.k, 2.0f, a.data(), bm.data(), 0.5f, c0.data(), c.data());
-  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
-  member.stop();
-  always.shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + 1s);
+  EXPECT_EQ(r->devices[1].shard.row_end, p.shape.m);
+  p.right();
 }
 
 TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayLocalOtherwise) {
-  ClusterOptions o = opts("coordinator");
-  o.always = true;
-  std::mutex log_mu;
-  std::vector<std::string> log;
-  o.log = [&](std::string_view line) {
-    std::lock_guard lock(log_mu);
-    log.emplace_back(line);
-  };
-  ClusterCoordinator always(*root_plane_, o);
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  b.RegisterService(&always);
-  auto server = b.BuildAndStart();
-  ASSERT_TRUE(server);
-  FakePlane plane(fabric_, 1, "host-a");
-  ClusterMember member(plane, "127.0.0.1:" + std::to_string(port), opts("host-a"));
-  member.start();
-  ASSERT_TRUE(eventually([&] { return always.member_count() == 1; }));
-  auto local = std::make_unique<LocalEngine>();
-  LocalEngine* local_ptr = local.get();
-  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), always);
-  const GemmShape s{21, 13, 301};  // small m x n, long K, nothing a multiple of anything
-  std::vector<float> a(size_t(s.m * s.k)), bm(size_t(s.k * s.n)), c(size_t(s.m * s.n)), c0;
-  fill_random(a, 7);
-  fill_random(bm, 8);
-  fill_random(c, 9);
-  c0 = c;
-  GemmJob job;
-  job.request.shape = s;
-  job.request.alpha = -1.25f;
-  job.request.beta = 0.75f;
-  job.request.has_c = true;
-  job.request.options.split = SplitMode::kK;
-  job.a = a.data();
-  job.b = bm.data();
-  job.c = c.data();
-  StatusOr<GemmReport> r = engine->run(job);
+  AlwaysCluster cluster(fabric_, *root_plane_);
+  ASSERT_TRUE(cluster.server);
+  ASSERT_TRUE(eventually([&] { return cluster.coordinator->member_count() == 1; }));
+  Product p({21, 13, 301}, -1.25f, 0.75f, 7);  // small m x n, long K, nothing a multiple of anything
+  p.job.request.options.split = SplitMode::kK;
+  StatusOr<GemmReport> r = cluster.engine->run(p.job);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(local_ptr->runs, 0);
+  EXPECT_EQ(cluster.local->runs, 0);
   EXPECT_EQ(r->split, SplitMode::kK);
   EXPECT_NE(r->plan_reason.find("cluster K split: 2 GPUs on 2 hosts (requested)"), std::string::npos) << r->plan_reason;
   // The planner got both rates measured at join (64 MiB broadcast in 1 ms; sent to the one remote rank in 2 ms).
@@ -436,24 +440,16 @@ TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayL
   EXPECT_EQ(r->devices[1].host, "host-a");
   EXPECT_EQ(r->devices[0].shard.k_begin, 0);
   EXPECT_EQ(r->devices[0].shard.k_end, r->devices[1].shard.k_begin);
-  EXPECT_EQ(r->devices[1].shard.k_end, s.k);
-  const VerifyResult v = verify_gemm(s.m, s.n, s.k, -1.25f, a.data(), bm.data(), 0.75f, c0.data(), c.data());
-  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
-  ASSERT_FALSE(plane.jobs().empty());
-  EXPECT_EQ(plane.jobs().back().kind, ClusterJobKind::kK);
-  {  // Both rates are logged when the communicator is ready.
-    std::lock_guard lock(log_mu);
-    std::string ready;
-    for (const auto& line : log)
-      if (line.find(" ready: 2 ranks") != std::string::npos) ready = line;
-    EXPECT_NE(ready.find("link between hosts 67.11 GB/s (64 MiB broadcast in 1.000 ms)"), std::string::npos) << ready;
-    EXPECT_NE(ready.find("fan-out from rank 0 to 1 remote rank 33.55 GB/s aggregate (1 x 64 MiB in 2.000 ms"),
-              std::string::npos)
-        << ready;
-  }
-  member.stop();
-  always.shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + 1s);
+  EXPECT_EQ(r->devices[1].shard.k_end, p.shape.k);
+  p.right();
+  ASSERT_FALSE(cluster.plane.jobs().empty());
+  EXPECT_EQ(cluster.plane.jobs().back().kind, ClusterJobKind::kK);
+  // Both rates are logged when the communicator is ready.
+  const std::string ready = cluster.line_with(" ready: 2 ranks");
+  EXPECT_NE(ready.find("link between hosts 67.11 GB/s (64 MiB broadcast in 1.000 ms)"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("fan-out from rank 0 to 1 remote rank 33.55 GB/s aggregate (1 x 64 MiB in 2.000 ms"),
+            std::string::npos)
+      << ready;
 }
 
 TEST_F(ClusterControl, ASmallSplitKRequestStaysLocalWithTheClusterKSplitInItsReason) {
