@@ -359,16 +359,25 @@ TEST_F(StripesE2E, ACancelledStripeAbortsEveryOtherStripe) {
   ASSERT_TRUE(primary.header(s, 3, 8));
   const std::string token = primary.grant();
   Raw second(server_->tcp_address(), 2), third(server_->tcp_address(), 3);
-  const int attached_before = occurrences(server_->log(), "stripe 1 of 3 attached");  // earlier tests' lines
+  // Cancel only once the server has read both attaches (a stream cancelled
+  // before that never was stripe 1, and a stripe attaching after the request
+  // has failed finds no request: NOT_FOUND). A fixed 200 ms sleep was too
+  // short under ThreadSanitizer. The suite's earlier requests logged such lines too.
+  const auto attached = [] {
+    const std::string log = server_->log();
+    return std::make_pair(occurrences(log, "stripe 1 of 3 attached"), occurrences(log, "stripe 2 of 3 attached"));
+  };
+  const auto before = attached();
   ASSERT_TRUE(second.attach(token, 1));
   ASSERT_TRUE(third.attach(token, 2));
   third.share(s, 2, 3, 8, a.data(), b.data());  // part of the data is in
-  // Cancel only once the server has read the attach (a stream cancelled before
-  // that never was stripe 1; a fixed sleep was too short under ThreadSanitizer).
-  const auto attached = [] { return occurrences(server_->log(), "stripe 1 of 3 attached"); };
-  for (int waited = 0; attached() <= attached_before && waited < 20000; waited += 10)
+  for (int waited = 0; waited < 20000; waited += 10) {
+    const auto now = attached();
+    if (now.first > before.first && now.second > before.second) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_GT(attached(), attached_before) << server_->log();
+  }
+  ASSERT_GT(attached().first, before.first) << server_->log();
+  ASSERT_GT(attached().second, before.second) << server_->log();
   second.ctx.TryCancel();
   expect_status(second.finish(), grpc::StatusCode::CANCELLED, "");
   expect_status(primary.finish(), grpc::StatusCode::ABORTED, "stripe 1 of 3 of this request failed (CANCELLED)");
