@@ -31,11 +31,6 @@ using testing::ServerProcess;
 
 uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 
-bool cpu_backend() {
-  const char* b = std::getenv("SGEMM_E2E_BACKEND");
-  return b && std::string(b) == "cpu";
-}
-
 class ShmE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -281,7 +276,12 @@ TEST_F(ShmE2E, PeerWithoutTheRightsIsRefused) {
 TEST_F(ShmE2E, UnregisterDuringARequestWaitsForIt) {
   auto client = Client::connect(server_->unix_address());
   auto stub = raw_stub(server_->unix_address());
-  const int64_t n = cpu_backend() ? 1536 : 8192;
+  // Long enough to be seen holding the region: seconds on either backend. The
+  // server's own backend decides (with --backend auto and no GPU it is cpu,
+  // whatever SGEMM_E2E_BACKEND says: 8192^3 on a 2-core CPU took 136 s under ThreadSanitizer).
+  auto served_by = client->info();
+  ASSERT_TRUE(served_by.ok()) << served_by.status().to_string();
+  const int64_t n = served_by->backend == "cpu" ? 1536 : 8192;
   const GemmShape s{n, n, n};
   auto region = client->create_region(3 * 4 * n * n);
   ASSERT_TRUE(region.ok()) << region.status().to_string();
