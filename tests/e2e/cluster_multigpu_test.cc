@@ -211,14 +211,8 @@ TEST_F(Cluster, MemberKilledMidRequestFailsItAndTheNextIsServed) {
   // The member comes back: the cluster has every process again.
   add_member(n_ - 1);
   const std::string joined = "'" + victim + "' joined with";
-  auto joins = [&] {
-    const std::string log = coord_->log();
-    int count = 0;
-    for (size_t at = log.find(joined); at != std::string::npos; at = log.find(joined, at + 1)) ++count;
-    return count;
-  };
-  for (int i = 0; i < 6000 && joins() < 2; ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(joins(), 2) << coord_->log();
+  coord_->log_count_reaches(joined, 2, 60000);
+  ASSERT_EQ(coord_->log_count(joined), 2) << coord_->log();
   StatusOr<MultiplyResult> again = multiply(GemmShape{1025, 777, 3001}, true, 4);
   ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << coord_->log();
   EXPECT_EQ(int(again->summary.devices.size()), n_);

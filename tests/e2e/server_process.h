@@ -99,9 +99,18 @@ class ServerProcess {
   }
   // Whether `text` appears in the log within `ms` (a failed request is logged
   // just after its client has the status).
-  bool log_has(const std::string& text, int ms = 3000) const {
+  bool log_has(const std::string& text, int ms = 3000) const { return log_count_reaches(text, 1, ms); }
+  // How many times `text` appears in the log.
+  int log_count(const std::string& text) const {
+    const std::string all = log();
+    int n = 0;
+    for (auto at = all.find(text); at != std::string::npos; at = all.find(text, at + 1)) ++n;
+    return n;
+  }
+  // Whether `text` appears at least `times` times in the log within `ms`.
+  bool log_count_reaches(const std::string& text, int times, int ms = 3000) const {
     for (int waited = 0;; waited += 10) {
-      if (log().find(text) != std::string::npos) return true;
+      if (log_count(text) >= times) return true;
       if (waited >= ms) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

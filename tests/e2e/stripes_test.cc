@@ -126,12 +126,6 @@ struct Raw {
   std::unique_ptr<RawStream> stream;
 };
 
-int occurrences(const std::string& text, const std::string& words) {
-  int n = 0;
-  for (auto at = text.find(words); at != std::string::npos; at = text.find(words, at + 1)) ++n;
-  return n;
-}
-
 void expect_status(const grpc::Status& st, grpc::StatusCode code, const std::string& words) {
   EXPECT_EQ(st.error_code(), code) << st.error_message();
   EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
@@ -363,21 +357,13 @@ TEST_F(StripesE2E, ACancelledStripeAbortsEveryOtherStripe) {
   // before that never was stripe 1, and a stripe attaching after the request
   // has failed finds no request: NOT_FOUND). A fixed 200 ms sleep was too
   // short under ThreadSanitizer. The suite's earlier requests logged such lines too.
-  const auto attached = [] {
-    const std::string log = server_->log();
-    return std::make_pair(occurrences(log, "stripe 1 of 3 attached"), occurrences(log, "stripe 2 of 3 attached"));
-  };
-  const auto before = attached();
+  const std::string one = "stripe 1 of 3 attached", two = "stripe 2 of 3 attached";
+  const int ones = server_->log_count(one), twos = server_->log_count(two);
   ASSERT_TRUE(second.attach(token, 1));
   ASSERT_TRUE(third.attach(token, 2));
   third.share(s, 2, 3, 8, a.data(), b.data());  // part of the data is in
-  for (int waited = 0; waited < 20000; waited += 10) {
-    const auto now = attached();
-    if (now.first > before.first && now.second > before.second) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_GT(attached().first, before.first) << server_->log();
-  ASSERT_GT(attached().second, before.second) << server_->log();
+  ASSERT_TRUE(server_->log_count_reaches(one, ones + 1, 20000)) << server_->log();
+  ASSERT_TRUE(server_->log_count_reaches(two, twos + 1, 20000)) << server_->log();
   second.ctx.TryCancel();
   expect_status(second.finish(), grpc::StatusCode::CANCELLED, "");
   expect_status(primary.finish(), grpc::StatusCode::ABORTED, "stripe 1 of 3 of this request failed (CANCELLED)");
