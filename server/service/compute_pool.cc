@@ -68,16 +68,22 @@ bool ComputePool::reserve_here() {
 }
 
 void ComputePool::end_here() {
-  std::lock_guard lock(mu_);
-  if (!slot_released_) --running_;
-  slot_released_ = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!slot_released_) --running_;
+    slot_released_ = false;
+  }
+  cv_.notify_one();  // a queued task may have waited for this slot
 }
 
 void ComputePool::release_slot() {
-  std::lock_guard lock(mu_);
-  if (slot_released_) return;
-  slot_released_ = true;
-  --running_;
+  {
+    std::lock_guard lock(mu_);
+    if (slot_released_) return;
+    slot_released_ = true;
+    --running_;
+  }
+  cv_.notify_one();
 }
 
 int ComputePool::running() const {
@@ -94,7 +100,9 @@ void ComputePool::loop() {
   pool_thread_ = true;
   std::unique_lock lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    // A task starts only in a free slot: a slot reserved by reserve_here()
+    // on another thread counts, though no pool thread runs it.
+    cv_.wait(lock, [&] { return stopping_ || (!tasks_.empty() && running_ < int(threads_.size())); });
     if (tasks_.empty()) return;  // stopping, nothing left
     auto task = std::move(tasks_.front());
     tasks_.pop_front();

@@ -44,7 +44,9 @@ class ComputePool {
   // thread (the hand-off costs a thread wake-up): takes a slot when a thread
   // is idle, nothing is queued and no preemptible task runs (false
   // otherwise, and on the pool's own threads). The task runs, then
-  // end_here(); it may call release_slot() as pool tasks do.
+  // end_here(); it may call release_slot() as pool tasks do. While the
+  // slot is held, tasks submitted meanwhile queue behind it (no pool thread
+  // starts one past the slots).
   bool reserve_here();
   void end_here();
 
