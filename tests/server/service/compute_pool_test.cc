@@ -37,7 +37,9 @@ TEST(ComputePool, NeverRefusesWhileAThreadIsIdle) {
   ComputePool pool(4, 0);
   std::atomic<int> ran{0};
   for (int round = 0; round < 50; ++round) {
-    while (pool.running() + pool.queued() > 0) std::this_thread::yield();
+    // Queued first, then running (|| orders them; + did not): a task moves
+    // from the queue to a thread, so both at 0 read in this order means idle.
+    while (pool.queued() > 0 || pool.running() > 0) std::this_thread::yield();
     for (int i = 0; i < 4; ++i) EXPECT_TRUE(pool.submit([&] { ++ran; }));
   }
 }
@@ -131,6 +133,8 @@ TEST(ComputePool, NoTaskRunsOnThePoolsOwnThreadsOrPastAQueue) {
   ASSERT_TRUE(pool.submit([] {}));  // queued: both threads are busy
   EXPECT_FALSE(pool.reserve_here()) << "no idle thread, and a task waits";
   release.set_value();
+  // The tasks hold `gate` by reference: they end before it goes (it is destroyed before the pool).
+  while (pool.queued() > 0 || pool.running() > 0) std::this_thread::yield();
 }
 
 }  // namespace
