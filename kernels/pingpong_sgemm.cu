@@ -296,6 +296,18 @@ std::size_t tma_simt_split_k_workspace(const GemmShape& s) {
   return std::max(splitk_workspace_bytes(s, tma_simt_splits<kTile>(s)), split_k_workspace<SmallWide4>(s));
 }
 
+// ... with stream-K for the last partial wave (tma_simt_sgemm.h): a fixed schedule per shape
+// and device, partials added in a fixed order.
+template <TmaSimtTile kTile>
+std::size_t tma_simt_stream_k_workspace(const GemmShape& s) {
+  return tma_simt_stream_k_workspace_bytes(s, kTile, sm_count_of_current_device());
+}
+template <TmaSimtTile kTile>
+Status run_tma_simt_stream_k(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  if (tma_simt_can_run(g)) return tma_simt_sgemm_stream_k(g, kTile, ws.data, ws.bytes, stream);
+  return run_config_by_alignment<SmallWide4, SmallWide>(g, ws, stream);
+}
+
 struct Variant {
   const char* name;
   Status (*run)(const GemmArgs&, Workspace, cudaStream_t);
@@ -325,6 +337,16 @@ constexpr Variant kVariants[] = {
     {"tma_192x128x32_w64x32_t8x8_s5", run_tma_simt<TmaSimtTile::k192x128T8x8>, no_workspace, any_shape},
     {"tma_128x256x32_w64x64_t8x16_s4_splitk", run_tma_simt_split_k<TmaSimtTile::k128x256T8x16>,
      tma_simt_split_k_workspace<TmaSimtTile::k128x256T8x16>, any_shape},
+    // Issue 14, fourth pass (candidates; the picker does not choose them): stream-K for the
+    // last partial wave, and two consumer warp groups each on its own tile and ring.
+    {"tma_128x256x32_w64x64_t8x16_s4_streamk", run_tma_simt_stream_k<TmaSimtTile::k128x256T8x16>,
+     tma_simt_stream_k_workspace<TmaSimtTile::k128x256T8x16>, any_shape},
+    {"tma_192x128x32_w64x32_t8x8_s5_streamk", run_tma_simt_stream_k<TmaSimtTile::k192x128T8x8>,
+     tma_simt_stream_k_workspace<TmaSimtTile::k192x128T8x8>, any_shape},
+    {"tma_2x128x128x32_w64x64_t8x16_s3_rings", run_tma_simt<TmaSimtTile::kRings2x128x128T8x16>, no_workspace,
+     any_shape},
+    {"tma_2x128x128x32_w64x64_t8x16_s3_rings_streamk", run_tma_simt_stream_k<TmaSimtTile::kRings2x128x128T8x16>,
+     tma_simt_stream_k_workspace<TmaSimtTile::kRings2x128x128T8x16>, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
     // Its measured alternatives (bench/results/2026-11-22-h100-kernel3/).
     {"tma_192x128x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k192x128T8x8>,
