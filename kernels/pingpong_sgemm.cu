@@ -444,6 +444,7 @@ enum VariantId {
   kTma128x256 = 7,
   kTma192x128 = 8,
   kTma128x256SplitK = 9,
+  kTmaRings2x128x128 = 12,
 };
 
 int sm_count_of_current_device() {
@@ -514,16 +515,20 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
     return s.n > 128 ? kTma128x256SplitK : kSmallWide4SplitK;
   // Otherwise, with K >= 2048 (at K = 1024 the 64x128 tile measured 2-3 points better), the
   // TMA-fed kernel's per-SM rate was 1-3% above the 64x128 tile's; it runs one CTA per SM,
-  // so the last wave decides: take its 128x256 or 192x128 tile, whichever fills the last
-  // wave better, when that fill is at least the 64x128 tile's (4 blocks per SM).
+  // so the last wave decides: take its 128x128-per-ring tile (two consumer warp groups, each
+  // its own tile and ring: 2 x #SMs tiles at once) or its 192x128 tile, whichever fills the
+  // last wave better, when that fill is at least the 64x128 tile's (4 blocks per SM). The
+  // ring tile replaced the 128x256 tile in that role (issue 14, fourth pass, same run: 95.2%
+  // vs 93.5% at 2048, 91.8% vs 90.6% at 4096, 93.5% vs 92.6% at 6144; for n % 256 == 0 the
+  // two fill the last wave alike).
   if (s.k >= 2048) {
     const auto fill = [&](int64_t bm, int64_t bn, int64_t slots) {
       const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
       return double(tiles) / double((tiles + slots - 1) / slots * slots);
     };
-    const double f256 = fill(128, 256, sm_count), f192 = fill(192, 128, sm_count);
+    const double f_rings = fill(128, 128, 2 * int64_t(sm_count)), f192 = fill(192, 128, sm_count);
     const double f64 = fill(SmallWide4::BM, SmallWide4::BN, int64_t(sm_count) * SmallWide4::MIN_BLOCKS);
-    if (std::max(f256, f192) >= f64) return f192 > f256 ? kTma192x128 : kTma128x256;
+    if (std::max(f_rings, f192) >= f64) return f192 > f_rings ? kTma192x128 : kTmaRings2x128x128;
   }
   return kSmallWideByAlignment;
 }

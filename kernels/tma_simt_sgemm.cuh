@@ -53,8 +53,9 @@
 //   wait, and only for helpers).
 // Tiles in use (tma_simt_sgemm.cu): 128x256 / warp 64x64 / thread 8x16, 4 stages of 48 KB,
 //   1 producer + 2 consumer warp groups (consumers at 232 registers); 192x128 / 64x32 / 8x8,
-//   5 stages of 40 KB, 1 + 3 warp groups (consumers at 160). A_VEC and UNROLL_Q exist for the
-//   measured alternatives (docs/kernels.md).
+//   5 stages of 40 KB, 1 + 3 warp groups (consumers at 160); 2 rings of 128x128 / 64x64 / 8x16,
+//   3 stages of 32 KB each, 1 + 2 warp groups (consumers at 232). A_VEC and UNROLL_Q exist for
+//   the measured alternatives (docs/kernels.md).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (type only)

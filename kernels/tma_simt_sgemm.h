@@ -18,7 +18,7 @@ enum class TmaSimtTile {
   // Production (picked by pingpong_pick_variant):
   k128x256T8x16,  // 8 consumer warps of 64x64 (8x16 per thread, 2 x 4 warps), 4 stages
   k192x128T8x8,   // 12 consumer warps of 64x32 (8x8 per thread, 3 x 4 warps), 5 stages
-  // Issue 14, fourth pass (candidates in the production table, not picked yet):
+  // Issue 14, fourth pass (picked where the 128x256 tile was):
   kRings2x128x128T8x16,  // 2 consumer warp groups, each its own 128x128 tile and 3-stage ring
   // Measured alternatives (-DSGEMM_KERNEL_TUNING=ON builds only):
   k128x192T8x8,           // k192x128T8x8's warps 2 x 6
@@ -50,9 +50,10 @@ TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile);
 // FAILED_PRECONDITION when !tma_simt_can_run(args).
 Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream);
 
-// Stream-K (docs/kernels.md, fourth pass): whole waves of tiles, then the K iterations of the
-// last partial wave's tiles cut evenly over the persistent CTAs; the cut tiles' partials meet
-// through `workspace` in a fixed order (bitwise reproducible run to run). Bytes of workspace
+// Stream-K (docs/kernels.md, fourth pass): whole waves of tiles, then the last partial wave's
+// tiles: their first k-blocks on one persistent CTA each, their remaining k-blocks cut evenly
+// over the other CTAs; the pieces meet through `workspace` in a fixed order (bitwise
+// reproducible run to run). Bytes of workspace
 // it needs on a device with `sm_count` SMs (0 when the tiles fill whole waves).
 std::size_t tma_simt_stream_k_workspace_bytes(const GemmShape& shape, TmaSimtTile tile, int sm_count);
 // Enqueues C = alpha*A*B + beta*C with stream-K on the current device; INVALID_ARGUMENT when
