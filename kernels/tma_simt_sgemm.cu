@@ -4,6 +4,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda_status.h"
 #include "kernels/launch_util.h"
@@ -19,6 +20,9 @@ using tma_simt::TmaSimtConfig;
 //                                WARPS_M WARPS_N TWM TWN TM TN STAGES CONSUMER_REGS PRODUCER_REGS GROUP_M
 using Tile128x256 = TmaSimtConfig<2, 4, 8, 4, 8, 16, 4, 232, 40, 16>;  // 384 threads, 192 KB ring
 using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 24, 8>;    // 512 threads, 200 KB ring
+// Issue 14, fourth pass: two consumer warp groups, each with its own 128x128 tile (4 warps of
+// 64x64, 8x16 per thread) and its own ring of 3 stages of 32 KB, one producer thread each.
+using Rings2x128x128 = TmaSimtConfig<2, 2, 8, 4, 8, 16, 3, 232, 40, 16, 8, 4, 2>;  // 384 threads, 2 x 96 KB
 #ifdef SGEMM_KERNEL_TUNING
 // Measured alternatives (docs/kernels.md, kernel3).
 using Tile128x192 = TmaSimtConfig<2, 6, 8, 4, 8, 8, 5, 160, 24, 8>;
@@ -50,18 +54,83 @@ Status current_device(Device* d) {
   return Status::Ok();
 }
 
+// Stream-K never cuts a segment shorter than this many k-blocks (128 of K) when it can help it.
+constexpr int64_t kMinStreamKIters = 4;
+
+// How one launch deals out its work: its grid and its tiles, whole or in stream-K segments.
+struct Schedule {
+  unsigned grid = 0;
+  tma_simt::StreamK sk;  // without the workspace pointers
+};
+
+int64_t tiles_of(const GemmShape& s, int bm, int bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); }
+
 template <class Cfg>
-Status run(const GemmArgs& g, const Device& dev, int splits, float* workspace, cudaStream_t stream) {
+Schedule whole_tiles(int64_t units, int sm_count) {
+  Schedule sc;
+  sc.grid = unsigned(std::min<int64_t>((units + Cfg::RINGS - 1) / Cfg::RINGS, sm_count));
+  sc.sk.dp_units = int(units);
+  return sc;
+}
+
+// Stream-K: whole waves of tiles, then the last wave's tiles' first `head` k-blocks on one
+// virtual CTA each and their tails cut evenly over the others (tma_simt_sgemm.cuh).
+template <class Cfg>
+Schedule stream_k_schedule(const GemmShape& s, int sm_count) {
+  const int64_t tiles = tiles_of(s, Cfg::BM, Cfg::BN);
+  const int64_t k_blocks = (s.k + tma_simt::kBK - 1) / tma_simt::kBK;
+  const int64_t vctas = int64_t(sm_count) * Cfg::RINGS;
+  const int64_t dp_tiles = tiles / vctas * vctas;
+  const int64_t left = tiles - dp_tiles;
+  const int64_t head = (left * k_blocks + vctas - 1) / vctas;
+  // Whole tiles when they fill whole waves or the owners would run whole tiles anyway (and
+  // when the tails' iterations would pass 2^31: the kernel counts them in int).
+  if (left == 0 || head >= k_blocks || left * k_blocks > INT_MAX / 2) return whole_tiles<Cfg>(tiles, sm_count);
+  Schedule sc;
+  sc.sk.dp_units = int(dp_tiles);
+  sc.sk.owners = int(left);
+  sc.sk.head = int(head);
+  sc.sk.tail = int(k_blocks - head);
+  const int64_t tail_iters = left * sc.sk.tail;
+  sc.sk.helpers = int(std::min(vctas - left, std::max<int64_t>(1, tail_iters / kMinStreamKIters)));
+  const int64_t used = left + sc.sk.helpers;
+  sc.grid = dp_tiles > 0 ? unsigned(sm_count) : unsigned((used + Cfg::RINGS - 1) / Cfg::RINGS);
+  return sc;
+}
+
+// The stream-K workspace: a BM x BN partial slot per helper and per left tile, then one int
+// flag per slot.
+template <class Cfg>
+std::size_t stream_k_bytes(const Schedule& sc, std::size_t* flags_offset) {
+  const std::size_t slots = std::size_t(sc.sk.helpers + sc.sk.owners);
+  if (flags_offset != nullptr) *flags_offset = slots * Cfg::BM * Cfg::BN * sizeof(float);
+  return sc.sk.owners == 0 ? 0 : slots * Cfg::BM * Cfg::BN * sizeof(float) + (slots * sizeof(int) + 15) / 16 * 16;
+}
+
+template <class Cfg>
+Status launch(const GemmArgs& g, const Schedule& sc, int splits, int per_split, float* workspace, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_raised{0};
-  auto kernel = tma_simt::tma_simt_sgemm_kernel<Cfg>;
-  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
+  static std::atomic<uint64_t> smem_raised_sk{0};
+  auto kernel =
+      sc.sk.owners > 0 ? tma_simt::tma_simt_sgemm_kernel<Cfg, true> : tma_simt::tma_simt_sgemm_kernel<Cfg, false>;
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, sc.sk.owners > 0 ? smem_raised_sk : smem_raised));
   CUtensorMap map_a, map_b;
   // A: BM rows x 32 k, 128-byte swizzle (its rows are exactly 128 bytes); B: 32 k x BN, as is.
   SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::BM, tma_simt::kBK,
                                            CU_TENSOR_MAP_SWIZZLE_128B, "A"));
   SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_b, g.b, g.shape.k, g.shape.n, g.ldb, tma_simt::kBK, Cfg::BN,
                                            CU_TENSOR_MAP_SWIZZLE_NONE, "B"));
-  const int64_t tiles = ((g.shape.m + Cfg::BM - 1) / Cfg::BM) * ((g.shape.n + Cfg::BN - 1) / Cfg::BN);
+  const bool c_vec = aligned16(g.c) && g.ldc % 4 == 0;
+  const int64_t ldw = (g.shape.n + 3) / 4 * 4;
+  kernel<<<sc.grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(map_a, map_b, int(g.shape.m), int(g.shape.n),
+                                                             int(g.shape.k), g.alpha, g.beta, g.c, g.ldc, c_vec, splits,
+                                                             per_split, workspace, ldw, sc.sk);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+template <class Cfg>
+Status run(const GemmArgs& g, const Device& dev, int splits, float* workspace, cudaStream_t stream) {
+  const int64_t tiles = tiles_of(g.shape, Cfg::BM, Cfg::BN);
   const int k_blocks = int((g.shape.k + tma_simt::kBK - 1) / tma_simt::kBK);
   splits = std::clamp(splits, 1, k_blocks);
   const int per_split = (k_blocks + splits - 1) / splits;
@@ -69,13 +138,27 @@ Status run(const GemmArgs& g, const Device& dev, int splits, float* workspace, c
   if (tiles * splits > INT_MAX / 2) return InvalidArgument("shape: m x n has too many tiles for the TMA-fed kernel");
   if (splits > 1 && (workspace == nullptr || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0))
     return InvalidArgument("workspace: split K needs a 16-byte aligned workspace");
-  const unsigned grid = unsigned(std::min<int64_t>(tiles * splits, dev.sm_count));
-  const bool c_vec = aligned16(g.c) && g.ldc % 4 == 0;
-  const int64_t ldw = (g.shape.n + 3) / 4 * 4;
-  kernel<<<grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(map_a, map_b, int(g.shape.m), int(g.shape.n), int(g.shape.k),
-                                                          g.alpha, g.beta, g.c, g.ldc, c_vec, splits, per_split,
-                                                          workspace, ldw);
-  return SGEMM_CUDA_STATUS(cudaGetLastError());
+  return launch<Cfg>(g, whole_tiles<Cfg>(tiles * splits, dev.sm_count), splits, per_split, workspace, stream);
+}
+
+template <class Cfg>
+Status run_stream_k(const GemmArgs& g, const Device& dev, void* workspace, std::size_t workspace_bytes,
+                    cudaStream_t stream) {
+  const int64_t tiles = tiles_of(g.shape, Cfg::BM, Cfg::BN);
+  if (tiles > INT_MAX / 2) return InvalidArgument("shape: m x n has too many tiles for the TMA-fed kernel");
+  Schedule sc = stream_k_schedule<Cfg>(g.shape, dev.sm_count);
+  const int k_blocks = int((g.shape.k + tma_simt::kBK - 1) / tma_simt::kBK);
+  if (sc.sk.owners > 0) {
+    std::size_t flags_offset = 0;
+    const std::size_t need = stream_k_bytes<Cfg>(sc, &flags_offset);
+    if (workspace == nullptr || workspace_bytes < need || (reinterpret_cast<uintptr_t>(workspace) & 15u) != 0)
+      return InvalidArgument("workspace: stream-K over " + std::to_string(sc.sk.owners) + " tiles needs " +
+                             std::to_string(need) + " bytes, 16-byte aligned, got " + std::to_string(workspace_bytes));
+    sc.sk.partials = static_cast<float*>(workspace);
+    sc.sk.flags = reinterpret_cast<int*>(static_cast<char*>(workspace) + flags_offset);
+    SGEMM_CUDA_TRY(cudaMemsetAsync(sc.sk.flags, 0, std::size_t(sc.sk.helpers + sc.sk.owners) * sizeof(int), stream));
+  }
+  return launch<Cfg>(g, sc, 1, k_blocks, nullptr, stream);
 }
 
 bool layout_ok(const GemmArgs& g) {
@@ -106,6 +189,9 @@ bool with_config(TmaSimtTile tile, F&& f) {
       return true;
     case TmaSimtTile::k192x128T8x8:
       f.template operator()<Tile192x128>();
+      return true;
+    case TmaSimtTile::kRings2x128x128T8x16:
+      f.template operator()<Rings2x128x128>();
       return true;
 #ifdef SGEMM_KERNEL_TUNING
     case TmaSimtTile::k128x192T8x8:
@@ -154,6 +240,28 @@ Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float*
   if (!dev.sm90) return FailedPrecondition("device: the TMA-fed kernel needs an sm_90 GPU (Hopper)");
   Status st = InvalidArgument("tile: this build has no such TMA-fed tile (tuning builds only)");
   with_config(tile, [&]<class Cfg>() { (void)(st = run<Cfg>(args, dev, splits, workspace, stream)); });
+  return st;
+}
+
+std::size_t tma_simt_stream_k_workspace_bytes(const GemmShape& shape, TmaSimtTile tile, int sm_count) {
+  std::size_t bytes = 0;
+  with_config(tile,
+              [&]<class Cfg>() { bytes = stream_k_bytes<Cfg>(stream_k_schedule<Cfg>(shape, sm_count), nullptr); });
+  return bytes;
+}
+
+Status tma_simt_sgemm_stream_k(const GemmArgs& args, TmaSimtTile tile, void* workspace, std::size_t workspace_bytes,
+                               cudaStream_t stream) {
+  if (!layout_ok(args))
+    return FailedPrecondition(
+        "a, b: the TMA-fed kernel needs A and B 16-byte aligned with lda % 4 == 0 and "
+        "ldb % 4 == 0");
+  Device dev;
+  SGEMM_RETURN_IF_ERROR(current_device(&dev));
+  if (!dev.sm90) return FailedPrecondition("device: the TMA-fed kernel needs an sm_90 GPU (Hopper)");
+  Status st = InvalidArgument("tile: this build has no such TMA-fed tile (tuning builds only)");
+  with_config(tile,
+              [&]<class Cfg>() { (void)(st = run_stream_k<Cfg>(args, dev, workspace, workspace_bytes, stream)); });
   return st;
 }
 

@@ -33,10 +33,29 @@
 //   k_blocks_per_split k-blocks of one tile; it stores alpha * partial into its slice of a
 //   splits x m x ldw workspace, and the launcher's reduction kernel adds the slices in
 //   slice order (bitwise reproducible run to run).
+// Rings (RINGS > 1, issue 14 fourth pass, CUTLASS's "pingpong" idea for SIMT): each
+//   consumer warp group owns its own output tiles and its own ring of STAGES stages with
+//   its own full/empty mbarriers, fed by its own producer thread (lane 0 of producer warp
+//   r): a group never waits for another group's warps, and one group's epilogue overlaps
+//   the other's mainloop. Ring r of CTA b is "virtual CTA" v = b * RINGS + r of
+//   gridDim.x * RINGS; block tile BM x BN is then one ring's tile.
+// Stream-K (sk.owners > 0, for a partial last wave), in a form that keeps the CTAs reading
+//   the same k together: the first sk.dp_units tiles are dealt out as above (whole waves);
+//   of the T tiles left, virtual CTA v < T (the tile's "owner") runs k-blocks [0, head) of
+//   tile v, all owners in step as in a whole wave; the remaining virtual CTAs ("helpers")
+//   cut the T tails [head, k_blocks) evenly, tile after tile, store each piece's raw sum in
+//   a partial slot and raise its flag (release). The owner waits for its tail's flags and
+//   adds the pieces in tail order before the epilogue: the same sums in the same order every
+//   run (bitwise reproducible). head = ceil(T x k_blocks / virtual CTAs), so the helpers'
+//   share is at most the owners'. (Plain stream-K, equal contiguous runs over all T x
+//   k_blocks iterations, measured 12% slower at 2048: its CTAs read different k at once.)
+//   Needs every CTA resident or able to become so (persistent grid <= #SMs; only owners
+//   wait, and only for helpers).
 // Tiles in use (tma_simt_sgemm.cu): 128x256 / warp 64x64 / thread 8x16, 4 stages of 48 KB,
 //   1 producer + 2 consumer warp groups (consumers at 232 registers); 192x128 / 64x32 / 8x8,
-//   5 stages of 40 KB, 1 + 3 warp groups (consumers at 160). A_VEC and UNROLL_Q exist for the
-//   measured alternatives (docs/kernels.md).
+//   5 stages of 40 KB, 1 + 3 warp groups (consumers at 160); 2 rings of 128x128 / 64x64 / 8x16,
+//   3 stages of 32 KB each, 1 + 2 warp groups (consumers at 232). A_VEC and UNROLL_Q exist for
+//   the measured alternatives (docs/kernels.md).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (type only)
@@ -52,7 +71,7 @@ constexpr int kBK = 32;                // k per stage: one 128-byte swizzle row 
 constexpr int kProducerThreads = 128;  // one warp group: setmaxnreg acts on whole warp groups
 
 template <int WARPS_M_, int WARPS_N_, int TWM_, int TWN_, int TM_, int TN_, int STAGES_, int CONSUMER_REGS_,
-          int PRODUCER_REGS_, int GROUP_M_ = 8, int UNROLL_Q_ = 8, int A_VEC_ = 4>
+          int PRODUCER_REGS_, int GROUP_M_ = 8, int UNROLL_Q_ = 8, int A_VEC_ = 4, int RINGS_ = 1>
 struct TmaSimtConfig {
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
   static constexpr int TWM = TWM_, TWN = TWN_;  // lanes of a warp along M and N
@@ -66,7 +85,11 @@ struct TmaSimtConfig {
   // k per shared-memory load of A: 4 (16-byte loads) or 2 (8-byte loads: half the A
   // registers, twice the A loads; for consumers with few registers).
   static constexpr int A_VEC = A_VEC_;
-  static constexpr int CONSUMER_WARPS = WARPS_M * WARPS_N;
+  // Consumer warp groups with their own tiles and rings (1: all consumers on one tile).
+  static constexpr int RINGS = RINGS_;
+  static constexpr int RING_WARPS = WARPS_M * WARPS_N;  // consumer warps on one ring's tile
+  static constexpr int RING_THREADS = 32 * RING_WARPS;
+  static constexpr int CONSUMER_WARPS = RING_WARPS * RINGS;
   static constexpr int CONSUMER_THREADS = 32 * CONSUMER_WARPS;
   static constexpr int THREADS = kProducerThreads + CONSUMER_THREADS;
   static constexpr int WM = TWM * TM, WN = TWN * TN;
@@ -75,7 +98,8 @@ struct TmaSimtConfig {
   static constexpr int B_BYTES = kBK * BN * 4;  // 32 rows of BN floats
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   // 1024 bytes of slack to align the ring to the 128-byte swizzle's 1024-byte period.
-  static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;
+  static constexpr int RING_BYTES = STAGES * STAGE_BYTES;
+  static constexpr int SMEM_BYTES = RINGS * RING_BYTES + 2 * RINGS * STAGES * 8 + 1024;
   // Registers ptxas may give every thread at launch (__launch_bounds__(THREADS, 1)).
   static constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8;
 
@@ -85,6 +109,8 @@ struct TmaSimtConfig {
   static_assert(TN % 4 == 0, "B fragments are read as float4");
   static_assert(WM % 8 == 0, "warp tiles must start on a swizzle atom (8 rows)");
   static_assert(CONSUMER_WARPS % 4 == 0, "consumers must be whole warp groups (setmaxnreg)");
+  static_assert(RINGS == 1 || RING_WARPS % 4 == 0, "each ring's consumers must be whole warp groups");
+  static_assert(RINGS >= 1 && RINGS <= 4, "one producer warp of the producer warp group per ring");
   static_assert(BM <= 256 && BN <= 256, "a TMA box dimension is at most 256 elements");
   static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0,
                 "every A tile must start on the 1024-byte period of the 128-byte swizzle");
@@ -100,44 +126,124 @@ struct TmaSimtConfig {
   static_assert(A_VEC == 4 || (A_VEC == 2 && UNROLL_Q == 8), "A is read 16 bytes at a time, or 8 in a whole stage");
 };
 
-template <class Cfg>
+// Stream-K's split of a launch (all zero but dp_units: whole tiles only).
+struct StreamK {
+  int dp_units = 0;  // work units dealt out whole (tiles x splits; with stream-K the first whole waves of tiles)
+  int owners = 0;    // tiles left after them: virtual CTA v < owners runs k-blocks [0, head) of tile dp_units + v
+  int head = 0;      // k-blocks of a left tile its owner runs
+  int tail = 0;      // the rest (k_blocks - head), run by the helpers
+  int helpers = 0;   // virtual CTAs owners + h, h < helpers, cut the owners x tail tail iterations evenly
+  float* partials = nullptr;  // helpers + owners slots of BM x BN floats (in the consumers' register order):
+                              // slot h: helper h's first piece; slot helpers + j: tile j's tail from its start
+  int* flags = nullptr;       // one per slot, zero at launch; 1 once the slot holds its partial
+};
+
+// The first tail iteration of helper h.
+__device__ __forceinline__ int sk_helper_begin(int h, const StreamK& sk) {
+  return int(int64_t(h) * sk.owners * sk.tail / sk.helpers);
+}
+
+// One piece of work: k-blocks [kb_begin, kb_end) of tile `tile`; `split` is the split-K
+// slice (0 without split-K); `sk` marks a stream-K piece, `slot` the partial slot of a
+// helper's piece (-1 for an owner's).
+struct Piece {
+  int tile, split, kb_begin, kb_end, slot;
+  bool sk;
+};
+
+// Walks one virtual CTA's pieces: whole units v, v + V, ... < dp_units, then (kStreamK) its
+// stream-K work: an owner's head, or a helper's run of tails, tile by tile. The producer and
+// the consumers of a ring walk the same list. Without kStreamK it holds no more state than
+// a plain loop over units (the mainloop's registers are tight).
+template <bool kStreamK>
+class PieceWalker {
+ public:
+  __device__ PieceWalker(int v, int vctas, int tiles, int k_blocks, int k_blocks_per_split, const StreamK& sk)
+      : sk_(sk), vctas_(vctas), tiles_(tiles), k_blocks_(k_blocks), per_split_(k_blocks_per_split), u_(v) {
+    if (!kStreamK) return;
+    if (v < sk.owners) {
+      owner_ = v;
+    } else if (v - sk.owners < sk.helpers) {
+      helper_ = v - sk.owners;
+      it_ = sk_helper_begin(helper_, sk);
+      end_ = sk_helper_begin(helper_ + 1, sk);
+    }
+  }
+  __device__ bool next(Piece& p) {
+    if (u_ < sk_.dp_units) {
+      p.split = u_ / tiles_;
+      p.tile = u_ - p.split * tiles_;
+      p.kb_begin = p.split * per_split_;
+      p.kb_end = min(k_blocks_, p.kb_begin + per_split_);
+      p.slot = -1;
+      p.sk = false;
+      u_ += vctas_;
+      return true;
+    }
+    if constexpr (!kStreamK) return false;
+    p.split = 0;
+    p.sk = true;
+    if (owner_ >= 0) {
+      p.tile = sk_.dp_units + owner_;
+      p.kb_begin = 0;
+      p.kb_end = sk_.head;
+      p.slot = -1;
+      owner_ = -1;
+      return true;
+    }
+    if (it_ >= end_) return false;
+    const int j = it_ / sk_.tail, off = it_ - j * sk_.tail;
+    p.tile = sk_.dp_units + j;
+    p.kb_begin = sk_.head + off;
+    p.kb_end = sk_.head + min(sk_.tail, off + (end_ - it_));
+    p.slot = it_ == sk_helper_begin(helper_, sk_) ? helper_ : sk_.helpers + j;
+    it_ += p.kb_end - p.kb_begin;
+    return true;
+  }
+
+ private:
+  const StreamK& sk_;
+  int vctas_, tiles_, k_blocks_, per_split_, u_;
+  int owner_ = -1, helper_ = -1, it_ = 0, end_ = 0;
+};
+
+// kStreamK: whether the launch may carry stream-K work (sk.owners > 0); the kernel without
+// it is the whole-tile (and split-K) one.
+template <class Cfg, bool kStreamK>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     tma_simt_sgemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
                           int n, int k, float alpha, float beta, float* __restrict__ c, int64_t ldc, bool c_vec,
-                          int splits, int k_blocks_per_split, float* __restrict__ workspace, int64_t ldw) {
+                          int splits, int k_blocks_per_split, float* __restrict__ workspace, int64_t ldw, StreamK sk) {
   using namespace hopper;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
-  constexpr int STAGES = Cfg::STAGES;
+  constexpr int STAGES = Cfg::STAGES, RINGS = Cfg::RINGS;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s at ring + s * STAGE_BYTES
-  const uint32_t full_bar = ring + STAGES * Cfg::STAGE_BYTES;
-  const uint32_t empty_bar = full_bar + STAGES * 8;
-  const float* const ring_f = reinterpret_cast<const float*>(smem_raw + (ring - raw));
+  const uint32_t ring0 = (raw + 1023u) & ~1023u;  // ring r, stage s at ring0 + r * RING_BYTES + s * STAGE_BYTES
+  const uint32_t full_bar0 = ring0 + RINGS * Cfg::RING_BYTES;  // ring r, stage s at + 8 * (r * STAGES + s)
+  const uint32_t empty_bar0 = full_bar0 + RINGS * STAGES * 8;
+  const float* const ring_f0 = reinterpret_cast<const float*>(smem_raw + (ring0 - raw));
 
   const int tiles_m = (m + BM - 1) / BM;
   const int tiles_n = (n + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n;
-  const int units = tiles * splits;  // unit u: tile u % tiles, K run u / tiles
   const int k_blocks = (k + kBK - 1) / kBK;
+  const int vctas = gridDim.x * RINGS;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, Cfg::CONSUMER_WARPS);
+    for (int s = 0; s < RINGS * STAGES; ++s) {
+      mbar_init(full_bar0 + 8 * s, 1);
+      mbar_init(empty_bar0 + 8 * s, Cfg::RING_WARPS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
   __syncthreads();
 
-  // Unit u -> (tile row, tile column, first and end k-block). Tiles are rasterized in
-  // groups of GROUP_M tile rows; the splits of K are the outer index, so the CTAs running
-  // together read the same K range of neighbouring tiles.
-  auto unit_coords = [&](int u, int& tm, int& tn, int& kb_begin, int& kb_end) {
-    const int split = u / tiles, t = u - split * tiles;
-    kb_begin = split * k_blocks_per_split;
-    kb_end = min(k_blocks, kb_begin + k_blocks_per_split);
+  // Tile t -> (tile row, tile column), rasterized in groups of GROUP_M tile rows; the splits
+  // of K are the outer index of a unit, so the CTAs running together read the same K range
+  // of neighbouring tiles.
+  auto tile_coords = [&](int t, int& tm, int& tn) {
     const int per_group = Cfg::GROUP_M * tiles_n;
     const int first_m = (t / per_group) * Cfg::GROUP_M;
     const int group_rows = min(tiles_m - first_m, Cfg::GROUP_M);
@@ -147,16 +253,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   };
 
   if (threadIdx.x < kProducerThreads) {
-    // ---------------- producer ----------------
+    // ---------------- producers: lane 0 of warp r feeds ring r ----------------
     setmaxnreg_dec<Cfg::PRODUCER_REGS>();
-    if (threadIdx.x == 0) {
+    const int r = threadIdx.x / 32;  // warp r < RINGS feeds ring r
+    if (threadIdx.x % 32 == 0 && r < RINGS) {
       tma_prefetch_descriptor(&tmap_a);
       tma_prefetch_descriptor(&tmap_b);
+      const uint32_t ring = ring0 + r * Cfg::RING_BYTES;
+      const uint32_t full_bar = full_bar0 + 8 * r * STAGES, empty_bar = empty_bar0 + 8 * r * STAGES;
+      PieceWalker<kStreamK> walk(blockIdx.x * RINGS + r, vctas, tiles, k_blocks, k_blocks_per_split, sk);
       uint32_t s = 0, phase = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        int tm, tn, kb_begin, kb_end;
-        unit_coords(u, tm, tn, kb_begin, kb_end);
-        for (int kb = kb_begin; kb < kb_end; ++kb) {
+      Piece p;
+      while (walk.next(p)) {
+        int tm, tn;
+        tile_coords(p.tile, tm, tn);
+        for (int kb = p.kb_begin; kb < p.kb_end; ++kb) {
           mbar_wait(empty_bar + 8 * s, phase ^ 1u);  // a fresh barrier passes parity 1 at once
           const uint32_t stage = ring + s * Cfg::STAGE_BYTES;
           mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::STAGE_BYTES);  // zero-filled bytes count too
@@ -174,7 +285,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
   // ---------------- consumers ----------------
   setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-  const int ctid = threadIdx.x - kProducerThreads;
+  const int r = RINGS == 1 ? 0 : (threadIdx.x - kProducerThreads) / Cfg::RING_THREADS;  // this thread's ring
+  const int ctid = threadIdx.x - kProducerThreads - r * Cfg::RING_THREADS;
+  const int v = blockIdx.x * RINGS + r;
   const int warp = ctid / 32, lane = ctid % 32;
   const int warp_m = warp / Cfg::WARPS_N, warp_n = warp % Cfg::WARPS_N;
   const int lane_m = lane / TWN, lane_n = lane % TWN;
@@ -184,18 +297,23 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int lane_swz = (lane_m & 7) * 4;  // floats
   const int a_thread = row0 * kBK;
   const int b_thread = warp_n * Cfg::WN + lane_n * 4;
+  const float* const ring_f = ring_f0 + r * (Cfg::RING_BYTES / 4);
+  const uint32_t full_bar = full_bar0 + 8 * r * STAGES, empty_bar = empty_bar0 + 8 * r * STAGES;
+  const int ring_barrier = 1 + r;  // named barrier of this ring's consumers (0 is __syncthreads)
 
+  PieceWalker<kStreamK> walk(v, vctas, tiles, k_blocks, k_blocks_per_split, sk);
   uint32_t s = 0, phase = 0;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    int tm, tn, kb_begin, kb_end;
-    unit_coords(u, tm, tn, kb_begin, kb_end);
+  Piece p;
+  while (walk.next(p)) {
+    int tm, tn;
+    tile_coords(p.tile, tm, tn);
     float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-    for (int kb = kb_begin; kb < kb_end; ++kb) {
+    for (int kb = p.kb_begin; kb < p.kb_end; ++kb) {
       mbar_wait(full_bar + 8 * s, phase);
       const float* as = ring_f + s * (Cfg::STAGE_BYTES / 4) + a_thread;
       const float* bs = ring_f + s * (Cfg::STAGE_BYTES / 4) + Cfg::A_BYTES / 4 + b_thread;
@@ -204,30 +322,30 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       constexpr int AV = Cfg::A_VEC;
       float a_piece[TM][AV];  // AV consecutive k of each of the thread's rows
       // Piece p of a row: k = p*AV .. p*AV+AV-1, inside 16-byte chunk q = p*AV/4.
-      auto load_a_piece = [&](int i, int p) {
-        const int q = (p * AV) / 4;
-        const int col = (((q ^ ((i * TWM) & 7)) * 4) ^ lane_swz) + (p * AV) % 4;
+      auto load_a_piece = [&](int i, int pc) {
+        const int q = (pc * AV) / 4;
+        const int col = (((q ^ ((i * TWM) & 7)) * 4) ^ lane_swz) + (pc * AV) % 4;
         if constexpr (AV == 4) {
-          const float4 v = *reinterpret_cast<const float4*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = v.x;
-          a_piece[i][1] = v.y;
-          a_piece[i][2] = v.z;
-          a_piece[i][3] = v.w;
+          const float4 x = *reinterpret_cast<const float4*>(as + i * TWM * kBK + col);
+          a_piece[i][0] = x.x;
+          a_piece[i][1] = x.y;
+          a_piece[i][2] = x.z;
+          a_piece[i][3] = x.w;
         } else {
-          const float2 v = *reinterpret_cast<const float2*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = v.x;
-          a_piece[i][1] = v.y;
+          const float2 x = *reinterpret_cast<const float2*>(as + i * TWM * kBK + col);
+          a_piece[i][0] = x.x;
+          a_piece[i][1] = x.y;
         }
       };
       float b_frag[2][TN];
       auto load_b_frag = [&](int kk, int buf) {
 #pragma unroll
         for (int j = 0; j < TN / 4; ++j) {
-          const float4 v = *reinterpret_cast<const float4*>(bs + kk * BN + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = v.x;
-          b_frag[buf][4 * j + 1] = v.y;
-          b_frag[buf][4 * j + 2] = v.z;
-          b_frag[buf][4 * j + 3] = v.w;
+          const float4 x = *reinterpret_cast<const float4*>(bs + kk * BN + j * TWN * 4);
+          b_frag[buf][4 * j + 0] = x.x;
+          b_frag[buf][4 * j + 1] = x.y;
+          b_frag[buf][4 * j + 2] = x.z;
+          b_frag[buf][4 * j + 3] = x.w;
         }
       };
 #pragma unroll
@@ -260,12 +378,69 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     }
 
+    if (kStreamK && p.sk) {
+      // Stream-K, a left tile: partial slots hold the accumulators in the consumers'
+      // register order: float4 (i, j4) of thread ctid at (i * TN/4 + j4) * threads + ctid.
+      constexpr int kSlot = BM * BN;
+      if (p.slot >= 0) {
+        // A helper's piece of a tail: hand the raw sum to the tile's owner.
+        float4* slot = reinterpret_cast<float4*>(sk.partials + int64_t(p.slot) * kSlot) + ctid;
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j4 = 0; j4 < TN / 4; ++j4)
+            __stcg(slot + (i * (TN / 4) + j4) * Cfg::RING_THREADS,
+                   make_float4(acc[i][4 * j4 + 0], acc[i][4 * j4 + 1], acc[i][4 * j4 + 2], acc[i][4 * j4 + 3]));
+        named_barrier_sync(ring_barrier, Cfg::RING_THREADS);
+        if (ctid == 0) {
+          __threadfence();
+          asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(sk.flags + p.slot), "r"(1) : "memory");
+        }
+        continue;
+      }
+      // The owner: add the tail's pieces in tail order. Tail j is iterations [x, x + tail) of
+      // the tail space; its first piece belongs to the helper h0 whose run contains x (slot h0
+      // when that run starts at x, else the tail-start slot), the others are first pieces of
+      // the helpers after h0 whose runs start inside the tail.
+      const int j = p.tile - sk.dp_units, x = j * sk.tail;
+      int h0 = int(int64_t(x) * sk.helpers / (int64_t(sk.owners) * sk.tail));
+      while (h0 + 1 < sk.helpers && sk_helper_begin(h0 + 1, sk) <= x) ++h0;
+      while (h0 > 0 && sk_helper_begin(h0, sk) > x) --h0;
+      int h_end = h0 + 1;
+      while (h_end < sk.helpers && sk_helper_begin(h_end, sk) < x + sk.tail) ++h_end;
+      const int first_slot = sk_helper_begin(h0, sk) == x ? h0 : sk.helpers + j;
+      if (ctid == 0) {
+        for (int h = h0; h < h_end; ++h) {
+          const int* flag = sk.flags + (h == h0 ? first_slot : h);
+          int ready = 0;
+          do {
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(ready) : "l"(flag) : "memory");
+          } while (ready == 0);
+        }
+      }
+      named_barrier_sync(ring_barrier, Cfg::RING_THREADS);
+      for (int h = h0; h < h_end; ++h) {
+        const float4* slot =
+            reinterpret_cast<const float4*>(sk.partials + int64_t(h == h0 ? first_slot : h) * kSlot) + ctid;
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j4 = 0; j4 < TN / 4; ++j4) {
+            const float4 y = __ldcg(slot + (i * (TN / 4) + j4) * Cfg::RING_THREADS);
+            acc[i][4 * j4 + 0] += y.x;
+            acc[i][4 * j4 + 1] += y.y;
+            acc[i][4 * j4 + 2] += y.z;
+            acc[i][4 * j4 + 3] += y.w;
+          }
+      }
+    }
+
     const int m0 = tm * BM, n0 = tn * BN;
     if (splits > 1) {
       // Split K: alpha * partial into this split's m x ldw workspace slice (ldw a multiple
       // of 4, slices 16-byte aligned: whole float4 stores; columns in [n, ldw) get zeros,
       // never read back); the launcher's reduction adds the slices in order.
-      float* slice = workspace + int64_t(u / tiles) * m * ldw;
+      float* slice = workspace + int64_t(p.split) * m * ldw;
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
         const int row = m0 + row0 + i * TWM;
@@ -291,24 +466,24 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #pragma unroll
       for (int j4 = 0; j4 < TN / 4; ++j4) {
         const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-        float4 r = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                               alpha * acc[i][4 * j4 + 3]);
+        float4 res = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
+                                 alpha * acc[i][4 * j4 + 3]);
         if (c_vec && col + 3 < n) {
-          float4* p = reinterpret_cast<float4*>(crow + col);
+          float4* ptr = reinterpret_cast<float4*>(crow + col);
           if (beta != 0.0f) {
-            const float4 old = *p;
-            r.x = fmaf(beta, old.x, r.x);
-            r.y = fmaf(beta, old.y, r.y);
-            r.z = fmaf(beta, old.z, r.z);
-            r.w = fmaf(beta, old.w, r.w);
+            const float4 old = *ptr;
+            res.x = fmaf(beta, old.x, res.x);
+            res.y = fmaf(beta, old.y, res.y);
+            res.z = fmaf(beta, old.z, res.z);
+            res.w = fmaf(beta, old.w, res.w);
           }
-          *p = r;
+          *ptr = res;
         } else {
-          const float v[4] = {r.x, r.y, r.z, r.w};
+          const float vals[4] = {res.x, res.y, res.z, res.w};
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             if (col + q < n) {
-              float out = v[q];
+              float out = vals[q];
               if (beta != 0.0f) out = fmaf(beta, crow[col + q], out);
               crow[col + q] = out;
             }

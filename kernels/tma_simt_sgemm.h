@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <string_view>
 
 #include "common/status.h"
@@ -17,6 +18,8 @@ enum class TmaSimtTile {
   // Production (picked by pingpong_pick_variant):
   k128x256T8x16,  // 8 consumer warps of 64x64 (8x16 per thread, 2 x 4 warps), 4 stages
   k192x128T8x8,   // 12 consumer warps of 64x32 (8x8 per thread, 3 x 4 warps), 5 stages
+  // Issue 14, fourth pass (picked where the 128x256 tile was):
+  kRings2x128x128T8x16,  // 2 consumer warp groups, each its own 128x128 tile and 3-stage ring
   // Measured alternatives (-DSGEMM_KERNEL_TUNING=ON builds only):
   k128x192T8x8,           // k192x128T8x8's warps 2 x 6
   k256x128T8x16,          // k128x256T8x16's warps 4 x 2
@@ -46,5 +49,16 @@ TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile);
 // splits * m * ldw floats); the caller then reduces the slices into C.
 // FAILED_PRECONDITION when !tma_simt_can_run(args).
 Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream);
+
+// Stream-K (docs/kernels.md, fourth pass): whole waves of tiles, then the last partial wave's
+// tiles: their first k-blocks on one persistent CTA each, their remaining k-blocks cut evenly
+// over the other CTAs; the pieces meet through `workspace` in a fixed order (bitwise
+// reproducible run to run). Bytes of workspace
+// it needs on a device with `sm_count` SMs (0 when the tiles fill whole waves).
+std::size_t tma_simt_stream_k_workspace_bytes(const GemmShape& shape, TmaSimtTile tile, int sm_count);
+// Enqueues C = alpha*A*B + beta*C with stream-K on the current device; INVALID_ARGUMENT when
+// `workspace` (16-byte aligned) is smaller than tma_simt_stream_k_workspace_bytes() asks for.
+Status tma_simt_sgemm_stream_k(const GemmArgs& args, TmaSimtTile tile, void* workspace, std::size_t workspace_bytes,
+                               cudaStream_t stream);
 
 }  // namespace sgemm
