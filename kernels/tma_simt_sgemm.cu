@@ -19,7 +19,7 @@ using tma_simt::TmaSimtConfig;
 
 //                                WARPS_M WARPS_N TWM TWN TM TN STAGES CONSUMER_REGS PRODUCER_REGS GROUP_M
 using Tile128x256 = TmaSimtConfig<2, 4, 8, 4, 8, 16, 4, 232, 40, 16>;  // 384 threads, 192 KB ring
-using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 24, 8>;    // 512 threads, 200 KB ring
+using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 32, 8>;    // 512 threads, 200 KB ring
 // Issue 14, fourth pass: two consumer warp groups, each with its own 128x128 tile (4 warps of
 // 64x64, 8x16 per thread) and its own ring of 3 stages of 32 KB, one producer thread each.
 using Rings2x128x128 = TmaSimtConfig<2, 2, 8, 4, 8, 16, 3, 232, 40, 16, 8, 4, 2>;  // 384 threads, 2 x 96 KB
@@ -93,6 +93,8 @@ Schedule stream_k_schedule(const GemmShape& s, int sm_count) {
   sc.sk.tail = int(k_blocks - head);
   const int64_t tail_iters = left * sc.sk.tail;
   sc.sk.helpers = int(std::min(vctas - left, std::max<int64_t>(1, tail_iters / kMinStreamKIters)));
+  sc.sk.per_helper = int(tail_iters / sc.sk.helpers);  // >= 1: helpers <= tail_iters
+  sc.sk.longer_helpers = int(tail_iters % sc.sk.helpers);
   const int64_t used = left + sc.sk.helpers;
   sc.grid = dp_tiles > 0 ? unsigned(sm_count) : unsigned((used + Cfg::RINGS - 1) / Cfg::RINGS);
   return sc;
