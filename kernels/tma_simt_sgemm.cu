@@ -19,7 +19,7 @@ using tma_simt::TmaSimtConfig;
 
 //                                WARPS_M WARPS_N TWM TWN TM TN STAGES CONSUMER_REGS PRODUCER_REGS GROUP_M
 using Tile128x256 = TmaSimtConfig<2, 4, 8, 4, 8, 16, 4, 232, 40, 16>;  // 384 threads, 192 KB ring
-using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 24, 8>;    // 512 threads, 200 KB ring
+using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 32, 8>;    // 512 threads, 200 KB ring
 // Issue 14, fourth pass: two consumer warp groups, each with its own 128x128 tile (4 warps of
 // 64x64, 8x16 per thread) and its own ring of 3 stages of 32 KB, one producer thread each.
 using Rings2x128x128 = TmaSimtConfig<2, 2, 8, 4, 8, 16, 3, 232, 40, 16, 8, 4, 2>;  // 384 threads, 2 x 96 KB
@@ -83,9 +83,13 @@ Schedule stream_k_schedule(const GemmShape& s, int sm_count) {
   const int64_t dp_tiles = tiles / vctas * vctas;
   const int64_t left = tiles - dp_tiles;
   const int64_t head = (left * k_blocks + vctas - 1) / vctas;
-  // Whole tiles when they fill whole waves or the owners would run whole tiles anyway (and
-  // when the tails' iterations would pass 2^31: the kernel counts them in int).
-  if (left == 0 || head >= k_blocks || left * k_blocks > INT_MAX / 2) return whole_tiles<Cfg>(tiles, sm_count);
+  // Whole tiles when they fill whole waves, when the last wave is more than 60% full, or the
+  // owners would run whole tiles anyway (and when the tails' iterations would pass 2^31: the
+  // kernel counts them in int). The 60%: on one H100 (issue 14, fifth pass) stream-K gained
+  // where the last wave was 33-52% full and lost 1-6 points where it was 64-97% full (its
+  // owners wait for helpers that cut the tails into short pieces, each with a partial store).
+  if (left == 0 || left * 5 > vctas * 3 || head >= k_blocks || left * k_blocks > INT_MAX / 2)
+    return whole_tiles<Cfg>(tiles, sm_count);
   Schedule sc;
   sc.sk.dp_units = int(dp_tiles);
   sc.sk.owners = int(left);
@@ -93,6 +97,8 @@ Schedule stream_k_schedule(const GemmShape& s, int sm_count) {
   sc.sk.tail = int(k_blocks - head);
   const int64_t tail_iters = left * sc.sk.tail;
   sc.sk.helpers = int(std::min(vctas - left, std::max<int64_t>(1, tail_iters / kMinStreamKIters)));
+  sc.sk.per_helper = int(tail_iters / sc.sk.helpers);  // >= 1: helpers <= tail_iters
+  sc.sk.longer_helpers = int(tail_iters % sc.sk.helpers);
   const int64_t used = left + sc.sk.helpers;
   sc.grid = dp_tiles > 0 ? unsigned(sm_count) : unsigned((used + Cfg::RINGS - 1) / Cfg::RINGS);
   return sc;

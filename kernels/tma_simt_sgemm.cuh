@@ -128,19 +128,22 @@ struct TmaSimtConfig {
 
 // Stream-K's split of a launch (all zero but dp_units: whole tiles only).
 struct StreamK {
-  int dp_units = 0;  // work units dealt out whole (tiles x splits; with stream-K the first whole waves of tiles)
-  int owners = 0;    // tiles left after them: virtual CTA v < owners runs k-blocks [0, head) of tile dp_units + v
-  int head = 0;      // k-blocks of a left tile its owner runs
-  int tail = 0;      // the rest (k_blocks - head), run by the helpers
-  int helpers = 0;   // virtual CTAs owners + h, h < helpers, cut the owners x tail tail iterations evenly
+  int dp_units = 0;        // work units dealt out whole (tiles x splits; with stream-K the first whole waves of tiles)
+  int owners = 0;          // tiles left after them: virtual CTA v < owners runs k-blocks [0, head) of tile dp_units + v
+  int head = 0;            // k-blocks of a left tile its owner runs
+  int tail = 0;            // the rest (k_blocks - head), run by the helpers
+  int helpers = 0;         // virtual CTAs owners + h, h < helpers, cut the owners x tail tail iterations evenly:
+  int per_helper = 0;      // (owners x tail) / helpers iterations each,
+  int longer_helpers = 0;  // and one more for the first (owners x tail) % helpers of them
   float* partials = nullptr;  // helpers + owners slots of BM x BN floats (in the consumers' register order):
                               // slot h: helper h's first piece; slot helpers + j: tile j's tail from its start
   int* flags = nullptr;       // one per slot, zero at launch; 1 once the slot holds its partial
 };
 
-// The first tail iteration of helper h.
+// The first tail iteration of helper h (32-bit arithmetic only: the producer runs this at
+// 24-40 registers, where a 64-bit division spilled).
 __device__ __forceinline__ int sk_helper_begin(int h, const StreamK& sk) {
-  return int(int64_t(h) * sk.owners * sk.tail / sk.helpers);
+  return h * sk.per_helper + min(h, sk.longer_helpers);
 }
 
 // One piece of work: k-blocks [kb_begin, kb_end) of tile `tile`; `split` is the split-K
@@ -151,61 +154,62 @@ struct Piece {
   bool sk;
 };
 
-// Walks one virtual CTA's pieces: whole units v, v + V, ... < dp_units, then (kStreamK) its
-// stream-K work: an owner's head, or a helper's run of tails, tile by tile. The producer and
-// the consumers of a ring walk the same list. Without kStreamK it holds no more state than
-// a plain loop over units (the mainloop's registers are tight).
+// Piece i (i = 0, 1, ...) of virtual CTA v; false past its last. Whole units v, v + V, ...
+// < dp_units first, then (kStreamK) its stream-K work: an owner's head, or a helper's run of
+// tails, tile by tile. The producer and the consumers of a ring ask for the same pieces.
+// Stateless on purpose (issue 14, fifth pass): the consumers keep only i live across the
+// mainloop and ask again for the epilogue, so the stream-K and whole-tile instantiations
+// carry the same registers through the FFMA stream (the fourth pass's walker object kept
+// its cursor, tile, slot and flags live there, and the stream-K kernel's mainloop ran ~4%
+// slower).
 template <bool kStreamK>
-class PieceWalker {
- public:
-  __device__ PieceWalker(int v, int vctas, int tiles, int k_blocks, int k_blocks_per_split, const StreamK& sk)
-      : sk_(sk), vctas_(vctas), tiles_(tiles), k_blocks_(k_blocks), per_split_(k_blocks_per_split), u_(v) {
-    if (!kStreamK) return;
-    if (v < sk.owners) {
-      owner_ = v;
-    } else if (v - sk.owners < sk.helpers) {
-      helper_ = v - sk.owners;
-      it_ = sk_helper_begin(helper_, sk);
-      end_ = sk_helper_begin(helper_ + 1, sk);
-    }
-  }
-  __device__ bool next(Piece& p) {
-    if (u_ < sk_.dp_units) {
-      p.split = u_ / tiles_;
-      p.tile = u_ - p.split * tiles_;
-      p.kb_begin = p.split * per_split_;
-      p.kb_end = min(k_blocks_, p.kb_begin + per_split_);
-      p.slot = -1;
-      p.sk = false;
-      u_ += vctas_;
-      return true;
-    }
-    if constexpr (!kStreamK) return false;
-    p.split = 0;
-    p.sk = true;
-    if (owner_ >= 0) {
-      p.tile = sk_.dp_units + owner_;
-      p.kb_begin = 0;
-      p.kb_end = sk_.head;
-      p.slot = -1;
-      owner_ = -1;
-      return true;
-    }
-    if (it_ >= end_) return false;
-    const int j = it_ / sk_.tail, off = it_ - j * sk_.tail;
-    p.tile = sk_.dp_units + j;
-    p.kb_begin = sk_.head + off;
-    p.kb_end = sk_.head + min(sk_.tail, off + (end_ - it_));
-    p.slot = it_ == sk_helper_begin(helper_, sk_) ? helper_ : sk_.helpers + j;
-    it_ += p.kb_end - p.kb_begin;
+__device__ __forceinline__ bool piece_at(int v, int i, int vctas, int tiles, int k_blocks, int k_blocks_per_split,
+                                         const StreamK& sk, Piece& p) {
+  const int whole = v < sk.dp_units ? (sk.dp_units - 1 - v) / vctas + 1 : 0;
+  if (i < whole) {
+    const int u = v + i * vctas;
+    p.split = u / tiles;
+    p.tile = u - p.split * tiles;
+    p.kb_begin = p.split * k_blocks_per_split;
+    p.kb_end = min(k_blocks, p.kb_begin + k_blocks_per_split);
+    p.slot = -1;
+    p.sk = false;
     return true;
   }
+  if constexpr (!kStreamK) {
+    return false;
+  } else {
+    i -= whole;
+    p.split = 0;
+    p.sk = true;
+    if (v < sk.owners) {
+      p.tile = sk.dp_units + v;
+      p.kb_begin = 0;
+      p.kb_end = sk.head;
+      p.slot = -1;
+      return i == 0;
+    }
+    const int h = v - sk.owners;
+    if (h >= sk.helpers) return false;
+    // Helper h runs tail iterations [b, e): piece i is its part of tail j = b / tail + i.
+    const int b = sk_helper_begin(h, sk), e = sk_helper_begin(h + 1, sk);
+    const int j = b / sk.tail + i;
+    const int lo = max(b, j * sk.tail), hi = min(e, j * sk.tail + sk.tail);
+    if (lo >= hi) return false;
+    p.tile = sk.dp_units + j;
+    p.kb_begin = sk.head + (lo - j * sk.tail);
+    p.kb_end = sk.head + (hi - j * sk.tail);
+    p.slot = i == 0 ? h : sk.helpers + j;  // a helper's first piece, else a tail's start
+    return true;
+  }
+}
 
- private:
-  const StreamK& sk_;
-  int vctas_, tiles_, k_blocks_, per_split_, u_;
-  int owner_ = -1, helper_ = -1, it_ = 0, end_ = 0;
-};
+// An int the compiler cannot see through: the consumers ask for their piece again after
+// the mainloop instead of keeping it in registers through it.
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 // kStreamK: whether the launch may carry stream-K work (sk.owners > 0); the kernel without
 // it is the whole-tile (and split-K) one.
@@ -261,10 +265,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       tma_prefetch_descriptor(&tmap_b);
       const uint32_t ring = ring0 + r * Cfg::RING_BYTES;
       const uint32_t full_bar = full_bar0 + 8 * r * STAGES, empty_bar = empty_bar0 + 8 * r * STAGES;
-      PieceWalker<kStreamK> walk(blockIdx.x * RINGS + r, vctas, tiles, k_blocks, k_blocks_per_split, sk);
+      const int v = blockIdx.x * RINGS + r;
       uint32_t s = 0, phase = 0;
       Piece p;
-      while (walk.next(p)) {
+      for (int pi = 0; piece_at<kStreamK>(v, pi, vctas, tiles, k_blocks, k_blocks_per_split, sk, p); ++pi) {
         int tm, tn;
         tile_coords(p.tile, tm, tn);
         for (int kb = p.kb_begin; kb < p.kb_end; ++kb) {
@@ -301,19 +305,22 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const uint32_t full_bar = full_bar0 + 8 * r * STAGES, empty_bar = empty_bar0 + 8 * r * STAGES;
   const int ring_barrier = 1 + r;  // named barrier of this ring's consumers (0 is __syncthreads)
 
-  PieceWalker<kStreamK> walk(v, vctas, tiles, k_blocks, k_blocks_per_split, sk);
   uint32_t s = 0, phase = 0;
-  Piece p;
-  while (walk.next(p)) {
-    int tm, tn;
-    tile_coords(p.tile, tm, tn);
+  for (int pi = 0;; ++pi) {
+    int kb_begin, kb_end;
+    {
+      Piece p;
+      if (!piece_at<kStreamK>(v, pi, vctas, tiles, k_blocks, k_blocks_per_split, sk, p)) break;
+      kb_begin = p.kb_begin;
+      kb_end = p.kb_end;
+    }
     float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-    for (int kb = p.kb_begin; kb < p.kb_end; ++kb) {
+    for (int kb = kb_begin; kb < kb_end; ++kb) {
       mbar_wait(full_bar + 8 * s, phase);
       const float* as = ring_f + s * (Cfg::STAGE_BYTES / 4) + a_thread;
       const float* bs = ring_f + s * (Cfg::STAGE_BYTES / 4) + Cfg::A_BYTES / 4 + b_thread;
@@ -378,6 +385,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     }
 
+    // The piece again (it exists: it did above), for the epilogue.
+    Piece p;
+    piece_at<kStreamK>(v, opaque(pi), vctas, tiles, k_blocks, k_blocks_per_split, sk, p);
+    int tm, tn;
+    tile_coords(p.tile, tm, tn);
     if (kStreamK && p.sk) {
       // Stream-K, a left tile: partial slots hold the accumulators in the consumers'
       // register order: float4 (i, j4) of thread ctid at (i * TN/4 + j4) * threads + ctid.
@@ -403,7 +415,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // when that run starts at x, else the tail-start slot), the others are first pieces of
       // the helpers after h0 whose runs start inside the tail.
       const int j = p.tile - sk.dp_units, x = j * sk.tail;
-      int h0 = int(int64_t(x) * sk.helpers / (int64_t(sk.owners) * sk.tail));
+      const int x_long = (sk.per_helper + 1) * sk.longer_helpers;  // where the longer runs end
+      int h0 = x < x_long ? x / (sk.per_helper + 1) : sk.longer_helpers + (x - x_long) / sk.per_helper;
       while (h0 + 1 < sk.helpers && sk_helper_begin(h0 + 1, sk) <= x) ++h0;
       while (h0 > 0 && sk_helper_begin(h0, sk) > x) --h0;
       int h_end = h0 + 1;

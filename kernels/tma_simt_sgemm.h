@@ -50,11 +50,12 @@ TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile);
 // FAILED_PRECONDITION when !tma_simt_can_run(args).
 Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream);
 
-// Stream-K (docs/kernels.md, fourth pass): whole waves of tiles, then the last partial wave's
-// tiles: their first k-blocks on one persistent CTA each, their remaining k-blocks cut evenly
-// over the other CTAs; the pieces meet through `workspace` in a fixed order (bitwise
-// reproducible run to run). Bytes of workspace
-// it needs on a device with `sm_count` SMs (0 when the tiles fill whole waves).
+// Stream-K (docs/kernels.md, fourth and fifth passes): whole waves of tiles, then the last
+// partial wave's tiles: their first k-blocks on one persistent CTA each, their remaining
+// k-blocks cut evenly over the other CTAs; the pieces meet through `workspace` in a fixed order
+// (bitwise reproducible run to run). Whole tiles when that wave is more than 60% full (measured
+// slower there). Bytes of workspace it needs on a device with `sm_count` SMs (0 when whole
+// tiles run).
 std::size_t tma_simt_stream_k_workspace_bytes(const GemmShape& shape, TmaSimtTile tile, int sm_count);
 // Enqueues C = alpha*A*B + beta*C with stream-K on the current device; INVALID_ARGUMENT when
 // `workspace` (16-byte aligned) is smaller than tma_simt_stream_k_workspace_bytes() asks for.

@@ -132,6 +132,11 @@ TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
   EXPECT_EQ(picked({4096, 4096, 4096}), "tma_2x128x128x32_w64x64_t8x16_s3_rings");
   EXPECT_EQ(picked({6144, 6144, 6144}), "tma_2x128x128x32_w64x64_t8x16_s3_rings");
   EXPECT_EQ(picked({8192, 8192, 8192}), "tma_192x128x32_w64x32_t8x8_s5");
+  // Stream-K where every whole-tile schedule fills the last wave poorly (issue 14, fifth pass).
+  EXPECT_EQ(picked({2560, 2560, 2560}), "tma_128x256x32_w64x64_t8x16_s4_streamk");
+  EXPECT_EQ(picked({5120, 5120, 5120}), "tma_128x256x32_w64x64_t8x16_s4_streamk");
+  EXPECT_EQ(picked({3072, 3072, 3072}), "tma_192x128x32_w64x32_t8x8_s5");
+  EXPECT_EQ(picked({5632, 5632, 5632}), "tma_192x128x32_w64x32_t8x8_s5");
   EXPECT_EQ(picked({1024, 1024, 16384}), "tma_128x256x32_w64x64_t8x16_s4_splitk");
   EXPECT_EQ(picked({128, 8192, 8192}), "tma_128x256x32_w64x64_t8x16_s4_splitk");
   EXPECT_EQ(picked({1, 4096, 4096}), "gemv");
