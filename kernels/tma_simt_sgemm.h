@@ -50,6 +50,12 @@ TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile);
 // FAILED_PRECONDITION when !tma_simt_can_run(args).
 Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream);
 
+// The same kernel with its stages filled by 4-byte cp.async from the producer warp group
+// instead of TMA (issue 14, sixth pass): no alignment or leading-dimension requirement on A
+// and B (for the shapes tma_simt_can_run() refuses), whole tiles only, tiles
+// kRings2x128x128T8x16 and k192x128T8x8 only; FAILED_PRECONDITION without an sm_90 GPU.
+Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, cudaStream_t stream);
+
 // Stream-K (docs/kernels.md, fourth and fifth passes): whole waves of tiles, then the last
 // partial wave's tiles: their first k-blocks on one persistent CTA each, their remaining
 // k-blocks cut evenly over the other CTAs; the pieces meet through `workspace` in a fixed order
