@@ -99,6 +99,10 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// A 16-byte cp.async bypassing L1 (.cg); reads src_bytes (0..16) and zero-fills the rest.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 // Arrives on the mbarrier once all of this thread's earlier cp.async have completed; .noinc:
 // the arrival is one of the barrier's expected count (init the barrier with the number of
 // threads that signal it this way).

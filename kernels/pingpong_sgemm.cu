@@ -311,9 +311,12 @@ Status run_tma_simt_stream_k(const GemmArgs& g, Workspace ws, cudaStream_t strea
 // ... with its stages filled by cp.async instead of TMA (issue 14, sixth pass): any alignment
 // and leading dimension of A and B (the shapes TMA cannot read); the 64x128 tiles where the
 // GPU is not an sm_90 one.
-template <TmaSimtTile kTile>
+template <TmaSimtTile kTile, bool kCopy16 = false>
 Status run_cp_async_simt(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
-  const Status st = tma_simt_sgemm_cp_async(g, kTile, stream);
+  Status st = tma_simt_sgemm_cp_async(g, kTile, kCopy16, stream);
+  // The 16-byte form where A and B allow it, else the 4-byte one.
+  if (kCopy16 && st.code() == StatusCode::kFailedPrecondition)
+    (void)(st = tma_simt_sgemm_cp_async(g, kTile, false, stream));
   if (st.code() != StatusCode::kFailedPrecondition) return st;
   return run_config_by_alignment<SmallWide4, SmallWide>(g, ws, stream);
 }
@@ -362,6 +365,9 @@ constexpr Variant kVariants[] = {
     {"cpasync_2x128x128x32_w64x64_t8x16_s3_rings", run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16>, no_workspace,
      any_shape},
     {"cpasync_192x128x32_w64x32_t8x8_s5", run_cp_async_simt<TmaSimtTile::k192x128T8x8>, no_workspace, any_shape},
+    // ... the ring tile with 16-byte copies where A and B are 16-byte aligned (else 4-byte).
+    {"cpasync16_2x128x128x32_w64x64_t8x16_s3_rings", run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16, true>,
+     no_workspace, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
     // Its measured alternatives (bench/results/2026-11-22-h100-kernel3/).
     {"tma_192x128x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k192x128T8x8>,

@@ -113,11 +113,11 @@ std::size_t stream_k_bytes(const Schedule& sc, std::size_t* flags_offset) {
   return sc.sk.owners == 0 ? 0 : slots * Cfg::BM * Cfg::BN * sizeof(float) + (slots * sizeof(int) + 15) / 16 * 16;
 }
 
-template <class Cfg, bool kCpAsync = false>
+template <class Cfg, bool kCpAsync = false, int kCpBytes = 4>
 Status launch(const GemmArgs& g, const Schedule& sc, int splits, int per_split, float* workspace, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_raised{0};
   static std::atomic<uint64_t> smem_raised_sk{0};
-  auto kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, false, kCpAsync>;
+  auto kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, false, kCpAsync, kCpBytes>;
   if constexpr (!kCpAsync) {
     if (sc.sk.owners > 0) kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, true>;
   }
@@ -253,27 +253,27 @@ Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float*
   return st;
 }
 
-Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, cudaStream_t stream) {
+Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, bool copy16, cudaStream_t stream) {
+  if (copy16 && !layout_ok(args))
+    return FailedPrecondition("a, b: 16-byte copies need A and B 16-byte aligned with lda % 4 == 0 and ldb % 4 == 0");
   Device dev;
   SGEMM_RETURN_IF_ERROR(current_device(&dev));
   if (!dev.sm90) return FailedPrecondition("device: the warp-specialized kernel needs an sm_90 GPU (Hopper)");
   if (args.shape.m > INT_MAX || args.shape.n > INT_MAX || args.shape.k > INT_MAX)
     return InvalidArgument("shape: m, n and k must be below 2^31");
-  const auto run_cp_async = [&]<class Cfg>() {
+  const auto run_cp_async = [&]<class Cfg, int kCpBytes>() {
     const int64_t tiles = tiles_of(args.shape, Cfg::BM, Cfg::BN);
     if (tiles > INT_MAX / 2) return InvalidArgument("shape: m x n has too many tiles for the warp-specialized kernel");
     const int k_blocks = int((args.shape.k + tma_simt::kBK - 1) / tma_simt::kBK);
-    return launch<Cfg, true>(args, whole_tiles<Cfg>(tiles, dev.sm_count), 1, k_blocks, nullptr, stream);
+    return launch<Cfg, true, kCpBytes>(args, whole_tiles<Cfg>(tiles, dev.sm_count), 1, k_blocks, nullptr, stream);
   };
-  // Only the tiles the picker uses for the aligned neighbours of these shapes are built.
-  switch (tile) {
-    case TmaSimtTile::kRings2x128x128T8x16:
-      return run_cp_async.template operator()<Rings2x128x128>();
-    case TmaSimtTile::k192x128T8x8:
-      return run_cp_async.template operator()<Tile192x128>();
-    default:
-      return InvalidArgument("tile: the cp.async-fed kernel is built for the ring and 192x128 tiles only");
-  }
+  // Only the tiles the picker uses for the aligned neighbours of these shapes are built (the
+  // 16-byte form on the ring tile only).
+  if (tile == TmaSimtTile::kRings2x128x128T8x16)
+    return copy16 ? run_cp_async.template operator()<Rings2x128x128, 16>()
+                  : run_cp_async.template operator()<Rings2x128x128, 4>();
+  if (tile == TmaSimtTile::k192x128T8x8 && !copy16) return run_cp_async.template operator()<Tile192x128, 4>();
+  return InvalidArgument("tile: the cp.async-fed kernel is built for the ring and 192x128 tiles only");
 }
 
 std::size_t tma_simt_stream_k_workspace_bytes(const GemmShape& shape, TmaSimtTile tile, int sm_count) {

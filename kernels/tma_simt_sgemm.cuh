@@ -285,12 +285,49 @@ __device__ __forceinline__ void cp_async_fill_stage(uint32_t stage, const float*
   }
 }
 
+// The same stage with 16-byte cp.async.cg (L1 bypassed), for A and B 16-byte aligned with
+// lda % 4 == 0 and ldb % 4 == 0 (the layouts TMA reads too: the measured alternative that
+// tells the copies' count from their kind). A: a warp copies 4 rows x 8 chunks per copy; B:
+// one row of 32 chunks per copy per 128 columns. src-size = the bytes inside A or B.
+template <class Cfg, int kPt>
+__device__ __forceinline__ void cp_async16_fill_stage(uint32_t stage, const float* __restrict__ a, int64_t lda,
+                                                      const float* __restrict__ b, int64_t ldb, int m, int n, int k,
+                                                      int m0, int n0, int k0, int pt) {
+  using hopper::cp_async_16;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, WP = kPt / 32;
+  static_assert(BM % (4 * WP) == 0 && BN % 128 == 0 && kBK % WP == 0, "whole copies per producer warp");
+  const int wr = pt / 32, lane = pt % 32;
+  {
+    const int q = lane % 8, kk = k0 + 4 * q;
+    const uint32_t kbytes = uint32_t(min(max(k - kk, 0), 4) * 4);
+#pragma unroll 4
+    for (int rr = wr * 4 + lane / 8; rr < BM; rr += 4 * WP) {
+      const int row = m0 + rr;
+      const uint32_t bytes = row < m ? kbytes : 0u;
+      cp_async_16(stage + rr * 128 + ((q ^ (rr % 8)) * 16), bytes != 0 ? a + int64_t(row) * lda + kk : a, bytes);
+    }
+  }
+  {
+#pragma unroll 4
+    for (int kr = wr; kr < kBK; kr += WP) {
+      const bool k_in = k0 + kr < k;
+#pragma unroll
+      for (int c = 0; c < BN / 128; ++c) {
+        const int col = n0 + c * 128 + lane * 4;
+        const uint32_t bytes = k_in ? uint32_t(min(max(n - col, 0), 4) * 4) : 0u;
+        cp_async_16(stage + Cfg::A_BYTES + (kr * BN + c * 128 + lane * 4) * 4,
+                    bytes != 0 ? b + int64_t(k0 + kr) * ldb + col : b, bytes);
+      }
+    }
+  }
+}
+
 // kCpAsync (issue 14, sixth pass): the producer warp group fills the stages with 4-byte
 // cp.async from a, lda and b, ldb instead of TMA (any alignment and leading dimension; the
 // tensor maps are then unused): all of its 128 / RINGS threads per ring copy, and each
 // signals the stage's full barrier with cp.async.mbarrier.arrive.noinc (the barrier expects
 // that many arrivals instead of one arrive.expect_tx). The consumers are the same.
-template <class Cfg, bool kStreamK, bool kCpAsync = false>
+template <class Cfg, bool kStreamK, bool kCpAsync = false, int kCpBytes = 4>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     tma_simt_sgemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                           const float* __restrict__ a, int64_t lda, const float* __restrict__ b, int64_t ldb, int m,
@@ -352,8 +389,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         tile_coords(p.tile, tm, tn);
         for (int kb = p.kb_begin; kb < p.kb_end; ++kb) {
           mbar_wait(empty_bar + 8 * s, phase ^ 1u);
-          cp_async_fill_stage<Cfg, kPt>(ring + s * Cfg::STAGE_BYTES, a, lda, b, ldb, m, n, k, tm * BM, tn * BN,
-                                        kb * kBK, pt);
+          if constexpr (kCpBytes == 16)
+            cp_async16_fill_stage<Cfg, kPt>(ring + s * Cfg::STAGE_BYTES, a, lda, b, ldb, m, n, k, tm * BM, tn * BN,
+                                            kb * kBK, pt);
+          else
+            cp_async_fill_stage<Cfg, kPt>(ring + s * Cfg::STAGE_BYTES, a, lda, b, ldb, m, n, k, tm * BM, tn * BN,
+                                          kb * kBK, pt);
           cp_async_mbar_arrive_noinc(full_bar + 8 * s);
           if (++s == STAGES) {
             s = 0;

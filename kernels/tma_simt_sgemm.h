@@ -54,7 +54,9 @@ Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float*
 // instead of TMA (issue 14, sixth pass): no alignment or leading-dimension requirement on A
 // and B (for the shapes tma_simt_can_run() refuses), whole tiles only, tiles
 // kRings2x128x128T8x16 and k192x128T8x8 only; FAILED_PRECONDITION without an sm_90 GPU.
-Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, cudaStream_t stream);
+// copy16: 16-byte copies (.cg) instead, for A and B that TMA could read (a measured
+// alternative, ring tile only; FAILED_PRECONDITION for other layouts).
+Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, bool copy16, cudaStream_t stream);
 
 // Stream-K (docs/kernels.md, fourth and fifth passes): whole waves of tiles, then the last
 // partial wave's tiles: their first k-blocks on one persistent CTA each, their remaining

@@ -271,7 +271,7 @@ std::vector<Case> split_k_cases() {
   // stores; its split-K variants on few-tile, long-K shapes (and a fallback case).
   for (int var = 0; var < pingpong_variant_count(); ++var) {
     const std::string_view name = pingpong_variant_name(var);
-    const bool cp_async = name.rfind("cpasync_", 0) == 0;
+    const bool cp_async = name.rfind("cpasync", 0) == 0;
     if (name.rfind("tma_", 0) != 0 && !cp_async) continue;
     for (Case c :
          {Case{515, 772, 332, 1.0f, 0.5f}, Case{515, 772, 332, -1.0f, 1.0f, 0, 0, 1, 0, 0, 1}, Case{2100, 2100, 64}}) {
