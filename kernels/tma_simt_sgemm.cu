@@ -123,6 +123,10 @@ Status launch(const GemmArgs& g, const Schedule& sc, int splits, int per_split, 
   }
   SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, sc.sk.owners > 0 ? smem_raised_sk : smem_raised));
   CUtensorMap map_a{}, map_b{};
+  if constexpr (kCpAsync && kCpBytes == 1) {
+    SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::BM, tma_simt::kBK,
+                                             CU_TENSOR_MAP_SWIZZLE_128B, "A"));
+  }
   if constexpr (!kCpAsync) {
     // A: BM rows x 32 k, 128-byte swizzle (its rows are exactly 128 bytes); B: 32 k x BN, as is.
     SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::BM, tma_simt::kBK,
@@ -253,9 +257,11 @@ Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float*
   return st;
 }
 
-Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, bool copy16, cudaStream_t stream) {
-  if (copy16 && !layout_ok(args))
+Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, CpAsyncFeed feed, cudaStream_t stream) {
+  if (feed == CpAsyncFeed::k16Byte && !layout_ok(args))
     return FailedPrecondition("a, b: 16-byte copies need A and B 16-byte aligned with lda % 4 == 0 and ldb % 4 == 0");
+  if (feed == CpAsyncFeed::kTmaA4ByteB && !(aligned16(args.a) && args.lda % 4 == 0))
+    return FailedPrecondition("a: TMA reads A only 16-byte aligned with lda % 4 == 0");
   Device dev;
   SGEMM_RETURN_IF_ERROR(current_device(&dev));
   if (!dev.sm90) return FailedPrecondition("device: the warp-specialized kernel needs an sm_90 GPU (Hopper)");
@@ -268,11 +274,21 @@ Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, bool copy
     return launch<Cfg, true, kCpBytes>(args, whole_tiles<Cfg>(tiles, dev.sm_count), 1, k_blocks, nullptr, stream);
   };
   // Only the tiles the picker uses for the aligned neighbours of these shapes are built (the
-  // 16-byte form on the ring tile only).
-  if (tile == TmaSimtTile::kRings2x128x128T8x16)
-    return copy16 ? run_cp_async.template operator()<Rings2x128x128, 16>()
-                  : run_cp_async.template operator()<Rings2x128x128, 4>();
-  if (tile == TmaSimtTile::k192x128T8x8 && !copy16) return run_cp_async.template operator()<Tile192x128, 4>();
+  // 16-byte and TMA-A forms on the ring tile only).
+  if (tile == TmaSimtTile::kRings2x128x128T8x16) {
+    switch (feed) {
+      case CpAsyncFeed::k4Byte:
+        return run_cp_async.template operator()<Rings2x128x128, 4>();
+      case CpAsyncFeed::k16Byte:
+        return run_cp_async.template operator()<Rings2x128x128, 16>();
+      case CpAsyncFeed::kTmaA4ByteB:
+        return run_cp_async.template operator()<Rings2x128x128, 1>();
+      case CpAsyncFeed::k4ByteOneWarpPerRing:
+        return run_cp_async.template operator()<Rings2x128x128, 2>();
+    }
+  }
+  if (tile == TmaSimtTile::k192x128T8x8 && feed == CpAsyncFeed::k4Byte)
+    return run_cp_async.template operator()<Tile192x128, 4>();
   return InvalidArgument("tile: the cp.async-fed kernel is built for the ring and 192x128 tiles only");
 }
 

@@ -218,7 +218,7 @@ __device__ __forceinline__ int opaque(int x) {
 // lies), zero-filling outside A and B; thread `pt` of the ring's kPt producer threads (whole
 // warps: lane = k for A, a 32-column run of a B row per copy). Any alignment and leading
 // dimension. Stages wholly inside A or B take a branch without predicates.
-template <class Cfg, int kPt>
+template <class Cfg, int kPt, bool kCopyA = true>
 __device__ __forceinline__ void cp_async_fill_stage(uint32_t stage, const float* __restrict__ a, int64_t lda,
                                                     const float* __restrict__ b, int64_t ldb, int m, int n, int k,
                                                     int m0, int n0, int k0, int pt) {
@@ -229,7 +229,7 @@ __device__ __forceinline__ void cp_async_fill_stage(uint32_t stage, const float*
   static_assert(BN % 32 == 0, "B's rows are copied in runs of 32 columns");
   const int wr = pt / 32, lane = pt % 32;
   // ---- A: warp wr copies rows wr + WP*j; lane = k; row r's 16-byte chunk q at q ^ (r % 8) ----
-  {
+  if constexpr (kCopyA) {
     const float* src = a + int64_t(m0 + wr) * lda + (k0 + lane);
     const int64_t step = int64_t(WP) * lda;
     const uint32_t dst = stage + uint32_t(wr * 128 + (lane % 4) * 4);
@@ -327,6 +327,11 @@ __device__ __forceinline__ void cp_async16_fill_stage(uint32_t stage, const floa
 // tensor maps are then unused): all of its 128 / RINGS threads per ring copy, and each
 // signals the stage's full barrier with cp.async.mbarrier.arrive.noinc (the barrier expects
 // that many arrivals instead of one arrive.expect_tx). The consumers are the same.
+//   kCpBytes: 4 (4-byte copies of A and B; 2: the same by one producer warp per ring, the
+//   others idle: a measured alternative), 16 (16-byte copies, for layouts TMA could read:
+//   a measured alternative) or 1 (A by TMA as without kCpAsync, B by 4-byte copies: for A
+//   that TMA reads and B that it cannot; the full barrier then also takes the expect-tx
+//   arrival of producer thread 0).
 template <class Cfg, bool kStreamK, bool kCpAsync = false, int kCpBytes = 4>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     tma_simt_sgemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
@@ -351,7 +356,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < RINGS * STAGES; ++s) {
-      mbar_init(full_bar0 + 8 * s, kCpAsync ? kProducerThreads / RINGS : 1);
+      mbar_init(full_bar0 + 8 * s,
+                kCpAsync ? (kCpBytes == 2 ? 32 : kProducerThreads / RINGS) + (kCpBytes == 1 ? 1 : 0) : 1);
       mbar_init(empty_bar0 + 8 * s, Cfg::RING_WARPS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -376,12 +382,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     setmaxnreg_dec<Cfg::PRODUCER_REGS>();
     if constexpr (kCpAsync) {
       // All producer threads copy: threads [r * kPt, (r + 1) * kPt) feed ring r.
-      constexpr int kPt = kProducerThreads / RINGS;
+      constexpr int kPt = kCpBytes == 2 ? 32 : kProducerThreads / RINGS;
       static_assert(kProducerThreads % (32 * RINGS) == 0, "each ring's producers must be whole warps");
       const int r = threadIdx.x / kPt, pt = threadIdx.x % kPt;
+      if (r >= RINGS) return;  // kCpBytes == 2: one producer warp per ring
       const uint32_t ring = ring0 + r * Cfg::RING_BYTES;
       const uint32_t full_bar = full_bar0 + 8 * r * STAGES, empty_bar = empty_bar0 + 8 * r * STAGES;
       const int v = blockIdx.x * RINGS + r;
+      if (kCpBytes == 1 && pt == 0) tma_prefetch_descriptor(&tmap_a);
       uint32_t s = 0, phase = 0;
       Piece p;
       for (int pi = 0; piece_at<kStreamK>(v, pi, vctas, tiles, k_blocks, k_blocks_per_split, sk, p); ++pi) {
@@ -389,7 +397,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         tile_coords(p.tile, tm, tn);
         for (int kb = p.kb_begin; kb < p.kb_end; ++kb) {
           mbar_wait(empty_bar + 8 * s, phase ^ 1u);
-          if constexpr (kCpBytes == 16)
+          if constexpr (kCpBytes == 1) {
+            if (pt == 0) {
+              mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::A_BYTES);
+              tma_load_2d(ring + s * Cfg::STAGE_BYTES, &tmap_a, full_bar + 8 * s, kb * kBK, tm * BM);
+            }
+            cp_async_fill_stage<Cfg, kPt, false>(ring + s * Cfg::STAGE_BYTES, a, lda, b, ldb, m, n, k, tm * BM, tn * BN,
+                                                 kb * kBK, pt);
+          } else if constexpr (kCpBytes == 16)
             cp_async16_fill_stage<Cfg, kPt>(ring + s * Cfg::STAGE_BYTES, a, lda, b, ldb, m, n, k, tm * BM, tn * BN,
                                             kb * kBK, pt);
           else
