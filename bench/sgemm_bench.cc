@@ -50,15 +50,17 @@ void check_status(const Status& s, const char* what) {
 }
 
 struct Options {
-  std::vector<GemmShape> shapes;    // default: the list
-  std::vector<KernelKind> kernels;  // default: all
-  int runs = 30;                    // timed runs per kernel and shape (median reported)
-  int warmup = 5;                   // untimed runs first
-  std::string csv;                  // also write rows here
-  bool variants = false;            // time every ping-pong variant too
-  int ref_rows = 8;                 // rows checked against the fp64 reference
-  int only_variant = -1;            // >= 0: time this ping-pong variant instead of the picked one
-  bool fp32x3_variants = false;     // time every fp32x3 variant too
+  std::vector<GemmShape> shapes;           // default: the list
+  std::vector<KernelKind> kernels;         // default: all
+  int runs = 30;                           // timed runs per kernel and shape (median reported)
+  int warmup = 5;                          // untimed runs first
+  std::string csv;                         // also write rows here
+  bool variants = false;                   // time every ping-pong variant too
+  int ref_rows = 8;                        // rows checked against the fp64 reference
+  int only_variant = -1;                   // >= 0: time this ping-pong variant instead of the picked one
+  bool fp32x3_variants = false;            // time every fp32x3 variant too
+  std::vector<std::string> variant_match;  // time the ping-pong variants whose names contain one of these
+  int64_t pad_ab = 0;                      // lda = k + pad_ab, ldb = n + pad_ab (odd: rows TMA cannot read)
 };
 
 // Tolerances of the checks, by kernel: tf32 rounds its inputs to 11 significant bits.
@@ -120,6 +122,10 @@ Options parse(int argc, char** argv) {
       o.variants = true;
     } else if (a == "--variant") {
       o.only_variant = std::stoi(next());
+    } else if (a == "--variant-match") {
+      o.variant_match = split(next(), ',');
+    } else if (a == "--pad-ab") {
+      o.pad_ab = std::max<int64_t>(0, std::stoll(next()));
     } else if (a == "--fp32x3-variants") {
       o.fp32x3_variants = true;
     } else if (a == "--ref-rows") {
@@ -127,7 +133,8 @@ Options parse(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas,tf32,fp32x3] [--runs N] "
-                   "[--warmup N] [--csv FILE] [--variants] [--variant I] [--ref-rows N] [--fp32x3-variants]\n");
+                   "[--warmup N] [--csv FILE] [--variants] [--variant I] [--variant-match S1,S2] [--pad-ab P] "
+                   "[--ref-rows N] [--fp32x3-variants]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
@@ -157,6 +164,11 @@ Options parse(int argc, char** argv) {
                 {4096, 64, 4096},
                 {8192, 32, 8191}};
   if (o.kernels.empty()) o.kernels = gpu_kernel_kinds();
+  if (o.pad_ab > 0 && o.ref_rows > 0) {
+    std::fprintf(stderr,
+                 "--pad-ab: the fp64 reference reads dense inputs; using --ref-rows 0 (checked against cuBLAS)\n");
+    o.ref_rows = 0;
+  }
   return o;
 }
 
@@ -196,7 +208,7 @@ int main(int argc, char** argv) {
     if (!b.ok()) check_status(b.status(), std::string(kernel_kind_name(k)).c_str());
     backends[k] = std::move(b).value();
   }
-  if (opt.variants && !backends.count(KernelKind::kPingpong)) {
+  if ((opt.variants || !opt.variant_match.empty()) && !backends.count(KernelKind::kPingpong)) {
     auto b = make_gemm_backend(KernelKind::kPingpong);
     if (!b.ok()) check_status(b.status(), "pingpong backend");
     backends[KernelKind::kPingpong] = std::move(b).value();
@@ -221,7 +233,9 @@ int main(int argc, char** argv) {
               "%cuBLAS", "err_vs_cublas", "err_vs_fp64", "check");
 
   for (const GemmShape& s : opt.shapes) {
-    const size_t na = size_t(s.m * s.k), nb = size_t(s.k * s.n), nc = size_t(s.m * s.n);
+    // With --pad-ab, A and B have leading dimensions k + pad and n + pad (C stays dense).
+    const int64_t lda = s.k + opt.pad_ab, ldb = s.n + opt.pad_ab;
+    const size_t na = size_t(s.m * lda), nb = size_t(s.k * ldb), nc = size_t(s.m * s.n);
     const size_t set_bytes = (na + nb + nc) * sizeof(float);
     // Enough sets that their total is well past the L2 size; at least two.
     int sets = int(std::clamp<size_t>((size_t(4) * prop.l2CacheSize + set_bytes - 1) / set_bytes, 2, 16));
@@ -246,7 +260,12 @@ int main(int argc, char** argv) {
                                               ? rows_to_verify(s.m, s.n, s.k, 7, std::min<int64_t>(opt.ref_rows, s.m))
                                               : std::vector<int64_t>{};
 
-    auto args_for = [&](int set) { return dense_gemm_args(s, 1.0f, bufs[set].a, bufs[set].b, 0.0f, bufs[set].c); };
+    auto args_for = [&](int set) {
+      GemmArgs g = dense_gemm_args(s, 1.0f, bufs[set].a, bufs[set].b, 0.0f, bufs[set].c);
+      g.lda = lda;
+      g.ldb = ldb;
+      return g;
+    };
 
     // cuBLAS result on set 0: the yardstick for every kernel's error.
     std::vector<float> c_ref(nc), c_got(nc);
@@ -268,6 +287,12 @@ int main(int argc, char** argv) {
       if (k != KernelKind::kCublas) jobs.push_back({k, k == KernelKind::kPingpong ? opt.only_variant : -1});
     if (opt.variants)
       for (int v = 0; v < pingpong_variant_count(); ++v) jobs.push_back({KernelKind::kPingpong, v});
+    for (int v = 0; !opt.variants && v < pingpong_variant_count(); ++v)
+      for (const std::string& m : opt.variant_match)
+        if (pingpong_variant_name(v).find(m) != std::string_view::npos) {
+          jobs.push_back({KernelKind::kPingpong, v});
+          break;
+        }
     if (opt.fp32x3_variants)
       for (int v = 0; v < fp32x3_variant_count(); ++v) jobs.push_back({KernelKind::kFp32x3, v});
     if (opt.fp32x3_variants) {

@@ -5,6 +5,8 @@
 //              "empty" barriers of a ring), remote arrive inside a cluster;
 //   TMA        cp.async.bulk.tensor 2D/3D loads completing on an mbarrier (and the
 //              multicast form), tensor-map prefetch;
+//   cp.async   4-byte copies (zero-filled past src-size) and the mbarrier arrive that
+//              fires when the thread's earlier cp.async have landed (issue 14, sixth pass);
 //   warps      named barriers, setmaxnreg (register hand-over between warp groups),
 //              cluster rank and barrier.
 // Only translation units built for sm_90a may include it (kernels/CMakeLists.txt).
@@ -87,6 +89,25 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// A 4-byte cp.async of global `src` into shared `dst`; the src_bytes form reads src_bytes
+// (4 or 0) and zero-fills the rest (0: nothing is read).
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// A 16-byte cp.async bypassing L1 (.cg); reads src_bytes (0..16) and zero-fills the rest.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// Arrives on the mbarrier once all of this thread's earlier cp.async have completed; .noinc:
+// the arrival is one of the barrier's expected count (init the barrier with the number of
+// threads that signal it this way).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

@@ -308,6 +308,19 @@ Status run_tma_simt_stream_k(const GemmArgs& g, Workspace ws, cudaStream_t strea
   return run_config_by_alignment<SmallWide4, SmallWide>(g, ws, stream);
 }
 
+// ... with its stages filled by cp.async instead of TMA (issue 14, sixth pass): any alignment
+// and leading dimension of A and B (the shapes TMA cannot read); the 64x128 tiles where the
+// GPU is not an sm_90 one.
+template <TmaSimtTile kTile, CpAsyncFeed kFeed = CpAsyncFeed::k4Byte>
+Status run_cp_async_simt(const GemmArgs& g, Workspace ws, cudaStream_t stream) {
+  Status st = tma_simt_sgemm_cp_async(g, kTile, kFeed, stream);
+  // The 16-byte and TMA-A forms where A and B allow them, else the 4-byte one.
+  if (kFeed != CpAsyncFeed::k4Byte && st.code() == StatusCode::kFailedPrecondition)
+    (void)(st = tma_simt_sgemm_cp_async(g, kTile, CpAsyncFeed::k4Byte, stream));
+  if (st.code() != StatusCode::kFailedPrecondition) return st;
+  return run_config_by_alignment<SmallWide4, SmallWide>(g, ws, stream);
+}
+
 struct Variant {
   const char* name;
   Status (*run)(const GemmArgs&, Workspace, cudaStream_t);
@@ -348,6 +361,18 @@ constexpr Variant kVariants[] = {
      any_shape},
     {"tma_2x128x128x32_w64x64_t8x16_s3_rings_streamk", run_tma_simt_stream_k<TmaSimtTile::kRings2x128x128T8x16>,
      tma_simt_stream_k_workspace<TmaSimtTile::kRings2x128x128T8x16>, any_shape},
+    // Issue 14, sixth pass: the ring and 192x128 tiles fed by cp.async (any A, B layout).
+    {"cpasync_2x128x128x32_w64x64_t8x16_s3_rings", run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16>, no_workspace,
+     any_shape},
+    {"cpasync_192x128x32_w64x32_t8x8_s5", run_cp_async_simt<TmaSimtTile::k192x128T8x8>, no_workspace, any_shape},
+    // ... the ring tile with 16-byte copies where A and B are 16-byte aligned (else 4-byte).
+    {"cpasync16_2x128x128x32_w64x64_t8x16_s3_rings",
+     run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16, CpAsyncFeed::k16Byte>, no_workspace, any_shape},
+    {"cpasync1w_2x128x128x32_w64x64_t8x16_s3_rings",
+     run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16, CpAsyncFeed::k4ByteOneWarpPerRing>, no_workspace, any_shape},
+    // ... A by TMA where it can read A, B by 4-byte copies (else both by copies).
+    {"cpasyncb_2x128x128x32_w64x64_t8x16_s3_rings",
+     run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16, CpAsyncFeed::kTmaA4ByteB>, no_workspace, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
     // Its measured alternatives (bench/results/2026-11-22-h100-kernel3/).
     {"tma_192x128x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k192x128T8x8>,

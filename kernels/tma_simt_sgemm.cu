@@ -113,24 +113,32 @@ std::size_t stream_k_bytes(const Schedule& sc, std::size_t* flags_offset) {
   return sc.sk.owners == 0 ? 0 : slots * Cfg::BM * Cfg::BN * sizeof(float) + (slots * sizeof(int) + 15) / 16 * 16;
 }
 
-template <class Cfg>
+template <class Cfg, bool kCpAsync = false, int kCpBytes = 4>
 Status launch(const GemmArgs& g, const Schedule& sc, int splits, int per_split, float* workspace, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_raised{0};
   static std::atomic<uint64_t> smem_raised_sk{0};
-  auto kernel =
-      sc.sk.owners > 0 ? tma_simt::tma_simt_sgemm_kernel<Cfg, true> : tma_simt::tma_simt_sgemm_kernel<Cfg, false>;
+  auto kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, false, kCpAsync, kCpBytes>;
+  if constexpr (!kCpAsync) {
+    if (sc.sk.owners > 0) kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, true>;
+  }
   SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, sc.sk.owners > 0 ? smem_raised_sk : smem_raised));
-  CUtensorMap map_a, map_b;
-  // A: BM rows x 32 k, 128-byte swizzle (its rows are exactly 128 bytes); B: 32 k x BN, as is.
-  SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::BM, tma_simt::kBK,
-                                           CU_TENSOR_MAP_SWIZZLE_128B, "A"));
-  SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_b, g.b, g.shape.k, g.shape.n, g.ldb, tma_simt::kBK, Cfg::BN,
-                                           CU_TENSOR_MAP_SWIZZLE_NONE, "B"));
+  CUtensorMap map_a{}, map_b{};
+  if constexpr (kCpAsync && kCpBytes == 1) {
+    SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::BM, tma_simt::kBK,
+                                             CU_TENSOR_MAP_SWIZZLE_128B, "A"));
+  }
+  if constexpr (!kCpAsync) {
+    // A: BM rows x 32 k, 128-byte swizzle (its rows are exactly 128 bytes); B: 32 k x BN, as is.
+    SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::BM, tma_simt::kBK,
+                                             CU_TENSOR_MAP_SWIZZLE_128B, "A"));
+    SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_b, g.b, g.shape.k, g.shape.n, g.ldb, tma_simt::kBK, Cfg::BN,
+                                             CU_TENSOR_MAP_SWIZZLE_NONE, "B"));
+  }
   const bool c_vec = aligned16(g.c) && g.ldc % 4 == 0;
   const int64_t ldw = (g.shape.n + 3) / 4 * 4;
-  kernel<<<sc.grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(map_a, map_b, int(g.shape.m), int(g.shape.n),
-                                                             int(g.shape.k), g.alpha, g.beta, g.c, g.ldc, c_vec, splits,
-                                                             per_split, workspace, ldw, sc.sk);
+  kernel<<<sc.grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(map_a, map_b, g.a, g.lda, g.b, g.ldb, int(g.shape.m),
+                                                             int(g.shape.n), int(g.shape.k), g.alpha, g.beta, g.c,
+                                                             g.ldc, c_vec, splits, per_split, workspace, ldw, sc.sk);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
@@ -247,6 +255,41 @@ Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float*
   Status st = InvalidArgument("tile: this build has no such TMA-fed tile (tuning builds only)");
   with_config(tile, [&]<class Cfg>() { (void)(st = run<Cfg>(args, dev, splits, workspace, stream)); });
   return st;
+}
+
+Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, CpAsyncFeed feed, cudaStream_t stream) {
+  if (feed == CpAsyncFeed::k16Byte && !layout_ok(args))
+    return FailedPrecondition("a, b: 16-byte copies need A and B 16-byte aligned with lda % 4 == 0 and ldb % 4 == 0");
+  if (feed == CpAsyncFeed::kTmaA4ByteB && !(aligned16(args.a) && args.lda % 4 == 0))
+    return FailedPrecondition("a: TMA reads A only 16-byte aligned with lda % 4 == 0");
+  Device dev;
+  SGEMM_RETURN_IF_ERROR(current_device(&dev));
+  if (!dev.sm90) return FailedPrecondition("device: the warp-specialized kernel needs an sm_90 GPU (Hopper)");
+  if (args.shape.m > INT_MAX || args.shape.n > INT_MAX || args.shape.k > INT_MAX)
+    return InvalidArgument("shape: m, n and k must be below 2^31");
+  const auto run_cp_async = [&]<class Cfg, int kCpBytes>() {
+    const int64_t tiles = tiles_of(args.shape, Cfg::BM, Cfg::BN);
+    if (tiles > INT_MAX / 2) return InvalidArgument("shape: m x n has too many tiles for the warp-specialized kernel");
+    const int k_blocks = int((args.shape.k + tma_simt::kBK - 1) / tma_simt::kBK);
+    return launch<Cfg, true, kCpBytes>(args, whole_tiles<Cfg>(tiles, dev.sm_count), 1, k_blocks, nullptr, stream);
+  };
+  // Only the tiles the picker uses for the aligned neighbours of these shapes are built (the
+  // 16-byte and TMA-A forms on the ring tile only).
+  if (tile == TmaSimtTile::kRings2x128x128T8x16) {
+    switch (feed) {
+      case CpAsyncFeed::k4Byte:
+        return run_cp_async.template operator()<Rings2x128x128, 4>();
+      case CpAsyncFeed::k16Byte:
+        return run_cp_async.template operator()<Rings2x128x128, 16>();
+      case CpAsyncFeed::kTmaA4ByteB:
+        return run_cp_async.template operator()<Rings2x128x128, 1>();
+      case CpAsyncFeed::k4ByteOneWarpPerRing:
+        return run_cp_async.template operator()<Rings2x128x128, 2>();
+    }
+  }
+  if (tile == TmaSimtTile::k192x128T8x8 && feed == CpAsyncFeed::k4Byte)
+    return run_cp_async.template operator()<Tile192x128, 4>();
+  return InvalidArgument("tile: the cp.async-fed kernel is built for the ring and 192x128 tiles only");
 }
 
 std::size_t tma_simt_stream_k_workspace_bytes(const GemmShape& shape, TmaSimtTile tile, int sm_count) {

@@ -213,9 +213,129 @@ __device__ __forceinline__ int opaque(int x) {
 
 // kStreamK: whether the launch may carry stream-K work (sk.owners > 0); the kernel without
 // it is the whole-tile (and split-K) one.
-template <class Cfg, bool kStreamK>
+// Fills stage `stage` (A rows [m0, m0 + BM) and B columns [n0, n0 + BN), k [k0, k0 + 32)) with
+// 4-byte cp.async in the layout the TMA writes (A K-major in the 128-byte swizzle, B as it
+// lies), zero-filling outside A and B; thread `pt` of the ring's kPt producer threads (whole
+// warps: lane = k for A, a 32-column run of a B row per copy). Any alignment and leading
+// dimension. Stages wholly inside A or B take a branch without predicates.
+template <class Cfg, int kPt, bool kCopyA = true>
+__device__ __forceinline__ void cp_async_fill_stage(uint32_t stage, const float* __restrict__ a, int64_t lda,
+                                                    const float* __restrict__ b, int64_t ldb, int m, int n, int k,
+                                                    int m0, int n0, int k0, int pt) {
+  using hopper::cp_async_4;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, WP = kPt / 32;  // producer warps of the ring
+  constexpr int RPG = 8 / WP;                               // a warp's rows in an 8-row swizzle atom
+  static_assert(kPt % 32 == 0 && 8 % WP == 0 && kBK % WP == 0, "a ring's producers are 1, 2, 4 or 8 warps");
+  static_assert(BN % 32 == 0, "B's rows are copied in runs of 32 columns");
+  const int wr = pt / 32, lane = pt % 32;
+  // ---- A: warp wr copies rows wr + WP*j; lane = k; row r's 16-byte chunk q at q ^ (r % 8) ----
+  if constexpr (kCopyA) {
+    const float* src = a + int64_t(m0 + wr) * lda + (k0 + lane);
+    const int64_t step = int64_t(WP) * lda;
+    const uint32_t dst = stage + uint32_t(wr * 128 + (lane % 4) * 4);
+    const int chunk = lane / 4;
+    if (m0 + BM <= m && k0 + kBK <= k) {
+#pragma unroll 1
+      for (int g = 0; g < BM / 8; ++g) {
+#pragma unroll
+        for (int j = 0; j < RPG; ++j) {
+          const int r8 = wr + WP * j;  // row within the atom
+          cp_async_4(dst + g * 1024 + WP * j * 128 + ((chunk ^ r8) * 16), src);
+          src += step;
+        }
+      }
+    } else {
+      const uint32_t kbytes = k0 + lane < k ? 4u : 0u;
+#pragma unroll 1
+      for (int g = 0; g < BM / 8; ++g) {
+#pragma unroll
+        for (int j = 0; j < RPG; ++j) {
+          const int r8 = wr + WP * j;
+          const uint32_t bytes = m0 + g * 8 + r8 < m ? kbytes : 0u;
+          cp_async_4(dst + g * 1024 + WP * j * 128 + ((chunk ^ r8) * 16), bytes != 0 ? src : a, bytes);
+          src += step;
+        }
+      }
+    }
+  }
+  // ---- B: warp wr copies k rows wr + WP*j, 32 columns per copy ----
+  {
+    const float* src = b + int64_t(k0 + wr) * ldb + (n0 + lane);
+    const int64_t step = int64_t(WP) * ldb;
+    const uint32_t dst = stage + Cfg::A_BYTES + uint32_t(wr * BN * 4 + lane * 4);
+    if (n0 + BN <= n && k0 + kBK <= k) {
+#pragma unroll 1
+      for (int j = 0; j < kBK / WP; ++j) {
+#pragma unroll
+        for (int c = 0; c < BN / 32; ++c) cp_async_4(dst + j * WP * BN * 4 + c * 128, src + c * 32);
+        src += step;
+      }
+    } else {
+#pragma unroll 1
+      for (int j = 0; j < kBK / WP; ++j) {
+        const bool k_in = k0 + wr + WP * j < k;
+#pragma unroll
+        for (int c = 0; c < BN / 32; ++c) {
+          const uint32_t bytes = k_in && n0 + c * 32 + lane < n ? 4u : 0u;
+          cp_async_4(dst + j * WP * BN * 4 + c * 128, bytes != 0 ? src + c * 32 : b, bytes);
+        }
+        src += step;
+      }
+    }
+  }
+}
+
+// The same stage with 16-byte cp.async.cg (L1 bypassed), for A and B 16-byte aligned with
+// lda % 4 == 0 and ldb % 4 == 0 (the layouts TMA reads too: the measured alternative that
+// tells the copies' count from their kind). A: a warp copies 4 rows x 8 chunks per copy; B:
+// one row of 32 chunks per copy per 128 columns. src-size = the bytes inside A or B.
+template <class Cfg, int kPt>
+__device__ __forceinline__ void cp_async16_fill_stage(uint32_t stage, const float* __restrict__ a, int64_t lda,
+                                                      const float* __restrict__ b, int64_t ldb, int m, int n, int k,
+                                                      int m0, int n0, int k0, int pt) {
+  using hopper::cp_async_16;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, WP = kPt / 32;
+  static_assert(BM % (4 * WP) == 0 && BN % 128 == 0 && kBK % WP == 0, "whole copies per producer warp");
+  const int wr = pt / 32, lane = pt % 32;
+  {
+    const int q = lane % 8, kk = k0 + 4 * q;
+    const uint32_t kbytes = uint32_t(min(max(k - kk, 0), 4) * 4);
+#pragma unroll 4
+    for (int rr = wr * 4 + lane / 8; rr < BM; rr += 4 * WP) {
+      const int row = m0 + rr;
+      const uint32_t bytes = row < m ? kbytes : 0u;
+      cp_async_16(stage + rr * 128 + ((q ^ (rr % 8)) * 16), bytes != 0 ? a + int64_t(row) * lda + kk : a, bytes);
+    }
+  }
+  {
+#pragma unroll 4
+    for (int kr = wr; kr < kBK; kr += WP) {
+      const bool k_in = k0 + kr < k;
+#pragma unroll
+      for (int c = 0; c < BN / 128; ++c) {
+        const int col = n0 + c * 128 + lane * 4;
+        const uint32_t bytes = k_in ? uint32_t(min(max(n - col, 0), 4) * 4) : 0u;
+        cp_async_16(stage + Cfg::A_BYTES + (kr * BN + c * 128 + lane * 4) * 4,
+                    bytes != 0 ? b + int64_t(k0 + kr) * ldb + col : b, bytes);
+      }
+    }
+  }
+}
+
+// kCpAsync (issue 14, sixth pass): the producer warp group fills the stages with 4-byte
+// cp.async from a, lda and b, ldb instead of TMA (any alignment and leading dimension; the
+// tensor maps are then unused): all of its 128 / RINGS threads per ring copy, and each
+// signals the stage's full barrier with cp.async.mbarrier.arrive.noinc (the barrier expects
+// that many arrivals instead of one arrive.expect_tx). The consumers are the same.
+//   kCpBytes: 4 (4-byte copies of A and B; 2: the same by one producer warp per ring, the
+//   others idle: a measured alternative), 16 (16-byte copies, for layouts TMA could read:
+//   a measured alternative) or 1 (A by TMA as without kCpAsync, B by 4-byte copies: for A
+//   that TMA reads and B that it cannot; the full barrier then also takes the expect-tx
+//   arrival of producer thread 0).
+template <class Cfg, bool kStreamK, bool kCpAsync = false, int kCpBytes = 4>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
-    tma_simt_sgemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
+    tma_simt_sgemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                          const float* __restrict__ a, int64_t lda, const float* __restrict__ b, int64_t ldb, int m,
                           int n, int k, float alpha, float beta, float* __restrict__ c, int64_t ldc, bool c_vec,
                           int splits, int k_blocks_per_split, float* __restrict__ workspace, int64_t ldw, StreamK sk) {
   using namespace hopper;
@@ -236,7 +356,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < RINGS * STAGES; ++s) {
-      mbar_init(full_bar0 + 8 * s, 1);
+      mbar_init(full_bar0 + 8 * s,
+                kCpAsync ? (kCpBytes == 2 ? 32 : kProducerThreads / RINGS) + (kCpBytes == 1 ? 1 : 0) : 1);
       mbar_init(empty_bar0 + 8 * s, Cfg::RING_WARPS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -259,6 +380,45 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   if (threadIdx.x < kProducerThreads) {
     // ---------------- producers: lane 0 of warp r feeds ring r ----------------
     setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+    if constexpr (kCpAsync) {
+      // All producer threads copy: threads [r * kPt, (r + 1) * kPt) feed ring r.
+      constexpr int kPt = kCpBytes == 2 ? 32 : kProducerThreads / RINGS;
+      static_assert(kProducerThreads % (32 * RINGS) == 0, "each ring's producers must be whole warps");
+      const int r = threadIdx.x / kPt, pt = threadIdx.x % kPt;
+      if (r >= RINGS) return;  // kCpBytes == 2: one producer warp per ring
+      const uint32_t ring = ring0 + r * Cfg::RING_BYTES;
+      const uint32_t full_bar = full_bar0 + 8 * r * STAGES, empty_bar = empty_bar0 + 8 * r * STAGES;
+      const int v = blockIdx.x * RINGS + r;
+      if (kCpBytes == 1 && pt == 0) tma_prefetch_descriptor(&tmap_a);
+      uint32_t s = 0, phase = 0;
+      Piece p;
+      for (int pi = 0; piece_at<kStreamK>(v, pi, vctas, tiles, k_blocks, k_blocks_per_split, sk, p); ++pi) {
+        int tm, tn;
+        tile_coords(p.tile, tm, tn);
+        for (int kb = p.kb_begin; kb < p.kb_end; ++kb) {
+          mbar_wait(empty_bar + 8 * s, phase ^ 1u);
+          if constexpr (kCpBytes == 1) {
+            if (pt == 0) {
+              mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::A_BYTES);
+              tma_load_2d(ring + s * Cfg::STAGE_BYTES, &tmap_a, full_bar + 8 * s, kb * kBK, tm * BM);
+            }
+            cp_async_fill_stage<Cfg, kPt, false>(ring + s * Cfg::STAGE_BYTES, a, lda, b, ldb, m, n, k, tm * BM, tn * BN,
+                                                 kb * kBK, pt);
+          } else if constexpr (kCpBytes == 16)
+            cp_async16_fill_stage<Cfg, kPt>(ring + s * Cfg::STAGE_BYTES, a, lda, b, ldb, m, n, k, tm * BM, tn * BN,
+                                            kb * kBK, pt);
+          else
+            cp_async_fill_stage<Cfg, kPt>(ring + s * Cfg::STAGE_BYTES, a, lda, b, ldb, m, n, k, tm * BM, tn * BN,
+                                          kb * kBK, pt);
+          cp_async_mbar_arrive_noinc(full_bar + 8 * s);
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+      return;
+    }
     const int r = threadIdx.x / 32;  // warp r < RINGS feeds ring r
     if (threadIdx.x % 32 == 0 && r < RINGS) {
       tma_prefetch_descriptor(&tmap_a);

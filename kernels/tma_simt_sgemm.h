@@ -50,6 +50,18 @@ TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile);
 // FAILED_PRECONDITION when !tma_simt_can_run(args).
 Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream);
 
+// The same kernel with its stages filled by cp.async from the producer warp group instead of
+// TMA (issue 14, sixth pass), whole tiles only, tiles kRings2x128x128T8x16 (every feed) and
+// k192x128T8x8 (k4Byte). FAILED_PRECONDITION without an sm_90 GPU or where `feed` needs a
+// layout that args lacks.
+enum class CpAsyncFeed {
+  k4Byte,                // A and B by 4-byte copies: any alignment and leading dimension
+  k16Byte,               // 16-byte copies (.cg): A and B as TMA needs them (a measured alternative)
+  kTmaA4ByteB,           // A by TMA (16-byte aligned, lda % 4 == 0), B by 4-byte copies
+  k4ByteOneWarpPerRing,  // k4Byte by one producer warp per ring (a measured alternative)
+};
+Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, CpAsyncFeed feed, cudaStream_t stream);
+
 // Stream-K (docs/kernels.md, fourth and fifth passes): whole waves of tiles, then the last
 // partial wave's tiles: their first k-blocks on one persistent CTA each, their remaining
 // k-blocks cut evenly over the other CTAs; the pieces meet through `workspace` in a fixed order

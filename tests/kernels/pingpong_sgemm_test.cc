@@ -271,11 +271,24 @@ std::vector<Case> split_k_cases() {
   // stores; its split-K variants on few-tile, long-K shapes (and a fallback case).
   for (int var = 0; var < pingpong_variant_count(); ++var) {
     const std::string_view name = pingpong_variant_name(var);
-    if (name.rfind("tma_", 0) != 0) continue;
+    const bool cp_async = name.rfind("cpasync", 0) == 0;
+    if (name.rfind("tma_", 0) != 0 && !cp_async) continue;
     for (Case c :
          {Case{515, 772, 332, 1.0f, 0.5f}, Case{515, 772, 332, -1.0f, 1.0f, 0, 0, 1, 0, 0, 1}, Case{2100, 2100, 64}}) {
       c.variant = var;
       v.push_back(c);
+    }
+    // The cp.async-fed producer (sixth pass) is for A and B that TMA cannot read: odd leading
+    // dimensions with aligned pointers, unaligned pointers, both, on many tiles per CTA and
+    // ragged edges (k % 32 != 0), a k < 32 and a k = 1 case, and C unaligned too.
+    if (cp_async) {
+      for (Case c : {Case{2100, 2100, 64, 1.0f, 0.0f, 3, 1}, Case{515, 772, 332, 1.0f, 0.5f, 1, 3, 1, 1, 2, 3},
+                     Case{1023, 1025, 333, -1.0f, 0.25f, 0, 0, 0, 3, 1, 2}, Case{300, 260, 129, 1.0f, 0.5f, 2, 2, 0},
+                     Case{130, 129, 7, 1.0f, 0.0f, 1, 1, 1, 1, 1, 1}, Case{257, 383, 1, 2.0f, 0.5f, 3, 3, 0, 2, 1, 0},
+                     Case{4095, 300, 100, 1.0f, 0.0f, 0, 0, 0, 0, 0, 0}}) {
+        c.variant = var;
+        v.push_back(c);
+      }
     }
     // Stream-K (fourth pass): on 132 SMs 2100x2100x333 leaves a partial wave after whole
     // ones (tiles cut over several segments, 11 k-blocks), 515x772x1000 and 200x300x5000 are
