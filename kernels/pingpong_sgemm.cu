@@ -361,7 +361,9 @@ constexpr Variant kVariants[] = {
      any_shape},
     {"tma_2x128x128x32_w64x64_t8x16_s3_rings_streamk", run_tma_simt_stream_k<TmaSimtTile::kRings2x128x128T8x16>,
      tma_simt_stream_k_workspace<TmaSimtTile::kRings2x128x128T8x16>, any_shape},
-    // Issue 14, sixth pass: the ring and 192x128 tiles fed by cp.async (any A, B layout).
+#ifdef SGEMM_KERNEL_TUNING
+    // Issue 14, sixth pass: the ring and 192x128 tiles fed by cp.async (any A, B layout):
+    // correct, 60-70% of cuBLAS where the 64x128 tile runs 81-95% (bench/results/2026-11-23-h100-kernel6/).
     {"cpasync_2x128x128x32_w64x64_t8x16_s3_rings", run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16>, no_workspace,
      any_shape},
     {"cpasync_192x128x32_w64x32_t8x8_s5", run_cp_async_simt<TmaSimtTile::k192x128T8x8>, no_workspace, any_shape},
@@ -373,8 +375,7 @@ constexpr Variant kVariants[] = {
     // ... A by TMA where it can read A, B by 4-byte copies (else both by copies).
     {"cpasyncb_2x128x128x32_w64x64_t8x16_s3_rings",
      run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16, CpAsyncFeed::kTmaA4ByteB>, no_workspace, any_shape},
-#ifdef SGEMM_KERNEL_TUNING
-    // Its measured alternatives (bench/results/2026-11-22-h100-kernel3/).
+    // The kernel3 TMA tiles' measured alternatives (bench/results/2026-11-22-h100-kernel3/).
     {"tma_192x128x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k192x128T8x8>,
      tma_simt_split_k_workspace<TmaSimtTile::k192x128T8x8>, any_shape},
     {"tma_128x192x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k128x192T8x8>,
