@@ -313,6 +313,10 @@ TEST_F(StripesE2E, AStripeOutOfRangeOrTwiceIsRefusedAndTheRequestCarriesOn) {
   }
   // Two streams attach as stripe 1 on connections of their own: whichever the server sees second is refused,
   // and the request carries on with the other (both send the share; the refused one's writes go nowhere).
+  // The primary sends its share only once the server has refused one of them: were the request to finish
+  // first, the later attach would find no request (NOT_FOUND), as it did once on a loaded 2-core CI machine.
+  const std::string twice = "is already attached";
+  const int refusals = server_->log_count(twice);
   Raw x(server_->tcp_address(), 2), y(server_->tcp_address(), 5);
   ASSERT_TRUE(x.attach(token, 1));
   ASSERT_TRUE(y.attach(token, 1));
@@ -320,6 +324,7 @@ TEST_F(StripesE2E, AStripeOutOfRangeOrTwiceIsRefusedAndTheRequestCarriesOn) {
     r->share(s, 1, 2, rows, a.data(), b.data());
     r->stream->WritesDone();
   }
+  ASSERT_TRUE(server_->log_count_reaches(twice, refusals + 1, 20000)) << server_->log();
   primary.share(s, 0, 2, rows, a.data(), b.data());
   primary.stream->WritesDone();
   grpc::Status sx, sy;
