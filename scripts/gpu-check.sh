@@ -27,7 +27,11 @@
 #                  Every step has its own timeout; about 100 s in all, at most about 270 s
 #   variants       every ping-pong tile variant (a -DSGEMM_KERNEL_TUNING=ON build adds the tuning ones);
 #                  SGEMM_VARIANT_SHAPES="1x4096x4096,8192x64x8192" narrows the shapes
-#   sass           instruction mix of the kernels (cuobjdump)
+#   sass           instruction mix of the kernels (cuobjdump), of every $BIN/sgemm-bench* binary; the
+#                  TMA-fed kernels' SASS kept (sass-tma-NAME.txt.gz: tools/sass_stats.py reads their cubins)
+#   compare-builds every $BIN/sgemm-bench* binary (builds carried side by side: bundle-runtime.sh copies
+#                  e.g. sgemm-bench-kernel3 next to sgemm-bench), in turn, SGEMM_COMPARE_ROUNDS (2) rounds,
+#                  each running every ';'-separated argument list of SGEMM_COMPARE_ARGS; compare-builds.txt
 #   ncu [SHAPE]    Nsight Compute on the ping-pong pick (the TMA-fed kernel where picked), the 64x128
 #                  ping-pong tile, fp32x3 and cuBLAS, one launch each (SGEMM_NCU_SHAPE)
 #   ncu-thin       Nsight Compute on the GEMV kernels (1x8192x8192, 8192x1x8192) and the thin
@@ -347,11 +351,31 @@ if has variants; then
   cat "$OUT/variants.log"
 fi
 if has sass; then
-  cuobjdump -sass "$BIN/sgemm-bench" >"$OUT/sass.txt" 2>/dev/null
-  awk '/Function :/{name=$3} /FFMA/{f[name]++} /HGMMA/{h[name]++} /LDS\.128/{l[name]++} /LDS[^.]/{s[name]++} /LDGSTS/{g[name]++} /UTMALDG/{t[name]++} /LDL|STL/{x[name]++}
-       END{for(n in f) printf "%6d FFMA %5d HGMMA %4d LDS.128 %4d LDS(other) %4d LDGSTS %3d UTMALDG %3d local  %s\n", f[n], h[n], l[n], s[n], g[n], t[n], x[n], n}' \
-    "$OUT/sass.txt" | sort -k11 | cut -c1-200 | tee "$OUT/sass-mix.txt"
-  gzip -f "$OUT/sass.txt"
+  for b in "$BIN"/sgemm-bench*; do
+    n=$(basename "$b")
+    cuobjdump -sass "$b" >"$OUT/sass.txt" 2>/dev/null
+    awk '/Function :/{name=$3} /FFMA/{f[name]++} /HGMMA/{h[name]++} /LDS\.128/{l[name]++} /LDS[^.]/{s[name]++} /LDGSTS/{g[name]++} /UTMALDG/{t[name]++} /LDL|STL/{x[name]++}
+         END{for(n in f) printf "%6d FFMA %5d HGMMA %4d LDS.128 %4d LDS(other) %4d LDGSTS %3d UTMALDG %3d local  %s\n", f[n], h[n], l[n], s[n], g[n], t[n], x[n], n}' \
+      "$OUT/sass.txt" | sort -k11 | cut -c1-200 >"$OUT/sass-mix-$n.txt"
+    awk '/Function :/{p=/tma_simt_sgemm_kernel/} p' "$OUT/sass.txt" | gzip >"$OUT/sass-tma-$n.txt.gz"
+    rm -f "$OUT/sass.txt"
+  done
+  cat "$OUT/sass-mix-sgemm-bench.txt"
+fi
+if has compare-builds; then
+  IFS=';' read -ra sets <<<"${SGEMM_COMPARE_ARGS:---shapes 4096,8192 --kernels cublas,pingpong --runs 20 --ref-rows 0}"
+  for round in $(seq "${SGEMM_COMPARE_ROUNDS:-2}"); do
+    for b in "$BIN"/sgemm-bench*; do
+      for i in "${!sets[@]}"; do
+        name=compare-$(basename "$b")-r$round-$i
+        # shellcheck disable=SC2086  # a list of arguments
+        step "$name" 300 "$b" ${sets[$i]}
+        { echo "### $(basename "$b"), round $round: ${sets[$i]}"; grep -E " (pingpong|cublas) " "$OUT/$name.log"; } \
+          >>"$OUT/compare-builds.txt"
+      done
+    done
+  done
+  cat "$OUT/compare-builds.txt"
 fi
 if has ncu; then
   shape=${SGEMM_NCU_SHAPE:-4096}
