@@ -181,6 +181,17 @@ bool layout_ok(const GemmArgs& g) {
          g.ldb * 4 < kMaxStride;
 }
 
+// What every TMA-fed launch needs: A and B laid out for TMA, and an sm_90 device (`dev`).
+Status tma_preconditions(const GemmArgs& args, Device* dev) {
+  if (!layout_ok(args))
+    return FailedPrecondition(
+        "a, b: the TMA-fed kernel needs A and B 16-byte aligned with lda % 4 == 0 and "
+        "ldb % 4 == 0");
+  SGEMM_RETURN_IF_ERROR(current_device(dev));
+  if (!dev->sm90) return FailedPrecondition("device: the TMA-fed kernel needs an sm_90 GPU (Hopper)");
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool tma_simt_can_run(const GemmArgs& args) {
@@ -245,13 +256,8 @@ TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile) {
 }
 
 Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream) {
-  if (!layout_ok(args))
-    return FailedPrecondition(
-        "a, b: the TMA-fed kernel needs A and B 16-byte aligned with lda % 4 == 0 and "
-        "ldb % 4 == 0");
   Device dev;
-  SGEMM_RETURN_IF_ERROR(current_device(&dev));
-  if (!dev.sm90) return FailedPrecondition("device: the TMA-fed kernel needs an sm_90 GPU (Hopper)");
+  SGEMM_RETURN_IF_ERROR(tma_preconditions(args, &dev));
   Status st = InvalidArgument("tile: this build has no such TMA-fed tile (tuning builds only)");
   with_config(tile, [&]<class Cfg>() { (void)(st = run<Cfg>(args, dev, splits, workspace, stream)); });
   return st;
@@ -308,13 +314,8 @@ std::size_t tma_simt_stream_k_workspace_bytes(const GemmShape& shape, TmaSimtTil
 
 Status tma_simt_sgemm_stream_k(const GemmArgs& args, TmaSimtTile tile, void* workspace, std::size_t workspace_bytes,
                                cudaStream_t stream) {
-  if (!layout_ok(args))
-    return FailedPrecondition(
-        "a, b: the TMA-fed kernel needs A and B 16-byte aligned with lda % 4 == 0 and "
-        "ldb % 4 == 0");
   Device dev;
-  SGEMM_RETURN_IF_ERROR(current_device(&dev));
-  if (!dev.sm90) return FailedPrecondition("device: the TMA-fed kernel needs an sm_90 GPU (Hopper)");
+  SGEMM_RETURN_IF_ERROR(tma_preconditions(args, &dev));
   Status st = InvalidArgument("tile: this build has no such TMA-fed tile (tuning builds only)");
   with_config(tile,
               [&]<class Cfg>() { (void)(st = run_stream_k<Cfg>(args, dev, workspace, workspace_bytes, stream)); });
