@@ -543,18 +543,22 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
     return s.n > 128 ? kTma128x256SplitK : kSmallWide4SplitK;
   // Otherwise, with K >= 2048 (at K = 1024 the 64x128 tile measured 2-3 points better), the
   // TMA-fed kernel's per-SM rate was 1-3% above the 64x128 tile's; it runs one CTA per SM,
-  // so the last wave decides: take its 128x128-per-ring tile (two consumer warp groups, each
-  // its own tile and ring: 2 x #SMs tiles at once) or its 192x128 tile, whichever fills the
-  // last wave better, when that fill is at least the 64x128 tile's (4 blocks per SM). The
-  // ring tile replaced the 128x256 tile in that role (issue 14, fourth pass, same run: 95.2%
-  // vs 93.5% at 2048, 91.8% vs 90.6% at 4096, 93.5% vs 92.6% at 6144; for n % 256 == 0 the
-  // two fill the last wave alike).
+  // so the last wave decides: take its 128x256 tile, its 128x128-per-ring tile (two consumer
+  // warp groups, each its own tile and ring: 2 x #SMs tiles at once) or its 192x128 tile,
+  // whichever fills the last wave best (128x256 where it fills it as well as the rings: for
+  // n % 256 == 0 they fill it alike), when that fill is at least the 64x128 tile's (4 blocks
+  // per SM). The ring tile had replaced the 128x256 tile in the fourth pass, measured against
+  // the 128x256 kernel as the general kernel compiled it; kernel3's kernel, back for whole
+  // tiles, ran 128x256 above the rings in one call (issue 14, eighth session: 2.914 vs
+  // 2.945-2.960 ms at 4096, 0.375 vs 0.379-0.382 ms at 2048, 3.141-3.154 vs 3.143-3.146 ms at
+  // 4095; bench/results/2026-11-23-h100-session8-compare/).
   if (s.k >= 2048) {
     const auto fill = [&](int64_t bm, int64_t bn, int64_t slots) {
       const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
       return double(tiles) / double((tiles + slots - 1) / slots * slots);
     };
-    const double f_rings = fill(128, 128, 2 * int64_t(sm_count)), f192 = fill(192, 128, sm_count);
+    const double f256 = fill(128, 256, sm_count), f_rings = fill(128, 128, 2 * int64_t(sm_count));
+    const double f192 = fill(192, 128, sm_count);
     const double f64 = fill(SmallWide4::BM, SmallWide4::BN, int64_t(sm_count) * SmallWide4::MIN_BLOCKS);
     // Where every whole-tile schedule leaves the last wave poorly filled (best fill below
     // 0.92) and the 128x256 tile's stream-K schedule runs (its last wave at most 60% full;
@@ -563,7 +567,10 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
     if (std::max({f_rings, f192, f64}) < 0.92 &&
         tma_simt_stream_k_workspace_bytes(s, TmaSimtTile::k128x256T8x16, sm_count) > 0)
       return kTma128x256StreamK;
-    if (std::max(f_rings, f192) >= f64) return f192 > f_rings ? kTma192x128 : kTmaRings2x128x128;
+    if (std::max({f256, f_rings, f192}) >= f64) {
+      if (f192 > std::max(f256, f_rings)) return kTma192x128;
+      return f_rings > f256 ? kTmaRings2x128x128 : kTma128x256;
+    }
   }
   return kSmallWideByAlignment;
 }

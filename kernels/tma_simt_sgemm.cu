@@ -19,7 +19,7 @@ using tma_simt::TmaSimtConfig;
 
 //                                WARPS_M WARPS_N TWM TWN TM TN STAGES CONSUMER_REGS PRODUCER_REGS GROUP_M
 using Tile128x256 = TmaSimtConfig<2, 4, 8, 4, 8, 16, 4, 232, 40, 16>;  // 384 threads, 192 KB ring
-using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 32, 8>;    // 512 threads, 200 KB ring
+using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 24, 8>;    // 512 threads, 200 KB ring
 // Issue 14, fourth pass: two consumer warp groups, each with its own 128x128 tile (4 warps of
 // 64x64, 8x16 per thread) and its own ring of 3 stages of 32 KB, one producer thread each.
 using Rings2x128x128 = TmaSimtConfig<2, 2, 8, 4, 8, 16, 3, 232, 40, 16, 8, 4, 2>;  // 384 threads, 2 x 96 KB
@@ -117,11 +117,9 @@ template <class Cfg, bool kCpAsync = false, int kCpBytes = 4>
 Status launch(const GemmArgs& g, const Schedule& sc, int splits, int per_split, float* workspace, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_raised{0};
   static std::atomic<uint64_t> smem_raised_sk{0};
-  auto kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, false, kCpAsync, kCpBytes>;
-  if constexpr (!kCpAsync) {
-    if (sc.sk.owners > 0) kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, true>;
-  }
-  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, sc.sk.owners > 0 ? smem_raised_sk : smem_raised));
+  // One ring fed by TMA: whole tiles (and split K) run tma_simt_whole_tile_kernel (kernel3's
+  // kernel: tma_simt_sgemm.cuh says why), stream-K the general kernel.
+  constexpr bool kWholeTileKernel = !kCpAsync && Cfg::RINGS == 1;
   CUtensorMap map_a{}, map_b{};
   if constexpr (kCpAsync && kCpBytes == 1) {
     SGEMM_RETURN_IF_ERROR(make_tensor_map_2d(&map_a, g.a, g.shape.m, g.shape.k, g.lda, Cfg::BM, tma_simt::kBK,
@@ -136,6 +134,23 @@ Status launch(const GemmArgs& g, const Schedule& sc, int splits, int per_split, 
   }
   const bool c_vec = aligned16(g.c) && g.ldc % 4 == 0;
   const int64_t ldw = (g.shape.n + 3) / 4 * 4;
+  if constexpr (kWholeTileKernel) {
+    if (sc.sk.owners == 0) {
+      auto kernel = tma_simt::tma_simt_whole_tile_kernel<Cfg>;
+      SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, smem_raised));
+      kernel<<<sc.grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(map_a, map_b, int(g.shape.m), int(g.shape.n),
+                                                                 int(g.shape.k), g.alpha, g.beta, g.c, g.ldc, c_vec,
+                                                                 splits, per_split, workspace, ldw);
+      return SGEMM_CUDA_STATUS(cudaGetLastError());
+    }
+  }
+  // The general kernel: stream-K where the schedule has it (always, past the branch above,
+  // for one ring), the ring tiles' whole tiles, the cp.async-fed kernels.
+  auto kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, kWholeTileKernel, kCpAsync, kCpBytes>;
+  if constexpr (!kCpAsync && !kWholeTileKernel) {
+    if (sc.sk.owners > 0) kernel = tma_simt::tma_simt_sgemm_kernel<Cfg, true>;
+  }
+  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::SMEM_BYTES, sc.sk.owners > 0 ? smem_raised_sk : smem_raised));
   kernel<<<sc.grid, Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(map_a, map_b, g.a, g.lda, g.b, g.ldb, int(g.shape.m),
                                                              int(g.shape.n), int(g.shape.k), g.alpha, g.beta, g.c,
                                                              g.ldc, c_vec, splits, per_split, workspace, ldw, sc.sk);

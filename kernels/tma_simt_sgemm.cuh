@@ -211,8 +211,237 @@ __device__ __forceinline__ int opaque(int x) {
   return x;
 }
 
-// kStreamK: whether the launch may carry stream-K work (sk.owners > 0); the kernel without
-// it is the whole-tile (and split-K) one.
+// The whole-tile (and split-K) kernel, one ring: kernel3's kernel as it was (issue 14,
+// eighth session). tma_simt_sgemm_kernel below does the same work for RINGS == 1 and
+// !kStreamK, but ptxas compiles that more general source 1.5-2.5 points slower on one H100
+// (8192: 22.56 vs 22.92 ms for 192x128; 4096: 2.914 vs 2.962 ms for 128x256; the same
+// call, bench/results/2026-11-23-h100-session8-compare/), and neither the mainloop's
+// register banks nor its LDS latencies tell the two apart (tools/sass_stats.py). This copy
+// compiles to kernel3's SASS byte for byte (checked on the cubins): change it only with a
+// side-by-side run against that build (scripts/gpu-check.sh compare-builds). It is a copy on
+// purpose: moving the mainloop, or only the epilogue, into inline functions both kernels call
+// changed the SASS of all six production kernels.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+    tma_simt_whole_tile_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                               int m, int n, int k, float alpha, float beta, float* __restrict__ c, int64_t ldc,
+                               bool c_vec, int splits, int k_blocks_per_split, float* __restrict__ workspace,
+                               int64_t ldw) {
+  static_assert(Cfg::RINGS == 1, "one ring: the ring tiles run tma_simt_sgemm_kernel");
+  using namespace hopper;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
+  constexpr int STAGES = Cfg::STAGES;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s at ring + s * STAGE_BYTES
+  const uint32_t full_bar = ring + STAGES * Cfg::STAGE_BYTES;
+  const uint32_t empty_bar = full_bar + STAGES * 8;
+  const float* const ring_f = reinterpret_cast<const float*>(smem_raw + (ring - raw));
+
+  const int tiles_m = (m + BM - 1) / BM;
+  const int tiles_n = (n + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int units = tiles * splits;  // unit u: tile u % tiles, K run u / tiles
+  const int k_blocks = (k + kBK - 1) / kBK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full_bar + 8 * s, 1);
+      mbar_init(empty_bar + 8 * s, Cfg::CONSUMER_WARPS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+
+  // Unit u -> (tile row, tile column, first and end k-block). Tiles are rasterized in
+  // groups of GROUP_M tile rows; the splits of K are the outer index, so the CTAs running
+  // together read the same K range of neighbouring tiles.
+  auto unit_coords = [&](int u, int& tm, int& tn, int& kb_begin, int& kb_end) {
+    const int split = u / tiles, t = u - split * tiles;
+    kb_begin = split * k_blocks_per_split;
+    kb_end = min(k_blocks, kb_begin + k_blocks_per_split);
+    const int per_group = Cfg::GROUP_M * tiles_n;
+    const int first_m = (t / per_group) * Cfg::GROUP_M;
+    const int group_rows = min(tiles_m - first_m, Cfg::GROUP_M);
+    const int in_group = t % per_group;
+    tm = first_m + in_group % group_rows;
+    tn = in_group / group_rows;
+  };
+
+  if (threadIdx.x < kProducerThreads) {
+    // ---------------- producer ----------------
+    setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+    if (threadIdx.x == 0) {
+      tma_prefetch_descriptor(&tmap_a);
+      tma_prefetch_descriptor(&tmap_b);
+      uint32_t s = 0, phase = 0;
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        int tm, tn, kb_begin, kb_end;
+        unit_coords(u, tm, tn, kb_begin, kb_end);
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
+          mbar_wait(empty_bar + 8 * s, phase ^ 1u);  // a fresh barrier passes parity 1 at once
+          const uint32_t stage = ring + s * Cfg::STAGE_BYTES;
+          mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::STAGE_BYTES);  // zero-filled bytes count too
+          tma_load_2d(stage, &tmap_a, full_bar + 8 * s, kb * kBK, tm * BM);
+          tma_load_2d(stage + Cfg::A_BYTES, &tmap_b, full_bar + 8 * s, tn * BN, kb * kBK);
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+  const int ctid = threadIdx.x - kProducerThreads;
+  const int warp = ctid / 32, lane = ctid % 32;
+  const int warp_m = warp / Cfg::WARPS_N, warp_n = warp % Cfg::WARPS_N;
+  const int lane_m = lane / TWN, lane_n = lane % TWN;
+  const int row0 = warp_m * Cfg::WM + lane_m;  // this thread's rows: row0 + i*TWM
+  // Row r = row0 + i*TWM keeps chunk q at chunk q ^ (r % 8) = (q ^ (i*TWM % 8)) ^ (lane_m % 8):
+  // the warp tile starts on an 8-row atom and lane_m < TWM adds no carry (TWM a power of two).
+  const int lane_swz = (lane_m & 7) * 4;  // floats
+  const int a_thread = row0 * kBK;
+  const int b_thread = warp_n * Cfg::WN + lane_n * 4;
+
+  uint32_t s = 0, phase = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int tm, tn, kb_begin, kb_end;
+    unit_coords(u, tm, tn, kb_begin, kb_end);
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+    for (int kb = kb_begin; kb < kb_end; ++kb) {
+      mbar_wait(full_bar + 8 * s, phase);
+      const float* as = ring_f + s * (Cfg::STAGE_BYTES / 4) + a_thread;
+      const float* bs = ring_f + s * (Cfg::STAGE_BYTES / 4) + Cfg::A_BYTES / 4 + b_thread;
+      constexpr int kChunks = kBK / 4;
+      constexpr bool kFullUnroll = Cfg::UNROLL_Q == kChunks;
+      constexpr int AV = Cfg::A_VEC;
+      float a_piece[TM][AV];  // AV consecutive k of each of the thread's rows
+      // Piece p of a row: k = p*AV .. p*AV+AV-1, inside 16-byte chunk q = p*AV/4.
+      auto load_a_piece = [&](int i, int p) {
+        const int q = (p * AV) / 4;
+        const int col = (((q ^ ((i * TWM) & 7)) * 4) ^ lane_swz) + (p * AV) % 4;
+        if constexpr (AV == 4) {
+          const float4 v = *reinterpret_cast<const float4*>(as + i * TWM * kBK + col);
+          a_piece[i][0] = v.x;
+          a_piece[i][1] = v.y;
+          a_piece[i][2] = v.z;
+          a_piece[i][3] = v.w;
+        } else {
+          const float2 v = *reinterpret_cast<const float2*>(as + i * TWM * kBK + col);
+          a_piece[i][0] = v.x;
+          a_piece[i][1] = v.y;
+        }
+      };
+      float b_frag[2][TN];
+      auto load_b_frag = [&](int kk, int buf) {
+#pragma unroll
+        for (int j = 0; j < TN / 4; ++j) {
+          const float4 v = *reinterpret_cast<const float4*>(bs + kk * BN + j * TWN * 4);
+          b_frag[buf][4 * j + 0] = v.x;
+          b_frag[buf][4 * j + 1] = v.y;
+          b_frag[buf][4 * j + 2] = v.z;
+          b_frag[buf][4 * j + 3] = v.w;
+        }
+      };
+#pragma unroll
+      for (int i = 0; i < TM; ++i) load_a_piece(i, 0);
+      load_b_frag(0, 0);
+      // 4 k per chunk; UNROLL_Q chunks per loop iteration (all 8 when UNROLL_Q == 8: no
+      // loop). A rolled loop loads past the stage's last k (B row 0, A piece 0 again: a few
+      // harmless loads) instead of testing for it.
+#pragma unroll 1
+      for (int q0 = 0; q0 < kChunks; q0 += Cfg::UNROLL_Q) {
+#pragma unroll
+        for (int kq = 0; kq < 4 * Cfg::UNROLL_Q; ++kq) {
+          const int q = q0 + kq / 4, kk = kq % 4, kx = 4 * q + kk;
+          const bool last = kFullUnroll && kx == kBK - 1;
+          if (!last) load_b_frag((kx + 1) % kBK, (kk + 1) & 1);
+#pragma unroll
+          for (int i = 0; i < TM; ++i) {
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a_piece[i][kk % AV], b_frag[kk & 1][j], acc[i][j]);
+            if (kk % AV == AV - 1 && !last) load_a_piece(i, ((kx + 1) / AV) % (kBK / AV));
+          }
+        }
+      }
+      // Every load of this stage has been consumed: hand it back to the producer.
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
+      if (++s == STAGES) {
+        s = 0;
+        phase ^= 1u;
+      }
+    }
+
+    const int m0 = tm * BM, n0 = tn * BN;
+    if (splits > 1) {
+      // Split K: alpha * partial into this split's m x ldw workspace slice (ldw a multiple
+      // of 4, slices 16-byte aligned: whole float4 stores; columns in [n, ldw) get zeros,
+      // never read back); the launcher's reduction adds the slices in order.
+      float* slice = workspace + int64_t(u / tiles) * m * ldw;
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int row = m0 + row0 + i * TWM;
+        if (row >= m) continue;
+        float* wrow = slice + int64_t(row) * ldw;
+#pragma unroll
+        for (int j4 = 0; j4 < TN / 4; ++j4) {
+          const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
+          if (col < ldw)
+            *reinterpret_cast<float4*>(wrow + col) =
+                make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
+                            alpha * acc[i][4 * j4 + 3]);
+        }
+      }
+      continue;
+    }
+    // ---- epilogue: C = alpha*acc + beta*C, float4 where C allows ----
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int row = m0 + row0 + i * TWM;
+      if (row >= m) continue;
+      float* crow = c + int64_t(row) * ldc;
+#pragma unroll
+      for (int j4 = 0; j4 < TN / 4; ++j4) {
+        const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
+        float4 r = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
+                               alpha * acc[i][4 * j4 + 3]);
+        if (c_vec && col + 3 < n) {
+          float4* p = reinterpret_cast<float4*>(crow + col);
+          if (beta != 0.0f) {
+            const float4 old = *p;
+            r.x = fmaf(beta, old.x, r.x);
+            r.y = fmaf(beta, old.y, r.y);
+            r.z = fmaf(beta, old.z, r.z);
+            r.w = fmaf(beta, old.w, r.w);
+          }
+          *p = r;
+        } else {
+          const float v[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            if (col + q < n) {
+              float out = v[q];
+              if (beta != 0.0f) out = fmaf(beta, crow[col + q], out);
+              crow[col + q] = out;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Fills stage `stage` (A rows [m0, m0 + BM) and B columns [n0, n0 + BN), k [k0, k0 + 32)) with
 // 4-byte cp.async in the layout the TMA writes (A K-major in the 128-byte swizzle, B as it
 // lies), zero-filling outside A and B; thread `pt` of the ring's kPt producer threads (whole
@@ -322,6 +551,9 @@ __device__ __forceinline__ void cp_async16_fill_stage(uint32_t stage, const floa
   }
 }
 
+// kStreamK: whether the launch may carry stream-K work (sk.owners > 0); without it (and
+// without kCpAsync) the kernel does what tma_simt_whole_tile_kernel does, which is launched
+// instead for one ring.
 // kCpAsync (issue 14, sixth pass): the producer warp group fills the stages with 4-byte
 // cp.async from a, lda and b, ldb instead of TMA (any alignment and leading dimension; the
 // tensor maps are then unused): all of its 128 / RINGS threads per ring copy, and each
@@ -379,7 +611,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
   if (threadIdx.x < kProducerThreads) {
     // ---------------- producers: lane 0 of warp r feeds ring r ----------------
-    setmaxnreg_dec<Cfg::PRODUCER_REGS>();
+    // The stream-K walk and the cp.async copies need 32 registers (at 24 a division spilled).
+    constexpr int kProducerRegs = (kStreamK || kCpAsync) && Cfg::PRODUCER_REGS < 32 ? 32 : Cfg::PRODUCER_REGS;
+    static_assert(kProducerThreads * kProducerRegs + Cfg::CONSUMER_THREADS * Cfg::CONSUMER_REGS <=
+                      Cfg::LAUNCH_REGS * Cfg::THREADS,
+                  "the producers' 32 registers leave the consumers too few");
+    setmaxnreg_dec<kProducerRegs>();
     if constexpr (kCpAsync) {
       // All producer threads copy: threads [r * kPt, (r + 1) * kPt) feed ring r.
       constexpr int kPt = kCpBytes == 2 ? 32 : kProducerThreads / RINGS;

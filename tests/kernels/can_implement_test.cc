@@ -128,10 +128,12 @@ TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
   const auto picked = [](GemmShape s) { return std::string(pingpong_variant_name(pingpong_pick_variant(s, 132))); };
   EXPECT_EQ(picked({1024, 1024, 1024}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
   EXPECT_EQ(picked({8192, 8192, 1024}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
-  EXPECT_EQ(picked({2048, 2048, 2048}), "tma_2x128x128x32_w64x64_t8x16_s3_rings");
-  EXPECT_EQ(picked({4096, 4096, 4096}), "tma_2x128x128x32_w64x64_t8x16_s3_rings");
-  EXPECT_EQ(picked({6144, 6144, 6144}), "tma_2x128x128x32_w64x64_t8x16_s3_rings");
+  EXPECT_EQ(picked({2048, 2048, 2048}), "tma_128x256x32_w64x64_t8x16_s4");
+  EXPECT_EQ(picked({4096, 4096, 4096}), "tma_128x256x32_w64x64_t8x16_s4");
+  EXPECT_EQ(picked({6144, 6144, 6144}), "tma_128x256x32_w64x64_t8x16_s4");
   EXPECT_EQ(picked({8192, 8192, 8192}), "tma_192x128x32_w64x32_t8x8_s5");
+  // The rings where they fill the last wave better than 128x256 (n % 256 in 1..128).
+  EXPECT_EQ(picked({4096, 4224, 4096}), "tma_2x128x128x32_w64x64_t8x16_s3_rings");
   // Stream-K where every whole-tile schedule fills the last wave poorly (issue 14, fifth pass).
   EXPECT_EQ(picked({2560, 2560, 2560}), "tma_128x256x32_w64x64_t8x16_s4_streamk");
   EXPECT_EQ(picked({5120, 5120, 5120}), "tma_128x256x32_w64x64_t8x16_s4_streamk");
