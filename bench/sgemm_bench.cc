@@ -12,6 +12,9 @@
 // --fp32x3-variants times every fp32x3 schedule/tile variant (each checked against fp64).
 // tf32 (cuBLAS on TF32 tensor cores) is checked against the tf32 tolerance; every other
 // kernel against the fp32 one. fp32x3 times include its split pass (the whole call).
+// Where cuBLAS and the ping-pong pick both ran on a shape, a line says which of the two the
+// engine's kernel-choice table (server/planner/kernel_choice.h) runs there by default and how
+// it compares with the faster of them; the worst such figure closes the table.
 // Exit status 1 if any verification fails.
 #include <cuda_runtime_api.h>
 
@@ -28,6 +31,7 @@
 #include "kernels/fp32x3_sgemm.h"
 #include "kernels/gemm_backend.h"
 #include "kernels/pingpong_sgemm.h"
+#include "server/planner/kernel_choice.h"
 
 namespace {
 
@@ -229,6 +233,9 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   bool all_ok = true;
+  // The engine's default against the better of cuBLAS and the ping-pong pick: the worst shape.
+  double worst_default_pct = INFINITY;
+  std::string worst_default_shape;
   std::printf("%-16s %-9s %-30s %10s %9s %9s %12s %12s %s\n", "shape", "kernel", "variant", "median_ms", "TFLOP/s",
               "%cuBLAS", "err_vs_cublas", "err_vs_fp64", "check");
 
@@ -313,7 +320,7 @@ int main(int argc, char** argv) {
                   "fp32x3", "split-only", t[opt.runs / 2], bytes / (t[opt.runs / 2] * 1e-3) / 1e9);
     }
 
-    double cublas_ms = 0;
+    double cublas_ms = 0, pingpong_auto_ms = 0;
     for (const Job& job : jobs) {
       const bool is_fp32x3 = job.kind == KernelKind::kFp32x3, is_pingpong = job.kind == KernelKind::kPingpong;
       GemmBackend* be = job.kind == KernelKind::kCublas ? cublas.get() : backends.at(job.kind).get();
@@ -387,6 +394,7 @@ int main(int argc, char** argv) {
       const double median =
           opt.runs % 2 ? sorted[opt.runs / 2] : 0.5 * (sorted[opt.runs / 2 - 1] + sorted[opt.runs / 2]);
       if (job.kind == KernelKind::kCublas) cublas_ms = median;
+      if (is_pingpong && job.variant < 0) pingpong_auto_ms = median;
       const double tflops = s.flops() / (median * 1e-3) / 1e12;
       const double pct = cublas_ms > 0 ? 100.0 * cublas_ms / median : NAN;
       Row r{shape_name(s),
@@ -408,6 +416,20 @@ int main(int argc, char** argv) {
                   ok ? "ok" : "FAIL");
       std::fflush(stdout);
       if (ws && !is_fp32x3) BENCH_CHECK(cudaFree(ws));
+    }
+    if (cublas_ms > 0 && pingpong_auto_ms > 0) {
+      // What the engine runs on this shape when the request names no kernel (ping-pong is
+      // its configured default; the table may send the shape to cuBLAS).
+      const KernelKind chosen = choose_kernel(s, KernelKind::kPingpong, {KernelKind::kPingpong, KernelKind::kCublas});
+      const KernelChoiceRow* row = find_kernel_choice(s);
+      const double chosen_ms = chosen == KernelKind::kCublas ? cublas_ms : pingpong_auto_ms;
+      const double pct = 100.0 * std::min(cublas_ms, pingpong_auto_ms) / chosen_ms;
+      std::printf("%-16s engine default: %s (%s), %.1f%% of the better\n", shape_name(s).c_str(),
+                  std::string(kernel_kind_name(chosen)).c_str(), row ? row->shape_class : "no row: the default", pct);
+      if (pct < worst_default_pct) {
+        worst_default_pct = pct;
+        worst_default_shape = shape_name(s);
+      }
     }
     for (auto& b : bufs) {
       cudaFree(b.a);
@@ -434,6 +456,9 @@ int main(int argc, char** argv) {
   cudaEventDestroy(ev0);
   cudaEventDestroy(ev1);
   cudaStreamDestroy(stream);
+  if (!worst_default_shape.empty())
+    std::printf("engine default: worst %.1f%% of the better of cuBLAS and ping-pong, at %s\n", worst_default_pct,
+                worst_default_shape.c_str());
   std::printf(all_ok ? "all verifications passed\n" : "SOME VERIFICATIONS FAILED\n");
   return all_ok ? 0 : 1;
 }
