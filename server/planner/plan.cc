@@ -100,4 +100,34 @@ Plan make_plan(const PlanRequest& req, const PlannerOptions& o) {
   return plan;
 }
 
+int64_t pipeline_row_block(int64_t rows, int64_t chunk_rows, int pipeline_chunks) {
+  if (chunk_rows > 0) return chunk_rows;
+  const int64_t per_chunk = (rows + std::max(1, pipeline_chunks) - 1) / std::max(1, pipeline_chunks);
+  return std::max<int64_t>(512, (per_chunk + 127) / 128 * 128);
+}
+
+int64_t pipeline_k_block(const GemmShape& s, int64_t kc, int64_t chunk_k, int pipeline_chunks) {
+  if (chunk_k > 0) return chunk_k;
+  const int64_t min_step = s.m * s.n <= (int64_t{4} << 20) ? 16384 : 2048;
+  const int64_t per_chunk = (kc + std::max(1, pipeline_chunks) - 1) / std::max(1, pipeline_chunks);
+  return std::max<int64_t>(min_step, (per_chunk + 15) / 16 * 16);
+}
+
+GemmShape kernel_block_shape(const Plan& plan, const GemmShape& s, int64_t chunk_rows, int64_t chunk_k,
+                             int pipeline_chunks) {
+  GemmShape block{0, s.n, 0};
+  for (const Shard& sh : plan.shards) {
+    if (plan.mode == SplitMode::kK) {
+      const int64_t kc = sh.k_end - sh.k_begin;
+      block.m = s.m;
+      block.k = std::max(block.k, std::min(kc, pipeline_k_block(s, kc, chunk_k, pipeline_chunks)));
+    } else {
+      const int64_t rows = sh.row_end - sh.row_begin;
+      block.m = std::max(block.m, std::min(rows, pipeline_row_block(rows, chunk_rows, pipeline_chunks)));
+      block.k = s.k;
+    }
+  }
+  return block;
+}
+
 }  // namespace sgemm

@@ -112,4 +112,19 @@ std::vector<int64_t> split_range(int64_t total, const std::vector<double>& weigh
 // (the reason says so). Small requests go whole to the least busy device.
 Plan make_plan(const PlanRequest& request, const PlannerOptions& options = {});
 
+// The engine's pipeline blocks: what one kernel launch computes.
+// Rows of one block of a shard of `rows` rows (single GPU and row split):
+// `chunk_rows` when set, else rows / pipeline_chunks rounded up to 128 and at
+// least 512 (smaller blocks leave the kernel's grid too small to fill 132 SMs;
+// docs/engine.md). A shard smaller than that is one block.
+int64_t pipeline_row_block(int64_t rows, int64_t chunk_rows, int pipeline_chunks);
+// K of one block of a K slice of `kc` (K split of `s`): `chunk_k` when set, else
+// kc / pipeline_chunks rounded up to 16, at least 2048, or at least 16384 when C
+// is small (m * n <= 4 Mi elements: each block would not fill the GPU).
+int64_t pipeline_k_block(const GemmShape& s, int64_t kc, int64_t chunk_k, int pipeline_chunks);
+// The largest product one kernel launch computes under `plan` for `s`: the
+// shape the kernel is chosen for (server/planner/kernel_choice.h).
+GemmShape kernel_block_shape(const Plan& plan, const GemmShape& s, int64_t chunk_rows, int64_t chunk_k,
+                             int pipeline_chunks);
+
 }  // namespace sgemm

@@ -217,12 +217,11 @@ Status JobRun::throttle(ShardWork& w, cudaEvent_t done) {
   return Status::Ok();
 }
 
+// At least 512 rows (server/planner/plan.h): smaller blocks leave the ping-pong
+// kernel's grid too small to fill 132 SMs (2xH200 sweep, docs/engine.md: 4096^3
+// row split kernel phase 1.90x with 256-row blocks, 1.99x with 512).
 int64_t JobRun::row_block(int64_t rows) const {
-  if (set_.chunk_rows > 0) return set_.chunk_rows;
-  // At least 512 rows: smaller blocks leave the ping-pong kernel's grid too
-  // small to fill 132 SMs (2xH200 sweep, docs/engine.md: 4096^3 row split
-  // kernel phase 1.90x with 256-row blocks, 1.99x with 512).
-  return std::max<int64_t>(512, round_up(ceil_div(rows, std::max(1, set_.pipeline_chunks)), 128));
+  return pipeline_row_block(rows, set_.chunk_rows, set_.pipeline_chunks);
 }
 
 void JobRun::report_outputs(bool all_done) {

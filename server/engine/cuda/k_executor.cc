@@ -11,17 +11,14 @@
 namespace sgemm {
 namespace {
 
-// K per block: 1/pipeline_chunks of the slice, at least 2048. When C is small
-// (m*n <= 4 Mi elements) each block's product is too small to fill the GPU
-// and A's strided 2-D copy moves short rows, so blocks are at least 16384 deep
-// there (2xH200 sweep at 1024x1024x65536, docs/engine.md: kernel plus reduce
-// 1.49x with 4096-deep blocks, 1.92x with 16384).
+// K per block (server/planner/plan.h): 1/pipeline_chunks of the slice, at least
+// 2048. When C is small (m*n <= 4 Mi elements) each block's product is too small
+// to fill the GPU and A's strided 2-D copy moves short rows, so blocks are at
+// least 16384 deep there (2xH200 sweep at 1024x1024x65536, docs/engine.md:
+// kernel plus reduce 1.49x with 4096-deep blocks, 1.92x with 16384).
 int64_t k_block(const JobRun& run, int64_t kc) {
-  const GemmShape& s = run.shape();
   const JobSettings& set = run.settings();
-  if (set.chunk_k > 0) return set.chunk_k;
-  const int64_t min_step = s.m * s.n <= (int64_t{4} << 20) ? 16384 : 2048;
-  return std::max<int64_t>(min_step, round_up(ceil_div(kc, std::max(1, set.pipeline_chunks)), 16));
+  return pipeline_k_block(run.shape(), kc, set.chunk_k, set.pipeline_chunks);
 }
 
 Status issue(JobRun& run) {

@@ -174,3 +174,43 @@ TEST(Planner, DefaultsPickTheMeasuredFastestStrategyOnTwoGpus) {
 
 }  // namespace
 }  // namespace sgemm
+
+namespace sgemm {
+namespace {
+
+TEST(PipelineBlocks, RowBlocksAreAnEighthRoundedTo128AndAtLeast512) {
+  EXPECT_EQ(pipeline_row_block(4096, 0, 8), 512);
+  EXPECT_EQ(pipeline_row_block(8192, 0, 8), 1024);
+  EXPECT_EQ(pipeline_row_block(6144, 0, 8), 768);
+  EXPECT_EQ(pipeline_row_block(8191, 0, 8), 1024);  // 1024 rows (8191 / 8 rounded up to 128)
+  EXPECT_EQ(pipeline_row_block(1000, 0, 8), 512);
+  EXPECT_EQ(pipeline_row_block(8192, 256, 8), 256);  // configured
+  EXPECT_EQ(pipeline_row_block(8192, 0, 1), 8192);
+}
+
+TEST(PipelineBlocks, KBlocksAreAnEighthAndDeeperForSmallC) {
+  EXPECT_EQ(pipeline_k_block({4096, 4096, 0}, 65536, 0, 8), 8192);
+  EXPECT_EQ(pipeline_k_block({4096, 4096, 0}, 8192, 0, 8), 2048);
+  EXPECT_EQ(pipeline_k_block({1024, 1024, 0}, 65536, 0, 8), 16384);  // m * n <= 4 Mi
+  EXPECT_EQ(pipeline_k_block({4096, 4096, 0}, 65536, 4096, 8), 4096);
+}
+
+TEST(PipelineBlocks, TheKernelShapeIsTheLargestBlockOfThePlan) {
+  // One GPU: 4096^3 runs as 512-row blocks; a short product is one block.
+  EXPECT_EQ(kernel_block_shape(make_plan(request(4096, 4096, 4096, 1)), {4096, 4096, 4096}, 0, 0, 8),
+            (GemmShape{512, 4096, 4096}));
+  EXPECT_EQ(kernel_block_shape(make_plan(request(300, 4096, 4096, 1)), {300, 4096, 4096}, 0, 0, 8),
+            (GemmShape{300, 4096, 4096}));
+  // Rows over 2 GPUs: 8192 rows -> 4096 per GPU -> 512-row blocks.
+  const Plan rows = make_plan(request(8192, 8192, 8192, 2, SplitMode::kRows));
+  ASSERT_EQ(rows.mode, SplitMode::kRows);
+  EXPECT_EQ(kernel_block_shape(rows, {8192, 8192, 8192}, 0, 0, 8), (GemmShape{512, 8192, 8192}));
+  // K over 2 GPUs: every row, blocks of the K slice.
+  const Plan k = make_plan(request(1024, 1024, 131072, 2, SplitMode::kK));
+  ASSERT_EQ(k.mode, SplitMode::kK);
+  EXPECT_EQ(kernel_block_shape(k, {1024, 1024, 131072}, 0, 0, 8), (GemmShape{1024, 1024, 16384}));
+  EXPECT_EQ(kernel_block_shape(k, {1024, 1024, 131072}, 0, 4096, 8), (GemmShape{1024, 1024, 4096}));
+}
+
+}  // namespace
+}  // namespace sgemm
