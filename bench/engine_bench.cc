@@ -13,7 +13,8 @@
 // request without the network.
 //
 //   engine-bench [--gpus 1,2,4] [--iters N] [--warmup N] [--csv] [--kernel NAME] [--shapes MxNxK,...]
-//                [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]
+//                [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R] [--no-kernel-autotune]
+// --no-kernel-autotune: the measured table alone picks each request's kernel (docs/engine.md).
 // --gpus defaults to 1, 2, 4, 8 up to the GPUs visible; a count over that is an error.
 //
 // Cluster mode (built with gRPC; docs/cluster.md, bench/engine_bench_cluster.h):
@@ -49,6 +50,7 @@ namespace {
 using namespace sgemm;
 
 int64_t g_chunk_k = 0, g_chunk_rows = 0;  // pipeline block sizes for every engine made
+bool g_kernel_autotune = true;            // CudaEngineOptions::kernel_autotune for every engine made
 
 struct Args {
   int iters = 10;
@@ -79,7 +81,8 @@ std::optional<SplitMode> parse_cluster_split(const std::string& s) {
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
                "engine-bench: %s\nusage: engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] "
-               "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R]\n"
+               "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R] "
+               "[--no-kernel-autotune]\n"
                "       engine-bench --cluster N [--split rows|k] [--shapes MxNxK[:rows|:k],...] [--iters N] "
                "[--warmup N] [--sample ROWS] [--kernel NAME] [--csv] [--csv-out FILE]\n",
                msg);
@@ -120,6 +123,8 @@ Args parse(int argc, char** argv) {
       g_chunk_k = a.chunk_k = std::max(0LL, std::atoll(next().c_str()));
     else if (s == "--chunk-rows")
       g_chunk_rows = a.chunk_rows = std::max(0LL, std::atoll(next().c_str()));
+    else if (s == "--no-kernel-autotune")
+      g_kernel_autotune = false;
     else if (s == "--shapes") {
       a.shapes.clear();
       a.shape_splits.clear();
@@ -182,6 +187,7 @@ std::unique_ptr<Engine> engine_or_die(int gpus, KReduce reduce, std::optional<Ke
   CudaEngineOptions o;
   o.chunk_k = g_chunk_k;
   o.chunk_rows = g_chunk_rows;
+  o.kernel_autotune = g_kernel_autotune;
   o.devices = std::move(devices);
   o.k_reduce = reduce;
   o.default_kernel = kernel;

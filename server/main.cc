@@ -80,6 +80,7 @@ struct ServerOptions {
   // default (8 GiB per GPU, 1 GiB on cpu).
   int64_t resident_bytes = 0;
   bool no_warm_up = false;             // skip the start-up warm-up (to measure what it saves)
+  bool no_kernel_autotune = false;     // the measured table alone picks the fp32 kernel (docs/engine.md)
   std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
   std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster
   std::string join;                    // member: the coordinator's cluster address; "" = not a member
@@ -259,6 +260,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-warm-up", opt.no_warm_up,
                "skip loading kernels and cuBLAS on every GPU at start-up (the first requests then pay for it)");
+  app.add_flag("--no-kernel-autotune", opt.no_kernel_autotune,
+               "cuda: pick the fp32 kernel of a request that names none from the measured table alone, without "
+               "timing ping-pong against cuBLAS on each new kernel shape (docs/engine.md, \"Kernel choice\")");
   app.add_option("--tls-cert", opt.tls.cert_file,
                  "PEM certificate chain: TCP listeners speak TLS only (reloaded on SIGHUP)")
       ->check(CLI::ExistingFile);
@@ -313,6 +317,7 @@ int main(int argc, char** argv) {
   eopt.cpu_threads = opt.cpu_threads;
   eopt.pinned_pool_bytes = std::size_t(opt.pinned_pool_bytes);
   eopt.warm_up = !opt.no_warm_up;
+  eopt.kernel_autotune = !opt.no_kernel_autotune;
   if (opt.resident_bytes > 0) eopt.resident_bytes = opt.resident_bytes;
   if (!opt.service.trace_dir.empty()) {
     std::error_code ec;

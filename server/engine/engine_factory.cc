@@ -37,6 +37,7 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   if (options.pinned_pool_bytes) cuda_options.pinned_pool_bytes = *options.pinned_pool_bytes;
   if (options.resident_bytes) cuda_options.resident_bytes = *options.resident_bytes;
   cuda_options.warm_up = options.warm_up;
+  cuda_options.kernel_autotune = options.kernel_autotune;
   cuda_options.collective_timeout = std::chrono::milliseconds(int64_t(options.collective_timeout_s * 1000));
   auto cuda = make_cuda_engine(cuda_options);
   if (cuda.ok()) {

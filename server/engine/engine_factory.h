@@ -26,6 +26,7 @@ struct EngineOptions {
   int cpu_threads = 0;                           // OpenBLAS threads; 0 = all cores
   std::optional<std::size_t> pinned_pool_bytes;  // cuda: pinned at start-up; nullopt = the engine's default (none)
   bool warm_up = true;                           // cuda: a small product per kernel and lane before serving
+  bool kernel_autotune = true;  // cuda: time both fp32 kernels on each new kernel shape (docs/engine.md)
   // Resident matrices (docs/resident.md, --resident-bytes): device memory
   // per GPU (cuda), host memory (cpu); nullopt = the engine's default
   // (8 GiB per GPU, 1 GiB on cpu).

@@ -13,17 +13,22 @@ bool few_rows(const GemmShape& s) { return s.m <= 64 && s.n >= 1024 && s.k >= 20
 // C at most 32 columns wide with a long K and rows of A 16-byte aligned when dense
 // (lda = k, k % 4 == 0): ping-pong's K-major 128x32x32 tile (16-byte copies of A).
 bool narrow32_aligned(const GemmShape& s) { return s.n <= 32 && s.m >= 1024 && s.k >= 2048 && s.k % 4 == 0; }
-// 33 to 64 columns, up to 4096 rows and K of 2048 to 4096, aligned A rows:
-// ping-pong's K-major 64x64x32 tile with split-K beats cuBLAS there.
+// 33 to 64 columns, 1024 to 4096 rows and K of 2048 to 8192, aligned A rows:
+// ping-pong's K-major 64x64x32 tile with split-K beats cuBLAS there (the
+// engine's 1024-row blocks of 8192-row thin products among them).
 bool narrow64_mid_aligned(const GemmShape& s) {
-  return s.n > 32 && s.n <= 64 && s.m >= 1024 && s.m <= 4096 && s.k >= 2048 && s.k <= 4096 && s.k % 4 == 0;
+  return s.n > 32 && s.n <= 64 && s.m >= 1024 && s.m <= 4096 && s.k >= 2048 && s.k <= 8192 && s.k % 4 == 0;
 }
 // C at most 128 columns wide, or 65 to 128 rows high, with the other side and K
-// long: ping-pong's thin tiles with split-K reach 82-93% of cuBLAS there.
-bool narrow(const GemmShape& s) { return s.n <= 128 && s.m >= 1024 && s.k >= 2048; }
+// long: ping-pong's thin tiles with split-K reach 82-96% of cuBLAS there, and
+// 26-73% on 512-row blocks (the engine's blocks of 4096-row thin products).
+bool narrow(const GemmShape& s) { return s.n <= 128 && s.m >= 512 && s.k >= 2048; }
 bool short_rows(const GemmShape& s) { return s.m > 64 && s.m <= 128 && s.n >= 1024 && s.k >= 2048; }
-// Large C: ping-pong's 64x128 tile reaches 90-96% of cuBLAS from 2048 up.
-bool large(const GemmShape& s) { return s.m >= 2048 && s.n >= 2048 && s.k >= 1000; }
+// Large C: ping-pong's 64x128 tile reaches 90-96% of cuBLAS from 2048 up; the
+// engine's pipeline blocks of such products (512 to 2048 rows) likewise, with
+// exceptions either way (512x4096x4096 103%, 768x3584x3584 108%, 1024x8192x8192
+// 91%, 512x2048x2048 84%): those are what the engine's timing on the GPU settles.
+bool large(const GemmShape& s) { return s.m >= 512 && s.n >= 2048 && s.k >= 1000; }
 // Few output tiles and a long K: ping-pong splits K, 88-90% of cuBLAS.
 bool few_tiles_long_k(const GemmShape& s) { return s.m * s.n <= int64_t{2048} * 1024 && s.k >= 8192; }
 
@@ -42,17 +47,21 @@ constexpr KernelChoiceRow kTable[] = {
     {"n <= 32 with m >= 1024, k >= 2048, k % 4 == 0", narrow32_aligned, KernelKind::kPingpong,
      "ping-pong (K-major 128x32x32) 109.6-110.7% of cuBLAS at 8192x32x8192, 107.0-108.9% at 4096x32x4096 (H100, "
      "2026-11-22)"},
-    {"32 < n <= 64 with 1024 <= m <= 4096, 2048 <= k <= 4096, k % 4 == 0", narrow64_mid_aligned, KernelKind::kPingpong,
+    {"32 < n <= 64 with 1024 <= m <= 4096, 2048 <= k <= 8192, k % 4 == 0", narrow64_mid_aligned, KernelKind::kPingpong,
      "ping-pong (K-major 64x64x32) 98.5-109.5% of cuBLAS at 4096x64x4096 (H100, 2026-11-22, "
-     "bench/results/2026-11-22-h100-kernel2/)"},
-    {"n <= 128 with m >= 1024, k >= 2048", narrow, KernelKind::kCublas,
+     "bench/results/2026-11-22-h100-kernel2/), 121.8% at 1024x64x4096, 113.1% at 1024x64x8192 (H100, 2026-11-23, "
+     "bench/results/2026-11-23-h100-session9-blocks/)"},
+    {"n <= 128 with m >= 512, k >= 2048", narrow, KernelKind::kCublas,
      "ping-pong 93.1-96.5% of cuBLAS at 8192x64x8192, 89.2-90.6% at 8192x128x8192, 80.3% at 8192x32x8191 (A rows "
-     "not 16-byte aligned); the row above takes 4096x64x4096 (H100, 2026-11-22)"},
+     "not 16-byte aligned; H100, 2026-11-22); 26.1-73.1% on 512-row blocks (512x32x2048 to 512x64x16384), 96.1% at "
+     "1024x128x8192, 82.5% at 1024x32x8191 (H100, 2026-11-23); the rows above take 4096x64x4096 and n <= 32 "
+     "aligned"},
     {"64 < m <= 128 with n >= 1024, k >= 2048", short_rows, KernelKind::kCublas,
      "ping-pong 89.7% of cuBLAS at 128x8192x8192 (H100, 2026-11-22)"},
-    {"m, n >= 2048 with k >= 1000", large, KernelKind::kCublas,
-     "ping-pong 91.3% of cuBLAS at 2048, 90.5% at 4096, 94.1% at 8192, 95.7% at 8192x8192x1024, 90.5% at 4095, "
-     "91.7% at 8191x8193x1000 (H100, 2026-11-22)"},
+    {"m >= 512, n >= 2048 with k >= 1000", large, KernelKind::kCublas,
+     "ping-pong 93.4% of cuBLAS at 2048, 93.1% at 4096, 94.7% at 8192, 94.9% at 8192x8192x1024, 89.4% at 4095, "
+     "90.7% at 8191x8193x1000; below the better on 26 of 37 pipeline-block shapes 512-1536 rows high, 83.7-108.2% "
+     "(H100, 2026-11-23, bench/results/2026-11-23-h100-session9-blocks/)"},
     {"m * n <= 2048 * 1024 with k >= 8192", few_tiles_long_k, KernelKind::kCublas,
      "ping-pong 90.1% of cuBLAS at 1024x1024x16384 (H100, 2026-11-22)"},
 };
@@ -71,6 +80,11 @@ KernelKind choose_kernel(const GemmShape& shape, KernelKind fallback, const std:
   const KernelChoiceRow* row = find_kernel_choice(shape);
   if (row && std::find(available.begin(), available.end(), row->kernel) != available.end()) return row->kernel;
   return fallback;
+}
+
+KernelKind prefer_measured(KernelKind table_pick, double table_ms, KernelKind other, double other_ms, double margin) {
+  if (other_ms > 0 && table_ms > 0 && other_ms < table_ms * (1.0 - margin)) return other;
+  return table_pick;
 }
 
 std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, KernelKind fallback) {

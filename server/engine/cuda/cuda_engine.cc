@@ -22,6 +22,7 @@
 #include "server/devices/device_pool.h"
 #include "server/devices/pinned_host_pool.h"
 #include "server/engine/cuda/job_run.h"
+#include "server/engine/cuda/kernel_tuner.h"
 #include "server/engine/cuda/resident_gpu.h"
 #include "server/engine/cuda/split_executor.h"
 #include "server/planner/kernel_choice.h"
@@ -38,6 +39,7 @@ class CudaEngine final : public Engine {
         comm_(std::move(comm)),
         host_pool_(options_.pinned_cache_bytes),
         default_kind_(default_kind),
+        tuner_(KernelTunerOptions{.max_bytes = options_.autotune_max_bytes}),
         health_(pool_->size()),
         faults_(faults),
         store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}) {
@@ -157,7 +159,7 @@ class CudaEngine final : public Engine {
       return Internal("a request that was not validated reached run(): " + resolved.status().to_string());
     if ((!job.a && !job.a_resident) || (!job.b && !job.b_resident) || !job.c)
       return Internal("a job without its host matrices reached run()");
-    const KernelKind kind = *resolved;
+    KernelKind kind = *resolved;
     GemmReport report;
     HostSteps steps(&report.host_ms);
     report.backend = "cuda";
@@ -181,7 +183,16 @@ class CudaEngine final : public Engine {
       return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
     report.split = plan.mode;
     report.plan_reason = plan.reason;
-    if (!r.options.kernel) report.plan_reason += kernel_choice_reason(r.shape, kind, default_kind_);
+    // An fp32 request that names no kernel: the table's pick for the shape one
+    // kernel launch computes (the plan's largest block), then timed against
+    // the other kernel on the GPU where the tuner has not seen that shape yet.
+    const bool chosen_by_shape = !r.options.kernel && r.options.precision == Precision::kFp32;
+    const GemmShape block =
+        kernel_block_shape(plan, r.shape, options_.chunk_rows, options_.chunk_k, options_.planner.pipeline_chunks);
+    if (chosen_by_shape) {
+      kind = choose_kernel(block, default_kind_, pool_->kernels());
+      report.plan_reason += kernel_choice_reason(block, kind, default_kind_);
+    }
 
     JobSettings set;
     set.kind = kind;
@@ -235,8 +246,14 @@ class CudaEngine final : public Engine {
         w.b_resident = piece->data;
         w.b_resident_row0 = piece->where.row_begin;
       }
-    SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
     steps.stamp("lanes");
+    if (chosen_by_shape) {
+      kind = tuned_kernel(*leases[0], block, r.beta != 0.0f, kind, &report.plan_reason);
+      jr.set_kind(kind);
+      steps.stamp("kernel choice");
+    }
+    report.kernel = kind;
+    SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
     if (executor->spans_pool) arm_watchdog();
     Status ran = jr.execute(*executor, steps);
     const bool timed_out = executor->spans_pool && disarm_watchdog();
@@ -253,6 +270,27 @@ class CudaEngine final : public Engine {
     }
     report.devices = jr.timings();
     return report;
+  }
+
+  // The table's pick `table`, or the other fp32 kernel where the tuner timed
+  // both on `lane`'s GPU for `block` and the other was faster (kernel_tuner.h).
+  // A failed measurement is logged and the table's pick runs.
+  KernelKind tuned_kernel(Lane& lane, const GemmShape& block, bool beta_nonzero, KernelKind table,
+                          std::string* reason) {
+    if (!options_.kernel_autotune) return table;
+    const KernelKind other = table == KernelKind::kCublas ? KernelKind::kPingpong : KernelKind::kCublas;
+    if ((table != KernelKind::kCublas && table != KernelKind::kPingpong) || !has_kernel(other) || !has_kernel(table))
+      return table;
+    StatusOr<KernelDecision> d = tuner_.choose(lane, block, beta_nonzero, table, other);
+    if (!d.ok()) {
+      if (options_.log)
+        options_.log("cuda engine: timing the kernels failed (" + d.status().to_string() + "); " +
+                     std::string(kernel_kind_name(table)) + " runs, as the table says");
+      (void)cudaGetLastError();
+      return table;
+    }
+    if (d->measured) *reason += "; " + d->note;
+    return d->kind;
   }
 
   // No estimate while any GPU's lanes are in use: a job would wait for them.
@@ -585,6 +623,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<NcclCommunicator> comm_;  // null with one device
   PinnedHostPool host_pool_;
   const KernelKind default_kind_;
+  KernelTuner tuner_;  // kernel choice by measurement, per kernel shape and GPU
   DeviceHealth health_;
   const FaultInjection faults_;
   ResidentStore store_;  // resident matrices (docs/resident.md); cleared before the pool goes

@@ -56,6 +56,15 @@ struct CudaEngineOptions {
   // (DevicePool::warm_up), so the first request does not load kernels or
   // initialise cuBLAS.
   bool warm_up = true;
+  // Kernel choice by measurement (kernel_tuner.h, docs/engine.md): an fp32
+  // request that names no kernel runs the measured table's pick for the shape
+  // of its largest pipeline block, unless the other fp32 kernel, timed against
+  // it on the GPU the first time that shape comes, was more than 2% faster.
+  // Off: the table alone decides (sgemm-server --no-kernel-autotune).
+  bool kernel_autotune = true;
+  // Device scratch one such timing may allocate (A, B and C of the block and
+  // the kernels' workspace); larger shapes keep the table's pick.
+  std::size_t autotune_max_bytes = std::size_t{768} << 20;
   // Rows per block of the row pipeline (copy in, kernel, copy out, rows_ready);
   // 0 = the shard's rows / planner.pipeline_chunks, rounded up to 128, >= 512.
   int64_t chunk_rows = 0;

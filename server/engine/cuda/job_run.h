@@ -126,6 +126,9 @@ class JobRun {
   // order_wait_ms).
   void set_order_wait_ms(double ms) { order_wait_ms_ = ms; }
   bool fallback_used() const { return fallback_used_; }
+  // The kernel every block runs, when it is settled after construction (the
+  // engine times the kernels on a leased lane first: kernel_tuner.h).
+  void set_kind(KernelKind kind) { set_.kind = kind; }
 
   // ---- What executors use -------------------------------------------------
   const GemmJob& job() const { return job_; }

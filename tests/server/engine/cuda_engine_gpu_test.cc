@@ -1,5 +1,6 @@
 // The CUDA engine on one GPU (label gpu): correctness of every strategy the
 // one-GPU pool can run, beta with C, concurrency, streaming in and out.
+#include <optional>
 #include <thread>
 
 #include "tests/common/gpu_test.h"
@@ -82,6 +83,62 @@ TEST(CudaEngineGpu, BetaWithC) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   const VerifyResult v = verify(p, false);
   EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+}
+
+// Kernel choice by measurement (kernel_tuner.h): the first request of a kernel
+// shape times both fp32 kernels on it; later ones reuse the decision; the result
+// is right whichever runs.
+TEST(CudaEngineGpu, KernelTimedOnceForItsBlockShapeAndResultsStayRight) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto e = make_engine({0});
+  ASSERT_TRUE(e);
+  // 1000 rows on one GPU: blocks of 512 rows (server/planner/plan.h).
+  Problem p = make_problem(*e, {1000, 2000, 1500}, 51, /*has_c=*/true, 0.5f, -1.25f);
+  std::optional<KernelKind> first;
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    reset_c(p);
+    auto r = e->run(job_of(p));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_NE(r->plan_reason.find("for 512x2000x1500 blocks, timed on GPU 0:"), std::string::npos) << r->plan_reason;
+    EXPECT_TRUE(r->kernel == KernelKind::kPingpong || r->kernel == KernelKind::kCublas);
+    if (first) {
+      EXPECT_EQ(r->kernel, *first);  // the cached decision
+    }
+    first = r->kernel;
+    const VerifyResult v = verify(p, false);
+    EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error << " at " << v.worst_row << "," << v.worst_col;
+  }
+  // Below the smallest timed size, and with the kernel named, nothing is timed.
+  Problem small = make_problem(*e, {64, 96, 80}, 52);
+  auto r = e->run(job_of(small));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->plan_reason.find("timed on GPU"), std::string::npos) << r->plan_reason;
+  EXPECT_TRUE(verify(small, false).passed(kSgemmTolerance));
+  Problem named = make_problem(*e, {1000, 2004, 1500}, 53);
+  r = e->run(job_of(named, SplitMode::kAuto, KernelKind::kPingpong));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->kernel, KernelKind::kPingpong);
+  EXPECT_EQ(r->plan_reason.find("timed on GPU"), std::string::npos) << r->plan_reason;
+  EXPECT_TRUE(verify(named, false).passed(kSgemmTolerance));
+}
+
+TEST(CudaEngineGpu, KernelAutotuneOffLeavesTheChoiceToTheTable) {
+  SGEMM_REQUIRE_GPUS(1);
+  CudaEngineOptions o;
+  o.devices = {0};
+  o.kernel_autotune = false;
+  auto made = make_cuda_engine(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  auto& e = *made;
+  // 4096 rows -> 512-row blocks of a large product: the table's cuBLAS row.
+  Problem p = make_problem(*e, {4096, 2048, 1100}, 54);
+  auto r = e->run(job_of(p));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->kernel, KernelKind::kCublas);
+  EXPECT_EQ(r->plan_reason.find("timed on GPU"), std::string::npos) << r->plan_reason;
+  EXPECT_NE(r->plan_reason.find("kernel cublas for m >= 512, n >= 2048"), std::string::npos) << r->plan_reason;
+  EXPECT_TRUE(verify(p, true).passed(kSgemmTolerance));
 }
 
 TEST(CudaEngineGpu, LargeShapeSampledRows) {

@@ -24,6 +24,13 @@ TEST(KernelChoice, ThinClassesGoToTheMeasuredWinner) {
   EXPECT_EQ(choose_kernel({3001, 60, 2500}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({3001, 60, 2501}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({8192, 64, 4096}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  // The engine's 1024-row blocks of thin products: the K-major tiles; its 512-row blocks: cuBLAS.
+  EXPECT_EQ(choose_kernel({1024, 64, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({1024, 32, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({1024, 128, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  for (GemmShape s : {GemmShape{512, 32, 4096}, GemmShape{512, 64, 8192}, GemmShape{512, 128, 2048},
+                      GemmShape{768, 64, 6144}, GemmShape{512, 60, 2501}})
+    EXPECT_EQ(choose_kernel(s, KernelKind::kPingpong, kBoth), KernelKind::kCublas) << s.m << "x" << s.n << "x" << s.k;
   EXPECT_EQ(choose_kernel({32, 8192, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({64, 8192, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
 }
@@ -31,8 +38,22 @@ TEST(KernelChoice, ThinClassesGoToTheMeasuredWinner) {
 TEST(KernelChoice, LargeAndLongKClassesGoToCublasWherePingpongTrails) {
   for (GemmShape s : {GemmShape{2048, 2048, 2048}, GemmShape{4096, 4096, 4096}, GemmShape{8192, 8192, 8192},
                       GemmShape{8192, 8192, 1024}, GemmShape{4095, 4095, 4095}, GemmShape{8191, 8193, 1000},
-                      GemmShape{1024, 1024, 16384}})
+                      GemmShape{1024, 1024, 16384},
+                      // The engine's pipeline blocks of large products (512 to 2048 rows).
+                      GemmShape{512, 2048, 2048}, GemmShape{1024, 8192, 8192}, GemmShape{768, 6144, 6144},
+                      GemmShape{512, 8192, 1024}})
     EXPECT_EQ(choose_kernel(s, KernelKind::kPingpong, kBoth), KernelKind::kCublas) << s.m << "x" << s.n << "x" << s.k;
+}
+
+TEST(KernelChoice, AMeasuredKernelWinsOnlyByMoreThanTheMargin) {
+  const KernelKind c = KernelKind::kCublas, p = KernelKind::kPingpong;
+  EXPECT_EQ(prefer_measured(c, 0.409, p, 0.383, 0.02), p);  // 6.4% faster
+  EXPECT_EQ(prefer_measured(c, 1.000, p, 0.985, 0.02), c);  // 1.5%: a near-tie keeps the table's pick
+  EXPECT_EQ(prefer_measured(c, 1.000, p, 1.100, 0.02), c);
+  EXPECT_EQ(prefer_measured(p, 2.678, c, 2.434, 0.02), c);
+  // No measurement (0 or negative): the table's pick.
+  EXPECT_EQ(prefer_measured(c, 0.0, p, 0.5, 0.02), c);
+  EXPECT_EQ(prefer_measured(c, 1.0, p, 0.0, 0.02), c);
 }
 
 TEST(KernelChoice, OtherShapesKeepTheDefault) {
