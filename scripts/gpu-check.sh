@@ -17,6 +17,9 @@
 #   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
 #   variants-fp32x3  every fp32x3 schedule/tile variant
 #   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
+#   bench-kernel-choice  engine-bench --gpus 1 on SGEMM_KERNEL_CHOICE_SHAPES four ways: the engine's choice
+#                  timed on the GPU (the default), the measured table alone (--no-kernel-autotune), cuBLAS
+#                  and ping-pong named; kernel phase per shape side by side in kernel-choice.txt
 #   bench-transport  shared memory vs the device-side floor at 4096 and 8192 (SGEMM_TRANSPORT_SIZES): engine-bench
 #                  --gpus 1 (pinned in, pinned out), then through sgemm-server on its Unix socket with
 #                  transport-bench --transport shm, and gRPC over TCP beside it; writes bench-transport.txt
@@ -60,7 +63,8 @@
 #                  ("4096 4096 262144") K split over the cluster vs one GPU. SGEMM_CLUSTER_SKIP="server"
 #                  (or e2e, engine, rows, k; a list) leaves steps out
 #   cluster-nvlink   the same with NVLink allowed, for comparison (2 GPUs are enough)
-# Every log goes to $OUT; every part runs even if an earlier one failed.
+# Every log goes to $OUT; every part runs even if an earlier one failed. More than 8
+# files there are packed into $OUT/logs.tar.gz at the end (the device tool returns 8).
 # A bundle over the device tool's 64 MiB carry limit is also packed as
 # .runtime.tar.xz; carry that instead and the script unpacks it.
 set -uo pipefail
@@ -298,6 +302,31 @@ if has bench-engine; then
   step engine-bench 580 "$BIN/engine-bench" --csv-out "$OUT/engine-bench.csv" ${SGEMM_ENGINE_BENCH_ARGS:-}
   cat "$OUT/engine-bench.log"
 fi
+if has bench-kernel-choice; then
+  shapes=${SGEMM_KERNEL_CHOICE_SHAPES:-2048x2048x2048,3072x3072x3072,4096x4096x4096,6144x6144x6144,8192x8192x8192,2304x2304x2304,8192x8192x1024,4096x64x4096,4096x32x4096,8192x64x8192,8192x32x8192,8192x128x8192}
+  for cfg in "tuned:" "table:--no-kernel-autotune" "cublas:--kernel cublas" "pingpong:--kernel pingpong"; do
+    # shellcheck disable=SC2086  # a list of arguments
+    step "kernel-choice-${cfg%%:*}" 300 "$BIN/engine-bench" --gpus 1 --iters 10 --warmup 2 --shapes "$shapes" \
+      ${cfg#*:} --csv-out "$OUT/kernel-choice-${cfg%%:*}.csv"
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/kernel-choice.txt" | tee -a "$OUT/summary.txt"
+import csv, sys, os
+out = sys.argv[1]
+d = {}
+for n in ("tuned", "table", "cublas", "pingpong"):
+    p = os.path.join(out, "kernel-choice-%s.csv" % n)
+    if os.path.exists(p):
+        for r in csv.DictReader(open(p)):
+            d.setdefault(r["shape"], {})[n] = r
+print("kernel phase, ms (engine-bench --gpus 1; tuned: the default; table: --no-kernel-autotune)")
+print("%-16s %9s %9s %9s %9s %7s  %s" % ("shape", "tuned", "table", "cublas", "pingpong", "tuned %", "the tuned run's plan"))
+for s, v in d.items():
+    k = lambda n: float(v[n]["kernel_ms"]) if n in v else float("nan")
+    best = min(k("cublas"), k("pingpong"))
+    print("%-16s %9.3f %9.3f %9.3f %9.3f %6.1f%%  %s" % (s, k("tuned"), k("table"), k("cublas"), k("pingpong"),
+          100 * best / k("tuned"), v.get("tuned", {}).get("plan", "")))
+PY
+fi
 if has bench-transport; then
   sizes=${SGEMM_TRANSPORT_SIZES:-4096,8192}
   shapes=$(echo "$sizes" | tr ',' '\n' | sed 's/.*/&x&x&/' | paste -sd,)
@@ -470,8 +499,24 @@ for m in sockets nvlink; do
     cat "$OUT/cluster-$m.log"
   fi
 done
+# The device tool brings back at most 8 files: past that, every file goes into
+# $OUT/logs.tar.gz, and summary.txt and up to 6 other top-level .txt reports stay beside it.
+pack_logs() {
+  [ "$(find "$OUT" -type f | wc -l)" -gt 8 ] || return 0
+  local tgz
+  tgz=$(mktemp --suffix .tar.gz)
+  tar -czf "$tgz" -C "$OUT" . || return 0
+  find "$OUT" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+  mv "$tgz" "$OUT/logs.tar.gz"
+  local keep
+  keep=$(tar -tzf "$OUT/logs.tar.gz" | grep -E '^\./[^/]+\.txt$' | grep -v '^\./summary\.txt$' | head -n 6)
+  # shellcheck disable=SC2086  # a list of member names
+  tar -xzf "$OUT/logs.tar.gz" -C "$OUT" ./summary.txt $keep
+}
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}" | tee -a "$OUT/summary.txt"
+  pack_logs
   exit 1
 fi
 echo "gpu-check: all parts passed (${parts[*]})" | tee -a "$OUT/summary.txt"
+pack_logs
