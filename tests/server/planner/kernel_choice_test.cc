@@ -13,16 +13,17 @@ TEST(KernelChoice, ThinClassesGoToTheMeasuredWinner) {
   EXPECT_EQ(choose_kernel({4096, 1, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({1, 1, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({8192, 64, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
-  // n <= 32: ping-pong's K-major tile when dense A rows are 16-byte aligned (k % 4 == 0).
+  // n <= 32: ping-pong's K-major tile, an odd K too (the engine pads A's rows to 16 bytes).
   EXPECT_EQ(choose_kernel({8192, 32, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({4096, 17, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
-  EXPECT_EQ(choose_kernel({8192, 32, 8191}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({8192, 32, 8191}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
+  EXPECT_EQ(choose_kernel({1024, 32, 8191}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({8192, 128, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({128, 8192, 8192}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   // 33-64 columns, m and K up to 4096, aligned A: the K-major 64x64x32 tile.
   EXPECT_EQ(choose_kernel({4096, 64, 4096}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({3001, 60, 2500}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
-  EXPECT_EQ(choose_kernel({3001, 60, 2501}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
+  EXPECT_EQ(choose_kernel({3001, 60, 2501}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
   EXPECT_EQ(choose_kernel({8192, 64, 4096}, KernelKind::kPingpong, kBoth), KernelKind::kCublas);
   // The engine's 1024-row blocks of thin products: the K-major tiles; its 512-row blocks: cuBLAS.
   EXPECT_EQ(choose_kernel({1024, 64, 8192}, KernelKind::kCublas, kBoth), KernelKind::kPingpong);
