@@ -226,7 +226,10 @@ std::vector<Case> variant_cases() {
                    // A rows 16-byte aligned (lda % 4 == 0), B and C vectorizable or not: the K-major A
                    // layout's 16-byte copies, with a partial last chunk (k % 4 != 0) and split-K.
                    Case{129, 132, 38, 1.0f, 0.0f, 2}, Case{257, 260, 35, 1.0f, 0.5f, 1, 0, 0, 4, 0, 0},
-                   Case{300, 72, 1030, 1.0f, 0.5f, 2, 1}, Case{600, 36, 1100, -1.0f, 0.25f, 4, 4, 4}}) {
+                   Case{300, 72, 1030, 1.0f, 0.5f, 2, 1}, Case{600, 36, 1100, -1.0f, 0.25f, 4, 4, 4},
+                   // A rows not 16-byte aligned with a long K: the transposed fallbacks of the
+                   // K-major variants, split K, a partial last tile.
+                   Case{600, 36, 1101, -1.0f, 0.25f}, Case{300, 64, 2051, 1.0f, 0.0f, 0, 0, 0, 1, 0, 0}}) {
       c.variant = var;
       // The GEMV variant runs only single rows or columns of C.
       if (pingpong_variant_accepts({c.m, c.n, c.k}, var)) v.push_back(c);
