@@ -529,11 +529,17 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // K-major in shared memory (16-byte copies of A, the heavy operand there) when A's
   // rows are 16-byte aligned, else the transposed 256x32x16 or 128x64x16 tile.
   if (gemv_shape(s)) return kGemv;
-  if (s.n <= 32 && s.m >= 1024) return kThinN32SplitK;
+  // The K-major thin tiles also from 256 rows when K >= 2048 (the engine's 512-row
+  // blocks of thin products; issue 14, ninth session, bench/results/2026-11-23-h100-
+  // session9-thin512/): 512x32x8192 135% of cuBLAS, 512x64x8192 138%, 512x32x2048 71%,
+  // where the 64x128 split-K tile ran 29-58% (few tiles, K split no finer than 1024).
+  const bool thin_from_256 = s.m >= 256 && s.k >= 2048;
+  if (s.n <= 32 && (s.m >= 1024 || thin_from_256)) return kThinN32SplitK;
   // With K < 2048 the 128x64 tile splits K at most 3 ways: its splits meet in a
   // cluster (no workspace pass): 8192x64x1024 114.5% of cuBLAS against 99.6% with
   // the workspace; with more splits the cluster reduction lost (73.6% at 8192x64x8192).
   if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kThinN64SplitK;
+  if (s.n <= 64 && thin_from_256) return kThinN64SplitK;
   if (s.m <= 32 && s.n >= 1024) return kFlatSplitK;
   // The TMA-fed kernel (issue 14, kernel3; it falls back to the 64x128 tiles where TMA
   // cannot read A and B): with split-K where the 64x128 tile splits K, unless C is at most

@@ -146,6 +146,13 @@ TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
   EXPECT_EQ(picked({8192, 32, 8192}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");
   EXPECT_EQ(picked({8192, 64, 8192}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
   EXPECT_EQ(picked({8192, 64, 1024}), "128x64x16_w64x32_t8x8_s3_splitk512_cluster");
+  // The engine's 512-row blocks of thin products: the K-major tiles from 256 rows with K >= 2048.
+  EXPECT_EQ(picked({512, 32, 8192}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");
+  EXPECT_EQ(picked({256, 17, 2048}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");
+  EXPECT_EQ(picked({512, 64, 4096}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({768, 40, 6144}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({512, 64, 1024}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
+  EXPECT_EQ(picked({200, 32, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
   EXPECT_EQ(picked({32, 8192, 8192}), "32x128x16_w16x64_t4x8_s4_splitk512");
   EXPECT_EQ(picked({8192, 128, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
 }
