@@ -196,6 +196,12 @@ TEST(StallingClientsE2E, AThousandIdleStreamsCostNoThreadsAndLittleMemory) {
   ServerProcess server;
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
+  const auto server_threads = [&] {
+    return long(std::distance(std::filesystem::directory_iterator("/proc/" + std::to_string(server.pid()) + "/task"),
+                              std::filesystem::directory_iterator{}));
+  };
+  normal_request(addr);  // the threads a served request starts (gRPC's, the engine's) exist before the count
+  const long threads_before = server_threads();
   const int64_t rss_before = rss_bytes(server.pid());
   std::vector<std::unique_ptr<v1::Sgemm::Stub>> stubs;
   for (int i = 0; i < 10; ++i) stubs.push_back(v1::Sgemm::NewStub(own_channel(addr, 100 + i)));
@@ -208,11 +214,12 @@ TEST(StallingClientsE2E, AThousandIdleStreamsCostNoThreadsAndLittleMemory) {
   EXPECT_EQ(attached.host_bytes_in_use, 0);
   normal_request(addr);  // served correctly meanwhile (verified against fp64)
   const int64_t rss = rss_bytes(server.pid());
-  const auto threads =
-      std::distance(std::filesystem::directory_iterator("/proc/" + std::to_string(server.pid()) + "/task"),
-                    std::filesystem::directory_iterator{});
-  std::printf("1000 idle streams: server RSS %+.0f MiB, %ld threads\n", (rss - rss_before) / 1048576.0, long(threads));
-  EXPECT_LT(threads, 100) << "a thread per stream?";
+  const long threads = server_threads();
+  std::printf("1000 idle streams: server RSS %+.0f MiB, %ld threads (%ld before)\n", (rss - rss_before) / 1048576.0,
+              threads, threads_before);
+  // How many threads a server has depends on the host (gRPC's pollers follow the
+  // cores; 2 GPUs bring NCCL's): what must not grow with the streams is the count.
+  EXPECT_LT(threads - threads_before, 50) << "a thread per stream?";
   EXPECT_LT(rss - rss_before, int64_t{256} << 20);
   held.clear();
   expect_all_freed(addr);
@@ -357,8 +364,10 @@ TEST(StallingClientsE2E, UnfinishedLargeMessagesAreBoundedByTheGrpcMemoryQuota) 
       "%d streams, each a header and a 60 MiB message cut off at 48 MiB: %.1f MiB reached the server, its RSS "
       "%+.1f MiB (--grpc-memory-bytes %ld MiB)\n",
       kStreams, proxy->forwarded() / 1048576.0, growth / 1048576.0, long(kQuota >> 20));
-  // The quota is soft (gRPC reclaims once past it): 76-95 MiB was seen against 288 MiB without it.
-  EXPECT_LT(growth, kQuota + (64 << 20)) << "gRPC buffered unfinished messages past its quota";
+  // The quota is soft (gRPC reclaims once past it): 76-95 MiB was seen on the 2-core VM (cpu
+  // backend) and 115-130 MiB on a 32-core host with 2 GPUs (cuda backend: more malloc arenas),
+  // against the 288 MiB the six streams push without it. Bound: half of that.
+  EXPECT_LT(growth, kStreams * (int64_t{48} << 20) / 2) << "gRPC buffered unfinished messages past its quota";
   normal_request(server.address());  // served meanwhile
   for (Held& h : held) h.stream->ctx->TryCancel();
   proxy.reset();  // the connections close: a Write blocked on a full socket returns
