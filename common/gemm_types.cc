@@ -29,6 +29,10 @@ std::vector<KernelKind> gpu_kernel_kinds() {
   return {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kTf32, KernelKind::kFp32x3};
 }
 
+std::string gemm_shape_text(const GemmShape& shape) {
+  return std::to_string(shape.m) + "x" + std::to_string(shape.n) + "x" + std::to_string(shape.k);
+}
+
 std::string kernel_kind_list(const std::vector<KernelKind>& kinds) {
   std::string out;
   for (KernelKind k : kinds) out += (out.empty() ? "" : ", ") + std::string(kernel_kind_name(k));

@@ -38,6 +38,8 @@ std::optional<KernelKind> parse_kernel_kind(std::string_view text);
 std::vector<KernelKind> gpu_kernel_kinds();
 // "pingpong, cublas": for messages that list what is available.
 std::string kernel_kind_list(const std::vector<KernelKind>& kinds);
+// "MxNxK": a shape in logs and messages.
+std::string gemm_shape_text(const GemmShape& shape);
 
 // The arithmetic a request asks for. kFp32 is IEEE fp32 multiply-adds (our
 // ping-pong kernel or cuBLAS SGEMM); kTf32 rounds A and B to TF32 on the

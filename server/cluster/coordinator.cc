@@ -343,8 +343,7 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(std::unique_lock<s
   abort_members_ = ids;
   if (spec.kind != ClusterJobKind::kProbe)
     log("job " + std::to_string(spec.job_id) + (spec.kind == ClusterJobKind::kK ? " (K split): " : ": ") +
-        std::to_string(spec.shape.m) + "x" + std::to_string(spec.shape.n) + "x" + std::to_string(spec.shape.k) +
-        " over " + std::to_string(ranks.size()) + " ranks");
+        gemm_shape_text(spec.shape) + " over " + std::to_string(ranks.size()) + " ranks");
   lock.unlock();
 
   StatusOr<ClusterRunResult> mine =

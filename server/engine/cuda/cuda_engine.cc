@@ -142,10 +142,7 @@ class CudaEngine final : public Engine {
     // is pure and reads no memory; the probe pointers only need to be non-null.
     const GemmBackend* be = pool_->probe_backend(kind);
     if (!be) return Internal("no backend to ask for kernel '" + std::string(kernel_kind_name(kind)) + "'");
-    alignas(16) static const float probe[4] = {};
-    const GemmShape& s = r.shape;
-    GemmArgs args{s, r.alpha, r.beta, probe, pad4(s.k), probe, pad4(s.n), const_cast<float*>(probe), pad4(s.n)};
-    return be->can_implement(args);
+    return be->can_implement(engine_probe_args(r.shape, r.alpha, r.beta));
   }
 
   StatusOr<GemmReport> run(const GemmJob& job) override {

@@ -217,6 +217,11 @@ Status JobRun::throttle(ShardWork& w, cudaEvent_t done) {
   return Status::Ok();
 }
 
+GemmArgs engine_probe_args(const GemmShape& s, float alpha, float beta) {
+  alignas(16) static const float probe[4] = {};
+  return engine_layout_args(s, alpha, beta, probe, probe, const_cast<float*>(probe));
+}
+
 // At least 512 rows (server/planner/plan.h): smaller blocks leave the ping-pong
 // kernel's grid too small to fill 132 SMs (2xH200 sweep, docs/engine.md: 4096^3
 // row split kernel phase 1.90x with 256-row blocks, 1.99x with 512).

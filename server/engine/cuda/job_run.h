@@ -109,6 +109,16 @@ inline int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 inline int64_t pad4(int64_t x) { return round_up(x < 1 ? 1 : x, 4); }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A product as the engine lays it out on a device: dense buffers whose leading
+// dimensions are padded to 4 floats, so every row starts 16-byte aligned.
+inline GemmArgs engine_layout_args(const GemmShape& s, float alpha, float beta, const float* a, const float* b,
+                                   float* c) {
+  return GemmArgs{s, alpha, beta, a, pad4(s.k), b, pad4(s.n), c, pad4(s.n)};
+}
+// The same with pointers that must never be read: for a backend's
+// can_implement and workspace_bytes, which are pure.
+GemmArgs engine_probe_args(const GemmShape& s, float alpha, float beta);
+
 class JobRun {
  public:
   JobRun(const GemmJob& job, const JobSettings& settings, NcclCommunicator* comm)

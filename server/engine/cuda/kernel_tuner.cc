@@ -9,16 +9,11 @@
 #include "kernels/cuda_status.h"
 #include "kernels/gemm_args.h"
 #include "kernels/gemm_backend.h"
+#include "server/engine/cuda/job_run.h"
 #include "server/planner/kernel_choice.h"
 
 namespace sgemm {
 namespace {
-
-int64_t pad4(int64_t x) { return (std::max<int64_t>(x, 1) + 3) / 4 * 4; }
-
-std::string shape_text(const GemmShape& s) {
-  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
-}
 
 std::string ms_text(double ms) {
   char buf[32];
@@ -59,11 +54,6 @@ StatusOr<KernelDecision> KernelTuner::choose(Lane& lane, const GemmShape& shape,
   return cache_.emplace(key, std::move(d)).first->second;
 }
 
-std::size_t KernelTuner::measured_count() const {
-  std::lock_guard lock(mu_);
-  return std::size_t(std::count_if(cache_.begin(), cache_.end(), [](const auto& e) { return e.second.measured; }));
-}
-
 StatusOr<KernelDecision> KernelTuner::measure(Lane& lane, const GemmShape& s, bool beta_nonzero, KernelKind table_pick,
                                               KernelKind other) const {
   KernelDecision d;
@@ -75,24 +65,22 @@ StatusOr<KernelDecision> KernelTuner::measure(Lane& lane, const GemmShape& s, bo
     d.note = "not timed: the lane lacks one of the kernels";
     return d;
   }
-  const double flops = 2.0 * double(s.m) * double(s.n) * double(s.k);
-  if (flops < options_.min_flops) {
-    d.note = "not timed: " + shape_text(s) + " is below the smallest timed size";
+  if (s.flops() < options_.min_flops) {
+    d.note = "not timed: " + gemm_shape_text(s) + " is below the smallest timed size";
     return d;
   }
-  const int64_t lda = pad4(s.k), ldb = pad4(s.n), ldc = pad4(s.n);
-  const std::size_t a_bytes = std::size_t(s.m * lda) * sizeof(float), b_bytes = std::size_t(s.k * ldb) * sizeof(float);
-  const std::size_t c_bytes = std::size_t(s.m * ldc) * sizeof(float);
-  // Probe arguments for the workspace sizes (pure: no memory is read).
-  alignas(16) static const float probe[4] = {};
-  GemmArgs args{s, 1.0f, beta_nonzero ? 1.0f : 0.0f, probe, lda, probe, ldb, const_cast<float*>(probe), ldc};
+  const float beta = beta_nonzero ? 1.0f : 0.0f;
+  GemmArgs args = engine_probe_args(s, 1.0f, beta);
+  const std::size_t a_bytes = std::size_t(s.m * args.lda) * kFloatBytes;
+  const std::size_t b_bytes = std::size_t(s.k * args.ldb) * kFloatBytes;
+  const std::size_t c_bytes = std::size_t(s.m * args.ldc) * kFloatBytes;
   if (!be_table->can_implement(args).ok() || !be_other->can_implement(args).ok()) {
-    d.note = "not timed: one of the kernels cannot run " + shape_text(s);
+    d.note = "not timed: one of the kernels cannot run " + gemm_shape_text(s);
     return d;
   }
   const std::size_t ws_bytes = std::max(be_table->workspace_bytes(args), be_other->workspace_bytes(args));
   if (a_bytes + b_bytes + c_bytes + ws_bytes > options_.max_bytes) {
-    d.note = "not timed: " + shape_text(s) + " needs more scratch than the tuner may take";
+    d.note = "not timed: " + gemm_shape_text(s) + " needs more scratch than the tuner may take";
     return d;
   }
 
@@ -106,9 +94,7 @@ StatusOr<KernelDecision> KernelTuner::measure(Lane& lane, const GemmShape& s, bo
   SGEMM_CUDA_TRY(cudaMemsetAsync(b.floats(), 0, b_bytes, stream));
   SGEMM_CUDA_TRY(cudaMemsetAsync(c.floats(), 0, c_bytes, stream));
   SGEMM_ASSIGN_OR_RETURN(void* ws, lane.workspace(ws_bytes));
-  args.a = a.floats();
-  args.b = b.floats();
-  args.c = c.floats();
+  args = engine_layout_args(s, 1.0f, beta, a.floats(), b.floats(), c.floats());
 
   GemmBackend* const backends[2] = {be_table, be_other};
   for (GemmBackend* be : backends) SGEMM_RETURN_IF_ERROR(be->run(args, ws, ws_bytes, stream));  // untimed
@@ -137,7 +123,7 @@ StatusOr<KernelDecision> KernelTuner::measure(Lane& lane, const GemmShape& s, bo
   d.other_ms = times[1][times[1].size() / 2];
   d.measured = true;
   d.kind = prefer_measured(table_pick, d.table_ms, other, d.other_ms, options_.margin);
-  d.note = "kernel " + std::string(kernel_kind_name(d.kind)) + " for " + shape_text(s) + " blocks, timed on GPU " +
+  d.note = "kernel " + std::string(kernel_kind_name(d.kind)) + " for " + gemm_shape_text(s) + " blocks, timed on GPU " +
            std::to_string(dev) + ": " + std::string(kernel_kind_name(table_pick)) + " " + ms_text(d.table_ms) +
            " ms, " + std::string(kernel_kind_name(other)) + " " + ms_text(d.other_ms) + " ms";
   return d;

@@ -60,15 +60,12 @@ class KernelTuner {
   StatusOr<KernelDecision> choose(Lane& lane, const GemmShape& shape, bool beta_nonzero, KernelKind table_pick,
                                   KernelKind other);
 
-  // Shapes measured so far (tests, logs).
-  std::size_t measured_count() const;
-
  private:
   StatusOr<KernelDecision> measure(Lane& lane, const GemmShape& shape, bool beta_nonzero, KernelKind table_pick,
                                    KernelKind other) const;
 
   const KernelTunerOptions options_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   // (device ordinal, m, n, k, beta != 0) -> decision
   std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, KernelDecision> cache_;
 };
