@@ -386,7 +386,7 @@ if has sass; then
     awk '/Function :/{name=$3} /FFMA/{f[name]++} /HGMMA/{h[name]++} /LDS\.128/{l[name]++} /LDS[^.]/{s[name]++} /LDGSTS/{g[name]++} /UTMALDG/{t[name]++} /LDL|STL/{x[name]++}
          END{for(n in f) printf "%6d FFMA %5d HGMMA %4d LDS.128 %4d LDS(other) %4d LDGSTS %3d UTMALDG %3d local  %s\n", f[n], h[n], l[n], s[n], g[n], t[n], x[n], n}' \
       "$OUT/sass.txt" | sort -k11 | cut -c1-200 >"$OUT/sass-mix-$n.txt"
-    awk '/Function :/{p=/tma_simt_sgemm_kernel/} p' "$OUT/sass.txt" | gzip >"$OUT/sass-tma-$n.txt.gz"
+    awk '/Function :/{p=/tma_simt_(sgemm|whole_tile)_kernel/} p' "$OUT/sass.txt" | gzip >"$OUT/sass-tma-$n.txt.gz"
     rm -f "$OUT/sass.txt"
   done
   cat "$OUT/sass-mix-sgemm-bench.txt"
@@ -412,7 +412,7 @@ if has ncu; then
     --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
   # shellcheck disable=SC2086  # $sections is a list of arguments
   # The picker's kernel (the TMA-fed one where it is picked), then the 64x128 ping-pong tile (variant 0).
-  step ncu-pingpong 300 ncu --clock-control none -k regex:'pingpong_sgemm_kernel|tma_simt_sgemm_kernel' --launch-count 1 \
+  step ncu-pingpong 300 ncu --clock-control none -k regex:'pingpong_sgemm_kernel|tma_simt_sgemm_kernel|tma_simt_whole_tile_kernel' --launch-count 1 \
     $sections "$BIN/sgemm-bench" --shapes "$shape" --kernels pingpong --runs 1 --warmup 0 --ref-rows 0
   # shellcheck disable=SC2086
   step ncu-pingpong-64x128 300 ncu --clock-control none -k regex:pingpong_sgemm_kernel --launch-count 1 $sections \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sass_stats: the SIMT mainloop's register-bank picture, from an sm_90 cubin or from cuobjdump text.
 
-  tools/sass_stats.py kernels.cubin [--filter tma_simt_sgemm_kernel]      # nvcc -cubin -arch=sm_90a ...
+  tools/sass_stats.py kernels.cubin [--filter tma_simt_]      # nvcc -cubin -arch=sm_90a ...
   tools/sass_stats.py sass-tma-sgemm-bench.txt.gz                          # scripts/gpu-check.sh sass
 
 The build host has nvcc and ptxas but no cuobjdump or nvdisasm, so cubins are read
@@ -121,7 +121,7 @@ def report(name, ins):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="cubins, or cuobjdump -sass text (.txt or .txt.gz)")
-    ap.add_argument("--filter", default="tma_simt_sgemm_kernel", help="kernels whose (mangled) names contain this")
+    ap.add_argument("--filter", default="tma_simt_", help="kernels whose (mangled) names contain this")
     args = ap.parse_args()
     print("%-30s %6s %6s %6s %9s %6s %8s %9s  %s" %
           ("file", "instrs", "loop", "FFMA", "same-bank", "(3)", "no-reuse", "stall-sum", "kernel"))
