@@ -37,6 +37,8 @@
 #                  each running every ';'-separated argument list of SGEMM_COMPARE_ARGS; compare-builds.txt
 #   ncu [SHAPE]    Nsight Compute on the ping-pong pick (the TMA-fed kernel where picked), the 64x128
 #                  ping-pong tile, fp32x3 and cuBLAS, one launch each (SGEMM_NCU_SHAPE)
+#   ncu-source     per-instruction warp-state samples and SASS of the picked TMA-fed kernel and of cuBLAS's
+#                  (SGEMM_NCU_SHAPES, default "4096 8192"): where each kind of stall falls, instruction by instruction
 #   ncu-thin       Nsight Compute on the GEMV kernels (1x8192x8192, 8192x1x8192) and the thin
 #                  tile (8192x64x8192), each next to cuBLAS on the same shape
 #   obs            observability (docs/observability.md) into $OUT/obs: first vs tenth request on a cold
@@ -423,6 +425,23 @@ if has ncu; then
     "$BIN/sgemm-bench" --shapes "$shape" --kernels fp32x3 --runs 1 --warmup 0 --ref-rows 0
   step ncu-cublas 300 ncu --clock-control none -k regex:'gemm|xmma' --launch-count 1 $sections \
     "$BIN/sgemm-bench" --shapes "$shape" --kernels cublas --runs 1 --warmup 0 --ref-rows 0
+fi
+if has ncu-source; then
+  # Per-instruction warp-state samples (SourceCounters) of the picked TMA-fed kernel and of cuBLAS's,
+  # each with its SASS: ncu-source-{ours,cublas}-SHAPE.csv.gz (tools/sass_stats.py --ncu reads them).
+  for shape in ${SGEMM_NCU_SHAPES:-4096 8192}; do
+    for who in ours cublas; do
+      if [ $who = ours ]; then kre='tma_simt_sgemm_kernel|tma_simt_whole_tile_kernel|pingpong_sgemm_kernel' bk=pingpong
+      else kre='gemm|xmma' bk=cublas; fi
+      rep=$OUT/ncu-source-$who-$shape
+      step "ncu-source-$who-$shape" 300 ncu --clock-control none -k "regex:$kre" --launch-count 1 \
+        --print-kernel-base mangled --section SourceCounters --section WarpStateStats --import-source no -f -o "$rep" \
+        "$BIN/sgemm-bench" --shapes "$shape" --kernels $bk --runs 1 --warmup 0 --ref-rows 0
+      ncu -i "$rep.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip -9 >"$rep.csv.gz"
+      ncu -i "$rep.ncu-rep" --print-kernel-base mangled --page details 2>&1 | head -n 60 >"$rep-details.txt"
+      rm -f "$rep.ncu-rep"
+    done
+  done
 fi
 if has ncu-thin; then
   ncu_thin() {  # NAME KERNEL_REGEX SHAPE BENCH_KERNEL
