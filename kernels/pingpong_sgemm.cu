@@ -541,12 +541,30 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kThinN64SplitK;
   if (s.n <= 64 && thin_from_256) return kThinN64SplitK;
   if (s.m <= 32 && s.n >= 1024) return kFlatSplitK;
-  // The TMA-fed kernel (issue 14, kernel3; it falls back to the 64x128 tiles where TMA
-  // cannot read A and B): with split-K where the 64x128 tile splits K, unless C is at most
-  // 128 columns wide (there its 128x256 tile is half padding: 8192x128x8192 48.8% against
-  // 91.8%); measured 92.9% vs 90.2% at 1024x1024x16384, 91.7% vs 89.2% at 128x8192x8192.
-  if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1)
-    return s.n > 128 ? kTma128x256SplitK : kSmallWide4SplitK;
+  // C 65 to 96 columns wide: the 128x32 K-major tile (three column tiles) split down to 512 of
+  // K; 104.5% of cuBLAS at 4096x96x4096 and 99.6% at 8192x96x8192, where the 64x128 split-K
+  // tile ran 94.0% and 88.0% (issue 14, tenth session, bench/results/2026-11-23-h100-session10-picker/).
+  if (s.n <= 96 && s.m >= 1024 && s.k >= 2048) return kThinN32SplitK;
+  // Where the 64x128 tile splits K (few tiles, long K): the TMA-fed kernel's 128x256 tile
+  // with split-K (issue 14, kernel3: 92.9% vs 90.2% at 1024x1024x16384, 91.7% vs 89.2% at
+  // 128x8192x8192) when its (tile, split) units fill at least 90% of a wave of one CTA per SM
+  // and C has more than 128 columns and 64 rows (else the tile is half padding: 8192x128x8192
+  // 48.8% against 91.8%, 64x8192x8192 51.8% against 98.5%). Otherwise the 64x128 tile split K
+  // when its blocks fill 90% of its wave of 4 per SM, else the 64x64 K-major tile, whose K splits
+  // down to 512, with C more than 64 columns wide (the narrower ones keep the 64x128 tile). With
+  // fewer units than that the 128x256 tile had run 34-56% (64x4096x4096, 128x4096x4096,
+  // 512x512x8192, 256x256x16384), the 64x64 K-major tile 86-116%: tenth session, same directory.
+  if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) {
+    const auto units = [&](int64_t bm, int64_t bn, int bk, int per_sm) {  // as the launchers split
+      const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+      return tiles * effective_splits(s, bk, pick_splits(s, bm, bn, sm_count, per_sm));
+    };
+    if (s.n > 128 && s.m > 64 && units(128, 256, 32, 1) * 10 >= int64_t(sm_count) * 9) return kTma128x256SplitK;
+    const int64_t slots = int64_t(sm_count) * SmallWide4::MIN_BLOCKS;
+    if (s.n <= 64 || units(SmallWide4::BM, SmallWide4::BN, SmallWide4::BK, SmallWide4::MIN_BLOCKS) * 10 >= slots * 9)
+      return kSmallWide4SplitK;
+    return kThinN64SplitK;
+  }
   // Otherwise, with K >= 2048 (at K = 1024 the 64x128 tile measured 2-3 points better), the
   // TMA-fed kernel's per-SM rate was 1-3% above the 64x128 tile's; it runs one CTA per SM,
   // so the last wave decides: take its 128x256 tile, its 128x128-per-ring tile (two consumer

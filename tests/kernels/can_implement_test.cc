@@ -155,6 +155,23 @@ TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
   EXPECT_EQ(picked({200, 32, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
   EXPECT_EQ(picked({32, 8192, 8192}), "32x128x16_w16x64_t4x8_s4_splitk512");
   EXPECT_EQ(picked({8192, 128, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
+  // Few tiles and a long K (issue 14, tenth session): the 128x256 split-K tile only where its units
+  // fill 90% of a wave and C has more than 64 rows; else the 64x128 split-K tile where its blocks
+  // fill 90% of theirs, else the 64x64 K-major tile; 65-96 columns take the 128x32 K-major tile.
+  EXPECT_EQ(picked({128, 8192, 4096}), "tma_128x256x32_w64x64_t8x16_s4_splitk");  // 32 tiles x 4 splits
+  EXPECT_EQ(picked({80, 8192, 8192}), "tma_128x256x32_w64x64_t8x16_s4_splitk");
+  EXPECT_EQ(picked({64, 8192, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
+  EXPECT_EQ(picked({48, 8192, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
+  EXPECT_EQ(picked({128, 4096, 4096}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");  // 16 x 4 units
+  EXPECT_EQ(picked({64, 4096, 4096}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({512, 512, 8192}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({256, 256, 16384}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({768, 768, 16384}), "tma_128x256x32_w64x64_t8x16_s4_splitk");  // 18 tiles x 7 splits
+  EXPECT_EQ(picked({4096, 128, 4096}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({2048, 128, 8192}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({16384, 128, 4096}), "64x128x16_w32x64_t8x8_s4_splitk");
+  EXPECT_EQ(picked({4096, 96, 4096}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");
+  EXPECT_EQ(picked({8192, 96, 8192}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");
 }
 
 TEST(CublasCanImplement, MirrorsTheInterfaceRules) {
