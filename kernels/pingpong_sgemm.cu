@@ -519,9 +519,10 @@ std::string_view pingpong_variant_name(int variant) {
 
 int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // Measured on H100 (docs/kernels.md, bench/results/): the 64x128x16 tile with 4
-  // resident blocks per SM is the best or within 2% of the best on every shape from
-  // 1024 to 8192, with 4 stages when B and C allow 16-byte copies and 3 otherwise;
-  // shapes with too few tiles for a wave and a long K split K (deterministically).
+  // resident blocks per SM was the best or within 2% of the best on every shape from
+  // 1024 to 8192 (before the TMA-fed kernel), with 4 stages when B and C allow 16-byte
+  // copies and 3 otherwise; shapes with too few tiles for a wave split K (deterministically)
+  // or take smaller tiles (the rules below).
   // Thin C (issue 14, bench/results/2026-11-22-h100-kernel-thin/): a single row or
   // column is a memory-bound GEMV; C at most 32 rows high takes the 32x128 tile,
   // splitting K down to 512 per split. C at most 32 or 64 columns wide (issue 14,
@@ -545,26 +546,49 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // K; 104.5% of cuBLAS at 4096x96x4096 and 99.6% at 8192x96x8192, where the 64x128 split-K
   // tile ran 94.0% and 88.0% (issue 14, tenth session, bench/results/2026-11-23-h100-session10-picker/).
   if (s.n <= 96 && s.m >= 1024 && s.k >= 2048) return kThinN32SplitK;
-  // Where the 64x128 tile splits K (few tiles, long K): the TMA-fed kernel's 128x256 tile
-  // with split-K (issue 14, kernel3: 92.9% vs 90.2% at 1024x1024x16384, 91.7% vs 89.2% at
-  // 128x8192x8192) when its (tile, split) units fill at least 90% of a wave of one CTA per SM
-  // and C has more than 128 columns and 64 rows (else the tile is half padding: 8192x128x8192
-  // 48.8% against 91.8%, 64x8192x8192 51.8% against 98.5%). Otherwise the 64x128 tile split K
-  // when its blocks fill 90% of its wave of 4 per SM, else the 64x64 K-major tile, whose K splits
-  // down to 512, with C more than 64 columns wide (the narrower ones keep the 64x128 tile). With
-  // fewer units than that the 128x256 tile had run 34-56% (64x4096x4096, 128x4096x4096,
-  // 512x512x8192, 256x256x16384), the 64x64 K-major tile 86-116%: tenth session, same directory.
+  // Where the 64x128 tile splits K (few tiles, long K), three tiles, each taken only where it
+  // fills its wave (90% of a wave of its (tile, split) units) and pads C no more than the
+  // smaller tiles (its share of C's padded area within 0.05 of theirs):
+  //   - the TMA-fed kernel's 128x256 tile with split-K, with C more than 64 rows and 128
+  //     columns (issue 14, kernel3: 92.9% vs 90.2% at 1024x1024x16384, 91.7% vs 89.2% at
+  //     128x8192x8192);
+  //   - the 64x128 tile with split-K (always for C at most 64 columns);
+  //   - else the 64x64 K-major tile, whose K splits down to 512.
+  // Issue 14, tenth session (bench/results/2026-11-23-h100-session10-picker/): with fewer units
+  // the 128x256 tile had run 34-56% (64x4096x4096, 128x4096x4096, 512x512x8192, 256x256x16384),
+  // the 64x64 K-major tile 86-116%; half-padded, 64x8192x8192 51.8% against 98.5% (64x128);
+  // padded to 256 columns or rows, 8192x192x4096 90.7% against 105.9% (64x64) and 192x4096x8192
+  // 79.2% against 95.3% (64x128).
   if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) {
     const auto units = [&](int64_t bm, int64_t bn, int bk, int per_sm) {  // as the launchers split
       const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
       return tiles * effective_splits(s, bk, pick_splits(s, bm, bn, sm_count, per_sm));
     };
-    if (s.n > 128 && s.m > 64 && units(128, 256, 32, 1) * 10 >= int64_t(sm_count) * 9) return kTma128x256SplitK;
+    const auto used = [&](int64_t bm, int64_t bn) {  // C's share of the tiles' area
+      return double(s.m) / double((s.m + bm - 1) / bm * bm) * double(s.n) / double((s.n + bn - 1) / bn * bn);
+    };
+    const double used_k = used(64, 64), used_w = used(SmallWide4::BM, SmallWide4::BN);
+    if (s.n > 128 && s.m > 64 && units(128, 256, 32, 1) * 10 >= int64_t(sm_count) * 9 &&
+        used(128, 256) + 0.05 >= std::max(used_w, used_k))
+      return kTma128x256SplitK;
     const int64_t slots = int64_t(sm_count) * SmallWide4::MIN_BLOCKS;
-    if (s.n <= 64 || units(SmallWide4::BM, SmallWide4::BN, SmallWide4::BK, SmallWide4::MIN_BLOCKS) * 10 >= slots * 9)
+    if (s.n <= 64 || (units(SmallWide4::BM, SmallWide4::BN, SmallWide4::BK, SmallWide4::MIN_BLOCKS) * 10 >= slots * 9 &&
+                      used_w + 0.05 >= used_k))
       return kSmallWide4SplitK;
     return kThinN64SplitK;
   }
+  // Few tiles and a short K (K < 2048: the 64x128 tile does not split it), C more than 64
+  // columns wide and A's rows 16-byte multiples: where the 64x128 tiles fill less than 60% of
+  // a wave of 4 per SM, the 64x64 K-major tile (twice the tiles; K split down to 512 from
+  // K = 1024). Issue 14, tenth session, same directory, two rounds against main's pick: 256^3
+  // 120-146% of cuBLAS against 90-91%, 512^3 113-114% against 69-74%, 1024x512x1024 101-102%
+  // against 64%, 768x1536x1024 92-95% against 70-71%, 1536^3 95-104% against 88-90%; it lost
+  // at 768^3 (83-90% against 91-92%) and 896^3 (85-90% against 90-95%), and at 777x555x333
+  // (77% against 92-93%: A's rows not 16-byte multiples, the tile's transposed fallback).
+  if (s.n > 64 && s.k % 4 == 0 &&
+      ((s.m + SmallWide4::BM - 1) / SmallWide4::BM) * ((s.n + SmallWide4::BN - 1) / SmallWide4::BN) * 10 <
+          int64_t(sm_count) * SmallWide4::MIN_BLOCKS * 6)
+    return kThinN64SplitK;
   // Otherwise, with K >= 2048 (at K = 1024 the 64x128 tile measured 2-3 points better), the
   // TMA-fed kernel's per-SM rate was 1-3% above the 64x128 tile's; it runs one CTA per SM,
   // so the last wave decides: take its 128x256 tile, its 128x128-per-ring tile (two consumer

@@ -126,7 +126,11 @@ TEST(PingpongVariants, GemvVariantAcceptsOnlyItsShapes) {
 // The picker's ids and the variant table agree: each class gets the tile measured for it.
 TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
   const auto picked = [](GemmShape s) { return std::string(pingpong_variant_name(pingpong_pick_variant(s, 132))); };
-  EXPECT_EQ(picked({1024, 1024, 1024}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
+  // Few tiles and a short K: the 64x64 K-major tile (1024^3: 128 tiles of 64x128 on 528 slots).
+  EXPECT_EQ(picked({1024, 1024, 1024}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({512, 512, 512}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
+  EXPECT_EQ(picked({1792, 1792, 1792}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");  // 392 tiles
+  EXPECT_EQ(picked({777, 555, 333}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");     // K % 4 != 0
   EXPECT_EQ(picked({8192, 8192, 1024}), "64x128x16_w32x64_t8x8_s4-aligned_s3-unaligned");
   EXPECT_EQ(picked({2048, 2048, 2048}), "tma_128x256x32_w64x64_t8x16_s4");
   EXPECT_EQ(picked({4096, 4096, 4096}), "tma_128x256x32_w64x64_t8x16_s4");
@@ -172,6 +176,9 @@ TEST(PingpongVariants, PicksNameTheMeasuredTiles) {
   EXPECT_EQ(picked({16384, 128, 4096}), "64x128x16_w32x64_t8x8_s4_splitk");
   EXPECT_EQ(picked({4096, 96, 4096}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");
   EXPECT_EQ(picked({8192, 96, 8192}), "128x32x32_w32x32_t4x8_s3_akm_splitk512_or_256x32x16");
+  // ... and none pads C more than the smaller tiles: 192 rows or columns are whole 64-wide tiles.
+  EXPECT_EQ(picked({192, 4096, 8192}), "64x128x16_w32x64_t8x8_s4_splitk");
+  EXPECT_EQ(picked({8192, 192, 4096}), "64x64x32_w32x32_t4x8_s3_akm_splitk512_or_128x64x16");
 }
 
 TEST(CublasCanImplement, MirrorsTheInterfaceRules) {
