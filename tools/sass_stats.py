@@ -151,12 +151,16 @@ def ncu_rows(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", newline="") as f:
         rows = list(csv.reader(f))
-    kernel = rows[0][1] if len(rows[0]) > 1 else "?"
-    hdr = rows[1]
+    # Lines ncu printed around the table (warnings) are skipped: the table starts at its header.
+    kernel = next((r[1] for r in rows if len(r) > 1 and r[0] == "Kernel Name"), "?")
+    start = next(i for i, r in enumerate(rows) if r[:2] == ["Address", "Source"])
+    hdr = rows[start]
     col = {h: i for i, h in enumerate(hdr)}
     stall_cols = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
     out = []
-    for r in rows[2:]:
+    for r in rows[start + 1:]:
+        if len(r) < len(hdr):
+            continue
         src = r[col["Source"]].strip()
         toks = src.split()
         if not toks:

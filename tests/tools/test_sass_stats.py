@@ -22,6 +22,7 @@ STALLS = ["stall_dispatch", "stall_selected", "stall_not_selected"]
 def write_export(path, lines):
     """lines: (source text, executed, dispatch samples, selected samples)."""
     with gzip.open(path, "wt", newline="") as f:
+        f.write("==WARNING== a line ncu printed before the table\n")
         w = csv.writer(f, quoting=csv.QUOTE_ALL)
         w.writerow(["Kernel Name", "test_kernel"])
         w.writerow(["Address", "Source", "Instructions Executed"] + STALLS +
