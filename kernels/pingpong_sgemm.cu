@@ -530,6 +530,7 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // K-major in shared memory (16-byte copies of A, the heavy operand there) when A's
   // rows are 16-byte aligned, else the transposed 256x32x16 or 128x64x16 tile.
   if (gemv_shape(s)) return kGemv;
+  const auto tiles_of = [&](int64_t bm, int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
   // The K-major thin tiles also from 256 rows when K >= 2048 (the engine's 512-row
   // blocks of thin products; issue 14, ninth session, bench/results/2026-11-23-h100-
   // session9-thin512/): 512x32x8192 135% of cuBLAS, 512x64x8192 138%, 512x32x2048 71%,
@@ -561,8 +562,7 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // 79.2% against 95.3% (64x128).
   if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) {
     const auto units = [&](int64_t bm, int64_t bn, int bk, int per_sm) {  // as the launchers split
-      const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
-      return tiles * effective_splits(s, bk, pick_splits(s, bm, bn, sm_count, per_sm));
+      return tiles_of(bm, bn) * effective_splits(s, bk, pick_splits(s, bm, bn, sm_count, per_sm));
     };
     const auto used = [&](int64_t bm, int64_t bn) {  // C's share of the tiles' area
       return double(s.m) / double((s.m + bm - 1) / bm * bm) * double(s.n) / double((s.n + bn - 1) / bn * bn);
@@ -586,8 +586,7 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // at 768^3 (83-90% against 91-92%) and 896^3 (85-90% against 90-95%), and at 777x555x333
   // (77% against 92-93%: A's rows not 16-byte multiples, the tile's transposed fallback).
   if (s.n > 64 && s.k % 4 == 0 &&
-      ((s.m + SmallWide4::BM - 1) / SmallWide4::BM) * ((s.n + SmallWide4::BN - 1) / SmallWide4::BN) * 10 <
-          int64_t(sm_count) * SmallWide4::MIN_BLOCKS * 6)
+      tiles_of(SmallWide4::BM, SmallWide4::BN) * 10 < int64_t(sm_count) * SmallWide4::MIN_BLOCKS * 6)
     return kThinN64SplitK;
   // Otherwise, with K >= 2048 (at K = 1024 the 64x128 tile measured 2-3 points better), the
   // TMA-fed kernel's per-SM rate was 1-3% above the 64x128 tile's; it runs one CTA per SM,
@@ -602,7 +601,7 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // 4095; bench/results/2026-11-23-h100-session8-compare/).
   if (s.k >= 2048) {
     const auto fill = [&](int64_t bm, int64_t bn, int64_t slots) {
-      const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
+      const int64_t tiles = tiles_of(bm, bn);
       return double(tiles) / double((tiles + slots - 1) / slots * slots);
     };
     const double f256 = fill(128, 256, sm_count), f_rings = fill(128, 128, 2 * int64_t(sm_count));
