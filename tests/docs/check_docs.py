@@ -8,7 +8,8 @@
         every relative link in README.md, CONTRIBUTING.md, CHANGELOG.md, docs/*.md and
         bench/results/INDEX.md names a file or folder that exists (links into
         bench/results/ are skipped where that folder is absent: the Docker build
-        context leaves it out)
+        context leaves it out); every folder of bench/results is named
+        YYYY-MM-DD_device_topic and has its line in INDEX.md
 """
 
 import pathlib
@@ -59,6 +60,23 @@ def check_links(root):
             if not path.exists():
                 errors.append(f"{page.relative_to(root)}: link to {target}: no such file or folder")
     print(f"{count} links checked")
+    if have_results:
+        check_results_index(root)
+
+
+def check_results_index(root):
+    results = root / "bench/results"
+    index = (results / "INDEX.md").read_text()
+    folders = sorted(p.name for p in results.iterdir() if p.is_dir())
+    for name in folders:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}_[a-z0-9]+_[a-z0-9][a-z0-9.-]*", name):
+            errors.append(f"bench/results/{name}: not named YYYY-MM-DD_device_topic (lower case, '-' inside a part)")
+        if f"]({name}/)" not in index:
+            errors.append(f"bench/results/{name}: no line in bench/results/INDEX.md links it as ({name}/)")
+    loose = sorted(p.name for p in results.iterdir() if p.is_file() and p.name != "INDEX.md")
+    for name in loose:
+        errors.append(f"bench/results/{name}: a result lives in a folder of its own")
+    print(f"{len(folders)} result folders checked")
 
 
 def main():
