@@ -4,6 +4,9 @@
     check_docs.py REPO_ROOT flags SGEMM_SERVER_BIN
         every flag docs/server.md names in its tables is one `sgemm-server --help`
         lists, and every flag --help lists has a row there
+    check_docs.py REPO_ROOT client-flags SGEMM_CLIENT_BIN
+        every flag `sgemm-client --help` and each subcommand's --help list
+        appears in docs/clients.md
     check_docs.py REPO_ROOT links
         every relative link in README.md, CONTRIBUTING.md, CHANGELOG.md, docs/*.md and
         bench/results/INDEX.md names a file or folder that exists (links into
@@ -36,6 +39,31 @@ def check_flags(root, binary):
     for flag in sorted(helped - documented):
         errors.append(f"`sgemm-server --help` lists {flag}, which has no row in docs/server.md")
     print(f"docs/server.md: {len(documented)} flags, --help: {len(helped)}")
+
+
+def check_client_flags(root, binary):
+    top = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    if top.returncode != 0:
+        sys.exit(f"{binary} --help exited {top.returncode}:\n{top.stdout}{top.stderr}")
+    subcommands = re.findall(r"^  ([a-z]+)\s{2,}", top.stdout.split("Subcommands:", 1)[-1], flags=re.M)
+    helped = set()
+    for sub, text in [("", top.stdout)] + [(s, None) for s in subcommands]:
+        if text is None:
+            run = subprocess.run([binary, sub, "--help"], capture_output=True, text=True, timeout=30)
+            if run.returncode != 0:
+                errors.append(f"sgemm-client {sub} --help exited {run.returncode}")
+                continue
+            text = run.stdout
+        # An option's own line starts with it; flags inside a description are not the client's.
+        for line in text.splitlines():
+            m = re.match(r"\s{2}(?:-\w,)?(--[a-z0-9][a-z0-9-]*)", line)
+            if m and m.group(1) != "--help":
+                helped.add(m.group(1))
+    doc = (root / "docs/clients.md").read_text()
+    documented = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", doc))
+    for flag in sorted(helped - documented):
+        errors.append(f"`sgemm-client ... --help` lists {flag}, which docs/clients.md does not mention")
+    print(f"sgemm-client: {len(subcommands)} subcommands, {len(helped)} flags")
 
 
 def check_links(root):
@@ -85,6 +113,8 @@ def main():
     root = pathlib.Path(sys.argv[1])
     if sys.argv[2] == "flags" and len(sys.argv) == 4:
         check_flags(root, sys.argv[3])
+    elif sys.argv[2] == "client-flags" and len(sys.argv) == 4:
+        check_client_flags(root, sys.argv[3])
     elif sys.argv[2] == "links":
         check_links(root)
     else:
