@@ -11,14 +11,16 @@ Rates are payload bytes / client wall time (request start to C in hand).
 Results are checked first (sampled rows of C against float64 numpy, and
 sgemm-client --verify), then timed: per round and configuration a warm-up
 request, then --repeat timed ones (median); the rounds alternate Python and
-C++ so that both see the same load. Client CPU per request is the Python
-process's CPU time (all its threads) over the timed requests.
+C++ so that both see the same load. Client CPU per request: the Python
+process's CPU time (all its threads) over the timed requests; for sgemm-client,
+see cpp_runs.
 
     client_rates.py --server HOST:PORT --unix PATH --cli build/bin/sgemm-client [--size 2048] [--repeat 3] [--rounds 2]
 """
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,28 +49,40 @@ def check(c, a, b, rng):
 
 
 def python_runs(client, a, b, repeat, out=None):
-    """Median wall ms and CPU ms per request of `repeat` timed requests after one warm-up."""
+    """Median wall ms and CPU ms per request of `repeat` timed requests after one warm-up, and how many of
+    them had rows of C back before their upload ended."""
     client.multiply(a, b, out=out, timeout=600)
-    walls = []
+    walls, early = [], 0
     cpu0 = time.process_time()
     for _ in range(repeat):
         t0 = time.perf_counter()
-        client.multiply(a, b, out=out, timeout=600)
+        _, summary = client.multiply(a, b, out=out, timeout=600)
         walls.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(walls), (time.process_time() - cpu0) * 1e3 / repeat
+        early += summary.first_c_before_upload_end
+    return statistics.median(walls), (time.process_time() - cpu0) * 1e3 / repeat, early
 
 
 def cpp_runs(cli, target_args, m, n, k, connections, repeat):
-    """Median client wall ms of `repeat` requests after one warm-up, from sgemm-client submit --json."""
-    cmd = [cli, "submit", *target_args, "--m", str(m), "--n", str(n), "--k", str(k), "--repeat", str(repeat + 1),
-           "--json", "--seed", "1"]
-    if connections:
-        cmd += ["--connections", str(connections)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if run.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed: {run.stderr}")
-    walls = json.loads(run.stdout.strip().splitlines()[-1])["client"]["total_ms_all"][1:]
-    return statistics.median(walls)
+    """Median client wall ms of `repeat` requests after one warm-up, from sgemm-client submit --json, and
+    its CPU ms per request: the CPU time of a run of 1 + repeat requests less that of a run of 1 (which
+    takes away start-up and making the random matrices), over repeat."""
+
+    def run(count):
+        cmd = [cli, "submit", *target_args, "--m", str(m), "--n", str(n), "--k", str(k), "--repeat", str(count),
+               "--json", "--seed", "1"]
+        if connections:
+            cmd += ["--connections", str(connections)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed: {done.stderr}")
+        cpu_ms = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e3
+        return json.loads(done.stdout.strip().splitlines()[-1])["client"], cpu_ms
+
+    _, base_cpu = run(1)
+    out, cpu = run(repeat + 1)
+    return statistics.median(out["total_ms_all"][1:]), max(0.0, cpu - base_cpu) / repeat
 
 
 def main():
@@ -108,22 +122,25 @@ def main():
     print("verified: Python (1 and 4 connections, shm scratch, shm regions) and sgemm-client --verify", flush=True)
 
     results = []  # (kind, client, path, round, wall_ms, cpu_ms)
+    early_c = {}  # (kind, connections): Python requests whose first rows of C came before their upload ended
     for rnd in range(args.rounds):
         for kind, shape in SHAPES.items():
             m, n, k = shape(n0)
             a, b = mats[kind]
             for c in (1, 4):
-                wall, cpu = python_runs(tcp[c], a, b, args.repeat)
+                wall, cpu, early = python_runs(tcp[c], a, b, args.repeat)
                 results.append((kind, "python", f"grpc {c}", rnd, wall, cpu))
-                wall = cpp_runs(args.cli, ["--server", args.server, "--transport", "grpc"], m, n, k, c, args.repeat)
-                results.append((kind, "c++", f"grpc {c}", rnd, wall, None))
+                early_c[(kind, c)] = early_c.get((kind, c), 0) + early
+                wall, cpu = cpp_runs(args.cli, ["--server", args.server, "--transport", "grpc"], m, n, k, c,
+                                     args.repeat)
+                results.append((kind, "c++", f"grpc {c}", rnd, wall, cpu))
             if kind == "e2e":
-                wall, cpu = python_runs(unix, a, b, args.repeat)
+                wall, cpu, _ = python_runs(unix, a, b, args.repeat)
                 results.append((kind, "python", "shm scratch (copies)", rnd, wall, cpu))
-                wall, cpu = python_runs(unix, x, y, args.repeat, out=z)
+                wall, cpu, _ = python_runs(unix, x, y, args.repeat, out=z)
                 results.append((kind, "python", "shm regions (no copy)", rnd, wall, cpu))
-                wall = cpp_runs(args.cli, ["--unix", args.unix], m, n, k, 0, args.repeat)
-                results.append((kind, "c++", "shm scratch (copies)", rnd, wall, None))
+                wall, cpu = cpp_runs(args.cli, ["--unix", args.unix], m, n, k, 0, args.repeat)
+                results.append((kind, "c++", "shm scratch (copies)", rnd, wall, cpu))
             for r in results[-6 if kind == "e2e" else -4:]:
                 print(r, flush=True)
 
@@ -141,6 +158,9 @@ def main():
         cpu = [r[5] for r in rows if r[5] is not None]
         print(f"| {kind} {m}x{n}x{k} | {path} | {client} | {', '.join(f'{w:.1f}' for w in walls)} | "
               f"{min(rates):.0f}-{max(rates):.0f} | {'-' if not cpu else f'{min(cpu):.1f}-{max(cpu):.1f}'} |")
+    for (kind, c), count in early_c.items():
+        print(f"python {kind} over {c} connection(s): {count} of {args.rounds * args.repeat} timed requests had "
+              "rows of C back before their upload ended")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([dict(zip(("shape", "client", "path", "round", "wall_ms", "cpu_ms"), r)) for r in results], f,
