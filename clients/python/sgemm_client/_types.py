@@ -37,6 +37,9 @@ class Handle(str):
         h.placement = placement
         return h
 
+    def __reduce__(self):
+        return Handle, (str(self), self.shape, self.placement)
+
 
 class Summary:
     """The server's sgemm.v1.MultiplySummary (each of its fields reads as an attribute: backend, kernel,
