@@ -27,7 +27,8 @@ from ._proto import sgemm_pb2 as pb2
 from ._proto import sgemm_pb2_grpc as pb2_grpc
 from ._request import Matrix, Receiver, Request, as_matrix, first_failure, handles_without_shape
 from ._types import Handle, SgemmError, Summary, error_of
-from .client import TRANSPORTS, Retry, Shape, deadline_of, remaining, resolve_transport, shape_tuple
+from .client import (TRANSPORTS, Retry, Shape, _timeout_within, deadline_of, remaining, resolve_transport,
+                     shape_tuple)
 from .regions import RegionTable, SharedRegion
 
 __all__ = ["Client"]
@@ -89,9 +90,9 @@ class Client:
     async def serving(self, service: str = "", timeout: float = 3.0) -> bool:
         return await self.health(service, timeout) == "SERVING"
 
-    async def transport(self) -> str:
+    async def transport(self, timeout: float = 10.0) -> str:
         if self._transport is None:
-            available = (await self.info()).regions_available if self._cfg.unix and \
+            available = (await self.info(timeout)).regions_available if self._cfg.unix and \
                 self._want_transport != "grpc" else False
             self._transport = resolve_transport(self._want_transport, self._cfg.unix, lambda: available)
         return self._transport
@@ -105,11 +106,12 @@ class Client:
         t0 = time.monotonic()
         deadline = deadline_of(timeout)
         if handles_without_shape((a, b, c), self._handle_shapes):
-            await self.list(timeout=remaining(deadline) if deadline is not None else 10.0)
+            await self.list(timeout=_timeout_within(deadline))
         req = Request(a, b, c, alpha, beta, precision=precision, kernel=kernel, split=split, trace=trace, keep=keep,
                       keep_evictable=keep_evictable, send_c=send_c, out=out,
                       connections=self.connections if connections is None else connections,
-                      chunk_bytes=self.chunk_bytes, transport=await self.transport(), regions=self._regions,
+                      chunk_bytes=self.chunk_bytes, transport=await self.transport(_timeout_within(deadline)),
+                      regions=self._regions,
                       handle_shapes=dict(self._handle_shapes))
         once = self._through_scratch if req.mode == "scratch" else self._stream
         attempt = 0
@@ -228,7 +230,7 @@ class Client:
                   timeout: Optional[float] = None) -> Handle:
         deadline = deadline_of(timeout)
         header = pb2.PutMatrixHeader(evictable=evictable, label=label)
-        ref = self._regions.ref(matrix) if await self.transport() == "shm" else None
+        ref = self._regions.ref(matrix) if await self.transport(_timeout_within(deadline)) == "shm" else None
         flat = None
         if ref is not None:
             rows, cols = matrix.shape
@@ -267,17 +269,17 @@ class Client:
             self._handle_shapes[mi.handle] = (mi.rows, mi.cols)
         return resp
 
-    async def empty(self, shape: Shape) -> np.ndarray:
+    async def empty(self, shape: Shape, timeout: float = 60.0) -> np.ndarray:
         shape = shape_tuple(shape)
         self._need_unix()
-        region = await self._create_region(int(np.prod(shape)) * 4, None)
+        region = await self._create_region(int(np.prod(shape)) * 4, deadline_of(timeout))
         self._regions.add(region)
         return region.array(shape)
 
-    async def register(self, shm: Any, shape: Optional[Shape] = None) -> np.ndarray:
+    async def register(self, shm: Any, shape: Optional[Shape] = None, timeout: float = 60.0) -> np.ndarray:
         self._need_unix()
         region = SharedRegion.attach(shm)
-        await self._register_on_server(region, None)
+        await self._register_on_server(region, deadline_of(timeout))
         self._regions.add(region)
         return region.array(shape_tuple(shape) if shape is not None else (region.nbytes // 4,))
 
@@ -308,7 +310,7 @@ class Client:
 
     async def _register_on_server(self, region: SharedRegion, deadline: Optional[float]) -> None:
         req = pb2.RegisterRegionRequest(name=region.name, shm_name=region.shm_name, byte_size=region.nbytes)
-        await self._unary(self._stub.RegisterRegion, req, remaining(deadline) if deadline is not None else 60.0)
+        await self._unary(self._stub.RegisterRegion, req, _timeout_within(deadline, 60.0))
 
     async def _unary(self, method, request, timeout: Optional[float]):
         try:

@@ -68,6 +68,12 @@ def remaining(deadline: Optional[float]) -> Optional[float]:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+def _timeout_within(deadline: Optional[float], default: float = 10.0) -> float:
+    """A side call's timeout (shape lookup, transport check, registration): what is left of the caller's
+    deadline, else `default`."""
+    return default if deadline is None else max(0.0, deadline - time.monotonic())
+
+
 def deadline_of(timeout: Optional[float]) -> Optional[float]:
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
@@ -158,12 +164,13 @@ class Client:
         """True when the server (or `service`) reports SERVING."""
         return self.health(service, timeout) == "SERVING"
 
-    def transport(self) -> str:
+    def transport(self, timeout: float = 10.0) -> str:
         """How multiply() moves ordinary arrays here: "shm" or "grpc" (transport "auto" asks the server once)."""
         with self._lock:
             if self._transport is not None:
                 return self._transport
-        resolved = resolve_transport(self._want_transport, self._cfg.unix, lambda: self.info().regions_available)
+        resolved = resolve_transport(self._want_transport, self._cfg.unix,
+                                     lambda: self.info(timeout).regions_available)
         with self._lock:
             self._transport = resolved
         return resolved
@@ -194,7 +201,8 @@ class Client:
         req = Request(a, b, c, alpha, beta, precision=precision, kernel=kernel, split=split, trace=trace, keep=keep,
                       keep_evictable=keep_evictable, send_c=send_c, out=out,
                       connections=self.connections if connections is None else connections,
-                      chunk_bytes=self.chunk_bytes, transport=self.transport(), regions=self._regions,
+                      chunk_bytes=self.chunk_bytes, transport=self.transport(_timeout_within(deadline)),
+                      regions=self._regions,
                       handle_shapes=self._shapes())
         once = self._through_scratch if req.mode == "scratch" else self._stream
         receiver, attempts = self._with_retries(lambda: once(req, deadline), deadline)
@@ -324,7 +332,7 @@ class Client:
         (least recently used first) when it needs room; label: shown by list()."""
         deadline = deadline_of(timeout)
         header = pb2.PutMatrixHeader(evictable=evictable, label=label)
-        ref = self._regions.ref(matrix) if self.transport() == "shm" else None
+        ref = self._regions.ref(matrix) if self.transport(_timeout_within(deadline)) == "shm" else None
         if ref is not None:
             rows, cols = matrix.shape
             header.region.region, header.region.offset, header.region.ld = ref[0].name, ref[1], ref[2]
@@ -374,26 +382,26 @@ class Client:
 
     def _learn_shapes(self, operands: Sequence[Any], deadline: Optional[float]) -> None:
         if handles_without_shape(operands, self._shapes()):
-            self.list(timeout=remaining(deadline) if deadline is not None else 10.0)
+            self.list(timeout=_timeout_within(deadline))
 
     # ---- shared-memory regions (the server's Unix socket) ----
-    def empty(self, shape: Shape) -> np.ndarray:
+    def empty(self, shape: Shape, timeout: float = 60.0) -> np.ndarray:
         """A new float32 array (zero-filled) in a shared-memory region registered with the server: multiply()
         and put() name it, and its views, in place. Needs a unix: target. The registration lives as long as
         the connection (Clients of one process share theirs to a target); the memory as long as the array."""
         shape = shape_tuple(shape)
         self._need_unix()
-        region = self._create_region(int(np.prod(shape)) * 4, None)
+        region = self._create_region(int(np.prod(shape)) * 4, deadline_of(timeout))
         self._regions.add(region)
         return region.array(shape)
 
-    def register(self, shm: Any, shape: Optional[Shape] = None) -> np.ndarray:
+    def register(self, shm: Any, shape: Optional[Shape] = None, timeout: float = 60.0) -> np.ndarray:
         """Registers memory that is already shared (a multiprocessing.shared_memory.SharedMemory, or a POSIX
         shared-memory name "/name" with read and write for this user) and returns a float32 array over it
         (`shape`, default all of it, 1-D). The caller keeps ownership of the object and its name."""
         self._need_unix()
         region = SharedRegion.attach(shm)
-        self._register_on_server(region, None)
+        self._register_on_server(region, deadline_of(timeout))
         self._regions.add(region)
         return region.array(shape_tuple(shape) if shape is not None else (region.nbytes // 4,))
 
@@ -426,7 +434,7 @@ class Client:
 
     def _register_on_server(self, region: SharedRegion, deadline: Optional[float]) -> None:
         req = pb2.RegisterRegionRequest(name=region.name, shm_name=region.shm_name, byte_size=region.nbytes)
-        self._unary(self._stub.RegisterRegion, req, remaining(deadline) if deadline is not None else 60.0)
+        self._unary(self._stub.RegisterRegion, req, _timeout_within(deadline, 60.0))
 
     def _unregister_quietly(self, region: SharedRegion) -> None:
         try:
