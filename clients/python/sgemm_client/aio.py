@@ -92,8 +92,14 @@ class Client:
 
     async def transport(self, timeout: float = 10.0) -> str:
         if self._transport is None:
-            available = (await self.info(timeout)).regions_available if self._cfg.unix and \
-                self._want_transport != "grpc" else False
+            available = False
+            if self._cfg.unix and self._want_transport != "grpc":
+                try:
+                    available = (await self.info(timeout)).regions_available
+                except SgemmError:
+                    if self._want_transport == "shm":
+                        raise
+                    return "grpc"  # not resolved (the server is not reachable yet): the request says so
             self._transport = resolve_transport(self._want_transport, self._cfg.unix, lambda: available)
         return self._transport
 
@@ -124,7 +130,7 @@ class Client:
             attempt += 1
             self.unavailable_retries += 1
             await asyncio.sleep(pause)
-        if keep and not send_c:
+        if keep:
             self._handle_shapes[receiver.summary.result_handle] = (req.m, req.n)
         return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempt + 1)
 

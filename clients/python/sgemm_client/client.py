@@ -169,8 +169,13 @@ class Client:
         with self._lock:
             if self._transport is not None:
                 return self._transport
-        resolved = resolve_transport(self._want_transport, self._cfg.unix,
-                                     lambda: self.info(timeout).regions_available)
+        try:
+            resolved = resolve_transport(self._want_transport, self._cfg.unix,
+                                         lambda: self.info(timeout).regions_available)
+        except SgemmError:
+            if self._want_transport == "shm":
+                raise
+            return "grpc"  # not resolved (the server is not reachable yet): the request itself says so, or retries
         with self._lock:
             self._transport = resolved
         return resolved
@@ -206,7 +211,7 @@ class Client:
                       handle_shapes=self._shapes())
         once = self._through_scratch if req.mode == "scratch" else self._stream
         receiver, attempts = self._with_retries(lambda: once(req, deadline), deadline)
-        if keep and not send_c:
+        if keep:
             with self._lock:
                 self._handle_shapes[receiver.summary.result_handle] = (req.m, req.n)
         return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempts)

@@ -144,6 +144,13 @@ class Regions(unittest.TestCase):
             shm.close()
             shm.unlink()
 
+    def test_a_socket_with_no_server_yet_is_retried_as_unavailable(self):
+        with sgemm_client.Client(f"unix:{self.server.dir}/nobody.sock", retries=2, backoff_s=0.01) as cl:
+            with self.assertRaises(sgemm_client.SgemmError) as e:
+                cl.multiply(np.ones((2, 2)), np.ones((2, 2)), timeout=10)
+            self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertEqual(cl.unavailable_retries, 2)
+
     def test_another_clients_regions_are_not_usable(self):
         d = self.server.dir / "tokens"
         d.mkdir(exist_ok=True)
