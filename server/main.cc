@@ -6,11 +6,10 @@
 // SIGINT/SIGTERM: stop accepting, let requests in flight finish within
 // --shutdown-grace, cancel the rest, exit 0 (docs/lifecycle.md).
 // SIGHUP: reload the TLS certificate, key and client CA (docs/security.md).
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/server_posix.h>
-#include <spdlog/fmt/ranges.h>
+//
+// This file is the command line: flags into sgemm::ServerOptions
+// (server/app/server.h), the logs, the engine through the engine factory, and
+// signals turned into Server calls. The Server does the rest.
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -19,20 +18,14 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <thread>
 
-#include "server/cluster/cluster_engine.h"
-#include "server/cluster/coordinator.h"
-#include "server/cluster/member.h"
+#include "server/app/server.h"
 #include "server/engine/engine_factory.h"
-#include "server/service/sgemm_service.h"
-#include "server/service/tls_credentials.h"
-#include "server/service/unix_connections.h"
 
 #ifndef SGEMM_VERSION
 #define SGEMM_VERSION "dev"
@@ -47,31 +40,16 @@ extern "C" void on_stop_signal(int sig) {
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);  // async-signal-safe
 }
 
-struct ServerOptions {
-  std::vector<std::string> listen{"0.0.0.0:50051"};  // address:port (port 0 picks a free one, see --port-file)
-                                                     // or unix:PATH (shared-memory regions); repeatable
-  std::string devices = "all";                       // "all" or a comma list of CUDA ordinals
-  std::string backend = "auto";                      // auto | cuda | cpu
-  std::string kernel;                                // pingpong | cublas; "" = the engine's default
-  std::string log_dir;                               // request log and timings.jsonl go here; "" = stdout only
-  std::string port_file;                             // write the bound port here once listening (tests, orchestration)
+// What the flags fill: the Server's options, and what main() uses itself to
+// open the logs and build the engine.
+struct CommandLine : sgemm::ServerOptions {
+  std::string devices = "all";   // "all" or a comma list of CUDA ordinals
+  std::string backend = "auto";  // auto | cuda | cpu
+  std::string kernel;            // pingpong | cublas; "" = the engine's default
+  std::string log_dir;           // request log and timings.jsonl go here; "" = stdout only
   std::string log_level = "info";
-  sgemm::ServiceOptions service;         // limits, queue, memory budget, idle timeout, response chunk size
-  sgemm::TlsOptions tls;                 // --tls-cert/--tls-key/--tls-client-ca; none = plaintext
-  std::string auth_tokens;               // --auth-tokens: JSON file of bearer tokens and quotas; "" = no tokens
-  int cpu_threads = 0;                   // OpenBLAS threads for the cpu backend; 0 = all cores
-  double idle_timeout_s = 30;            // --idle-timeout, into service.idle_timeout
-  double connection_idle_s = 300;        // a connection with no call open this long is closed (GOAWAY); 0 = never
-  double feed_wait_budget_s = 1;         // --feed-wait-budget, into service.feed_wait_budget
-  double shutdown_grace_s = 30;          // on SIGTERM, how long requests in flight may take to finish
-  double collective_timeout_s = 60;      // a split job's NCCL collectives must finish within this
-  int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
-  // gRPC's own buffers (a grpc::ResourceQuota over every connection): gRPC
-  // 1.51 buffers a message whole before --max-message-bytes is checked, even
-  // one that never completes, and outside the memory budget; near this size it
-  // shrinks windows and closes the connections that hold the most. 0 = unlimited.
-  int64_t grpc_memory_bytes = int64_t{1} << 30;
-  std::string metrics_listen;  // Prometheus /metrics on this address:port; "" = none
+  int cpu_threads = 0;               // OpenBLAS threads for the cpu backend; 0 = all cores
+  double collective_timeout_s = 60;  // a split job's NCCL collectives must finish within this
   // Page-locked memory pinned at start-up for request buffers (cuda backend):
   // 4 GiB holds one 16384^3 request's A, B and C; 0 = pin buffers as they come.
   int64_t pinned_pool_bytes = int64_t(4) << 30;
@@ -79,14 +57,8 @@ struct ServerOptions {
   // memory (cpu) that PutMatrix and kept results may hold; 0 = the engine's
   // default (8 GiB per GPU, 1 GiB on cpu).
   int64_t resident_bytes = 0;
-  bool no_warm_up = false;             // skip the start-up warm-up (to measure what it saves)
-  bool no_kernel_autotune = false;     // the measured table alone picks the fp32 kernel (docs/engine.md)
-  std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
-  std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster
-  std::string join;                    // member: the coordinator's cluster address; "" = not a member
-  std::string cluster_name;            // this process's name in a cluster; "" = the host name
-  bool cluster_always = false;         // coordinator: every fp32 request over the cluster (benchmarks)
-  double cluster_timeout_s = 60;       // building a communicator; a member's answer to a job (x10)
+  bool no_warm_up = false;          // skip the start-up warm-up (to measure what it saves)
+  bool no_kernel_autotune = false;  // the measured table alone picks the fp32 kernel (docs/engine.md)
 };
 
 sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
@@ -146,7 +118,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  ServerOptions opt;
+  CommandLine opt;
   CLI::App app{"sgemm-server: multi-GPU SGEMM over gRPC (sgemm.v1)"};
   app.add_option("--listen", opt.listen,
                  "address:port to serve on, or unix:PATH for local callers (shared-memory regions); repeat for "
@@ -288,15 +260,14 @@ int main(int argc, char** argv) {
 
   // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
   std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stdout_color_sink_mt>()};
-  std::shared_ptr<spdlog::logger> timing_log;
   try {
     if (!opt.log_dir.empty()) {
       std::filesystem::create_directories(opt.log_dir);
       sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(opt.log_dir + "/sgemm-server.log"));
       auto timing_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(opt.log_dir + "/timings.jsonl");
       timing_sink->set_pattern("%v");
-      timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
-      timing_log->flush_on(spdlog::level::info);
+      opt.timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
+      opt.timing_log->flush_on(spdlog::level::info);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sgemm-server: cannot open logs in --log-dir %s: %s\n", opt.log_dir.c_str(), e.what());
@@ -308,6 +279,7 @@ int main(int argc, char** argv) {
   // whoever turns those on is watching the log).
   log->flush_on(std::min(log->level(), spdlog::level::info));
   spdlog::set_default_logger(log);
+  opt.log = log;
   if (const auto [before, after] = raise_open_files_limit(); after != before)
     log->info("open files: soft limit raised from {} to {} (every connection is a descriptor)", before, after);
 
@@ -319,192 +291,42 @@ int main(int argc, char** argv) {
   eopt.warm_up = !opt.no_warm_up;
   eopt.kernel_autotune = !opt.no_kernel_autotune;
   if (opt.resident_bytes > 0) eopt.resident_bytes = opt.resident_bytes;
-  if (!opt.service.trace_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(opt.service.trace_dir, ec);
-    if (ec) {
-      log->error("--trace-dir {}: {}", opt.service.trace_dir, ec.message());
-      return 2;
-    }
-  }
-  const auto t_engine = std::chrono::steady_clock::now();
   eopt.collective_timeout_s = opt.collective_timeout_s;
   eopt.log = [log](std::string_view msg) { log->info("engine: {}", msg); };
   if (auto st = parse_devices(opt.devices, &eopt.devices); !st.ok()) {
     log->error("{}", st.message());
     return 2;
   }
-  auto built = sgemm::make_engine(eopt);
-  if (!built.ok()) {
-    log->error("cannot start the {} backend: {}", opt.backend, built.status().to_string());
-    return 1;
-  }
-  if (built->fell_back) {
-    log->warn("**************************************************************");
-    log->warn("* {}", built->note);
-    log->warn("* Requests are computed on the CPU: expect GFLOP/s, not TFLOP/s.");
-    log->warn("**************************************************************");
-  } else {
-    log->info("{}", built->note);
-  }
-  log->info("engine ready in {:.0f} ms",
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_engine).count());
-  // Cluster mode (docs/cluster.md): this process's GPUs are NCCL ranks of a
-  // communicator over several servers; gRPC carries the control messages.
-  std::unique_ptr<sgemm::ClusterDataPlane> cluster_plane;
-  std::unique_ptr<sgemm::ClusterCoordinator> coordinator;
-  std::unique_ptr<sgemm::ClusterMember> member;
-  std::unique_ptr<grpc::Server> cluster_server;
-  std::unique_ptr<sgemm::Engine> served = std::move(built->engine);
-  if (!opt.cluster_listen.empty() || !opt.join.empty()) {
-    auto plane = sgemm::make_cluster_plane(eopt);
-    if (!plane.ok()) {
-      log->error("cluster mode needs GPUs: {}", plane.status().to_string());
-      return 1;
-    }
-    cluster_plane = std::move(plane).value();
-    sgemm::ClusterOptions copt;
-    copt.host = opt.cluster_name;
-    if (copt.host.empty()) {
-      char name[256] = {};
-      gethostname(name, sizeof name - 1);
-      copt.host = name;
-    }
-    copt.always = opt.cluster_always;
-    copt.connect_timeout_ms = int64_t(opt.cluster_timeout_s * 1000);
-    copt.job_timeout_ms = 10 * copt.connect_timeout_ms;
-    copt.log = [log](std::string_view msg) { log->info("{}", msg); };
-    if (!opt.cluster_listen.empty()) {
-      coordinator = std::make_unique<sgemm::ClusterCoordinator>(*cluster_plane, copt);
-      grpc::ServerBuilder cb;
-      int cport = 0;
-      cb.AddListeningPort(opt.cluster_listen, grpc::InsecureServerCredentials(), &cport);
-      cb.RegisterService(coordinator.get());
-      cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-      cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-      cb.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-      cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-      cluster_server = cb.BuildAndStart();
-      if (!cluster_server || cport == 0) {
-        log->error("cannot listen for cluster members on {}", opt.cluster_listen);
-        return 1;
-      }
-      log->info("cluster coordinator '{}' on {} (port {}): members join with --join", copt.host, opt.cluster_listen,
-                cport);
-      served = sgemm::make_cluster_engine(std::move(served), *coordinator);
+  opt.make_engine = [eopt, log, backend = opt.backend]() -> sgemm::StatusOr<std::unique_ptr<sgemm::Engine>> {
+    const auto t_engine = std::chrono::steady_clock::now();
+    auto built = sgemm::make_engine(eopt);
+    if (!built.ok())
+      return sgemm::Status(built.status().code(),
+                           "cannot start the " + backend + " backend: " + built.status().to_string());
+    if (built->fell_back) {
+      log->warn("**************************************************************");
+      log->warn("* {}", built->note);
+      log->warn("* Requests are computed on the CPU: expect GFLOP/s, not TFLOP/s.");
+      log->warn("**************************************************************");
     } else {
-      member = std::make_unique<sgemm::ClusterMember>(*cluster_plane, opt.join, copt);
-      member->start();
-      log->info("cluster member '{}' joining {}", copt.host, opt.join);
+      log->info("{}", built->note);
     }
-  }
-  sgemm::Engine& engine = *served;
-  for (const auto& d : engine.info().devices)
-    log->info("device {}: {} ({} SMs, {:.1f} GiB)", d.index, d.name, d.sm_count, d.memory_bytes / 1073741824.0);
-
-  opt.service.idle_timeout = std::chrono::milliseconds(int64_t(opt.idle_timeout_s * 1000));
-  opt.service.feed_wait_budget = std::chrono::milliseconds(int64_t(opt.feed_wait_budget_s * 1000));
-  if (opt.service.host_memory_bytes == 0) opt.service.host_memory_bytes = sgemm::default_host_memory_bytes();
-  opt.service.version = SGEMM_VERSION;
-  opt.service.backends = sgemm::built_backends();
-  std::unique_ptr<sgemm::TlsCredentials> tls;
-  if (opt.tls.enabled()) {
-    auto made = sgemm::TlsCredentials::create(opt.tls);
-    if (!made.ok()) {
-      log->error("{}", made.status().message());
-      return 2;
-    }
-    tls = std::move(made).value();
-  }
-  if (!opt.auth_tokens.empty()) {
-    auto loaded = sgemm::ClientAuth::load(opt.auth_tokens);
-    if (!loaded.ok()) {
-      log->error("{}", loaded.status().message());
-      return 2;
-    }
-    log->info("bearer tokens required: {} clients in {}", (*loaded)->size(), opt.auth_tokens);
-    opt.service.auth = std::move(loaded).value();
-  }
-  // GPU faults: the health service says NOT_SERVING once no device is left.
-  std::atomic<grpc::HealthCheckServiceInterface*> health{nullptr};
-  opt.service.on_serving_change = [&health, log](bool serving) {
-    if (!serving) log->error("no healthy device left: health is NOT_SERVING");
-    if (auto* h = health.load()) h->SetServingStatus(serving);
+    log->info("engine ready in {:.0f} ms",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_engine).count());
+    return std::move(built->engine);
   };
-  sgemm::SgemmService service(engine, opt.service, log, timing_log);
-  if (!opt.metrics_listen.empty()) {
-    auto metrics_port = service.start_metrics(opt.metrics_listen);
-    if (!metrics_port.ok()) {
-      log->error("{}", metrics_port.status().message());
-      return 1;
-    }
-    log->info("metrics at http://{}/metrics (port {})", opt.metrics_listen, *metrics_port);
-  }
+  opt.make_cluster_plane = [eopt] { return sgemm::make_cluster_plane(eopt); };
+  opt.version = SGEMM_VERSION;
+  opt.service.backends = sgemm::built_backends();
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  // TCP addresses go to gRPC (TLS when configured); unix:PATH sockets (plaintext: the peer's credentials are checked)
-  // are accepted by us (their peers' credentials decide region rights) and handed to gRPC per connection.
-  std::vector<std::string> tcp, unix_paths;
-  for (const auto& l : opt.listen) (l.rfind("unix:", 0) == 0 ? unix_paths : tcp).push_back(l);
-  std::vector<int> ports(tcp.size(), 0);
-  for (std::size_t i = 0; i < tcp.size(); ++i)
-    builder.AddListeningPort(tcp[i], sgemm::listener_credentials(tcp[i], tls.get()), &ports[i]);
-  std::vector<std::unique_ptr<sgemm::UnixListener>> unix_listeners;
-  for (const auto& u : unix_paths) {
-    auto l = sgemm::UnixListener::listen(u.substr(5));
-    if (!l.ok()) {
-      log->error("{}", l.status().to_string());
-      return 1;
-    }
-    unix_listeners.push_back(std::move(l).value());
+  // Bad options and files exit 2; an engine, listener or endpoint that cannot start exits 1.
+  auto created = sgemm::Server::create(std::move(static_cast<sgemm::ServerOptions&>(opt)));
+  sgemm::Status started = created.ok() ? (*created)->start() : created.status();
+  if (!started.ok()) {
+    log->error("{}", started.message());
+    return started.code() == sgemm::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(int(opt.service.max_message_bytes));
-  for (const std::string& kv : opt.grpc_args) {
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      std::fprintf(stderr, "sgemm-server: --grpc-arg takes NAME=INT, not '%s'\n", kv.c_str());
-      return 2;
-    }
-    builder.AddChannelArgument(kv.substr(0, eq), std::stoi(kv.substr(eq + 1)));
-  }
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt.max_streams_per_connection);
-  if (opt.connection_idle_s > 0)
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, int(std::min(opt.connection_idle_s * 1000, 2e9)));
-  grpc::ResourceQuota quota("sgemm-server");
-  if (opt.grpc_memory_bytes > 0) {
-    quota.Resize(std::size_t(opt.grpc_memory_bytes));
-    builder.SetResourceQuota(quota);
-  }
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || std::count(ports.begin(), ports.end(), 0) > 0) {
-    log->error("cannot listen on {}", fmt::format("{}", fmt::join(tcp, ", ")));
-    return 1;
-  }
-  const int port = ports.empty() ? 0 : ports[0];  // the first TCP address's, for the log and --port-file
-  for (auto& l : unix_listeners)
-    l->start(service.connections(), [&server](int fd) { grpc::AddInsecureChannelFromFd(server.get(), fd); });
-  // Health answers for the whole server ("") and for the service by name.
-  server->GetHealthCheckService()->SetServingStatus(sgemm::v1::Sgemm::service_full_name(), true);
-  health = server->GetHealthCheckService();
-  log->info(
-      "sgemm-server {} listening on {} (port {}, {}), backend {}, max {} in flight + {} queued, host memory budget "
-      "{:.2f} GiB, region budget {:.2f} GiB, idle timeout {} s",
-      SGEMM_VERSION, fmt::format("{}", fmt::join(opt.listen, ", ")), port,
-      !tls                                 ? "plaintext"
-      : tls->requires_client_certificate() ? "TCP: TLS, client certificates required"
-                                           : "TCP: TLS",
-      engine.info().backend, opt.service.max_in_flight, opt.service.max_queued,
-      opt.service.host_memory_bytes / 1073741824.0,
-      (opt.service.region_bytes ? opt.service.region_bytes : sgemm::default_host_memory_bytes() / 2) / 1073741824.0,
-      opt.idle_timeout_s);
-  if (!opt.port_file.empty()) {
-    const std::string tmp = opt.port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::filesystem::rename(tmp, opt.port_file);  // appears whole, never half-written
-  }
+  sgemm::Server& server = **created;
 
   std::thread waiter([&] {
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
@@ -514,38 +336,20 @@ int main(int argc, char** argv) {
       }
       if (sig != SIGHUP) break;
       // SIGHUP: new handshakes get the new files; open connections and their requests carry on.
-      if (!tls) {
+      if (!server.has_tls()) {
         log->info("SIGHUP: no TLS files to reload");
-      } else if (auto st = tls->reload(); st.ok()) {
-        log->info("SIGHUP: TLS certificate reloaded; new connections get it within {} s", opt.tls.refresh_interval_s);
+      } else if (auto st = server.reload_tls(); st.ok()) {
+        log->info("SIGHUP: TLS certificate reloaded; new connections get it within {} s",
+                  server.options().tls.refresh_interval_s);
       } else {
         log->error("SIGHUP: TLS files not reloaded, the previous ones stay in use: {}", st.message());
       }
     }
-    using namespace std::chrono;
-    const auto grace = milliseconds(int64_t(opt.shutdown_grace_s * 1000));
     log->info("signal {} received: refusing new requests, finishing those in flight (up to {} s)", sig,
-              opt.shutdown_grace_s);
-    server->GetHealthCheckService()->Shutdown();  // NOT_SERVING for every name
-    // The service refuses new calls (UNAVAILABLE) and ends streams that carry
-    // no request; requests under way get the grace, then are cancelled.
-    service.begin_shutdown();
-    if (!service.wait_for_no_calls(steady_clock::now() + grace)) {
-      log->warn("shutdown grace ({} s) over: cancelling the requests still open", opt.shutdown_grace_s);
-      service.cancel_all(sgemm::Unavailable("server shut down before this request finished (--shutdown-grace " +
-                                            fmt::format("{}", opt.shutdown_grace_s) + " s); retry"));
-      service.wait_for_no_calls(steady_clock::now() + seconds(2));
-    }
-    // Nothing of ours is left: a short deadline, after which gRPC drops idle
-    // connections instead of waiting for their clients to close them.
-    for (auto& l : unix_listeners) l->stop();
-    server->Shutdown(system_clock::now());
+              server.options().shutdown_grace_s);
+    server.shutdown();
   });
-  server->Wait();
+  server.wait();
   waiter.join();
-  if (member) member->stop();
-  if (coordinator) coordinator->shutdown();
-  if (cluster_server) cluster_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  log->info("sgemm-server stopped");
   return 0;
 }
