@@ -11,13 +11,13 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/in_process_server.h"
 
 namespace sgemm {
 namespace {
 
 namespace v1 = ::sgemm::v1;
-using testing::ServerProcess;
+using testing::InProcessServer;
 
 v1::MultiplyRequest header_msg(int64_t m, int64_t n, int64_t k, bool has_c = false) {
   v1::MultiplyRequest r;
@@ -42,7 +42,10 @@ v1::MultiplyRequest chunk_msg(v1::Matrix m, int64_t offset, int64_t count, int e
 class BadInputE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess({"--max-matrix-elements", "1000000", "--log-lines-per-second", "0"});
+    server_ = new InProcessServer([](ServerOptions& o, EngineOptions&) {
+      o.service.limits.max_matrix_elements = 1000000;
+      o.service.log_lines_per_second = 0;
+    });
     ASSERT_TRUE(server_->running()) << server_->log();
   }
   static void TearDownTestSuite() {
@@ -82,11 +85,11 @@ class BadInputE2E : public ::testing::Test {
     testing::expect_released(*client, "request buffers leaked");
   }
 
-  static ServerProcess* server_;
+  static InProcessServer* server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Sgemm::Stub> stub_;
 };
-ServerProcess* BadInputE2E::server_ = nullptr;
+InProcessServer* BadInputE2E::server_ = nullptr;
 
 using grpc::StatusCode;
 
@@ -207,7 +210,10 @@ TEST_F(BadInputE2E, AMatrixInOneOversizedMessageIsToldToChunkWithTheLimit) {
 TEST(BadInputOverMessageCapE2E, AMessageOverTheMessageCapIsRefusedByGrpcAndTheLogSaysWhatItMayBe) {
   // Over --max-message-bytes gRPC answers by itself, before the service sees a
   // byte; the log cannot know why the call ended, and says what it may be.
-  ServerProcess server({"--max-message-bytes", std::to_string(4 << 20), "--log-lines-per-second", "0"});
+  InProcessServer server([](ServerOptions& o, EngineOptions&) {
+    o.service.max_message_bytes = 4 << 20;
+    o.service.log_lines_per_second = 0;
+  });
   ASSERT_TRUE(server.running()) << server.log();
   auto channel = grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = v1::Sgemm::NewStub(channel);

@@ -9,12 +9,12 @@
 
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/in_process_server.h"
 
 namespace sgemm {
 namespace {
 
-using testing::ServerProcess;
+using testing::InProcessServer;
 
 uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 
@@ -86,16 +86,16 @@ bool product_is_right(Client& client, const GemmShape& s, float alpha, float bet
 class MultiplyE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess();
+    server_ = new InProcessServer();
     ASSERT_TRUE(server_->running()) << server_->log();
   }
   static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0) << "server did not exit cleanly on SIGTERM";
+    EXPECT_EQ(server_->stop(), 0) << "server did not shut down cleanly";
     delete server_;
   }
-  static ServerProcess* server_;
+  static InProcessServer* server_;
 };
-ServerProcess* MultiplyE2E::server_ = nullptr;
+InProcessServer* MultiplyE2E::server_ = nullptr;
 
 TEST_F(MultiplyE2E, OddAndRoundShapesAgainstFp64Reference) {
   auto client = Client::connect(server_->address());
@@ -193,7 +193,10 @@ TEST_F(MultiplyE2E, EightClientsAtOnceAllCorrect) {
 // no product exceeds, whatever slot is idle is taken that way: concurrent
 // clients on both client drivers, odd shapes, C in and out, all against fp64.
 TEST(MultiplyInlineE2E, QuickProductsComputedOnTheReadingThreadAreRightUnderConcurrency) {
-  ServerProcess server({"--inline-compute-ms", "100000", "--max-in-flight", "2"});
+  InProcessServer server([](ServerOptions& o, EngineOptions&) {
+    o.service.inline_compute_ms = 100000;
+    o.service.max_in_flight = 2;
+  });
   ASSERT_TRUE(server.running()) << server.log();
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};

@@ -15,13 +15,13 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/in_process_server.h"
 
 namespace sgemm {
 namespace {
 
 namespace v1 = ::sgemm::v1;
-using testing::ServerProcess;
+using testing::InProcessServer;
 
 uint64_t fresh_seed() { return std::random_device{}() | (uint64_t(std::random_device{}()) << 32); }
 
@@ -45,7 +45,9 @@ std::vector<double> gemm_fp64(const std::vector<double>& a, const std::vector<do
 
 class ResidentE2E : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess({"--log-lines-per-second", "0"}); }
+  static void SetUpTestSuite() {
+    server_ = new InProcessServer([](ServerOptions& o, EngineOptions&) { o.service.log_lines_per_second = 0; });
+  }
   static void TearDownTestSuite() {
     EXPECT_EQ(server_->stop(), 0);
     delete server_;
@@ -67,10 +69,10 @@ class ResidentE2E : public ::testing::Test {
     return r->handle;
   }
 
-  static ServerProcess* server_;
+  static InProcessServer* server_;
   std::unique_ptr<Client> client_;
 };
-ServerProcess* ResidentE2E::server_ = nullptr;
+InProcessServer* ResidentE2E::server_ = nullptr;
 
 // A, B and C each sent or named by handle: all 8 combinations with an input C
 // and the 4 without, on an odd shape and a round one.
@@ -356,8 +358,10 @@ TEST_F(ResidentE2E, TheCliPutsListsMultipliesKeepsAndRemoves) {
 class ResidentBudgetE2E : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<ServerProcess>(
-        std::vector<std::string>{"--resident-bytes", std::to_string(3 * kBytes), "--log-lines-per-second", "0"});
+    server_ = std::make_unique<InProcessServer>([](ServerOptions& o, EngineOptions& e) {
+      e.resident_bytes = 3 * kBytes;
+      o.service.log_lines_per_second = 0;
+    });
     ASSERT_TRUE(server_->running()) << server_->log();
     ClientOptions o;
     o.retry.max_attempts = 1;
@@ -376,7 +380,7 @@ class ResidentBudgetE2E : public ::testing::Test {
     return r->handle;
   }
   static constexpr int64_t kBytes = 64 * 64 * 4;
-  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<InProcessServer> server_;
   std::unique_ptr<Client> client_;
   std::vector<float> m_ = random_matrix(64, 64, fresh_seed());
 };
@@ -415,8 +419,11 @@ TEST_F(ResidentBudgetE2E, EvictableMatricesGoLeastRecentlyUsedFirst) {
 // resident matrices is served correctly meanwhile; --idle-timeout ends them.
 TEST(ResidentStallingE2E, HeadersWithoutDataHoldNoBudgetAndEvictNothing) {
   constexpr int64_t kBytes = 64 * 64 * 4;
-  ServerProcess server(
-      {"--resident-bytes", std::to_string(3 * kBytes), "--idle-timeout", "2", "--log-lines-per-second", "0"});
+  InProcessServer server([&](ServerOptions& o, EngineOptions& e) {
+    e.resident_bytes = 3 * kBytes;
+    o.idle_timeout_s = 2;
+    o.service.log_lines_per_second = 0;
+  });
   ASSERT_TRUE(server.running()) << server.log();
   ClientOptions co;
   co.retry.max_attempts = 1;
@@ -519,7 +526,7 @@ TEST(ResidentAuthE2E, AnotherClientsHandleIsPermissionDeniedAndResidentBytesHave
                                          {"name": "bob", "token": "bob-token-0123456789abcdef00"},
                                          {"name": "carol", "token": "carol-token-0123456789abcdef",
                                           "max_resident_bytes": 300}]})";
-  ServerProcess server({"--auth-tokens", file});
+  InProcessServer server([&](ServerOptions& o, EngineOptions&) { o.auth_tokens = file; });
   ASSERT_TRUE(server.running()) << server.log();
   ClientOptions ao, bo;
   ao.token = "alice-token-0123456789abcdef";

@@ -45,7 +45,44 @@ inline std::string make_temp_dir() {
   return tmpl;
 }
 
-class ServerProcess {
+// The server's log, DIR/stdout.log, read by the tests (the process's stdout
+// and stderr, or the in-process server's logger: tests/e2e/in_process_server.h).
+class ServerLog {
+ public:
+  const std::string& dir() const { return dir_; }
+  std::string log() const {
+    std::ifstream f(dir_ + "/stdout.log");
+    return {std::istreambuf_iterator<char>(f), {}};
+  }
+  // Whether `text` appears in the log within `ms` (a failed request is logged
+  // just after its client has the status).
+  bool log_has(const std::string& text, int ms = 3000) const { return log_count_reaches(text, 1, ms); }
+  // How many times `text` appears in the log.
+  int log_count(const std::string& text) const {
+    const std::string all = log();
+    int n = 0;
+    for (auto at = all.find(text); at != std::string::npos; at = all.find(text, at + 1)) ++n;
+    return n;
+  }
+  // Whether `text` appears at least `times` times in the log within `ms`.
+  bool log_count_reaches(const std::string& text, int times, int ms = 3000) const {
+    for (int waited = 0;; waited += 10) {
+      if (log_count(text) >= times) return true;
+      if (waited >= ms) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  // SGEMM_E2E_TRANSPORT=shm: address() is the Unix socket, not TCP.
+  static bool shm_transport() {
+    const char* t = std::getenv("SGEMM_E2E_TRANSPORT");
+    return t && std::string(t) == "shm";
+  }
+
+ protected:
+  std::string dir_;
+};
+
+class ServerProcess : public ServerLog {
  public:
   // Extra flags after the defaults (127.0.0.1:0, a fresh log dir, SGEMM_E2E_BACKEND or auto).
   explicit ServerProcess(std::vector<std::string> extra = {}) {
@@ -87,34 +124,7 @@ class ServerProcess {
   std::string address() const { return shm_transport() ? unix_address() : tcp_address(); }
   std::string tcp_address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string unix_address() const { return "unix:" + dir_ + "/sgemm.sock"; }
-  static bool shm_transport() {
-    const char* t = std::getenv("SGEMM_E2E_TRANSPORT");
-    return t && std::string(t) == "shm";
-  }
   pid_t pid() const { return pid_; }
-  const std::string& dir() const { return dir_; }
-  std::string log() const {
-    std::ifstream f(dir_ + "/stdout.log");
-    return {std::istreambuf_iterator<char>(f), {}};
-  }
-  // Whether `text` appears in the log within `ms` (a failed request is logged
-  // just after its client has the status).
-  bool log_has(const std::string& text, int ms = 3000) const { return log_count_reaches(text, 1, ms); }
-  // How many times `text` appears in the log.
-  int log_count(const std::string& text) const {
-    const std::string all = log();
-    int n = 0;
-    for (auto at = all.find(text); at != std::string::npos; at = all.find(text, at + 1)) ++n;
-    return n;
-  }
-  // Whether `text` appears at least `times` times in the log within `ms`.
-  bool log_count_reaches(const std::string& text, int times, int ms = 3000) const {
-    for (int waited = 0;; waited += 10) {
-      if (log_count(text) >= times) return true;
-      if (waited >= ms) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
   // SIGTERM, then waits; returns the exit code (or 128+signal).
   int stop() {
     if (pid_ <= 0) return -1;
@@ -126,7 +136,6 @@ class ServerProcess {
   }
 
  private:
-  std::string dir_;
   pid_t pid_ = -1;
   int port_ = 0;
 };

@@ -1,0 +1,95 @@
+// Runs sgemm::Server (server/app/server.h) inside the test process, on
+// 127.0.0.1 with an ephemeral port and on a Unix socket in its temp dir, with
+// the options sgemm-server's flag defaults give: the same object main() runs,
+// without a process to spawn. For suites that test no signal and no process
+// death (those keep ServerProcess: tests/e2e/server_process.h).
+//
+// The log goes to DIR/stdout.log and timings to DIR/logs/timings.jsonl, where
+// ServerProcess has them, so log_has() and friends read the same file.
+// SGEMM_E2E_BACKEND picks the backend (default auto), SGEMM_E2E_TRANSPORT=shm
+// makes address() the Unix socket.
+#pragma once
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "server/app/server.h"
+#include "server/engine/engine_factory.h"
+#include "tests/e2e/server_process.h"
+
+namespace sgemm::testing {
+
+class InProcessServer : public ServerLog {
+ public:
+  // `configure` edits the options after the defaults, as extra flags do for
+  // ServerProcess (e.g. o.service.max_in_flight = 2 for --max-in-flight 2;
+  // engine options for --resident-bytes and the like).
+  using Configure = std::function<void(ServerOptions&, EngineOptions&)>;
+
+  explicit InProcessServer(const Configure& configure = {}) {
+    dir_ = make_temp_dir();
+    std::filesystem::create_directories(dir_ + "/logs");
+    ServerOptions o;
+    o.listen = {"127.0.0.1:0", "unix:" + dir_ + "/sgemm.sock"};
+    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir_ + "/stdout.log");
+    o.log = std::make_shared<spdlog::logger>("sgemm", sink);
+    o.log->flush_on(spdlog::level::info);
+    auto timing_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir_ + "/logs/timings.jsonl");
+    timing_sink->set_pattern("%v");
+    o.timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
+    o.timing_log->flush_on(spdlog::level::info);
+    o.service.backends = built_backends();
+    EngineOptions e;
+    const char* backend = std::getenv("SGEMM_E2E_BACKEND");
+    parse_backend_choice(backend ? backend : "auto", &e.backend);
+    e.pinned_pool_bytes = std::size_t(4) << 30;  // sgemm-server's --pinned-pool-bytes default
+    if (configure) configure(o, e);
+    e.log = [log = o.log](std::string_view msg) { log->info("engine: {}", msg); };
+    o.make_engine = [e]() -> StatusOr<std::unique_ptr<Engine>> {
+      auto built = make_engine(e);
+      if (!built.ok()) return built.status();
+      return std::move(built->engine);
+    };
+    o.make_cluster_plane = [e] { return make_cluster_plane(e); };
+    auto created = Server::create(std::move(o));
+    status_ = created.ok() ? (*created)->start() : created.status();
+    if (created.ok()) server_ = std::move(created).value();
+    if (!status_.ok()) {
+      std::ofstream(dir_ + "/stdout.log", std::ios::app) << "server did not start: " << status_.to_string() << "\n";
+      server_.reset();
+    }
+  }
+  ~InProcessServer() {
+    server_.reset();  // shuts down with no grace if stop() was not called
+    std::error_code ec;
+    if (!std::getenv("SGEMM_E2E_KEEP")) std::filesystem::remove_all(dir_, ec);
+  }
+  InProcessServer(const InProcessServer&) = delete;
+  InProcessServer& operator=(const InProcessServer&) = delete;
+
+  bool running() const { return server_ != nullptr && server_->port() > 0; }
+  const Status& start_status() const { return status_; }
+  Server& server() { return *server_; }
+  std::string address() const { return shm_transport() ? unix_address() : tcp_address(); }
+  std::string tcp_address() const { return "127.0.0.1:" + std::to_string(server_ ? server_->port() : 0); }
+  std::string unix_address() const { return "unix:" + dir_ + "/sgemm.sock"; }
+  // What SIGTERM does to sgemm-server: shutdown() with --shutdown-grace, then
+  // wait. Returns 0, as the process's exit code, once it has stopped.
+  int stop() {
+    if (!server_) return -1;
+    server_->shutdown();
+    server_->wait();
+    server_.reset();
+    return 0;
+  }
+
+ private:
+  Status status_;
+  std::unique_ptr<Server> server_;
+};
+
+}  // namespace sgemm::testing
