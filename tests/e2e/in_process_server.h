@@ -23,38 +23,46 @@
 
 namespace sgemm::testing {
 
+// `configure` edits the options after the defaults, as extra flags do for
+// ServerProcess (e.g. o.service.max_in_flight = 2 for --max-in-flight 2;
+// engine options for --resident-bytes and the like).
+using Configure = std::function<void(ServerOptions&, EngineOptions&)>;
+
+// sgemm-server's defaults for a server whose files live in `dir`: listeners
+// on 127.0.0.1:0 and unix:DIR/sgemm.sock, the log in DIR/stdout.log, timings
+// in DIR/logs/timings.jsonl, the engine factory's engine on SGEMM_E2E_BACKEND.
+inline ServerOptions in_process_options(const std::string& dir, const Configure& configure = {}) {
+  std::filesystem::create_directories(dir + "/logs");
+  ServerOptions o;
+  o.listen = {"127.0.0.1:0", "unix:" + dir + "/sgemm.sock"};
+  auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/stdout.log");
+  o.log = std::make_shared<spdlog::logger>("sgemm", sink);
+  o.log->flush_on(spdlog::level::info);
+  auto timing_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/logs/timings.jsonl");
+  timing_sink->set_pattern("%v");
+  o.timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
+  o.timing_log->flush_on(spdlog::level::info);
+  o.service.backends = built_backends();
+  EngineOptions e;
+  const char* backend = std::getenv("SGEMM_E2E_BACKEND");
+  parse_backend_choice(backend ? backend : "auto", &e.backend);
+  e.pinned_pool_bytes = std::size_t(4) << 30;  // sgemm-server's --pinned-pool-bytes default
+  if (configure) configure(o, e);
+  e.log = [log = o.log](std::string_view msg) { log->info("engine: {}", msg); };
+  o.make_engine = [e]() -> StatusOr<std::unique_ptr<Engine>> {
+    auto built = make_engine(e);
+    if (!built.ok()) return built.status();
+    return std::move(built->engine);
+  };
+  o.make_cluster_plane = [e] { return make_cluster_plane(e); };
+  return o;
+}
+
 class InProcessServer : public ServerLog {
  public:
-  // `configure` edits the options after the defaults, as extra flags do for
-  // ServerProcess (e.g. o.service.max_in_flight = 2 for --max-in-flight 2;
-  // engine options for --resident-bytes and the like).
-  using Configure = std::function<void(ServerOptions&, EngineOptions&)>;
-
   explicit InProcessServer(const Configure& configure = {}) {
     dir_ = make_temp_dir();
-    std::filesystem::create_directories(dir_ + "/logs");
-    ServerOptions o;
-    o.listen = {"127.0.0.1:0", "unix:" + dir_ + "/sgemm.sock"};
-    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir_ + "/stdout.log");
-    o.log = std::make_shared<spdlog::logger>("sgemm", sink);
-    o.log->flush_on(spdlog::level::info);
-    auto timing_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir_ + "/logs/timings.jsonl");
-    timing_sink->set_pattern("%v");
-    o.timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
-    o.timing_log->flush_on(spdlog::level::info);
-    o.service.backends = built_backends();
-    EngineOptions e;
-    const char* backend = std::getenv("SGEMM_E2E_BACKEND");
-    parse_backend_choice(backend ? backend : "auto", &e.backend);
-    e.pinned_pool_bytes = std::size_t(4) << 30;  // sgemm-server's --pinned-pool-bytes default
-    if (configure) configure(o, e);
-    e.log = [log = o.log](std::string_view msg) { log->info("engine: {}", msg); };
-    o.make_engine = [e]() -> StatusOr<std::unique_ptr<Engine>> {
-      auto built = make_engine(e);
-      if (!built.ok()) return built.status();
-      return std::move(built->engine);
-    };
-    o.make_cluster_plane = [e] { return make_cluster_plane(e); };
+    ServerOptions o = in_process_options(dir_, configure);
     auto created = Server::create(std::move(o));
     status_ = created.ok() ? (*created)->start() : created.status();
     if (created.ok()) server_ = std::move(created).value();
