@@ -8,14 +8,15 @@
 #include <fstream>
 
 #include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/in_process_server.h"
 #include "tests/e2e/trust_helpers.h"
 
 namespace sgemm {
 namespace {
 
 namespace v1 = ::sgemm::v1;
+using testing::InProcessServer;
 using testing::multiply_verified;
-using testing::ServerProcess;
 
 constexpr const char* kAlice = "alice-token-0123456789abcdef";
 constexpr const char* kOne = "one-at-a-time-token-0123456789";
@@ -38,7 +39,10 @@ class AuthE2E : public ::testing::Test {
       {"name": "reader", "token": ")"
                         << kReader << R"(", "multiply": false}
     ]})";
-    server_ = new ServerProcess({"--auth-tokens", file, "--log-lines-per-second", "0"});
+    server_ = new InProcessServer([&](ServerOptions& o, EngineOptions&) {
+      o.auth_tokens = file;
+      o.service.log_lines_per_second = 0;
+    });
   }
   static void TearDownTestSuite() {
     EXPECT_EQ(server_->stop(), 0);
@@ -68,10 +72,10 @@ class AuthE2E : public ::testing::Test {
   }
 
   static std::string* dir_;
-  static ServerProcess* server_;
+  static InProcessServer* server_;
 };
 std::string* AuthE2E::dir_ = nullptr;
-ServerProcess* AuthE2E::server_ = nullptr;
+InProcessServer* AuthE2E::server_ = nullptr;
 
 TEST_F(AuthE2E, AKnownTokenIsServedAndNamedInTheLogAndInfo) {
   expect_alice_served();
@@ -229,8 +233,9 @@ TEST_F(AuthE2E, ARegionBelongsToTheClientThatRegisteredIt) {
 TEST_F(AuthE2E, ATokenFileWithAnErrorStopsTheServerAtStart) {
   const std::string file = *dir_ + "/bad.json";
   std::ofstream(file) << R"({"clients": [{"name": "x", "token": "short"}]})";
-  ServerProcess bad({"--auth-tokens", file});
+  InProcessServer bad([&](ServerOptions& o, EngineOptions&) { o.auth_tokens = file; });
   EXPECT_FALSE(bad.running());
+  EXPECT_EQ(bad.start_status().code(), StatusCode::kInvalidArgument) << bad.start_status().to_string();
   EXPECT_NE(bad.log().find("at least 16 characters"), std::string::npos) << bad.log();
   EXPECT_EQ(bad.log().find("short"), std::string::npos) << bad.log();
 }

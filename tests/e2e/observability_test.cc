@@ -19,12 +19,12 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "common/timing_record.h"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/in_process_server.h"
 
 namespace sgemm {
 namespace {
 
-using testing::ServerProcess;
+using testing::InProcessServer;
 
 // GET /metrics on 127.0.0.1:port; the body, or "" on failure.
 std::string scrape(int port) {
@@ -65,7 +65,7 @@ double value(const std::map<std::string, double>& m, const std::string& key) {
   return it == m.end() ? 0.0 : it->second;
 }
 
-int metrics_port(const ServerProcess& server) {
+int metrics_port(const testing::ServerLog& server) {
   if (!server.log_has("/metrics (port ")) return 0;
   std::smatch match;
   const std::string log = server.log();
@@ -89,8 +89,11 @@ class ObservabilityE2E : public ::testing::Test {
  protected:
   void SetUp() override {
     trace_dir_ = testing::make_temp_dir();
-    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{"--metrics-listen", "127.0.0.1:0", "--trace-dir",
-                                                                       trace_dir_, "--max-matrix-elements", "1000000"});
+    server_ = std::make_unique<InProcessServer>([&](ServerOptions& o, EngineOptions&) {
+      o.metrics_listen = "127.0.0.1:0";
+      o.service.trace_dir = trace_dir_;
+      o.service.limits.max_matrix_elements = 1000000;
+    });
     ASSERT_TRUE(server_->running()) << server_->log();
     port_ = metrics_port(*server_);
     ASSERT_GT(port_, 0) << server_->log();
@@ -101,7 +104,7 @@ class ObservabilityE2E : public ::testing::Test {
     std::filesystem::remove_all(trace_dir_, ec);
   }
   std::string trace_dir_;
-  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<InProcessServer> server_;
   int port_ = 0;
 };
 
