@@ -53,6 +53,22 @@ Status validate(const ServerOptions& opt) {
   if (opt.max_streams_per_connection <= 0) return InvalidArgument("--max-streams-per-connection must be positive");
   if (opt.grpc_memory_bytes < 0) return InvalidArgument("--grpc-memory-bytes must not be negative");
   if (opt.cluster_timeout_s <= 0) return InvalidArgument("--cluster-timeout must be positive");
+  // The service's limits, with the bounds sgemm-server's flags check.
+  const ServiceOptions& s = opt.service;
+  if (s.limits.max_matrix_elements <= 0) return InvalidArgument("--max-matrix-elements must be positive");
+  if (s.max_in_flight <= 0) return InvalidArgument("--max-in-flight must be positive");
+  if (s.max_queued < 0) return InvalidArgument("--max-queued must not be negative");
+  if (s.host_memory_bytes < 0) return InvalidArgument("--host-memory-bytes must not be negative");
+  if (s.region_bytes < 0) return InvalidArgument("--region-bytes must not be negative");
+  if (s.inline_compute_ms < 0) return InvalidArgument("--inline-compute-ms must not be negative");
+  if (s.max_open_streams <= 0) return InvalidArgument("--max-open-streams must be positive");
+  if (s.max_stripes <= 0) return InvalidArgument("--max-stripes must be positive");
+  if (s.log_lines_per_second < 0) return InvalidArgument("--log-lines-per-second must not be negative");
+  if (s.max_message_bytes < (int64_t{4} << 20) || s.max_message_bytes > (int64_t{1} << 30))
+    return InvalidArgument("--max-message-bytes must be in [4 MiB, 1 GiB], not " + std::to_string(s.max_message_bytes));
+  if (s.response_chunk_bytes < 4096 || s.response_chunk_bytes > (4 << 20) - 1024)
+    return InvalidArgument("--response-chunk-bytes must be in [4096, 4 MiB - 1024], not " +
+                           std::to_string(s.response_chunk_bytes));
   if (!opt.service.trace_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(opt.service.trace_dir, ec);
@@ -276,6 +292,7 @@ Server::~Server() {
   }
   if (stop) shutdown(std::chrono::steady_clock::now());
   wait();
+  health_ = nullptr;  // the gRPC server goes first; the engine may still report a fault until it goes
 }
 
 }  // namespace sgemm

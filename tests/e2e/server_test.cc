@@ -68,6 +68,9 @@ TEST(ServerObjectE2E, CreateRefusesBadOptionsNamingTheFlagBeforeBuildingAnEngine
       {"--idle-timeout", [](ServerOptions& o) { o.idle_timeout_s = 0; }},
       {"--shutdown-grace", [](ServerOptions& o) { o.shutdown_grace_s = -1; }},
       {"--max-streams-per-connection", [](ServerOptions& o) { o.max_streams_per_connection = 0; }},
+      {"--max-in-flight", [](ServerOptions& o) { o.service.max_in_flight = 0; }},
+      {"--max-message-bytes", [](ServerOptions& o) { o.service.max_message_bytes = 1 << 20; }},
+      {"--response-chunk-bytes", [](ServerOptions& o) { o.service.response_chunk_bytes = 100; }},
       {"--trace-dir", [&](ServerOptions& o) { o.service.trace_dir = not_a_dir + "/traces"; }},
       {"--join",
        [](ServerOptions& o) {
