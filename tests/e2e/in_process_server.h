@@ -13,6 +13,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,7 +26,8 @@ namespace sgemm::testing {
 
 // `configure` edits the options after the defaults, as extra flags do for
 // ServerProcess (e.g. o.service.max_in_flight = 2 for --max-in-flight 2;
-// engine options for --resident-bytes and the like).
+// engine options for --resident-bytes and the like; o.log->set_level() for
+// --log-level).
 using Configure = std::function<void(ServerOptions&, EngineOptions&)>;
 
 // sgemm-server's defaults for a server whose files live in `dir`: listeners
@@ -48,6 +50,7 @@ inline ServerOptions in_process_options(const std::string& dir, const Configure&
   parse_backend_choice(backend ? backend : "auto", &e.backend);
   e.pinned_pool_bytes = std::size_t(4) << 30;  // sgemm-server's --pinned-pool-bytes default
   if (configure) configure(o, e);
+  o.log->flush_on(std::min(o.log->level(), spdlog::level::info));  // as sgemm-server: every line at once
   e.log = [log = o.log](std::string_view msg) { log->info("engine: {}", msg); };
   o.make_engine = [e]() -> StatusOr<std::unique_ptr<Engine>> {
     auto built = make_engine(e);

@@ -18,13 +18,13 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/in_process_server.h"
 
 namespace sgemm {
 namespace {
 
 namespace v1 = ::sgemm::v1;
-using testing::ServerProcess;
+using testing::InProcessServer;
 
 uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 
@@ -137,12 +137,16 @@ class StripesE2E : public ::testing::Test {
     // --idle-timeout 10: long enough for a stripe's new connection to attach
     // under ThreadSanitizer on a loaded 2-core machine (3 s was not, once).
     // --log-level debug: the log says when a stripe has attached.
-    server_ = new ServerProcess(
-        {"--idle-timeout", "10", "--max-stripes", "8", "--log-lines-per-second", "0", "--log-level", "debug"});
+    server_ = new InProcessServer([](ServerOptions& o, EngineOptions&) {
+      o.idle_timeout_s = 10;
+      o.service.max_stripes = 8;
+      o.service.log_lines_per_second = 0;
+      o.log->set_level(spdlog::level::debug);
+    });
     ASSERT_TRUE(server_->running()) << server_->log();
   }
   static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0) << "server did not exit cleanly on SIGTERM";
+    EXPECT_EQ(server_->stop(), 0) << "server did not shut down cleanly";
     delete server_;
   }
   void SetUp() override { ASSERT_TRUE(server_->running()) << server_->log(); }
@@ -158,9 +162,9 @@ class StripesE2E : public ::testing::Test {
     o.retry.max_attempts = 1;
     return Client::connect(server_->tcp_address(), o);
   }
-  static ServerProcess* server_;
+  static InProcessServer* server_;
 };
-ServerProcess* StripesE2E::server_ = nullptr;
+InProcessServer* StripesE2E::server_ = nullptr;
 
 TEST_F(StripesE2E, OneToFourConnectionsOnOddAndRoundShapesAgainstFp64Reference) {
   const GemmShape shapes[] = {{257, 129, 193}, {256, 256, 256}, {1000, 37, 300}, {3, 1, 5}, {64, 512, 1}};
@@ -446,7 +450,11 @@ TEST_F(StripesE2E, AStripeThatGoesSilentFailsEveryStripeDeadlineExceeded) {
 
 // The memory budget and the stream cap count a striped request like any other.
 TEST(StripesLimitsE2E, StripesWaitForMemoryLikeAnyRequestAndThenComplete) {
-  ServerProcess server({"--host-memory-bytes", "1048576", "--idle-timeout", "10", "--log-lines-per-second", "0"});
+  InProcessServer server([](ServerOptions& o, EngineOptions&) {
+    o.service.host_memory_bytes = 1048576;
+    o.idle_timeout_s = 10;
+    o.service.log_lines_per_second = 0;
+  });
   ASSERT_TRUE(server.running()) << server.log();
   // A staller holds 768 KiB of the 1 MiB budget: header and one chunk, then silence.
   Raw staller(server.tcp_address(), 9);
@@ -476,7 +484,11 @@ TEST(StripesLimitsE2E, StripesWaitForMemoryLikeAnyRequestAndThenComplete) {
 }
 
 TEST(StripesLimitsE2E, EveryStripeCountsAgainstTheOpenStreamCap) {
-  ServerProcess server({"--max-open-streams", "2", "--idle-timeout", "10", "--log-lines-per-second", "0"});
+  InProcessServer server([](ServerOptions& o, EngineOptions&) {
+    o.service.max_open_streams = 2;
+    o.idle_timeout_s = 10;
+    o.service.log_lines_per_second = 0;
+  });
   ASSERT_TRUE(server.running()) << server.log();
   ClientOptions o;
   o.connections = 3;
@@ -509,7 +521,10 @@ class StripesAuthE2E : public ::testing::Test {
     const std::string file = *dir_ + "/tokens.json";
     std::ofstream(file) << R"({"clients": [{"name": "alice", "token": "alice-token-0123456789abcdef"},
                                             {"name": "bob", "token": "bob-token-0123456789abcdefgh"}]})";
-    server_ = new ServerProcess({"--auth-tokens", file, "--log-lines-per-second", "0"});
+    server_ = new InProcessServer([&](ServerOptions& o, EngineOptions&) {
+      o.auth_tokens = file;
+      o.service.log_lines_per_second = 0;
+    });
   }
   static void TearDownTestSuite() {
     EXPECT_EQ(server_->stop(), 0);
@@ -518,10 +533,10 @@ class StripesAuthE2E : public ::testing::Test {
     std::filesystem::remove_all(*dir_, ec);
     delete dir_;
   }
-  static ServerProcess* server_;
+  static InProcessServer* server_;
   static std::string* dir_;
 };
-ServerProcess* StripesAuthE2E::server_ = nullptr;
+InProcessServer* StripesAuthE2E::server_ = nullptr;
 std::string* StripesAuthE2E::dir_ = nullptr;
 
 TEST_F(StripesAuthE2E, AnotherClientsStripeIsPermissionDeniedAndTheOwnersWorks) {
