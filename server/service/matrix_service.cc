@@ -6,6 +6,7 @@
 
 #include "server/service/codec.h"
 #include "server/service/put_matrix_call.h"
+#include "server/service/region_operands.h"
 #include "server/service/status_mapping.h"
 
 namespace sgemm {
@@ -123,19 +124,13 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
   // From a shared-memory region: one copy here, no chunk follows.
   if (!caller_.unix_socket || !shared_.regions) return regions_need_unix_socket("a PutMatrix naming a region");
   SGEMM_ASSIGN_OR_RETURN(auto region, shared_.regions->acquire(caller_, h.region().region()));
-  const int64_t off = h.region().offset(), ld = h.region().ld() == 0 ? cols_ : h.region().ld();
-  if (off < 0 || off % 4 != 0)
-    return InvalidArgument("PutMatrix header.region.offset " + std::to_string(off) +
-                           " must be >= 0 and a multiple of 4");
-  if (ld < cols_)
-    return InvalidArgument("PutMatrix header.region.ld " + std::to_string(ld) + " is less than cols " +
-                           std::to_string(cols_));
-  const int64_t end = off + ((rows_ - 1) * ld + cols_) * int64_t(sizeof(float));
-  if (end > region->bytes())
-    return InvalidArgument("PutMatrix: the matrix ends at byte " + std::to_string(end) + ", past region '" +
-                           h.region().region() + "' (" + std::to_string(region->bytes()) + " bytes)");
+  const int64_t off = h.region().offset();
+  SGEMM_ASSIGN_OR_RETURN(const int64_t ld,
+                         check_region_layout("PutMatrix header.region", h.region().region(), region->bytes(), rows_,
+                                             cols_, off, h.region().ld(), shared_.engine.max_leading_dimension()));
   const float* src = reinterpret_cast<const float*>(region->data() + off);
   for (int64_t i = 0; i < rows_; ++i) std::copy(src + i * ld, src + i * ld + cols_, buffer_->floats() + i * cols_);
+  SGEMM_RETURN_IF_ERROR(region->check_intact());  // its owner may have shrunk it during the copy
   received_ = rows_ * cols_;
   finish(complete());
   return Status::Ok();

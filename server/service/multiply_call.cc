@@ -578,6 +578,12 @@ void MultiplyCall::run_compute() {
   }
   if (pool_id) shared_.pool.forget(pool_id);
   shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
+  // A region whose owner shrank it while it was read or written voids the result.
+  for (const auto& region : regions_held_)
+    if (Status intact = region->check_intact(); !intact.ok()) {
+      result = intact;
+      break;
+    }
   // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
   std::vector<std::shared_ptr<const MappedRegion>>().swap(regions_held_);
   {

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "server/service/region_guard.h"
+
 namespace sgemm {
 
 namespace {
@@ -19,6 +21,21 @@ std::string mode_text(mode_t m) {
 }
 
 }  // namespace
+
+Status MappedRegion::check_intact() const {
+  if (caller_memory_lost(guard_slot_))
+    return FailedPrecondition("region '" + name_ + "' (shared-memory object '" + shm_name_ +
+                              "') lost its pages while the server used them: its owner shrank the object below the " +
+                              std::to_string(bytes_) +
+                              " bytes registered (ftruncate), so what was read or written there is void; "
+                              "unregister the region and register it again");
+  struct stat st {};
+  if (fd_ >= 0 && fstat(fd_, &st) == 0 && int64_t(st.st_size) < bytes_)
+    return FailedPrecondition("region '" + name_ + "' (shared-memory object '" + shm_name_ + "') was registered with " +
+                              std::to_string(bytes_) + " bytes but the object now has " + std::to_string(st.st_size) +
+                              " (shrunk by ftruncate); unregister the region and register it again");
+  return Status::Ok();
+}
 
 Status regions_need_unix_socket(const std::string& what) {
   return FailedPrecondition(what +
@@ -54,6 +71,8 @@ Status check_shm_name(const std::string& n) {
 MappedRegion::~MappedRegion() {
   if (engine_registered_) (void)engine_->unregister_host_memory(data_);
   if (data_) munmap(data_, std::size_t(bytes_));
+  unguard_caller_memory(guard_slot_);  // after the unmap: no access can fault in it now
+  if (fd_ >= 0) close(fd_);
   if (give_back_) give_back_(bytes_);
   std::vector<std::function<void()>> callbacks;
   {
@@ -149,11 +168,19 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
   r->client_ = caller.client;
   r->st_ = st;
   r->engine_ = &engine_;
+  r->fd_ = fd;  // closed by the region's destructor
   void* p = mmap(nullptr, std::size_t(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int map_errno = errno;
-  close(fd);
   if (p == MAP_FAILED) return ResourceExhausted("cannot map '" + shm_name + "': " + strerror(map_errno));
+  // Guarded before anything touches a page (the engine's page-locking included).
+  const int slot = guard_caller_memory(p, std::size_t(size));
+  if (slot < 0) {
+    munmap(p, std::size_t(size));
+    return ResourceExhausted("every one of the server's " + std::to_string(caller_memory_slots()) +
+                             " guarded mappings is in use; unregister regions first");
+  }
   r->data_ = p;
+  r->guard_slot_ = slot;
   SGEMM_RETURN_IF_ERROR(engine_.register_host_memory(p, std::size_t(size)));
   r->engine_registered_ = true;
   {
@@ -197,6 +224,7 @@ StatusOr<std::shared_ptr<const MappedRegion>> RegionRegistry::acquire(const Regi
                     "' is registered (it was never registered, was unregistered, or its connection closed)");
   SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
   SGEMM_RETURN_IF_ERROR(check_region_client(caller, name, it->second->client_));
+  SGEMM_RETURN_IF_ERROR(it->second->check_intact());
   return std::shared_ptr<const MappedRegion>(it->second);
 }
 

@@ -21,6 +21,11 @@
 // (check_region_access); root gets no exemption, so the server, which often
 // runs as root, never lends a caller bytes the caller could not open itself.
 //
+// Truncation: the caller keeps its object and may shrink it (ftruncate) while
+// the server uses it. Every mapping is guarded (region_guard.h): a truncation
+// costs the requests that read the lost pages (check_intact() fails them),
+// never the process; acquire() refuses a region that shrank or lost pages.
+//
 // Threads: every method is thread-safe (one mutex). A MappedRegion's release (unmap,
 // unlock, callbacks) runs on the thread that drops the last reference, with
 // no registry lock held.
@@ -84,6 +89,11 @@ class MappedRegion {
   int64_t bytes() const { return bytes_; }
   uint64_t connection() const { return connection_; }
   const struct stat& stat_at_registration() const { return st_; }
+  // OK while every registered byte is still there: FAILED_PRECONDITION naming
+  // the region when its owner shrank the object below them (fstat now), or
+  // when a truncation already hit a use of it (its pages are zeros since).
+  // A request that read or wrote the region checks it after its last access.
+  Status check_intact() const;
 
  private:
   friend class RegionRegistry;
@@ -92,6 +102,8 @@ class MappedRegion {
   std::string name_, shm_name_;
   void* data_ = nullptr;
   int64_t bytes_ = 0;
+  int fd_ = -1;          // the object, kept open for check_intact()'s fstat
+  int guard_slot_ = -1;  // region_guard.h
   uint64_t connection_ = 0;
   std::string client_;  // the registering client (tokens), or ""
   struct stat st_ {};
