@@ -163,6 +163,20 @@ int main(int argc, char** argv) {
                  "largest A, B or C accepted, in elements")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--min-upload-rate", opt.service.limits.min_upload_bytes_per_s,
+                 "bytes/s an upload holding server memory must average after --idle-timeout of grace (0 = no minimum; "
+                 "docs/security.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-output-ratio", opt.service.limits.max_output_ratio,
+                 "a C the server holds may be at most this many times its inputs' bytes, or --output-floor-bytes "
+                 "(0 = no bound; docs/security.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--output-floor-bytes", opt.service.limits.output_floor_bytes,
+                 "a C of up to this many bytes is never refused by --max-output-ratio")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--max-in-flight", opt.service.max_in_flight, "requests computed at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -54,6 +54,37 @@ StatusOr<AuthClient::Lease> AuthClient::admit(int64_t bytes) {
   return lease;
 }
 
+void AuthClient::ResidentCharge::reset() {
+  if (!client_) return;
+  std::lock_guard lock(client_->resident_mu_);
+  client_->resident_charged_ -= bytes_;
+  client_ = nullptr;
+  bytes_ = 0;
+}
+
+Status AuthClient::resident_over(int64_t bytes, int64_t held_in_store, int64_t charged) const {
+  const int64_t quota = quota_.max_resident_bytes;
+  if (quota <= 0 || held_in_store + charged + bytes <= quota) return Status::Ok();
+  return PermissionDenied("client '" + name_ + "' holds " + std::to_string(held_in_store) +
+                          " bytes of resident matrices and is making " + std::to_string(charged) + " more; " +
+                          std::to_string(bytes) + " more would exceed its quota of " + std::to_string(quota) +
+                          " (max_resident_bytes): delete some first");
+}
+
+Status AuthClient::check_resident(int64_t bytes, int64_t held_in_store) const {
+  std::lock_guard lock(resident_mu_);
+  return resident_over(bytes, held_in_store, resident_charged_);
+}
+
+StatusOr<AuthClient::ResidentCharge> AuthClient::charge_resident(int64_t bytes,
+                                                                 const std::function<int64_t()>& held_in_store) {
+  if (quota_.max_resident_bytes <= 0) return ResidentCharge();
+  std::lock_guard lock(resident_mu_);
+  SGEMM_RETURN_IF_ERROR(resident_over(bytes, held_in_store(), resident_charged_));
+  resident_charged_ += bytes;
+  return ResidentCharge(this, bytes);
+}
+
 StatusOr<std::unique_ptr<ClientAuth>> ClientAuth::load(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return InvalidArgument("--auth-tokens " + path + ": cannot be read");

@@ -23,8 +23,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -80,11 +82,51 @@ class AuthClient {
   // PERMISSION_DENIED naming the quota that is full.
   StatusOr<Lease> admit(int64_t bytes);
 
+  // Resident bytes charged to max_resident_bytes for a matrix being made (a
+  // put, a kept C) from the moment its room is reserved until it is in the
+  // store (then the store counts it) or its call fails; move-only.
+  class ResidentCharge {
+   public:
+    ResidentCharge() = default;
+    ResidentCharge(AuthClient* client, int64_t bytes) : client_(client), bytes_(bytes) {}
+    ResidentCharge(ResidentCharge&& o) noexcept : client_(o.client_), bytes_(o.bytes_) { o.client_ = nullptr; }
+    ResidentCharge& operator=(ResidentCharge&& o) noexcept {
+      if (this != &o) {
+        reset();
+        client_ = o.client_;
+        bytes_ = o.bytes_;
+        o.client_ = nullptr;
+      }
+      return *this;
+    }
+    ResidentCharge(const ResidentCharge&) = delete;
+    ResidentCharge& operator=(const ResidentCharge&) = delete;
+    ~ResidentCharge() { reset(); }
+    void reset();
+
+   private:
+    AuthClient* client_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+  // Charges `bytes` against max_resident_bytes, counting the client's
+  // matrices in the store (`held_in_store()`, read under the lock that
+  // releases charges: a matrix moving from its charge into the store is
+  // counted once or twice, never not at all) and the charges of other calls.
+  // PERMISSION_DENIED naming the client and the numbers when over; an empty
+  // charge without the quota. So concurrent puts cannot together pass it.
+  StatusOr<ResidentCharge> charge_resident(int64_t bytes, const std::function<int64_t()>& held_in_store);
+  // The same test without charging (a put's header: an early refusal).
+  Status check_resident(int64_t bytes, int64_t held_in_store) const;
+
  private:
+  Status resident_over(int64_t bytes, int64_t held_in_store, int64_t charged) const;
+
   const std::string name_;
   const ClientQuota quota_;
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> bytes_in_flight_{0};
+  mutable std::mutex resident_mu_;
+  int64_t resident_charged_ = 0;  // guarded by resident_mu_
 };
 
 class ClientAuth {

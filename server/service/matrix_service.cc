@@ -19,15 +19,17 @@ constexpr std::size_t kMaxLabel = 128;
 
 Status check_resident_quota(const AuthClient* client, const ResidentStore& store, int64_t bytes) {
   if (!client || client->quota().max_resident_bytes <= 0) return Status::Ok();
-  const int64_t held = store.owner_bytes(client->name()), quota = client->quota().max_resident_bytes;
-  if (held + bytes <= quota) return Status::Ok();
-  return PermissionDenied("client '" + client->name() + "' holds " + std::to_string(held) +
-                          " bytes of resident matrices; " + std::to_string(bytes) + " more would exceed its quota of " +
-                          std::to_string(quota) + " (max_resident_bytes): delete some first");
+  return client->check_resident(bytes, store.owner_bytes(client->name()));
+}
+
+StatusOr<AuthClient::ResidentCharge> charge_resident_quota(AuthClient* client, const ResidentStore& store,
+                                                           int64_t bytes) {
+  if (!client) return AuthClient::ResidentCharge();
+  return client->charge_resident(bytes, [&] { return store.owner_bytes(client->name()); });
 }
 
 PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
-                             Status refuse, const AuthClient* client, RegionCaller caller)
+                             Status refuse, AuthClient* client, RegionCaller caller)
     : shared_(shared),
       ctx_(ctx),
       response_(response),
@@ -55,6 +57,7 @@ void PutMatrixCall::finish(const Status& st) {
     // Nothing is kept: the buffer, the host bytes and the resident bytes go back.
     buffer_.reset();
     resident_bytes_.reset();
+    quota_charge_.reset();
     shared_.log.write(
         spdlog::level::warn,
         fmt::format("put_matrix peer={} client={} rows={} cols={} status={} error=\"{}\"", ctx_->peer(),
@@ -140,6 +143,10 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
 // fails before the rest of it moves), then its host bytes while it arrives.
 Status PutMatrixCall::reserve() {
   const int64_t bytes = rows_ * cols_ * int64_t(sizeof(float));
+  if (const ResidentStore* store = shared_.engine.resident_store()) {
+    SGEMM_ASSIGN_OR_RETURN(quota_charge_, charge_resident_quota(client_, *store, bytes));
+  }
+  t_reserved_ = Clock::now();
   SGEMM_ASSIGN_OR_RETURN(
       resident_bytes_,
       shared_.engine.reserve_resident(bytes, "PutMatrix of " + std::to_string(rows_) + " x " + std::to_string(cols_) +
@@ -184,6 +191,7 @@ Status PutMatrixCall::complete() {
   if (!store) return Internal("an engine without a resident store made a resident matrix");
   const Layout layout = data->layout();
   auto m = store->add(owner_, label_, rows_, cols_, evictable_, std::move(data));
+  quota_charge_.reset();  // the store counts it now
   v1::PutMatrixResponse resp;
   resp.set_handle(m->handle);
   resp.set_bytes(m->bytes());
@@ -206,9 +214,14 @@ void PutMatrixCall::check_idle(Clock::time_point now) {
   std::lock_guard lock(mu_);
   if (finished_) return;
   const auto idle = shared_.options.idle_timeout;
-  if (now - read_since_ >= idle)
+  if (now - read_since_ >= idle) {
     finish(DeadlineExceeded("no message from the client for " + std::to_string(idle.count()) +
                             " ms (--idle-timeout) during PutMatrix"));
+  } else if (buffer_ && received_ < rows_ * cols_) {
+    Status pace = check_upload_pace(received_ * int64_t(sizeof(float)), now - t_reserved_, idle, host_bytes_.bytes(),
+                                    shared_.options.limits, "PutMatrix");
+    if (!pace.ok()) finish(pace);  // its memory and resident room go back now
+  }
 }
 
 void PutMatrixCall::abort(const Status& why) {

@@ -244,6 +244,13 @@ void MultiplyCall::check_idle(Clock::time_point now) {
   } else if (waiting_in && now - read_since_ >= idle) {
     finish_stream(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
                                    phase_name(phase_) + "; send the data without pauses or raise --idle-timeout"));
+  } else if (Status pace = accepts_chunks() && !upload_complete_ && reservation_.bytes() > 0 &&
+                                   t_first_data_ != Clock::time_point{}
+                               ? check_upload_pace(assembler_->bytes_received(), now - t_first_data_, idle,
+                                                   reservation_.bytes(), shared_.options.limits, "the request")
+                               : Status::Ok();
+             !pace.ok()) {
+    finish(pace);  // the memory goes back now, not when the last byte would have come
   } else if (writing_ && now - write_since_ >= idle) {
     // A write is stuck behind flow control: the status cannot follow it, so
     // the stream is reset and the reason goes to the log.
@@ -336,6 +343,8 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   // engine's rules for the request (shape, scalars, kernel, split, precision).
   SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
   SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
+  // A C the server holds is bounded by its inputs; one written into the caller's region costs it nothing.
+  if (!regions.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
   if (regions.any() && resident.any())
     return InvalidArgument("a Multiply header names shared-memory regions and resident handles; use one or the other");
   if (regions.any()) return start_from_regions(regions);

@@ -225,6 +225,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   bool keep_ = false, keep_evictable_ = false;
   bool send_c_ = true;  // false: keep_result without send_c, C's bytes stay on the server
   ResidentBytes keep_bytes_;
+  AuthClient::ResidentCharge keep_charge_;  // the kept C against the client's resident quota, until it is stored
   std::string result_handle_;
   // Observability (docs/observability.md): a trace asked for by the header,
   // when the first chunk of C went out, the facts the summary was made from.

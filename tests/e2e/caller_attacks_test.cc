@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <random>
 #include <thread>
@@ -32,8 +33,10 @@ uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::r
 
 // One normal request from a fresh client over TCP: an odd shape, checked
 // against the fp64 reference. Returns its latency as the client saw it.
-double normal_request_ms(const ServerProcess& server) {
-  auto client = Client::connect(server.tcp_address());
+double normal_request_ms(const ServerProcess& server, const std::string& token) {
+  ClientOptions options;
+  options.token = token;
+  auto client = Client::connect(server.tcp_address(), options);
   const GemmShape s{33, 17, 65};
   const uint64_t seed = fresh_seed();
   std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
@@ -56,10 +59,11 @@ double normal_request_ms(const ServerProcess& server) {
 // The server answers, computes correctly and quickly. The bound is loose: the
 // machines that run this suite are shared (the first request of a fresh
 // client also pays for its connection).
-void expect_server_serves(const ServerProcess& server, const char* what) {
+// `token`: the normal client's, with --auth-tokens.
+void expect_server_serves(const ServerProcess& server, const char* what, const std::string& token = "") {
   SCOPED_TRACE(what);
   ASSERT_EQ(kill(server.pid(), 0), 0) << "the server process is gone: " << server.log();
-  const double ms = normal_request_ms(server);
+  const double ms = normal_request_ms(server, token);
   EXPECT_LT(ms, 1000.0) << "a normal request took " << ms << " ms";
   std::printf("[ info ] %s: a normal request took %.1f ms\n", what, ms);
 }
@@ -229,6 +233,179 @@ TEST_F(CallerAttacks, LeadingDimensionPastTheEnginesIntegerIsRefused) {
   auto put = client->put_region(1, 16, RegionMatrix{r, 0, int64_t{1} << 31});
   EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status().to_string();
   expect_server_serves(*server_, "after leading dimensions past 2^31");
+}
+
+// ---- Memory held in proportion to data received ---------------------------
+
+v1::MultiplyRequest header_msg(int64_t m, int64_t n, int64_t k) {
+  v1::MultiplyRequest r;
+  r.mutable_header()->set_m(m);
+  r.mutable_header()->set_n(n);
+  r.mutable_header()->set_k(k);
+  return r;
+}
+
+template <typename Request>
+Request chunk_msg(v1::Matrix m, int64_t offset, int64_t count) {
+  Request r;
+  r.mutable_chunk()->set_matrix(m);
+  r.mutable_chunk()->set_offset(offset);
+  std::vector<float> v(std::size_t(count), 0.25f);
+  r.mutable_chunk()->set_data(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  return r;
+}
+
+// A server whose budget two tricklers could hold whole: 64 MiB of host
+// memory, 2 s of --idle-timeout (the grace before the upload rate counts).
+class MemoryAttacks : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--idle-timeout", "2", "--host-memory-bytes", std::to_string(64 << 20)});
+    ASSERT_TRUE(server_->running()) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << "server did not exit cleanly on SIGTERM";
+    delete server_;
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* MemoryAttacks::server_ = nullptr;
+
+// The report's attack: a header and a 4-byte chunk reserve the whole
+// footprint, and 4 bytes every few hundred ms count as progress. Now the
+// upload must keep --min-upload-rate once its grace is over: the trickler
+// loses its memory, which comes back whole.
+TEST_F(MemoryAttacks, TricklerLosesItsMemoryAfterTheGrace) {
+  auto client = Client::connect(server_->tcp_address());
+  constexpr int64_t n = 2048;  // A, B and C: 48 MiB of the 64
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  auto stream = stub->Multiply(&ctx);
+  ASSERT_TRUE(stream->Write(header_msg(n, n, n)));
+  ASSERT_TRUE(stream->Write(chunk_msg<v1::MultiplyRequest>(v1::MATRIX_A, 0, 1)));
+  const auto t0 = Clock::now();
+  auto held = testing::info_when(*client, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; });
+  EXPECT_EQ(held.host_bytes_in_use, 3 * 4 * n * n) << "the trickler's footprint was never reserved";
+  // Trickle on: one element every 200 ms, until the server ends the stream
+  // (a write may still succeed after it did: the test stops once the memory is back).
+  std::atomic<bool> stop{false};
+  auto trickler = std::async(std::launch::async, [&] {
+    for (int64_t off = 1; off < 200 && !stop; ++off) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!stream->Write(chunk_msg<v1::MultiplyRequest>(v1::MATRIX_A, off, 1))) break;
+    }
+    stream->WritesDone();
+    v1::MultiplyResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    return stream->Finish();
+  });
+  // While it holds its memory, a normal request fits beside it.
+  expect_server_serves(*server_, "beside a trickler within its grace");
+  auto back = testing::info_when(
+      *client, [](const ServerInfo& i) { return i.host_bytes_in_use == 0; }, 1000);
+  const double held_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(back.host_bytes_in_use, 0);
+  stop = true;
+  const grpc::Status st = trickler.get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--min-upload-rate"), std::string::npos) << st.error_message();
+  // 2 s of grace, then the watchdog's next look (every 200 ms here).
+  EXPECT_LT(held_s, 4.0) << "the trickler held its memory " << held_s << " s";
+  std::printf("[ info ] the trickler held %lld bytes for %.2f s\n", (long long)(3 * 4 * n * n), held_s);
+  testing::expect_released(*client, "after the trickler was dropped");
+  // The whole budget serves a normal request of the same size again.
+  const GemmShape s{n, n, n};
+  const uint64_t seed = fresh_seed();
+  std::vector<float> a(std::size_t(n * n)), b(std::size_t(n * n));
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  MultiplyOptions opt;
+  opt.timeout = std::chrono::milliseconds(120000);
+  auto res = client->multiply(s, a.data(), b.data(), nullptr, opt);
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  auto v = verify_gemm(n, n, n, 1.0f, a.data(), b.data(), 0.0f, nullptr, res->c.data(), rows_to_verify(n, n, n, seed));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+}
+
+// 256 KiB of upload (m = n = 32768, k = 1) asked the server to compute and
+// hold 4 GiB; it is refused at the header, before any memory is reserved.
+TEST_F(MemoryAttacks, OutputsAreBoundedByTheirInputs) {
+  auto client = Client::connect(server_->tcp_address());
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  auto stream = stub->Multiply(&ctx);
+  ASSERT_TRUE(stream->Write(header_msg(32768, 32768, 1)));
+  stream->WritesDone();
+  v1::MultiplyResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  const grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--max-output-ratio"), std::string::npos) << st.error_message();
+  testing::expect_released(*client, "after the refused outer product");
+  // An outer product within the bound (C of 256 MiB at most, or 64x its inputs) is computed.
+  const GemmShape s{300, 200, 1};
+  const uint64_t seed = fresh_seed();
+  std::vector<float> a(300), b(200);
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  auto res = client->multiply(s, a.data(), b.data(), nullptr, {});
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  EXPECT_TRUE(verify_gemm(300, 200, 1, 1.0f, a.data(), b.data(), 0.0f, nullptr, res->c.data()).passed(kSgemmTolerance));
+}
+
+// Sixteen concurrent puts of one client, each within its resident quota
+// alone, used to pass the header check together (8x the quota). The quota
+// is charged when a put reserves its room: at most the quota is ever held.
+TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string file = dir + "/tokens.json";
+  constexpr int64_t kRows = 64, kCols = 64, kBytes = kRows * kCols * 4;  // 16 KiB each
+  std::ofstream(file) << R"({"clients": [{"name": "dave", "token": "dave-token-0123456789abcdef",
+                                          "max_resident_bytes": )"
+                      << 2 * kBytes << "}]}";
+  ServerProcess server({"--auth-tokens", file});
+  ASSERT_TRUE(server.running()) << server.log();
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
+  struct Put {
+    grpc::ClientContext ctx;
+    v1::PutMatrixResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::PutMatrixRequest>> w;
+  };
+  std::vector<std::unique_ptr<Put>> puts;
+  for (int i = 0; i < 16; ++i) {  // every header and first chunk before any put completes
+    auto p = std::make_unique<Put>();
+    p->ctx.AddMetadata("authorization", "Bearer dave-token-0123456789abcdef");
+    p->w = stub->PutMatrix(&p->ctx, &p->resp);
+    v1::PutMatrixRequest h;
+    h.mutable_header()->set_rows(kRows);
+    h.mutable_header()->set_cols(kCols);
+    ASSERT_TRUE(p->w->Write(h));
+    (void)p->w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, 0, 16));
+    puts.push_back(std::move(p));
+  }
+  int stored = 0, denied = 0;
+  for (auto& p : puts) {
+    (void)p->w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, 16, kRows * kCols - 16));
+    p->w->WritesDone();
+    const grpc::Status st = p->w->Finish();
+    if (st.ok())
+      ++stored;
+    else if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED)
+      ++denied;
+    else
+      ADD_FAILURE() << st.error_message();
+  }
+  EXPECT_EQ(stored, 2);
+  EXPECT_EQ(denied, 14);
+  ClientOptions o;
+  o.token = "dave-token-0123456789abcdef";
+  auto client = Client::connect(server.tcp_address(), o);
+  auto info = client->info();
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->resident_bytes_in_use, 2 * kBytes);
+  expect_server_serves(server, "after sixteen concurrent puts", o.token);
 }
 
 }  // namespace
