@@ -30,6 +30,7 @@
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
 #include "server/engine/engine_factory.h"
+#include "server/service/reflection_switch.h"
 #include "server/service/sgemm_service.h"
 #include "server/service/tls_credentials.h"
 #include "server/service/unix_connections.h"
@@ -72,6 +73,7 @@ struct ServerOptions {
   // shrinks windows and closes the connections that hold the most. 0 = unlimited.
   int64_t grpc_memory_bytes = int64_t{1} << 30;
   std::string metrics_listen;  // Prometheus /metrics on this address:port; "" = none
+  bool reflection = false;     // gRPC server reflection (each stream holds a thread: off unless asked for)
   // Page-locked memory pinned at start-up for request buffers (cuda backend):
   // 4 GiB holds one 16384^3 request's A, B and C; 0 = pin buffers as they come.
   int64_t pinned_pool_bytes = int64_t(4) << 30;
@@ -259,6 +261,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
   app.add_option("--port-file", opt.port_file, "write the bound port to this file once serving");
   app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_flag("--reflection", opt.reflection,
+               "offer gRPC server reflection (for grpcurl without the .proto); off by default: each reflection "
+               "stream holds a server thread and needs no token (docs/security.md)");
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)");
   app.add_option("--trace-dir", opt.service.trace_dir,
@@ -394,6 +399,7 @@ int main(int argc, char** argv) {
       int cport = 0;
       cb.AddListeningPort(opt.cluster_listen, grpc::InsecureServerCredentials(), &cport);
       cb.RegisterService(coordinator.get());
+      cb.SetOption(sgemm::without_reflection());
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
       cb.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
@@ -458,6 +464,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!opt.reflection) builder.SetOption(sgemm::without_reflection());
   // TCP addresses go to gRPC (TLS when configured); unix:PATH sockets (plaintext: the peer's credentials are checked)
   // are accepted by us (their peers' credentials decide region rights) and handed to gRPC per connection.
   std::vector<std::string> tcp, unix_paths;

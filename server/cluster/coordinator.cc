@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <deque>
 
+#include "common/log_text.h"
 #include "server/cluster/cluster_codec.h"
 
 namespace sgemm {
@@ -92,7 +93,7 @@ ClusterCoordinator::ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions o
 ClusterCoordinator::~ClusterCoordinator() { shutdown(); }
 
 void ClusterCoordinator::log(const std::string& msg) const {
-  if (options_.log) options_.log("cluster: " + msg);
+  if (options_.log) options_.log(log_line("cluster: " + msg));  // a member's strings cannot forge a line
 }
 
 grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>* ClusterCoordinator::Join(

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "common/log_text.h"
 #include "server/cluster/cluster_codec.h"
 #include "sgemm/v1/cluster.grpc.pb.h"
 
@@ -28,7 +29,7 @@ ClusterMember::ClusterMember(ClusterDataPlane& plane, std::string coordinator, C
 ClusterMember::~ClusterMember() { stop(); }
 
 void ClusterMember::log(const std::string& msg) const {
-  if (options_.log) options_.log("cluster member: " + msg);
+  if (options_.log) options_.log(log_line("cluster member: " + msg));  // a member's strings cannot forge a line
 }
 
 void ClusterMember::start() {

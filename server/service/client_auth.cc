@@ -120,6 +120,8 @@ StatusOr<std::unique_ptr<ClientAuth>> ClientAuth::parse(const std::string& text,
         q.max_bytes_in_flight = value.get<int64_t>();
       } else if (key == "max_resident_bytes" && value.is_number_integer() && value.get<int64_t>() >= 0) {
         q.max_resident_bytes = value.get<int64_t>();
+      } else if (key == "max_region_bytes" && value.is_number_integer() && value.get<int64_t>() >= 0) {
+        q.max_region_bytes = value.get<int64_t>();
       } else if (key == "multiply" && value.is_boolean()) {
         q.multiply = value.get<bool>();
       } else {

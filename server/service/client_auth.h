@@ -41,6 +41,9 @@ struct ClientQuota {
   // Resident matrices it may own at once (docs/resident.md): the sum of their
   // rows x cols x 4, put or kept, checked at each put and keep_result; 0 = no limit.
   int64_t max_resident_bytes = 0;
+  // Shared-memory regions it may have registered at once (bytes, all its
+  // Unix connections together); 0 = no limit beyond --region-bytes.
+  int64_t max_region_bytes = 0;
 };
 
 // One client of the token file, with what it holds right now.

@@ -61,7 +61,7 @@ void PutMatrixCall::finish(const Status& st) {
     shared_.log.write(
         spdlog::level::warn,
         fmt::format("put_matrix peer={} client={} rows={} cols={} status={} error=\"{}\"", ctx_->peer(),
-                    owner_.empty() ? "-" : owner_, rows_, cols_, status_code_name(st.code()), st.message()));
+                    owner_.empty() ? "-" : owner_, rows_, cols_, status_code_name(st.code()), log_field(st.message())));
   }
   host_bytes_.reset();
   Finish(to_grpc_status(st));

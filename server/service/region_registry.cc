@@ -86,6 +86,7 @@ RegionRegistry::RegionRegistry(Engine& engine, RegionRegistryOptions options)
     : engine_(engine),
       options_(options),
       in_use_(std::make_shared<int64_t>(0)),
+      client_bytes_(std::make_shared<std::map<std::string, int64_t>>()),
       in_use_mu_(std::make_shared<std::mutex>()) {}
 
 RegionRegistry::~RegionRegistry() {
@@ -105,6 +106,8 @@ Status check_region_client(const RegionCaller& caller, const std::string& region
 StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, const std::string& name,
                                                   const std::string& shm_name, int64_t byte_size) {
   if (!caller.unix_socket) return regions_need_unix_socket("RegisterRegion");
+  if (!caller.may_register)
+    return PermissionDenied("client '" + caller.client + "' may not register regions (its token has multiply: false)");
   if (name.empty() || name.size() > 128) return InvalidArgument("region name must have 1-128 characters");
   SGEMM_RETURN_IF_ERROR(check_shm_name(shm_name));
   if (byte_size < 0) return InvalidArgument("byte_size must be >= 0 (0 = the whole object)");
@@ -152,14 +155,25 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
                                std::to_string(*in_use_) + " of " + std::to_string(options_.capacity_bytes) +
                                " bytes registered, --region-bytes); unregister regions or raise it");
     }
+    const int64_t client_held = client_bytes_->count(caller.client) ? client_bytes_->at(caller.client) : 0;
+    if (caller.max_region_bytes > 0 && client_held + size > caller.max_region_bytes) {
+      close(fd);
+      return PermissionDenied("client '" + caller.client + "' has " + std::to_string(client_held) +
+                              " bytes of regions registered; " + std::to_string(size) +
+                              " more would exceed its quota of " + std::to_string(caller.max_region_bytes) +
+                              " (max_region_bytes); unregister regions first");
+    }
     *in_use_ += size;
+    (*client_bytes_)[caller.client] += size;
   }
   auto in_use = in_use_;
   auto in_use_mu = in_use_mu_;
+  auto client_bytes = client_bytes_;
   std::shared_ptr<MappedRegion> r(new MappedRegion());
-  r->give_back_ = [in_use, in_use_mu](int64_t bytes) {
+  r->give_back_ = [in_use, in_use_mu, client_bytes, client = caller.client](int64_t bytes) {
     std::lock_guard lock(*in_use_mu);
     *in_use -= bytes;
+    if (((*client_bytes)[client] -= bytes) <= 0) client_bytes->erase(client);
   };
   r->bytes_ = size;
   r->name_ = name;

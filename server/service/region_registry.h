@@ -61,6 +61,11 @@ struct RegionCaller {
   uint64_t connection = 0;   // the Unix connection's id (unix_connections.h)
   PeerCredentials cred;
   std::string client;  // the bearer token's client (--auth-tokens); "" without tokens
+  // The client's quota of registered bytes (ClientQuota::max_region_bytes); 0 = none.
+  int64_t max_region_bytes = 0;
+  // A region exists to be multiplied: a client without the right to
+  // (multiply: false) may not pin memory with one.
+  bool may_register = true;
 };
 
 // With tokens, a region belongs to the client that registered it: another
@@ -134,7 +139,9 @@ class RegionRegistry {
   // Maps `shm_name`'s first `byte_size` bytes (0 = all of it) under `name`.
   // Errors: FAILED_PRECONDITION off the Unix socket; INVALID_ARGUMENT (name,
   // size); NOT_FOUND (no such object); PERMISSION_DENIED; ALREADY_EXISTS;
-  // RESOURCE_EXHAUSTED (budget, count, page-locking). Returns the bytes mapped.
+  // RESOURCE_EXHAUSTED (budget, count, page-locking); PERMISSION_DENIED over
+  // the client's max_region_bytes (its registrations on every connection
+  // counted). Returns the bytes mapped.
   StatusOr<int64_t> register_region(const RegionCaller& caller, const std::string& name, const std::string& shm_name,
                                     int64_t byte_size);
 
@@ -161,6 +168,7 @@ class RegionRegistry {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<MappedRegion>> regions_;  // guarded by mu_
   std::shared_ptr<int64_t> in_use_;                               // guarded by *in_use_mu_; outlives the registry
+  std::shared_ptr<std::map<std::string, int64_t>> client_bytes_;  // per client (tokens); likewise
   std::shared_ptr<std::mutex> in_use_mu_;
 };
 

@@ -4,6 +4,7 @@
 // that a normal request from another client still completes correctly (fp64
 // reference) while or right after it runs.
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -406,6 +407,81 @@ TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
   ASSERT_TRUE(info.ok()) << info.status().to_string();
   EXPECT_EQ(info->resident_bytes_in_use, 2 * kBytes);
   expect_server_serves(server, "after sixteen concurrent puts", o.token);
+}
+
+// ---- Smaller ones: forged log lines, regions under quotas, reflection --------
+
+// A region the server never registered, under a name chosen to forge a log line.
+class NamedOnly final : public Region {
+ public:
+  explicit NamedOnly(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  void* data() const override { return nullptr; }
+  int64_t bytes() const override { return 0; }
+  StatusOr<int> unregister() override { return 0; }
+
+ private:
+  std::string name_;
+};
+
+// Client strings reach the log inside error messages (a region's name here):
+// a newline in one must not start a forged line, nor a quote end the field.
+TEST_F(CallerAttacks, ClientStringsCannotForgeLogLines) {
+  auto client = Client::connect(server_->unix_address());
+  const std::string forged = "[2026-01-01 00:00:00.000] [sgemm] [info] request id=forged status=OK";
+  const NamedOnly r("x\n" + forged + "\" error=\"none");
+  auto res = client->multiply_regions({4, 4, 4}, RegionMatrix{&r, 0, 0}, RegionMatrix{&r, 64, 0}, std::nullopt,
+                                      std::nullopt, {});
+  EXPECT_EQ(res.status().code(), StatusCode::kNotFound) << res.status().to_string();
+  ASSERT_TRUE(server_->log_has("\\n" + forged)) << "the failure was not logged with its newline escaped";
+  const std::string log = server_->log();
+  EXPECT_EQ(log.find("\n" + forged), std::string::npos) << "a client's newline started a log line";
+  EXPECT_NE(log.find("\\\" error=\\\"none"), std::string::npos) << "a client's quote was not escaped";
+  expect_server_serves(*server_, "after a forged log line");
+}
+
+TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string file = dir + "/tokens.json";
+  std::ofstream(file) << R"({"clients": [
+      {"name": "small", "token": "small-token-0123456789abcdef", "max_region_bytes": 131072},
+      {"name": "viewer", "token": "viewer-token-0123456789abcdef", "multiply": false}]})";
+  ServerProcess server({"--auth-tokens", file});
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions so, vo;
+  so.token = "small-token-0123456789abcdef";
+  vo.token = "viewer-token-0123456789abcdef";
+  auto small = Client::connect(server.unix_address(), so);
+  auto viewer = Client::connect(server.unix_address(), vo);
+  auto denied = viewer->create_region(4096);
+  EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied) << denied.status().to_string();
+  EXPECT_NE(denied.status().message().find("multiply: false"), std::string::npos) << denied.status().to_string();
+  auto first = small->create_region(65536);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto second = small->create_region(65536);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  auto third = small->create_region(4096);  // over 128 KiB together
+  EXPECT_EQ(third.status().code(), StatusCode::kPermissionDenied) << third.status().to_string();
+  EXPECT_NE(third.status().message().find("max_region_bytes"), std::string::npos) << third.status().to_string();
+  ASSERT_TRUE((*first)->unregister().ok());  // its bytes come back to the client
+  auto again = small->create_region(65536);
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
+  expect_server_serves(server, "after the region quotas", so.token);
+}
+
+// Reflection streams take a thread each and need no token: off unless --reflection.
+TEST_F(CallerAttacks, ReflectionIsOffByDefault) {
+  auto channel = grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice empty("");  // an empty ServerReflectionRequest
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status st) { done.set_value(st); });
+  const grpc::Status st = done.get_future().get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << st.error_message();
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log_text.h"
 #include "server/service/client_auth.h"
 #include "server/service/request_assembly.h"
 
@@ -98,6 +99,15 @@ TEST(ResidentCharge, ConcurrentChargesNeverPassTheQuotaTogether) {
   // Without the quota nothing is charged.
   AuthClient free_client("erin", ClientQuota{});
   EXPECT_TRUE(free_client.charge_resident(int64_t{1} << 50, [] { return int64_t{1} << 50; }).ok());
+}
+
+TEST(LogText, ControlCharactersAndQuotesAreEscaped) {
+  EXPECT_EQ(log_line("a\nb\rc\td\x01"
+                     "e\x7f\"\\"),
+            "a\\nb\\rc\\td\\x01e\\x7f\"\\");
+  EXPECT_EQ(log_field("say \"hi\"\\\n"), "say \\\"hi\\\"\\\\\\n");
+  EXPECT_EQ(log_line("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 passes
+  EXPECT_EQ(log_line(""), "");
 }
 
 }  // namespace

@@ -175,5 +175,25 @@ TEST(RegionLayout, LeadingDimensionsBeyondTheEngineAndOverflowingSpansAreRefused
   EXPECT_NE(l.status().message().find("f.ld -8"), std::string::npos) << l.status().message();
 }
 
+TEST(RegionQuota, AClientsRegionsCountTogetherAndNeedTheMultiplyRight) {
+  NullEngine engine;
+  RegionRegistry reg(engine, {1 << 20});
+  ShmObject a(64 << 10), b(64 << 10), c(4096);
+  RegionCaller alice = unix_caller(), alice_other_conn = unix_caller(), viewer = unix_caller();
+  alice.client = alice_other_conn.client = "alice";
+  alice.max_region_bytes = alice_other_conn.max_region_bytes = 100 << 10;
+  alice_other_conn.connection = 2;
+  viewer.client = "viewer";
+  viewer.may_register = false;
+  EXPECT_EQ(reg.register_region(viewer, "v", c.name(), 0).status().code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(reg.register_region(alice, "a", a.name(), 0).ok());
+  auto over = reg.register_region(alice_other_conn, "b", b.name(), 0);  // another connection, the same client
+  EXPECT_EQ(over.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(over.status().message().find("max_region_bytes"), std::string::npos) << over.status().message();
+  EXPECT_TRUE(reg.register_region(alice_other_conn, "c", c.name(), 0).ok());  // 68 KiB of 100
+  reg.drop_connection(1);                                                     // "a" goes: its bytes come back
+  EXPECT_TRUE(reg.register_region(alice_other_conn, "b", b.name(), 0).ok());
+}
+
 }  // namespace
 }  // namespace sgemm
