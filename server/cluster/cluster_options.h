@@ -25,6 +25,15 @@ struct ClusterOptions {
   bool always = false;
   // A member whose coordinator is gone tries to join again after this long.
   int64_t rejoin_interval_ms = 1000;
+  // Trust (cluster_trust.h, docs/security.md). The shared secret every
+  // process of the cluster holds (--cluster-token-file): the coordinator
+  // refuses a Join without it; "" = none.
+  std::string token;
+  // A member's TLS to its coordinator: the CA that signed the coordinator's
+  // certificate (--cluster-ca; "" = plaintext), and the member's own
+  // certificate and key (its --tls-cert/--tls-key) for a coordinator that
+  // asks for one (--tls-client-ca).
+  std::string tls_ca_file, tls_cert_file, tls_key_file;
   // Messages for the server log; null = silent. Called from any thread.
   std::function<void(std::string_view)> log;
 };

@@ -6,8 +6,13 @@
 
 #include "common/log_text.h"
 #include "server/cluster/cluster_codec.h"
+#include "server/cluster/cluster_trust.h"
 
 namespace sgemm {
+
+// A member's error texts are kept to this many characters (they go into
+// request errors and the log).
+constexpr std::size_t kMaxMemberText = 1024;
 
 // One member's Join stream. Reads run back to back; writes are queued and
 // sent one at a time. Ends (and deletes itself) when gRPC says the call is
@@ -97,8 +102,13 @@ void ClusterCoordinator::log(const std::string& msg) const {
 }
 
 grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>* ClusterCoordinator::Join(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
   auto* r = new MemberReactor(this);
+  if (Status trusted = check_cluster_token(ctx, options_.token); !trusted.ok()) {
+    log("refused a Join from " + ctx->peer() + ": " + trusted.message());
+    r->finish(grpc::Status(grpc::StatusCode(int(trusted.code())), trusted.message()));
+    return r;
+  }
   std::lock_guard lock(mu_);
   if (shut_down_) r->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
   return r;
@@ -120,6 +130,14 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
   Member* m = find_locked(r);
   if (msg.has_hello()) {
     if (m || shut_down_) return;  // one hello per stream
+    Status valid = check_hello(msg.hello());
+    if (valid.ok() && int(members_.size()) >= kMaxClusterMembers)
+      valid = ResourceExhausted("the cluster has " + std::to_string(members_.size()) + " members, its limit");
+    if (!valid.ok()) {
+      log("refused a hello: " + valid.message());
+      r->finish(grpc::Status(grpc::StatusCode(int(valid.code())), valid.message()));
+      return;
+    }
     Member nm;
     nm.id = next_member_id_++;
     nm.host = msg.hello().host().empty() ? "member-" + std::to_string(nm.id) : msg.hello().host();
@@ -141,11 +159,11 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
   } else if (msg.has_ready()) {
     m->ready_epoch = msg.ready().epoch();
     m->ready_ok = msg.ready().ok();
-    m->ready_error = msg.ready().error();
+    m->ready_error = msg.ready().error().substr(0, kMaxMemberText);
   } else if (msg.has_done()) {
     m->done_job = msg.done().job_id();
     m->done_ok = msg.done().ok();
-    m->done_error = msg.done().error();
+    m->done_error = msg.done().error().substr(0, kMaxMemberText);
     m->done_timings = timings_from_proto(msg.done());
   }
   cv_.notify_all();
