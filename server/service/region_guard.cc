@@ -12,7 +12,7 @@ namespace sgemm {
 
 namespace {
 
-// Twice --max-regions' default: every registration of a default server has a slot.
+// Twice RegionRegistryOptions::max_regions: every registration has a slot.
 constexpr int kSlots = 8192;
 
 // A guarded range. `end` is written before `begin` (release) and `begin`
