@@ -329,6 +329,47 @@ TEST_F(MemoryAttacks, TricklerLosesItsMemoryAfterTheGrace) {
   EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
 }
 
+// The same against a PutMatrix: its first chunk reserves the resident budget
+// and the matrix's host memory; a trickle loses both after the grace.
+TEST_F(MemoryAttacks, TricklingPutLosesItsMemoryAfterTheGrace) {
+  auto client = Client::connect(server_->tcp_address());
+  constexpr int64_t rows = 2048, cols = 2048;  // 16 MiB
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::PutMatrixResponse resp;
+  auto w = stub->PutMatrix(&ctx, &resp);
+  v1::PutMatrixRequest h;
+  h.mutable_header()->set_rows(rows);
+  h.mutable_header()->set_cols(cols);
+  ASSERT_TRUE(w->Write(h));
+  ASSERT_TRUE(w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, 0, 1)));
+  const auto t0 = Clock::now();
+  auto held = testing::info_when(*client, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; });
+  EXPECT_EQ(held.host_bytes_in_use, 4 * rows * cols);
+  EXPECT_EQ(held.resident_bytes_in_use, 4 * rows * cols);
+  std::atomic<bool> stop{false};
+  auto trickler = std::async(std::launch::async, [&] {
+    for (int64_t off = 1; off < 200 && !stop; ++off) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, off, 1))) break;
+    }
+    w->WritesDone();
+    return w->Finish();
+  });
+  expect_server_serves(*server_, "beside a trickling put within its grace");
+  auto back = testing::info_when(
+      *client, [](const ServerInfo& i) { return i.host_bytes_in_use == 0 && i.resident_bytes_in_use == 0; }, 1000);
+  const double held_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(back.host_bytes_in_use, 0);
+  EXPECT_EQ(back.resident_bytes_in_use, 0);
+  EXPECT_LT(held_s, 4.0) << "the trickling put held its memory " << held_s << " s";
+  stop = true;
+  const grpc::Status st = trickler.get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--min-upload-rate"), std::string::npos) << st.error_message();
+  std::printf("[ info ] the trickling put held %lld bytes for %.2f s\n", (long long)(4 * rows * cols), held_s);
+}
+
 // 256 KiB of upload (m = n = 32768, k = 1) asked the server to compute and
 // hold 4 GiB; it is refused at the header, before any memory is reserved.
 TEST_F(MemoryAttacks, OutputsAreBoundedByTheirInputs) {
