@@ -133,6 +133,16 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
     Status valid = check_hello(msg.hello());
     if (valid.ok() && int(members_.size()) >= kMaxClusterMembers)
       valid = ResourceExhausted("the cluster has " + std::to_string(members_.size()) + " members, its limit");
+    if (auto ban = banned_.find(msg.hello().host()); valid.ok() && ban != banned_.end()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now < ban->second)
+        valid = Unavailable(
+            "cluster member '" + ban->first + "' did not answer ready within " +
+            std::to_string(options_.connect_timeout_ms) + " ms and may join again in " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(ban->second - now).count() + 1) + " s");
+      else
+        banned_.erase(ban);
+    }
     if (!valid.ok()) {
       log("refused a hello: " + valid.message());
       r->finish(grpc::Status(grpc::StatusCode(int(valid.code())), valid.message()));
@@ -280,10 +290,13 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
   ClusterCommSpec spec{epoch, *id, int(view.ranks.size()), 0};
   Status s = plane_.connect(spec, abort.get(), options_.connect_timeout_ms);
   lock.lock();
-  if (s.ok())
+  bool waited_for_members = false;
+  if (s.ok()) {
+    waited_for_members = true;
     s = wait_members_locked(
         lock, ids, *abort, options_.connect_timeout_ms, "the communicator",
         [](const Member& m, uint64_t e) { return m.ready_epoch == e; }, epoch);
+  }
   if (s.ok()) {
     for (uint64_t mid : ids) {
       const Member& m = members_[mid];
@@ -297,11 +310,20 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
   abort_members_.clear();
   if (!s.ok()) {
     // Members that did not join are dropped: they join again with a new stream.
+    // One that never answered (while this side's part was up) is kept out for
+    // rejoin_ban_ms: otherwise it would rejoin and hold the next request too.
+    const auto ban_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.rejoin_ban_ms);
     for (uint64_t mid : ids) {
       auto it = members_.find(mid);
-      if (it != members_.end() && !(it->second.ready_epoch == epoch && it->second.ready_ok))
-        it->second.reactor->finish(
-            grpc::Status(grpc::StatusCode::UNAVAILABLE, "did not join communicator epoch " + std::to_string(epoch)));
+      if (it == members_.end() || (it->second.ready_epoch == epoch && it->second.ready_ok)) continue;
+      const bool silent = waited_for_members && it->second.ready_epoch != epoch;
+      if (silent && options_.rejoin_ban_ms > 0) {
+        banned_[it->second.host] = ban_until;
+        log("member '" + it->second.host + "' did not answer ready for epoch " + std::to_string(epoch) +
+            "; it may not join again for " + std::to_string(options_.rejoin_ban_ms) + " ms");
+      }
+      it->second.reactor->finish(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "did not join communicator epoch " + std::to_string(epoch)));
     }
     ++generation_;
     lock.unlock();

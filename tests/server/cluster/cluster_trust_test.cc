@@ -170,6 +170,36 @@ TEST_F(ClusterTrust, HellosThatBreakTheRulesAreRefused) {
   for (const auto& l : coord_log.lines) EXPECT_EQ(l.find('\n'), std::string::npos) << l;
 }
 
+// A member that joined but never answers `ready` holds the request that
+// builds the communicator until connect_timeout_ms, then is dropped and kept
+// out: the next request builds over the rest at once.
+TEST_F(ClusterTrust, AMemberThatNeverAnswersReadyIsDroppedAndKeptOut) {
+  ClusterOptions co = opts("coordinator", &coord_log);
+  co.connect_timeout_ms = 500;
+  start(co);
+  add_member(opts("steady", nullptr));
+  ClusterOptions silent = opts("silent", &stranger_log);
+  add_member(silent);
+  planes_.back()->set_hang_connect(true);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  {
+    auto lock = coord_->lock_jobs();
+    auto view = coord_->prepare();
+    EXPECT_EQ(view.status().code(), StatusCode::kUnavailable) << view.status().to_string();
+    EXPECT_NE(view.status().message().find("'silent'"), std::string::npos) << view.status().to_string();
+  }
+  EXPECT_TRUE(coord_log.has("member 'silent' did not answer ready"));
+  // It tries to join again and is refused, saying for how long.
+  ASSERT_TRUE(eventually([&] { return stranger_log.has("may join again in"); }));
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto lock = coord_->lock_jobs();
+  auto view = coord_->prepare();
+  ASSERT_TRUE(view.ok()) << view.status().to_string();
+  EXPECT_EQ(view->members, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 400ms) << "the next build waited for the dropped member";
+}
+
 TEST(ClusterToken, TokenFilesNeedALongPrintableFirstLine) {
   const std::string dir = std::filesystem::temp_directory_path() / ("sgemm-token-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
