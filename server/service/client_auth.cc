@@ -1,5 +1,6 @@
 #include "server/service/client_auth.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -52,6 +53,23 @@ StatusOr<AuthClient::Lease> AuthClient::admit(int64_t bytes) {
                             " would exceed its quota of " + std::to_string(q.max_bytes_in_flight) +
                             " (max_bytes_in_flight); wait for one to finish");
   return lease;
+}
+
+StatusOr<AuthClient::StreamLease> AuthClient::open_stream(int limit) {
+  const int open = open_streams_.fetch_add(1) + 1;
+  StreamLease lease(this);
+  if (limit > 0 && open > limit)
+    return PermissionDenied("client '" + name_ + "' already has " + std::to_string(open - 1) +
+                            " Multiply and PutMatrix streams open, its share of " + std::to_string(limit) +
+                            " (max_open_streams, or --max-open-streams shared among the token file's clients); "
+                            "finish some first");
+  return lease;
+}
+
+int ClientAuth::stream_share(const AuthClient& client, int max_open_streams, int max_stripes) const {
+  if (client.quota().max_open_streams > 0) return client.quota().max_open_streams;
+  const int even = entries_.empty() ? max_open_streams : max_open_streams / int(entries_.size());
+  return std::max(even, max_stripes);
 }
 
 void AuthClient::ResidentCharge::reset() {
@@ -120,6 +138,9 @@ StatusOr<std::unique_ptr<ClientAuth>> ClientAuth::parse(const std::string& text,
         q.max_bytes_in_flight = value.get<int64_t>();
       } else if (key == "max_resident_bytes" && value.is_number_integer() && value.get<int64_t>() >= 0) {
         q.max_resident_bytes = value.get<int64_t>();
+      } else if (key == "max_open_streams" && value.is_number_integer() && value.get<int64_t>() >= 0 &&
+                 value.get<int64_t>() < (int64_t{1} << 30)) {
+        q.max_open_streams = int(value.get<int64_t>());
       } else if (key == "max_region_bytes" && value.is_number_integer() && value.get<int64_t>() >= 0) {
         q.max_region_bytes = value.get<int64_t>();
       } else if (key == "multiply" && value.is_boolean()) {

@@ -41,6 +41,16 @@ PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext*
     std::lock_guard lock(shared_.calls_mu);
     shared_.puts.insert(this);
   }
+  // A put is an open stream like a Multiply: under --max-open-streams and the client's share.
+  shared_.unanswered.fetch_add(1);
+  if (refuse.ok() && client_ && shared_.options.auth) {
+    auto lease = client_->open_stream(
+        shared_.options.auth->stream_share(*client_, shared_.options.max_open_streams, shared_.options.max_stripes));
+    if (lease.ok())
+      stream_lease_ = std::move(lease).value();
+    else
+      refuse = lease.status();
+  }
   std::lock_guard lock(mu_);
   if (!refuse.ok()) {
     finish(refuse);
@@ -53,6 +63,8 @@ PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext*
 void PutMatrixCall::finish(const Status& st) {
   if (finished_) return;
   finished_ = true;
+  shared_.unanswered.fetch_sub(1);
+  stream_lease_.reset();
   if (!st.ok()) {
     // Nothing is kept: the buffer, the host bytes and the resident bytes go back.
     buffer_.reset();
@@ -251,6 +263,9 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SgemmService::PutMatrix(grpc::Callbac
     refuse = client.status();
   } else if (!shared_->engine.resident_store()) {
     refuse = FailedPrecondition("this server's backend keeps no resident matrices");
+  } else if (const int open = shared_->unanswered.load(); open >= options_.max_open_streams) {
+    refuse = Unavailable("too many open Multiply and PutMatrix streams: " + std::to_string(open) +
+                         " (--max-open-streams " + std::to_string(options_.max_open_streams) + "); retry with backoff");
   } else if (*client && !(*client)->quota().multiply) {
     refuse =
         PermissionDenied("client '" + (*client)->name() + "' may not put matrices (its token has multiply: false)");

@@ -56,6 +56,14 @@ MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* c
     std::lock_guard lock(shared_.calls_mu);
     shared_.calls.insert(this);
   }
+  if (refuse.ok() && client_ && shared_.options.auth) {  // the client's share of the open streams
+    auto lease = client_->open_stream(
+        shared_.options.auth->stream_share(*client_, shared_.options.max_open_streams, shared_.options.max_stripes));
+    if (lease.ok())
+      stream_lease_ = std::move(lease).value();
+    else
+      refuse = lease.status();
+  }
   std::unique_lock lock(mu_);
   if (!refuse.ok()) {
     finish(refuse);
@@ -736,6 +744,7 @@ void MultiplyCall::set_finished() {
   finished_ = true;
   shared_.unanswered.fetch_sub(1);
   client_lease_.reset();  // answered: the client may send its next request
+  stream_lease_.reset();
 }
 
 void MultiplyCall::finish(const Status& status) {

@@ -199,6 +199,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::optional<MatrixAssembler> assembler_;
   MemoryBudget::Reservation reservation_;
   AuthClient::Lease client_lease_;          // the client's quotas, from the header until the call is answered
+  AuthClient::StreamLease stream_lease_;    // one of the client's open streams, until the call is answered
   std::shared_ptr<HostBuffer> buffers_[3];  // A, B, C (C's also held by chunks gRPC has yet to write)
   CancelToken cancel_;
   GemmJob job_;

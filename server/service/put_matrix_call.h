@@ -77,6 +77,7 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   bool evictable_ = false;
   std::string label_;
   ResidentBytes resident_bytes_;
+  AuthClient::StreamLease stream_lease_;     // one of the client's open streams, until answered
   AuthClient::ResidentCharge quota_charge_;  // the client's resident quota, from reserve() until the store has it
   MemoryBudget::Reservation host_bytes_;
   Clock::time_point t_reserved_{};  // reserve(): the upload is paced from here (check_upload_pace)

@@ -525,5 +525,54 @@ TEST_F(CallerAttacks, ReflectionIsOffByDefault) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << st.error_message();
 }
 
+// One client used to fill --max-open-streams with silent streams (and
+// PutMatrix streams were outside it): every other caller got UNAVAILABLE.
+// With tokens each client holds at most its share of the open streams.
+TEST(StreamShareAttack, OneClientCannotTakeEveryStream) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string file = dir + "/tokens.json";
+  std::ofstream(file) << R"({"clients": [{"name": "hog", "token": "hog-token-0123456789abcdef00"},
+                                         {"name": "fair", "token": "fair-token-0123456789abcdef0"}]})";
+  ServerProcess server({"--auth-tokens", file, "--max-open-streams", "40"});  // a share of 20 each
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions fo;
+  fo.token = "fair-token-0123456789abcdef0";
+  auto fair = Client::connect(server.tcp_address(), fo);
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
+  struct Held {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::MultiplyRequest, v1::MultiplyResponse>> s;
+  };
+  std::vector<std::unique_ptr<Held>> held;
+  for (int i = 0; i < 20; ++i) {
+    auto h = std::make_unique<Held>();
+    h->ctx.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+    h->s = stub->Multiply(&h->ctx);
+    held.push_back(std::move(h));
+  }
+  auto seen = testing::info_when(*fair, [](const ServerInfo& i) { return i.open_streams >= 20; });
+  ASSERT_GE(seen.open_streams, 20);
+  // The hog's 21st stream, and a put, are refused; its streams so far stay.
+  grpc::ClientContext extra;
+  extra.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+  auto s = stub->Multiply(&extra);
+  v1::MultiplyResponse resp;
+  while (s->Read(&resp)) {
+  }
+  const grpc::Status st = s->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_NE(st.error_message().find("max_open_streams"), std::string::npos) << st.error_message();
+  grpc::ClientContext put_ctx;
+  put_ctx.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+  v1::PutMatrixResponse put_resp;
+  auto w = stub->PutMatrix(&put_ctx, &put_resp);
+  w->WritesDone();
+  const grpc::Status put_st = w->Finish();
+  EXPECT_EQ(put_st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << put_st.error_message();
+  // The other client is served while the hog holds its share.
+  expect_server_serves(server, "while another client holds its whole share of streams", fo.token);
+  for (auto& h : held) h->ctx.TryCancel();
+}
+
 }  // namespace
 }  // namespace sgemm
