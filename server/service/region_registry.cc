@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -82,9 +84,20 @@ MappedRegion::~MappedRegion() {
   for (auto& f : callbacks) f();
 }
 
+namespace {
+
+int regions_within_descriptors(int wanted) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return wanted;
+  return int(std::min<rlim_t>(rlim_t(wanted), std::max<rlim_t>(1, r.rlim_cur / 4)));
+}
+
+}  // namespace
+
 RegionRegistry::RegionRegistry(Engine& engine, RegionRegistryOptions options)
     : engine_(engine),
       options_(options),
+      max_regions_(regions_within_descriptors(options.max_regions)),
       in_use_(std::make_shared<int64_t>(0)),
       client_bytes_(std::make_shared<std::map<std::string, int64_t>>()),
       in_use_mu_(std::make_shared<std::mutex>()) {}
@@ -114,8 +127,10 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
   {
     std::lock_guard lock(mu_);
     if (regions_.count(name)) return AlreadyExists("a region named '" + name + "' is already registered");
-    if (int(regions_.size()) >= options_.max_regions)
-      return ResourceExhausted(std::to_string(regions_.size()) + " regions are registered, the server's limit");
+    if (int(regions_.size()) >= max_regions_)
+      return ResourceExhausted(std::to_string(regions_.size()) +
+                               " regions are registered, the server's limit (at most a quarter of its open-files "
+                               "limit: each holds a descriptor)");
   }
   // The server opens the object itself; what the caller may do is decided on
   // this descriptor's owner and mode (fstat), so nothing can be swapped in between.
@@ -124,6 +139,8 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
     const int e = errno;
     if (e == ENOENT) return NotFound("no shared-memory object '" + shm_name + "' (shm_open: " + strerror(e) + ")");
     if (e == EACCES) return PermissionDenied("the server cannot open '" + shm_name + "': " + strerror(e));
+    if (e == EMFILE || e == ENFILE)
+      return ResourceExhausted("the server has no descriptor left to open '" + shm_name + "': " + strerror(e));
     return InvalidArgument("cannot open shared-memory object '" + shm_name + "': " + strerror(e));
   }
   struct stat st {};

@@ -128,7 +128,11 @@ struct RegionRow {
 
 struct RegionRegistryOptions {
   int64_t capacity_bytes = 0;  // --region-bytes: registered regions together; must be > 0
-  int max_regions = 4096;      // registrations at once, all connections together
+  // Registrations at once, all connections together. Each keeps a descriptor
+  // open (check_intact()'s fstat), so the registry takes at most a quarter of
+  // the process's open-files limit, whichever is smaller: regions can never
+  // exhaust the descriptors the listeners and connections need.
+  int max_regions = 4096;
 };
 
 class RegionRegistry {
@@ -161,10 +165,12 @@ class RegionRegistry {
   int64_t capacity() const { return options_.capacity_bytes; }
   int64_t bytes_in_use() const;
   int count() const;
+  int max_regions() const { return max_regions_; }
 
  private:
   Engine& engine_;
   const RegionRegistryOptions options_;
+  const int max_regions_;  // options_.max_regions within a quarter of RLIMIT_NOFILE
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<MappedRegion>> regions_;  // guarded by mu_
   std::shared_ptr<int64_t> in_use_;                               // guarded by *in_use_mu_; outlives the registry

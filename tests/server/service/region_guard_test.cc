@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -193,6 +194,36 @@ TEST(RegionQuota, AClientsRegionsCountTogetherAndNeedTheMultiplyRight) {
   EXPECT_TRUE(reg.register_region(alice_other_conn, "c", c.name(), 0).ok());  // 68 KiB of 100
   reg.drop_connection(1);                                                     // "a" goes: its bytes come back
   EXPECT_TRUE(reg.register_region(alice_other_conn, "b", b.name(), 0).ok());
+}
+
+// Each region keeps a descriptor: the registry takes at most a quarter of the
+// open-files limit, so registrations cannot starve the listeners of descriptors.
+TEST(RegionQuota, RegistrationsStayWithinAQuarterOfTheDescriptorLimit) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  NullEngine engine;
+  RegionRegistry reg(engine, {int64_t{1} << 30});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(reg.max_regions(), 64);
+  ShmObject obj(4096);
+  int registered = 0;
+  Status last;
+  for (int i = 0; i < 80; ++i) {
+    std::string name = std::to_string(i);  // (GCC 12 warns falsely on "r" + to_string)
+    name.insert(0, "region-");
+    auto r = reg.register_region(unix_caller(), name, obj.name(), 0);
+    if (!r.ok()) {
+      last = r.status();
+      break;
+    }
+    ++registered;
+  }
+  EXPECT_EQ(registered, 64);
+  EXPECT_EQ(last.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(last.message().find("open-files limit"), std::string::npos) << last.message();
 }
 
 }  // namespace
