@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "common/log_text.h"
+#include "proto/grpc_status.h"
 #include "server/cluster/cluster_codec.h"
 #include "server/cluster/cluster_trust.h"
 
@@ -106,11 +107,11 @@ grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>
   auto* r = new MemberReactor(this);
   if (Status trusted = check_cluster_token(ctx, options_.token); !trusted.ok()) {
     log("refused a Join from " + ctx->peer() + ": " + trusted.message());
-    r->finish(grpc::Status(grpc::StatusCode(int(trusted.code())), trusted.message()));
+    r->finish(to_grpc(trusted));
     return r;
   }
   std::lock_guard lock(mu_);
-  if (shut_down_) r->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
+  if (shut_down_) r->finish(to_grpc(Unavailable("the coordinator is shutting down")));
   return r;
 }
 
@@ -145,7 +146,7 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
     }
     if (!valid.ok()) {
       log("refused a hello: " + valid.message());
-      r->finish(grpc::Status(grpc::StatusCode(int(valid.code())), valid.message()));
+      r->finish(to_grpc(valid));
       return;
     }
     Member nm;
@@ -154,7 +155,7 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
     nm.devices = msg.hello().devices_size();
     nm.reactor = r;
     if (nm.devices < 1) {
-      r->finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a member needs at least one GPU"));
+      r->finish(to_grpc(FailedPrecondition("a member needs at least one GPU")));
       return;
     }
     v1::ClusterCoordinatorMessage welcome;
@@ -206,8 +207,7 @@ void ClusterCoordinator::shutdown() {
   std::lock_guard lock(mu_);
   shut_down_ = true;
   if (abort_) abort_->cancel(Unavailable("the coordinator is shutting down"));
-  for (auto& [id, m] : members_)
-    m.reactor->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
+  for (auto& [id, m] : members_) m.reactor->finish(to_grpc(Unavailable("the coordinator is shutting down")));
   cv_.notify_all();
 }
 
@@ -322,8 +322,7 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
         log("member '" + it->second.host + "' did not answer ready for epoch " + std::to_string(epoch) +
             "; it may not join again for " + std::to_string(options_.rejoin_ban_ms) + " ms");
       }
-      it->second.reactor->finish(
-          grpc::Status(grpc::StatusCode::UNAVAILABLE, "did not join communicator epoch " + std::to_string(epoch)));
+      it->second.reactor->finish(to_grpc(Unavailable("did not join communicator epoch " + std::to_string(epoch))));
     }
     ++generation_;
     lock.unlock();

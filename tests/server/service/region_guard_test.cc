@@ -17,11 +17,12 @@
 
 #include "server/service/region_operands.h"
 #include "server/service/region_registry.h"
+#include "tests/server/engine/fake_engine_base.h"
 
 namespace sgemm {
 namespace {
 
-class NullEngine final : public Engine {
+class NullEngine final : public testing::FakeEngineBase {
  public:
   EngineInfo info() const override { return {}; }
   HostAllocator& host_allocator() override { return alloc_; }
