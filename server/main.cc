@@ -135,6 +135,20 @@ int main(int argc, char** argv) {
                  "largest A, B or C accepted, in elements")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--min-upload-rate", opt.service.limits.min_upload_bytes_per_s,
+                 "bytes/s an upload holding server memory must average after --idle-timeout of grace (0 = no minimum; "
+                 "docs/security.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-output-ratio", opt.service.limits.max_output_ratio,
+                 "a C the server holds may be at most this many times its inputs' bytes, or --output-floor-bytes "
+                 "(0 = no bound; docs/security.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--output-floor-bytes", opt.service.limits.output_floor_bytes,
+                 "a C of up to this many bytes is never refused by --max-output-ratio")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--max-in-flight", opt.service.max_in_flight, "requests computed at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -217,6 +231,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
   app.add_option("--port-file", opt.port_file, "write the bound port to this file once serving");
   app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_flag("--reflection", opt.reflection,
+               "offer gRPC server reflection (for grpcurl without the .proto); off by default: each reflection "
+               "stream holds a server thread and needs no token (docs/security.md)");
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)");
   app.add_option("--trace-dir", opt.service.trace_dir,
@@ -250,6 +267,13 @@ int main(int argc, char** argv) {
   app.add_option("--join", opt.join, "join the cluster of the coordinator at this address:port (its --cluster-listen)")
       ->excludes(cluster_listen);
   app.add_option("--cluster-name", opt.cluster_name, "this server's name in a cluster (default: the host name)");
+  app.add_option("--cluster-token-file", opt.cluster_token_file,
+                 "file whose first line is the cluster's shared secret: the coordinator admits only members that "
+                 "send it, members send it (docs/security.md)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-ca", opt.cluster_ca,
+                 "member: reach the coordinator over TLS, trusting this CA (and presenting --tls-cert/--tls-key)")
+      ->check(CLI::ExistingFile);
   app.add_flag("--cluster-always", opt.cluster_always,
                "coordinator: run every fp32 request over the cluster, whatever the cost model says");
   app.add_option("--cluster-timeout", opt.cluster_timeout_s,

@@ -12,8 +12,10 @@
 #include <fstream>
 
 #include "server/cluster/cluster_engine.h"
+#include "server/cluster/cluster_trust.h"
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
+#include "server/service/reflection_switch.h"
 
 namespace sgemm {
 namespace {
@@ -94,6 +96,12 @@ Status Server::build() {
   if (!built.ok()) return built.status();
   engine_ = std::move(built).value();
 
+  // TLS first: the cluster listener serves under the same certificate.
+  if (opt_.tls.enabled()) {
+    auto made = TlsCredentials::create(opt_.tls);
+    if (!made.ok()) return InvalidArgument(made.status().message());  // the files are the problem
+    tls_ = std::move(made).value();
+  }
   if (!opt_.cluster_listen.empty() || !opt_.join.empty()) {
     auto plane = opt_.make_cluster_plane();
     if (!plane.ok()) return Status(plane.status().code(), "cluster mode needs GPUs: " + plane.status().to_string());
@@ -109,11 +117,24 @@ Status Server::build() {
     copt.connect_timeout_ms = int64_t(opt_.cluster_timeout_s * 1000);
     copt.job_timeout_ms = 10 * copt.connect_timeout_ms;
     copt.log = [log = opt_.log](std::string_view msg) { log->info("{}", msg); };
+    if (!opt_.cluster_token_file.empty()) {
+      auto token = read_cluster_token(opt_.cluster_token_file);
+      if (!token.ok()) return InvalidArgument(token.status().message());  // the file is the problem
+      copt.token = std::move(token).value();
+    }
+    copt.tls_ca_file = opt_.cluster_ca;
+    if (!opt_.cluster_ca.empty()) {  // a member presents the server's own certificate to a coordinator that asks
+      copt.tls_cert_file = opt_.tls.cert_file;
+      copt.tls_key_file = opt_.tls.key_file;
+    }
+    if (auto creds = cluster_channel_credentials(copt); !creds.ok())
+      return InvalidArgument(creds.status().message());  // the CA or certificate files are the problem
     if (!opt_.cluster_listen.empty()) {
       coordinator_ = std::make_unique<ClusterCoordinator>(*cluster_plane_, copt);
       grpc::ServerBuilder cb;
-      cb.AddListeningPort(opt_.cluster_listen, grpc::InsecureServerCredentials(), &cluster_port_);
+      cb.AddListeningPort(opt_.cluster_listen, listener_credentials(opt_.cluster_listen, tls_.get()), &cluster_port_);
       cb.RegisterService(coordinator_.get());
+      cb.SetOption(without_reflection());
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
       cb.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
@@ -138,11 +159,6 @@ Status Server::build() {
   sopt.feed_wait_budget = std::chrono::milliseconds(int64_t(opt_.feed_wait_budget_s * 1000));
   if (sopt.host_memory_bytes == 0) sopt.host_memory_bytes = default_host_memory_bytes();
   sopt.version = opt_.version;
-  if (opt_.tls.enabled()) {
-    auto made = TlsCredentials::create(opt_.tls);
-    if (!made.ok()) return InvalidArgument(made.status().message());  // the files are the problem
-    tls_ = std::move(made).value();
-  }
   if (!opt_.auth_tokens.empty()) {
     auto loaded = ClientAuth::load(opt_.auth_tokens);
     if (!loaded.ok()) return InvalidArgument(loaded.status().message());  // the file is the problem
@@ -173,6 +189,7 @@ Status Server::start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!opt_.reflection) builder.SetOption(without_reflection());
   // TCP addresses go to gRPC (TLS when configured); unix:PATH sockets
   // (plaintext: the peer's credentials are checked) are accepted by us (their
   // peers' credentials decide region rights) and handed to gRPC per connection.

@@ -68,10 +68,13 @@ struct ServerOptions {
   // shrinks windows and closes the connections that hold the most. 0 = unlimited.
   int64_t grpc_memory_bytes = int64_t{1} << 30;
   std::string metrics_listen;          // Prometheus /metrics on this address:port; "" = none
+  bool reflection = false;             // gRPC server reflection (each stream holds a thread: off unless asked for)
   std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
   std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster
   std::string join;                    // member: the coordinator's cluster address; "" = not a member
   std::string cluster_name;            // this process's name in a cluster; "" = the host name
+  std::string cluster_token_file;      // the cluster's shared secret (first line); "" = members need none
+  std::string cluster_ca;              // member: the CA of the coordinator's certificate; "" = plaintext to it
   bool cluster_always = false;         // coordinator: every fp32 request over the cluster (benchmarks)
   double cluster_timeout_s = 60;       // building a communicator; a member's answer to a job (x10)
   std::string version = "dev";         // reported by GetInfo and logged at start

@@ -56,6 +56,14 @@ MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* c
     std::lock_guard lock(shared_.calls_mu);
     shared_.calls.insert(this);
   }
+  if (refuse.ok() && client_ && shared_.options.auth) {  // the client's share of the open streams
+    auto lease = client_->open_stream(
+        shared_.options.auth->stream_share(*client_, shared_.options.max_open_streams, shared_.options.max_stripes));
+    if (lease.ok())
+      stream_lease_ = std::move(lease).value();
+    else
+      refuse = lease.status();
+  }
   std::unique_lock lock(mu_);
   if (!refuse.ok()) {
     finish(refuse);
@@ -244,6 +252,13 @@ void MultiplyCall::check_idle(Clock::time_point now) {
   } else if (waiting_in && now - read_since_ >= idle) {
     finish_stream(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
                                    phase_name(phase_) + "; send the data without pauses or raise --idle-timeout"));
+  } else if (Status pace = accepts_chunks() && !upload_complete_ && reservation_.bytes() > 0 &&
+                                   t_first_data_ != Clock::time_point{}
+                               ? check_upload_pace(assembler_->bytes_received(), now - t_first_data_, idle,
+                                                   reservation_.bytes(), shared_.options.limits, "the request")
+                               : Status::Ok();
+             !pace.ok()) {
+    finish(pace);  // the memory goes back now, not when the last byte would have come
   } else if (writing_ && now - write_since_ >= idle) {
     // A write is stuck behind flow control: the status cannot follow it, so
     // the stream is reset and the reason goes to the log.
@@ -336,6 +351,8 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   // engine's rules for the request (shape, scalars, kernel, split, precision).
   SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
   SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
+  // A C the server holds is bounded by its inputs; one written into the caller's region costs it nothing.
+  if (!regions.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
   if (regions.any() && resident.any())
     return InvalidArgument("a Multiply header names shared-memory regions and resident handles; use one or the other");
   if (regions.any()) return start_from_regions(regions);
@@ -578,6 +595,12 @@ void MultiplyCall::run_compute() {
   }
   if (pool_id) shared_.pool.forget(pool_id);
   shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
+  // A region whose owner shrank it while it was read or written voids the result.
+  for (const auto& region : regions_held_)
+    if (Status intact = region->check_intact(); !intact.ok()) {
+      result = intact;
+      break;
+    }
   // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
   std::vector<std::shared_ptr<const MappedRegion>>().swap(regions_held_);
   {
@@ -721,6 +744,7 @@ void MultiplyCall::set_finished() {
   finished_ = true;
   shared_.unanswered.fetch_sub(1);
   client_lease_.reset();  // answered: the client may send its next request
+  stream_lease_.reset();
 }
 
 void MultiplyCall::finish(const Status& status) {
@@ -767,7 +791,7 @@ void MultiplyCall::log_outcome(const Status& st) {
         fmt::format("stripe {} of request id={} peer={} client={} status={} phase=\"{}\" total_ms={:.3f} "
                     "error=\"{}\"",
                     stripe_, group_ ? group_->primary()->id_ : std::string("?"), ctx_->peer(), client_name(),
-                    status_code_name(st.code()), phase_name(finish_phase_), total_ms, st.message()));
+                    status_code_name(st.code()), phase_name(finish_phase_), total_ms, log_field(st.message())));
     return;
   }
   if (!st.ok()) {
@@ -782,7 +806,7 @@ void MultiplyCall::log_outcome(const Status& st) {
         level, fmt::format("request id={} peer={} client={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
                            "bytes_in={} bytes_out={} error=\"{}\"",
                            id_, ctx_->peer(), client_name(), s.m, s.n, s.k, status_code_name(st.code()),
-                           phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, st.message()));
+                           phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, log_field(st.message())));
     return;
   }
   const GemmReport& r = *result_;

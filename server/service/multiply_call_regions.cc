@@ -13,7 +13,8 @@ Status MultiplyCall::start_from_regions(const RegionOperands& regions) {
   if (client_) caller.client = client_->name();  // with tokens, regions belong to their client
   if (!shared_.regions || !caller.unix_socket)
     return regions_need_unix_socket("a Multiply naming shared-memory regions");
-  SGEMM_ASSIGN_OR_RETURN(BoundOperands bound, bind_region_operands(*shared_.regions, caller, header_, regions));
+  SGEMM_ASSIGN_OR_RETURN(BoundOperands bound, bind_region_operands(*shared_.regions, caller, header_, regions,
+                                                                   shared_.engine.max_leading_dimension()));
   const GemmShape& s = header_.shape;
   from_regions_ = true;
   job_.a = bound.a;

@@ -59,6 +59,9 @@ Status MultiplyCall::reserve_keep() {
   // could not be kept fails here, not after computing.
   const GemmShape& s = header_.shape;
   const int64_t bytes = s.m * s.n * int64_t(sizeof(float));
+  if (const ResidentStore* store = shared_.engine.resident_store()) {
+    SGEMM_ASSIGN_OR_RETURN(keep_charge_, charge_resident_quota(client_, *store, bytes));
+  }
   SGEMM_ASSIGN_OR_RETURN(keep_bytes_, shared_.engine.reserve_resident(bytes, "keep_result of a " + std::to_string(s.m) +
                                                                                  " x " + std::to_string(s.n) + " C (" +
                                                                                  std::to_string(bytes) + " bytes)"));
@@ -95,6 +98,7 @@ Status MultiplyCall::keep_result() {
   auto m = store->add(client_ ? client_->name() : std::string(), "result of request " + id_, s.m, s.n, keep_evictable_,
                       std::move(data));
   std::lock_guard lock(mu_);
+  keep_charge_.reset();  // the store counts it now
   result_handle_ = m->handle;
   return Status::Ok();
 }
