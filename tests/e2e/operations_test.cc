@@ -1,0 +1,219 @@
+// What an operator relies on, end to end (docs/operations.md): a busy port
+// is an error naming the port (SO_REUSEPORT only when asked for); the start-up
+// log says where the memory budgets came from and GetInfo and /metrics report
+// them; the build, device and budget gauges; a request striped over several
+// connections counts every byte of C in the summary, the log line,
+// timings.jsonl, its trace and sgemm_sent_bytes_total.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+#include "common/timing_record.h"
+#include "tests/e2e/server_process.h"
+
+namespace sgemm {
+namespace {
+
+using testing::ServerProcess;
+
+// GET /metrics on 127.0.0.1:port; the body, or "" on failure.
+std::string scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+      char buf[65536];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+    }
+  }
+  close(fd);
+  const auto body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+// Samples of the exposition format: "name{labels}" -> value.
+std::map<std::string, double> samples(const std::string& text) {
+  std::map<std::string, double> m;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto sp = line.rfind(' ');
+    if (sp != std::string::npos) m[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return m;
+}
+
+double value(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? 0.0 : it->second;
+}
+
+// The first sample whose name starts with `prefix` ("" if none).
+std::string first_key(const std::map<std::string, double>& m, const std::string& prefix) {
+  for (const auto& [k, v] : m)
+    if (k.rfind(prefix, 0) == 0) return k;
+  return "";
+}
+
+int metrics_port(const ServerProcess& server) {
+  if (!server.log_has("/metrics (port ", 10000)) return 0;
+  std::smatch match;
+  const std::string log = server.log();
+  if (!std::regex_search(log, match, std::regex(R"(/metrics \(port (\d+)\))"))) return 0;
+  return std::stoi(match[1]);
+}
+
+class OperationsE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--metrics-listen", "127.0.0.1:0", "--host-memory-bytes", "1073741824"});
+    ASSERT_TRUE(server_->running()) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0);
+    delete server_;
+  }
+  void SetUp() override { ASSERT_TRUE(server_->running()) << server_->log(); }
+  static ServerProcess* server_;
+};
+ServerProcess* OperationsE2E::server_ = nullptr;
+
+TEST_F(OperationsE2E, ASecondServerOnABusyPortExitsNonZeroNamingThePort) {
+  const std::string busy = server_->tcp_address();
+  const std::string port = busy.substr(busy.rfind(':') + 1);
+  // A server that did start (sharing the port) is stopped by timeout(1) and fails the test, not hangs it.
+  const auto r = testing::run_command("timeout 60 " + testing::server_bin() + " --backend cpu --no-warm-up --listen " +
+                                      busy + " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cannot listen on " + busy), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(port), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--reuse-port"), std::string::npos) << r.output;
+  // The first server still answers.
+  auto info = Client::connect(busy)->info();
+  EXPECT_TRUE(info.ok()) << info.status().to_string();
+}
+
+TEST_F(OperationsE2E, BudgetsAreLoggedAtStartUpAndReported) {
+  // --host-memory-bytes given, --region-bytes derived from the memory limit.
+  EXPECT_TRUE(server_->log_has("host memory budget 1.00 GiB (--host-memory-bytes)")) << server_->log();
+  std::smatch m;
+  const std::string log = server_->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(memory limit ([0-9.]+) GiB \(([^)]*)\))"))) << log;
+  const double limit_gib = std::stod(m[1]);
+  EXPECT_GT(limit_gib, 0.0);
+  EXPECT_TRUE(m[2] == "physical memory" || std::string(m[2]).rfind("cgroup v", 0) == 0) << m[2];
+  EXPECT_TRUE(server_->log_has("(a quarter of the limit)")) << log;
+
+  auto info = Client::connect(server_->address())->info();
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->host_memory_bytes, int64_t{1} << 30);
+  EXPECT_GT(info->region_bytes, 0);
+  EXPECT_LE(double(info->region_bytes), (limit_gib + 0.005) * 1073741824.0 / 4);  // the log rounds to 0.01 GiB
+
+  const auto g = samples(scrape(metrics_port(*server_)));
+  EXPECT_EQ(value(g, "sgemm_host_memory_budget_bytes"), double(int64_t{1} << 30));
+  EXPECT_EQ(value(g, "sgemm_region_budget_bytes"), double(info->region_bytes));
+  EXPECT_TRUE(g.count("sgemm_region_bytes_in_use"));
+  EXPECT_TRUE(g.count("sgemm_regions"));
+}
+
+TEST_F(OperationsE2E, BuildDeviceAndResidentGauges) {
+  const auto g = samples(scrape(metrics_port(*server_)));
+  ASSERT_FALSE(g.empty());
+  const std::string build = first_key(g, "sgemm_build_info{");
+  ASSERT_FALSE(build.empty());
+  EXPECT_NE(build.find("version=\""), std::string::npos) << build;
+  EXPECT_NE(build.find("commit=\""), std::string::npos) << build;
+  EXPECT_EQ(value(g, build), 1.0);
+  auto info = Client::connect(server_->address())->info();
+  ASSERT_TRUE(info.ok());
+  int healthy = 0, devices = 0;
+  for (const auto& [k, v] : g)
+    if (k.rfind("sgemm_device_healthy{", 0) == 0) {
+      ++devices;
+      healthy += v == 1.0;
+    }
+  EXPECT_EQ(devices, int(info->devices.size()));
+  EXPECT_EQ(healthy, devices);
+  EXPECT_FALSE(first_key(g, "sgemm_device_memory_bytes{").empty());
+  EXPECT_TRUE(g.count("sgemm_resident_budget_bytes"));
+  EXPECT_TRUE(g.count("sgemm_resident_matrices"));
+  EXPECT_FALSE(first_key(g, "sgemm_resident_bytes_in_use{").empty());
+}
+
+TEST_F(OperationsE2E, AStripedRequestCountsEveryByteOfCEverywhere) {
+  const int port = metrics_port(*server_);
+  const auto before = samples(scrape(port));
+  ClientOptions o;
+  o.transport = Transport::kGrpc;
+  o.connections = 4;
+  o.chunk_bytes = 4096;  // small blocks: every stripe has rows of C
+  o.retry.max_attempts = 1;
+  auto client = Client::connect(server_->tcp_address(), o);
+  const GemmShape s{301, 131, 67};
+  const int64_t c_bytes = s.m * s.n * 4;  // 157,724
+  std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n));
+  fill_random(a, 41);
+  fill_random(b, 42);
+  MultiplyOptions opt;
+  opt.trace = true;
+  auto r = client->multiply(s, a.data(), b.data(), nullptr, opt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const auto v = verify_gemm(s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, nullptr, r->c.data(), {});
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+  ASSERT_EQ(r->summary.stripes, 4);
+  EXPECT_EQ(r->bytes_received, c_bytes);
+  EXPECT_EQ(r->summary.bytes_out, c_bytes);
+  const std::string id = r->summary.request_id;
+
+  // The log line.
+  EXPECT_TRUE(server_->log_has("request id=" + id + " ")) << server_->log();
+  std::smatch m;
+  const std::string log = server_->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("request id=" + id + " [^\\n]* bytes_out=(\\d+)"))) << log;
+  EXPECT_EQ(std::stoll(m[1]), c_bytes);
+
+  // timings.jsonl.
+  std::optional<TimingRecord> rec;
+  for (int i = 0; i < 300 && !rec; ++i) {
+    std::ifstream f(server_->dir() + "/logs/timings.jsonl");
+    for (std::string line; std::getline(f, line);)
+      if (auto t = parse_timing_record(line); t.ok() && t->request_id == id) rec = *t;
+    if (!rec) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->bytes_out, c_bytes);
+  EXPECT_EQ(rec->bytes_in, (s.m * s.k + s.k * s.n) * 4);
+
+  // The trace's send slice.
+  const auto trace = nlohmann::json::parse(r->summary.trace_json);
+  int64_t traced = -1;
+  for (const auto& e : trace["traceEvents"])
+    if (e["name"] == "send") traced = e["args"]["bytes"].get<int64_t>();
+  EXPECT_EQ(traced, c_bytes);
+
+  // sgemm_sent_bytes_total.
+  const auto after = samples(scrape(port));
+  EXPECT_EQ(value(after, "sgemm_sent_bytes_total") - value(before, "sgemm_sent_bytes_total"), double(c_bytes));
+  EXPECT_EQ(value(after, "sgemm_received_bytes_total") - value(before, "sgemm_received_bytes_total"),
+            double((s.m * s.k + s.k * s.n) * 4));
+}
+
+}  // namespace
+}  // namespace sgemm
