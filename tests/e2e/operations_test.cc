@@ -215,5 +215,71 @@ TEST_F(OperationsE2E, AStripedRequestCountsEveryByteOfCEverywhere) {
             double((s.m * s.k + s.k * s.n) * 4));
 }
 
+// Raw little-endian fp32 files of a product, for the CLI's --a/--b.
+void write_raw(const std::string& path, const std::vector<float>& v) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * 4));
+}
+
+TEST_F(OperationsE2E, TheCliRefusesToComputeAFilesProductAndThrowItAway) {
+  const std::string dir = server_->dir();
+  std::vector<float> a(6 * 5), b(5 * 4);
+  fill_random(a, 3);
+  fill_random(b, 4);
+  write_raw(dir + "/a.f32", a);
+  write_raw(dir + "/b.f32", b);
+  const std::string cli = testing::client_bin() + " submit --server " + server_->tcp_address() + " --a " + dir +
+                          "/a.f32 --b " + dir + "/b.f32 --m 6 --n 4 --k 5";
+  auto before = Client::connect(server_->address())->info();
+  ASSERT_TRUE(before.ok());
+  const auto refused = testing::run_command(cli + " 2>&1");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--out"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--discard"), std::string::npos) << refused.output;
+  auto after = Client::connect(server_->address())->info();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->requests_total, before->requests_total) << "nothing is sent before the refusal";
+  // Asked for: --discard (timing runs), --verify, or --out.
+  for (const char* ok : {" --discard", " --verify", ""}) {
+    const std::string out = *ok ? "" : " --out " + dir + "/c.f32";
+    const auto r = testing::run_command(cli + ok + out + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << ok << ": " << r.output;
+  }
+  std::ifstream c(dir + "/c.f32", std::ios::binary | std::ios::ate);
+  EXPECT_EQ(int64_t(c.tellg()), 6 * 4 * 4);
+}
+
+TEST_F(OperationsE2E, TheCliShowsProgressOnATerminalOnly) {
+  const std::string submit =
+      testing::client_bin() + " submit --server " + server_->tcp_address() + " --m 300 --n 200 --k 100 --verify";
+  // script(1) gives the CLI a terminal: the progress line is drawn on it (at once, then 5 times a second).
+  const auto tty = testing::run_command("script -qfec '" + submit + "' /dev/null");
+  if (tty.exit_code == 127 || tty.output.find("not found") != std::string::npos)
+    GTEST_SKIP() << "no script(1) here: " << tty.output;
+  EXPECT_EQ(tty.exit_code, 0) << tty.output;
+  EXPECT_NE(tty.output.find("upload "), std::string::npos) << tty.output;
+  EXPECT_NE(tty.output.find(" MB/s"), std::string::npos) << tty.output;
+  EXPECT_NE(tty.output.find("PASS"), std::string::npos) << tty.output;
+  // Piped, and with --no-progress on a terminal: none.
+  const auto piped = testing::run_command(submit + " 2>&1");
+  EXPECT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_EQ(piped.output.find("upload "), std::string::npos) << piped.output;
+  const auto quiet = testing::run_command("script -qfec '" + submit + " --no-progress' /dev/null");
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("upload "), std::string::npos) << quiet.output;
+}
+
+TEST_F(OperationsE2E, TheCliDocumentsItsExitCodes) {
+  const auto help = testing::run_command(testing::client_bin() + " submit --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("Exit codes: 0 done; 1 --verify"), std::string::npos) << help.output;
+  const auto bad = testing::run_command(testing::client_bin() + " submit --no-such-flag 2>&1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  // A request that cannot reach a server (nothing listens on port 1): 3, naming the gRPC status.
+  const auto failed = testing::run_command(testing::client_bin() +
+                                           " submit --server 127.0.0.1:1 --size 8 --no-retry --timeout-ms 5000 2>&1");
+  EXPECT_EQ(failed.exit_code, 3) << failed.output;
+  EXPECT_NE(failed.output.find("UNAVAILABLE"), std::string::npos) << failed.output;
+}
+
 }  // namespace
 }  // namespace sgemm
