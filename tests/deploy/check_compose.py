@@ -10,8 +10,8 @@
     unless repeatable; a --log-dir is a named volume of the file (a bind mount
     is created root-owned and the image runs as uid 10001); published ports
     include the --listen port;
-  - `docker compose config` accepts each file, where a docker CLI with the
-    compose plugin is installed (skipped otherwise, and said so).
+  - `docker compose config` (or Debian's docker-compose) accepts each file,
+    where one is installed (skipped otherwise, and said so).
 
     check_compose.py REPO_ROOT SGEMM_SERVER_BIN
 """
@@ -149,16 +149,21 @@ def check_compose(path, flags):
 
 
 def docker_compose_config(files):
+    """`docker compose config` (the v2 plugin), else `docker-compose config` (v1, Debian's docker-compose):
+    both validate a file against the Compose schema without a Docker daemon."""
+    commands = []
     docker = shutil.which("docker")
-    if not docker:
-        return "skipped `docker compose config`: no docker CLI here"
-    probe = subprocess.run([docker, "compose", "version"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return "skipped `docker compose config`: the docker CLI has no compose plugin"
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        commands.append([docker, "compose"])
+    if shutil.which("docker-compose"):
+        commands.append([shutil.which("docker-compose")])
+    if not commands:
+        return "skipped `docker compose config`: neither the docker compose plugin nor docker-compose is installed"
+    tool = commands[0]
     for f in files:
-        run = subprocess.run([docker, "compose", "-f", str(f), "config", "--quiet"], capture_output=True, text=True)
-        check(run.returncode == 0, f"{f.name}: `docker compose config` failed: {run.stderr.strip()}")
-    return f"`docker compose config` accepts {len(files)} files"
+        run = subprocess.run(tool + ["-f", str(f), "config", "--quiet"], capture_output=True, text=True)
+        check(run.returncode == 0, f"{f.name}: `{' '.join(tool)} config` failed: {run.stderr.strip()}")
+    return f"`{' '.join(pathlib.Path(t).name for t in tool)} config` accepts {len(files)} files"
 
 
 def main():

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -213,6 +214,37 @@ TEST_F(OperationsE2E, AStripedRequestCountsEveryByteOfCEverywhere) {
   EXPECT_EQ(value(after, "sgemm_sent_bytes_total") - value(before, "sgemm_sent_bytes_total"), double(c_bytes));
   EXPECT_EQ(value(after, "sgemm_received_bytes_total") - value(before, "sgemm_received_bytes_total"),
             double((s.m * s.k + s.k * s.n) * 4));
+}
+
+TEST(OperationsLogs, LogFilesRotateBySizeKeepingTheirCount) {
+  ServerProcess server({"--log-max-bytes", "4096", "--log-max-files", "2"});
+  ASSERT_TRUE(server.running()) << server.log();
+  auto client = Client::connect(server.address());
+  const GemmShape s{33, 17, 9};
+  std::vector<float> a(size_t(s.m * s.k), 1.0f), b(size_t(s.k * s.n), 1.0f);
+  const std::string logs = server.dir() + "/logs/";
+  // About 0.5 KB of log line and 1 KB of timing record a request: 40 requests rotate each file several times.
+  for (int i = 0; i < 40; ++i) {
+    auto r = client->multiply(s, a.data(), b.data(), nullptr, {});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+  }
+  ASSERT_TRUE(server.log_count_reaches("status=OK", 40, 10000));
+  namespace fs = std::filesystem;
+  for (const char* f : {"sgemm-server.log", "sgemm-server.1.log", "sgemm-server.2.log", "timings.jsonl",
+                        "timings.1.jsonl", "timings.2.jsonl"}) {
+    EXPECT_TRUE(fs::exists(logs + f)) << f;
+    if (fs::exists(logs + f)) {
+      EXPECT_LE(fs::file_size(logs + f), 4096u + 2048u) << f;  // the limit and a line
+    }
+  }
+  EXPECT_FALSE(fs::exists(logs + "sgemm-server.3.log"));
+  EXPECT_FALSE(fs::exists(logs + "timings.3.jsonl"));
+  // Every line of the kept timings is a whole record.
+  std::ifstream t(logs + "timings.1.jsonl");
+  int records = 0;
+  for (std::string line; std::getline(t, line); ++records)
+    EXPECT_TRUE(parse_timing_record(line).ok()) << line;
+  EXPECT_GT(records, 0);
 }
 
 // Raw little-endian fp32 files of a product, for the CLI's --a/--b.
