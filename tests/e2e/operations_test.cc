@@ -216,6 +216,47 @@ TEST_F(OperationsE2E, AStripedRequestCountsEveryByteOfCEverywhere) {
             double((s.m * s.k + s.k * s.n) * 4));
 }
 
+// A server in a memory cgroup (what a container's --memory makes) takes its
+// budgets from the cgroup's limit. Needs a writable cgroup v1 memory
+// hierarchy (root in a container or on a host with v1); skips otherwise.
+TEST(OperationsCgroup, AServerInAMemoryCgroupBudgetsUnderItsLimit) {
+  namespace fs = std::filesystem;
+  const std::string cg = "/sys/fs/cgroup/memory/sgemm-e2e-" + std::to_string(getpid());
+  std::error_code ec;
+  if (!fs::create_directory(cg, ec))
+    GTEST_SKIP() << "cannot make a memory cgroup (" << cg << ": " << ec.message() << ")";
+  const int64_t limit = int64_t{3} << 30;
+  std::ofstream(cg + "/memory.limit_in_bytes") << limit;
+  struct Remove {  // the cgroup goes whatever the test's outcome, once the kernel has let go of the exited server
+    std::string path;
+    ~Remove() {
+      std::error_code e;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!fs::remove(path, e) && fs::exists(path) && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_FALSE(fs::exists(path)) << "cannot remove " << path << ": " << e.message();
+    }
+  } remove_cgroup{cg};
+  // A wrapper moves itself into the cgroup, then becomes the server.
+  const std::string dir = testing::make_temp_dir(), wrapper = dir + "/in-cgroup.sh";
+  std::ofstream(wrapper) << "#!/bin/sh\necho $$ > " << cg << "/cgroup.procs && exec " << testing::server_bin()
+                         << " \"$@\"\n";
+  fs::permissions(wrapper, fs::perms::owner_all);
+  const std::string real = testing::server_bin();
+  setenv("SGEMM_SERVER_BIN", wrapper.c_str(), 1);
+  auto server = std::make_unique<ServerProcess>();
+  setenv("SGEMM_SERVER_BIN", real.c_str(), 1);
+  ASSERT_TRUE(server->running()) << server->log();
+  EXPECT_TRUE(server->log_has("memory limit 3.00 GiB (cgroup v1 " + cg + "/memory.limit_in_bytes)")) << server->log();
+  auto info = Client::connect(server->address())->info();
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->host_memory_bytes, limit / 2);
+  EXPECT_EQ(info->region_bytes, limit / 4);
+  EXPECT_EQ(server->stop(), 0);
+  server.reset();
+  fs::remove_all(dir, ec);
+}
+
 TEST(OperationsLogs, LogFilesRotateBySizeKeepingTheirCount) {
   ServerProcess server({"--log-max-bytes", "4096", "--log-max-files", "2"});
   ASSERT_TRUE(server.running()) << server.log();
@@ -242,8 +283,7 @@ TEST(OperationsLogs, LogFilesRotateBySizeKeepingTheirCount) {
   // Every line of the kept timings is a whole record.
   std::ifstream t(logs + "timings.1.jsonl");
   int records = 0;
-  for (std::string line; std::getline(t, line); ++records)
-    EXPECT_TRUE(parse_timing_record(line).ok()) << line;
+  for (std::string line; std::getline(t, line); ++records) EXPECT_TRUE(parse_timing_record(line).ok()) << line;
   EXPECT_GT(records, 0);
 }
 
