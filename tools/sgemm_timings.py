@@ -223,7 +223,10 @@ def plot_summary(records, path, title):
 
 def load_trace(path):
     with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+        try:
+            doc = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError("%s is not a trace (not one JSON document: %s)" % (path, e)) from None
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     procs, threads, slices = {}, {}, []
     for e in events:
@@ -348,6 +351,9 @@ def main(argv=None):
         print("sgemm-timings: cannot read %s: %s" % (e.filename or "input", e.strerror or e), file=sys.stderr)
     except ValueError as e:  # a bad --since, a trace that is not JSON
         print("sgemm-timings: %s" % e, file=sys.stderr)
+    except (KeyError, TypeError) as e:  # JSON, but not of the shape expected
+        print("sgemm-timings: %s is not a Chrome trace-event file of sgemm-server (no %s)"
+              % (getattr(a, "trace", "the input"), e), file=sys.stderr)
     return 2
 
 
