@@ -27,6 +27,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "client/matrix_files.h"
 #include "client/resident_commands.h"
@@ -112,24 +113,28 @@ class Progress {
     const int64_t got = received_.load(std::memory_order_relaxed);
     if ((sent >= in_ || in_ == 0) && !upload_end_) upload_end_ = now;
     if (got > 0 && !download_start_) download_start_ = now;
-    std::string line;
+    std::vector<std::string> parts;  // what applies: nothing is uploaded or downloaded over shared memory
     char buf[160];
     const double up_s = seconds((upload_end_ ? *upload_end_ : now) - start_);
-    std::snprintf(buf, sizeof buf, "upload %3.0f%% %s", in_ ? 100.0 * double(sent) / double(in_) : 100.0,
-                  rate_text(double(sent), up_s).c_str());
-    line += buf;
+    if (in_ > 0) {
+      std::snprintf(buf, sizeof buf, "upload %3.0f%% %s", 100.0 * double(sent) / double(in_),
+                    rate_text(double(sent), up_s).c_str());
+      parts.emplace_back(buf);
+    }
     if (upload_end_) {
-      const double compute_s = seconds((download_start_ ? *download_start_ : now) - *upload_end_);
-      std::snprintf(buf, sizeof buf, " | compute %.1f s", compute_s);
-      line += buf;
+      std::snprintf(buf, sizeof buf, "compute %.1f s",
+                    seconds((download_start_ ? *download_start_ : now) - *upload_end_));
+      parts.emplace_back(buf);
     }
     if (download_start_) {
-      std::snprintf(buf, sizeof buf, " | download %3.0f%% %s", out_ ? 100.0 * double(got) / double(out_) : 100.0,
+      std::snprintf(buf, sizeof buf, "download %3.0f%% %s", out_ ? 100.0 * double(got) / double(out_) : 100.0,
                     rate_text(double(got), seconds(now - *download_start_)).c_str());
-      line += buf;
+      parts.emplace_back(buf);
     }
-    std::snprintf(buf, sizeof buf, " | %.1f s", seconds(now - start_));
-    line += buf;
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds(now - start_));
+    parts.emplace_back(buf);
+    std::string line;
+    for (const std::string& p : parts) line += (line.empty() ? "" : " | ") + p;
     std::fprintf(stderr, "\r\033[K%s", line.c_str());
     std::fflush(stderr);
   }
@@ -342,9 +347,12 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   nlohmann::json runs = nlohmann::json::array();
   int exit_code = 0;
   const bool show_progress = o.progress && isatty(STDERR_FILENO) == 1;
-  const int64_t bytes_in = 4 * ((o.a_handle.empty() ? s.m * s.k : 0) + (o.b_handle.empty() ? s.k * s.n : 0) +
-                                (with_c && o.c_handle.empty() ? s.m * s.n : 0));
-  const int64_t bytes_out = mopt.send_c || !o.keep ? 4 * s.m * s.n : 0;
+  // Over shared memory nothing is written or read on the stream: the line shows the request's time alone.
+  const bool streamed = *transport != sgemm::Transport::kShm;
+  const int64_t bytes_in = streamed ? 4 * ((o.a_handle.empty() ? s.m * s.k : 0) + (o.b_handle.empty() ? s.k * s.n : 0) +
+                                           (with_c && o.c_handle.empty() ? s.m * s.n : 0))
+                                    : 0;
+  const int64_t bytes_out = streamed && (mopt.send_c || !o.keep) ? 4 * s.m * s.n : 0;
   for (int rep = 0; rep < o.repeat; ++rep) {
     std::optional<Progress> progress;
     if (show_progress) {
