@@ -94,6 +94,29 @@ GemmShape parse_shape(const std::string& s) {
   std::exit(2);
 }
 
+constexpr const char* kUsage =
+    "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas,tf32,fp32x3] [--runs N] [--warmup N]\n"
+    "                   [--csv FILE] [--ref-rows N] [--pad-ab P] [--variants] [--variant I] [--variant-match S,...]\n"
+    "                   [--fp32x3-variants]\n"
+    "\n"
+    "Times each kernel on one GPU against cuBLAS: every result is checked first (against an fp64 reference on\n"
+    "--ref-rows rows, and against cuBLAS), then timed with CUDA events (median of --runs after --warmup), with cold\n"
+    "L2 between runs. Prints TFLOP/s and % of cuBLAS per shape and kernel.\n"
+    "  --shapes LIST      N (square) or MxNxK, comma-separated (default: 21 square, long-K and thin shapes)\n"
+    "  --kernels LIST     pingpong, cublas, tf32, fp32x3 (default: every GPU kernel this build has)\n"
+    "  --runs N           timed runs per shape and kernel (default 30)\n"
+    "  --warmup N         untimed runs first (default 5)\n"
+    "  --csv FILE         also write the rows as CSV\n"
+    "  --ref-rows N       rows checked against the fp64 reference (default 8; 0: against cuBLAS only)\n"
+    "  --pad-ab P         lda = k + P, ldb = n + P (odd P: rows TMA cannot read)\n"
+    "  --variants         also time every compiled ping-pong tile variant (SGEMM_KERNEL_TUNING builds have all)\n"
+    "  --variant I        time ping-pong variant I instead of the picked one\n"
+    "  --variant-match S  time the variants whose names contain one of S,...\n"
+    "  --fp32x3-variants  also time every fp32x3 variant\n"
+    "  -h, --help         this text\n"
+    "Exit codes: 0 every check passed; 1 a result failed its check; 2 bad arguments, a CUDA or engine error, or\n"
+    "the CSV file cannot be written.\n";
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -135,11 +158,10 @@ Options parse(int argc, char** argv) {
     } else if (a == "--ref-rows") {
       o.ref_rows = std::max(0, std::stoi(next()));
     } else {
-      std::fprintf(stderr,
-                   "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas,tf32,fp32x3] [--runs N] "
-                   "[--warmup N] [--csv FILE] [--variants] [--variant I] [--variant-match S1,S2] [--pad-ab P] "
-                   "[--ref-rows N] [--fp32x3-variants]\n");
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+      const bool help = a == "--help" || a == "-h";
+      if (!help) std::fprintf(stderr, "sgemm-bench: unknown argument '%s'\n", a.c_str());
+      std::fputs(kUsage, help ? stdout : stderr);
+      std::exit(help ? 0 : 2);
     }
   }
   if (o.shapes.empty())

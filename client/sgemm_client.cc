@@ -184,8 +184,9 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 
   MultiplyStream(grpc::ClientContext* ctx, const v1::MultiplyRequest& header, std::vector<Input> inputs,
                  int64_t chunk_elems, float* c, int64_t c_elements, std::function<void(int64_t, int64_t)> on_chunk,
-                 wire::SliceRefs* refs)
-      : ctx_(ctx), p_(header, std::move(inputs), chunk_elems, c, c_elements, std::move(on_chunk), refs) {}
+                 wire::SliceRefs* refs, std::function<void(int64_t)> on_sent)
+      : ctx_(ctx),
+        p_(header, std::move(inputs), chunk_elems, c, c_elements, std::move(on_chunk), refs, std::move(on_sent)) {}
 
   void start() {
     std::lock_guard lock(mu_);
@@ -551,10 +552,10 @@ class GrpcClient final : public Client {
     std::vector<std::unique_ptr<MultiplyStream>> stripes;
     grpc::Status gst;
     if (plan.stripes == 1 && options_.caller_thread_calls) {
-      direct.emplace(*first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
+      direct.emplace(*first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs, opt.on_sent);
       gst = run_on_caller_thread(*generic_, &ctx, *direct);
     } else {
-      call.emplace(&ctx, *first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
+      call.emplace(&ctx, *first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs, opt.on_sent);
       if (plan.stripes > 1) {
         set.add(&ctx);
         call->set_on_done([&set](bool ok) { set.done(0, ok); });
@@ -573,7 +574,7 @@ class GrpcClient final : public Client {
           attach.mutable_attach()->set_token(token);
           attach.mutable_attach()->set_stripe(s);
           auto& stream = stripes.emplace_back(std::make_unique<MultiplyStream>(
-              sctx.get(), attach, inputs_of(s), chunk_elems, out, total, opt.on_chunk, refs));
+              sctx.get(), attach, inputs_of(s), chunk_elems, out, total, opt.on_chunk, refs, opt.on_sent));
           stream->set_on_done([&set, s](bool ok) { set.done(s, ok); });
           stripe_stub(s)->PrepareBidiStreamingCall(sctx.get(), "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(),
                                                    stream.get());

@@ -1,6 +1,7 @@
 // sgemm-server: owns this host's GPUs (or its CPU) and serves sgemm.v1 over gRPC.
 //
 //   sgemm-server --listen 0.0.0.0:50051 --backend auto --log-dir /var/log/sgemm
+//   sgemm-server --listen 0.0.0.0:50051 --metrics-listen 0.0.0.0:9090      (logs on stdout: containers)
 //   sgemm-server --listen 0.0.0.0:50051 --listen unix:/run/sgemm/sgemm.sock   (regions: docs/transport.md)
 //
 // SIGINT/SIGTERM: stop accepting, let requests in flight finish within
@@ -10,7 +11,7 @@
 // This file is the command line: flags into sgemm::ServerOptions
 // (server/app/server.h), the logs, the engine through the engine factory, and
 // signals turned into Server calls. The Server does the rest.
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -30,6 +31,9 @@
 #ifndef SGEMM_VERSION
 #define SGEMM_VERSION "dev"
 #endif
+#ifndef SGEMM_COMMIT
+#define SGEMM_COMMIT "unknown"
+#endif
 
 namespace {
 
@@ -43,10 +47,12 @@ extern "C" void on_stop_signal(int sig) {
 // What the flags fill: the Server's options, and what main() uses itself to
 // open the logs and build the engine.
 struct CommandLine : sgemm::ServerOptions {
-  std::string devices = "all";   // "all" or a comma list of CUDA ordinals
-  std::string backend = "auto";  // auto | cuda | cpu
-  std::string kernel;            // pingpong | cublas; "" = the engine's default
-  std::string log_dir;           // request log and timings.jsonl go here; "" = stdout only
+  std::string devices = "all";                 // "all" or a comma list of CUDA ordinals
+  std::string backend = "auto";                // auto | cuda | cpu
+  std::string kernel;                          // pingpong | cublas; "" = the engine's default
+  std::string log_dir;                         // request log and timings.jsonl go here; "" = stdout only
+  int64_t log_max_bytes = int64_t{100} << 20;  // each log file rotates at this size ...
+  int log_max_files = 5;                       // ... keeping this many older files of each
   std::string log_level = "info";
   int cpu_threads = 0;               // OpenBLAS threads for the cpu backend; 0 = all cores
   double collective_timeout_s = 60;  // a split job's NCCL collectives must finish within this
@@ -120,13 +126,19 @@ int main(int argc, char** argv) {
 
   CommandLine opt;
   CLI::App app{"sgemm-server: multi-GPU SGEMM over gRPC (sgemm.v1)"};
+  app.footer(
+      "Flags marked Env may come from that environment variable instead (a flag given wins). Exit codes: 0 after "
+      "SIGTERM/SIGINT, 1 when the engine, a listener or the metrics endpoint cannot start, 2 for bad flags or "
+      "files (docs/operations.md).");
   app.add_option("--listen", opt.listen,
                  "address:port to serve on, or unix:PATH for local callers (shared-memory regions); repeat for "
                  "several")
+      ->envname("SGEMM_LISTEN")
       ->capture_default_str();
   app.add_option("--devices", opt.devices, "GPUs to own: all, or a list such as 0,1")->capture_default_str();
   app.add_option("--backend", opt.backend, "auto (GPU if usable, else CPU), cuda, or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->envname("SGEMM_BACKEND")
       ->capture_default_str();
   app.add_option("--kernel", opt.kernel,
                  "GPU kernel for shapes the measured kernel-choice table does not assign (default pingpong)")
@@ -158,12 +170,16 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--host-memory-bytes", opt.service.host_memory_bytes,
-                 "host memory all requests' buffers share, page-locked and pageable (0 = half of physical memory)")
+                 "host memory all requests' buffers share, page-locked and pageable (0 = half of the memory limit, "
+                 "min(physical memory, the cgroup's memory limit): a container's or a pod's limit)")
       ->check(CLI::NonNegativeNumber)
+      ->envname("SGEMM_HOST_MEMORY_BYTES")
       ->capture_default_str();
   app.add_option("--region-bytes", opt.service.region_bytes,
-                 "shared-memory regions callers may register at once (page-locked; 0 = a quarter of physical memory)")
+                 "shared-memory regions callers may register at once (page-locked; 0 = a quarter of the memory "
+                 "limit, min(physical memory, the cgroup's memory limit))")
       ->check(CLI::NonNegativeNumber)
+      ->envname("SGEMM_REGION_BYTES")
       ->capture_default_str();
   app.add_option("--idle-timeout", opt.idle_timeout_s,
                  "seconds a stream may make no progress (client silent or not reading) before it is ended")
@@ -228,14 +244,32 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cpu-threads", opt.cpu_threads, "OpenBLAS threads for the cpu backend (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
-  app.add_option("--port-file", opt.port_file, "write the bound port to this file once serving");
-  app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-dir", opt.log_dir,
+                 "directory for sgemm-server.log and timings.jsonl, rotated by size (without it: the request log on "
+                 "stdout only, no timings.jsonl; containers)")
+      ->envname("SGEMM_LOG_DIR");
+  app.add_option("--log-max-bytes", opt.log_max_bytes,
+                 "with --log-dir: a log file is rotated (sgemm-server.1.log, timings.1.jsonl, ...) at this size")
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--log-max-files", opt.log_max_files, "with --log-dir: rotated files kept of each log")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_flag("--reuse-port", opt.reuse_port,
+               "let other processes listen on the same TCP port (SO_REUSEPORT; the kernel spreads new connections "
+               "over them). Without it a busy port is an error at start-up");
+  app.add_option("--port-file", opt.port_file,
+                 "write the bound port to this file once serving (the image's HEALTHCHECK reads it)")
+      ->envname("SGEMM_PORT_FILE");
+  app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")
+      ->envname("SGEMM_LOG_LEVEL")
+      ->capture_default_str();
   app.add_flag("--reflection", opt.reflection,
                "offer gRPC server reflection (for grpcurl without the .proto); off by default: each reflection "
                "stream holds a server thread and needs no token (docs/security.md)");
   app.add_option("--metrics-listen", opt.metrics_listen,
-                 "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)");
+                 "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)")
+      ->envname("SGEMM_METRICS_LISTEN");
   app.add_option("--trace-dir", opt.service.trace_dir,
                  "write a Chrome trace-event JSON of every request here (trace-<id>.json; opens in ui.perfetto.dev)");
   app.add_option("--pinned-pool-bytes", opt.pinned_pool_bytes,
@@ -280,15 +314,25 @@ int main(int argc, char** argv) {
                  "seconds to build a cluster communicator; a member may take 10x this to finish its part of a job")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad flag: 2, after CLI11's message
+  }
 
   // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
+  // Files rotate by size, so a long-lived server's logs stay within
+  // (--log-max-files + 1) x --log-max-bytes each.
   std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stdout_color_sink_mt>()};
   try {
     if (!opt.log_dir.empty()) {
       std::filesystem::create_directories(opt.log_dir);
-      sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(opt.log_dir + "/sgemm-server.log"));
-      auto timing_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(opt.log_dir + "/timings.jsonl");
+      const auto max_bytes = std::size_t(opt.log_max_bytes);
+      const auto max_files = std::size_t(opt.log_max_files);
+      sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(opt.log_dir + "/sgemm-server.log",
+                                                                             max_bytes, max_files));
+      auto timing_sink =
+          std::make_shared<spdlog::sinks::rotating_file_sink_mt>(opt.log_dir + "/timings.jsonl", max_bytes, max_files);
       timing_sink->set_pattern("%v");
       opt.timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
       opt.timing_log->flush_on(spdlog::level::info);
@@ -341,6 +385,7 @@ int main(int argc, char** argv) {
   };
   opt.make_cluster_plane = [eopt] { return sgemm::make_cluster_plane(eopt); };
   opt.version = SGEMM_VERSION;
+  opt.service.commit = SGEMM_COMMIT;
   opt.service.backends = sgemm::built_backends();
 
   // Bad options and files exit 2; an engine, listener or endpoint that cannot start exits 1.

@@ -15,6 +15,7 @@
 #include "server/cluster/cluster_trust.h"
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
+#include "server/service/host_memory.h"
 #include "server/service/reflection_switch.h"
 
 namespace sgemm {
@@ -133,6 +134,7 @@ Status Server::build() {
       coordinator_ = std::make_unique<ClusterCoordinator>(*cluster_plane_, copt);
       grpc::ServerBuilder cb;
       cb.AddListeningPort(opt_.cluster_listen, listener_credentials(opt_.cluster_listen, tls_.get()), &cluster_port_);
+      cb.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, opt_.reuse_port ? 1 : 0);
       cb.RegisterService(coordinator_.get());
       cb.SetOption(without_reflection());
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -141,7 +143,8 @@ Status Server::build() {
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
       cluster_server_ = cb.BuildAndStart();
       if (!cluster_server_ || cluster_port_ == 0)
-        return Unavailable("cannot listen for cluster members on " + opt_.cluster_listen);
+        return Unavailable("cannot listen for cluster members on " + opt_.cluster_listen +
+                           ": the port is in use (another sgemm-server?) or the address is not this host's");
       log.info("cluster coordinator '{}' on {} (port {}): members join with --join", copt.host, opt_.cluster_listen,
                cluster_port_);
       engine_ = make_cluster_engine(std::move(engine_), *coordinator_);
@@ -157,7 +160,21 @@ Status Server::build() {
   ServiceOptions& sopt = opt_.service;
   sopt.idle_timeout = std::chrono::milliseconds(int64_t(opt_.idle_timeout_s * 1000));
   sopt.feed_wait_budget = std::chrono::milliseconds(int64_t(opt_.feed_wait_budget_s * 1000));
-  if (sopt.host_memory_bytes == 0) sopt.host_memory_bytes = default_host_memory_bytes();
+  // The budgets' defaults are shares of what this process may use: half for
+  // requests' buffers, a quarter for shared-memory regions.
+  const MemoryLimit memory = host_memory_limit();
+  const bool host_default = sopt.host_memory_bytes == 0, region_default = sopt.region_bytes == 0;
+  if (host_default) sopt.host_memory_bytes = memory.bytes / 2;
+  if (region_default) sopt.region_bytes = memory.bytes / 4;
+  log.info("memory limit {:.2f} GiB ({}): host memory budget {:.2f} GiB ({}), region budget {:.2f} GiB ({})",
+           memory.bytes / 1073741824.0, memory.source, sopt.host_memory_bytes / 1073741824.0,
+           host_default ? "half of the limit" : "--host-memory-bytes", sopt.region_bytes / 1073741824.0,
+           region_default ? "a quarter of the limit" : "--region-bytes");
+  if (sopt.host_memory_bytes + sopt.region_bytes > memory.bytes)
+    log.warn(
+        "--host-memory-bytes and --region-bytes together exceed the memory limit ({}): a request the budget "
+        "admits may be killed by the kernel's OOM killer instead of refused",
+        memory.source);
   sopt.version = opt_.version;
   if (!opt_.auth_tokens.empty()) {
     auto loaded = ClientAuth::load(opt_.auth_tokens);
@@ -207,6 +224,9 @@ Status Server::start() {
   }
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(int(opt_.service.max_message_bytes));
+  // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
+  // start and take a share of new connections. Off unless asked for.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, opt_.reuse_port ? 1 : 0);
   for (const std::string& kv : opt_.grpc_args) {
     const auto arg = parse_grpc_arg(kv).value();  // validated by create()
     builder.AddChannelArgument(arg.first, arg.second);
@@ -221,9 +241,15 @@ Status Server::start() {
   }
   server_ = builder.BuildAndStart();
   if (!server_ || std::count(ports.begin(), ports.end(), 0) > 0) {
+    std::vector<std::string> failed;
+    for (std::size_t i = 0; i < tcp.size(); ++i)
+      if (!server_ || ports[i] == 0) failed.push_back(tcp[i]);
     server_.reset();
     unix_listeners_.clear();
-    return Unavailable(fmt::format("cannot listen on {}", fmt::join(tcp, ", ")));
+    return Unavailable(fmt::format(
+        "cannot listen on {}: the port is in use (another sgemm-server? --reuse-port shares a port on purpose) or "
+        "the address is not this host's",
+        fmt::join(failed, ", ")));
   }
   tcp_ports_ = ports;
   for (auto& l : unix_listeners_)
@@ -233,14 +259,14 @@ Status Server::start() {
   health_ = server_->GetHealthCheckService();
   const auto& sopt = opt_.service;
   log.info(
-      "sgemm-server {} listening on {} (port {}, {}), backend {}, max {} in flight + {} queued, host memory budget "
-      "{:.2f} GiB, region budget {:.2f} GiB, idle timeout {} s",
-      opt_.version, fmt::format("{}", fmt::join(opt_.listen, ", ")), port(),
+      "sgemm-server {} ({}) listening on {} (port {}, {}), backend {}, max {} in flight + {} queued, host memory "
+      "budget {:.2f} GiB, region budget {:.2f} GiB, idle timeout {} s",
+      opt_.version, sopt.commit, fmt::format("{}", fmt::join(opt_.listen, ", ")), port(),
       !tls_                                 ? "plaintext"
       : tls_->requires_client_certificate() ? "TCP: TLS, client certificates required"
                                             : "TCP: TLS",
       engine_->info().backend, sopt.max_in_flight, sopt.max_queued, sopt.host_memory_bytes / 1073741824.0,
-      (sopt.region_bytes ? sopt.region_bytes : default_host_memory_bytes() / 2) / 1073741824.0, opt_.idle_timeout_s);
+      sopt.region_bytes / 1073741824.0, opt_.idle_timeout_s);
   if (!opt_.port_file.empty()) {
     const std::string tmp = opt_.port_file + ".tmp";
     std::ofstream(tmp) << port() << "\n";

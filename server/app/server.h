@@ -54,6 +54,7 @@ struct ServerOptions {
   // callers, shared-memory regions; docs/transport.md). --listen, repeatable.
   std::vector<std::string> listen{"0.0.0.0:50051"};
   std::string port_file;           // --port-file: the first TCP port is written here once serving; "" = none
+  bool reuse_port = false;         // --reuse-port: SO_REUSEPORT on the TCP listeners (share a port on purpose)
   ServiceOptions service;          // limits, queue, memory budget, chunk sizes, trace dir (service/sgemm_service.h)
   TlsOptions tls;                  // --tls-cert/--tls-key/--tls-client-ca; none = plaintext
   std::string auth_tokens;         // --auth-tokens: JSON file of bearer tokens and quotas; "" = no tokens

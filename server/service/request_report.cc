@@ -72,6 +72,11 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
     if (tid >= 0) e["tid"] = tid;
     events.push_back(std::move(e));
   };
+  // The trace-event format's metadata event: {"name": "process_sort_index",
+  // "args": {"sort_index": N}}, lower N drawn higher.
+  auto sort_index = [&](int pid, int index) {
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", index}}}});
+  };
   auto slice = [&](int pid, int tid, const std::string& name, const char* cat, double start_ms, double end_ms,
                    json args) {
     if (end_ms < start_ms) end_ms = start_ms;
@@ -88,6 +93,7 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
   const json whole = {{"m", s.m}, {"n", s.n}, {"k", s.k}};
   // The service's phases.
   meta(0, -1, "process_name", "sgemm-server");
+  sort_index(0, 0);
   meta(0, kPhases, "thread_name", "request " + f.request_id);
   meta(0, kSending, "thread_name", "request " + f.request_id + ": sending C");
   slice(0, kPhases, "receive", "service", 0, f.received_ms, {{"bytes", f.bytes_in}, {"shape", whole}});
@@ -103,7 +109,7 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
     const int pid = int(i) + 1;
     meta(pid, -1, "process_name",
          (d.device >= 0 ? "GPU " + std::to_string(d.device) : std::string("CPU")) + ": " + d.name);
-    meta(pid, -1, "process_sort_index", std::to_string(pid));
+    sort_index(pid, pid);
     meta(pid, kCopyIn, "thread_name", "copy in (h2d)");
     meta(pid, kKernels, "thread_name", "kernels");
     meta(pid, kComm, "thread_name", "NCCL (comm)");

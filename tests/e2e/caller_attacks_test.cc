@@ -539,7 +539,7 @@ TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
 }
 
 // Reflection streams take a thread each and need no token: off unless --reflection.
-TEST_F(CallerAttacks, ReflectionIsOffByDefault) {
+TEST_F(CallerAttacks, ReflectionIsOffUnlessAskedFor) {
   auto channel = grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
@@ -551,6 +551,17 @@ TEST_F(CallerAttacks, ReflectionIsOffByDefault) {
                  &response, [&](grpc::Status st) { done.set_value(st); });
   const grpc::Status st = done.get_future().get();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << st.error_message();
+  // --reflection turns it on.
+  ServerProcess with({"--reflection"});
+  ASSERT_TRUE(with.running()) << with.log();
+  grpc::GenericStub on(grpc::CreateChannel(with.tcp_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx_on;
+  ctx_on.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  std::promise<grpc::Status> done_on;
+  on.UnaryCall(&ctx_on, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", grpc::StubOptions(), &request,
+               &response, [&](grpc::Status s) { done_on.set_value(s); });
+  const grpc::Status st_on = done_on.get_future().get();
+  EXPECT_NE(st_on.error_code(), grpc::StatusCode::UNIMPLEMENTED) << st_on.error_message();
 }
 
 // One client used to fill --max-open-streams with silent streams (and
