@@ -204,5 +204,36 @@ TEST(ServerObjectE2E, APortInUseIsAnErrorOfStartNamingTheAddress) {
   close(holder);
 }
 
+// Without reuse_port a second Server on a port the first holds fails at
+// start(); with it on both, both serve (SO_REUSEPORT: the kernel spreads new
+// connections over them).
+TEST(ServerObjectE2E, ASecondServerSharesAPortOnlyWithReusePort) {
+  for (const bool reuse : {false, true}) {
+    TempDir first_dir, second_dir;
+    ServerOptions o1 = in_process_options(first_dir.path());
+    o1.listen = {"127.0.0.1:0"};
+    o1.reuse_port = reuse;
+    auto first = Server::create(std::move(o1));
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    ASSERT_TRUE((*first)->start().ok());
+    const std::string address = "127.0.0.1:" + std::to_string((*first)->port());
+    ServerOptions o2 = in_process_options(second_dir.path());
+    o2.listen = {address};
+    o2.reuse_port = reuse;
+    auto second = Server::create(std::move(o2));
+    ASSERT_TRUE(second.ok()) << second.status().to_string();
+    const Status st = (*second)->start();
+    if (reuse) {
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      EXPECT_EQ((*second)->port(), (*first)->port());
+    } else {
+      EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+      EXPECT_NE(st.message().find(address), std::string::npos) << st.to_string();
+      EXPECT_NE(st.message().find("--reuse-port"), std::string::npos) << st.to_string();
+    }
+    EXPECT_TRUE(Client::connect(address)->info().ok()) << "the first server must serve on";
+  }
+}
+
 }  // namespace
 }  // namespace sgemm
