@@ -10,7 +10,7 @@ namespace {
 // fp32x3's measured region of the fp32 contract (fp32x3_contract_rule).
 constexpr int64_t kFp32x3ContractMinK = 256;
 constexpr int64_t kFp32x3ContractMnPerK = 2048;
-constexpr int64_t kFp32x3ContractAnyKFromMn = int64_t{4096} * 4096;
+constexpr int64_t kFp32x3ContractAnyKFromMn = int64_t{2048} * 2048;
 
 bool single_row_or_column(const GemmShape& s) { return s.m == 1 || s.n == 1; }
 // C at most 64 rows high, wide, with a long K: ping-pong's 32x128 and 64x128

@@ -67,9 +67,9 @@ std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, Kern
 //   k * mn_per_k <= m*n  cuBLAS SGEMM splits K where its tiles are few and K long,
 //   or m*n >= any_k_mn:  which shortens its sums below fp32x3's (1536^2 x 4096 to
 //                        65536: fp32x3 1.0-3.5x cuBLAS's cw; 1536^2 x 1024 and every
-//                        square 2048-8192: 0.17-0.60x); from any_k_mn elements of C
-//                        (two waves of cuBLAS's tiles) cuBLAS keeps whole K sums
-//                        (4096^2 x 16384: 0.19x on sampled rows).
+//                        square 2048-16384: 0.16-0.56x); from any_k_mn elements of C
+//                        cuBLAS keeps whole K sums (2048^2 x 4096 and x 8192: fp32x3
+//                        0.18-0.53x; 4096^2 x 16384 and x 32768: 0.13-0.55x).
 struct Fp32x3ContractRule {
   int64_t min_k;
   int64_t mn_per_k;

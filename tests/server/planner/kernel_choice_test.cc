@@ -103,7 +103,7 @@ TEST(SelectKernel, Fp32RunsFp32x3WhereItIsFasterAndKeepsTheContract) {
   // Large products, and half a wave of tiles or more with K short enough for m x n.
   for (GemmShape s : {GemmShape{2048, 2048, 2048}, GemmShape{8192, 8192, 8192}, GemmShape{2048, 8192, 8192},
                       GemmShape{1536, 1536, 1000}, GemmShape{4096, 16384, 16384}, GemmShape{512, 4096, 1024},
-                      GemmShape{1536, 1536, 256}, GemmShape{4096, 4096, 65536}}) {
+                      GemmShape{1536, 1536, 256}, GemmShape{4096, 4096, 65536}, GemmShape{2048, 2048, 8192}}) {
     auto sel = select_kernel(query(s, Precision::kFp32));
     ASSERT_TRUE(sel.ok());
     EXPECT_EQ(sel->kind, KernelKind::kFp32x3) << gemm_shape_text(s);
@@ -116,7 +116,7 @@ TEST(SelectKernel, Fp32FallsBackToFfmaWhereFp32x3IsSlowerOrUnproven) {
   ASSERT_GT(rule.min_k, 0);
   // A thin side, too few tiles, K below the rule, or K too long for m x n (cuBLAS splits K).
   for (GemmShape s : {GemmShape{1024, 1024, 16384}, GemmShape{128, 8192, 8192}, GemmShape{8192, 128, 8192},
-                      GemmShape{1, 4096, 4096}, GemmShape{4096, 4096, rule.min_k - 1}, GemmShape{2048, 2048, 4096},
+                      GemmShape{1, 4096, 4096}, GemmShape{4096, 4096, rule.min_k - 1}, GemmShape{512, 512, 8192},
                       GemmShape{1024, 1024, 1024}, GemmShape{512, 512, 512}}) {
     const KernelKind k = selected(query(s, Precision::kFp32));
     EXPECT_TRUE(k == KernelKind::kPingpong || k == KernelKind::kCublas) << gemm_shape_text(s);
@@ -125,16 +125,16 @@ TEST(SelectKernel, Fp32FallsBackToFfmaWhereFp32x3IsSlowerOrUnproven) {
   }
   // Where cuBLAS splits K, only cuBLAS SGEMM is held to its own error: fp32 runs it even
   // where the FFMA table would run ping-pong.
-  for (GemmShape s : {GemmShape{1536, 1536, 4096}, GemmShape{1536, 1536, 65536}, GemmShape{2048, 2048, 2049}}) {
+  for (GemmShape s : {GemmShape{1536, 1536, 4096}, GemmShape{1536, 1536, 65536}, GemmShape{2047, 2048, 2049}}) {
     EXPECT_TRUE(fp32_needs_cublas(s)) << gemm_shape_text(s);
     EXPECT_EQ(selected(query(s, Precision::kFp32)), KernelKind::kCublas) << gemm_shape_text(s);
   }
   EXPECT_EQ(selected(query({1536, 1536, 65536}, Precision::kFp32Ffma)), KernelKind::kPingpong);
   // The contract is judged on the request's whole product, speed on the launch's block:
-  // 8192^3 runs as 1024-row blocks (1024 x 8192 x 8192 alone would be cuBLAS's split-K region).
-  KernelQuery block = query({1024, 8192, 8192}, Precision::kFp32);
+  // 4096x4096x8192 runs as 512-row blocks (512x4096x8192 alone would be cuBLAS's split-K region).
+  KernelQuery block = query({512, 4096, 8192}, Precision::kFp32);
   EXPECT_EQ(selected(block), KernelKind::kCublas);
-  block.product = {8192, 8192, 8192};
+  block.product = {4096, 4096, 8192};
   EXPECT_EQ(selected(block), KernelKind::kFp32x3);
   // Without fp32x3 (a GPU that is not sm_90), fp32 is FFMA everywhere.
   EXPECT_EQ(
