@@ -8,16 +8,12 @@
 #include <mutex>
 
 #include "client/wire_codec.h"
+#include "proto/grpc_status.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
 namespace sgemm::matrix_rpcs {
 
 namespace v1 = ::sgemm::v1;
-
-Status from_grpc(const grpc::Status& s) {
-  if (s.ok()) return Status::Ok();
-  return Status(static_cast<StatusCode>(s.error_code()), s.error_message());
-}
 
 namespace {
 

@@ -29,6 +29,4 @@ StatusOr<MatrixList> list(const std::shared_ptr<grpc::Channel>& channel, const P
 // The header's resident fields from MultiplyOptions.
 void set_header_fields(const MultiplyOptions& options, sgemm::v1::GemmHeader* header);
 
-Status from_grpc(const grpc::Status& s);
-
 }  // namespace sgemm::matrix_rpcs

@@ -23,6 +23,7 @@
 #include "client/stripe_plan.h"
 #include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "proto/grpc_status.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 
 namespace sgemm {
@@ -44,12 +45,6 @@ std::string precision_text(v1::Precision p) {
     default:
       return "unknown(" + std::to_string(int(p)) + ")";
   }
-}
-
-// The client's one grpc::Status -> sgemm::Status translation.
-Status from_grpc(const grpc::Status& s) {
-  if (s.ok()) return Status::Ok();
-  return Status(static_cast<StatusCode>(int(s.error_code())), s.error_message());
 }
 
 struct RegionRefs {

@@ -15,13 +15,15 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_sgemm_installed_libs sgemm_client sgemm_client_wire sgemm_client_stream sgemm_common sgemm_matrix_files sgemm_proto)
+set(_sgemm_installed_libs sgemm_client sgemm_client_wire sgemm_client_stream sgemm_common sgemm_matrix_files sgemm_proto
+                          sgemm_grpc_status)
 set_target_properties(sgemm_client PROPERTIES EXPORT_NAME client)
 set_target_properties(sgemm_common PROPERTIES EXPORT_NAME common)
 set_target_properties(sgemm_matrix_files PROPERTIES EXPORT_NAME matrix_files)
 set_target_properties(sgemm_proto PROPERTIES EXPORT_NAME proto)
 set_target_properties(sgemm_client_wire PROPERTIES EXPORT_NAME client_wire)
 set_target_properties(sgemm_client_stream PROPERTIES EXPORT_NAME client_stream)
+set_target_properties(sgemm_grpc_status PROPERTIES EXPORT_NAME grpc_status)
 # sgemm_library() points each target at its build-tree include root; installed,
 # every public header lives under include/ with its repository path. The
 # generated protobuf headers are a private detail of sgemm::client (linked, not
@@ -31,7 +33,7 @@ foreach(_t sgemm_client sgemm_common sgemm_matrix_files)
   set_target_properties(${_t} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES
                         "$<BUILD_INTERFACE:${_inc}>;$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
 endforeach()
-foreach(_t sgemm_proto sgemm_client_wire sgemm_client_stream)  # linked privately by sgemm::client, never included
+foreach(_t sgemm_proto sgemm_grpc_status sgemm_client_wire sgemm_client_stream)  # linked privately by sgemm::client, never included
   get_target_property(_inc ${_t} INTERFACE_INCLUDE_DIRECTORIES)
   set_target_properties(${_t} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "$<BUILD_INTERFACE:${_inc}>")
 endforeach()

@@ -47,4 +47,7 @@ function(sgemm_library)
     target_include_directories(${L_NAME} INTERFACE ${public_root})
     target_link_libraries(${L_NAME} INTERFACE ${L_PUBLIC})
   endif()
+  # The public headers by repository path, for checks over them (tests/headers).
+  list(TRANSFORM L_HEADERS PREPEND ${L_DIR}/ OUTPUT_VARIABLE public_headers)
+  set_target_properties(${L_NAME} PROPERTIES SGEMM_PUBLIC_HEADERS "${public_headers}")
 endfunction()

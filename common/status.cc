@@ -8,6 +8,10 @@ std::string_view status_code_name(StatusCode code) {
       return "OK";
     case StatusCode::kCancelled:
       return "CANCELLED";
+    case StatusCode::kUnknown:
+      return "UNKNOWN";
+    case StatusCode::kDataLoss:
+      return "DATA_LOSS";
     case StatusCode::kInvalidArgument:
       return "INVALID_ARGUMENT";
     case StatusCode::kNotFound:

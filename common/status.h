@@ -2,8 +2,8 @@
 //
 // Every layer returns Status / StatusOr<T>; CUDA, cuBLAS and NCCL results are
 // turned into a Status where the call is made (see cuda_status.h), and the
-// service turns a Status into grpc::Status in exactly one place
-// (server/service/status_mapping.cc). Codes mirror gRPC's so that mapping is 1:1.
+// gRPC peers (service, cluster, client) translate in exactly one place
+// (proto/grpc_status.cc). Codes mirror gRPC's so that mapping is 1:1.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@ namespace sgemm {
 enum class StatusCode : int {
   kOk = 0,
   kCancelled = 1,
+  kUnknown = 2,  // a peer's error with no better code
   kNotFound = 5,
   kAlreadyExists = 6,
   kInvalidArgument = 3,
@@ -30,7 +31,8 @@ enum class StatusCode : int {
   kInternal = 13,
   kUnavailable = 14,       // retryable: the caller may try again later
   kResourceExhausted = 8,  // out of memory, queue full, over a limit
-  kUnauthenticated = 16,   // no valid credentials (bearer token)
+  kDataLoss = 15,
+  kUnauthenticated = 16,  // no valid credentials (bearer token)
 };
 
 std::string_view status_code_name(StatusCode code);

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Measures gRPC loopback throughput by chunk size through the real server
 # (CPU backend, so only transport and assembly are measured).
-# Writes bench/results/<date>-transport-<host>.txt.
+# Writes bench/results/<date>_cpu_grpc-chunk-size/transport-bench.txt (bench/results/INDEX.md:
+# add a line for it).
 #   scripts/bench-transport.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 b=${1:-build}
-out=bench/results/$(date +%F)-transport-$(hostname -s).txt
+out=bench/results/$(date -u +%F)_cpu_grpc-chunk-size/transport-bench.txt
+mkdir -p "$(dirname "$out")"
 tmp=$(mktemp -d)
 start_server() {
   "$b/bin/sgemm-server" --listen 127.0.0.1:0 --port-file "$tmp/port" --backend cpu "$@" >"$tmp/server.log" 2>&1 &

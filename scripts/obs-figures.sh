@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# obs-figures.sh [BUILD]: the README's observability pictures and samples,
+# obs-figures.sh [BUILD]: the observability pictures and samples of docs/observability.md,
 # made with the project's own commands on THIS machine's backend (cpu when it
 # has no GPU; the files say which). The GPU versions come from
 # `scripts/gpu-check.sh obs` (docs/observability.md, "Pictures").
 #
 #   scripts/obs-figures.sh            # after cmake --build build
 #
-# Writes bench/results/<date>-obs-<backend>/ (one trace, timings.jsonl, its
+# Writes bench/results/<date>_<backend>_observability/ (one trace, timings.jsonl, its
 # summary and list, a metrics scrape, the commands) and
 # docs/img/obs-<backend>-{trace,timings}.png.
 set -euo pipefail
@@ -15,7 +15,7 @@ b=${1:-build}
 backend=${SGEMM_OBS_BACKEND:-cpu}
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-out=bench/results/$(date -u +%F)-obs-$backend
+out=bench/results/$(date -u +%F)_${backend}_observability
 rm -rf "$out"
 mkdir -p docs/img "$out"
 traces=$(mktemp -d)

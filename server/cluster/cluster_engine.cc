@@ -8,6 +8,12 @@
 namespace sgemm {
 namespace {
 
+bool dense_host_operands(const GemmJob& job) {
+  const GemmShape& s = job.request.shape;
+  return !job.a_resident && !job.b_resident && !job.c_resident && job.a_ld() == s.k && job.b_ld() == s.n &&
+         job.c_ld() == s.n;
+}
+
 class ClusterEngine final : public Engine {
  public:
   ClusterEngine(std::unique_ptr<Engine> local, ClusterCoordinator& c, ClusterEngineOptions o)
@@ -17,6 +23,25 @@ class ClusterEngine final : public Engine {
   HostAllocator& host_allocator() override { return local_->host_allocator(); }
   Status validate(const GemmRequest& r) const override { return local_->validate(r); }
 
+  // Shared-memory regions are read and written by the local engine's copies
+  // (the cluster path too starts from this host's memory): lock them there.
+  Status register_host_memory(void* data, std::size_t bytes) override {
+    return local_->register_host_memory(data, bytes);
+  }
+  Status unregister_host_memory(void* data) override { return local_->unregister_host_memory(data); }
+
+  // Resident matrices live on this host's GPUs; requests that use them run
+  // on the local engine (run()).
+  ResidentStore* resident_store() override { return local_->resident_store(); }
+  StatusOr<std::shared_ptr<ResidentData>> make_resident(std::shared_ptr<HostBuffer> host, int64_t rows, int64_t cols,
+                                                        ResidentBytes bytes) override {
+    return local_->make_resident(std::move(host), rows, cols, std::move(bytes));
+  }
+
+  // No estimate: a job may wait for the cluster's job lock, so the service
+  // must never compute one on its own thread.
+  double estimate_ms(const GemmJob& /*job*/) const override { return -1; }
+
   StatusOr<GemmReport> run(const GemmJob& job) override {
     const GemmRequest& r = job.request;
     // The cluster runs fp32 with the default or a named fp32 kernel; a request
@@ -24,6 +49,13 @@ class ClusterEngine final : public Engine {
     // or nothing as either cluster split.
     if (coord_.member_count() == 0 || r.options.precision != Precision::kFp32 || r.options.split == SplitMode::kSingle)
       return local_->run(job);
+    // The cluster's data plane moves dense host matrices: operands kept on
+    // this host's GPUs, or strided views of a larger region, run here.
+    if (!dense_host_operands(job)) {
+      StatusOr<GemmReport> rep = local_->run(job);
+      if (rep.ok()) rep->plan_reason += "; cluster not used: resident or strided operands run on this host";
+      return rep;
+    }
     auto jobs = coord_.lock_jobs();
     StatusOr<ClusterView> view = coord_.prepare();
     if (!view.ok()) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <deque>
 
+#include "proto/grpc_status.h"
 #include "server/cluster/cluster_codec.h"
 
 namespace sgemm {
@@ -99,7 +100,7 @@ grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>
     grpc::CallbackServerContext*) {
   auto* r = new MemberReactor(this);
   std::lock_guard lock(mu_);
-  if (shut_down_) r->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
+  if (shut_down_) r->finish(to_grpc(Unavailable("the coordinator is shutting down")));
   return r;
 }
 
@@ -125,7 +126,7 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
     nm.devices = msg.hello().devices_size();
     nm.reactor = r;
     if (nm.devices < 1) {
-      r->finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "a member needs at least one GPU"));
+      r->finish(to_grpc(FailedPrecondition("a member needs at least one GPU")));
       return;
     }
     v1::ClusterCoordinatorMessage welcome;
@@ -177,8 +178,7 @@ void ClusterCoordinator::shutdown() {
   std::lock_guard lock(mu_);
   shut_down_ = true;
   if (abort_) abort_->cancel(Unavailable("the coordinator is shutting down"));
-  for (auto& [id, m] : members_)
-    m.reactor->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down"));
+  for (auto& [id, m] : members_) m.reactor->finish(to_grpc(Unavailable("the coordinator is shutting down")));
   cv_.notify_all();
 }
 
@@ -281,8 +281,7 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
     for (uint64_t mid : ids) {
       auto it = members_.find(mid);
       if (it != members_.end() && !(it->second.ready_epoch == epoch && it->second.ready_ok))
-        it->second.reactor->finish(
-            grpc::Status(grpc::StatusCode::UNAVAILABLE, "did not join communicator epoch " + std::to_string(epoch)));
+        it->second.reactor->finish(to_grpc(Unavailable("did not join communicator epoch " + std::to_string(epoch))));
     }
     ++generation_;
     lock.unlock();

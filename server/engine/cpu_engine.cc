@@ -61,6 +61,13 @@ class CpuEngine final : public Engine {
   HostAllocator& host_allocator() override { return allocator_; }
   ResidentStore* resident_store() override { return &store_; }
 
+  // OpenBLAS reads and writes host memory where it is: nothing to lock.
+  Status register_host_memory(void* data, std::size_t bytes) override {
+    if (!data || bytes == 0) return InvalidArgument("register_host_memory: an empty range");
+    return Status::Ok();
+  }
+  Status unregister_host_memory(void* /*data*/) override { return Status::Ok(); }
+
   StatusOr<std::shared_ptr<ResidentData>> make_resident(std::shared_ptr<HostBuffer> host, int64_t rows, int64_t cols,
                                                         ResidentBytes bytes) override {
     if (!host || int64_t(host->bytes()) < rows * cols * int64_t(sizeof(float)))

@@ -203,6 +203,10 @@ struct EngineInfo {
   }
 };
 
+// Every ability is pure virtual, the optional ones included (host-memory
+// locking, resident matrices, the cost estimate): an engine, and above all a
+// wrapper such as the cluster's, answers each one explicitly, so none can be
+// dropped by falling through to a default.
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -218,10 +222,7 @@ class Engine {
   // The engine's estimate of run(job) in ms, inputs in host memory; negative:
   // no estimate, or run() would now wait for another job (then the service
   // never computes the job on its own thread).
-  virtual double estimate_ms(const GemmJob& job) const {
-    (void)job;
-    return -1;
-  }
+  virtual double estimate_ms(const GemmJob& job) const = 0;
 
   // Host memory the caller owns (a mapped shared-memory region) that jobs will
   // read and write: the engine page-locks it for its devices so copies go
@@ -229,26 +230,19 @@ class Engine {
   // device; the CPU engine has nothing to do). `data` page-aligned. Paired
   // with unregister_host_memory(data) once no job uses it. Thread-safe.
   // RESOURCE_EXHAUSTED when the memory cannot be locked.
-  virtual Status register_host_memory(void* data, std::size_t bytes) {
-    (void)data;
-    (void)bytes;
-    return Status::Ok();
-  }
-  virtual Status unregister_host_memory(void* data) {
-    (void)data;
-    return Status::Ok();
-  }
+  virtual Status register_host_memory(void* data, std::size_t bytes) = 0;
+  virtual Status unregister_host_memory(void* data) = 0;
 
   // ---- Resident matrices (docs/resident.md) -------------------------------
   // The engine's store of resident matrices (names, pins, LRU, budgets);
-  // null when the engine keeps none (cluster mode): the service then answers
+  // null when the engine keeps none: the service then answers
   // FAILED_PRECONDITION.
-  virtual ResidentStore* resident_store() { return nullptr; }
+  virtual ResidentStore* resident_store() = 0;
   // Room for a new resident matrix of `bytes`, on the location the engine
   // chooses for it (a GPU with the most room; host memory on the CPU engine),
   // evicting as the store's rules allow. RESOURCE_EXHAUSTED naming
   // --resident-bytes. `what` names the request in that message.
-  virtual StatusOr<ResidentBytes> reserve_resident(int64_t bytes, std::string_view what) {
+  StatusOr<ResidentBytes> reserve_resident(int64_t bytes, std::string_view what) {
     ResidentStore* store = resident_store();
     if (!store) return FailedPrecondition("this backend keeps no resident matrices");
     return store->reserve(store->roomiest_location(), bytes, what);
@@ -258,13 +252,7 @@ class Engine {
   // The CPU engine keeps the buffer; the CUDA engine copies it to the GPU the
   // bytes were reserved on and lets the buffer go. Thread-safe.
   virtual StatusOr<std::shared_ptr<ResidentData>> make_resident(std::shared_ptr<HostBuffer> host, int64_t rows,
-                                                                int64_t cols, ResidentBytes bytes) {
-    (void)host;
-    (void)rows;
-    (void)cols;
-    (void)bytes;
-    return FailedPrecondition("this backend keeps no resident matrices");
-  }
+                                                                int64_t cols, ResidentBytes bytes) = 0;
 };
 
 }  // namespace sgemm

@@ -4,9 +4,9 @@
 // client that put it.
 #include <spdlog/fmt/fmt.h>
 
+#include "proto/grpc_status.h"
 #include "server/service/codec.h"
 #include "server/service/put_matrix_call.h"
-#include "server/service/status_mapping.h"
 
 namespace sgemm {
 
@@ -60,7 +60,7 @@ void PutMatrixCall::finish(const Status& st) {
                     owner_.empty() ? "-" : owner_, rows_, cols_, status_code_name(st.code()), st.message()));
   }
   host_bytes_.reset();
-  Finish(to_grpc_status(st));
+  Finish(to_grpc(st));
 }
 
 void PutMatrixCall::OnReadDone(bool ok) {
@@ -266,7 +266,7 @@ grpc::ServerUnaryReactor* SgemmService::DeleteMatrix(grpc::CallbackServerContext
     st = using_now.status();
     if (st.ok()) resp->set_requests_using(*using_now);
   }
-  reactor->Finish(to_grpc_status(st));
+  reactor->Finish(to_grpc(st));
   return reactor;
 }
 
@@ -275,7 +275,7 @@ grpc::ServerUnaryReactor* SgemmService::ListMatrices(grpc::CallbackServerContext
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto client = authenticate(ctx);
   if (!client.ok()) {
-    reactor->Finish(to_grpc_status(client.status()));
+    reactor->Finish(to_grpc(client.status()));
     return reactor;
   }
   if (ResidentStore* store = shared_->engine.resident_store()) {

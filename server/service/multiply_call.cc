@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "server/service/status_mapping.h"
+#include "proto/grpc_status.h"
 
 namespace sgemm {
 
@@ -671,7 +671,7 @@ void MultiplyCall::send_more() {
       finish_phase_ = phase_;
       t_finish_ = Clock::now();
       phase_ = Phase::kDone;
-      Finish(to_grpc_status(Status::Ok()));
+      Finish(to_grpc(Status::Ok()));
     }
     return;
   }
@@ -714,7 +714,7 @@ void MultiplyCall::send_more() {
   log_outcome(final_status_);  // before the client has its result: the timing line is there when it looks
   writing_ = true;             // no OnWriteDone follows; the watchdog resets the stream if this never drains
   write_since_ = Clock::now();
-  StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc_status(Status::Ok()));
+  StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc(Status::Ok()));
 }
 
 void MultiplyCall::set_finished() {
@@ -745,7 +745,7 @@ void MultiplyCall::finish(const Status& status) {
   finish_phase_ = phase_;
   t_finish_ = Clock::now();
   phase_ = Phase::kDone;
-  Finish(to_grpc_status(own));
+  Finish(to_grpc(own));
 }
 
 void MultiplyCall::finish_stream(const Status& status) {

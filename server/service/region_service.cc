@@ -2,9 +2,9 @@
 // the Unix connection behind ctx->peer() (unix_connections.h); over TCP every
 // one of them is FAILED_PRECONDITION. UnregisterRegion answers when the last
 // request using the region lets go of it, from that request's thread.
+#include "proto/grpc_status.h"
 #include "server/service/region_registry.h"
 #include "server/service/sgemm_service.h"
-#include "server/service/status_mapping.h"
 #include "server/service/unix_connections.h"
 
 namespace sgemm {
@@ -23,12 +23,12 @@ grpc::ServerUnaryReactor* SgemmService::RegisterRegion(grpc::CallbackServerConte
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto caller = region_caller(ctx);
   if (!caller.ok()) {
-    reactor->Finish(to_grpc_status(caller.status()));
+    reactor->Finish(to_grpc(caller.status()));
     return reactor;
   }
   auto r = regions_->register_region(*caller, req->name(), req->shm_name(), req->byte_size());
   if (r.ok()) resp->set_byte_size(*r);
-  reactor->Finish(to_grpc_status(r.status()));
+  reactor->Finish(to_grpc(r.status()));
   return reactor;
 }
 
@@ -38,14 +38,14 @@ grpc::ServerUnaryReactor* SgemmService::UnregisterRegion(grpc::CallbackServerCon
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto caller = region_caller(ctx);
   if (!caller.ok()) {
-    reactor->Finish(to_grpc_status(caller.status()));
+    reactor->Finish(to_grpc(caller.status()));
     return reactor;
   }
   const Status st = regions_->unregister_region(*caller, req->name(), [reactor, resp](int waited) {
     resp->set_waited_requests(waited);
     reactor->Finish(grpc::Status::OK);
   });
-  if (!st.ok()) reactor->Finish(to_grpc_status(st));
+  if (!st.ok()) reactor->Finish(to_grpc(st));
   return reactor;
 }
 
@@ -54,12 +54,12 @@ grpc::ServerUnaryReactor* SgemmService::ListRegions(grpc::CallbackServerContext*
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto found = region_caller(ctx);
   if (!found.ok()) {
-    reactor->Finish(to_grpc_status(found.status()));
+    reactor->Finish(to_grpc(found.status()));
     return reactor;
   }
   const RegionCaller& caller = *found;
   if (!caller.unix_socket) {
-    reactor->Finish(to_grpc_status(regions_need_unix_socket("ListRegions")));
+    reactor->Finish(to_grpc(regions_need_unix_socket("ListRegions")));
     return reactor;
   }
   for (const RegionRow& row : regions_->list(caller)) {

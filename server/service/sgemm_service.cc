@@ -3,10 +3,10 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include "proto/grpc_status.h"
 #include "server/service/codec.h"
 #include "server/service/multiply_call.h"
 #include "server/service/put_matrix_call.h"
-#include "server/service/status_mapping.h"
 
 namespace sgemm {
 
@@ -94,12 +94,12 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
                                                 v1::GetInfoResponse* out) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (shared_->shutting_down.load()) {
-    reactor->Finish(to_grpc_status(Unavailable("server shutting down")));
+    reactor->Finish(to_grpc(Unavailable("server shutting down")));
     return reactor;
   }
   auto client = authenticate(ctx);
   if (!client.ok()) {
-    reactor->Finish(to_grpc_status(client.status()));
+    reactor->Finish(to_grpc(client.status()));
     return reactor;
   }
   InfoFigures f;

@@ -2,7 +2,7 @@
 """Checks deploy/k8s/ (and deploy/k8s/cluster/): every manifest parses; each
 flag a Deployment or StatefulSet passes to sgemm-server is one that
 `sgemm-server --help` lists; the probes, GPU, /dev/shm, non-root user,
-Services and Prometheus annotations are as docs/clients.md describes; a
+Services and Prometheus annotations are as docs/server.md describes; a
 StatefulSet's serviceName is a headless Service of the same manifests
 (docs/cluster.md).
 

@@ -1,12 +1,21 @@
 """Python client for sgemm-server (sgemm.v1): C = alpha*A*B + beta*C on the server's GPUs.
 
     import numpy as np, sgemm_client
-    c, summary = sgemm_client.multiply(np.ones((3, 4)), np.ones((4, 5)), target="localhost:50051")
+    with sgemm_client.Client("localhost:50051") as cl:       # or "unix:/run/sgemm/sgemm.sock"
+        c, summary = cl.multiply(a, b)
 
-Needs grpcio and numpy (Debian: python3-grpcio, python3-numpy); the sgemm.v1
-stubs are generated from proto/, never committed (see _stubs.py).
+Blocking: sgemm_client.Client; asyncio: sgemm_client.aio.Client. docs/python.md
+describes both. Needs grpcio, protobuf and numpy; the sgemm.v1 modules are
+generated when the package is built (sgemm_client/_protogen.py).
 """
 
-from .client import MAX_CHUNK_BYTES, ChunkedTransport, Client, SgemmError, multiply, pb2
+__version__ = "0.2.0"
 
-__all__ = ["Client", "SgemmError", "multiply", "ChunkedTransport", "MAX_CHUNK_BYTES", "pb2"]
+from . import aio
+from ._proto import sgemm_pb2 as pb2
+from ._types import Handle, SgemmError, Summary
+from ._wire import MAX_CHUNK_BYTES
+from .client import Client, Retry, multiply
+
+__all__ = ["Client", "Handle", "SgemmError", "Summary", "Retry", "multiply", "aio", "pb2", "MAX_CHUNK_BYTES",
+           "__version__"]

@@ -1,212 +1,481 @@
-"""sgemm_client.Client: C = alpha*A*B + beta*C on sgemm-server, from numpy.
+"""sgemm_client.Client: the blocking client for sgemm-server (sgemm.v1).
 
-The server takes matrices as a stream of chunks (sgemm.v1: each at most
-4 MiB - 1 KiB), so one big message cannot work; this client does the
-chunking, reassembles C from the server's chunks, and retries the whole
-request when the server answers UNAVAILABLE (queue full, shutting down, not
-reachable yet) with exponential backoff and jitter.
+    with sgemm_client.Client("host:50051") as cl:              # or "unix:/run/sgemm/sgemm.sock"
+        c, summary = cl.multiply(a, b)                          # C = A B, numpy in and out
+        h = cl.put(b); c, _ = cl.multiply(a, h)                 # B resident on the server
+        x, y, z = cl.empty((m, k)), cl.empty((k, n)), cl.empty((m, n))   # arrays in shared memory
+        cl.multiply(x, y, out=z)                                # no matrix byte through gRPC
+
+Over TCP B (and C) go first, then A, so the server starts computing while A
+arrives; large requests (16 MiB of payload and up) are spread over 4
+connections, as the C++ client does. On the server's Unix socket the matrices
+go through shared memory: arrays from `empty()`/`register()` are named where
+they are, other arrays are copied into a scratch region the client keeps.
+UNAVAILABLE (busy, shutting down, not reachable yet) is retried with
+exponential backoff; `timeout` bounds a whole call, retries included.
+
+Threads: a Client may serve many threads at once (gRPC channels are
+thread-safe; the client's own state is behind locks). A multiply over several
+connections reads each stripe's stream on a thread of its own.
 """
+
+from __future__ import annotations
 
 import random
 import threading
 import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 import numpy as np
 
-from . import _stubs
+from . import _channel, _wire
+from ._proto import health_pb2, health_pb2_grpc
+from ._proto import sgemm_pb2 as pb2
+from ._proto import sgemm_pb2_grpc as pb2_grpc
+from ._request import Matrix, Receiver, Request, as_matrix, first_failure, handles_without_shape
+from ._types import Handle, SgemmError, Summary, error_of
+from .regions import RegionTable, SharedRegion
 
-pb2, pb2_grpc = _stubs.load()
-
-_KERNELS = {None: pb2.KERNEL_UNSPECIFIED, "pingpong": pb2.KERNEL_PINGPONG, "cublas": pb2.KERNEL_CUBLAS}
-_SPLITS = {None: pb2.SPLIT_UNSPECIFIED, "auto": pb2.SPLIT_UNSPECIFIED, "single": pb2.SPLIT_SINGLE,
-           "rows": pb2.SPLIT_ROWS, "k": pb2.SPLIT_K}
-_FP32 = np.dtype("<f4")
-MAX_CHUNK_BYTES = 4 * 1024 * 1024 - 1024  # sgemm.v1's limit per MatrixChunk.data
-
-
-class SgemmError(Exception):
-    """A request that failed: `code` is the grpc.StatusCode, `details` the server's message."""
-
-    def __init__(self, code, details):
-        super().__init__(f"{code.name}: {details}")
-        self.code = code
-        self.details = details
+T = TypeVar("T")
+Shape = Union[int, Tuple[int, ...]]
+TRANSPORTS = ("auto", "grpc", "shm")
 
 
-class ChunkedTransport:
-    """Sends A, B (and C) as MatrixChunk messages of at most chunk_bytes each.
+class Retry:
+    """UNAVAILABLE is retried up to `retries` times; each wait is drawn uniformly from [w/2, w], w doubling
+    from backoff_s to max_backoff_s; a wait that would pass the deadline ends the call instead."""
 
-    The one way matrices travel today. A shared-memory transport for a server
-    on the same host (a later issue) would be another class with the same
-    `requests()` method, picked in Client._transport_for(); nothing else here
-    would change.
-    """
+    def __init__(self, retries: int, backoff_s: float, max_backoff_s: float):
+        if retries < 0 or backoff_s < 0 or max_backoff_s < backoff_s:
+            raise ValueError("retries and backoff_s must be >= 0 and max_backoff_s >= backoff_s, got "
+                             f"{retries}, {backoff_s}, {max_backoff_s}")
+        self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
 
-    def __init__(self, chunk_bytes):
-        if not 4 <= chunk_bytes <= MAX_CHUNK_BYTES:
-            raise ValueError(f"chunk_bytes must be in [4, {MAX_CHUNK_BYTES}], got {chunk_bytes}")
-        self.chunk_elems = chunk_bytes // 4
-
-    def requests(self, header, matrices):
-        """Yields the header, then each matrix's chunks in order. matrices: [(pb2.Matrix, 1-D '<f4' array)]."""
-        yield pb2.MultiplyRequest(header=header)
-        for which, flat in matrices:
-            view = memoryview(flat).cast("B")
-            for off in range(0, flat.size, self.chunk_elems):
-                end = min(off + self.chunk_elems, flat.size)
-                yield pb2.MultiplyRequest(
-                    chunk=pb2.MatrixChunk(matrix=which, offset=off, data=view[off * 4:end * 4].tobytes()))
+    def pause(self, e: SgemmError, attempt: int, deadline: Optional[float]) -> float:
+        """Seconds to wait before attempt `attempt + 1`, or raises e when it is not to be retried."""
+        if e.code != grpc.StatusCode.UNAVAILABLE or attempt >= self.retries:
+            raise e
+        wait = min(self.backoff_s * 2**attempt, self.max_backoff_s)
+        pause = random.uniform(wait / 2, wait)
+        if deadline is not None and time.monotonic() + pause >= deadline:
+            raise SgemmError(e.code, f"{e.details} (gave up after {attempt + 1} attempts: the deadline would "
+                                     "pass)") from None
+        return pause
 
 
-def _as_matrix(name, x):
-    arr = np.asarray(x)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{name} has an empty dimension: shape {arr.shape}")
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=_FP32)
+def remaining(deadline: Optional[float]) -> Optional[float]:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _timeout_within(deadline: Optional[float], default: float = 10.0) -> float:
+    """A side call's timeout (shape lookup, transport check, registration): what is left of the caller's
+    deadline, else `default`."""
+    return default if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def deadline_of(timeout: Optional[float]) -> Optional[float]:
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def shape_tuple(shape: Shape) -> Tuple[int, ...]:
+    t = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not t or any(int(d) < 1 for d in t):
+        raise ValueError(f"shape must have dimensions >= 1, got {shape}")
+    return tuple(int(d) for d in t)
 
 
 class Client:
-    """A channel to one sgemm-server. Thread-safe: many threads may call multiply() at once.
+    """A connection to one sgemm-server.
 
-    target: "host:port". chunk_bytes: payload of each chunk sent (1 MiB, as
-    docs/transport.md measured). retries: how many times an UNAVAILABLE answer
-    is retried (0 = never); backoff_s doubles from there up to max_backoff_s,
-    each wait drawn uniformly from [wait/2, wait].
+    target: "host:port", or "unix:PATH" for the server's Unix socket (shared memory; same host only).
+    token: bearer token sent with every call (servers with --auth-tokens; docs/security.md).
+    tls, tls_ca, tls_cert, tls_key, tls_server_name: TLS (any of them turns it on; tls_ca None = the
+      system's roots; tls_cert + tls_key: mutual TLS; tls_server_name: the name to check in the certificate).
+    chunk_bytes: payload of each chunk sent (1 MiB, docs/transport.md; at most 4 MiB - 1 KiB).
+    connections: connections one multiply spreads over; 0 = by size (1 below 16 MiB of payload, else 4).
+    retries, backoff_s, max_backoff_s: UNAVAILABLE retried `retries` times (Retry).
+    transport: "auto" (shared memory on a unix: target whose server offers it, else gRPC), "grpc", "shm".
+    channel_options: extra gRPC channel arguments, (name, value) pairs.
     """
 
-    def __init__(self, target="localhost:50051", *, chunk_bytes=1 << 20, retries=5, backoff_s=0.05,
-                 max_backoff_s=2.0, channel=None, tls_ca=None, tls_cert=None, tls_key=None, tls_server_name=None,
-                 token=None):
-        """tls_ca/tls_cert/tls_key: PEM file paths; any of them (or tls_server_name) makes the
-        channel TLS (mutual with tls_cert and tls_key). token: bearer token sent with every call
-        (servers started with --auth-tokens; docs/security.md)."""
+    def __init__(self, target: str = "localhost:50051", *, token: Optional[str] = None, tls: bool = False,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None, chunk_bytes: int = 1 << 20, connections: int = 0,
+                 retries: int = 5, backoff_s: float = 0.05, max_backoff_s: float = 2.0, transport: str = "auto",
+                 channel_options: Sequence[Tuple[str, Any]] = ()):
+        if not 4 <= chunk_bytes <= _wire.MAX_CHUNK_BYTES:
+            raise ValueError(f"chunk_bytes must be in [4, {_wire.MAX_CHUNK_BYTES}], got {chunk_bytes}")
+        if connections < 0:
+            raise ValueError(f"connections must be >= 0 (0 = by size), got {connections}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         self.target = target
-        self._transport = ChunkedTransport(chunk_bytes)
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
-        if channel is None and (tls_ca or tls_cert or tls_key or tls_server_name):
-            if bool(tls_cert) != bool(tls_key):
-                raise ValueError("a client certificate needs both tls_cert and tls_key")
-
-            def read(path):
-                with open(path, "rb") as f:
-                    return f.read()
-
-            creds = grpc.ssl_channel_credentials(root_certificates=read(tls_ca) if tls_ca else None,
-                                                 private_key=read(tls_key) if tls_key else None,
-                                                 certificate_chain=read(tls_cert) if tls_cert else None)
-            options = [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else []
-            channel = grpc.secure_channel(target, creds, options=options)
-        self._channel = channel or grpc.insecure_channel(target)
+        self.chunk_bytes = chunk_bytes
+        self.connections = connections
+        self.retry = Retry(retries, backoff_s, max_backoff_s)
+        self._want_transport = transport
+        self._cfg = _channel.make_config(target, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                         tls_key=tls_key, tls_server_name=tls_server_name,
+                                         channel_options=channel_options)
+        self._metadata = self._cfg.metadata
+        self._channel = _channel.sync_channel(self._cfg)
         self._stub = pb2_grpc.SgemmStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
         self._lock = threading.Lock()
+        self._multiply_rpcs: Dict[int, Any] = {0: self._multiply_rpc(self._channel)}  # guarded by _lock
+        self._stripe_channels: List[grpc.Channel] = []  # guarded by _lock
+        self._transport: Optional[str] = None  # resolved once; guarded by _lock
+        self._regions = RegionTable()
+        self._scratch: Optional[SharedRegion] = None  # guarded by _lock: the kept scratch region
+        self._handle_shapes: Dict[str, Tuple[int, int]] = {}  # guarded by _lock
         self.unavailable_retries = 0  # UNAVAILABLE answers retried so far (all threads)
 
-    def close(self):
-        self._channel.close()
+    # ---- lifetime ----
+    def close(self) -> None:
+        """Closes the connections; the server drops this client's shared-memory registrations with them (the
+        arrays stay valid here)."""
+        with self._lock:
+            channels = [self._channel, *self._stripe_channels]
+            self._stripe_channels = []
+        for ch in channels:
+            ch.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _transport_for(self, a, b, c):
-        # The hook for shared memory (a later issue): when the server is on this
-        # host, return a transport that places the matrices in a shared segment.
-        return self._transport
+    # ---- server state ----
+    def info(self, timeout: float = 10.0) -> pb2.GetInfoResponse:
+        """The server's GetInfoResponse: version, backend, devices, kernels, precisions, limits, load."""
+        return self._unary(self._stub.GetInfo, pb2.GetInfoRequest(), timeout)
 
-    def info(self, timeout=10.0):
-        """The server's GetInfoResponse: devices, backends, kernels, limits, load."""
+    def health(self, service: str = "", timeout: float = 3.0) -> str:
+        """grpc.health.v1 Check for `service` ("" = the whole server, "sgemm.v1.Sgemm"): "SERVING",
+        "NOT_SERVING", ...; an unknown service raises SgemmError(NOT_FOUND)."""
+        resp = self._unary(self._health.Check, health_pb2.HealthCheckRequest(service=service), timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    def serving(self, service: str = "", timeout: float = 3.0) -> bool:
+        """True when the server (or `service`) reports SERVING."""
+        return self.health(service, timeout) == "SERVING"
+
+    def transport(self, timeout: float = 10.0) -> str:
+        """How multiply() moves ordinary arrays here: "shm" or "grpc" (transport "auto" asks the server once)."""
+        with self._lock:
+            if self._transport is not None:
+                return self._transport
         try:
-            return self._stub.GetInfo(pb2.GetInfoRequest(), timeout=timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise SgemmError(e.code(), e.details()) from None
+            resolved = resolve_transport(self._want_transport, self._cfg.unix,
+                                         lambda: self.info(timeout).regions_available)
+        except SgemmError:
+            if self._want_transport == "shm":
+                raise
+            return "grpc"  # not resolved (the server is not reachable yet): the request itself says so, or retries
+        with self._lock:
+            self._transport = resolved
+        return resolved
 
-    def multiply(self, a, b, c=None, alpha=1.0, beta=0.0, *, kernel=None, split=None, timeout=None):
-        """Returns (C, summary): C = alpha*A*B + beta*C as an m x n float32 array, and the
-        server's sgemm.v1.MultiplySummary (per-device shards and timings, queue/receive/compute/total ms).
+    # ---- multiply ----
+    def multiply(self, a: Matrix, b: Matrix, c: Optional[Matrix] = None, alpha: float = 1.0, beta: float = 0.0, *,
+                 precision: str = "fp32", kernel: Optional[str] = None, split: Optional[str] = None,
+                 timeout: Optional[float] = None, out: Optional[np.ndarray] = None, trace: bool = False,
+                 keep: bool = False, keep_evictable: bool = False, send_c: bool = False,
+                 connections: Optional[int] = None) -> Tuple[Any, Summary]:
+        """C = alpha*A*B + beta*C on the server; returns (C, summary).
 
-        a: m x k, b: k x n, c: m x n or None (then C starts as zero and beta is
-        unused). Anything numpy turns into a 2-D real array is accepted and sent
-        as float32. kernel: None (server's choice), "pingpong" or "cublas";
-        split: None/"auto", "single", "rows" or "k". timeout: seconds for the
-        whole call, retries included (None = no deadline).
-        Raises ValueError for inputs that cannot be multiplied, SgemmError for
-        what the server refuses (its code and message).
+        a (m x k), b (k x n), c (m x n, optional: without it C starts at zero): numpy arrays (anything numpy
+        makes a 2-D real array; sent as float32), handles from put() or a kept result, or arrays in this
+        client's shared-memory regions (empty(), register()). precision: "fp32", "tf32" (tensor cores, about
+        1e-4 relative error) or "fp32x3"; kernel: None (the server's choice), "pingpong", "cublas"; split:
+        None/"auto", "single", "rows", "k". out: an m x n float32 array C is written into (in a region: by
+        the server, with no byte through gRPC); returned as C. trace: the summary carries a Chrome trace
+        (summary.trace()). keep: C stays on the server and C is returned as its Handle (with send_c its
+        values come back too, and the handle is summary.result_handle); keep_evictable: it may be evicted.
+        connections: overrides the client's. timeout: seconds for the whole call, retries included.
+
+        Raises ValueError for inputs that cannot be multiplied, SgemmError for what the server refuses.
         """
-        a = _as_matrix("a", a)
-        b = _as_matrix("b", b)
-        (m, k), (kb, n) = a.shape, b.shape
-        if kb != k:
-            raise ValueError(f"a is {m}x{k} and b is {kb}x{n}: a's columns must equal b's rows")
-        if c is not None:
-            c = _as_matrix("c", c)
-            if c.shape != (m, n):
-                raise ValueError(f"c has shape {c.shape}, expected {(m, n)} (rows of a, columns of b)")
-        if kernel not in _KERNELS:
-            raise ValueError(f"kernel must be one of pingpong, cublas or None, got {kernel!r}")
-        if split not in _SPLITS:
-            raise ValueError(f"split must be one of auto, single, rows, k or None, got {split!r}")
-        header = pb2.GemmHeader(m=m, n=n, k=k, alpha=float(alpha), beta=float(beta), has_c=c is not None,
-                                kernel=_KERNELS[kernel], split=_SPLITS[split])
-        matrices = [(pb2.MATRIX_A, a.reshape(-1)), (pb2.MATRIX_B, b.reshape(-1))]
-        if c is not None:
-            matrices.append((pb2.MATRIX_C, c.reshape(-1)))
-        transport = self._transport_for(a, b, c)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        wait = self.backoff_s
+        t0 = time.monotonic()
+        deadline = deadline_of(timeout)
+        self._learn_shapes((a, b, c), deadline)
+        req = Request(a, b, c, alpha, beta, precision=precision, kernel=kernel, split=split, trace=trace, keep=keep,
+                      keep_evictable=keep_evictable, send_c=send_c, out=out,
+                      connections=self.connections if connections is None else connections,
+                      chunk_bytes=self.chunk_bytes, transport=self.transport(_timeout_within(deadline)),
+                      regions=self._regions,
+                      handle_shapes=self._shapes())
+        once = self._through_scratch if req.mode == "scratch" else self._stream
+        receiver, attempts = self._with_retries(lambda: once(req, deadline), deadline)
+        if keep:
+            with self._lock:
+                self._handle_shapes[receiver.summary.result_handle] = (req.m, req.n)
+        return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempts)
+
+    def _with_retries(self, once: Callable[[], T], deadline: Optional[float]) -> Tuple[T, int]:
         attempt = 0
         while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                return self._multiply_once(transport.requests(header, matrices), m, n, remaining)
+                return once(), attempt + 1
+            except SgemmError as e:
+                pause = self.retry.pause(e, attempt, deadline)
+            attempt += 1
+            with self._lock:
+                self.unavailable_retries += 1
+            time.sleep(pause)
+
+    @staticmethod
+    def _multiply_rpc(channel: grpc.Channel):
+        return channel.stream_stream("/sgemm.v1.Sgemm/Multiply", request_serializer=None,
+                                     response_deserializer=_wire.decode_response)
+
+    def _stripe_rpc(self, stripe: int):
+        with self._lock:
+            rpc = self._multiply_rpcs.get(stripe)
+            if rpc is None:
+                ch = _channel.sync_channel(self._cfg, stripe)
+                self._stripe_channels.append(ch)
+                rpc = self._multiply_rpcs[stripe] = self._multiply_rpc(ch)
+            return rpc
+
+    def _stream(self, req: Request, deadline: Optional[float]) -> Receiver:
+        """One attempt: stripe 0 on this thread; once the server's grant comes, the other stripes, each read
+        on a thread of its own. The first stripe to fail cancels the rest."""
+        receiver = req.new_receiver()
+        lock = threading.Lock()
+        calls: List[Any] = []
+        errors: List[Tuple[int, SgemmError]] = []
+
+        def fail(stripe: int, e: SgemmError) -> None:
+            with lock:
+                errors.append((stripe, e))
+                others = list(calls) if len(errors) == 1 else []
+            for call in others:
+                call.cancel()
+
+        def drain(stripe: int, call) -> None:
+            try:
+                for msg in call:
+                    receiver.on_message(msg)
             except grpc.RpcError as e:
-                code = e.code()
-                if code != grpc.StatusCode.UNAVAILABLE or attempt >= self.retries:
-                    raise SgemmError(code, e.details()) from None
-                pause = random.uniform(wait / 2, wait)
-                if deadline is not None and time.monotonic() + pause >= deadline:
-                    raise SgemmError(code, f"{e.details()} (gave up after {attempt + 1} attempts: "
-                                           "the deadline would pass)") from None
-                attempt += 1
-                with self._lock:
-                    self.unavailable_retries += 1
-                time.sleep(pause)
-                wait = min(wait * 2, self.max_backoff_s)
+                fail(stripe, error_of(e))
+            except SgemmError as e:
+                fail(stripe, e)
 
-    def _multiply_once(self, requests, m, n, timeout):
-        out = np.empty(m * n, dtype=_FP32)
-        received = 0
-        summary = None
-        for resp in self._stub.Multiply(requests, timeout=timeout, metadata=self._metadata):
-            kind = resp.WhichOneof("kind")
-            if kind == "chunk":
-                part = np.frombuffer(resp.chunk.data, dtype=_FP32)
-                off = resp.chunk.offset
-                if resp.chunk.matrix != pb2.MATRIX_C or off < 0 or off + part.size > out.size:
-                    raise SgemmError(grpc.StatusCode.INTERNAL,
-                                     f"the server sent a chunk outside C: offset {off}, {part.size} values")
-                out[off:off + part.size] = part
-                received += part.size
-            elif kind == "summary":
-                summary = resp.summary
-        if summary is None or received != m * n:
-            raise SgemmError(grpc.StatusCode.INTERNAL,
-                             f"the stream ended with {received} of {m * n} values of C"
-                             f"{'' if summary is not None else ' and no summary'}")
-        return out.reshape(m, n), summary
+        call0 = self._multiply_rpcs[0](req.frames(0, b"", receiver), timeout=remaining(deadline),
+                                       metadata=self._metadata)
+        with lock:
+            calls.append(call0)
+        threads: List[threading.Thread] = []
+        try:
+            for msg in call0:
+                receiver.on_message(msg)
+                if receiver.grant is not None and not threads and req.plan.stripes > 1:
+                    for s in range(1, req.plan.stripes):
+                        call = self._stripe_rpc(s)(req.frames(s, receiver.grant, receiver),
+                                                   timeout=remaining(deadline), metadata=self._metadata)
+                        with lock:
+                            calls.append(call)
+                            if errors:
+                                call.cancel()
+                        t = threading.Thread(target=drain, args=(s, call), daemon=True)
+                        t.start()
+                        threads.append(t)
+        except grpc.RpcError as e:
+            fail(0, error_of(e))
+        except SgemmError as e:
+            fail(0, e)
+        for t in threads:
+            t.join()
+        if errors:
+            raise first_failure(errors)
+        if req.plan.stripes > 1 and not threads:
+            raise SgemmError(grpc.StatusCode.INTERNAL, f"the server answered a request over {req.plan.stripes} "
+                             "stripes without a StripeGrant (does it predate GemmHeader.stripes? use connections=1)")
+        receiver.check()
+        return receiver
+
+    def _through_scratch(self, req: Request, deadline: Optional[float]) -> Receiver:
+        """Ordinary arrays over shared memory: copied into the client's scratch region (kept for the next call;
+        a call that needs more replaces it), C computed there and copied out by Request.finish."""
+        for attempt in range(2):
+            with self._lock:
+                region, self._scratch = self._scratch, None
+            if region is not None and region.nbytes < req.scratch_bytes:
+                self._unregister_quietly(region)  # too small: replaced
+                region = None
+            if region is None:
+                region = self._create_region(req.scratch_bytes, deadline)
+            try:
+                req.use_scratch(region)
+                receiver = self._stream(req, deadline)
+            except SgemmError as e:
+                if e.code == grpc.StatusCode.NOT_FOUND and attempt == 0:
+                    continue  # the connection that registered it closed: register a fresh one
+                self._keep_scratch(region)
+                raise
+            self._keep_scratch(region)
+            return receiver
+        raise AssertionError("unreachable")
+
+    def _keep_scratch(self, region: SharedRegion) -> None:
+        with self._lock:
+            if self._scratch is None or self._scratch.nbytes < region.nbytes:
+                self._scratch, region = region, self._scratch
+        if region is not None:
+            self._unregister_quietly(region)
+
+    # ---- resident matrices ----
+    def put(self, matrix: Any, *, evictable: bool = False, label: str = "",
+            timeout: Optional[float] = None) -> Handle:
+        """Uploads a matrix once; returns its Handle (a str), to pass wherever a matrix goes. An array in a
+        shared-memory region is taken from there (no byte through gRPC). evictable: the server may drop it
+        (least recently used first) when it needs room; label: shown by list()."""
+        deadline = deadline_of(timeout)
+        header = pb2.PutMatrixHeader(evictable=evictable, label=label)
+        ref = self._regions.ref(matrix) if self.transport(_timeout_within(deadline)) == "shm" else None
+        if ref is not None:
+            rows, cols = matrix.shape
+            header.region.region, header.region.offset, header.region.ld = ref[0].name, ref[1], ref[2]
+            flat = None
+        else:
+            arr = as_matrix("matrix", matrix)
+            rows, cols = arr.shape
+            flat = arr.reshape(-1)
+        header.rows, header.cols = rows, cols
+
+        def messages():
+            yield pb2.PutMatrixRequest(header=header).SerializeToString()
+            if flat is not None:
+                for frame, _ in _wire.chunk_frames([_wire.StripeRange(_wire.MATRIX_A, 0, flat.size)],
+                                                   {_wire.MATRIX_A: flat}, self.chunk_bytes // 4):
+                    yield frame
+
+        rpc = self._channel.stream_unary("/sgemm.v1.Sgemm/PutMatrix", request_serializer=None,
+                                         response_deserializer=pb2.PutMatrixResponse.FromString)
+        try:
+            resp = rpc(messages(), timeout=remaining(deadline), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_of(e) from None
+        with self._lock:
+            self._handle_shapes[resp.handle] = (rows, cols)
+        return Handle(resp.handle, (rows, cols), resp.placement)
+
+    def delete(self, handle: str, timeout: float = 10.0) -> int:
+        """Deletes a resident matrix (requests using it finish first); returns how many were using it."""
+        resp = self._unary(self._stub.DeleteMatrix, pb2.DeleteMatrixRequest(handle=str(handle)), timeout)
+        with self._lock:
+            self._handle_shapes.pop(str(handle), None)
+        return resp.requests_using
+
+    def list(self, timeout: float = 10.0) -> pb2.ListMatricesResponse:
+        """This client's resident matrices (`.matrices`, most recently used first: handle, rows, cols, bytes,
+        pieces, idle_s, label, uses, ...), the budget and the bytes in use."""
+        resp = self._unary(self._stub.ListMatrices, pb2.ListMatricesRequest(), timeout)
+        with self._lock:
+            for mi in resp.matrices:
+                self._handle_shapes[mi.handle] = (mi.rows, mi.cols)
+        return resp
+
+    def _shapes(self) -> Dict[str, Tuple[int, int]]:
+        with self._lock:
+            return dict(self._handle_shapes)
+
+    def _learn_shapes(self, operands: Sequence[Any], deadline: Optional[float]) -> None:
+        if handles_without_shape(operands, self._shapes()):
+            self.list(timeout=_timeout_within(deadline))
+
+    # ---- shared-memory regions (the server's Unix socket) ----
+    def empty(self, shape: Shape, timeout: float = 60.0) -> np.ndarray:
+        """A new float32 array (zero-filled) in a shared-memory region registered with the server: multiply()
+        and put() name it, and its views, in place. Needs a unix: target. The registration lives as long as
+        the connection (Clients of one process share theirs to a target); the memory as long as the array."""
+        shape = shape_tuple(shape)
+        self._need_unix()
+        region = self._create_region(int(np.prod(shape)) * 4, deadline_of(timeout))
+        self._regions.add(region)
+        return region.array(shape)
+
+    def register(self, shm: Any, shape: Optional[Shape] = None, timeout: float = 60.0) -> np.ndarray:
+        """Registers memory that is already shared (a multiprocessing.shared_memory.SharedMemory, or a POSIX
+        shared-memory name "/name" with read and write for this user) and returns a float32 array over it
+        (`shape`, default all of it, 1-D). The caller keeps ownership of the object and its name."""
+        self._need_unix()
+        region = SharedRegion.attach(shm)
+        self._register_on_server(region, deadline_of(timeout))
+        self._regions.add(region)
+        return region.array(shape_tuple(shape) if shape is not None else (region.nbytes // 4,))
+
+    def unregister(self, array: np.ndarray, timeout: float = 600.0) -> int:
+        """Unregisters the region holding `array` (the server waits for requests using it); returns how many
+        it waited for. The array stays valid here; multiply() then sends it like any other."""
+        region = self._regions.find(array)
+        if region is None:
+            raise ValueError("the array is not in a region registered through this client")
+        self._regions.remove(region)
+        resp = self._unary(self._stub.UnregisterRegion, pb2.UnregisterRegionRequest(name=region.name), timeout)
+        return resp.waited_requests
+
+    def regions(self, timeout: float = 10.0) -> pb2.ListRegionsResponse:
+        """The regions registered on the server that this caller may use."""
+        return self._unary(self._stub.ListRegions, pb2.ListRegionsRequest(), timeout)
+
+    def _need_unix(self) -> None:
+        if not self._cfg.unix:
+            raise SgemmError(grpc.StatusCode.FAILED_PRECONDITION, "shared-memory regions need the server's Unix "
+                             "socket: connect to unix:PATH (sgemm-server --listen unix:PATH)")
+
+    def _create_region(self, nbytes: int, deadline: Optional[float]) -> SharedRegion:
+        region = SharedRegion.create(nbytes)
+        try:
+            self._register_on_server(region, deadline)
+        finally:
+            region.unlink()  # registered (both sides have it mapped) or refused: the name is not needed
+        return region
+
+    def _register_on_server(self, region: SharedRegion, deadline: Optional[float]) -> None:
+        req = pb2.RegisterRegionRequest(name=region.name, shm_name=region.shm_name, byte_size=region.nbytes)
+        self._unary(self._stub.RegisterRegion, req, _timeout_within(deadline, 60.0))
+
+    def _unregister_quietly(self, region: SharedRegion) -> None:
+        try:
+            self._unary(self._stub.UnregisterRegion, pb2.UnregisterRegionRequest(name=region.name), 60.0)
+        except SgemmError:
+            pass  # the connection went, and the registration with it
+
+    def _unary(self, method, request, timeout: Optional[float]):
+        try:
+            return method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_of(e) from None
 
 
-def multiply(a, b, c=None, alpha=1.0, beta=0.0, *, target="localhost:50051", kernel=None, split=None,
-             timeout=None, **client_options):
-    """One product on the server at `target`: returns (C, summary). See Client.multiply."""
-    with Client(target, **client_options) as client:
-        return client.multiply(a, b, c, alpha, beta, kernel=kernel, split=split, timeout=timeout)
+def resolve_transport(wanted: str, unix: bool, regions_available: Callable[[], bool]) -> str:
+    """The transport for ordinary arrays: shared memory only on a unix: target whose server offers it."""
+    if wanted == "grpc":
+        return "grpc"
+    if not unix:
+        if wanted == "shm":
+            raise SgemmError(grpc.StatusCode.FAILED_PRECONDITION, "transport shm needs the server's Unix socket: "
+                             "connect to unix:PATH (sgemm-server --listen unix:PATH)")
+        return "grpc"
+    if regions_available():
+        return "shm"
+    if wanted == "shm":
+        raise SgemmError(grpc.StatusCode.FAILED_PRECONDITION, "the server does not offer shared-memory regions "
+                         "on this connection")
+    return "grpc"
+
+
+def multiply(a: Matrix, b: Matrix, c: Optional[Matrix] = None, alpha: float = 1.0, beta: float = 0.0, *,
+             target: str = "localhost:50051", timeout: Optional[float] = None, **options: Any) -> Tuple[Any, Summary]:
+    """One product on the server at `target`: returns (C, summary). Options go to Client (token, tls_*,
+    chunk_bytes, connections, retries, ...) or to Client.multiply (precision, kernel, split, out, trace)."""
+    call_keys = {"precision", "kernel", "split", "out", "trace", "keep", "keep_evictable", "send_c"}
+    call = {k: v for k, v in options.items() if k in call_keys}
+    with Client(target, **{k: v for k, v in options.items() if k not in call_keys}) as client:
+        return client.multiply(a, b, c, alpha, beta, timeout=timeout, **call)

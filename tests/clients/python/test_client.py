@@ -1,7 +1,9 @@
-"""sgemm_client (clients/python) against the real sgemm-server: results
-against a float64 numpy reference on odd and round shapes, with and without C,
-alpha/beta; clear errors for bad input; retries while the queue is full; the
-CLI's .npy and raw files."""
+"""sgemm_client (clients/python) against the real sgemm-server over TCP:
+results against a float64 numpy reference on odd and round shapes, with and
+without C, alpha/beta, precision, kernel and split, into `out`; B sent first
+(the server starts computing during the upload); one request over several
+connections; traces, health and info; deadlines; clear errors for bad input;
+TLS and tokens; retries while the queue is full; the CLI's .npy and raw files."""
 
 import concurrent.futures
 import os
@@ -15,19 +17,19 @@ import grpc
 import numpy as np
 
 import sgemm_client
+from checks import TOLERANCE, max_error, reference
 from server_process import ServerProcess
 
-TOLERANCE = 1e-4  # relative to |alpha|*|A||B| + |beta|*|C|, as common/reference_gemm.h checks
 
-
-def reference(a, b, c, alpha, beta):
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    ref = alpha * (a64 @ b64)
-    scale = abs(alpha) * (np.abs(a64) @ np.abs(b64))
-    if c is not None:
-        ref += beta * c.astype(np.float64)
-        scale += abs(beta) * np.abs(c.astype(np.float64))
-    return ref, scale
+def open_sockets():
+    """Sockets this process holds (/proc/self/fd): each gRPC connection is one."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass  # closed meanwhile
+    return count
 
 
 class ClientAgainstServer(unittest.TestCase):
@@ -89,6 +91,79 @@ class ClientAgainstServer(unittest.TestCase):
                                      target=self.server.address, timeout=30)
         self.assertEqual(c.shape, (5, 2))
 
+    def test_precision_kernel_split_and_out(self):
+        a, b = self.random(131, 67), self.random(67, 45)
+        for precision in ("fp32", "tf32", "fp32x3"):
+            got, summary = self.client.multiply(a, b, precision=precision, timeout=60)
+            # The cpu backend computes fp32 for every precision, and its summary says so.
+            self.assertLessEqual(max_error(got, a, b), TOLERANCE, precision)
+            self.assertEqual(summary.precision_name, "fp32")
+        got, summary = self.client.multiply(a, b, split="single", timeout=60)
+        self.assertEqual(summary.split, sgemm_client.pb2.SPLIT_SINGLE)
+        with self.assertRaises(sgemm_client.SgemmError) as e:
+            self.client.multiply(a, b, kernel="pingpong", timeout=60)
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        with self.assertRaisesRegex(ValueError, "precision"):
+            self.client.multiply(a, b, precision="fp16")
+        # out: C is written into the caller's array (dense, or a strided view) and returned as it.
+        out = np.full((131, 45), np.nan, dtype=np.float32)
+        got, _ = self.client.multiply(a, b, out=out, timeout=60)
+        self.assertIs(got, out)
+        self.assertLessEqual(max_error(out, a, b), TOLERANCE)
+        wide = np.zeros((131, 90), dtype=np.float32)
+        self.client.multiply(a, b, out=wide[:, ::2], timeout=60)
+        self.assertLessEqual(max_error(wide[:, ::2], a, b), TOLERANCE)
+        self.assertTrue(np.all(wide[:, 1::2] == 0))
+        with self.assertRaisesRegex(ValueError, r"out must be a float32 numpy array of shape \(131, 45\)"):
+            self.client.multiply(a, b, out=np.zeros((131, 45)))
+
+    def test_b_goes_first_so_the_server_computes_during_the_upload(self):
+        # A in 16 KiB chunks after all of B: once B is in and A is arriving, an idle server starts (its log
+        # says early_start=true). With A first, B would complete the upload and nothing could start early.
+        m, n, k = 257, 129, 311
+        a, b = self.random(m, k), self.random(k, n)
+        with sgemm_client.Client(self.server.address, chunk_bytes=16 << 10) as client:
+            got, summary = client.multiply(a, b, timeout=60)
+        self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+        self.assertIn("early_start=true", self.server.request_log_line(summary.request_id))
+
+    def test_one_request_over_several_connections(self):
+        m, n, k = 515, 203, 389
+        a, b, c0 = self.random(m, k), self.random(k, n), self.random(m, n)
+        with sgemm_client.Client(self.server.address, chunk_bytes=32 << 10, connections=4) as client:
+            client.info()  # the first connection
+            before = open_sockets()
+            got, summary = client.multiply(a, b, c0, 1.5, -0.5, timeout=60)
+            self.assertEqual(summary.stripes, 4)
+            self.assertLessEqual(max_error(got, a, b, c0, 1.5, -0.5), TOLERANCE)
+            self.assertEqual(summary.bytes_sent, (m * k + k * n + m * n) * 4)  # every stripe's payload
+            # Stripes 1-3 each on a TCP connection of its own (kept for the next request).
+            self.assertEqual(open_sockets() - before, 3)
+            got, summary = client.multiply(a, b, connections=1, timeout=60)
+            self.assertEqual(summary.stripes, 0)
+            self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+
+    def test_trace_health_and_info(self):
+        a, b = self.random(33, 17), self.random(17, 9)
+        _, summary = self.client.multiply(a, b, trace=True, timeout=60)
+        trace = summary.trace()
+        self.assertTrue(trace["traceEvents"])
+        _, plain = self.client.multiply(a, b, timeout=60)
+        self.assertIsNone(plain.trace())
+        self.assertEqual(self.client.health(), "SERVING")
+        self.assertTrue(self.client.serving())
+        info = self.client.info()
+        self.assertEqual(info.backend, "cpu")
+        self.assertFalse(info.regions_available)  # TCP
+        self.assertGreaterEqual(info.load.requests_total, 2)
+
+    def test_the_timeout_covers_the_call(self):
+        with self.assertRaises(sgemm_client.SgemmError) as e:
+            self.client.multiply(self.random(512, 512), self.random(512, 512), timeout=0.001)
+        self.assertEqual(e.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        with self.assertRaisesRegex(ValueError, "timeout"):
+            self.client.multiply(self.random(2, 2), self.random(2, 2), timeout=0)
+
     def test_bad_input_is_refused_clearly(self):
         with self.assertRaisesRegex(ValueError, "a's columns must equal b's rows"):
             self.client.multiply(np.ones((3, 4)), np.ones((5, 2)))
@@ -98,6 +173,9 @@ class ClientAgainstServer(unittest.TestCase):
             self.client.multiply(np.ones(4), np.ones((4, 2)))
         with self.assertRaisesRegex(ValueError, "kernel"):
             self.client.multiply(np.ones((3, 4)), np.ones((4, 2)), kernel="fastest")
+        with self.assertRaises(sgemm_client.SgemmError) as e:
+            self.client.empty((4, 4))
+        self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
         # The server's own checks come back as SgemmError with its code and message.
         with self.assertRaises(sgemm_client.SgemmError) as e:
             self.client.multiply(np.ones((3, 4)), np.ones((4, 2)), alpha=float("nan"), timeout=30)

@@ -15,6 +15,7 @@
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
 #include "tests/server/cluster/fake_plane.h"
+#include "tests/server/engine/fake_engine_base.h"
 
 namespace sgemm {
 namespace {
@@ -280,7 +281,7 @@ TEST_F(ClusterControl, AMemberDropsItsCommunicatorWhenTheCoordinatorGoes) {
 
 // The coordinator's own engine, for the cluster engine's tests: runs every
 // job on "one GPU" (computing nothing) and says so in its reason.
-class LocalEngine final : public Engine {
+class LocalEngine final : public testing::FakeEngineBase {
  public:
   EngineInfo info() const override {
     EngineInfo i;
@@ -297,7 +298,17 @@ class LocalEngine final : public Engine {
     r.split = job.request.options.split == SplitMode::kAuto ? SplitMode::kSingle : job.request.options.split;
     return r;
   }
+  Status register_host_memory(void* data, std::size_t bytes) override {
+    locked.emplace_back(data, bytes);
+    return Status::Ok();
+  }
+  Status unregister_host_memory(void* data) override {
+    unlocked.push_back(data);
+    return Status::Ok();
+  }
   int runs = 0;
+  std::vector<std::pair<void*, std::size_t>> locked;
+  std::vector<void*> unlocked;
 
  private:
   AlignedHostAllocator alloc_;
@@ -331,6 +342,25 @@ TEST_F(ClusterControl, TheEngineRunsLocallyUntilTheClusterPaysAndOverItWhenAsked
   job.request.options.split = SplitMode::kSingle;
   ASSERT_TRUE(engine->run(job).ok());
   EXPECT_EQ(local_ptr->runs, 3);
+}
+
+// A shared-memory region registered with the coordinator is page-locked by
+// the engine that copies from it; resident or strided operands, which the
+// cluster's data plane cannot move, run on this host even when told always.
+TEST_F(ClusterControl, TheEngineForwardsHostMemoryLockingToTheLocalEngine) {
+  auto local = std::make_unique<LocalEngine>();
+  LocalEngine* local_ptr = local.get();
+  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), *coord_);
+  std::vector<float> region(4096);
+  ASSERT_TRUE(engine->register_host_memory(region.data(), region.size() * sizeof(float)).ok());
+  ASSERT_EQ(local_ptr->locked.size(), 1u);
+  EXPECT_EQ(local_ptr->locked[0].first, region.data());
+  EXPECT_EQ(local_ptr->locked[0].second, region.size() * sizeof(float));
+  ASSERT_TRUE(engine->unregister_host_memory(region.data()).ok());
+  ASSERT_EQ(local_ptr->unlocked.size(), 1u);
+  EXPECT_EQ(local_ptr->unlocked[0], region.data());
+  EXPECT_EQ(engine->resident_store(), local_ptr->resident_store());
+  EXPECT_LT(engine->estimate_ms(GemmJob{}), 0);
 }
 
 // A coordinator whose options say --cluster-always, on the fixture's fabric,
@@ -420,6 +450,26 @@ TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
   EXPECT_EQ(r->devices[1].host, "host-a");
   EXPECT_EQ(r->devices[1].shard.row_end, p.shape.m);
   p.right();
+}
+
+// The cluster's data plane moves dense matrices: a strided view of a larger
+// region (lda > k) or a resident operand runs on this host, even when told always.
+TEST_F(ClusterControl, StridedOrResidentOperandsRunLocallyEvenWhenToldAlways) {
+  AlwaysCluster cluster(fabric_, *root_plane_);
+  ASSERT_TRUE(cluster.server);
+  ASSERT_TRUE(eventually([&] { return cluster.coordinator->member_count() == 1; }));
+  Product p({37, 29, 23}, 1.0f, 0.0f, 11);
+  p.job.lda = p.shape.k + 5;  // a submatrix of a wider region
+  StatusOr<GemmReport> r = cluster.engine->run(p.job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(cluster.local->runs, 1);
+  EXPECT_NE(r->plan_reason.find("cluster not used: resident or strided operands"), std::string::npos) << r->plan_reason;
+  p.job.lda = 0;
+  ResidentMatrix b_kept{};
+  p.job.b_resident = &b_kept;
+  r = cluster.engine->run(p.job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(cluster.local->runs, 2);
 }
 
 TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayLocalOtherwise) {

@@ -214,7 +214,7 @@ TEST(CudaEngineGpu, ThinShapesUseTheMeasuredKernel) {
     EXPECT_TRUE(verify(p, false).passed(kSgemmTolerance));
     // A single row or column runs ping-pong's GEMV (the default kernel: the plan
     // reason names no table); 3001x60x2501 runs as 512x60x2501 blocks, thin with a
-    // long K: cuBLAS (ping-pong 19% of it there, bench/results/2026-11-23-h100-session9-kernel-choice/).
+    // long K: cuBLAS (ping-pong 19% of it there, bench/results/2026-11-23_h100_kernel-choice-timed/).
     if (s.m == 1 || s.n == 1) {
       EXPECT_EQ(r->kernel, KernelKind::kPingpong) << r->plan_reason;
     } else {

@@ -132,7 +132,7 @@ TEST(ClusterPlan, SplitKRequestsGetTheKSplitOrStayLocal) {
 }
 
 TEST(ClusterPlan, KSplitScattersItsSlicesAtTheMeasuredFanOutRate) {
-  // nvidia-h200-x4, 4 processes over sockets (bench/results/cluster-2026-11-22-h200x4):
+  // nvidia-h200-x4, 4 processes over sockets (bench/results/2026-11-22_h200x4_cluster-sockets):
   // the link measured at join 2.79 GB/s (broadcast); rank 0's sends of the
   // slices to the three other ranks ran 1.34x that, ~3.74 GB/s aggregate; the
   // service's compute for 4096x4096x131072 took 1045-1118 ms. Costed at the

@@ -17,12 +17,13 @@
 
 #include "server/service/region_operands.h"
 #include "server/service/unix_connections.h"
+#include "tests/server/engine/fake_engine_base.h"
 
 namespace sgemm {
 namespace {
 
 // An engine that only records which host ranges it was asked to page-lock.
-class RecordingEngine final : public Engine {
+class RecordingEngine final : public testing::FakeEngineBase {
  public:
   EngineInfo info() const override { return {}; }
   HostAllocator& host_allocator() override { return alloc_; }

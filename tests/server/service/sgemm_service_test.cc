@@ -12,13 +12,14 @@
 #include <thread>
 
 #include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/server/engine/fake_engine_base.h"
 
 namespace sgemm {
 namespace {
 
 namespace v1 = ::sgemm::v1;
 
-class FakeEngine : public Engine {
+class FakeEngine : public testing::FakeEngineBase {
  public:
   EngineInfo info() const override {
     EngineInfo info;

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""The Python client against the C++ client (sgemm-client submit) on one
+server: upload and download rates, end-to-end products, over 1 and 4
+connections, and through shared memory on the Unix socket.
+
+Each request shape isolates one direction, as grpc-transport-bench does:
+  up    m = 2N, n = 1, k = N: A is 2 N^2 floats up, C 2N floats down
+  down  m = N, n = N, k = 1:  C is N^2 floats down, A and B N floats up
+  e2e   N^3
+Rates are payload bytes / client wall time (request start to C in hand).
+Results are checked first (sampled rows of C against float64 numpy, and
+sgemm-client --verify), then timed: per round and configuration a warm-up
+request, then --repeat timed ones (median); the rounds alternate Python and
+C++ so that both see the same load. Client CPU per request: the Python
+process's CPU time (all its threads) over the timed requests; for sgemm-client,
+see cpp_runs.
+
+    client_rates.py --server HOST:PORT --unix PATH --cli build/bin/sgemm-client [--size 2048] [--repeat 3] [--rounds 2]
+"""
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import sgemm_client
+
+SHAPES = {"up": lambda n: (2 * n, 1, n), "down": lambda n: (n, n, 1), "e2e": lambda n: (n, n, n)}
+
+
+def payload(kind, m, n, k):
+    """Bytes the measured direction carries."""
+    return {"up": m * k * 4, "down": m * n * 4, "e2e": (m * k + k * n + m * n) * 4}[kind]
+
+
+def check(c, a, b, rng):
+    rows = rng.choice(a.shape[0], size=min(16, a.shape[0]), replace=False)
+    ref = a[rows].astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a[rows]).astype(np.float64) @ np.abs(b).astype(np.float64)
+    err = float(np.max(np.abs(c[rows] - ref) / np.maximum(scale, 1e-30)))
+    if err > 1e-4:
+        sys.exit(f"C is wrong: max relative error {err:.3e}")
+    return err
+
+
+def python_runs(client, a, b, repeat, out=None):
+    """Median wall ms and CPU ms per request of `repeat` timed requests after one warm-up, and how many of
+    them had rows of C back before their upload ended."""
+    client.multiply(a, b, out=out, timeout=600)
+    walls, early = [], 0
+    cpu0 = time.process_time()
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        _, summary = client.multiply(a, b, out=out, timeout=600)
+        walls.append((time.perf_counter() - t0) * 1e3)
+        early += summary.first_c_before_upload_end
+    return statistics.median(walls), (time.process_time() - cpu0) * 1e3 / repeat, early
+
+
+def cpp_runs(cli, target_args, m, n, k, connections, repeat):
+    """Median client wall ms of `repeat` requests after one warm-up, from sgemm-client submit --json, and
+    its CPU ms per request: the CPU time of a run of 1 + repeat requests less that of a run of 1 (which
+    takes away start-up and making the random matrices), over repeat."""
+
+    def run(count):
+        cmd = [cli, "submit", *target_args, "--m", str(m), "--n", str(n), "--k", str(k), "--repeat", str(count),
+               "--json", "--seed", "1"]
+        if connections:
+            cmd += ["--connections", str(connections)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed: {done.stderr}")
+        cpu_ms = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e3
+        return json.loads(done.stdout.strip().splitlines()[-1])["client"], cpu_ms
+
+    _, base_cpu = run(1)
+    out, cpu = run(repeat + 1)
+    return statistics.median(out["total_ms_all"][1:]), max(0.0, cpu - base_cpu) / repeat
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server", required=True, help="host:port")
+    p.add_argument("--unix", required=True, help="the same server's Unix socket path")
+    p.add_argument("--cli", required=True, help="sgemm-client")
+    p.add_argument("--size", type=int, default=2048)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--json", help="write every figure here")
+    args = p.parse_args()
+    n0 = args.size
+    rng = np.random.default_rng(1)
+    tcp = {c: sgemm_client.Client(args.server, connections=c) for c in (1, 4)}
+    unix = sgemm_client.Client(f"unix:{args.unix}")
+
+    # Correctness first, on every path timed below.
+    mats = {}
+    for kind, shape in SHAPES.items():
+        m, n, k = shape(n0)
+        mats[kind] = (rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32))
+    a, b = mats["e2e"]
+    x, y, z = unix.empty(a.shape), unix.empty(b.shape), unix.empty((a.shape[0], b.shape[1]))
+    x[...], y[...] = a, b
+    for c in (1, 4):
+        check(tcp[c].multiply(a, b, timeout=600)[0], a, b, rng)
+    check(unix.multiply(a, b, timeout=600)[0], a, b, rng)
+    unix.multiply(x, y, out=z, timeout=600)
+    check(z, a, b, rng)
+    for extra in (["--server", args.server, "--connections", "1"], ["--server", args.server, "--connections", "4"],
+                  ["--unix", args.unix]):
+        run = subprocess.run([args.cli, "submit", *extra, "--size", str(min(n0, 1024)), "--verify"],
+                             capture_output=True, text=True, timeout=900)
+        if run.returncode != 0 or "PASS" not in run.stdout:
+            sys.exit(f"sgemm-client --verify failed: {run.stdout}{run.stderr}")
+    print("verified: Python (1 and 4 connections, shm scratch, shm regions) and sgemm-client --verify", flush=True)
+
+    results = []  # (kind, client, path, round, wall_ms, cpu_ms)
+    early_c = {}  # (kind, connections): Python requests whose first rows of C came before their upload ended
+    for rnd in range(args.rounds):
+        for kind, shape in SHAPES.items():
+            m, n, k = shape(n0)
+            a, b = mats[kind]
+            for c in (1, 4):
+                wall, cpu, early = python_runs(tcp[c], a, b, args.repeat)
+                results.append((kind, "python", f"grpc {c}", rnd, wall, cpu))
+                early_c[(kind, c)] = early_c.get((kind, c), 0) + early
+                wall, cpu = cpp_runs(args.cli, ["--server", args.server, "--transport", "grpc"], m, n, k, c,
+                                     args.repeat)
+                results.append((kind, "c++", f"grpc {c}", rnd, wall, cpu))
+            if kind == "e2e":
+                wall, cpu, _ = python_runs(unix, a, b, args.repeat)
+                results.append((kind, "python", "shm scratch (copies)", rnd, wall, cpu))
+                wall, cpu, _ = python_runs(unix, x, y, args.repeat, out=z)
+                results.append((kind, "python", "shm regions (no copy)", rnd, wall, cpu))
+                wall, cpu = cpp_runs(args.cli, ["--unix", args.unix], m, n, k, 0, args.repeat)
+                results.append((kind, "c++", "shm scratch (copies)", rnd, wall, cpu))
+            for r in results[-6 if kind == "e2e" else -4:]:
+                print(r, flush=True)
+
+    print("\n| shape | path | client | wall ms (median per round) | MB/s | client CPU ms/request |")
+    print("|---|---|---|---|---|---|")
+    keys = []
+    for r in results:
+        if (r[0], r[2], r[1]) not in keys:
+            keys.append((r[0], r[2], r[1]))
+    for kind, path, client in keys:
+        rows = [r for r in results if (r[0], r[2], r[1]) == (kind, path, client)]
+        walls = [r[4] for r in rows]
+        m, n, k = SHAPES[kind](n0)
+        rates = [payload(kind, m, n, k) / (w * 1e3) for w in walls]
+        cpu = [r[5] for r in rows if r[5] is not None]
+        print(f"| {kind} {m}x{n}x{k} | {path} | {client} | {', '.join(f'{w:.1f}' for w in walls)} | "
+              f"{min(rates):.0f}-{max(rates):.0f} | {'-' if not cpu else f'{min(cpu):.1f}-{max(cpu):.1f}'} |")
+    for (kind, c), count in early_c.items():
+        print(f"python {kind} over {c} connection(s): {count} of {args.rounds * args.repeat} timed requests had "
+              "rows of C back before their upload ended")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([dict(zip(("shape", "client", "path", "round", "wall_ms", "cpu_ms"), r)) for r in results], f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()

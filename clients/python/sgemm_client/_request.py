@@ -1,0 +1,289 @@
+"""One Multiply request, apart from how it travels: its operands checked and
+resolved (arrays, resident handles, arrays in shared-memory regions), its
+header, what each stripe sends, and what comes back. The blocking client
+(client.py) and the asyncio one (aio.py) drive it; neither decides anything
+about the request itself.
+
+How the matrices go (one row each of a small table, chosen in `Request.__init__`):
+
+| mode       | when                                                         | matrix bytes on gRPC |
+|------------|--------------------------------------------------------------|----------------------|
+| `regions`  | shared memory is the transport and A, B (and C) lie in regions | none (C too with `out` in a region) |
+| `scratch`  | shared memory is the transport, some operand is ordinary memory | none: copied into the client's kept scratch region and back |
+| `stream`   | TCP (or transport "grpc"), or an operand is a resident handle, or keep | B (and C), then A, in chunks, over 1 or more stripes |
+
+Threads: a Request belongs to one call. Its Receiver may be fed by several
+stripe threads at once (disjoint rows of C); its counters are guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from . import _wire
+from ._proto import sgemm_pb2 as pb2
+from ._types import Handle, SgemmError
+from .regions import RegionTable, SharedRegion
+
+PRECISIONS = {"fp32": pb2.PRECISION_UNSPECIFIED, "tf32": pb2.PRECISION_TF32, "fp32x3": pb2.PRECISION_FP32X3}
+KERNELS = {None: pb2.KERNEL_UNSPECIFIED, "pingpong": pb2.KERNEL_PINGPONG, "cublas": pb2.KERNEL_CUBLAS}
+SPLITS = {None: pb2.SPLIT_UNSPECIFIED, "auto": pb2.SPLIT_UNSPECIFIED, "single": pb2.SPLIT_SINGLE,
+          "rows": pb2.SPLIT_ROWS, "k": pb2.SPLIT_K}
+_NAMES = {_wire.MATRIX_A: "a", _wire.MATRIX_B: "b", _wire.MATRIX_C: "c"}
+
+
+def as_matrix(name: str, x: Any) -> np.ndarray:
+    """x as a 2-D C-contiguous little-endian float32 array (no copy when it is one already)."""
+    arr = np.asarray(x)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} has an empty dimension: shape {arr.shape}")
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=_wire.FP32)
+
+
+def handles_without_shape(operands: Sequence[Any], known: Dict[str, Tuple[int, int]]) -> List[str]:
+    """Handles among the operands whose shape the client does not know yet (ask ListMatrices)."""
+    return [x for x in operands if isinstance(x, str) and not isinstance(x, Handle) and x not in known]
+
+
+def _region_ref(out: pb2.RegionRef, ref: Tuple[SharedRegion, int, int]) -> None:
+    region, offset, ld = ref
+    out.region, out.offset, out.ld = region.name, offset, ld
+
+
+class Request:
+    """Everything one multiply() call sends and expects, whatever drives it."""
+
+    def __init__(self, a: Any, b: Any, c: Any, alpha: float, beta: float, *, precision: str,
+                 kernel: Optional[str], split: Optional[str], trace: bool, keep: bool, keep_evictable: bool,
+                 send_c: bool, out: Optional[np.ndarray], connections: int, chunk_bytes: int, transport: str,
+                 regions: RegionTable, handle_shapes: Dict[str, Tuple[int, int]]):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of pingpong, cublas or None, got {kernel!r}")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of auto, single, rows, k or None, got {split!r}")
+        if (keep_evictable or send_c) and not keep:
+            raise ValueError("keep_evictable and send_c apply to a kept result: pass keep=True")
+        if keep and not send_c and out is not None:
+            raise ValueError("out with keep=True needs send_c=True (otherwise C stays on the server)")
+        self.keep, self.send_c = keep, send_c
+        self.chunk_elems = max(1, chunk_bytes // 4)
+
+        # Shapes: arrays give theirs, handles theirs (from put, or from ListMatrices).
+        handles: Dict[int, str] = {}
+        arrays: Dict[int, np.ndarray] = {}
+        originals: Dict[int, Any] = {}
+        shapes: Dict[int, Tuple[int, int]] = {}
+        for which, x in ((_wire.MATRIX_A, a), (_wire.MATRIX_B, b), (_wire.MATRIX_C, c)):
+            if x is None:
+                continue
+            name = _NAMES[which]
+            if isinstance(x, str):
+                shape = x.shape if isinstance(x, Handle) else handle_shapes.get(x)
+                if shape is None:
+                    raise SgemmError(grpc.StatusCode.NOT_FOUND, f"{name}: resident matrix {x} is not listed by "
+                                     "the server (deleted, evicted, or another client's)")
+                handles[which], shapes[which] = str(x), shape
+            else:
+                originals[which] = x
+                if transport == "shm" and regions.ref(x) is not None:
+                    shapes[which] = x.shape  # named in place: converted only if it must travel after all
+                else:
+                    arrays[which] = as_matrix(name, x)
+                    shapes[which] = arrays[which].shape
+        (m, k), (kb, n) = shapes[_wire.MATRIX_A], shapes[_wire.MATRIX_B]
+        if kb != k:
+            raise ValueError(f"a is {m}x{k} and b is {kb}x{n}: a's columns must equal b's rows")
+        has_c = _wire.MATRIX_C in shapes
+        if has_c and shapes[_wire.MATRIX_C] != (m, n):
+            raise ValueError(f"c has shape {shapes[_wire.MATRIX_C]}, expected {(m, n)} (rows of a, columns of b)")
+        if out is not None:
+            if not isinstance(out, np.ndarray) or out.shape != (m, n) or out.dtype != np.float32:
+                got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+                raise ValueError(f"out must be a float32 numpy array of shape {(m, n)}, got {got}")
+            if not out.flags.writeable:
+                raise ValueError("out is read-only")
+        self.m, self.n, self.k, self.has_c = m, n, k, has_c
+        self.out = out
+
+        h = pb2.GemmHeader(m=m, n=n, k=k, alpha=float(alpha), beta=float(beta), has_c=has_c,
+                           kernel=KERNELS[kernel], split=SPLITS[split], precision=PRECISIONS[precision],
+                           trace=trace, keep_result=keep, keep_evictable=keep_evictable, send_c=send_c)
+        h.a_handle = handles.get(_wire.MATRIX_A, "")
+        h.b_handle = handles.get(_wire.MATRIX_B, "")
+        h.c_handle = handles.get(_wire.MATRIX_C, "")
+        self.header = h
+
+        # The mode: a row of the table above.
+        self.out_ref = regions.ref(out) if out is not None else None
+        refs = {w: regions.ref(x) for w, x in originals.items()}
+        if handles or keep or transport != "shm":
+            self.mode = "stream"
+        elif all(r is not None for r in refs.values()):
+            self.mode = "regions"
+        else:
+            self.mode = "scratch"
+        if self.mode != "regions":
+            for w, x in originals.items():
+                if w not in arrays:
+                    arrays[w] = as_matrix(_NAMES[w], x)
+        self.arrays = {w: arr.reshape(-1) for w, arr in arrays.items()}
+        self.skip = set(handles)
+        self.plan = _wire.StripePlan(1, 0, [[]])
+        if self.mode == "regions":
+            _region_ref(h.a_region, refs[_wire.MATRIX_A])
+            _region_ref(h.b_region, refs[_wire.MATRIX_B])
+            if has_c:
+                _region_ref(h.c_region, refs[_wire.MATRIX_C])
+            if self.out_ref is not None:
+                _region_ref(h.out_region, self.out_ref)
+        elif self.mode == "stream":
+            stripes = 1 if handles else _wire.stripes_for(m, n, k, has_c, connections)
+            self.plan = _wire.plan_stripes(m, n, k, has_c, stripes, chunk_bytes)
+            if self.plan.stripes > 1:
+                h.stripes, h.stripe_rows = self.plan.stripes, self.plan.stripe_rows
+        # Scratch layout: A, B, C, each 64-byte aligned.
+        align = lambda x: (x + 63) // 64 * 64  # noqa: E731
+        self.scratch_offsets = (0, align(m * k * 4), align(m * k * 4) + align(k * n * 4))
+        self.scratch_bytes = self.scratch_offsets[2] + m * n * 4
+
+        # Where C lands on this side (chunks of C, or the copy out of the scratch region): out itself when it
+        # is dense, else a new array (copied into out at the end). None when the server writes C into out.
+        self.c_comes_back = not (self.mode == "scratch" or (self.mode == "regions" and self.out_ref is not None)
+                                 or (keep and not send_c))
+        self.result: Optional[np.ndarray] = None
+        if self.c_comes_back or (self.mode == "scratch" and self.out_ref is None):
+            if out is not None and out.flags.c_contiguous:
+                self.result = out
+            else:
+                self.result = np.empty((m, n), dtype=np.float32)
+
+    @property
+    def transport(self) -> str:
+        return {"stream": "grpc", "regions": "shm", "scratch": "shm-copy"}[self.mode]
+
+    def use_scratch(self, region: SharedRegion) -> None:
+        """Scratch mode: copies the operands into `region` and names it in the header."""
+        a_off, b_off, c_off = self.scratch_offsets
+        view = lambda off, rows, cols: np.frombuffer(region.buffer, dtype=np.float32, count=rows * cols,  # noqa: E731
+                                                     offset=off).reshape(rows, cols)
+        m, n, k, h = self.m, self.n, self.k, self.header
+        view(a_off, m, k)[...] = self.arrays[_wire.MATRIX_A].reshape(m, k)
+        view(b_off, k, n)[...] = self.arrays[_wire.MATRIX_B].reshape(k, n)
+        for field, off in ((h.a_region, a_off), (h.b_region, b_off)):
+            field.region, field.offset, field.ld = region.name, off, 0
+        if self.has_c:
+            view(c_off, m, n)[...] = self.arrays[_wire.MATRIX_C].reshape(m, n)
+            h.c_region.region, h.c_region.offset, h.c_region.ld = region.name, c_off, 0
+        if self.out_ref is not None:
+            _region_ref(h.out_region, self.out_ref)
+        else:
+            h.out_region.region, h.out_region.offset, h.out_region.ld = region.name, c_off, 0
+        self._scratch_c = view(c_off, m, n)
+
+    def header_message(self) -> bytes:
+        return pb2.MultiplyRequest(header=self.header).SerializeToString()
+
+    def new_receiver(self) -> "Receiver":
+        return Receiver(self)
+
+    def frames(self, stripe: int, token: bytes, receiver: "Receiver") -> Iterator[bytes]:
+        """Stripe `stripe`'s messages: the header (stripe 0) or its attach, then its chunks. Marks the
+        upload of this stripe done in `receiver` once its last message has been taken."""
+        if stripe == 0:
+            yield self.header_message()
+        else:
+            yield pb2.MultiplyRequest(attach=pb2.StripeAttach(token=token, stripe=stripe)).SerializeToString()
+        for frame, payload in _wire.chunk_frames(self.plan.per_stripe[stripe] if self.mode == "stream" else [],
+                                                 self.arrays, self.chunk_elems, self.skip):
+            receiver.sent(payload)
+            yield frame
+        receiver.upload_done()
+
+    def finish(self, receiver: "Receiver", wall_ms: float, attempts: int):
+        """(C, Summary) once the call succeeded."""
+        from ._types import Summary
+
+        if self.mode == "scratch" and self.out_ref is None:
+            self.result[...] = self._scratch_c
+        if self.out is not None and self.result is not None and self.result is not self.out:
+            self.out[...] = self.result
+        proto = receiver.summary
+        summary = Summary(proto, wall_ms=wall_ms, attempts=attempts, bytes_sent=receiver.bytes_sent,
+                          bytes_received=receiver.received * 4, transport=self.transport,
+                          first_c_before_upload_end=receiver.first_c_early)
+        if self.keep and not self.send_c:
+            return Handle(proto.result_handle, (self.m, self.n)), summary
+        return (self.out if self.out is not None else self.result), summary
+
+
+class Receiver:
+    """What comes back on a request's streams: chunks of C (into the request's result), the stripe grant,
+    the summary. Fed by one thread per stripe."""
+
+    def __init__(self, req: Request):
+        self.req = req
+        self.c = req.result.reshape(-1) if (req.c_comes_back and req.result is not None) else None
+        self.expected = req.m * req.n if req.c_comes_back else 0
+        self.summary: Optional[pb2.MultiplySummary] = None
+        self.grant: Optional[bytes] = None
+        self.grant_event = threading.Event()
+        self.received = 0
+        self.bytes_sent = 0
+        self.first_c_early = False
+        self._uploads_open = req.plan.stripes if req.mode == "stream" else 0
+        self._lock = threading.Lock()
+        self.t0 = time.monotonic()
+
+    def sent(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_sent += nbytes
+
+    def upload_done(self) -> None:
+        with self._lock:
+            self._uploads_open -= 1
+
+    def on_message(self, msg) -> None:
+        if isinstance(msg, _wire.CChunk):
+            if self.c is None or msg.matrix != _wire.MATRIX_C or msg.offset + msg.count > self.c.size:
+                raise SgemmError(grpc.StatusCode.INTERNAL, f"the server sent a chunk outside C: matrix "
+                                 f"{msg.matrix}, offset {msg.offset}, {msg.count} values")
+            self.c[msg.offset:msg.offset + msg.count] = msg.values()
+            with self._lock:
+                if self.received == 0 and self._uploads_open > 0:
+                    self.first_c_early = True
+                self.received += msg.count
+            return
+        kind = msg.WhichOneof("kind")
+        if kind == "summary":
+            self.summary = msg.summary
+        elif kind == "stripe_grant":
+            self.grant = msg.stripe_grant.token
+            self.grant_event.set()
+
+    def check(self) -> None:
+        """After every stream ended OK: the summary and all of C arrived."""
+        if self.summary is None or self.received != self.expected:
+            raise SgemmError(grpc.StatusCode.INTERNAL, f"the stream ended with {self.received} of {self.expected} "
+                             f"values of C{'' if self.summary is not None else ' and no summary'}")
+
+
+def first_failure(errors: List[Tuple[int, SgemmError]]) -> SgemmError:
+    """Which stripe's failure to report: the first that is not another stripe's ABORTED echo or our own cancel."""
+    for _, e in errors:
+        if e.code not in (grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED):
+            return e
+    return errors[0][1]
+
+
+Matrix = Union[np.ndarray, str, Sequence[Sequence[float]]]

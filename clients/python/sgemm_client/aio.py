@@ -1,0 +1,325 @@
+"""sgemm_client.aio.Client: the asyncio client (grpc.aio), beside the blocking one.
+
+    async with sgemm_client.aio.Client("host:50051") as cl:
+        c, summary = await cl.multiply(a, b)
+
+The same requests as sgemm_client.Client (sgemm_client/_request.py decides
+what each sends and expects; this module only drives it), the same options,
+errors, retries and deadlines; every method that talks to the server is a
+coroutine. Stripes of a large request run as tasks on the caller's loop.
+
+Threads: one event loop. A Client belongs to the loop it was first used on
+(grpc.aio's rule for channels).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import grpc
+import numpy as np
+
+from . import _channel, _wire
+from ._proto import health_pb2, health_pb2_grpc
+from ._proto import sgemm_pb2 as pb2
+from ._proto import sgemm_pb2_grpc as pb2_grpc
+from ._request import Matrix, Receiver, Request, as_matrix, first_failure, handles_without_shape
+from ._types import Handle, SgemmError, Summary, error_of
+from .client import (TRANSPORTS, Retry, Shape, _timeout_within, deadline_of, remaining, resolve_transport,
+                     shape_tuple)
+from .regions import RegionTable, SharedRegion
+
+__all__ = ["Client"]
+
+
+class Client:
+    """See sgemm_client.Client: the same arguments and methods, as coroutines (empty() and register() too,
+    since they register with the server)."""
+
+    def __init__(self, target: str = "localhost:50051", *, token: Optional[str] = None, tls: bool = False,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None, chunk_bytes: int = 1 << 20, connections: int = 0,
+                 retries: int = 5, backoff_s: float = 0.05, max_backoff_s: float = 2.0, transport: str = "auto",
+                 channel_options: Sequence[Tuple[str, Any]] = ()):
+        if not 4 <= chunk_bytes <= _wire.MAX_CHUNK_BYTES:
+            raise ValueError(f"chunk_bytes must be in [4, {_wire.MAX_CHUNK_BYTES}], got {chunk_bytes}")
+        if connections < 0:
+            raise ValueError(f"connections must be >= 0 (0 = by size), got {connections}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        self.target = target
+        self.chunk_bytes = chunk_bytes
+        self.connections = connections
+        self.retry = Retry(retries, backoff_s, max_backoff_s)
+        self._want_transport = transport
+        self._cfg = _channel.make_config(target, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                         tls_key=tls_key, tls_server_name=tls_server_name,
+                                         channel_options=channel_options)
+        self._metadata = self._cfg.metadata
+        self._channel = _channel.aio_channel(self._cfg)
+        self._stub = pb2_grpc.SgemmStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._stripe_channels: Dict[int, Any] = {}
+        self._transport: Optional[str] = None
+        self._regions = RegionTable()
+        self._scratch: Optional[SharedRegion] = None
+        self._handle_shapes: Dict[str, Tuple[int, int]] = {}
+        self.unavailable_retries = 0
+
+    async def close(self) -> None:
+        channels = [self._channel, *self._stripe_channels.values()]
+        self._stripe_channels = {}
+        for ch in channels:
+            await ch.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def info(self, timeout: float = 10.0) -> pb2.GetInfoResponse:
+        return await self._unary(self._stub.GetInfo, pb2.GetInfoRequest(), timeout)
+
+    async def health(self, service: str = "", timeout: float = 3.0) -> str:
+        resp = await self._unary(self._health.Check, health_pb2.HealthCheckRequest(service=service), timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    async def serving(self, service: str = "", timeout: float = 3.0) -> bool:
+        return await self.health(service, timeout) == "SERVING"
+
+    async def transport(self, timeout: float = 10.0) -> str:
+        if self._transport is None:
+            available = False
+            if self._cfg.unix and self._want_transport != "grpc":
+                try:
+                    available = (await self.info(timeout)).regions_available
+                except SgemmError:
+                    if self._want_transport == "shm":
+                        raise
+                    return "grpc"  # not resolved (the server is not reachable yet): the request says so
+            self._transport = resolve_transport(self._want_transport, self._cfg.unix, lambda: available)
+        return self._transport
+
+    async def multiply(self, a: Matrix, b: Matrix, c: Optional[Matrix] = None, alpha: float = 1.0,
+                       beta: float = 0.0, *, precision: str = "fp32", kernel: Optional[str] = None,
+                       split: Optional[str] = None, timeout: Optional[float] = None, out: Optional[np.ndarray] = None,
+                       trace: bool = False, keep: bool = False, keep_evictable: bool = False, send_c: bool = False,
+                       connections: Optional[int] = None) -> Tuple[Any, Summary]:
+        """C = alpha*A*B + beta*C; returns (C, summary). See sgemm_client.Client.multiply."""
+        t0 = time.monotonic()
+        deadline = deadline_of(timeout)
+        if handles_without_shape((a, b, c), self._handle_shapes):
+            await self.list(timeout=_timeout_within(deadline))
+        req = Request(a, b, c, alpha, beta, precision=precision, kernel=kernel, split=split, trace=trace, keep=keep,
+                      keep_evictable=keep_evictable, send_c=send_c, out=out,
+                      connections=self.connections if connections is None else connections,
+                      chunk_bytes=self.chunk_bytes, transport=await self.transport(_timeout_within(deadline)),
+                      regions=self._regions,
+                      handle_shapes=dict(self._handle_shapes))
+        once = self._through_scratch if req.mode == "scratch" else self._stream
+        attempt = 0
+        while True:
+            try:
+                receiver = await once(req, deadline)
+                break
+            except SgemmError as e:
+                pause = self.retry.pause(e, attempt, deadline)
+            attempt += 1
+            self.unavailable_retries += 1
+            await asyncio.sleep(pause)
+        if keep:
+            self._handle_shapes[receiver.summary.result_handle] = (req.m, req.n)
+        return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempt + 1)
+
+    def _multiply_rpc(self, stripe: int):
+        if stripe == 0:
+            ch = self._channel
+        else:
+            ch = self._stripe_channels.get(stripe)
+            if ch is None:
+                ch = self._stripe_channels[stripe] = _channel.aio_channel(self._cfg, stripe)
+        return ch.stream_stream("/sgemm.v1.Sgemm/Multiply", request_serializer=None,
+                                response_deserializer=_wire.decode_response)
+
+    async def _stream(self, req: Request, deadline: Optional[float]) -> Receiver:
+        """One attempt: each stripe's stream read by a task; stripes 1.. start once stripe 0 has the grant.
+        The first stripe to fail cancels the others."""
+        receiver = req.new_receiver()
+        calls: List[Any] = []
+        errors: List[Tuple[int, SgemmError]] = []
+
+        def fail(stripe: int, e: SgemmError) -> None:
+            errors.append((stripe, e))
+            if len(errors) == 1:
+                for call in calls:
+                    call.cancel()
+
+        async def drain(stripe: int, call) -> None:
+            try:
+                async for msg in call:
+                    receiver.on_message(msg)
+                    if stripe == 0 and receiver.grant is not None and len(calls) == 1 and req.plan.stripes > 1:
+                        start_others()
+                code = await call.code()
+                if code != grpc.StatusCode.OK:
+                    fail(stripe, SgemmError(code, await call.details() or ""))
+            except grpc.RpcError as e:
+                fail(stripe, error_of(e))
+            except asyncio.CancelledError:
+                fail(stripe, SgemmError(grpc.StatusCode.CANCELLED, f"stripe {stripe} was cancelled"))
+            except SgemmError as e:
+                fail(stripe, e)
+
+        tasks: List[asyncio.Task] = []
+
+        def start_others() -> None:
+            for s in range(1, req.plan.stripes):
+                call = self._multiply_rpc(s)(iter(req.frames(s, receiver.grant, receiver)),
+                                             timeout=remaining(deadline), metadata=self._metadata)
+                calls.append(call)
+                if errors:
+                    call.cancel()
+                tasks.append(asyncio.ensure_future(drain(s, call)))
+
+        call0 = self._multiply_rpc(0)(iter(req.frames(0, b"", receiver)), timeout=remaining(deadline),
+                                      metadata=self._metadata)
+        calls.append(call0)
+        await drain(0, call0)
+        while tasks:
+            done = list(tasks)
+            tasks.clear()
+            await asyncio.gather(*done)
+        if errors:
+            raise first_failure(errors)
+        if req.plan.stripes > 1 and len(calls) == 1:
+            raise SgemmError(grpc.StatusCode.INTERNAL, f"the server answered a request over {req.plan.stripes} "
+                             "stripes without a StripeGrant (does it predate GemmHeader.stripes? use connections=1)")
+        receiver.check()
+        return receiver
+
+    async def _through_scratch(self, req: Request, deadline: Optional[float]) -> Receiver:
+        for attempt in range(2):
+            region, self._scratch = self._scratch, None
+            if region is not None and region.nbytes < req.scratch_bytes:
+                await self._unregister_quietly(region)  # too small: replaced
+                region = None
+            if region is None:
+                region = await self._create_region(req.scratch_bytes, deadline)
+            try:
+                req.use_scratch(region)
+                receiver = await self._stream(req, deadline)
+            except SgemmError as e:
+                if e.code == grpc.StatusCode.NOT_FOUND and attempt == 0:
+                    continue  # the connection that registered it closed: register a fresh one
+                await self._keep_scratch(region)
+                raise
+            await self._keep_scratch(region)
+            return receiver
+        raise AssertionError("unreachable")
+
+    async def _keep_scratch(self, region: SharedRegion) -> None:
+        if self._scratch is None or self._scratch.nbytes < region.nbytes:
+            self._scratch, region = region, self._scratch
+        if region is not None:
+            await self._unregister_quietly(region)
+
+    async def _unregister_quietly(self, region: SharedRegion) -> None:
+        try:
+            await self._unary(self._stub.UnregisterRegion, pb2.UnregisterRegionRequest(name=region.name), 60.0)
+        except SgemmError:
+            pass  # the connection went, and the registration with it
+
+    async def put(self, matrix: Any, *, evictable: bool = False, label: str = "",
+                  timeout: Optional[float] = None) -> Handle:
+        deadline = deadline_of(timeout)
+        header = pb2.PutMatrixHeader(evictable=evictable, label=label)
+        ref = self._regions.ref(matrix) if await self.transport(_timeout_within(deadline)) == "shm" else None
+        flat = None
+        if ref is not None:
+            rows, cols = matrix.shape
+            header.region.region, header.region.offset, header.region.ld = ref[0].name, ref[1], ref[2]
+        else:
+            arr = as_matrix("matrix", matrix)
+            rows, cols = arr.shape
+            flat = arr.reshape(-1)
+        header.rows, header.cols = rows, cols
+        messages = [pb2.PutMatrixRequest(header=header).SerializeToString()]
+
+        def frames():
+            yield messages[0]
+            if flat is not None:
+                for frame, _ in _wire.chunk_frames([_wire.StripeRange(_wire.MATRIX_A, 0, flat.size)],
+                                                   {_wire.MATRIX_A: flat}, self.chunk_bytes // 4):
+                    yield frame
+
+        rpc = self._channel.stream_unary("/sgemm.v1.Sgemm/PutMatrix", request_serializer=None,
+                                         response_deserializer=pb2.PutMatrixResponse.FromString)
+        try:
+            resp = await rpc(frames(), timeout=remaining(deadline), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_of(e) from None
+        self._handle_shapes[resp.handle] = (rows, cols)
+        return Handle(resp.handle, (rows, cols), resp.placement)
+
+    async def delete(self, handle: str, timeout: float = 10.0) -> int:
+        resp = await self._unary(self._stub.DeleteMatrix, pb2.DeleteMatrixRequest(handle=str(handle)), timeout)
+        self._handle_shapes.pop(str(handle), None)
+        return resp.requests_using
+
+    async def list(self, timeout: float = 10.0) -> pb2.ListMatricesResponse:
+        resp = await self._unary(self._stub.ListMatrices, pb2.ListMatricesRequest(), timeout)
+        for mi in resp.matrices:
+            self._handle_shapes[mi.handle] = (mi.rows, mi.cols)
+        return resp
+
+    async def empty(self, shape: Shape, timeout: float = 60.0) -> np.ndarray:
+        shape = shape_tuple(shape)
+        self._need_unix()
+        region = await self._create_region(int(np.prod(shape)) * 4, deadline_of(timeout))
+        self._regions.add(region)
+        return region.array(shape)
+
+    async def register(self, shm: Any, shape: Optional[Shape] = None, timeout: float = 60.0) -> np.ndarray:
+        self._need_unix()
+        region = SharedRegion.attach(shm)
+        await self._register_on_server(region, deadline_of(timeout))
+        self._regions.add(region)
+        return region.array(shape_tuple(shape) if shape is not None else (region.nbytes // 4,))
+
+    async def unregister(self, array: np.ndarray, timeout: float = 600.0) -> int:
+        region = self._regions.find(array)
+        if region is None:
+            raise ValueError("the array is not in a region registered through this client")
+        self._regions.remove(region)
+        resp = await self._unary(self._stub.UnregisterRegion, pb2.UnregisterRegionRequest(name=region.name),
+                                 timeout)
+        return resp.waited_requests
+
+    async def regions(self, timeout: float = 10.0) -> pb2.ListRegionsResponse:
+        return await self._unary(self._stub.ListRegions, pb2.ListRegionsRequest(), timeout)
+
+    def _need_unix(self) -> None:
+        if not self._cfg.unix:
+            raise SgemmError(grpc.StatusCode.FAILED_PRECONDITION, "shared-memory regions need the server's Unix "
+                             "socket: connect to unix:PATH (sgemm-server --listen unix:PATH)")
+
+    async def _create_region(self, nbytes: int, deadline: Optional[float]) -> SharedRegion:
+        region = SharedRegion.create(nbytes)
+        try:
+            await self._register_on_server(region, deadline)
+        finally:
+            region.unlink()
+        return region
+
+    async def _register_on_server(self, region: SharedRegion, deadline: Optional[float]) -> None:
+        req = pb2.RegisterRegionRequest(name=region.name, shm_name=region.shm_name, byte_size=region.nbytes)
+        await self._unary(self._stub.RegisterRegion, req, _timeout_within(deadline, 60.0))
+
+    async def _unary(self, method, request, timeout: Optional[float]):
+        try:
+            return await method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_of(e) from None

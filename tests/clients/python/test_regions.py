@@ -1,0 +1,193 @@
+"""Zero copies on the same host: sgemm_client's shared-memory regions against
+the real sgemm-server's Unix socket. Arrays from empty() and register() are
+named in place (no matrix byte through gRPC, C written by the server into a
+region array, views with a leading dimension), ordinary arrays go through one
+scratch region the client keeps, regions are reused across calls, and another
+client's regions cannot be used. Results against a float64 numpy reference on
+odd shapes."""
+
+import json
+import os
+import time
+import unittest
+from multiprocessing import shared_memory
+
+import grpc
+import numpy as np
+
+import sgemm_client
+from checks import TOLERANCE, max_error, random
+from sgemm_client import pb2
+from server_process import ServerProcess
+
+
+class Regions(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--cpu-threads", "1", unix=True)
+        cls.client = sgemm_client.Client(cls.server.unix_target)
+        cls.rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        assert cls.server.stop() == 0, cls.server.log()
+
+    def test_arrays_in_regions_travel_by_name(self):
+        cl = self.client
+        self.assertEqual(cl.transport(), "shm")
+        self.assertTrue(cl.info().regions_available)
+        m, n, k = 203, 77, 151
+        x, y, z = cl.empty((m, k)), cl.empty((k, n)), cl.empty((m, n))
+        self.assertEqual((x.shape, x.dtype), ((m, k), np.float32))
+        self.assertTrue(np.all(z == 0))
+        x[...], y[...] = random(self.rng, m, k), random(self.rng, k, n)
+        registered = len(cl.regions().regions)
+        for _ in range(3):  # the same regions, call after call
+            got, summary = cl.multiply(x, y, out=z, timeout=60)
+            self.assertIs(got, z)
+            self.assertLessEqual(max_error(z, x, y), TOLERANCE)
+            self.assertEqual((summary.transport, summary.bytes_sent, summary.bytes_received), ("shm", 0, 0))
+            self.assertEqual(summary.proto.bytes_received, 0)  # the server's count: no matrix byte on gRPC
+        self.assertEqual(len(cl.regions().regions), registered)
+        # C in place: C = 2 A B - 0.5 C.
+        c0 = z.copy()
+        cl.multiply(x, y, z, 2.0, -0.5, out=z, timeout=60)
+        self.assertLessEqual(max_error(z, x, y, c0, 2.0, -0.5), TOLERANCE)
+        # Without out, C comes back through gRPC.
+        c, summary = cl.multiply(x, y, timeout=60)
+        self.assertEqual((summary.transport, summary.bytes_sent, summary.bytes_received), ("shm", 0, m * n * 4))
+        self.assertLessEqual(max_error(c, x, y), TOLERANCE)
+
+    def test_views_of_a_region_with_a_leading_dimension(self):
+        cl = self.client
+        big = cl.empty((300, 200))
+        big[...] = random(self.rng, 300, 200)
+        out = cl.empty((128, 64))
+        a, b = big[3:130, 5:98], big[150:243, 11:69]  # 127 x 93 and 93 x 58, rows 200 floats apart
+        target = out[1:128, 2:60]
+        _, summary = cl.multiply(a, b, out=target, timeout=60)
+        self.assertEqual(summary.transport, "shm")
+        self.assertEqual(summary.proto.bytes_received, 0)
+        self.assertLessEqual(max_error(target, a, b), TOLERANCE)
+        self.assertTrue(np.all(out[0] == 0) and np.all(out[:, :2] == 0) and np.all(out[:, 60:] == 0))
+        # A transposed view has no row-major leading dimension: it is copied (scratch), still right.
+        got, summary = cl.multiply(big[:93, :127].T, b, timeout=60)
+        self.assertEqual(summary.transport, "shm-copy")
+        self.assertLessEqual(max_error(got, big[:93, :127].T, b), TOLERANCE)
+
+    def test_ordinary_arrays_through_the_kept_scratch_region(self):
+        before = {r.name for r in self.client.regions().regions}
+        with sgemm_client.Client(self.server.unix_target) as cl:
+            a, b, c0 = random(self.rng, 111, 57), random(self.rng, 57, 31), random(self.rng, 111, 31)
+            got, summary = cl.multiply(a, b, c0, 1.5, 0.25, timeout=60)
+            self.assertEqual((summary.transport, summary.bytes_sent, summary.bytes_received), ("shm-copy", 0, 0))
+            self.assertLessEqual(max_error(got, a, b, c0, 1.5, 0.25), TOLERANCE)
+            # Clients of one process share their connection to a target: look at what this one added.
+            mine = lambda: {r.name for r in cl.regions().regions} - before  # noqa: E731
+            self.assertEqual(len(mine()), 1)
+            first = mine()
+            for _ in range(3):
+                got, _ = cl.multiply(a, b, timeout=60)
+                self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+            self.assertEqual(mine(), first)  # kept and reused
+            big_a, big_b = random(self.rng, 333, 201), random(self.rng, 201, 99)
+            got, _ = cl.multiply(big_a, big_b, timeout=60)  # needs more: replaced, not added
+            self.assertLessEqual(max_error(got, big_a, big_b), TOLERANCE)
+            self.assertEqual(len(mine()), 1)
+            self.assertNotEqual(mine(), first)
+        # transport "grpc" on the same socket: the bytes travel.
+        with sgemm_client.Client(self.server.unix_target, transport="grpc") as cl:
+            got, summary = cl.multiply(a, b, timeout=60)
+            self.assertEqual(summary.transport, "grpc")
+            self.assertGreater(summary.bytes_sent, 0)
+            self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+
+    def test_registering_memory_the_caller_shares(self):
+        cl = self.client
+        m, n, k = 45, 23, 67
+        shm = shared_memory.SharedMemory(create=True, size=(m * k + k * n) * 4)
+        try:
+            whole = np.ndarray((m * k + k * n,), dtype=np.float32, buffer=shm.buf)
+            a, b = whole[:m * k].reshape(m, k), whole[m * k:].reshape(k, n)
+            a[...], b[...] = random(self.rng, m, k), random(self.rng, k, n)
+            mapped = cl.register(shm)
+            self.assertEqual(mapped.shape, (m * k + k * n,))
+            # Both the caller's own views and the returned array are in the region.
+            out = cl.empty((m, n))
+            _, summary = cl.multiply(a, b, out=out, timeout=60)
+            self.assertEqual(summary.transport, "shm")
+            self.assertLessEqual(max_error(out, a, b), TOLERANCE)
+            _, summary = cl.multiply(mapped[:m * k].reshape(m, k), mapped[m * k:].reshape(k, n), out=out,
+                                     timeout=60)
+            self.assertEqual(summary.transport, "shm")
+            # By name too (a second registration of the same object).
+            by_name = cl.register("/" + shm.name, shape=(m * k + k * n,))
+            np.testing.assert_array_equal(by_name, whole)
+            # A resident matrix taken from a region: no byte through gRPC.
+            h = cl.put(b)
+            got, _ = cl.multiply(a, h, timeout=60)
+            self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+            cl.delete(h)
+            # Unregistered: the array is ordinary memory again (copied through the scratch region).
+            self.assertEqual(cl.unregister(mapped), 0)
+            self.assertEqual(cl.unregister(by_name), 0)
+            _, summary = cl.multiply(a, b, out=out, timeout=60)
+            self.assertEqual(summary.transport, "shm-copy")
+            self.assertLessEqual(max_error(out, a, b), TOLERANCE)
+            with self.assertRaisesRegex(ValueError, "not in a region"):
+                cl.unregister(np.zeros(3, np.float32))
+            with self.assertRaisesRegex(TypeError, "not in shared memory"):
+                cl.register(np.zeros(3, np.float32))
+            del whole, a, b, mapped, by_name
+        finally:
+            shm.close()
+            shm.unlink()
+
+    def test_a_socket_with_no_server_yet_is_retried_as_unavailable(self):
+        with sgemm_client.Client(f"unix:{self.server.dir}/nobody.sock", retries=2, backoff_s=0.01) as cl:
+            with self.assertRaises(sgemm_client.SgemmError) as e:
+                cl.multiply(np.ones((2, 2)), np.ones((2, 2)), timeout=10)
+            self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertEqual(cl.unavailable_retries, 2)
+
+    def test_another_clients_regions_are_not_usable(self):
+        d = self.server.dir / "tokens"
+        d.mkdir(exist_ok=True)
+        (d / "tokens.json").write_text(json.dumps({"clients": [{"name": "alice", "token": "alice-token-0123456789"},
+                                                               {"name": "bob", "token": "bob-token-0123456789"}]}))
+        server = ServerProcess("--auth-tokens", str(d / "tokens.json"), "--cpu-threads", "1", unix=True)
+        try:
+            alice = sgemm_client.Client(server.unix_target, token="alice-token-0123456789")
+            x, y = alice.empty((9, 7)), alice.empty((7, 5))
+            x[...], y[...] = random(self.rng, 9, 7), random(self.rng, 7, 5)
+            got, _ = alice.multiply(x, y, timeout=60)
+            self.assertLessEqual(max_error(got, x, y), TOLERANCE)
+            names = [r.name for r in alice.regions().regions]
+            self.assertEqual(len(names), 2)
+            with sgemm_client.Client(server.unix_target, token="bob-token-0123456789") as bob:
+                self.assertEqual([r.name for r in bob.regions().regions], [])
+                header = pb2.GemmHeader(m=9, n=5, k=7, a_region=pb2.RegionRef(region=names[0]),
+                                        b_region=pb2.RegionRef(region=names[1]))
+                channel = grpc.insecure_channel(server.unix_target)
+                rpc = channel.stream_stream("/sgemm.v1.Sgemm/Multiply", request_serializer=lambda r: r.SerializeToString(),
+                                            response_deserializer=pb2.MultiplyResponse.FromString)
+                with self.assertRaises(grpc.RpcError) as e:
+                    list(rpc(iter([pb2.MultiplyRequest(header=header)]), timeout=30,
+                             metadata=(("authorization", "Bearer bob-token-0123456789"),)))
+                self.assertEqual(e.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+                self.assertIn("alice", e.exception.details())
+                channel.close()
+            # A client that closes its connection leaves no registration behind.
+            alice.close()
+            with sgemm_client.Client(server.unix_target, token="alice-token-0123456789") as again:
+                give_up = time.monotonic() + 10
+                while again.regions().regions and time.monotonic() < give_up:
+                    time.sleep(0.02)
+                self.assertEqual(list(again.regions().regions), [])
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,22 @@
+// A base for the fake engines of service and cluster tests: host memory needs
+// no locking, no resident matrices, no cost estimate. A fake overrides the
+// abilities its test is about; production engines answer each one themselves.
+#pragma once
+
+#include "server/engine/engine.h"
+
+namespace sgemm::testing {
+
+class FakeEngineBase : public Engine {
+ public:
+  double estimate_ms(const GemmJob& /*job*/) const override { return -1; }
+  Status register_host_memory(void* /*data*/, std::size_t /*bytes*/) override { return Status::Ok(); }
+  Status unregister_host_memory(void* /*data*/) override { return Status::Ok(); }
+  ResidentStore* resident_store() override { return nullptr; }
+  StatusOr<std::shared_ptr<ResidentData>> make_resident(std::shared_ptr<HostBuffer> /*host*/, int64_t /*rows*/,
+                                                        int64_t /*cols*/, ResidentBytes /*bytes*/) override {
+    return FailedPrecondition("this fake engine keeps no resident matrices");
+  }
+};
+
+}  // namespace sgemm::testing
