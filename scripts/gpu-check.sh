@@ -19,7 +19,8 @@
 #                  the fp32 default against cuBLAS DGEMM, uniform / wide-exponent / cancelling inputs) on
 #                  SGEMM_ACCURACY_SHAPES; sgemm-bench timing of the fp32 default against cuBLAS SGEMM on
 #                  SGEMM_CONTRACT_SHAPES; sgemm-client submit --size 8192 --verify for fp32 and fp32-ffma
-#                  against sgemm-server --backend cuda (the summary names the concrete kernel)
+#                  against sgemm-server --backend cuda (the summary names the concrete kernel), and with
+#                  --split rows and --split k where there are 2 GPUs or more
 #   variants-fp32x3  every fp32x3 schedule/tile variant
 #   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
 #   bench-kernel-choice  engine-bench --gpus 1 on SGEMM_KERNEL_CHOICE_SHAPES four ways: the engine's choice
@@ -396,7 +397,14 @@ if has contract; then
     step contract-submit-8192 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --verify --repeat 2
     step contract-submit-8192-ffma 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --precision fp32-ffma \
       --verify
-    for f in contract-info contract-submit-8192 contract-submit-8192-ffma; do
+    logs=(contract-info contract-submit-8192 contract-submit-8192-ffma)
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then  # row and K splits over the GPUs
+      for sp in rows k; do
+        step "contract-submit-8192-$sp" 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --split "$sp" --verify
+        logs+=("contract-submit-8192-$sp")
+      done
+    fi
+    for f in "${logs[@]}"; do
       echo "--- $f"
       cat "$OUT/$f.log"
     done
