@@ -82,7 +82,7 @@ bool fp32x3_keeps_fp32_contract(const GemmShape& shape);
 // Pure: whether fp32x3 runs the launch `shape` faster than the FFMA kernels on a
 // GPU with `sm_count` SMs: no side thinner than 256 and at least half a wave of
 // 128x128 tiles (sgemm-bench, one H100: 126-282% of cuBLAS SGEMM at 64-144 tiles,
-// 230-258% from 2048^3 up; fp32x3 has no split-K or thin tile yet).
+// 230-262% from 2048^3 up; fp32x3 has no split-K or thin tile yet).
 bool fp32x3_outruns_ffma(const GemmShape& shape, int sm_count);
 // Pure: whether cuBLAS SGEMM's own error is what a product's fp32 contract is
 // held to with nothing else measured to meet it: the region where cuBLAS splits K
