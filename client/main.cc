@@ -487,8 +487,9 @@ int main(int argc, char** argv) {
   sub->add_option("--kernel", o.kernel, "pingpong or cublas (default: the server's)")
       ->check(CLI::IsMember({"pingpong", "cublas"}));
   sub->add_option("--precision", o.precision,
-                  "fp32 (default); tf32 (tensor cores, ~1e-4 error: less accurate); fp32x3 (tensor cores, fp32 error)")
-      ->check(CLI::IsMember({"fp32", "tf32", "fp32x3"}));
+                  "fp32 (default: error no larger than cuBLAS SGEMM's, tensor cores where that holds); fp32-ffma "
+                  "(FFMA only); tf32 (tensor cores, ~1e-4 error: less accurate); fp32x3 (3xTF32 on every shape)")
+      ->check(CLI::IsMember({"fp32", "fp32-ffma", "tf32", "fp32x3"}));
   sub->add_option("--split", o.split, "auto, single, rows or k")->check(CLI::IsMember({"auto", "single", "rows", "k"}));
   sub->add_option("--timeout-ms", o.timeout_ms, "deadline for the request (0 = none)");
   sub->add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent");

@@ -40,6 +40,8 @@ std::string precision_text(v1::Precision p) {
       return "tf32";
     case v1::PRECISION_FP32X3:
       return "fp32x3";
+    case v1::PRECISION_FP32_FFMA:
+      return "fp32-ffma";
     default:
       return "unknown(" + std::to_string(int(p)) + ")";
   }
@@ -465,6 +467,9 @@ class GrpcClient final : public Client {
           break;
         case Precision::kFp32x3:
           h->set_precision(v1::PRECISION_FP32X3);
+          break;
+        case Precision::kFp32Ffma:
+          h->set_precision(v1::PRECISION_FP32_FFMA);
           break;
       }
       switch (opt.split) {

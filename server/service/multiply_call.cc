@@ -825,7 +825,7 @@ void MultiplyCall::log_outcome(const Status& st) {
       "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
       "bytes_out={} gflops={:.1f} devices={} early_start={} yields={} plan=\"{}\"",
       id_, ctx_->peer(), client_name(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
-      kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
+      report_kernel_name(r), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
       request_bytes_out(), s.flops() / (total_ms * 1e6), r.devices.size(), started_early_, yields_, r.plan_reason);
   TimingRecord record = timing_record_of(facts_, r);
   if (client_) record.caller = client_->name();
