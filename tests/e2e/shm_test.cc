@@ -21,24 +21,24 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
-#include "tests/e2e/server_process.h"
+#include "tests/e2e/in_process_server.h"
 
 namespace sgemm {
 namespace {
 
 namespace v1 = ::sgemm::v1;
-using testing::ServerProcess;
+using testing::InProcessServer;
 
 uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 
 class ShmE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess();
+    server_ = new InProcessServer();
     ASSERT_TRUE(server_->running()) << server_->log();
   }
   static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0) << "server did not exit cleanly on SIGTERM";
+    EXPECT_EQ(server_->stop(), 0) << "server did not shut down cleanly";
     delete server_;
   }
   static std::unique_ptr<v1::Sgemm::Stub> raw_stub(const std::string& target) {
@@ -51,9 +51,9 @@ class ShmE2E : public ::testing::Test {
     EXPECT_TRUE(stub.ListRegions(&ctx, req, &resp).ok());
     return {resp.regions().begin(), resp.regions().end()};
   }
-  static ServerProcess* server_;
+  static InProcessServer* server_;
 };
-ServerProcess* ShmE2E::server_ = nullptr;
+InProcessServer* ShmE2E::server_ = nullptr;
 
 // A strided matrix in a region: rows x cols with leading dimension ld, at
 // `offset`; the padding between rows holds a sentinel that must survive.
