@@ -24,26 +24,6 @@ std::string seconds_text(std::chrono::milliseconds d) {
 
 }  // namespace
 
-const char* MultiplyCall::phase_name(Phase p) {
-  switch (p) {
-    case Phase::kHeader:
-      return "reading the header";
-    case Phase::kReceiving:
-      return "receiving the matrices";
-    case Phase::kWaitMemory:
-      return "waiting for host memory";
-    case Phase::kQueued:
-      return "queued for a compute slot";
-    case Phase::kComputing:
-      return "computing";
-    case Phase::kSending:
-      return "sending C";
-    case Phase::kDone:
-      return "done";
-  }
-  return "?";
-}
-
 MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client)
     : shared_(shared),
       ctx_(ctx),
@@ -118,6 +98,21 @@ void MultiplyCall::start_read() {
   StartRead(&in_);
 }
 
+bool MultiplyCall::move_to(Phase to) {
+  Status st = check_move(phase_, to);
+  if (st.ok()) {
+    phase_ = to;
+    return true;
+  }
+  shared_.log.write(spdlog::level::err, "request id=" + id_ + ": " + st.message());
+  finish(st);
+  return false;
+}
+
+bool MultiplyCall::upload_complete() const {
+  return phase_ == Phase::kQueued || phase_ == Phase::kComputing || phase_ == Phase::kSending || phase_ == Phase::kDone;
+}
+
 bool MultiplyCall::has_header() const {
   std::lock_guard lock(mu_);
   return phase_ != Phase::kHeader;
@@ -147,27 +142,15 @@ Status MultiplyCall::cancelled_status_in(Phase phase) const {
 void MultiplyCall::OnReadDone(bool ok) {
   std::unique_lock lock(mu_);
   reading_ = false;
-  if (finished_) return after_unlock(lock);
+  if (done()) return after_unlock(lock);
   if (stripe_ > 0) return on_stripe_read(lock, ok);
   if (!ok) {
     // Half-close (or the call is going away: OnCancel says so).
     read_closed_ = true;
-    const bool striped = assembler_ && assembler_->stripes() > 1;
-    if (ctx_->IsCancelled()) {
+    if (ctx_->IsCancelled())
       finish_stream(cancelled_status());
-    } else if (phase_ == Phase::kHeader) {
-      finish(InvalidArgument("the request stream ended before its header"));
-    } else if (striped && phase_ == Phase::kWaitMemory) {
-      check_stripe0_at_grant_ = true;  // its last chunk may be the one waiting for memory
-    } else if (striped && accepts_chunks()) {
-      // Stripe 0's share must be in; the other stripes may still be uploading.
-      Status st = assembler_->finish_stripe(0);
-      if (!st.ok()) finish_stream(st);
-    } else if (accepts_chunks()) {
-      Status st = assembler_->finish();
-      finish(st.ok() ? Internal("upload ended incomplete without a reason") : st);
-    }
-    // Otherwise the upload was complete: computing, queued or sending carries on.
+    else
+      on_half_close();
     return after_unlock(lock);
   }
   ++messages_;
@@ -179,10 +162,27 @@ void MultiplyCall::OnReadDone(bool ok) {
   after_unlock(lock);  // may compute here: `this` may be gone after it
 }
 
+void MultiplyCall::on_half_close() {
+  const bool striped = assembler_ && assembler_->stripes() > 1;
+  if (phase_ == Phase::kHeader) {
+    finish(InvalidArgument("the request stream ended before its header"));
+  } else if (phase_ == Phase::kWaitMemory) {
+    // Its last chunk may be the one waiting for memory: the grant looks again (read_closed_).
+  } else if (striped && accepts_chunks()) {
+    // Stripe 0's share must be in; the other stripes may still be uploading.
+    Status st = assembler_->finish_stripe(0);
+    if (!st.ok()) finish_stream(st);
+  } else if (accepts_chunks()) {
+    Status st = assembler_->finish();
+    finish(st.ok() ? Internal("upload ended incomplete without a reason") : st);
+  }
+  // Otherwise the upload was complete: computing, queued or sending carries on.
+}
+
 void MultiplyCall::OnWriteDone(bool ok) {
   std::unique_lock lock(mu_);
   writing_ = false;
-  if (!finished_) {
+  if (!done()) {
     if (ok)
       send_more();
     else
@@ -193,7 +193,7 @@ void MultiplyCall::OnWriteDone(bool ok) {
 
 void MultiplyCall::OnCancel() {
   std::unique_lock lock(mu_);
-  if (!finished_) finish_stream(cancelled_status());
+  if (!done()) finish_stream(cancelled_status());
   after_unlock(lock);
 }
 
@@ -222,7 +222,7 @@ void MultiplyCall::OnDone() {
 void MultiplyCall::check_idle(Clock::time_point now) {
   std::unique_lock lock(mu_);
   const auto idle = shared_.options.idle_timeout;
-  if (finished_) {
+  if (done()) {
     // The summary (the last write, with the status) can be stuck behind flow
     // control too; then the stream is reset so C's buffer goes.
     if (writing_ && now - write_since_ >= idle) {
@@ -263,7 +263,7 @@ void MultiplyCall::check_idle(Clock::time_point now) {
 
 void MultiplyCall::abort(const Status& why) {
   std::unique_lock lock(mu_);
-  if (!finished_) {
+  if (!done()) {
     if (writing_) {
       server_reset_ = true;
       ctx_->TryCancel();
@@ -324,9 +324,7 @@ Status MultiplyCall::on_message(RequestMessage msg) {
 
 GemmRequest MultiplyCall::request() const { return header_; }
 
-bool MultiplyCall::accepts_chunks() const {
-  return phase_ == Phase::kReceiving || (early_ && !upload_complete_ && phase_ != Phase::kDone);
-}
+bool MultiplyCall::accepts_chunks() const { return phase_ == Phase::kReceiving || phase_ == Phase::kEarly; }
 
 Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions,
                                const ResidentOperands& resident) {
@@ -352,7 +350,7 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
     SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
   }
   assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
-  phase_ = Phase::kReceiving;
+  if (!move_to(Phase::kReceiving)) return Status::Ok();
   if (resident.named()) return start_if_nothing_to_send();
   return Status::Ok();
 }
@@ -394,7 +392,7 @@ Status MultiplyCall::reserve_or_wait(bool* waiting) {
         " requests already wait for it (--max-queued); retry later");
   }
   memory_ticket_ = ticket;
-  phase_ = Phase::kWaitMemory;
+  if (!move_to(Phase::kWaitMemory)) return Status::Ok();
   memory_since_ = Clock::now();
   *waiting = true;
   return Status::Ok();
@@ -403,26 +401,23 @@ Status MultiplyCall::reserve_or_wait(bool* waiting) {
 void MultiplyCall::on_memory_granted(MemoryBudget::Reservation reservation) {
   std::unique_lock lock(mu_);
   memory_ticket_ = 0;
-  if (finished_) {
+  if (done()) {
     lock.unlock();
     reservation.reset();  // may grant the next waiter: no lock held
     unref();
     return;
   }
   reservation_ = std::move(reservation);
-  phase_ = Phase::kReceiving;
   Status st = Status::Ok();
-  if (pending_.kind == RequestMessage::Kind::kChunk) {  // with stripes, another stripe's chunk may have asked
+  if (!move_to(Phase::kReceiving)) st = final_status_;
+  if (st.ok() &&
+      pending_.kind == RequestMessage::Kind::kChunk) {  // with stripes, another stripe's chunk may have asked
     st = on_chunk(pending_);
     pending_ = {};
     if (st.ok()) st = after_chunk();
   }
-  if (st.ok() && check_stripe0_at_grant_) {
-    check_stripe0_at_grant_ = false;
-    st = assembler_->finish_stripe(0);
-    if (!st.ok()) fail_origin_ = 0;
-  }
   if (!st.ok()) finish(st);
+  if (read_closed_ && !done()) on_half_close();  // the client half-closed while its chunk waited
   std::vector<ParkedChunk> parked;
   parked.swap(parked_);
   after_unlock(lock);
@@ -432,7 +427,7 @@ void MultiplyCall::on_memory_granted(MemoryBudget::Reservation reservation) {
     Status cs = stripe_chunk(p.from, p.stripe, p.msg, &again);
     if (!cs.ok()) {
       std::unique_lock relock(mu_);
-      if (!finished_) {
+      if (!done()) {
         fail_origin_ = p.stripe;
         finish(cs);
       }
@@ -470,18 +465,19 @@ Status MultiplyCall::ensure_buffer(MatrixId matrix, int64_t offset, std::size_t 
 Status MultiplyCall::after_chunk() {
   // With stripes, the thread that sees the upload complete may not be the one
   // whose chunk completed it, and the others see it again: once is enough.
-  if (upload_complete_) {
+  if (upload_complete()) {
     start_read();
     return Status::Ok();
   }
   if (assembler_->complete()) {
-    upload_complete_ = true;
     t_received_ = Clock::now();
-    if (!early_) return start_compute(/*early=*/false);
-    // Its data is all here: the running task no longer waits for the client, so it keeps its slot.
+    if (phase_ == Phase::kReceiving) return start_compute(/*early=*/false);
+    // Computing started early and its data is all here: the running task no
+    // longer waits for the client, so it keeps its slot.
+    if (!move_to(Phase::kComputing)) return Status::Ok();
     if (pool_id_) shared_.pool.forget(pool_id_);
     pool_id_ = 0;
-  } else if (!early_ && may_start_early()) {
+  } else if (phase_ == Phase::kReceiving && may_start_early()) {
     SGEMM_RETURN_IF_ERROR(start_compute(/*early=*/true));
   }
   start_read();
@@ -542,7 +538,7 @@ Status MultiplyCall::start_compute(bool early) {
       assembler_->set_wait_budget(std::chrono::milliseconds(0));
       return Status::Ok();  // no idle slot: compute once the upload is complete
     }
-    early_ = started_early_ = true;
+    ++early_starts_;
   } else if (may_compute_here_ && !group_ && computes_quickly() && shared_.pool.reserve_here()) {
     compute_here_ = true;  // after_unlock() runs it on this thread: no hand-off for a quick product
   } else if (!shared_.pool.submit([this] { run_compute(); })) {
@@ -553,7 +549,7 @@ Status MultiplyCall::start_compute(bool early) {
                        std::to_string(shared_.pool.max_queued()) + "); retry with backoff");
   }
   t_submit_ = Clock::now();
-  phase_ = Phase::kQueued;
+  if (!move_to(early ? Phase::kEarly : Phase::kQueued)) return Status::Ok();
   if (early) return Status::Ok();  // after_chunk() keeps reading
   // Keep a read posted: it sees the half-close, or a message that should not come.
   start_read();
@@ -564,7 +560,7 @@ void MultiplyCall::run_compute() {
   {
     std::lock_guard lock(mu_);
     t_compute_start_ = Clock::now();
-    if (!finished_) phase_ = Phase::kComputing;
+    if (phase_ == Phase::kQueued) move_to(Phase::kComputing);  // kEarly stays until the upload is complete
   }
   StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
   if (result.ok() && keep_) {
@@ -582,12 +578,11 @@ void MultiplyCall::run_compute() {
   std::vector<std::shared_ptr<const MappedRegion>>().swap(regions_held_);
   {
     std::unique_lock lock(mu_);
-    if (!result.ok() && assembler_ && assembler_->yielded() && !finished_) {
+    if (!result.ok() && assembler_ && assembler_->yielded() && !done()) {
       // Started early, then waited too long for A or was asked for the slot:
       // the engine has stopped and holds nothing. Back to receiving; compute
       // again once the upload is complete (rows already reported are final
       // and are not sent twice).
-      early_ = false;
       ++yields_;
       assembler_->set_wait_budget(std::chrono::milliseconds(0));
       skip_ = reported_;
@@ -600,26 +595,22 @@ void MultiplyCall::run_compute() {
           merged.push_back(r);
       }
       skip_ = std::move(merged);
-      Status st = Status::Ok();
-      if (upload_complete_)
-        st = start_compute(/*early=*/false);
-      else
-        phase_ = Phase::kReceiving;
-      if (!st.ok()) finish(st);
+      if (phase_ == Phase::kComputing) {  // the upload completed meanwhile
+        Status st = start_compute(/*early=*/false);
+        if (!st.ok()) finish(st);
+      } else {
+        move_to(Phase::kReceiving);
+      }
       after_unlock(lock);
       unref();
       return;
     }
     t_compute_end_ = Clock::now();
-    compute_done_ = true;
     for (auto& lease : resident_) lease.reset();  // done with the resident operands (a deleted one is freed here)
     result_ = std::move(result);
     // Every row of C has been handed to its stripe: the secondaries finish once theirs are sent.
-    if (group_ && result_.ok() && !finished_) close_stripes(Status::Ok());
-    if (!finished_) {
-      phase_ = Phase::kSending;
-      send_more();
-    }
+    if (group_ && result_.ok() && !done()) close_stripes(Status::Ok());
+    if (!done() && move_to(Phase::kSending)) send_more();
     after_unlock(lock);
   }
   unref();
@@ -643,7 +634,7 @@ void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
 }
 
 void MultiplyCall::send_more() {
-  if (finished_ || writing_) return;
+  if (done() || writing_) return;
   const int64_t n = header_.shape.n;
   if (!rows_.empty()) {
     const auto [r0, r1] = rows_.front();
@@ -666,16 +657,13 @@ void MultiplyCall::send_more() {
   }
   if (stripe_ > 0) {  // a secondary stripe: its rows are sent and the request succeeded
     if (end_ok_) {
-      set_finished();
       final_status_ = Status::Ok();
-      finish_phase_ = phase_;
-      t_finish_ = Clock::now();
-      phase_ = Phase::kDone;
+      set_finished();
       Finish(to_grpc(Status::Ok()));
     }
     return;
   }
-  if (!compute_done_) return;
+  if (phase_ != Phase::kSending) return;  // the engine has not returned
   if (!result_.ok()) return finish(result_.status());
   // Everything sent: the summary goes with the status.
   // Every stripe's bytes: the assembler counts each chunk as it commits it.
@@ -706,11 +694,8 @@ void MultiplyCall::send_more() {
   if (trace_) f.trace_json = trace_json_;
   f.result_handle = result_handle_;
   out_ = encode_summary(*result_, f);
-  set_finished();
-  phase_ = Phase::kDone;
   final_status_ = Status::Ok();
-  finish_phase_ = phase_;
-  t_finish_ = Clock::now();
+  set_finished();
   log_outcome(final_status_);  // before the client has its result: the timing line is there when it looks
   writing_ = true;             // no OnWriteDone follows; the watchdog resets the stream if this never drains
   write_since_ = Clock::now();
@@ -718,13 +703,15 @@ void MultiplyCall::send_more() {
 }
 
 void MultiplyCall::set_finished() {
-  finished_ = true;
+  finish_phase_ = phase_;
+  t_finish_ = Clock::now();
+  phase_ = Phase::kDone;  // from any phase but kDone (legal_move); callers check done() first
   shared_.unanswered.fetch_sub(1);
   client_lease_.reset();  // answered: the client may send its next request
 }
 
 void MultiplyCall::finish(const Status& status) {
-  if (finished_) return;
+  if (done()) return;
   Status own = status;
   if (group_ && stripe_ == 0) {
     // The other stripes end too: a failure of one stripe's stream is named to the rest.
@@ -734,6 +721,7 @@ void MultiplyCall::finish(const Status& status) {
   }
   for (ParkedChunk& p : parked_) to_unref_.push_back(p.from);
   parked_.clear();
+  final_status_ = own;
   set_finished();
   cancel_.cancel(own);                    // the engine stops at its next block
   if (assembler_) assembler_->fail(own);  // or where it waits for A
@@ -741,15 +729,11 @@ void MultiplyCall::finish(const Status& status) {
     ticket_to_cancel_ = memory_ticket_;  // cancelled once mu_ is released
     memory_ticket_ = 0;
   }
-  final_status_ = own;
-  finish_phase_ = phase_;
-  t_finish_ = Clock::now();
-  phase_ = Phase::kDone;
   Finish(to_grpc(own));
 }
 
 void MultiplyCall::finish_stream(const Status& status) {
-  if (finished_) return;
+  if (done()) return;
   if (stripe_ > 0)
     report_failure_ = true;  // after_unlock() tells the primary, which ends the other stripes
   else if (group_)
@@ -795,13 +779,13 @@ void MultiplyCall::log_outcome(const Status& st) {
       "bytes_out={} gflops={:.1f} devices={} early_start={} yields={} plan=\"{}\"",
       id_, ctx_->peer(), client_name(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
       kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
-      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), started_early_, yields_, r.plan_reason);
+      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), early_starts_ > 0, yields_, r.plan_reason);
   TimingRecord record = timing_record_of(facts_, r);
   if (client_) record.caller = client_->name();
   if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, bytes_out_, &record);
   if (shared_.timing_log)
     shared_.timing_log->info(
-        timing_record_json(record, "{\"early_start\":" + std::string(started_early_ ? "true" : "false") +
+        timing_record_json(record, "{\"early_start\":" + std::string(early_starts_ > 0 ? "true" : "false") +
                                        ",\"yields\":" + std::to_string(yields_) + "}"));
   if (!shared_.options.trace_dir.empty()) {
     const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";

@@ -22,6 +22,11 @@
 //   finish()         the error, or (send_more) the summary and the log line: Finish()
 //   OnDone()         a failure's log line, with the code the client got
 //
+// The request's state is one RequestPhase (request_phase.h) and every change
+// of it goes through move_to(), which checks the move against the table of
+// legal moves; computing started early is its own phase (kEarly), so the
+// upload is complete exactly when the phase is past receiving.
+//
 // Ownership: the call deletes itself when gRPC is done with it (OnDone) and
 // no pool task or memory waiter refers to it (refs_). Its buffers and
 // reservation go with it.
@@ -57,6 +62,7 @@
 
 #include "server/engine/resident_store.h"
 #include "server/service/codec.h"
+#include "server/service/request_phase.h"
 #include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
 #include "server/service/stripe_group.h"
@@ -105,12 +111,19 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void resume_read();
 
  private:
-  enum class Phase { kHeader, kReceiving, kWaitMemory, kQueued, kComputing, kSending, kDone };
-  static const char* phase_name(Phase p);
+  using Phase = RequestPhase;
 
   ~MultiplyCall() override;
 
   // Steps (mu_ held).
+  // Moves the request to `to`; an illegal move (check_move) is a bug: logged,
+  // and the request ends INTERNAL. False then.
+  bool move_to(Phase to);
+  bool done() const { return phase_ == Phase::kDone; }
+  // Every input is in (or there was nothing to receive): past receiving.
+  bool upload_complete() const;
+  // The client half-closed (read_closed_): what that means in this phase.
+  void on_half_close();
   Status on_message(RequestMessage msg);
   Status on_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident = {});
   // Operands named by handle and keep_result (multiply_call_resident.cc):
@@ -175,12 +188,10 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   mutable std::mutex mu_;
   int refs_ = 1;                  // guarded by mu_: gRPC (until OnDone), pool task, memory waiter
-  Phase phase_ = Phase::kHeader;  // guarded by mu_ (and so is everything below)
-  bool finished_ = false;         // Finish (or StartWriteAndFinish) called
+  Phase phase_ = Phase::kHeader;  // guarded by mu_ (and so is everything below); kDone: Finish called
   bool reading_ = false;          // a read is outstanding
   bool writing_ = false;          // a write is outstanding
-  bool compute_done_ = false;
-  int64_t messages_ = 0;                                       // messages read so far
+  int64_t messages_ = 0;          // messages read so far
   Clock::time_point read_since_, write_since_, memory_since_;  // when the current wait began
   Status final_status_;                                        // what Finish sent
   Phase finish_phase_ = Phase::kHeader;                        // the phase the call ended in
@@ -206,13 +217,11 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::deque<std::pair<int64_t, int64_t>> rows_;  // finished rows of C not yet sent
   int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
-  bool early_ = false;          // computing started before the upload ended (and has not yielded); never for regions
-  uint64_t pool_id_ = 0;        // early_: the pool's id for the preemptible task
-  bool started_early_ = false;  // computing ever started before the upload ended (for the log)
-  int yields_ = 0;              // times computing gave its slot back to wait for A
+  uint64_t pool_id_ = 0;                               // kEarly: the pool's id for the preemptible task
+  int early_starts_ = 0;                               // times computing started before the upload ended (for the log)
+  int yields_ = 0;                                     // times computing gave its slot back to wait for A
   std::vector<std::pair<int64_t, int64_t>> reported_;  // rows of C reported by the engine so far
   std::vector<std::pair<int64_t, int64_t>> skip_;      // after a yield: rows already reported (sorted, merged)
-  bool upload_complete_ = false;                       // every declared matrix is in
   Clock::time_point t_first_data_{}, t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{};
   // Shared-memory operands: the regions this request reads and writes, held
   // (so they stay mapped) from the header until the engine returns.
@@ -234,12 +243,11 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::string trace_json_;  // made once, for the summary and/or --trace-dir
 
   // Stripes. Primary: group_ until closed; secondary: group_ for its life.
-  int stripe_ = 0;                       // this stream's stripe (0: the header's stream, or no stripes)
-  std::shared_ptr<StripeGroup> group_;   // the request's group, when it has stripes
-  int fail_origin_ = -1;                 // primary: the stripe whose stream failed (-1: the request failed)
-  bool read_closed_ = false;             // the client half-closed: no read is started again
-  bool check_stripe0_at_grant_ = false;  // primary: half-closed while its last chunk waited for memory
-  int64_t stripe_bytes_out_ = 0;         // primary: bytes of C handed to secondaries
+  int stripe_ = 0;                      // this stream's stripe (0: the header's stream, or no stripes)
+  std::shared_ptr<StripeGroup> group_;  // the request's group, when it has stripes
+  int fail_origin_ = -1;                // primary: the stripe whose stream failed (-1: the request failed)
+  bool read_closed_ = false;            // the client half-closed: no read is started again
+  int64_t stripe_bytes_out_ = 0;        // primary: bytes of C handed to secondaries
   struct ParkedChunk {
     MultiplyCall* from;  // the secondary (a reference held until the chunk is taken)
     int stripe;

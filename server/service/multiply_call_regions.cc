@@ -47,7 +47,6 @@ Status MultiplyCall::start_from_regions(const RegionOperands& regions) {
   }
   regions_held_ = std::move(bound.held);
   // Nothing to receive: the upload is complete now, and computing never starts early.
-  upload_complete_ = true;
   t_received_ = Clock::now();
   return start_compute(/*early=*/false);
 }

@@ -77,7 +77,6 @@ Status MultiplyCall::start_if_nothing_to_send() {
                              " bytes (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
                              std::to_string(shared_.budget.in_use()) + " in use); retry later");
   reservation_ = std::move(*r);
-  upload_complete_ = true;
   t_received_ = Clock::now();
   return start_compute(/*early=*/false);
 }
