@@ -326,35 +326,6 @@ GemmRequest MultiplyCall::request() const { return header_; }
 
 bool MultiplyCall::accepts_chunks() const { return phase_ == Phase::kReceiving || phase_ == Phase::kEarly; }
 
-Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions,
-                               const ResidentOperands& resident) {
-  header_ = header;
-  if (!resident.c.empty()) header_.has_c = true;  // a C named by handle is an input C
-  // One validation, before any data: the service's size limits, then the
-  // engine's rules for the request (shape, scalars, kernel, split, precision).
-  SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
-  SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
-  if (regions.any() && resident.any())
-    return InvalidArgument("a Multiply header names shared-memory regions and resident handles; use one or the other");
-  if (regions.any()) return start_from_regions(regions);
-  if (resident.any()) SGEMM_RETURN_IF_ERROR(bind_resident(resident));
-  const GemmShape& s = header_.shape;
-  // Host memory for what is sent (resident operands are not), and for C.
-  footprint_bytes_ =
-      ((resident_[0] ? 0 : s.m * s.k) + (resident_[1] ? 0 : s.k * s.n) + s.m * s.n) * int64_t(sizeof(float));
-  if (footprint_bytes_ > shared_.budget.capacity())
-    return ResourceExhausted("the request needs " + std::to_string(footprint_bytes_) +
-                             " bytes of host memory for A, B and C, more than the server's whole budget of " +
-                             std::to_string(shared_.budget.capacity()) + " bytes (--host-memory-bytes)");
-  if (client_) {
-    SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
-  }
-  assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
-  if (!move_to(Phase::kReceiving)) return Status::Ok();
-  if (resident.named()) return start_if_nothing_to_send();
-  return Status::Ok();
-}
-
 Status MultiplyCall::admit_memory(RequestMessage& msg, bool* parked) {
   *parked = false;
   if (reservation_.bytes() > 0) return Status::Ok();
@@ -498,8 +469,8 @@ bool MultiplyCall::may_start_early() const {
   // again needs C's input rows, which the first run may have overwritten.
   const auto budget = shared_.options.feed_wait_budget;
   // Nor after a yield: then the client has shown it may stall, and it waits for its whole upload.
-  // Nor a request naming regions: it has no upload.
-  if (budget.count() <= 0 || from_regions_ || header_.has_c || yields_ > 0 || !buffers_[0] ||
+  // Nor a request without an upload row (regions).
+  if (budget.count() <= 0 || !assembler_ || header_.has_c || yields_ > 0 || !buffers_[0] ||
       assembler_->received(MatrixId::kA) == 0)
     return false;
   const GemmShape& s = header_.shape;
@@ -513,7 +484,7 @@ bool MultiplyCall::may_start_early() const {
 Status MultiplyCall::start_compute(bool early) {
   const GemmShape& s = header_.shape;
   const int c_idx = static_cast<int>(MatrixId::kC);
-  if (!from_regions_) {      // start_from_regions() set the job's matrices
+  if (!region_) {            // the region row and start_from_regions() set the job's matrices
     if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
       auto got = shared_.engine.host_allocator().allocate(std::size_t(s.m * s.n) * sizeof(float));
       if (!got.ok()) return got.status().with_context("allocating C");
@@ -563,7 +534,7 @@ void MultiplyCall::run_compute() {
     if (phase_ == Phase::kQueued) move_to(Phase::kComputing);  // kEarly stays until the upload is complete
   }
   StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
-  if (result.ok() && keep_) {
+  if (result.ok() && keep_.keep) {
     if (Status kept = keep_result(); !kept.ok()) result = kept;
   }
   uint64_t pool_id;
@@ -575,7 +546,7 @@ void MultiplyCall::run_compute() {
   if (pool_id) shared_.pool.forget(pool_id);
   shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
   // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
-  std::vector<std::shared_ptr<const MappedRegion>>().swap(regions_held_);
+  if (region_) region_->release();
   {
     std::unique_lock lock(mu_);
     if (!result.ok() && assembler_ && assembler_->yielded() && !done()) {
@@ -606,7 +577,7 @@ void MultiplyCall::run_compute() {
       return;
     }
     t_compute_end_ = Clock::now();
-    for (auto& lease : resident_) lease.reset();  // done with the resident operands (a deleted one is freed here)
+    for (auto& row : sources_) row->release();  // pins and mappings go (a deleted resident matrix is freed here)
     result_ = std::move(result);
     // Every row of C has been handed to its stripe: the secondaries finish once theirs are sent.
     if (group_ && result_.ok() && !done()) close_stripes(Status::Ok());
@@ -618,7 +589,7 @@ void MultiplyCall::run_compute() {
 
 void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
   std::unique_lock lock(mu_);
-  if (output_in_region_ || !send_c_) return;  // C is in the caller's region, or kept resident: only the summary
+  if (c_in_region() || !keep_.send_c) return;  // C is in the caller's region, or kept resident: only the summary
   reported_.emplace_back(row_begin, row_end);
   // After a yield, the new run reports rows the first run already sent: only the rest goes out.
   int64_t b = row_begin;

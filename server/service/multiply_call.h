@@ -62,6 +62,7 @@
 
 #include "server/engine/resident_store.h"
 #include "server/service/codec.h"
+#include "server/service/input_source.h"
 #include "server/service/request_phase.h"
 #include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
@@ -125,17 +126,17 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // The client half-closed (read_closed_): what that means in this phase.
   void on_half_close();
   Status on_message(RequestMessage msg);
+  // The header (multiply_call_sources.cc): validates it, makes and binds the
+  // request's input rows (input_source.h), sizes the footprint.
   Status on_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident = {});
-  // Operands named by handle and keep_result (multiply_call_resident.cc):
-  // pins the matrices, checks their shapes, reserves room for a kept C.
-  Status bind_resident(const ResidentOperands& resident);
-  // Every operand named by handle and no chunk to come: reserve C, compute.
-  Status start_if_nothing_to_send();
+  // Every row ready at the header and no chunk to come: reserve C, compute.
+  Status start_without_upload();
   // After a successful run: C becomes a resident matrix (keep_result).
   Status keep_result();
-  // A header naming shared-memory regions (multiply_call_regions.cc): binds
-  // them and goes straight to start_compute(); no receive phase.
-  Status start_from_regions(const RegionOperands& regions);
+  // The region row bound: C's destination set up, straight to start_compute(); no receive phase.
+  Status start_from_regions();
+  // C is written into the caller's output region: nothing to send but the summary.
+  bool c_in_region() const { return region_ && region_->bound().out; }
   GemmRequest request() const;  // the header as the engine's request
   Status admit_memory(RequestMessage& msg, bool* parked);
   Status on_chunk(RequestMessage& msg);
@@ -223,16 +224,18 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::vector<std::pair<int64_t, int64_t>> reported_;  // rows of C reported by the engine so far
   std::vector<std::pair<int64_t, int64_t>> skip_;      // after a yield: rows already reported (sorted, merged)
   Clock::time_point t_first_data_{}, t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{};
-  // Shared-memory operands: the regions this request reads and writes, held
-  // (so they stay mapped) from the header until the engine returns.
-  bool from_regions_ = false;
-  bool output_in_region_ = false;  // C is written into a region: nothing to send but the summary
-  std::vector<std::shared_ptr<const MappedRegion>> regions_held_;
-  // Resident operands (docs/resident.md): pinned from the header until the
-  // engine returns; a kept C's reserved bytes and, once kept, its handle.
-  ResidentStore::Lease resident_[3];
-  bool keep_ = false, keep_evictable_ = false;
-  bool send_c_ = true;  // false: keep_result without send_c, C's bytes stay on the server
+  // Where the operands come from (input_source.h): the rows, bound at the
+  // header and released when the engine returns; region_ is the region row
+  // among them (the request uploads nothing), or null.
+  std::vector<std::unique_ptr<InputSource>> sources_;
+  RegionSource* region_ = nullptr;
+  // Where C goes besides the stream (docs/resident.md): kept resident, as the
+  // header asked; a kept C's reserved bytes and, once kept, its handle.
+  struct KeepResult {
+    bool keep = false;       // C becomes a resident matrix
+    bool evictable = false;  // ... that the store may evict
+    bool send_c = true;      // false: C's bytes stay on the server, only the summary goes out
+  } keep_;
   ResidentBytes keep_bytes_;
   std::string result_handle_;
   // Observability (docs/observability.md): a trace asked for by the header,

@@ -9,15 +9,15 @@ namespace sgemm {
 namespace {
 
 using P = RequestPhase;
-constexpr P kAll[] = {P::kHeader, P::kQueued, P::kReceiving, P::kWaitMemory,
-                      P::kEarly,  P::kComputing, P::kSending, P::kDone};
+constexpr P kAll[] = {P::kHeader, P::kQueued,    P::kReceiving, P::kWaitMemory,
+                      P::kEarly,  P::kComputing, P::kSending,   P::kDone};
 
 TEST(RequestPhase, LegalMovesAreExactlyTheDocumentedOnes) {
   const std::set<std::pair<P, P>> legal = {
-      {P::kHeader, P::kReceiving},    {P::kHeader, P::kQueued},       {P::kReceiving, P::kWaitMemory},
-      {P::kWaitMemory, P::kReceiving}, {P::kReceiving, P::kQueued},   {P::kReceiving, P::kEarly},
-      {P::kReceiving, P::kSending},   {P::kEarly, P::kComputing},     {P::kEarly, P::kReceiving},
-      {P::kEarly, P::kSending},       {P::kQueued, P::kComputing},    {P::kComputing, P::kQueued},
+      {P::kHeader, P::kReceiving},     {P::kHeader, P::kQueued},    {P::kReceiving, P::kWaitMemory},
+      {P::kWaitMemory, P::kReceiving}, {P::kReceiving, P::kQueued}, {P::kReceiving, P::kEarly},
+      {P::kReceiving, P::kSending},    {P::kEarly, P::kComputing},  {P::kEarly, P::kReceiving},
+      {P::kEarly, P::kSending},        {P::kQueued, P::kComputing}, {P::kComputing, P::kQueued},
       {P::kComputing, P::kSending},
   };
   for (P from : kAll) {
