@@ -455,30 +455,20 @@ Status MultiplyCall::after_chunk() {
   return Status::Ok();
 }
 
-bool MultiplyCall::computes_quickly() const {
-  const double limit = shared_.options.inline_compute_ms;
-  if (limit <= 0) return false;
-  const double est = shared_.engine.estimate_ms(job_);
-  return est >= 0 && est <= limit;
-}
-
 bool MultiplyCall::may_start_early() const {
-  // docs/lifecycle.md: the engine may wait for A while it holds a compute
-  // slot, so it starts only when the rest of A is due well within the budget.
-  // A request with an input C never starts early: after a yield, computing
-  // again needs C's input rows, which the first run may have overwritten.
-  const auto budget = shared_.options.feed_wait_budget;
-  // Nor after a yield: then the client has shown it may stall, and it waits for its whole upload.
-  // Nor a request without an upload row (regions).
-  if (budget.count() <= 0 || !assembler_ || header_.has_c || yields_ > 0 || !buffers_[0] ||
-      assembler_->received(MatrixId::kA) == 0)
-    return false;
+  if (!assembler_) return false;  // no upload row: nothing arrives later
   const GemmShape& s = header_.shape;
-  if (assembler_->received(MatrixId::kB) < s.k * s.n) return false;
-  const double elapsed_s = std::chrono::duration<double>(Clock::now() - t_first_data_).count();
-  const double rate = double(bytes_in_) / std::max(elapsed_s, 1e-6);  // bytes/s so far
-  const double left_bytes = double(s.m * s.k - assembler_->received(MatrixId::kA)) * sizeof(float);
-  return left_bytes / rate <= 0.5 * std::chrono::duration<double>(budget).count();
+  UploadFacts f;
+  f.uploads_a = buffers_[0] != nullptr;
+  f.has_c = header_.has_c;
+  f.yields = yields_;
+  f.a_received = assembler_->received(MatrixId::kA);
+  f.a_elements = s.m * s.k;
+  f.b_received = assembler_->received(MatrixId::kB);
+  f.b_elements = s.k * s.n;
+  f.bytes_in = bytes_in_;
+  f.seconds_since_first_data = std::chrono::duration<double>(Clock::now() - t_first_data_).count();
+  return shared_.slot_policy.start_early(f);
 }
 
 Status MultiplyCall::start_compute(bool early) {
@@ -500,7 +490,7 @@ Status MultiplyCall::start_compute(bool early) {
   job_.sink = this;
   job_.cancel = &cancel_;
   job_.origin = t_start_;  // the engine's steps line up with the service's phases
-  if (early) assembler_->set_wait_budget(shared_.options.feed_wait_budget);
+  if (early) assembler_->set_wait_budget(shared_.slot_policy.feed_wait_budget());
   ++refs_;  // the pool task's reference
   if (early) {
     // The assembler outlives the task (the task holds a reference on the call).
@@ -510,7 +500,10 @@ Status MultiplyCall::start_compute(bool early) {
       return Status::Ok();  // no idle slot: compute once the upload is complete
     }
     ++early_starts_;
-  } else if (may_compute_here_ && !group_ && computes_quickly() && shared_.pool.reserve_here()) {
+  } else if (shared_.slot_policy.complete(may_compute_here_, group_ != nullptr,
+                                          [this] { return shared_.engine.estimate_ms(job_); }) ==
+                 ComputeSlotPolicy::Way::kHere &&
+             shared_.pool.reserve_here()) {
     compute_here_ = true;  // after_unlock() runs it on this thread: no hand-off for a quick product
   } else if (!shared_.pool.submit([this] { run_compute(); })) {
     --refs_;
@@ -556,16 +549,7 @@ void MultiplyCall::run_compute() {
       // and are not sent twice).
       ++yields_;
       assembler_->set_wait_budget(std::chrono::milliseconds(0));
-      skip_ = reported_;
-      std::sort(skip_.begin(), skip_.end());
-      std::vector<std::pair<int64_t, int64_t>> merged;
-      for (const auto& r : skip_) {
-        if (!merged.empty() && r.first <= merged.back().second)
-          merged.back().second = std::max(merged.back().second, r.second);
-        else
-          merged.push_back(r);
-      }
-      skip_ = std::move(merged);
+      sent_rows_.on_yield();
       if (phase_ == Phase::kComputing) {  // the upload completed meanwhile
         Status st = start_compute(/*early=*/false);
         if (!st.ok()) finish(st);
@@ -590,16 +574,9 @@ void MultiplyCall::run_compute() {
 void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
   std::unique_lock lock(mu_);
   if (c_in_region() || !keep_.send_c) return;  // C is in the caller's region, or kept resident: only the summary
-  reported_.emplace_back(row_begin, row_end);
+  sent_rows_.record(row_begin, row_end);
   // After a yield, the new run reports rows the first run already sent: only the rest goes out.
-  int64_t b = row_begin;
-  for (const auto& [s0, s1] : skip_) {
-    if (s1 <= b) continue;
-    if (s0 >= row_end) break;
-    if (s0 > b) route_rows(b, s0);
-    b = std::max(b, s1);
-  }
-  if (b < row_end) route_rows(b, row_end);
+  sent_rows_.for_each_unsent(row_begin, row_end, [this](int64_t b, int64_t e) { route_rows(b, e); });
   send_more();
   after_unlock(lock);
 }

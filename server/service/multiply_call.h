@@ -62,6 +62,7 @@
 
 #include "server/engine/resident_store.h"
 #include "server/service/codec.h"
+#include "server/service/compute_slot_policy.h"
 #include "server/service/input_source.h"
 #include "server/service/request_phase.h"
 #include "server/service/request_report.h"
@@ -141,10 +142,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status admit_memory(RequestMessage& msg, bool* parked);
   Status on_chunk(RequestMessage& msg);
   Status after_chunk();
-  bool may_start_early() const;
+  bool may_start_early() const;  // the compute-slot policy's early rule, on this request's facts
   Status start_compute(bool early);
-  bool computes_quickly() const;  // the engine's estimate is within --inline-compute-ms
-  bool accepts_chunks() const;    // a chunk now is part of the upload
+  bool accepts_chunks() const;  // a chunk now is part of the upload
   void send_more();
   void finish(const Status& status);
   void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
@@ -218,11 +218,10 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::deque<std::pair<int64_t, int64_t>> rows_;  // finished rows of C not yet sent
   int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
-  uint64_t pool_id_ = 0;                               // kEarly: the pool's id for the preemptible task
-  int early_starts_ = 0;                               // times computing started before the upload ended (for the log)
-  int yields_ = 0;                                     // times computing gave its slot back to wait for A
-  std::vector<std::pair<int64_t, int64_t>> reported_;  // rows of C reported by the engine so far
-  std::vector<std::pair<int64_t, int64_t>> skip_;      // after a yield: rows already reported (sorted, merged)
+  uint64_t pool_id_ = 0;  // kEarly: the pool's id for the preemptible task
+  int early_starts_ = 0;  // times computing started before the upload ended (for the log)
+  int yields_ = 0;        // times computing gave its slot back to wait for A
+  SentRows sent_rows_;    // rows of C reported so far; after a yield, those not to send again
   Clock::time_point t_first_data_{}, t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{};
   // Where the operands come from (input_source.h): the rows, bound at the
   // header and released when the engine returns; region_ is the region row
