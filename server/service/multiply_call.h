@@ -1,15 +1,20 @@
 // One Multiply call: a gRPC callback reactor whose steps are methods, in the
-// order a request goes through them:
+// order a request goes through them (the reactions and the end in
+// multiply_call.cc, the rest in the file named beside each step):
 //
-//   on_header()      convert, validate (limits, engine), size the footprint
+//   on_header()      convert, validate (limits, engine), bind the input rows,
+//                    size the footprint (multiply_call_sources.cc)
 //   admit_memory()   reserve the footprint against the budget at the first
 //                    data chunk; when it does not fit, stop reading and wait
 //                    (holding nothing) until it does or --idle-timeout passes
+//                    (multiply_call_upload.cc)
 //   on_chunk()       copy a chunk into its matrix (buffer allocated at the
 //                    matrix's first chunk)
-//   start_compute()  upload complete: C's buffer, a place on the compute pool;
+//   start_compute()  as the compute-slot policy says (compute_slot_policy.h):
+//                    upload complete: C's buffer, a place on the compute pool;
 //                    or early (may_start_early()): B (and C) complete, A
 //                    arriving fast enough, a compute slot idle now
+//                    (multiply_call_compute.cc)
 //   run_compute()    (pool thread) Engine::run; when started early it waits
 //                    for A's rows through the assembler (InputFeed) and
 //                    yields its slot (the engine stops, the call goes back to
@@ -19,6 +24,7 @@
 //                    not sent again
 //   send_more()      one chunk of C at a time, as rows are final, sent from
 //                    C's buffer without a copy (while A may still arrive)
+//                    (multiply_call_outcome.cc)
 //   finish()         the error, or (send_more) the summary and the log line: Finish()
 //   OnDone()         a failure's log line, with the code the client got
 //
