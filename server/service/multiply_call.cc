@@ -44,18 +44,10 @@ MultiplyCall::~MultiplyCall() = default;
 
 std::string_view MultiplyCall::client_name() const { return client_ ? std::string_view(client_->name()) : "-"; }
 
-void MultiplyCall::ref() {
-  std::lock_guard lock(mu_);
-  ++refs_;
-}
+void MultiplyCall::ref() { refs_.fetch_add(1); }
 
 void MultiplyCall::unref() {
-  bool last;
-  {
-    std::lock_guard lock(mu_);
-    last = --refs_ == 0;
-  }
-  if (last) delete this;  // buffers and the reservation go back here, no lock held
+  if (refs_.fetch_sub(1) == 1) delete this;  // buffers and the reservation go back here, no lock held
 }
 
 void MultiplyCall::after_unlock(std::unique_lock<std::mutex>& lock) {
@@ -73,10 +65,16 @@ void MultiplyCall::after_unlock(std::unique_lock<std::mutex>& lock) {
     report = final_status_;
   }
   const int stripe = stripe_;
+  std::vector<MultiplyCall*> wake;
+  wake.swap(to_wake_);
   const bool compute_here = std::exchange(compute_here_, false);
   ComputePool& pool = shared_.pool;
   lock.unlock();
   if (report_to) report_to->primary()->stripe_failed(stripe, report);
+  for (MultiplyCall* m : wake) {  // stripes with mail (rows of C, the request's end): each takes it under its own lock
+    m->take_mail();
+    m->unref();
+  }
   for (MultiplyCall* m : unrefs) m->unref();
   drop.reset();
   if (ticket && shared_.budget.cancel(ticket)) unref();  // the waiter's reference

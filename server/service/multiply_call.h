@@ -41,11 +41,13 @@
 // stripes > 1 makes this call the request's primary (stripe 0): it owns the
 // request as above and makes a StripeGroup; the streams that attach to it
 // (secondaries, also MultiplyCalls) copy their chunks into the primary's
-// assembler and send the rows of C the primary hands them. Lock order:
-// primary's mu_, then the group's (a leaf), then a secondary's mu_; a
-// secondary calls into its primary only with its own mu_ released. The group
-// holds a reference on the primary; the primary holds one on each attached
-// secondary until it has told it how the request ended (stripe_end).
+// assembler and send the rows of C the primary posts them. No call takes
+// another call's lock while holding its own: a secondary calls into its
+// primary only with its own mu_ released, and the primary posts rows of C and
+// the request's end into the group's mailbox (a leaf lock), then wakes the
+// stripe once its own mu_ is released (take_mail). References are atomic
+// (ref/unref take no lock). The group holds a reference on the primary; the
+// primary holds one on each attached secondary until it has posted the end.
 //
 // Threads: reactions on gRPC's threads, run_compute()/rows_ready() on a pool
 // thread, check_idle()/abort() on the watchdog or shutdown thread, the memory
@@ -58,6 +60,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -109,12 +112,10 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void stripe_half_closed(int stripe);
   // Primary: stripe `stripe`'s stream failed with `why` (its own status already sent).
   void stripe_failed(int stripe, const Status& why);
-  // Secondary, from the primary (its mu_ held): rows [row_begin, row_end) of C
-  // are final and this stripe's to send; `c` is C and `keep` owns it.
-  void stripe_rows(int64_t row_begin, int64_t row_end, const float* c, std::shared_ptr<HostBuffer> keep);
-  // Secondary, from the primary (its mu_ held): the request ended; OK: finish
-  // once the rows handed over are sent.
-  void stripe_end(const Status& status);
+  // Secondary, from the primary's thread with no lock held: takes what the
+  // primary posted to this stripe in the group (rows of C to send, the
+  // request's end) and sends on; an OK end finishes once those rows are sent.
+  void take_mail();
   // Secondary: the primary took the parked chunk; read on.
   void resume_read();
 
@@ -194,7 +195,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   AuthClient* const client_;  // owned by the service's ClientAuth; null without --auth-tokens
 
   mutable std::mutex mu_;
-  int refs_ = 1;                  // guarded by mu_: gRPC (until OnDone), pool task, memory waiter
+  std::atomic<int> refs_{1};      // gRPC (until OnDone), pool task, memory waiter, stripes' references
   Phase phase_ = Phase::kHeader;  // guarded by mu_ (and so is everything below); kDone: Finish called
   bool reading_ = false;          // a read is outstanding
   bool writing_ = false;          // a write is outstanding
@@ -263,9 +264,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   };
   std::vector<ParkedChunk> parked_;             // primary: secondaries' chunks waiting for memory
   std::vector<MultiplyCall*> to_unref_;         // references released by after_unlock()
+  std::vector<MultiplyCall*> to_wake_;          // primary: stripes with mail, woken (then unref'd) by after_unlock()
   std::shared_ptr<StripeGroup> group_to_drop_;  // released by after_unlock() (may release the primary)
   bool report_failure_ = false;                 // secondary: tell the primary (after_unlock) that this stream failed
-  bool end_ok_ = false;                         // secondary: the request succeeded; finish once rows_ is sent
 };
 
 }  // namespace sgemm

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "proto/grpc_status.h"
 #include "server/service/multiply_call.h"
@@ -41,8 +42,8 @@ void MultiplyCall::send_more() {
     StartWrite(&out_);
     return;
   }
-  if (stripe_ > 0) {  // a secondary stripe: its rows are sent and the request succeeded
-    if (end_ok_) {
+  if (stripe_ > 0) {  // a secondary stripe: its rows are sent; it finishes once the request succeeded
+    if (std::optional<Status> end = group_->end_of(stripe_); end && end->ok()) {
       final_status_ = Status::Ok();
       set_finished();
       Finish(to_grpc(Status::Ok()));

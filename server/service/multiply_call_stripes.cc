@@ -56,7 +56,7 @@ Status MultiplyCall::on_attach(const RequestMessage& msg) {
   stripe_ = msg.stripe;
   header_ = group_->request();
   if (!move_to(Phase::kReceiving)) return Status::Ok();
-  ++refs_;                              // the primary's reference, released after stripe_end()
+  ++refs_;                              // the primary's reference, released once it has posted the end
   shared_.requests_total.fetch_sub(1);  // part of the primary's request, not one of its own
   // The group keeps the primary alive (stripe_group.h): its id can be read.
   if (shared_.log.admit(spdlog::level::debug))
@@ -114,7 +114,7 @@ void MultiplyCall::on_stripe_read(std::unique_lock<std::mutex>& lock, bool ok) {
 Status MultiplyCall::stripe_chunk(MultiplyCall* from, int stripe, RequestMessage& msg, bool* parked) {
   *parked = false;
   std::unique_lock lock(mu_);
-  // The request has ended: stripe_end() tells the stripe how (or has told it).
+  // The request has ended: the end posted to the stripe tells it how (or has told it).
   if (done() || !assembler_) return Status::Ok();
   if (!accepts_chunks() && phase_ != Phase::kWaitMemory)
     return InvalidArgument("stripe " + std::to_string(stripe) + " sent a chunk for " +
@@ -184,7 +184,9 @@ void MultiplyCall::close_stripes(const Status& status) {
     MultiplyCall* m = members[std::size_t(s)];
     if (!m) continue;
     const bool as_is = status.ok() || fail_origin_ < 0 || fail_origin_ == s;
-    m->stripe_end(as_is ? status : seen_by_other_stripes(fail_origin_, stripes, status));
+    group_->post_end(s, as_is ? status : seen_by_other_stripes(fail_origin_, stripes, status));
+    m->ref();  // the wake's own reference
+    to_wake_.push_back(m);
     to_unref_.push_back(m);  // the reference taken at attach; released once mu_ is
   }
   group_to_drop_ = std::move(group_);
@@ -204,28 +206,31 @@ void MultiplyCall::route_rows(int64_t b, int64_t e) {
     if (owner == 0) {
       rows_.emplace_back(r, end);
     } else if (MultiplyCall* m = group_->member(owner)) {
-      m->stripe_rows(r, end, job_.c, buffers_[static_cast<int>(MatrixId::kC)]);
+      // Posted in order under the group's leaf lock; the stripe takes it, under
+      // its own lock, once this call's lock is released (after_unlock).
+      group_->post_rows(owner, {r, end, job_.c, buffers_[static_cast<int>(MatrixId::kC)]});
+      m->ref();  // held until the wake
+      to_wake_.push_back(m);
       stripe_bytes_out_ += (end - r) * n * int64_t(sizeof(float));
     }
     r = end;
   }
 }
 
-void MultiplyCall::stripe_rows(int64_t row_begin, int64_t row_end, const float* c, std::shared_ptr<HostBuffer> keep) {
-  std::lock_guard lock(mu_);
-  if (done()) return;
-  job_.c = const_cast<float*>(c);
-  buffers_[static_cast<int>(MatrixId::kC)] = std::move(keep);
-  rows_.emplace_back(row_begin, row_end);
-  send_more();
-}
-
-void MultiplyCall::stripe_end(const Status& status) {
-  std::lock_guard lock(mu_);
-  if (done()) return;
-  if (!status.ok()) return finish(status);
-  end_ok_ = true;
-  send_more();
+void MultiplyCall::take_mail() {
+  std::unique_lock lock(mu_);
+  if (done() || !group_) return after_unlock(lock);
+  StripeGroup::Mail mail = group_->take_mail(stripe_);
+  for (StripeGroup::Rows& r : mail.rows) {
+    job_.c = const_cast<float*>(r.c);
+    buffers_[static_cast<int>(MatrixId::kC)] = std::move(r.keep);
+    rows_.emplace_back(r.begin, r.end);
+  }
+  if (mail.end && !mail.end->ok())
+    finish(*mail.end);
+  else
+    send_more();  // with an OK end, finishes once the rows are sent
+  after_unlock(lock);
 }
 
 void MultiplyCall::resume_read() {
