@@ -50,38 +50,17 @@ void MultiplyCall::unref() {
   if (refs_.fetch_sub(1) == 1) delete this;  // buffers and the reservation go back here, no lock held
 }
 
+void MultiplyCall::defer(std::function<void()> work) { deferred_.push_back(std::move(work)); }
+
 void MultiplyCall::after_unlock(std::unique_lock<std::mutex>& lock) {
-  const uint64_t ticket = ticket_to_cancel_;
-  ticket_to_cancel_ = 0;
-  // Stripes: references and the group go, and a secondary's failure reaches its primary, with no lock held.
-  std::vector<MultiplyCall*> unrefs;
-  unrefs.swap(to_unref_);
-  std::shared_ptr<StripeGroup> drop = std::move(group_to_drop_);
-  std::shared_ptr<StripeGroup> report_to;
-  Status report;
-  if (report_failure_) {
-    report_failure_ = false;
-    report_to = group_;
-    report = final_status_;
-  }
-  const int stripe = stripe_;
-  std::vector<MultiplyCall*> wake;
-  wake.swap(to_wake_);
-  const bool compute_here = std::exchange(compute_here_, false);
-  ComputePool& pool = shared_.pool;
+  std::vector<std::function<void()>> work;
+  work.swap(deferred_);
+  std::function<void()> compute = std::move(run_here_);
+  run_here_ = nullptr;
   lock.unlock();
-  if (report_to) report_to->primary()->stripe_failed(stripe, report);
-  for (MultiplyCall* m : wake) {  // stripes with mail (rows of C, the request's end): each takes it under its own lock
-    m->take_mail();
-    m->unref();
-  }
-  for (MultiplyCall* m : unrefs) m->unref();
-  drop.reset();
-  if (ticket && shared_.budget.cancel(ticket)) unref();  // the waiter's reference
-  if (compute_here) {  // start_compute() reserved the slot; the task's reference keeps `this` until its end
-    run_compute();
-    pool.end_here();
-  }
+  for (auto& w : work) w();  // in the order deferred
+  // Last: `this` may be gone once the compute's task reference is released.
+  if (compute) compute();
 }
 
 void MultiplyCall::start_read() {
@@ -337,14 +316,16 @@ void MultiplyCall::finish(const Status& status) {
     close_stripes(status);
     if (fail_origin_ > 0) own = seen_by_other_stripes(fail_origin_, stripes, status);
   }
-  for (ParkedChunk& p : parked_) to_unref_.push_back(p.from);
+  for (ParkedChunk& p : parked_) defer([m = p.from] { m->unref(); });
   parked_.clear();
   final_status_ = own;
   set_finished();
   cancel_.cancel(own);                    // the engine stops at its next block
   if (assembler_) assembler_->fail(own);  // or where it waits for A
   if (memory_ticket_) {
-    ticket_to_cancel_ = memory_ticket_;  // cancelled once mu_ is released
+    defer([this, ticket = memory_ticket_] {        // cancelled once mu_ is released: a cancel may run another grant
+      if (shared_.budget.cancel(ticket)) unref();  // the waiter's reference
+    });
     memory_ticket_ = 0;
   }
   Finish(to_grpc(own));
@@ -353,7 +334,8 @@ void MultiplyCall::finish(const Status& status) {
 void MultiplyCall::finish_stream(const Status& status) {
   if (done()) return;
   if (stripe_ > 0)
-    report_failure_ = true;  // after_unlock() tells the primary, which ends the other stripes
+    // The primary ends the other stripes; told with this call's lock released.
+    defer([group = group_, stripe = stripe_, status] { group->primary()->stripe_failed(stripe, status); });
   else if (group_)
     fail_origin_ = 0;
   finish(status);

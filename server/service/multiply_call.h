@@ -63,6 +63,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -166,7 +167,13 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void start_read();
   Status cancelled_status() const;
   Status cancelled_status_in(Phase phase) const;
-  // Runs what must not run with mu_ held (cancelling a memory wait); call after unlocking.
+  // Work that must not run with mu_ held (cancelling a memory wait, which may
+  // grant another call; another call's reference or wake; the stripe failure
+  // the primary hears of; a quick compute on this thread), queued under mu_.
+  void defer(std::function<void()> work);
+  // Releases mu_, then runs the deferred work in order, then run_here_ (a
+  // compute start_compute() kept on this thread). Every step that holds mu_
+  // ends through it.
   void after_unlock(std::unique_lock<std::mutex>& lock);
   void ref();
   void unref();
@@ -206,9 +213,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Clock::time_point t_finish_{};
   bool server_reset_ = false;      // we reset the stream (TryCancel): our status stands in the log
   uint64_t memory_ticket_ = 0;     // waiting for memory
-  uint64_t ticket_to_cancel_ = 0;  // cancelled by after_unlock()
   bool may_compute_here_ = false;  // in OnReadDone, unstriped: start_compute() may keep the job on this thread
-  bool compute_here_ = false;      // after_unlock() runs the compute (a slot is reserved for it)
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
   RequestMessage pending_;  // the chunk that waits for memory
@@ -262,11 +267,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     int stripe;
     RequestMessage msg;
   };
-  std::vector<ParkedChunk> parked_;             // primary: secondaries' chunks waiting for memory
-  std::vector<MultiplyCall*> to_unref_;         // references released by after_unlock()
-  std::vector<MultiplyCall*> to_wake_;          // primary: stripes with mail, woken (then unref'd) by after_unlock()
-  std::shared_ptr<StripeGroup> group_to_drop_;  // released by after_unlock() (may release the primary)
-  bool report_failure_ = false;                 // secondary: tell the primary (after_unlock) that this stream failed
+  std::vector<ParkedChunk> parked_;              // primary: secondaries' chunks waiting for memory
+  std::vector<std::function<void()>> deferred_;  // run by after_unlock()
+  std::function<void()> run_here_;               // a quick compute on this thread, run by after_unlock() last
 };
 
 }  // namespace sgemm

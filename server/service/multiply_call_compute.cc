@@ -39,7 +39,12 @@ Status MultiplyCall::start_compute(bool early) {
                                           [this] { return shared_.engine.estimate_ms(job_); }) ==
                  ComputeSlotPolicy::Way::kHere &&
              shared_.pool.reserve_here()) {
-    compute_here_ = true;  // after_unlock() runs it on this thread: no hand-off for a quick product
+    // Run on this thread once mu_ is released: no hand-off for a quick product.
+    // The task's reference keeps `this` until run_compute()'s end.
+    run_here_ = [this, pool = &shared_.pool] {
+      run_compute();
+      pool->end_here();
+    };
   } else if (!shared_.pool.submit([this] { run_compute(); })) {
     --refs_;
     return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +

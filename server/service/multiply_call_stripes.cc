@@ -185,11 +185,12 @@ void MultiplyCall::close_stripes(const Status& status) {
     if (!m) continue;
     const bool as_is = status.ok() || fail_origin_ < 0 || fail_origin_ == s;
     group_->post_end(s, as_is ? status : seen_by_other_stripes(fail_origin_, stripes, status));
-    m->ref();  // the wake's own reference
-    to_wake_.push_back(m);
-    to_unref_.push_back(m);  // the reference taken at attach; released once mu_ is
+    defer([m] {  // it takes its end under its own lock; then the reference taken at attach goes
+      m->take_mail();
+      m->unref();
+    });
   }
-  group_to_drop_ = std::move(group_);
+  defer([group = std::move(group_)]() mutable { group.reset(); });  // may release this call (the group's reference)
 }
 
 void MultiplyCall::route_rows(int64_t b, int64_t e) {
@@ -210,7 +211,10 @@ void MultiplyCall::route_rows(int64_t b, int64_t e) {
       // its own lock, once this call's lock is released (after_unlock).
       group_->post_rows(owner, {r, end, job_.c, buffers_[static_cast<int>(MatrixId::kC)]});
       m->ref();  // held until the wake
-      to_wake_.push_back(m);
+      defer([m] {
+        m->take_mail();
+        m->unref();
+      });
       stripe_bytes_out_ += (end - r) * n * int64_t(sizeof(float));
     }
     r = end;
