@@ -27,9 +27,11 @@
 #include <thread>
 
 #include "server/cluster/cluster_engine.h"
+#include "server/cluster/cluster_trust.h"
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
 #include "server/engine/engine_factory.h"
+#include "server/service/reflection_switch.h"
 #include "server/service/sgemm_service.h"
 #include "server/service/tls_credentials.h"
 #include "server/service/unix_connections.h"
@@ -72,6 +74,7 @@ struct ServerOptions {
   // shrinks windows and closes the connections that hold the most. 0 = unlimited.
   int64_t grpc_memory_bytes = int64_t{1} << 30;
   std::string metrics_listen;  // Prometheus /metrics on this address:port; "" = none
+  bool reflection = false;     // gRPC server reflection (each stream holds a thread: off unless asked for)
   // Page-locked memory pinned at start-up for request buffers (cuda backend):
   // 4 GiB holds one 16384^3 request's A, B and C; 0 = pin buffers as they come.
   int64_t pinned_pool_bytes = int64_t(4) << 30;
@@ -85,6 +88,8 @@ struct ServerOptions {
   std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster
   std::string join;                    // member: the coordinator's cluster address; "" = not a member
   std::string cluster_name;            // this process's name in a cluster; "" = the host name
+  std::string cluster_token_file;      // the cluster's shared secret (first line); "" = members need none
+  std::string cluster_ca;              // member: the CA of the coordinator's certificate; "" = plaintext to it
   bool cluster_always = false;         // coordinator: every fp32 request over the cluster (benchmarks)
   double cluster_timeout_s = 60;       // building a communicator; a member's answer to a job (x10)
 };
@@ -162,6 +167,20 @@ int main(int argc, char** argv) {
   app.add_option("--max-matrix-elements", opt.service.limits.max_matrix_elements,
                  "largest A, B or C accepted, in elements")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--min-upload-rate", opt.service.limits.min_upload_bytes_per_s,
+                 "bytes/s an upload holding server memory must average after --idle-timeout of grace (0 = no minimum; "
+                 "docs/security.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-output-ratio", opt.service.limits.max_output_ratio,
+                 "a C the server holds may be at most this many times its inputs' bytes, or --output-floor-bytes "
+                 "(0 = no bound; docs/security.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--output-floor-bytes", opt.service.limits.output_floor_bytes,
+                 "a C of up to this many bytes is never refused by --max-output-ratio")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-in-flight", opt.service.max_in_flight, "requests computed at once")
       ->check(CLI::PositiveNumber)
@@ -245,6 +264,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
   app.add_option("--port-file", opt.port_file, "write the bound port to this file once serving");
   app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_flag("--reflection", opt.reflection,
+               "offer gRPC server reflection (for grpcurl without the .proto); off by default: each reflection "
+               "stream holds a server thread and needs no token (docs/security.md)");
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)");
   app.add_option("--trace-dir", opt.service.trace_dir,
@@ -278,6 +300,13 @@ int main(int argc, char** argv) {
   app.add_option("--join", opt.join, "join the cluster of the coordinator at this address:port (its --cluster-listen)")
       ->excludes(cluster_listen);
   app.add_option("--cluster-name", opt.cluster_name, "this server's name in a cluster (default: the host name)");
+  app.add_option("--cluster-token-file", opt.cluster_token_file,
+                 "file whose first line is the cluster's shared secret: the coordinator admits only members that "
+                 "send it, members send it (docs/security.md)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--cluster-ca", opt.cluster_ca,
+                 "member: reach the coordinator over TLS, trusting this CA (and presenting --tls-cert/--tls-key)")
+      ->check(CLI::ExistingFile);
   app.add_flag("--cluster-always", opt.cluster_always,
                "coordinator: run every fp32 request over the cluster, whatever the cost model says");
   app.add_option("--cluster-timeout", opt.cluster_timeout_s,
@@ -356,6 +385,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<sgemm::ClusterMember> member;
   std::unique_ptr<grpc::Server> cluster_server;
   std::unique_ptr<sgemm::Engine> served = std::move(built->engine);
+  // TLS first: the cluster listener serves under the same certificate.
+  std::unique_ptr<sgemm::TlsCredentials> tls;
+  if (opt.tls.enabled()) {
+    auto made = sgemm::TlsCredentials::create(opt.tls);
+    if (!made.ok()) {
+      log->error("{}", made.status().message());
+      return 2;
+    }
+    tls = std::move(made).value();
+  }
   if (!opt.cluster_listen.empty() || !opt.join.empty()) {
     auto plane = sgemm::make_cluster_plane(eopt);
     if (!plane.ok()) {
@@ -374,12 +413,30 @@ int main(int argc, char** argv) {
     copt.connect_timeout_ms = int64_t(opt.cluster_timeout_s * 1000);
     copt.job_timeout_ms = 10 * copt.connect_timeout_ms;
     copt.log = [log](std::string_view msg) { log->info("{}", msg); };
+    if (!opt.cluster_token_file.empty()) {
+      auto token = sgemm::read_cluster_token(opt.cluster_token_file);
+      if (!token.ok()) {
+        log->error("{}", token.status().message());
+        return 2;
+      }
+      copt.token = std::move(token).value();
+    }
+    copt.tls_ca_file = opt.cluster_ca;
+    if (!opt.cluster_ca.empty()) {  // a member presents the server's own certificate to a coordinator that asks
+      copt.tls_cert_file = opt.tls.cert_file;
+      copt.tls_key_file = opt.tls.key_file;
+    }
+    if (auto creds = sgemm::cluster_channel_credentials(copt); !creds.ok()) {
+      log->error("{}", creds.status().message());
+      return 2;
+    }
     if (!opt.cluster_listen.empty()) {
       coordinator = std::make_unique<sgemm::ClusterCoordinator>(*cluster_plane, copt);
       grpc::ServerBuilder cb;
       int cport = 0;
-      cb.AddListeningPort(opt.cluster_listen, grpc::InsecureServerCredentials(), &cport);
+      cb.AddListeningPort(opt.cluster_listen, sgemm::listener_credentials(opt.cluster_listen, tls.get()), &cport);
       cb.RegisterService(coordinator.get());
+      cb.SetOption(sgemm::without_reflection());
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
       cb.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
@@ -407,15 +464,6 @@ int main(int argc, char** argv) {
   if (opt.service.host_memory_bytes == 0) opt.service.host_memory_bytes = sgemm::default_host_memory_bytes();
   opt.service.version = SGEMM_VERSION;
   opt.service.backends = sgemm::built_backends();
-  std::unique_ptr<sgemm::TlsCredentials> tls;
-  if (opt.tls.enabled()) {
-    auto made = sgemm::TlsCredentials::create(opt.tls);
-    if (!made.ok()) {
-      log->error("{}", made.status().message());
-      return 2;
-    }
-    tls = std::move(made).value();
-  }
   if (!opt.auth_tokens.empty()) {
     auto loaded = sgemm::ClientAuth::load(opt.auth_tokens);
     if (!loaded.ok()) {
@@ -444,6 +492,7 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!opt.reflection) builder.SetOption(sgemm::without_reflection());
   // TCP addresses go to gRPC (TLS when configured); unix:PATH sockets (plaintext: the peer's credentials are checked)
   // are accepted by us (their peers' credentials decide region rights) and handed to gRPC per connection.
   std::vector<std::string> tcp, unix_paths;

@@ -22,6 +22,7 @@ class ClusterEngine final : public Engine {
   EngineInfo info() const override { return local_->info(); }
   HostAllocator& host_allocator() override { return local_->host_allocator(); }
   Status validate(const GemmRequest& r) const override { return local_->validate(r); }
+  int64_t max_leading_dimension() const override { return local_->max_leading_dimension(); }
 
   // Shared-memory regions are read and written by the local engine's copies
   // (the cluster path too starts from this host's memory): lock them there.

@@ -23,8 +23,21 @@ struct ClusterOptions {
   // Run every fp32 request on the cluster when members are present, whatever
   // the cost model says (benchmarks and tests).
   bool always = false;
+  // A member that did not answer `ready` for a new communicator within
+  // connect_timeout_ms is dropped and may not join again under its name for
+  // this long: it holds one request, not every one (docs/security.md).
+  int64_t rejoin_ban_ms = 60000;
   // A member whose coordinator is gone tries to join again after this long.
   int64_t rejoin_interval_ms = 1000;
+  // Trust (cluster_trust.h, docs/security.md). The shared secret every
+  // process of the cluster holds (--cluster-token-file): the coordinator
+  // refuses a Join without it; "" = none.
+  std::string token;
+  // A member's TLS to its coordinator: the CA that signed the coordinator's
+  // certificate (--cluster-ca; "" = plaintext), and the member's own
+  // certificate and key (its --tls-cert/--tls-key) for a coordinator that
+  // asks for one (--tls-client-ca).
+  std::string tls_ca_file, tls_cert_file, tls_key_file;
   // Messages for the server log; null = silent. Called from any thread.
   std::function<void(std::string_view)> log;
 };

@@ -4,10 +4,16 @@
 #include <cstdio>
 #include <deque>
 
+#include "common/log_text.h"
 #include "proto/grpc_status.h"
 #include "server/cluster/cluster_codec.h"
+#include "server/cluster/cluster_trust.h"
 
 namespace sgemm {
+
+// A member's error texts are kept to this many characters (they go into
+// request errors and the log).
+constexpr std::size_t kMaxMemberText = 1024;
 
 // One member's Join stream. Reads run back to back; writes are queued and
 // sent one at a time. Ends (and deletes itself) when gRPC says the call is
@@ -93,12 +99,17 @@ ClusterCoordinator::ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions o
 ClusterCoordinator::~ClusterCoordinator() { shutdown(); }
 
 void ClusterCoordinator::log(const std::string& msg) const {
-  if (options_.log) options_.log("cluster: " + msg);
+  if (options_.log) options_.log(log_line("cluster: " + msg));  // a member's strings cannot forge a line
 }
 
 grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>* ClusterCoordinator::Join(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
   auto* r = new MemberReactor(this);
+  if (Status trusted = check_cluster_token(ctx, options_.token); !trusted.ok()) {
+    log("refused a Join from " + ctx->peer() + ": " + trusted.message());
+    r->finish(to_grpc(trusted));
+    return r;
+  }
   std::lock_guard lock(mu_);
   if (shut_down_) r->finish(to_grpc(Unavailable("the coordinator is shutting down")));
   return r;
@@ -120,6 +131,24 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
   Member* m = find_locked(r);
   if (msg.has_hello()) {
     if (m || shut_down_) return;  // one hello per stream
+    Status valid = check_hello(msg.hello());
+    if (valid.ok() && int(members_.size()) >= kMaxClusterMembers)
+      valid = ResourceExhausted("the cluster has " + std::to_string(members_.size()) + " members, its limit");
+    if (auto ban = banned_.find(msg.hello().host()); valid.ok() && ban != banned_.end()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now < ban->second)
+        valid = Unavailable(
+            "cluster member '" + ban->first + "' did not answer ready within " +
+            std::to_string(options_.connect_timeout_ms) + " ms and may join again in " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(ban->second - now).count() + 1) + " s");
+      else
+        banned_.erase(ban);
+    }
+    if (!valid.ok()) {
+      log("refused a hello: " + valid.message());
+      r->finish(to_grpc(valid));
+      return;
+    }
     Member nm;
     nm.id = next_member_id_++;
     nm.host = msg.hello().host().empty() ? "member-" + std::to_string(nm.id) : msg.hello().host();
@@ -141,11 +170,11 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
   } else if (msg.has_ready()) {
     m->ready_epoch = msg.ready().epoch();
     m->ready_ok = msg.ready().ok();
-    m->ready_error = msg.ready().error();
+    m->ready_error = msg.ready().error().substr(0, kMaxMemberText);
   } else if (msg.has_done()) {
     m->done_job = msg.done().job_id();
     m->done_ok = msg.done().ok();
-    m->done_error = msg.done().error();
+    m->done_error = msg.done().error().substr(0, kMaxMemberText);
     m->done_timings = timings_from_proto(msg.done());
   }
   cv_.notify_all();
@@ -261,10 +290,13 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
   ClusterCommSpec spec{epoch, *id, int(view.ranks.size()), 0};
   Status s = plane_.connect(spec, abort.get(), options_.connect_timeout_ms);
   lock.lock();
-  if (s.ok())
+  bool waited_for_members = false;
+  if (s.ok()) {
+    waited_for_members = true;
     s = wait_members_locked(
         lock, ids, *abort, options_.connect_timeout_ms, "the communicator",
         [](const Member& m, uint64_t e) { return m.ready_epoch == e; }, epoch);
+  }
   if (s.ok()) {
     for (uint64_t mid : ids) {
       const Member& m = members_[mid];
@@ -278,10 +310,19 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
   abort_members_.clear();
   if (!s.ok()) {
     // Members that did not join are dropped: they join again with a new stream.
+    // One that never answered (while this side's part was up) is kept out for
+    // rejoin_ban_ms: otherwise it would rejoin and hold the next request too.
+    const auto ban_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.rejoin_ban_ms);
     for (uint64_t mid : ids) {
       auto it = members_.find(mid);
-      if (it != members_.end() && !(it->second.ready_epoch == epoch && it->second.ready_ok))
-        it->second.reactor->finish(to_grpc(Unavailable("did not join communicator epoch " + std::to_string(epoch))));
+      if (it == members_.end() || (it->second.ready_epoch == epoch && it->second.ready_ok)) continue;
+      const bool silent = waited_for_members && it->second.ready_epoch != epoch;
+      if (silent && options_.rejoin_ban_ms > 0) {
+        banned_[it->second.host] = ban_until;
+        log("member '" + it->second.host + "' did not answer ready for epoch " + std::to_string(epoch) +
+            "; it may not join again for " + std::to_string(options_.rejoin_ban_ms) + " ms");
+      }
+      it->second.reactor->finish(to_grpc(Unavailable("did not join communicator epoch " + std::to_string(epoch))));
     }
     ++generation_;
     lock.unlock();

@@ -14,6 +14,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -86,6 +87,9 @@ class ClusterCoordinator final : public v1::Cluster::CallbackService {
     std::string done_error;
     std::vector<DeviceTiming> done_timings;
   };
+
+  // Members dropped for not answering `ready`, by host name: when they may join again. Guarded by mu_.
+  std::map<std::string, std::chrono::steady_clock::time_point> banned_;
 
   // Reactor callbacks (gRPC threads).
   void on_message(MemberReactor* r, const v1::ClusterMemberMessage& msg);

@@ -4,7 +4,9 @@
 
 #include <chrono>
 
+#include "common/log_text.h"
 #include "server/cluster/cluster_codec.h"
+#include "server/cluster/cluster_trust.h"
 #include "sgemm/v1/cluster.grpc.pb.h"
 
 namespace sgemm {
@@ -28,7 +30,7 @@ ClusterMember::ClusterMember(ClusterDataPlane& plane, std::string coordinator, C
 ClusterMember::~ClusterMember() { stop(); }
 
 void ClusterMember::log(const std::string& msg) const {
-  if (options_.log) options_.log("cluster member: " + msg);
+  if (options_.log) options_.log(log_line("cluster member: " + msg));  // a member's strings cannot forge a line
 }
 
 void ClusterMember::start() {
@@ -62,7 +64,12 @@ void ClusterMember::session_loop() {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  auto channel = grpc::CreateCustomChannel(coordinator_, grpc::InsecureChannelCredentials(), args);
+  auto credentials = cluster_channel_credentials(options_);
+  if (!credentials.ok()) {  // main() checked the files at start-up; they went since
+    log("cannot reach the coordinator: " + credentials.status().message());
+    return;
+  }
+  auto channel = grpc::CreateCustomChannel(coordinator_, *credentials, args);
   auto stub = v1::Cluster::NewStub(channel);
   for (;;) {
     auto session = std::make_shared<Session>();
@@ -71,6 +78,7 @@ void ClusterMember::session_loop() {
       if (stopping_) return;
       session_ = session;
     }
+    if (!options_.token.empty()) session->context.AddMetadata("authorization", "Bearer " + options_.token);
     session->stream = stub->Join(&session->context);
     v1::ClusterMemberMessage hello;
     hello.mutable_hello()->set_host(options_.host);
@@ -110,8 +118,11 @@ void ClusterMember::session_loop() {
       std::lock_guard write_lock(session->write_mu);
       session->closed = true;
     }
-    session->context.TryCancel();
-    (void)session->stream->Finish();
+    // The reads ended: the coordinator's status is here (why it ended the
+    // stream: a refused token, a refused hello). The hello was not sent:
+    // nothing will end the call but a cancel.
+    if (!ok) session->context.TryCancel();
+    const grpc::Status ended = session->stream->Finish();
     {
       std::lock_guard lock(mu_);
       if (current_) current_->cancel(Unavailable("the stream to the coordinator ended"));
@@ -121,8 +132,8 @@ void ClusterMember::session_loop() {
       cv_.notify_all();
       if (stopping_) return;
     }
-    log("lost the coordinator " + coordinator_ + "; joining again in " + std::to_string(options_.rejoin_interval_ms) +
-        " ms");
+    log("lost the coordinator " + coordinator_ + " (" + ended.error_message() + "); joining again in " +
+        std::to_string(options_.rejoin_interval_ms) + " ms");
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(options_.rejoin_interval_ms), [&] { return stopping_; });
     if (stopping_) return;

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace sgemm {
@@ -35,6 +37,28 @@ const float* host_matrix(const ResidentMatrix* m, std::shared_ptr<ResidentData>*
   return h ? h->floats() : nullptr;
 }
 
+// OpenBLAS's index type: 32-bit int unless the library was built with 64-bit indices.
+constexpr int64_t kMaxBlasInt = int64_t(std::numeric_limits<blasint>::max());
+
+// The arguments of one cblas_sgemm (row-major, no transposes) before the call:
+// OpenBLAS refuses bad ones only on stderr (xerbla) and returns, leaving C
+// unwritten, so a request that reached here with one would answer OK with a
+// wrong C. validate() and the service's layout checks keep them out; one
+// getting through is our bug (INTERNAL naming the argument).
+Status check_sgemm_args(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+  const std::pair<const char*, int64_t> args[] = {{"M", m},     {"N", n},     {"K", k},
+                                                  {"lda", lda}, {"ldb", ldb}, {"ldc", ldc}};
+  for (const auto& [name, v] : args)
+    if (v < 1 || v > kMaxBlasInt)
+      return Internal(std::string("cblas_sgemm argument ") + name + " = " + std::to_string(v) + " is outside [1, " +
+                      std::to_string(kMaxBlasInt) + "] (OpenBLAS's blasint)");
+  if (lda < k || ldb < n || ldc < n)
+    return Internal("cblas_sgemm leading dimensions lda " + std::to_string(lda) + ", ldb " + std::to_string(ldb) +
+                    ", ldc " + std::to_string(ldc) + " are narrower than K " + std::to_string(k) + " / N " +
+                    std::to_string(n));
+  return Status::Ok();
+}
+
 class CpuEngine final : public Engine {
  public:
   explicit CpuEngine(const CpuEngineOptions& options)
@@ -58,6 +82,7 @@ class CpuEngine final : public Engine {
   }
 
   HostAllocator& host_allocator() override { return allocator_; }
+  int64_t max_leading_dimension() const override { return kMaxBlasInt; }
   ResidentStore* resident_store() override { return &store_; }
 
   // OpenBLAS reads and writes host memory where it is: nothing to lock.
@@ -80,6 +105,12 @@ class CpuEngine final : public Engine {
     if (options.kernel && *options.kernel != KernelKind::kOpenblas)
       return FailedPrecondition("kernel '" + std::string(kernel_kind_name(*options.kernel)) +
                                 "' needs the cuda backend; this server runs the cpu backend (OpenBLAS)");
+    // Every dimension goes to OpenBLAS as a blasint.
+    for (auto [name, v] : {std::pair{"m", r.shape.m}, std::pair{"n", r.shape.n}, std::pair{"k", r.shape.k}})
+      if (v > kMaxBlasInt)
+        return InvalidArgument(std::string("header.") + name + " = " + std::to_string(v) +
+                               " is over the cpu backend's limit of " + std::to_string(kMaxBlasInt) +
+                               " (OpenBLAS's index type)");
     if (options.split == SplitMode::kRows || options.split == SplitMode::kK)
       return FailedPrecondition("split '" + std::string(split_mode_name(options.split)) +
                                 "' needs several GPUs; this server runs the cpu backend");
@@ -131,6 +162,7 @@ class CpuEngine final : public Engine {
     const float* a = ra ? ra : job.a;
     const float* b = rb ? rb : job.b;
     const int64_t lda = ra ? s.k : job.a_ld(), ldb = rb ? s.n : job.b_ld(), ldc = job.c_ld();
+    SGEMM_RETURN_IF_ERROR(check_sgemm_args(s.m, s.n, s.k, lda, ldb, ldc));
     if (rc)
       for (int64_t i = 0; i < s.m; ++i) std::copy(rc + i * s.n, rc + (i + 1) * s.n, job.c + i * ldc);
     // The lock is taken only when the inputs are present (the service runs a

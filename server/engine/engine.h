@@ -201,6 +201,11 @@ class Engine {
   // Runs a job whose request validate() accepted; a job it would refuse is
   // our bug (INTERNAL). Stops with job.cancel's status when that is set.
   virtual StatusOr<GemmReport> run(const GemmJob& job) = 0;
+  // The largest leading dimension (elements) a job may carry: the service
+  // refuses a larger one (INVALID_ARGUMENT naming the field) before any data
+  // moves. The integer the backend's libraries index with (OpenBLAS's
+  // blasint, cuBLAS's int).
+  virtual int64_t max_leading_dimension() const = 0;
   // The engine's estimate of run(job) in ms, inputs in host memory; negative:
   // no estimate, or run() would now wait for another job (then the service
   // never computes the job on its own thread).

@@ -1,5 +1,6 @@
 #include "server/service/client_auth.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -54,6 +55,54 @@ StatusOr<AuthClient::Lease> AuthClient::admit(int64_t bytes) {
   return lease;
 }
 
+StatusOr<AuthClient::StreamLease> AuthClient::open_stream(int limit) {
+  const int open = open_streams_.fetch_add(1) + 1;
+  StreamLease lease(this);
+  if (limit > 0 && open > limit)
+    return PermissionDenied("client '" + name_ + "' already has " + std::to_string(open - 1) +
+                            " Multiply and PutMatrix streams open, its share of " + std::to_string(limit) +
+                            " (max_open_streams, or --max-open-streams shared among the token file's clients); "
+                            "finish some first");
+  return lease;
+}
+
+int ClientAuth::stream_share(const AuthClient& client, int max_open_streams, int max_stripes) const {
+  if (client.quota().max_open_streams > 0) return client.quota().max_open_streams;
+  const int even = entries_.empty() ? max_open_streams : max_open_streams / int(entries_.size());
+  return std::max(even, max_stripes);
+}
+
+void AuthClient::ResidentCharge::reset() {
+  if (!client_) return;
+  std::lock_guard lock(client_->resident_mu_);
+  client_->resident_charged_ -= bytes_;
+  client_ = nullptr;
+  bytes_ = 0;
+}
+
+Status AuthClient::resident_over(int64_t bytes, int64_t held_in_store, int64_t charged) const {
+  const int64_t quota = quota_.max_resident_bytes;
+  if (quota <= 0 || held_in_store + charged + bytes <= quota) return Status::Ok();
+  return PermissionDenied("client '" + name_ + "' holds " + std::to_string(held_in_store) +
+                          " bytes of resident matrices and is making " + std::to_string(charged) + " more; " +
+                          std::to_string(bytes) + " more would exceed its quota of " + std::to_string(quota) +
+                          " (max_resident_bytes): delete some first");
+}
+
+Status AuthClient::check_resident(int64_t bytes, int64_t held_in_store) const {
+  std::lock_guard lock(resident_mu_);
+  return resident_over(bytes, held_in_store, resident_charged_);
+}
+
+StatusOr<AuthClient::ResidentCharge> AuthClient::charge_resident(int64_t bytes,
+                                                                 const std::function<int64_t()>& held_in_store) {
+  if (quota_.max_resident_bytes <= 0) return ResidentCharge();
+  std::lock_guard lock(resident_mu_);
+  SGEMM_RETURN_IF_ERROR(resident_over(bytes, held_in_store(), resident_charged_));
+  resident_charged_ += bytes;
+  return ResidentCharge(this, bytes);
+}
+
 StatusOr<std::unique_ptr<ClientAuth>> ClientAuth::load(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return InvalidArgument("--auth-tokens " + path + ": cannot be read");
@@ -89,6 +138,11 @@ StatusOr<std::unique_ptr<ClientAuth>> ClientAuth::parse(const std::string& text,
         q.max_bytes_in_flight = value.get<int64_t>();
       } else if (key == "max_resident_bytes" && value.is_number_integer() && value.get<int64_t>() >= 0) {
         q.max_resident_bytes = value.get<int64_t>();
+      } else if (key == "max_open_streams" && value.is_number_integer() && value.get<int64_t>() >= 0 &&
+                 value.get<int64_t>() < (int64_t{1} << 30)) {
+        q.max_open_streams = int(value.get<int64_t>());
+      } else if (key == "max_region_bytes" && value.is_number_integer() && value.get<int64_t>() >= 0) {
+        q.max_region_bytes = value.get<int64_t>();
       } else if (key == "multiply" && value.is_boolean()) {
         q.multiply = value.get<bool>();
       } else {

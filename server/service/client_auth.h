@@ -23,8 +23,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,12 @@ struct ClientQuota {
   // Resident matrices it may own at once (docs/resident.md): the sum of their
   // rows x cols x 4, put or kept, checked at each put and keep_result; 0 = no limit.
   int64_t max_resident_bytes = 0;
+  // Multiply and PutMatrix streams it may have open and unanswered at once;
+  // 0 = its share of --max-open-streams (ClientAuth::stream_share).
+  int max_open_streams = 0;
+  // Shared-memory regions it may have registered at once (bytes, all its
+  // Unix connections together); 0 = no limit beyond --region-bytes.
+  int64_t max_region_bytes = 0;
 };
 
 // One client of the token file, with what it holds right now.
@@ -80,11 +88,83 @@ class AuthClient {
   // PERMISSION_DENIED naming the quota that is full.
   StatusOr<Lease> admit(int64_t bytes);
 
+  // One open stream (Multiply or PutMatrix) against the client's stream
+  // quota, from the call's start until it is answered; move-only.
+  class StreamLease {
+   public:
+    StreamLease() = default;
+    explicit StreamLease(AuthClient* client) : client_(client) {}
+    StreamLease(StreamLease&& o) noexcept : client_(o.client_) { o.client_ = nullptr; }
+    StreamLease& operator=(StreamLease&& o) noexcept {
+      if (this != &o) {
+        reset();
+        client_ = o.client_;
+        o.client_ = nullptr;
+      }
+      return *this;
+    }
+    StreamLease(const StreamLease&) = delete;
+    StreamLease& operator=(const StreamLease&) = delete;
+    ~StreamLease() { reset(); }
+    void reset() {
+      if (client_) client_->open_streams_.fetch_sub(1);
+      client_ = nullptr;
+    }
+
+   private:
+    AuthClient* client_ = nullptr;
+  };
+  // Takes one of at most `limit` open streams, or PERMISSION_DENIED naming
+  // the client and the limit (`limit` from ClientAuth::stream_share).
+  StatusOr<StreamLease> open_stream(int limit);
+  int open_streams() const { return open_streams_.load(); }
+
+  // Resident bytes charged to max_resident_bytes for a matrix being made (a
+  // put, a kept C) from the moment its room is reserved until it is in the
+  // store (then the store counts it) or its call fails; move-only.
+  class ResidentCharge {
+   public:
+    ResidentCharge() = default;
+    ResidentCharge(AuthClient* client, int64_t bytes) : client_(client), bytes_(bytes) {}
+    ResidentCharge(ResidentCharge&& o) noexcept : client_(o.client_), bytes_(o.bytes_) { o.client_ = nullptr; }
+    ResidentCharge& operator=(ResidentCharge&& o) noexcept {
+      if (this != &o) {
+        reset();
+        client_ = o.client_;
+        bytes_ = o.bytes_;
+        o.client_ = nullptr;
+      }
+      return *this;
+    }
+    ResidentCharge(const ResidentCharge&) = delete;
+    ResidentCharge& operator=(const ResidentCharge&) = delete;
+    ~ResidentCharge() { reset(); }
+    void reset();
+
+   private:
+    AuthClient* client_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+  // Charges `bytes` against max_resident_bytes, counting the client's
+  // matrices in the store (`held_in_store()`, read under the lock that
+  // releases charges: a matrix moving from its charge into the store is
+  // counted once or twice, never not at all) and the charges of other calls.
+  // PERMISSION_DENIED naming the client and the numbers when over; an empty
+  // charge without the quota. So concurrent puts cannot together pass it.
+  StatusOr<ResidentCharge> charge_resident(int64_t bytes, const std::function<int64_t()>& held_in_store);
+  // The same test without charging (a put's header: an early refusal).
+  Status check_resident(int64_t bytes, int64_t held_in_store) const;
+
  private:
+  Status resident_over(int64_t bytes, int64_t held_in_store, int64_t charged) const;
+
   const std::string name_;
   const ClientQuota quota_;
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> bytes_in_flight_{0};
+  std::atomic<int> open_streams_{0};
+  mutable std::mutex resident_mu_;
+  int64_t resident_charged_ = 0;  // guarded by resident_mu_
 };
 
 class ClientAuth {
@@ -99,6 +179,12 @@ class ClientAuth {
   StatusOr<AuthClient*> authenticate(std::string_view authorization) const;
 
   std::size_t size() const { return entries_.size(); }
+
+  // The open streams `client` may hold: its max_open_streams, or else an even
+  // share of the server's `max_open_streams` among the file's clients, but
+  // never under `max_stripes` (one striped request must fit). So no client
+  // can take every stream from the others.
+  int stream_share(const AuthClient& client, int max_open_streams, int max_stripes) const;
 
  private:
   struct Entry {

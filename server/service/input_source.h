@@ -91,6 +91,9 @@ class RegionSource final : public InputSource {
   int64_t footprint(const GemmShape&) const override { return 0; }
   bool ready() const override { return true; }
   void release() override;
+  // After the engine ran, before release(): a region whose owner shrank it
+  // while it was read or written voids the result (FAILED_PRECONDITION naming it).
+  Status check_after_run() const;
   // After bind(): where C is read from and written to.
   const BoundOperands& bound() const { return bound_; }
 

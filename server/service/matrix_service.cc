@@ -7,6 +7,7 @@
 #include "proto/grpc_status.h"
 #include "server/service/codec.h"
 #include "server/service/put_matrix_call.h"
+#include "server/service/region_operands.h"
 
 namespace sgemm {
 
@@ -18,15 +19,17 @@ constexpr std::size_t kMaxLabel = 128;
 
 Status check_resident_quota(const AuthClient* client, const ResidentStore& store, int64_t bytes) {
   if (!client || client->quota().max_resident_bytes <= 0) return Status::Ok();
-  const int64_t held = store.owner_bytes(client->name()), quota = client->quota().max_resident_bytes;
-  if (held + bytes <= quota) return Status::Ok();
-  return PermissionDenied("client '" + client->name() + "' holds " + std::to_string(held) +
-                          " bytes of resident matrices; " + std::to_string(bytes) + " more would exceed its quota of " +
-                          std::to_string(quota) + " (max_resident_bytes): delete some first");
+  return client->check_resident(bytes, store.owner_bytes(client->name()));
+}
+
+StatusOr<AuthClient::ResidentCharge> charge_resident_quota(AuthClient* client, const ResidentStore& store,
+                                                           int64_t bytes) {
+  if (!client) return AuthClient::ResidentCharge();
+  return client->charge_resident(bytes, [&] { return store.owner_bytes(client->name()); });
 }
 
 PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
-                             Status refuse, const AuthClient* client, RegionCaller caller)
+                             Status refuse, AuthClient* client, RegionCaller caller)
     : shared_(shared),
       ctx_(ctx),
       response_(response),
@@ -37,6 +40,16 @@ PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext*
   {
     std::lock_guard lock(shared_.calls_mu);
     shared_.puts.insert(this);
+  }
+  // A put is an open stream like a Multiply: under --max-open-streams and the client's share.
+  shared_.unanswered.fetch_add(1);
+  if (refuse.ok() && client_ && shared_.options.auth) {
+    auto lease = client_->open_stream(
+        shared_.options.auth->stream_share(*client_, shared_.options.max_open_streams, shared_.options.max_stripes));
+    if (lease.ok())
+      stream_lease_ = std::move(lease).value();
+    else
+      refuse = lease.status();
   }
   std::lock_guard lock(mu_);
   if (!refuse.ok()) {
@@ -50,14 +63,17 @@ PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext*
 void PutMatrixCall::finish(const Status& st) {
   if (finished_) return;
   finished_ = true;
+  shared_.unanswered.fetch_sub(1);
+  stream_lease_.reset();
   if (!st.ok()) {
     // Nothing is kept: the buffer, the host bytes and the resident bytes go back.
     buffer_.reset();
     resident_bytes_.reset();
+    quota_charge_.reset();
     shared_.log.write(
         spdlog::level::warn,
         fmt::format("put_matrix peer={} client={} rows={} cols={} status={} error=\"{}\"", ctx_->peer(),
-                    owner_.empty() ? "-" : owner_, rows_, cols_, status_code_name(st.code()), st.message()));
+                    owner_.empty() ? "-" : owner_, rows_, cols_, status_code_name(st.code()), log_field(st.message())));
   }
   host_bytes_.reset();
   Finish(to_grpc(st));
@@ -123,19 +139,13 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
   // From a shared-memory region: one copy here, no chunk follows.
   if (!caller_.unix_socket || !shared_.regions) return regions_need_unix_socket("a PutMatrix naming a region");
   SGEMM_ASSIGN_OR_RETURN(auto region, shared_.regions->acquire(caller_, h.region().region()));
-  const int64_t off = h.region().offset(), ld = h.region().ld() == 0 ? cols_ : h.region().ld();
-  if (off < 0 || off % 4 != 0)
-    return InvalidArgument("PutMatrix header.region.offset " + std::to_string(off) +
-                           " must be >= 0 and a multiple of 4");
-  if (ld < cols_)
-    return InvalidArgument("PutMatrix header.region.ld " + std::to_string(ld) + " is less than cols " +
-                           std::to_string(cols_));
-  const int64_t end = off + ((rows_ - 1) * ld + cols_) * int64_t(sizeof(float));
-  if (end > region->bytes())
-    return InvalidArgument("PutMatrix: the matrix ends at byte " + std::to_string(end) + ", past region '" +
-                           h.region().region() + "' (" + std::to_string(region->bytes()) + " bytes)");
+  const int64_t off = h.region().offset();
+  SGEMM_ASSIGN_OR_RETURN(const int64_t ld,
+                         check_region_layout("PutMatrix header.region", h.region().region(), region->bytes(), rows_,
+                                             cols_, off, h.region().ld(), shared_.engine.max_leading_dimension()));
   const float* src = reinterpret_cast<const float*>(region->data() + off);
   for (int64_t i = 0; i < rows_; ++i) std::copy(src + i * ld, src + i * ld + cols_, buffer_->floats() + i * cols_);
+  SGEMM_RETURN_IF_ERROR(region->check_intact());  // its owner may have shrunk it during the copy
   received_ = rows_ * cols_;
   finish(complete());
   return Status::Ok();
@@ -145,6 +155,10 @@ Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
 // fails before the rest of it moves), then its host bytes while it arrives.
 Status PutMatrixCall::reserve() {
   const int64_t bytes = rows_ * cols_ * int64_t(sizeof(float));
+  if (const ResidentStore* store = shared_.engine.resident_store()) {
+    SGEMM_ASSIGN_OR_RETURN(quota_charge_, charge_resident_quota(client_, *store, bytes));
+  }
+  t_reserved_ = Clock::now();
   SGEMM_ASSIGN_OR_RETURN(
       resident_bytes_,
       shared_.engine.reserve_resident(bytes, "PutMatrix of " + std::to_string(rows_) + " x " + std::to_string(cols_) +
@@ -189,6 +203,7 @@ Status PutMatrixCall::complete() {
   if (!store) return Internal("an engine without a resident store made a resident matrix");
   const Layout layout = data->layout();
   auto m = store->add(owner_, label_, rows_, cols_, evictable_, std::move(data));
+  quota_charge_.reset();  // the store counts it now
   v1::PutMatrixResponse resp;
   resp.set_handle(m->handle);
   resp.set_bytes(m->bytes());
@@ -211,9 +226,14 @@ void PutMatrixCall::check_idle(Clock::time_point now) {
   std::lock_guard lock(mu_);
   if (finished_) return;
   const auto idle = shared_.options.idle_timeout;
-  if (now - read_since_ >= idle)
+  if (now - read_since_ >= idle) {
     finish(DeadlineExceeded("no message from the client for " + std::to_string(idle.count()) +
                             " ms (--idle-timeout) during PutMatrix"));
+  } else if (buffer_ && received_ < rows_ * cols_) {
+    Status pace = check_upload_pace(received_ * int64_t(sizeof(float)), now - t_reserved_, idle, host_bytes_.bytes(),
+                                    shared_.options.limits, "PutMatrix");
+    if (!pace.ok()) finish(pace);  // its memory and resident room go back now
+  }
 }
 
 void PutMatrixCall::abort(const Status& why) {
@@ -243,6 +263,9 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SgemmService::PutMatrix(grpc::Callbac
     refuse = client.status();
   } else if (!shared_->engine.resident_store()) {
     refuse = FailedPrecondition("this server's backend keeps no resident matrices");
+  } else if (const int open = shared_->unanswered.load(); open >= options_.max_open_streams) {
+    refuse = Unavailable("too many open Multiply and PutMatrix streams: " + std::to_string(open) +
+                         " (--max-open-streams " + std::to_string(options_.max_open_streams) + "); retry with backoff");
   } else if (*client && !(*client)->quota().multiply) {
     refuse =
         PermissionDenied("client '" + (*client)->name() + "' may not put matrices (its token has multiply: false)");

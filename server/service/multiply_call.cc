@@ -32,6 +32,14 @@ MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* c
     std::lock_guard lock(shared_.calls_mu);
     shared_.calls.insert(this);
   }
+  if (refuse.ok() && client_ && shared_.options.auth) {  // the client's share of the open streams
+    auto lease = client_->open_stream(
+        shared_.options.auth->stream_share(*client_, shared_.options.max_open_streams, shared_.options.max_stripes));
+    if (lease.ok())
+      stream_lease_ = std::move(lease).value();
+    else
+      refuse = lease.status();
+  }
   std::unique_lock lock(mu_);
   if (!refuse.ok()) {
     finish(refuse);
@@ -217,6 +225,12 @@ void MultiplyCall::check_idle(Clock::time_point now) {
   } else if (waiting_in && now - read_since_ >= idle) {
     finish_stream(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
                                    phase_name(phase_) + "; send the data without pauses or raise --idle-timeout"));
+  } else if (Status pace = accepts_chunks() && reservation_.bytes() > 0 && t_first_data_ != Clock::time_point{}
+                               ? check_upload_pace(assembler_->bytes_received(), now - t_first_data_, idle,
+                                                   reservation_.bytes(), shared_.options.limits, "the request")
+                               : Status::Ok();
+             !pace.ok()) {
+    finish(pace);  // the memory goes back now, not when the last byte would have come
   } else if (writing_ && now - write_since_ >= idle) {
     // A write is stuck behind flow control: the status cannot follow it, so
     // the stream is reset and the reason goes to the log.
@@ -305,6 +319,7 @@ void MultiplyCall::set_finished() {
   phase_ = Phase::kDone;  // from any phase but kDone (legal_move); callers check done() first
   shared_.unanswered.fetch_sub(1);
   client_lease_.reset();  // answered: the client may send its next request
+  stream_lease_.reset();
 }
 
 void MultiplyCall::finish(const Status& status) {

@@ -223,6 +223,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::optional<MatrixAssembler> assembler_;
   MemoryBudget::Reservation reservation_;
   AuthClient::Lease client_lease_;          // the client's quotas, from the header until the call is answered
+  AuthClient::StreamLease stream_lease_;    // one of the client's open streams, until the call is answered
   std::shared_ptr<HostBuffer> buffers_[3];  // A, B, C (C's also held by chunks gRPC has yet to write)
   CancelToken cancel_;
   GemmJob job_;
@@ -248,6 +249,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     bool send_c = true;      // false: C's bytes stay on the server, only the summary goes out
   } keep_;
   ResidentBytes keep_bytes_;
+  AuthClient::ResidentCharge keep_charge_;  // the kept C against the client's resident quota, until it is stored
   std::string result_handle_;
   // Observability (docs/observability.md): a trace asked for by the header,
   // when the first chunk of C went out, the facts the summary was made from.

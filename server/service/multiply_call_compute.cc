@@ -78,8 +78,11 @@ void MultiplyCall::run_compute() {
   }
   if (pool_id) shared_.pool.forget(pool_id);
   shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
-  // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
-  if (region_) region_->release();
+  if (region_) {
+    if (Status intact = region_->check_after_run(); !intact.ok()) result = intact;
+    // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
+    region_->release();
+  }
   {
     std::unique_lock lock(mu_);
     if (!result.ok() && assembler_ && assembler_->yielded() && !done()) {

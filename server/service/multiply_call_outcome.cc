@@ -99,7 +99,7 @@ void MultiplyCall::log_outcome(const Status& st) {
         fmt::format("stripe {} of request id={} peer={} client={} status={} phase=\"{}\" total_ms={:.3f} "
                     "error=\"{}\"",
                     stripe_, group_ ? group_->primary()->id_ : std::string("?"), ctx_->peer(), client_name(),
-                    status_code_name(st.code()), phase_name(finish_phase_), total_ms, st.message()));
+                    status_code_name(st.code()), phase_name(finish_phase_), total_ms, log_field(st.message())));
     return;
   }
   if (!st.ok()) {
@@ -114,7 +114,7 @@ void MultiplyCall::log_outcome(const Status& st) {
         level, fmt::format("request id={} peer={} client={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
                            "bytes_in={} bytes_out={} error=\"{}\"",
                            id_, ctx_->peer(), client_name(), s.m, s.n, s.k, status_code_name(st.code()),
-                           phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, st.message()));
+                           phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, log_field(st.message())));
     return;
   }
   const GemmReport& r = *result_;

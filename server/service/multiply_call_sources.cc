@@ -18,6 +18,8 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   // engine's rules for the request (shape, scalars, kernel, split, precision).
   SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
   SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
+  // A C the server holds is bounded by its inputs; one written into the caller's region costs it nothing.
+  if (!regions.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
   const GemmShape& s = header_.shape;
   if (!regions.any())
     assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
@@ -87,6 +89,9 @@ Status MultiplyCall::reserve_keep() {
   // could not be kept fails here, not after computing.
   const GemmShape& s = header_.shape;
   const int64_t bytes = s.m * s.n * int64_t(sizeof(float));
+  if (const ResidentStore* store = shared_.engine.resident_store()) {
+    SGEMM_ASSIGN_OR_RETURN(keep_charge_, charge_resident_quota(client_, *store, bytes));
+  }
   SGEMM_ASSIGN_OR_RETURN(keep_bytes_, shared_.engine.reserve_resident(bytes, "keep_result of a " + std::to_string(s.m) +
                                                                                  " x " + std::to_string(s.n) + " C (" +
                                                                                  std::to_string(bytes) + " bytes)"));
@@ -119,6 +124,7 @@ Status MultiplyCall::keep_result() {
   auto m = store->add(client_ ? client_->name() : std::string(), "result of request " + id_, s.m, s.n, keep_.evictable,
                       std::move(data));
   std::lock_guard lock(mu_);
+  keep_charge_.reset();  // the store counts it now
   result_handle_ = m->handle;
   return Status::Ok();
 }

@@ -3,10 +3,12 @@
 // a host buffer and hands it to the engine as a new resident matrix.
 //
 //   header   check the shape and the client's quota; nothing is reserved yet
-//   chunks   the first reserves the resident budget (evicting as the store
-//            allows: RESOURCE_EXHAUSTED here) and the matrix's bytes of the
-//            host-memory budget, and allocates (a region's header does so at
-//            once); each chunk is copied once, in order, into the buffer
+//   chunks   the first charges the client's resident quota, reserves the
+//            resident budget (evicting as the store allows: RESOURCE_EXHAUSTED
+//            here) and the matrix's bytes of the host-memory budget, and
+//            allocates (a region's header does so at once); each chunk is
+//            copied once, in order, into the buffer; the upload must keep
+//            --min-upload-rate (check_upload_pace) or it ends
 //   end      Engine::make_resident (the CUDA engine copies it to its GPU),
 //            the store names it, the response carries the handle
 //
@@ -28,16 +30,19 @@ namespace sgemm {
 
 // A client's quota of resident bytes (ClientQuota::max_resident_bytes) for
 // `bytes` more: PERMISSION_DENIED naming the client and the quota when over.
-// OK without tokens or without the quota. Checked at the put (or keep_result)
-// header; two puts racing may both pass.
+// OK without tokens or without the quota. check_ at a put's (or keep_result's)
+// header, an early refusal; charge_ when its room is reserved, counting the
+// matrices other calls are making, so concurrent puts cannot together exceed it.
 Status check_resident_quota(const AuthClient* client, const ResidentStore& store, int64_t bytes);
+StatusOr<AuthClient::ResidentCharge> charge_resident_quota(AuthClient* client, const ResidentStore& store,
+                                                           int64_t bytes);
 
 class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   using Clock = std::chrono::steady_clock;
   // `refuse` non-OK ends the call at once. `owner`: the caller's client ("" without tokens).
   PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, Status refuse,
-                const AuthClient* client, RegionCaller caller);
+                AuthClient* client, RegionCaller caller);
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
@@ -57,7 +62,7 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   ServiceShared& shared_;
   grpc::CallbackServerContext* const ctx_;
   grpc::ByteBuffer* const response_;
-  const AuthClient* const client_;  // null without --auth-tokens
+  AuthClient* const client_;  // null without --auth-tokens
   const std::string owner_;
   const RegionCaller caller_;
   const Clock::time_point t_start_;
@@ -72,7 +77,10 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   bool evictable_ = false;
   std::string label_;
   ResidentBytes resident_bytes_;
+  AuthClient::StreamLease stream_lease_;     // one of the client's open streams, until answered
+  AuthClient::ResidentCharge quota_charge_;  // the client's resident quota, from reserve() until the store has it
   MemoryBudget::Reservation host_bytes_;
+  Clock::time_point t_reserved_{};  // reserve(): the upload is paced from here (check_upload_pace)
   std::shared_ptr<HostBuffer> buffer_;
 };
 

@@ -2,6 +2,10 @@
 // reports how many it dropped with the next line that goes out, so a storm of
 // failing streams (20,000 resets in a fraction of a second) costs a few lines.
 //
+// Every line goes out through log_line() (common/log_text.h): a caller's text
+// in it cannot break it into two records; callers put quoted fields through
+// log_field().
+//
 // Threads: log() is thread-safe.
 #pragma once
 
@@ -11,6 +15,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+
+#include "common/log_text.h"
 
 namespace sgemm {
 
@@ -45,7 +51,7 @@ class RateLimitedLog {
       dropped_ = 0;
     }
     if (dropped > 0) log_->warn("{} similar log lines suppressed (more than {} a second)", dropped, per_second_);
-    log_->log(level, line);
+    log_->log(level, log_line(line));
   }
 
   void log(spdlog::level::level_enum level, const std::string& line) {

@@ -13,30 +13,42 @@ std::optional<RegionRef> ref_from(bool present, const v1::RegionRef& r) {
 
 // Resolves one matrix of rows x cols: its region, its first byte, its ld.
 Status bind_one(const RegionRegistry& registry, const RegionCaller& caller, const char* field, const RegionRef& ref,
-                int64_t rows, int64_t cols, std::vector<std::shared_ptr<const MappedRegion>>* held, char** ptr,
-                int64_t* ld) {
-  const std::string f(field);
-  if (ref.region.empty()) return InvalidArgument("header." + f + ".region is empty: name a registered region");
-  if (ref.offset < 0 || ref.offset % 4 != 0)
-    return InvalidArgument("header." + f + ".offset " + std::to_string(ref.offset) +
-                           " must be >= 0 and a multiple of 4 (fp32 elements)");
-  if (ref.ld != 0 && ref.ld < cols)
-    return InvalidArgument("header." + f + ".ld " + std::to_string(ref.ld) + " is less than the matrix's width " +
-                           std::to_string(cols) + " (0 = dense)");
-  *ld = ref.ld ? ref.ld : cols;
+                int64_t rows, int64_t cols, int64_t max_ld, std::vector<std::shared_ptr<const MappedRegion>>* held,
+                char** ptr, int64_t* ld) {
+  const std::string f = std::string("header.") + field;
+  if (ref.region.empty()) return InvalidArgument(f + ".region is empty: name a registered region");
   SGEMM_ASSIGN_OR_RETURN(std::shared_ptr<const MappedRegion> r, registry.acquire(caller, ref.region));
-  // Bytes the matrix spans: the last row needs only its width.
-  const long double span = 4.0L * ((long double)(rows - 1) * (long double)*ld + (long double)cols);
-  if ((long double)ref.offset + span > (long double)r->bytes())
-    return InvalidArgument("header." + f + ": a " + std::to_string(rows) + " x " + std::to_string(cols) +
-                           " matrix with ld " + std::to_string(*ld) + " at offset " + std::to_string(ref.offset) +
-                           " overruns region '" + ref.region + "' of " + std::to_string(r->bytes()) + " bytes");
+  SGEMM_ASSIGN_OR_RETURN(*ld, check_region_layout(f, ref.region, r->bytes(), rows, cols, ref.offset, ref.ld, max_ld));
   *ptr = r->data() + ref.offset;
   held->push_back(std::move(r));
   return Status::Ok();
 }
 
 }  // namespace
+
+StatusOr<int64_t> check_region_layout(const std::string& field, const std::string& region, int64_t region_bytes,
+                                      int64_t rows, int64_t cols, int64_t offset, int64_t ld, int64_t max_ld) {
+  if (offset < 0 || offset % 4 != 0)
+    return InvalidArgument(field + ".offset " + std::to_string(offset) +
+                           " must be >= 0 and a multiple of 4 (fp32 elements)");
+  if (ld < 0 || (ld != 0 && ld < cols))
+    return InvalidArgument(field + ".ld " + std::to_string(ld) + " is less than the matrix's width " +
+                           std::to_string(cols) + " (0 = dense)");
+  const int64_t resolved = ld ? ld : cols;
+  // Checked even for one row (where the ld does not move the span): the
+  // engine hands it to a library that indexes with a narrower integer.
+  if (resolved > max_ld)
+    return InvalidArgument(field + ".ld " + std::to_string(resolved) + " is over this server's limit of " +
+                           std::to_string(max_ld) + " elements (the index type of its backend's libraries)");
+  // Bytes the matrix spans (the last row needs only its width), in 128 bits:
+  // no int64 the wire carries overflows it.
+  const __int128 span = 4 * ((__int128(rows) - 1) * resolved + cols);
+  if (__int128(offset) + span > region_bytes)
+    return InvalidArgument(field + ": a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix with ld " +
+                           std::to_string(resolved) + " at offset " + std::to_string(offset) + " overruns region '" +
+                           region + "' of " + std::to_string(region_bytes) + " bytes");
+  return resolved;
+}
 
 RegionOperands region_operands_from_proto(const v1::GemmHeader& h) {
   RegionOperands ops;
@@ -48,7 +60,7 @@ RegionOperands region_operands_from_proto(const v1::GemmHeader& h) {
 }
 
 StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, const RegionCaller& caller,
-                                             const GemmRequest& request, const RegionOperands& ops) {
+                                             const GemmRequest& request, const RegionOperands& ops, int64_t max_ld) {
   if (!caller.unix_socket) return regions_need_unix_socket("a Multiply naming shared-memory regions");
   if (!ops.a || !ops.b)
     return InvalidArgument(
@@ -60,16 +72,16 @@ StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, con
   const GemmShape& s = request.shape;
   BoundOperands b;
   char* p = nullptr;
-  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "a_region", *ops.a, s.m, s.k, &b.held, &p, &b.lda));
+  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "a_region", *ops.a, s.m, s.k, max_ld, &b.held, &p, &b.lda));
   b.a = reinterpret_cast<const float*>(p);
-  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "b_region", *ops.b, s.k, s.n, &b.held, &p, &b.ldb));
+  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "b_region", *ops.b, s.k, s.n, max_ld, &b.held, &p, &b.ldb));
   b.b = reinterpret_cast<const float*>(p);
   if (ops.c) {
-    SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "c_region", *ops.c, s.m, s.n, &b.held, &p, &b.ldc_in));
+    SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "c_region", *ops.c, s.m, s.n, max_ld, &b.held, &p, &b.ldc_in));
     b.c_in = reinterpret_cast<const float*>(p);
   }
   if (ops.out) {
-    SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "out_region", *ops.out, s.m, s.n, &b.held, &p, &b.ld_out));
+    SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "out_region", *ops.out, s.m, s.n, max_ld, &b.held, &p, &b.ld_out));
     b.out = reinterpret_cast<float*>(p);
     // C in place is fine (each element is read once before it is written); a
     // partial overlap of the output with an input is not.

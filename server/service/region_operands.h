@@ -6,8 +6,10 @@
 //
 // Rules (INVALID_ARGUMENT naming the field): when any ref is set, A and B must
 // be regions, C must be one exactly when has_c; offsets are >= 0 and a multiple
-// of 4; ld is 0 (dense) or at least the matrix's width; each matrix must lie
-// inside its region. The output may be C's own bytes (C in place) or another
+// of 4; ld is 0 (dense) or at least the matrix's width and at most the
+// engine's max_leading_dimension() (the integer its libraries index with);
+// each matrix must lie inside its region (computed without overflow, for any
+// int64 the wire can carry). The output may be C's own bytes (C in place) or another
 // region, or absent (C then comes back as chunks).
 //
 // Threads: pure functions plus the registry's own locking.
@@ -49,8 +51,16 @@ struct BoundOperands {
   bool c_in_place() const { return c_in && c_in == out && ldc_in == ld_out; }
 };
 
+// `max_ld`: the engine's max_leading_dimension().
 StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, const RegionCaller& caller,
-                                             const GemmRequest& request, const RegionOperands& ops);
+                                             const GemmRequest& request, const RegionOperands& ops, int64_t max_ld);
+
+// The layout checks of one matrix of rows x cols (rows, cols >= 1) at byte
+// `offset` with leading dimension `ld` (0 = dense) inside a region of
+// `region_bytes` named `region`: INVALID_ARGUMENT naming `field`. Returns the
+// resolved ld.
+StatusOr<int64_t> check_region_layout(const std::string& field, const std::string& region, int64_t region_bytes,
+                                      int64_t rows, int64_t cols, int64_t offset, int64_t ld, int64_t max_ld);
 
 // Copies a rows x cols matrix between strided host layouts (C into the output
 // when they differ).

@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+
+#include "server/service/region_guard.h"
 
 namespace sgemm {
 
@@ -19,6 +23,21 @@ std::string mode_text(mode_t m) {
 }
 
 }  // namespace
+
+Status MappedRegion::check_intact() const {
+  if (caller_memory_lost(guard_slot_))
+    return FailedPrecondition("region '" + name_ + "' (shared-memory object '" + shm_name_ +
+                              "') lost its pages while the server used them: its owner shrank the object below the " +
+                              std::to_string(bytes_) +
+                              " bytes registered (ftruncate), so what was read or written there is void; "
+                              "unregister the region and register it again");
+  struct stat st {};
+  if (fd_ >= 0 && fstat(fd_, &st) == 0 && int64_t(st.st_size) < bytes_)
+    return FailedPrecondition("region '" + name_ + "' (shared-memory object '" + shm_name_ + "') was registered with " +
+                              std::to_string(bytes_) + " bytes but the object now has " + std::to_string(st.st_size) +
+                              " (shrunk by ftruncate); unregister the region and register it again");
+  return Status::Ok();
+}
 
 Status regions_need_unix_socket(const std::string& what) {
   return FailedPrecondition(what +
@@ -54,6 +73,8 @@ Status check_shm_name(const std::string& n) {
 MappedRegion::~MappedRegion() {
   if (engine_registered_) (void)engine_->unregister_host_memory(data_);
   if (data_) munmap(data_, std::size_t(bytes_));
+  unguard_caller_memory(guard_slot_);  // after the unmap: no access can fault in it now
+  if (fd_ >= 0) close(fd_);
   if (give_back_) give_back_(bytes_);
   std::vector<std::function<void()>> callbacks;
   {
@@ -63,10 +84,22 @@ MappedRegion::~MappedRegion() {
   for (auto& f : callbacks) f();
 }
 
+namespace {
+
+int regions_within_descriptors(int wanted) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return wanted;
+  return int(std::min<rlim_t>(rlim_t(wanted), std::max<rlim_t>(1, r.rlim_cur / 4)));
+}
+
+}  // namespace
+
 RegionRegistry::RegionRegistry(Engine& engine, RegionRegistryOptions options)
     : engine_(engine),
       options_(options),
+      max_regions_(regions_within_descriptors(options.max_regions)),
       in_use_(std::make_shared<int64_t>(0)),
+      client_bytes_(std::make_shared<std::map<std::string, int64_t>>()),
       in_use_mu_(std::make_shared<std::mutex>()) {}
 
 RegionRegistry::~RegionRegistry() {
@@ -86,14 +119,18 @@ Status check_region_client(const RegionCaller& caller, const std::string& region
 StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, const std::string& name,
                                                   const std::string& shm_name, int64_t byte_size) {
   if (!caller.unix_socket) return regions_need_unix_socket("RegisterRegion");
+  if (!caller.may_register)
+    return PermissionDenied("client '" + caller.client + "' may not register regions (its token has multiply: false)");
   if (name.empty() || name.size() > 128) return InvalidArgument("region name must have 1-128 characters");
   SGEMM_RETURN_IF_ERROR(check_shm_name(shm_name));
   if (byte_size < 0) return InvalidArgument("byte_size must be >= 0 (0 = the whole object)");
   {
     std::lock_guard lock(mu_);
     if (regions_.count(name)) return AlreadyExists("a region named '" + name + "' is already registered");
-    if (int(regions_.size()) >= options_.max_regions)
-      return ResourceExhausted(std::to_string(regions_.size()) + " regions are registered, the server's limit");
+    if (int(regions_.size()) >= max_regions_)
+      return ResourceExhausted(std::to_string(regions_.size()) +
+                               " regions are registered, the server's limit (at most a quarter of its open-files "
+                               "limit: each holds a descriptor)");
   }
   // The server opens the object itself; what the caller may do is decided on
   // this descriptor's owner and mode (fstat), so nothing can be swapped in between.
@@ -102,6 +139,8 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
     const int e = errno;
     if (e == ENOENT) return NotFound("no shared-memory object '" + shm_name + "' (shm_open: " + strerror(e) + ")");
     if (e == EACCES) return PermissionDenied("the server cannot open '" + shm_name + "': " + strerror(e));
+    if (e == EMFILE || e == ENFILE)
+      return ResourceExhausted("the server has no descriptor left to open '" + shm_name + "': " + strerror(e));
     return InvalidArgument("cannot open shared-memory object '" + shm_name + "': " + strerror(e));
   }
   struct stat st {};
@@ -133,14 +172,25 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
                                std::to_string(*in_use_) + " of " + std::to_string(options_.capacity_bytes) +
                                " bytes registered, --region-bytes); unregister regions or raise it");
     }
+    const int64_t client_held = client_bytes_->count(caller.client) ? client_bytes_->at(caller.client) : 0;
+    if (caller.max_region_bytes > 0 && client_held + size > caller.max_region_bytes) {
+      close(fd);
+      return PermissionDenied("client '" + caller.client + "' has " + std::to_string(client_held) +
+                              " bytes of regions registered; " + std::to_string(size) +
+                              " more would exceed its quota of " + std::to_string(caller.max_region_bytes) +
+                              " (max_region_bytes); unregister regions first");
+    }
     *in_use_ += size;
+    (*client_bytes_)[caller.client] += size;
   }
   auto in_use = in_use_;
   auto in_use_mu = in_use_mu_;
+  auto client_bytes = client_bytes_;
   std::shared_ptr<MappedRegion> r(new MappedRegion());
-  r->give_back_ = [in_use, in_use_mu](int64_t bytes) {
+  r->give_back_ = [in_use, in_use_mu, client_bytes, client = caller.client](int64_t bytes) {
     std::lock_guard lock(*in_use_mu);
     *in_use -= bytes;
+    if (((*client_bytes)[client] -= bytes) <= 0) client_bytes->erase(client);
   };
   r->bytes_ = size;
   r->name_ = name;
@@ -149,11 +199,19 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
   r->client_ = caller.client;
   r->st_ = st;
   r->engine_ = &engine_;
+  r->fd_ = fd;  // closed by the region's destructor
   void* p = mmap(nullptr, std::size_t(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int map_errno = errno;
-  close(fd);
   if (p == MAP_FAILED) return ResourceExhausted("cannot map '" + shm_name + "': " + strerror(map_errno));
+  // Guarded before anything touches a page (the engine's page-locking included).
+  const int slot = guard_caller_memory(p, std::size_t(size));
+  if (slot < 0) {
+    munmap(p, std::size_t(size));
+    return ResourceExhausted("every one of the server's " + std::to_string(caller_memory_slots()) +
+                             " guarded mappings is in use; unregister regions first");
+  }
   r->data_ = p;
+  r->guard_slot_ = slot;
   SGEMM_RETURN_IF_ERROR(engine_.register_host_memory(p, std::size_t(size)));
   r->engine_registered_ = true;
   {
@@ -197,6 +255,7 @@ StatusOr<std::shared_ptr<const MappedRegion>> RegionRegistry::acquire(const Regi
                     "' is registered (it was never registered, was unregistered, or its connection closed)");
   SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
   SGEMM_RETURN_IF_ERROR(check_region_client(caller, name, it->second->client_));
+  SGEMM_RETURN_IF_ERROR(it->second->check_intact());
   return std::shared_ptr<const MappedRegion>(it->second);
 }
 

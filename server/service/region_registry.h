@@ -21,6 +21,11 @@
 // (check_region_access); root gets no exemption, so the server, which often
 // runs as root, never lends a caller bytes the caller could not open itself.
 //
+// Truncation: the caller keeps its object and may shrink it (ftruncate) while
+// the server uses it. Every mapping is guarded (region_guard.h): a truncation
+// costs the requests that read the lost pages (check_intact() fails them),
+// never the process; acquire() refuses a region that shrank or lost pages.
+//
 // Threads: every method is thread-safe (one mutex). A MappedRegion's release (unmap,
 // unlock, callbacks) runs on the thread that drops the last reference, with
 // no registry lock held.
@@ -56,6 +61,11 @@ struct RegionCaller {
   uint64_t connection = 0;   // the Unix connection's id (unix_connections.h)
   PeerCredentials cred;
   std::string client;  // the bearer token's client (--auth-tokens); "" without tokens
+  // The client's quota of registered bytes (ClientQuota::max_region_bytes); 0 = none.
+  int64_t max_region_bytes = 0;
+  // A region exists to be multiplied: a client without the right to
+  // (multiply: false) may not pin memory with one.
+  bool may_register = true;
 };
 
 // With tokens, a region belongs to the client that registered it: another
@@ -84,6 +94,11 @@ class MappedRegion {
   int64_t bytes() const { return bytes_; }
   uint64_t connection() const { return connection_; }
   const struct stat& stat_at_registration() const { return st_; }
+  // OK while every registered byte is still there: FAILED_PRECONDITION naming
+  // the region when its owner shrank the object below them (fstat now), or
+  // when a truncation already hit a use of it (its pages are zeros since).
+  // A request that read or wrote the region checks it after its last access.
+  Status check_intact() const;
 
  private:
   friend class RegionRegistry;
@@ -92,6 +107,8 @@ class MappedRegion {
   std::string name_, shm_name_;
   void* data_ = nullptr;
   int64_t bytes_ = 0;
+  int fd_ = -1;          // the object, kept open for check_intact()'s fstat
+  int guard_slot_ = -1;  // region_guard.h
   uint64_t connection_ = 0;
   std::string client_;  // the registering client (tokens), or ""
   struct stat st_ {};
@@ -111,7 +128,11 @@ struct RegionRow {
 
 struct RegionRegistryOptions {
   int64_t capacity_bytes = 0;  // --region-bytes: registered regions together; must be > 0
-  int max_regions = 4096;      // registrations at once, all connections together
+  // Registrations at once, all connections together. Each keeps a descriptor
+  // open (check_intact()'s fstat), so the registry takes at most a quarter of
+  // the process's open-files limit, whichever is smaller: regions can never
+  // exhaust the descriptors the listeners and connections need.
+  int max_regions = 4096;
 };
 
 class RegionRegistry {
@@ -122,7 +143,9 @@ class RegionRegistry {
   // Maps `shm_name`'s first `byte_size` bytes (0 = all of it) under `name`.
   // Errors: FAILED_PRECONDITION off the Unix socket; INVALID_ARGUMENT (name,
   // size); NOT_FOUND (no such object); PERMISSION_DENIED; ALREADY_EXISTS;
-  // RESOURCE_EXHAUSTED (budget, count, page-locking). Returns the bytes mapped.
+  // RESOURCE_EXHAUSTED (budget, count, page-locking); PERMISSION_DENIED over
+  // the client's max_region_bytes (its registrations on every connection
+  // counted). Returns the bytes mapped.
   StatusOr<int64_t> register_region(const RegionCaller& caller, const std::string& name, const std::string& shm_name,
                                     int64_t byte_size);
 
@@ -142,13 +165,16 @@ class RegionRegistry {
   int64_t capacity() const { return options_.capacity_bytes; }
   int64_t bytes_in_use() const;
   int count() const;
+  int max_regions() const { return max_regions_; }
 
  private:
   Engine& engine_;
   const RegionRegistryOptions options_;
+  const int max_regions_;  // options_.max_regions within a quarter of RLIMIT_NOFILE
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<MappedRegion>> regions_;  // guarded by mu_
   std::shared_ptr<int64_t> in_use_;                               // guarded by *in_use_mu_; outlives the registry
+  std::shared_ptr<std::map<std::string, int64_t>> client_bytes_;  // per client (tokens); likewise
   std::shared_ptr<std::mutex> in_use_mu_;
 };
 

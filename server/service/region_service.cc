@@ -13,7 +13,11 @@ StatusOr<RegionCaller> SgemmService::region_caller(const grpc::CallbackServerCon
   // Tokens first (as for Multiply), then the Unix connection's credentials.
   SGEMM_ASSIGN_OR_RETURN(AuthClient * client, authenticate(ctx));
   RegionCaller caller = connections_->find(ctx->peer());
-  if (client) caller.client = client->name();
+  if (client) {
+    caller.client = client->name();
+    caller.max_region_bytes = client->quota().max_region_bytes;
+    caller.may_register = client->quota().multiply;
+  }
   return caller;
 }
 

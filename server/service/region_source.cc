@@ -10,7 +10,8 @@ Status RegionSource::bind(const SourceContext& ctx, GemmJob& job) {
   if (ctx.client) caller.client = ctx.client->name();  // with tokens, regions belong to their client
   if (!shared.regions || !caller.unix_socket)
     return regions_need_unix_socket("a Multiply naming shared-memory regions");
-  SGEMM_ASSIGN_OR_RETURN(bound_, bind_region_operands(*shared.regions, caller, ctx.header, refs_));
+  SGEMM_ASSIGN_OR_RETURN(
+      bound_, bind_region_operands(*shared.regions, caller, ctx.header, refs_, shared.engine.max_leading_dimension()));
   job.a = bound_.a;
   job.lda = bound_.lda;
   job.b = bound_.b;
@@ -19,6 +20,11 @@ Status RegionSource::bind(const SourceContext& ctx, GemmJob& job) {
     job.c = bound_.out;
     job.ldc = bound_.ld_out;
   }
+  return Status::Ok();
+}
+
+Status RegionSource::check_after_run() const {
+  for (const auto& region : bound_.held) SGEMM_RETURN_IF_ERROR(region->check_intact());
   return Status::Ok();
 }
 

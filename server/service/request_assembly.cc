@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -53,6 +54,39 @@ Status check_limits(const GemmRequest& h, const RequestLimits& limits) {
   SGEMM_RETURN_IF_ERROR(check_product("B", "k x n", h.shape.k, h.shape.n, limits));
   SGEMM_RETURN_IF_ERROR(check_product("C", "m x n", h.shape.m, h.shape.n, limits));
   return Status::Ok();
+}
+
+Status check_upload_pace(int64_t received_bytes, std::chrono::steady_clock::duration since,
+                         std::chrono::milliseconds grace, int64_t held_bytes, const RequestLimits& limits,
+                         std::string_view what) {
+  const int64_t rate = limits.min_upload_bytes_per_s;
+  if (rate <= 0 || since <= grace) return Status::Ok();
+  const double paced_s = std::chrono::duration<double>(since - grace).count();
+  const double due = double(rate) * paced_s;
+  if (double(received_bytes) >= due) return Status::Ok();
+  const double since_s = std::chrono::duration<double>(since).count();
+  char figures[256];
+  std::snprintf(figures, sizeof figures, "%lld bytes in %.1f s (%.0f bytes/s)", (long long)received_bytes, since_s,
+                received_bytes / std::max(since_s, 1e-9));
+  return DeadlineExceeded(std::string(what) + " uploaded too slowly while holding " + std::to_string(held_bytes) +
+                          " bytes of server memory: " + figures + "; after " + std::to_string(grace.count() / 1000) +
+                          " s of grace (--idle-timeout) an upload must average at least " + std::to_string(rate) +
+                          " bytes/s (--min-upload-rate)");
+}
+
+Status check_output_bound(const GemmRequest& r, const RequestLimits& limits) {
+  if (limits.max_output_ratio <= 0) return Status::Ok();
+  const GemmShape& s = r.shape;
+  const __int128 c_bytes = __int128(s.m) * s.n * 4;
+  const __int128 in_bytes = (__int128(s.m) * s.k + __int128(s.k) * s.n + (r.has_c ? __int128(s.m) * s.n : 0)) * 4;
+  if (c_bytes <= limits.output_floor_bytes || c_bytes <= in_bytes * limits.max_output_ratio) return Status::Ok();
+  return ResourceExhausted(
+      "C (m x n = " + std::to_string(s.m) + " x " + std::to_string(s.n) + ") is " + std::to_string(int64_t(c_bytes)) +
+      " bytes from " + std::to_string(int64_t(in_bytes)) + " bytes of inputs: the server holds an output of at most " +
+      std::to_string(limits.max_output_ratio) + " times its inputs (--max-output-ratio) or " +
+      std::to_string(limits.output_floor_bytes) +
+      " bytes (--output-floor-bytes), whichever is larger; split the product into blocks of rows of C, or name an "
+      "output region (header.out_region) on the Unix socket");
 }
 
 MatrixAssembler::MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c,

@@ -24,6 +24,15 @@ namespace sgemm {
 struct RequestLimits {
   int64_t max_matrix_elements = int64_t{1} << 30;  // largest A, B or C (4 GiB of fp32)
   int64_t max_chunk_bytes = (4 << 20) - 1024;      // one chunk's payload, under gRPC's 4 MiB default
+  // Memory held in proportion to data received (check_upload_pace): once an
+  // upload holds its memory, it must average at least this many bytes a
+  // second after a grace of --idle-timeout; 0 = no minimum.
+  int64_t min_upload_bytes_per_s = 4 << 20;
+  // Outputs bounded against inputs (check_output_bound): a C the server holds
+  // may be at most max_output_ratio times the bytes of the inputs, or
+  // output_floor_bytes, whichever is larger; max_output_ratio 0 = no bound.
+  int64_t max_output_ratio = 64;
+  int64_t output_floor_bytes = int64_t{256} << 20;
 };
 
 std::string_view matrix_name(MatrixId m);
@@ -34,6 +43,27 @@ std::string_view matrix_name(MatrixId m);
 // rules are the engine's (Engine::validate, check_gemm_request): dimensions
 // under 1 are left to it.
 Status check_limits(const GemmRequest& request, const RequestLimits& limits);
+
+// The minimum upload rate (docs/security.md): an upload that holds memory
+// (`held_bytes`, reserved `since` ago) has received `received_bytes`; it must
+// have received at least min_upload_bytes_per_s x (since - grace). So a
+// request holds memory only while its data keeps coming (progress counted in
+// bytes, not messages: 4 bytes every few seconds is no progress), and a whole
+// upload of U bytes must end within grace + U / rate. DEADLINE_EXCEEDED
+// naming the figures otherwise; OK with a rate of 0. `what` names the call.
+Status check_upload_pace(int64_t received_bytes, std::chrono::steady_clock::duration since,
+                         std::chrono::milliseconds grace, int64_t held_bytes, const RequestLimits& limits,
+                         std::string_view what);
+
+// Outputs bounded against inputs (docs/security.md): a C of m x n floats that
+// the server must hold (sent back as chunks or kept resident) may be at most
+// limits.max_output_ratio times the bytes of A, B and the input C (however
+// they arrive: uploaded, in regions, resident), or limits.output_floor_bytes,
+// whichever is larger. Without the bound, 256 KiB of upload (m = n = 32768,
+// k = 1) makes the server compute and hold 4 GiB. RESOURCE_EXHAUSTED naming
+// the sizes and the flag. A C written into the caller's region costs the
+// server nothing and is not bounded (the caller does not call this).
+Status check_output_bound(const GemmRequest& request, const RequestLimits& limits);
 
 // Element count of each matrix for a shape (C counted even without has_c).
 int64_t matrix_elements(const GemmShape& shape, MatrixId m);

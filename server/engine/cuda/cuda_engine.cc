@@ -83,6 +83,8 @@ class CudaEngine final : public Engine {
   }
 
   HostAllocator& host_allocator() override { return host_pool_; }
+  // cuBLAS (which takes blocks our kernels refuse) indexes with int.
+  int64_t max_leading_dimension() const override { return INT32_MAX; }
   ResidentStore* resident_store() override { return &store_; }
 
   // A new resident matrix goes whole to the GPU its bytes were reserved on

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/engine/cluster_plane.h"
@@ -42,7 +43,16 @@ class FakePlane final : public ClusterDataPlane {
     std::lock_guard lock(fabric_.mu);
     return "fake-id-" + std::to_string(++fabric_.ids);
   }
-  Status connect(const ClusterCommSpec& spec, const CancelToken*, int64_t) override {
+  Status connect(const ClusterCommSpec& spec, const CancelToken* abort, int64_t) override {
+    // Told to hang: like a rank that never calls ncclCommInitRank, until aborted.
+    for (;;) {
+      {
+        std::lock_guard lock(mu_);
+        if (!hang_connect_) break;
+      }
+      if (abort && !abort->status().ok()) return abort->status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     std::lock_guard lock(mu_);
     connects_.push_back(spec);
     comm_ = spec;
@@ -95,6 +105,10 @@ class FakePlane final : public ClusterDataPlane {
   }
 
   // Test controls and records.
+  void set_hang_connect(bool h) {
+    std::lock_guard lock(mu_);
+    hang_connect_ = h;
+  }
   void set_hang(bool h) {
     std::lock_guard lock(mu_);
     hang_ = h;
@@ -189,6 +203,7 @@ class FakePlane final : public ClusterDataPlane {
   std::vector<ClusterJobSpec> jobs_;       // guarded by mu_
   int disconnects_ = 0;                    // guarded by mu_
   bool hang_ = false;                      // guarded by mu_
+  bool hang_connect_ = false;              // guarded by mu_
   bool running_ = false;                   // guarded by mu_
 };
 

@@ -3,6 +3,8 @@
 // abilities its test is about; production engines answer each one themselves.
 #pragma once
 
+#include <cstdint>
+
 #include "server/engine/engine.h"
 
 namespace sgemm::testing {
@@ -10,6 +12,7 @@ namespace sgemm::testing {
 class FakeEngineBase : public Engine {
  public:
   double estimate_ms(const GemmJob& /*job*/) const override { return -1; }
+  int64_t max_leading_dimension() const override { return INT32_MAX; }
   Status register_host_memory(void* /*data*/, std::size_t /*bytes*/) override { return Status::Ok(); }
   Status unregister_host_memory(void* /*data*/) override { return Status::Ok(); }
   ResidentStore* resident_store() override { return nullptr; }

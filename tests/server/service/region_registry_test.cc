@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -245,13 +246,15 @@ TEST(RegionOperands, BindChecksShapesStridesAndOverlap) {
   ops.b = RegionRef{"r", 4096, 0};
   ops.c = RegionRef{"r", 16384, 24};
   ops.out = ops.c;  // in place
-  auto b = bind_region_operands(reg, unix_caller(), req, ops);
+  auto b = bind_region_operands(reg, unix_caller(), req, ops, INT32_MAX);
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_EQ(b->lda, 32);
   EXPECT_EQ(b->ldb, 20);
   EXPECT_TRUE(b->c_in_place());
   EXPECT_EQ(b->held.size(), 4u);
-  auto code = [&](RegionOperands o, GemmRequest r) { return bind_region_operands(reg, unix_caller(), r, o).status(); };
+  auto code = [&](RegionOperands o, GemmRequest r) {
+    return bind_region_operands(reg, unix_caller(), r, o, INT32_MAX).status();
+  };
   RegionOperands bad = ops;
   bad.a->ld = 29;  // narrower than k
   EXPECT_EQ(code(bad, req).code(), StatusCode::kInvalidArgument);

@@ -1,0 +1,606 @@
+// End to end: callers that try to crash, stall, fool or spy on the server
+// (docs/security.md). Each test runs an attack against the real server and
+// asserts that the server survives, that the attack gets a clear status, and
+// that a normal request from another client still completes correctly (fp64
+// reference) while or right after it runs.
+#include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+#include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/server_process.h"
+
+namespace sgemm {
+namespace {
+
+namespace v1 = ::sgemm::v1;
+using testing::ServerProcess;
+using Clock = std::chrono::steady_clock;
+
+uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
+
+// One normal request from a fresh client over TCP: an odd shape, checked
+// against the fp64 reference. Returns its latency as the client saw it.
+double normal_request_ms(const ServerProcess& server, const std::string& token) {
+  ClientOptions options;
+  options.token = token;
+  auto client = Client::connect(server.tcp_address(), options);
+  const GemmShape s{33, 17, 65};
+  const uint64_t seed = fresh_seed();
+  std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  MultiplyOptions opt;
+  opt.alpha = 0.5f;
+  opt.timeout = std::chrono::milliseconds(20000);
+  const auto t0 = Clock::now();
+  auto res = client->multiply(s, a.data(), b.data(), nullptr, opt);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_TRUE(res.ok()) << res.status().to_string();
+  if (!res.ok()) return ms;
+  auto v = verify_gemm(s.m, s.n, s.k, opt.alpha, a.data(), b.data(), 0.0f, nullptr, res->c.data(),
+                       rows_to_verify(s.m, s.n, s.k, seed));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+  return ms;
+}
+
+// The server answers, computes correctly and quickly. The bound is loose: the
+// machines that run this suite are shared (the first request of a fresh
+// client also pays for its connection).
+// `token`: the normal client's, with --auth-tokens.
+void expect_server_serves(const ServerProcess& server, const char* what, const std::string& token = "") {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(kill(server.pid(), 0), 0) << "the server process is gone: " << server.log();
+  const double ms = normal_request_ms(server, token);
+  EXPECT_LT(ms, 1000.0) << "a normal request took " << ms << " ms";
+  std::printf("[ info ] %s: a normal request took %.1f ms\n", what, ms);
+}
+
+// A region as an attacker makes it: its own shared-memory object, kept open
+// (the library's regions unlink theirs), registered over the Unix socket on a
+// channel of its own, which it keeps open so the registration lasts.
+class OwnedRegion final : public Region {
+ public:
+  OwnedRegion(const std::string& unix_address, int64_t bytes) : bytes_(bytes) {
+    static std::atomic<int> n{0};
+    name_ = "/sgemm-attack-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    fd_ = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    EXPECT_GE(fd_, 0) << strerror(errno);
+    EXPECT_EQ(ftruncate(fd_, bytes), 0);
+    data_ = mmap(nullptr, std::size_t(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    EXPECT_NE(data_, MAP_FAILED);
+    stub_ = v1::Sgemm::NewStub(grpc::CreateChannel(unix_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::RegisterRegionRequest req;
+    req.set_name(name_);
+    req.set_shm_name(name_);
+    v1::RegisterRegionResponse resp;
+    const grpc::Status st = stub_->RegisterRegion(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  ~OwnedRegion() override {
+    (void)unregister();
+    munmap(data_, std::size_t(bytes_));
+    close(fd_);
+    shm_unlink(name_.c_str());
+  }
+  const std::string& name() const override { return name_; }
+  void* data() const override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+  StatusOr<int> unregister() override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::UnregisterRegionRequest req;
+    req.set_name(name_);
+    v1::UnregisterRegionResponse resp;
+    const grpc::Status st = stub_->UnregisterRegion(&ctx, req, &resp);
+    if (!st.ok()) return Internal(st.error_message());
+    return int(resp.waited_requests());
+  }
+  // The attack: the object shrinks to nothing under the server. The test's own
+  // mapping is not touched after this.
+  void shrink() { ASSERT_EQ(ftruncate(fd_, 0), 0) << strerror(errno); }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+  std::unique_ptr<v1::Sgemm::Stub> stub_;
+};
+
+class CallerAttacks : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess();
+    ASSERT_TRUE(server_->running()) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << "server did not exit cleanly on SIGTERM";
+    delete server_;
+  }
+  static std::vector<v1::RegionInfo> list_regions() {
+    auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->unix_address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::ListRegionsRequest req;
+    v1::ListRegionsResponse resp;
+    EXPECT_TRUE(stub->ListRegions(&ctx, req, &resp).ok());
+    return {resp.regions().begin(), resp.regions().end()};
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* CallerAttacks::server_ = nullptr;
+
+// The owner of a region shrinks it (ftruncate) and then names it: the
+// server used to die of SIGBUS on the first access.
+TEST_F(CallerAttacks, ShrunkRegionIsRefusedNotFatal) {
+  auto client = Client::connect(server_->unix_address());
+  const GemmShape s{64, 48, 80};
+  const int64_t a_bytes = 4 * s.m * s.k, b_bytes = 4 * s.k * s.n;
+  auto owned = std::make_unique<OwnedRegion>(server_->unix_address(), a_bytes + b_bytes + (1 << 16));
+  const Region* r = owned.get();
+  const uint64_t seed = fresh_seed();
+  std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  std::memcpy(r->floats(), a.data(), std::size_t(a_bytes));
+  std::memcpy(r->floats() + s.m * s.k, b.data(), std::size_t(b_bytes));
+  const RegionMatrix ra{r, 0, 0}, rb{r, a_bytes, 0};
+  auto ok = client->multiply_regions(s, ra, rb, std::nullopt, std::nullopt, {});
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+
+  owned->shrink();
+  auto res = client->multiply_regions(s, ra, rb, std::nullopt, std::nullopt, {});
+  EXPECT_EQ(res.status().code(), StatusCode::kFailedPrecondition) << res.status().to_string();
+  EXPECT_NE(res.status().message().find(r->name()), std::string::npos) << res.status().to_string();
+  auto put = client->put_region(s.m, s.k, ra);
+  EXPECT_EQ(put.status().code(), StatusCode::kFailedPrecondition) << put.status().to_string();
+  expect_server_serves(*server_, "after a shrunk region was named");
+}
+
+// The owner shrinks the region while the engine reads it: the request fails
+// (or, when the product won the race, is correct), the server lives on.
+TEST_F(CallerAttacks, RegionShrunkDuringComputeFailsOnlyItsRequest) {
+  auto client = Client::connect(server_->unix_address());
+  auto info = client->info();
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  const int64_t n = info->backend == "cpu" ? 1024 : 8192;
+  const GemmShape s{n, n, n};
+  int failed = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto owned = std::make_unique<OwnedRegion>(server_->unix_address(), 8 * n * n);
+    const Region* r = owned.get();
+    const uint64_t seed = fresh_seed();
+    std::vector<float> a(std::size_t(n * n)), b(std::size_t(n * n));
+    fill_random(a, seed);
+    fill_random(b, seed + 1);
+    std::memcpy(r->floats(), a.data(), a.size() * 4);
+    std::memcpy(r->floats() + n * n, b.data(), b.size() * 4);
+    const RegionMatrix ra{r, 0, 0}, rb{r, 4 * n * n, 0};
+    auto running = std::async(std::launch::async,
+                              [&] { return client->multiply_regions(s, ra, rb, std::nullopt, std::nullopt, {}); });
+    bool held = false;
+    const auto give_up = Clock::now() + std::chrono::seconds(30);
+    while (!held && Clock::now() < give_up &&
+           running.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready)
+      for (const auto& ri : list_regions())
+        if (ri.name() == r->name() && ri.requests_using() > 0) held = true;
+    owned->shrink();
+    auto res = running.get();
+    if (res.ok()) {  // the product was done before the truncation
+      expect_server_serves(*server_, "a product that finished before its region shrank");
+      continue;
+    }
+    ++failed;
+    EXPECT_EQ(res.status().code(), StatusCode::kFailedPrecondition) << res.status().to_string();
+    EXPECT_NE(res.status().message().find(r->name()), std::string::npos) << res.status().to_string();
+    expect_server_serves(*server_, "after a region shrank under a running product");
+    if (held) break;
+  }
+  std::printf("[ info ] %d of the attempts failed their request (the rest finished first)\n", failed);
+}
+
+// A one-row operand with a leading dimension past 2^31 passes the span check
+// (its ld never moves the span) but not the engine's integer: it used to run
+// with OpenBLAS refusing on stderr and the request answering OK with C unwritten.
+TEST_F(CallerAttacks, LeadingDimensionPastTheEnginesIntegerIsRefused) {
+  auto client = Client::connect(server_->unix_address());
+  const GemmShape s{1, 8, 16};
+  auto region = client->create_region(1 << 16);
+  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  const Region* r = region->get();
+  std::memset(r->data(), 0, 1 << 16);
+  const RegionMatrix ra{r, 0, int64_t{1} << 31}, rb{r, 4096, 0}, rc{r, 8192, 0};
+  auto res = client->multiply_regions(s, ra, rb, std::nullopt, rc, {});
+  EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument) << res.status().to_string();
+  EXPECT_NE(res.status().message().find("header.a_region.ld"), std::string::npos) << res.status().to_string();
+  const RegionMatrix wide_c{r, 8192, int64_t{1} << 32};
+  res = client->multiply_regions(s, RegionMatrix{r, 0, 0}, rb, std::nullopt, wide_c, {});
+  EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument) << res.status().to_string();
+  EXPECT_NE(res.status().message().find("header.out_region.ld"), std::string::npos) << res.status().to_string();
+  auto put = client->put_region(1, 16, RegionMatrix{r, 0, int64_t{1} << 31});
+  EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status().to_string();
+  expect_server_serves(*server_, "after leading dimensions past 2^31");
+}
+
+// ---- Memory held in proportion to data received ---------------------------
+
+// The server's resident set (VmRSS), bytes.
+int64_t server_rss(const ServerProcess& server) {
+  std::ifstream f("/proc/" + std::to_string(server.pid()) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+// Within 10 s of an attack's end the server's resident set is back within 5%
+// of where it started (2 MiB of slack for the allocator's own rounding).
+void expect_rss_back(const ServerProcess& server, int64_t start, const char* what) {
+  const int64_t bound = start + start / 20 + (2 << 20);
+  int64_t now = server_rss(server);
+  for (int i = 0; i < 1000 && now > bound; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    now = server_rss(server);
+  }
+  EXPECT_LE(now, bound) << what << ": RSS " << now << " bytes, " << start << " before the attack";
+  std::printf("[ info ] %s: RSS %.1f MiB, %.1f MiB before the attack\n", what, now / 1048576.0, start / 1048576.0);
+}
+
+v1::MultiplyRequest header_msg(int64_t m, int64_t n, int64_t k) {
+  v1::MultiplyRequest r;
+  r.mutable_header()->set_m(m);
+  r.mutable_header()->set_n(n);
+  r.mutable_header()->set_k(k);
+  return r;
+}
+
+template <typename Request>
+Request chunk_msg(v1::Matrix m, int64_t offset, int64_t count) {
+  Request r;
+  r.mutable_chunk()->set_matrix(m);
+  r.mutable_chunk()->set_offset(offset);
+  std::vector<float> v(std::size_t(count), 0.25f);
+  r.mutable_chunk()->set_data(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  return r;
+}
+
+// A server whose budget two tricklers could hold whole: 64 MiB of host
+// memory, 2 s of --idle-timeout (the grace before the upload rate counts).
+class MemoryAttacks : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--idle-timeout", "2", "--host-memory-bytes", std::to_string(64 << 20)});
+    ASSERT_TRUE(server_->running()) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << "server did not exit cleanly on SIGTERM";
+    delete server_;
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* MemoryAttacks::server_ = nullptr;
+
+// The report's attack: a header and a 4-byte chunk reserve the whole
+// footprint, and 4 bytes every few hundred ms count as progress. Now the
+// upload must keep --min-upload-rate once its grace is over: the trickler
+// loses its memory, which comes back whole.
+TEST_F(MemoryAttacks, TricklerLosesItsMemoryAfterTheGrace) {
+  auto client = Client::connect(server_->tcp_address());
+  constexpr int64_t n = 2048;  // A, B and C: 48 MiB of the 64
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
+  expect_server_serves(*server_, "before the trickler");  // the first request's one-time costs are paid
+  testing::expect_released(*client, "before the trickler");
+  const int64_t rss_start = server_rss(*server_);
+  grpc::ClientContext ctx;
+  auto stream = stub->Multiply(&ctx);
+  ASSERT_TRUE(stream->Write(header_msg(n, n, n)));
+  ASSERT_TRUE(stream->Write(chunk_msg<v1::MultiplyRequest>(v1::MATRIX_A, 0, 1)));
+  const auto t0 = Clock::now();
+  auto held = testing::info_when(*client, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; });
+  EXPECT_EQ(held.host_bytes_in_use, 3 * 4 * n * n) << "the trickler's footprint was never reserved";
+  // Trickle on: one element every 200 ms, until the server ends the stream
+  // (a write may still succeed after it did: the test stops once the memory is back).
+  std::atomic<bool> stop{false};
+  auto trickler = std::async(std::launch::async, [&] {
+    for (int64_t off = 1; off < 200 && !stop; ++off) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!stream->Write(chunk_msg<v1::MultiplyRequest>(v1::MATRIX_A, off, 1))) break;
+    }
+    stream->WritesDone();
+    v1::MultiplyResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    return stream->Finish();
+  });
+  // While it holds its memory, a normal request fits beside it.
+  expect_server_serves(*server_, "beside a trickler within its grace");
+  auto back = testing::info_when(
+      *client, [](const ServerInfo& i) { return i.host_bytes_in_use == 0; }, 1000);
+  const double held_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(back.host_bytes_in_use, 0);
+  stop = true;
+  const grpc::Status st = trickler.get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--min-upload-rate"), std::string::npos) << st.error_message();
+  // 2 s of grace, then the watchdog's next look (every 200 ms here).
+  EXPECT_LT(held_s, 4.0) << "the trickler held its memory " << held_s << " s";
+  std::printf("[ info ] the trickler held %lld bytes for %.2f s\n", (long long)(3 * 4 * n * n), held_s);
+  testing::expect_released(*client, "after the trickler was dropped");
+  expect_rss_back(*server_, rss_start, "after the trickler was dropped");
+  // The whole budget serves a normal request of the same size again.
+  const GemmShape s{n, n, n};
+  const uint64_t seed = fresh_seed();
+  std::vector<float> a(std::size_t(n * n)), b(std::size_t(n * n));
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  MultiplyOptions opt;
+  opt.timeout = std::chrono::milliseconds(120000);
+  auto res = client->multiply(s, a.data(), b.data(), nullptr, opt);
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  auto v = verify_gemm(n, n, n, 1.0f, a.data(), b.data(), 0.0f, nullptr, res->c.data(), rows_to_verify(n, n, n, seed));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+}
+
+// The same against a PutMatrix: its first chunk reserves the resident budget
+// and the matrix's host memory; a trickle loses both after the grace.
+TEST_F(MemoryAttacks, TricklingPutLosesItsMemoryAfterTheGrace) {
+  auto client = Client::connect(server_->tcp_address());
+  constexpr int64_t rows = 2048, cols = 2048;  // 16 MiB
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::PutMatrixResponse resp;
+  auto w = stub->PutMatrix(&ctx, &resp);
+  v1::PutMatrixRequest h;
+  h.mutable_header()->set_rows(rows);
+  h.mutable_header()->set_cols(cols);
+  const int64_t rss_start = server_rss(*server_);
+  ASSERT_TRUE(w->Write(h));
+  ASSERT_TRUE(w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, 0, 1)));
+  const auto t0 = Clock::now();
+  auto held = testing::info_when(*client, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; });
+  EXPECT_EQ(held.host_bytes_in_use, 4 * rows * cols);
+  EXPECT_EQ(held.resident_bytes_in_use, 4 * rows * cols);
+  std::atomic<bool> stop{false};
+  auto trickler = std::async(std::launch::async, [&] {
+    for (int64_t off = 1; off < 200 && !stop; ++off) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, off, 1))) break;
+    }
+    w->WritesDone();
+    return w->Finish();
+  });
+  expect_server_serves(*server_, "beside a trickling put within its grace");
+  auto back = testing::info_when(
+      *client, [](const ServerInfo& i) { return i.host_bytes_in_use == 0 && i.resident_bytes_in_use == 0; }, 1000);
+  const double held_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(back.host_bytes_in_use, 0);
+  EXPECT_EQ(back.resident_bytes_in_use, 0);
+  EXPECT_LT(held_s, 4.0) << "the trickling put held its memory " << held_s << " s";
+  stop = true;
+  const grpc::Status st = trickler.get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--min-upload-rate"), std::string::npos) << st.error_message();
+  std::printf("[ info ] the trickling put held %lld bytes for %.2f s\n", (long long)(4 * rows * cols), held_s);
+  expect_rss_back(*server_, rss_start, "after the trickling put was dropped");
+}
+
+// 256 KiB of upload (m = n = 32768, k = 1) asked the server to compute and
+// hold 4 GiB; it is refused at the header, before any memory is reserved.
+TEST_F(MemoryAttacks, OutputsAreBoundedByTheirInputs) {
+  auto client = Client::connect(server_->tcp_address());
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  auto stream = stub->Multiply(&ctx);
+  ASSERT_TRUE(stream->Write(header_msg(32768, 32768, 1)));
+  stream->WritesDone();
+  v1::MultiplyResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  const grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("--max-output-ratio"), std::string::npos) << st.error_message();
+  testing::expect_released(*client, "after the refused outer product");
+  // An outer product within the bound (C of 256 MiB at most, or 64x its inputs) is computed.
+  const GemmShape s{300, 200, 1};
+  const uint64_t seed = fresh_seed();
+  std::vector<float> a(300), b(200);
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  auto res = client->multiply(s, a.data(), b.data(), nullptr, {});
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  EXPECT_TRUE(verify_gemm(300, 200, 1, 1.0f, a.data(), b.data(), 0.0f, nullptr, res->c.data()).passed(kSgemmTolerance));
+}
+
+// Sixteen concurrent puts of one client, each within its resident quota
+// alone, used to pass the header check together (8x the quota). The quota
+// is charged when a put reserves its room: at most the quota is ever held.
+TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string file = dir + "/tokens.json";
+  constexpr int64_t kRows = 64, kCols = 64, kBytes = kRows * kCols * 4;  // 16 KiB each
+  std::ofstream(file) << R"({"clients": [{"name": "dave", "token": "dave-token-0123456789abcdef",
+                                          "max_resident_bytes": )"
+                      << 2 * kBytes << "}]}";
+  ServerProcess server({"--auth-tokens", file});
+  ASSERT_TRUE(server.running()) << server.log();
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
+  struct Put {
+    grpc::ClientContext ctx;
+    v1::PutMatrixResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::PutMatrixRequest>> w;
+  };
+  std::vector<std::unique_ptr<Put>> puts;
+  for (int i = 0; i < 16; ++i) {  // every header and first chunk before any put completes
+    auto p = std::make_unique<Put>();
+    p->ctx.AddMetadata("authorization", "Bearer dave-token-0123456789abcdef");
+    p->w = stub->PutMatrix(&p->ctx, &p->resp);
+    v1::PutMatrixRequest h;
+    h.mutable_header()->set_rows(kRows);
+    h.mutable_header()->set_cols(kCols);
+    ASSERT_TRUE(p->w->Write(h));
+    (void)p->w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, 0, 16));
+    puts.push_back(std::move(p));
+  }
+  int stored = 0, denied = 0;
+  for (auto& p : puts) {
+    (void)p->w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, 16, kRows * kCols - 16));
+    p->w->WritesDone();
+    const grpc::Status st = p->w->Finish();
+    if (st.ok())
+      ++stored;
+    else if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED)
+      ++denied;
+    else
+      ADD_FAILURE() << st.error_message();
+  }
+  EXPECT_EQ(stored, 2);
+  EXPECT_EQ(denied, 14);
+  ClientOptions o;
+  o.token = "dave-token-0123456789abcdef";
+  auto client = Client::connect(server.tcp_address(), o);
+  auto info = client->info();
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->resident_bytes_in_use, 2 * kBytes);
+  expect_server_serves(server, "after sixteen concurrent puts", o.token);
+}
+
+// ---- Smaller ones: forged log lines, regions under quotas, reflection --------
+
+// A region the server never registered, under a name chosen to forge a log line.
+class NamedOnly final : public Region {
+ public:
+  explicit NamedOnly(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  void* data() const override { return nullptr; }
+  int64_t bytes() const override { return 0; }
+  StatusOr<int> unregister() override { return 0; }
+
+ private:
+  std::string name_;
+};
+
+// Client strings reach the log inside error messages (a region's name here):
+// a newline in one must not start a forged line, nor a quote end the field.
+TEST_F(CallerAttacks, ClientStringsCannotForgeLogLines) {
+  auto client = Client::connect(server_->unix_address());
+  const std::string forged = "[2026-01-01 00:00:00.000] [sgemm] [info] request id=forged status=OK";
+  const NamedOnly r("x\n" + forged + "\" error=\"none");
+  auto res = client->multiply_regions({4, 4, 4}, RegionMatrix{&r, 0, 0}, RegionMatrix{&r, 64, 0}, std::nullopt,
+                                      std::nullopt, {});
+  EXPECT_EQ(res.status().code(), StatusCode::kNotFound) << res.status().to_string();
+  ASSERT_TRUE(server_->log_has("\\n" + forged)) << "the failure was not logged with its newline escaped";
+  const std::string log = server_->log();
+  EXPECT_EQ(log.find("\n" + forged), std::string::npos) << "a client's newline started a log line";
+  EXPECT_NE(log.find("\\\" error=\\\"none"), std::string::npos) << "a client's quote was not escaped";
+  expect_server_serves(*server_, "after a forged log line");
+}
+
+TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string file = dir + "/tokens.json";
+  std::ofstream(file) << R"({"clients": [
+      {"name": "small", "token": "small-token-0123456789abcdef", "max_region_bytes": 131072},
+      {"name": "viewer", "token": "viewer-token-0123456789abcdef", "multiply": false}]})";
+  ServerProcess server({"--auth-tokens", file});
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions so, vo;
+  so.token = "small-token-0123456789abcdef";
+  vo.token = "viewer-token-0123456789abcdef";
+  auto small = Client::connect(server.unix_address(), so);
+  auto viewer = Client::connect(server.unix_address(), vo);
+  auto denied = viewer->create_region(4096);
+  EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied) << denied.status().to_string();
+  EXPECT_NE(denied.status().message().find("multiply: false"), std::string::npos) << denied.status().to_string();
+  auto first = small->create_region(65536);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto second = small->create_region(65536);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  auto third = small->create_region(4096);  // over 128 KiB together
+  EXPECT_EQ(third.status().code(), StatusCode::kPermissionDenied) << third.status().to_string();
+  EXPECT_NE(third.status().message().find("max_region_bytes"), std::string::npos) << third.status().to_string();
+  ASSERT_TRUE((*first)->unregister().ok());  // its bytes come back to the client
+  auto again = small->create_region(65536);
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
+  expect_server_serves(server, "after the region quotas", so.token);
+}
+
+// Reflection streams take a thread each and need no token: off unless --reflection.
+TEST_F(CallerAttacks, ReflectionIsOffByDefault) {
+  auto channel = grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice empty("");  // an empty ServerReflectionRequest
+  grpc::ByteBuffer request(&empty, 1), response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status st) { done.set_value(st); });
+  const grpc::Status st = done.get_future().get();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << st.error_message();
+}
+
+// One client used to fill --max-open-streams with silent streams (and
+// PutMatrix streams were outside it): every other caller got UNAVAILABLE.
+// With tokens each client holds at most its share of the open streams.
+TEST(StreamShareAttack, OneClientCannotTakeEveryStream) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string file = dir + "/tokens.json";
+  std::ofstream(file) << R"({"clients": [{"name": "hog", "token": "hog-token-0123456789abcdef00"},
+                                         {"name": "fair", "token": "fair-token-0123456789abcdef0"}]})";
+  ServerProcess server({"--auth-tokens", file, "--max-open-streams", "40"});  // a share of 20 each
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions fo;
+  fo.token = "fair-token-0123456789abcdef0";
+  auto fair = Client::connect(server.tcp_address(), fo);
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
+  struct Held {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::MultiplyRequest, v1::MultiplyResponse>> s;
+  };
+  std::vector<std::unique_ptr<Held>> held;
+  for (int i = 0; i < 20; ++i) {
+    auto h = std::make_unique<Held>();
+    h->ctx.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+    h->s = stub->Multiply(&h->ctx);
+    held.push_back(std::move(h));
+  }
+  auto seen = testing::info_when(*fair, [](const ServerInfo& i) { return i.open_streams >= 20; });
+  ASSERT_GE(seen.open_streams, 20);
+  // The hog's 21st stream, and a put, are refused; its streams so far stay.
+  grpc::ClientContext extra;
+  extra.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+  auto s = stub->Multiply(&extra);
+  v1::MultiplyResponse resp;
+  while (s->Read(&resp)) {
+  }
+  const grpc::Status st = s->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_NE(st.error_message().find("max_open_streams"), std::string::npos) << st.error_message();
+  grpc::ClientContext put_ctx;
+  put_ctx.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+  v1::PutMatrixResponse put_resp;
+  auto w = stub->PutMatrix(&put_ctx, &put_resp);
+  w->WritesDone();
+  const grpc::Status put_st = w->Finish();
+  EXPECT_EQ(put_st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << put_st.error_message();
+  // The other client is served while the hog holds its share.
+  expect_server_serves(server, "while another client holds its whole share of streams", fo.token);
+  for (auto& h : held) h->ctx.TryCancel();
+}
+
+}  // namespace
+}  // namespace sgemm
