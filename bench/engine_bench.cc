@@ -78,14 +78,28 @@ std::optional<SplitMode> parse_cluster_split(const std::string& s) {
   return std::nullopt;
 }
 
+constexpr const char* kUsage =
+    "usage: engine-bench [--iters N] [--warmup N] [--csv] [--csv-out FILE] [--kernel NAME] [--gpus 1,2,...]\n"
+    "                    [--shapes MxNxK,...] [--sample ROWS] [--chunk-k K] [--chunk-rows R] [--no-kernel-autotune]\n"
+    "       engine-bench --cluster N [--split rows|k] [--shapes MxNxK[:rows|:k],...] [options above]\n"
+    "\n"
+    "Times the engine (no gRPC) on each shape over 1, 2, 4, 8 GPUs (up to those visible): checks C against an fp64\n"
+    "reference first (--sample rows), then reports the median of --iters runs after --warmup untimed ones.\n"
+    "  --iters N            timed runs per shape and GPU count (default 10)\n"
+    "  --warmup N           untimed runs first (default 2)\n"
+    "  --csv, --csv-out F   print CSV instead of the table / also write CSV to F\n"
+    "  --kernel NAME        pingpong or cublas (default: the engine's choice per shape)\n"
+    "  --gpus LIST          GPU counts to compare, e.g. 1,2\n"
+    "  --shapes LIST        MxNxK,... (default 4096^3, 8192^3, 16384^3, 1024x1024x65536)\n"
+    "  --sample ROWS        rows of C checked against the fp64 reference (default 8)\n"
+    "  --chunk-k K, --chunk-rows R   the engine's pipelining chunks (0: its defaults)\n"
+    "  --no-kernel-autotune the measured table alone picks the fp32 kernel\n"
+    "  --cluster N          N processes, one per GPU, as a cluster over NCCL (docs/cluster.md); --split rows|k\n"
+    "  -h, --help           this text\n"
+    "Exit codes: 0 done; 1 a result was wrong or a run failed; 2 bad arguments.\n";
+
 [[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr,
-               "engine-bench: %s\nusage: engine-bench [--iters N] [--warmup N] [--csv] [--kernel NAME] "
-               "[--shapes MxNxK,...] [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R] "
-               "[--no-kernel-autotune]\n"
-               "       engine-bench --cluster N [--split rows|k] [--shapes MxNxK[:rows|:k],...] [--iters N] "
-               "[--warmup N] [--sample ROWS] [--kernel NAME] [--csv] [--csv-out FILE]\n",
-               msg);
+  std::fprintf(stderr, "engine-bench: %s\n%s", msg, kUsage);
   std::exit(2);
 }
 
@@ -97,7 +111,10 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(("missing value for " + s).c_str());
       return argv[++i];
     };
-    if (s == "--iters")
+    if (s == "--help" || s == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (s == "--iters")
       a.iters = std::max(1, std::atoi(next().c_str()));
     else if (s == "--warmup")
       a.warmup = std::max(0, std::atoi(next().c_str()));

@@ -266,11 +266,12 @@ int main(int argc, char** argv) {
       }
       args.client.channel_args.emplace_back(kv.substr(0, eq), std::stoi(kv.substr(eq + 1)));
     } else {
-      std::fprintf(stderr,
+      const bool help = s == "--help" || s == "-h";
+      std::fprintf(help ? stdout : stderr,
                    "usage: grpc-transport-bench --server HOST:PORT [--sizes 4096,8192] [--e2e-sizes 4096,8192] "
                    "[--repeat N] [--chunk-bytes B] [--streams 1,2,4] [--connections 1,2,4,8] "
                    "[--arg NAME=INT ...]\n");
-      return 2;
+      return help ? 0 : 2;
     }
   }
   std::printf("# grpc-transport-bench: server %s, client chunk %lld bytes, median of %d after a warm-up\n",

@@ -6,7 +6,7 @@
 //
 //   sgemm-bench [--shapes 1024,4096,8192x8192x1024] [--kernels pingpong,cublas,tf32,fp32x3]
 //               [--runs 30] [--warmup 5] [--csv FILE] [--variants] [--variant I] [--ref-rows 8]
-//               [--fp32x3-variants]
+//               [--fp32x3-variants] [--accuracy uniform,wide-exponent,cancelling]
 // --variants times every ping-pong tile configuration as well (for tuning);
 // --variant I times configuration I in place of the one the kernel would pick;
 // --fp32x3-variants times every fp32x3 schedule/tile variant (each checked against fp64).
@@ -15,6 +15,13 @@
 // Where cuBLAS and the ping-pong pick both ran on a shape, a line says which of the two the
 // engine's kernel-choice table (server/planner/kernel_choice.h) runs there by default and how
 // it compares with the faster of them; the worst such figure closes the table.
+// Each shape closes with the fp32 default: the kernel select_kernel (the engine's one
+// choice, server/planner/kernel_choice.h) runs for an fp32 request naming no kernel, its
+// concrete name, and its time as % of cuBLAS SGEMM (needs pingpong, cublas and fp32x3).
+// --accuracy times nothing: for each shape and distribution it prints every kernel's
+// componentwise error cw = max |c - ref| / (|A||B|) against cuBLAS DGEMM of the same
+// inputs (kernels/gemm_accuracy.h), and its ratio to cuBLAS SGEMM's cw: the fp32
+// contract holds where the fp32 default, when it is not FFMA, has a ratio <= 1.
 // Exit status 1 if any verification fails.
 #include <cuda_runtime_api.h>
 
@@ -29,6 +36,7 @@
 
 #include "common/reference_gemm.h"
 #include "kernels/fp32x3_sgemm.h"
+#include "kernels/gemm_accuracy.h"
 #include "kernels/gemm_backend.h"
 #include "kernels/pingpong_sgemm.h"
 #include "server/planner/kernel_choice.h"
@@ -54,17 +62,18 @@ void check_status(const Status& s, const char* what) {
 }
 
 struct Options {
-  std::vector<GemmShape> shapes;           // default: the list
-  std::vector<KernelKind> kernels;         // default: all
-  int runs = 30;                           // timed runs per kernel and shape (median reported)
-  int warmup = 5;                          // untimed runs first
-  std::string csv;                         // also write rows here
-  bool variants = false;                   // time every ping-pong variant too
-  int ref_rows = 8;                        // rows checked against the fp64 reference
-  int only_variant = -1;                   // >= 0: time this ping-pong variant instead of the picked one
-  bool fp32x3_variants = false;            // time every fp32x3 variant too
-  std::vector<std::string> variant_match;  // time the ping-pong variants whose names contain one of these
-  int64_t pad_ab = 0;                      // lda = k + pad_ab, ldb = n + pad_ab (odd: rows TMA cannot read)
+  std::vector<GemmShape> shapes;            // default: the list
+  std::vector<KernelKind> kernels;          // default: all
+  int runs = 30;                            // timed runs per kernel and shape (median reported)
+  int warmup = 5;                           // untimed runs first
+  std::string csv;                          // also write rows here
+  bool variants = false;                    // time every ping-pong variant too
+  int ref_rows = 8;                         // rows checked against the fp64 reference
+  int only_variant = -1;                    // >= 0: time this ping-pong variant instead of the picked one
+  bool fp32x3_variants = false;             // time every fp32x3 variant too
+  std::vector<std::string> variant_match;   // time the ping-pong variants whose names contain one of these
+  int64_t pad_ab = 0;                       // lda = k + pad_ab, ldb = n + pad_ab (odd: rows TMA cannot read)
+  std::vector<InputDistribution> accuracy;  // non-empty: the accuracy table instead of timings
 };
 
 // Tolerances of the checks, by kernel: tf32 rounds its inputs to 11 significant bits.
@@ -93,6 +102,31 @@ GemmShape parse_shape(const std::string& s) {
   std::fprintf(stderr, "bad shape '%s' (use N or MxNxK)\n", s.c_str());
   std::exit(2);
 }
+
+constexpr const char* kUsage =
+    "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas,tf32,fp32x3] [--runs N] [--warmup N]\n"
+    "                   [--csv FILE] [--ref-rows N] [--pad-ab P] [--variants] [--variant I] [--variant-match S,...]\n"
+    "                   [--fp32x3-variants] [--accuracy uniform,wide-exponent,cancelling]\n"
+    "\n"
+    "Times each kernel on one GPU against cuBLAS: every result is checked first (against an fp64 reference on\n"
+    "--ref-rows rows, and against cuBLAS), then timed with CUDA events (median of --runs after --warmup), with cold\n"
+    "L2 between runs. Prints TFLOP/s and % of cuBLAS per shape and kernel.\n"
+    "  --shapes LIST      N (square) or MxNxK, comma-separated (default: 21 square, long-K and thin shapes)\n"
+    "  --kernels LIST     pingpong, cublas, tf32, fp32x3 (default: every GPU kernel this build has)\n"
+    "  --runs N           timed runs per shape and kernel (default 30)\n"
+    "  --warmup N         untimed runs first (default 5)\n"
+    "  --csv FILE         also write the rows as CSV\n"
+    "  --ref-rows N       rows checked against the fp64 reference (default 8; 0: against cuBLAS only)\n"
+    "  --pad-ab P         lda = k + P, ldb = n + P (odd P: rows TMA cannot read)\n"
+    "  --variants         also time every compiled ping-pong tile variant (SGEMM_KERNEL_TUNING builds have all)\n"
+    "  --variant I        time ping-pong variant I instead of the picked one\n"
+    "  --variant-match S  time the variants whose names contain one of S,...\n"
+    "  --fp32x3-variants  also time every fp32x3 variant\n"
+    "  --accuracy LIST    time nothing: each kernel's error (cw against fp64) on these input distributions, and\n"
+    "                     its ratio to cuBLAS SGEMM's (the fp32 contract)\n"
+    "  -h, --help         this text\n"
+    "Exit codes: 0 every check passed; 1 a result failed its check; 2 bad arguments, a CUDA or engine error, or\n"
+    "the CSV file cannot be written.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -132,14 +166,27 @@ Options parse(int argc, char** argv) {
       o.pad_ab = std::max<int64_t>(0, std::stoll(next()));
     } else if (a == "--fp32x3-variants") {
       o.fp32x3_variants = true;
+    } else if (a == "--accuracy") {
+      for (auto& d : split(next(), ',')) {
+        bool found = false;
+        for (InputDistribution x :
+             {InputDistribution::kUniform, InputDistribution::kWideExponent, InputDistribution::kCancelling})
+          if (d == input_distribution_name(x)) {
+            o.accuracy.push_back(x);
+            found = true;
+          }
+        if (!found) {
+          std::fprintf(stderr, "unknown distribution '%s' (uniform, wide-exponent, cancelling)\n", d.c_str());
+          std::exit(2);
+        }
+      }
     } else if (a == "--ref-rows") {
       o.ref_rows = std::max(0, std::stoi(next()));
     } else {
-      std::fprintf(stderr,
-                   "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas,tf32,fp32x3] [--runs N] "
-                   "[--warmup N] [--csv FILE] [--variants] [--variant I] [--variant-match S1,S2] [--pad-ab P] "
-                   "[--ref-rows N] [--fp32x3-variants]\n");
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+      const bool help = a == "--help" || a == "-h";
+      if (!help) std::fprintf(stderr, "sgemm-bench: unknown argument '%s'\n", a.c_str());
+      std::fputs(kUsage, help ? stdout : stderr);
+      std::exit(help ? 0 : 2);
     }
   }
   if (o.shapes.empty())
@@ -192,6 +239,82 @@ std::string shape_name(const GemmShape& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
 }
 
+// The kernel an fp32 request naming no kernel runs on `s` (the engine's select_kernel,
+// ping-pong its configured FFMA default).
+KernelKind fp32_default(const GemmShape& s, int sm_count, const std::vector<KernelKind>& available) {
+  KernelQuery q;
+  q.shape = s;
+  q.available = available;
+  q.sm_count = sm_count;
+  auto sel = select_kernel(q);
+  return sel.ok() ? sel->kind : KernelKind::kCublas;
+}
+
+// --accuracy: cw of every kernel on each shape and distribution, and its ratio to cuBLAS SGEMM's.
+int run_accuracy(const Options& opt, const cudaDeviceProp& prop,
+                 std::map<KernelKind, std::unique_ptr<GemmBackend>>& backends, GemmBackend* cublas,
+                 cudaStream_t stream) {
+  std::vector<KernelKind> available = {KernelKind::kCublas};
+  for (auto& [k, be] : backends) available.push_back(k);
+  std::printf("%-18s %-14s %-10s %-52s %12s %10s\n", "shape", "inputs", "kernel", "concrete kernel", "cw", "cw/cuBLAS");
+  bool ok = true;
+  for (const GemmShape& s0 : opt.shapes)
+    for (InputDistribution d : opt.accuracy) {
+      GemmShape s = s0;
+      if (d == InputDistribution::kCancelling && s.k % 2) ++s.k;
+      std::vector<float> ha, hb;
+      fill_inputs(d, s.m, s.n, s.k, 2026 + uint64_t(s.k), ha, hb);
+      auto probe = GemmAccuracyProbe::create(s, ha.data(), hb.data());
+      check_status(probe.status(), "accuracy probe");
+      float *a = nullptr, *b = nullptr, *c = nullptr;
+      const size_t na = size_t(s.m * s.k), nb = size_t(s.k * s.n), nc = size_t(s.m * s.n);
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&a), na * 4));
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&b), nb * 4));
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&c), nc * 4));
+      BENCH_CHECK(cudaMemcpy(a, ha.data(), na * 4, cudaMemcpyHostToDevice));
+      BENCH_CHECK(cudaMemcpy(b, hb.data(), nb * 4, cudaMemcpyHostToDevice));
+      const GemmArgs g = dense_gemm_args(s, 1.0f, a, b, 0.0f, c);
+      std::vector<float> hc(nc);
+      std::map<KernelKind, double> cw;
+      std::map<KernelKind, std::string> concrete;
+      for (KernelKind k : available) {
+        GemmBackend* be = k == KernelKind::kCublas ? cublas : backends.at(k).get();
+        if (!be->can_implement(g).ok()) continue;
+        const size_t ws_bytes = be->workspace_bytes(g);
+        void* ws = nullptr;
+        if (ws_bytes) BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
+        BENCH_CHECK(cudaMemsetAsync(c, 0xff, nc * 4, stream));
+        check_status(be->run(g, ws, ws_bytes, stream), "accuracy run");
+        BENCH_CHECK(cudaStreamSynchronize(stream));
+        BENCH_CHECK(cudaMemcpy(hc.data(), c, nc * 4, cudaMemcpyDeviceToHost));
+        if (ws) BENCH_CHECK(cudaFree(ws));
+        cw[k] = (*probe)->componentwise_error(hc.data());
+        concrete[k] = be->kernel_name(g);
+      }
+      const double base = cw.at(KernelKind::kCublas);
+      auto line = [&](const char* label, KernelKind k) {
+        std::printf("%-18s %-14s %-10s %-52s %12.3e %10.3f\n", shape_name(s).c_str(), input_distribution_name(d), label,
+                    concrete[k].c_str(), cw[k], base > 0 ? cw[k] / base : NAN);
+      };
+      for (auto& [k, e] : cw) line(std::string(kernel_kind_name(k)).c_str(), k);
+      const KernelKind def = fp32_default(s, prop.multiProcessorCount, available);
+      line("fp32", def);
+      // FFMA is SGEMM's own arithmetic (its summation order may differ from cuBLAS's); the
+      // contract is a question only where a tensor-core scheme serves fp32.
+      if (kernel_arithmetic(def) != ArithmeticClass::kFfma && cw[def] > base) {
+        std::printf("%-18s %-14s fp32 contract BROKEN: the default's cw exceeds cuBLAS SGEMM's\n",
+                    shape_name(s).c_str(), input_distribution_name(d));
+        ok = false;
+      }
+      std::fflush(stdout);
+      cudaFree(a);
+      cudaFree(b);
+      cudaFree(c);
+    }
+  std::printf(ok ? "fp32 contract kept on every case\n" : "SOME CASES BREAK THE fp32 CONTRACT\n");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -227,6 +350,7 @@ int main(int argc, char** argv) {
 
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreate(&stream));
+  if (!opt.accuracy.empty()) return run_accuracy(opt, prop, backends, cublas.get(), stream);
   cudaEvent_t ev0, ev1;
   BENCH_CHECK(cudaEventCreate(&ev0));
   BENCH_CHECK(cudaEventCreate(&ev1));
@@ -320,7 +444,7 @@ int main(int argc, char** argv) {
                   "fp32x3", "split-only", t[opt.runs / 2], bytes / (t[opt.runs / 2] * 1e-3) / 1e9);
     }
 
-    double cublas_ms = 0, pingpong_auto_ms = 0;
+    double cublas_ms = 0, pingpong_auto_ms = 0, fp32x3_auto_ms = 0;
     for (const Job& job : jobs) {
       const bool is_fp32x3 = job.kind == KernelKind::kFp32x3, is_pingpong = job.kind == KernelKind::kPingpong;
       GemmBackend* be = job.kind == KernelKind::kCublas ? cublas.get() : backends.at(job.kind).get();
@@ -395,6 +519,7 @@ int main(int argc, char** argv) {
           opt.runs % 2 ? sorted[opt.runs / 2] : 0.5 * (sorted[opt.runs / 2 - 1] + sorted[opt.runs / 2]);
       if (job.kind == KernelKind::kCublas) cublas_ms = median;
       if (is_pingpong && job.variant < 0) pingpong_auto_ms = median;
+      if (is_fp32x3 && job.variant < 0) fp32x3_auto_ms = median;
       const double tflops = s.flops() / (median * 1e-3) / 1e12;
       const double pct = cublas_ms > 0 ? 100.0 * cublas_ms / median : NAN;
       Row r{shape_name(s),
@@ -416,6 +541,20 @@ int main(int argc, char** argv) {
                   ok ? "ok" : "FAIL");
       std::fflush(stdout);
       if (ws && !is_fp32x3) BENCH_CHECK(cudaFree(ws));
+    }
+    if (cublas_ms > 0 && pingpong_auto_ms > 0 && fp32x3_auto_ms > 0) {
+      // An fp32 request naming no kernel: the engine's select_kernel.
+      const KernelKind def =
+          fp32_default(s, prop.multiProcessorCount, {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kFp32x3});
+      const double def_ms = def == KernelKind::kFp32x3   ? fp32x3_auto_ms
+                            : def == KernelKind::kCublas ? cublas_ms
+                                                         : pingpong_auto_ms;
+      const double best_ms = std::min({cublas_ms, pingpong_auto_ms, fp32x3_auto_ms});
+      GemmBackend* def_be = def == KernelKind::kCublas ? cublas.get() : backends.at(def).get();
+      std::printf("%-16s fp32 default: %s (%s) %.2f TFLOP/s, %.2fx cuBLAS SGEMM, %.1f%% of the fastest kernel\n",
+                  shape_name(s).c_str(), std::string(kernel_kind_name(def)).c_str(),
+                  def_be->kernel_name(args_for(0)).c_str(), s.flops() / (def_ms * 1e-3) / 1e12, cublas_ms / def_ms,
+                  100.0 * best_ms / def_ms);
     }
     if (cublas_ms > 0 && pingpong_auto_ms > 0) {
       // What the engine runs on this shape when the request names no kernel (ping-pong is

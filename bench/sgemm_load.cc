@@ -290,7 +290,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--keep-dim", ro.keep_dim, "--resident: its square size")->capture_default_str();
   app.add_option("--chunk-bytes", ro.chunk_bytes, "--resident: payload of each chunk sent")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad argument: 2
+  }
   if (resident) {
     ro.server = o.server;
     ro.clients = o.clients;

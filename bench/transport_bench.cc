@@ -201,12 +201,20 @@ int main(int argc, char** argv) {
       std::string item;
       while (std::getline(ss, item, ',')) e2e_sizes.push_back(std::atoll(item.c_str()));
     } else {
+      if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0)
+        std::printf(
+            "usage: transport-bench --server HOST:PORT [--direction up|down] [google-benchmark flags]\n"
+            "       transport-bench --e2e-sizes N,... [--transport grpc|shm] --server ADDR [--iters N] "
+            "[--csv-out FILE]\n"
+            "Exit codes: 0 done; 1 a result was wrong or a request failed; 2 bad arguments.\n"
+            "google-benchmark's own flags:\n");  // its --help follows and exits 0
       rest.push_back(argv[i]);
     }
   }
   if (!e2e_sizes.empty()) return run_e2e(transport, e2e_sizes, iters, csv_out);
   int n = int(rest.size());
   benchmark::Initialize(&n, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
   if (g_direction == "up") {
     benchmark::RegisterBenchmark("upload_64MiB", BM_Upload)
         ->ArgName("chunk_bytes")

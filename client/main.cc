@@ -9,12 +9,25 @@
 //   H=$(sgemm-client put --rows 4096 --cols 4096)       # resident matrices (docs/resident.md)
 //   sgemm-client submit --m 1 --n 4096 --k 4096 --b-handle $H; sgemm-client ls; sgemm-client rm $H
 //   sgemm-client submit --server host:50051 --tls-ca ca.pem --token "$TOKEN" --size 1024
+//
+// Exit codes (also in --help): 0 done; 1 --verify found a wrong result, or
+// health answered NOT_SERVING; 2 bad arguments or unreadable files (nothing
+// was sent); 3 the request or the connection failed (the message names the
+// gRPC status), or C could not be written.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "client/matrix_files.h"
 #include "client/resident_commands.h"
@@ -40,6 +53,100 @@ struct SubmitOptions {
   std::string trace_file;                        // Chrome trace of the (last) request; "" = none
   std::string a_handle, b_handle, c_handle;      // resident operands (docs/resident.md)
   bool keep = false, keep_evictable = false, send_c = false;
+  bool discard = false;  // --a/--b without --out: compute and throw C away (timing runs)
+  bool progress = true;  // a progress line on stderr when it is a terminal (--no-progress: never)
+};
+
+constexpr const char* kExitCodes =
+    "Exit codes: 0 done; 1 --verify found a wrong result, or health answered NOT_SERVING; 2 bad arguments or "
+    "unreadable files (nothing was sent); 3 the request or the connection failed (the message names the gRPC "
+    "status), or C could not be written.";
+
+std::string rate_text(double bytes, double seconds) {
+  const double r = seconds > 0 ? bytes / seconds : 0;
+  char buf[32];
+  if (r >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2f GB/s", r / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MB/s", r / 1e6);
+  return buf;
+}
+
+// One status line on stderr, rewritten in place five times a second while a
+// request runs: upload (share of A, B and C written, rate), compute (time
+// since the upload ended, until C's first bytes), download (share of C
+// received, rate). Counters come from gRPC's threads (MultiplyOptions::on_sent,
+// on_chunk); the line is drawn by a thread of its own, and erased at stop().
+class Progress {
+ public:
+  Progress(int64_t bytes_in, int64_t bytes_out) : in_(bytes_in), out_(bytes_out), start_(Clock::now()) {
+    thread_ = std::thread([this] { draw_loop(); });
+  }
+  ~Progress() { stop(); }
+  void sent(int64_t bytes) { sent_.fetch_add(bytes, std::memory_order_relaxed); }
+  void received(int64_t bytes) { received_.fetch_add(bytes, std::memory_order_relaxed); }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    std::fprintf(stderr, "\r\033[K");  // the table follows on a clean line
+    std::fflush(stderr);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+  void draw_loop() {
+    std::unique_lock lock(mu_);
+    do draw();  // at once: a request shorter than one period still shows what it did
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopped_; }));
+  }
+
+  void draw() {
+    const auto now = Clock::now();
+    const int64_t sent = std::min(sent_.load(std::memory_order_relaxed), in_);  // a retry sends again
+    const int64_t got = received_.load(std::memory_order_relaxed);
+    if ((sent >= in_ || in_ == 0) && !upload_end_) upload_end_ = now;
+    if (got > 0 && !download_start_) download_start_ = now;
+    std::vector<std::string> parts;  // what applies: nothing is uploaded or downloaded over shared memory
+    char buf[160];
+    const double up_s = seconds((upload_end_ ? *upload_end_ : now) - start_);
+    if (in_ > 0) {
+      std::snprintf(buf, sizeof buf, "upload %3.0f%% %s", 100.0 * double(sent) / double(in_),
+                    rate_text(double(sent), up_s).c_str());
+      parts.emplace_back(buf);
+    }
+    if (upload_end_) {
+      std::snprintf(buf, sizeof buf, "compute %.1f s",
+                    seconds((download_start_ ? *download_start_ : now) - *upload_end_));
+      parts.emplace_back(buf);
+    }
+    if (download_start_) {
+      std::snprintf(buf, sizeof buf, "download %3.0f%% %s", out_ ? 100.0 * double(got) / double(out_) : 100.0,
+                    rate_text(double(got), seconds(now - *download_start_)).c_str());
+      parts.emplace_back(buf);
+    }
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds(now - start_));
+    parts.emplace_back(buf);
+    std::string line;
+    for (const std::string& p : parts) line += (line.empty() ? "" : " | ") + p;
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    std::fflush(stderr);
+  }
+
+  const int64_t in_, out_;
+  const Clock::time_point start_;
+  std::atomic<int64_t> sent_{0}, received_{0};
+  std::optional<Clock::time_point> upload_end_, download_start_;  // the drawing thread's
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;  // guarded by mu_
+  std::thread thread_;    // last: starts once the rest is set
 };
 
 // The target and transport of a submit: shm needs the Unix socket (--unix, or
@@ -176,6 +283,12 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     }
     files = std::move(*in);
     s = files->shape;
+    if (o.out_file.empty() && !o.verify && !o.discard && !o.keep) {
+      std::fprintf(stderr,
+                   "sgemm-client: --a/--b without --out: C would be computed and thrown away; give --out FILE, "
+                   "--verify, --keep, or --discard to time the product alone\n");
+      return 2;
+    }
   }
   if (s.m < 1 || s.n < 1 || s.k < 1) {
     std::fprintf(stderr, "sgemm-client: give --size N or all of --m, --n, --k (each >= 1)\n");
@@ -233,8 +346,22 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
 
   nlohmann::json runs = nlohmann::json::array();
   int exit_code = 0;
+  const bool show_progress = o.progress && isatty(STDERR_FILENO) == 1;
+  // Over shared memory nothing is written or read on the stream: the line shows the request's time alone.
+  const bool streamed = *transport != sgemm::Transport::kShm;
+  const int64_t bytes_in = streamed ? 4 * ((o.a_handle.empty() ? s.m * s.k : 0) + (o.b_handle.empty() ? s.k * s.n : 0) +
+                                           (with_c && o.c_handle.empty() ? s.m * s.n : 0))
+                                    : 0;
+  const int64_t bytes_out = streamed && (mopt.send_c || !o.keep) ? 4 * s.m * s.n : 0;
   for (int rep = 0; rep < o.repeat; ++rep) {
+    std::optional<Progress> progress;
+    if (show_progress) {
+      progress.emplace(bytes_in, bytes_out);
+      mopt.on_sent = [&progress](int64_t bytes) { progress->sent(bytes); };
+      mopt.on_chunk = [&progress](int64_t, int64_t count) { progress->received(count * int64_t(sizeof(float))); };
+    }
     auto r = client->multiply(s, a.data(), b.data(), with_c ? c0.data() : nullptr, mopt);
+    if (progress) progress->stop();
     if (!r.ok()) {
       if (o.json) {
         std::printf(
@@ -330,6 +457,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
 int main(int argc, char** argv) {
   CLI::App app{"sgemm-client: submit SGEMM products to sgemm-server"};
   app.require_subcommand(1);
+  app.footer(kExitCodes);
   std::string server = "localhost:50051";
   int64_t chunk_bytes = 1 << 20;
   bool no_retry = false;
@@ -359,8 +487,9 @@ int main(int argc, char** argv) {
   sub->add_option("--kernel", o.kernel, "pingpong or cublas (default: the server's)")
       ->check(CLI::IsMember({"pingpong", "cublas"}));
   sub->add_option("--precision", o.precision,
-                  "fp32 (default); tf32 (tensor cores, ~1e-4 error: less accurate); fp32x3 (tensor cores, fp32 error)")
-      ->check(CLI::IsMember({"fp32", "tf32", "fp32x3"}));
+                  "fp32 (default: error no larger than cuBLAS SGEMM's, tensor cores where that holds); fp32-ffma "
+                  "(FFMA only); tf32 (tensor cores, ~1e-4 error: less accurate); fp32x3 (3xTF32 on every shape)")
+      ->check(CLI::IsMember({"fp32", "fp32-ffma", "tf32", "fp32x3"}));
   sub->add_option("--split", o.split, "auto, single, rows or k")->check(CLI::IsMember({"auto", "single", "rows", "k"}));
   sub->add_option("--timeout-ms", o.timeout_ms, "deadline for the request (0 = none)");
   sub->add_option("--chunk-bytes", chunk_bytes, "payload of each chunk sent");
@@ -376,6 +505,12 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile)
       ->needs(a_opt);
   sub->add_option("--out", o.out_file, "write C here (.npy when the name ends in .npy, else raw fp32)");
+  sub->add_flag("--discard", o.discard, "with --a/--b and no --out: compute C and throw it away (timing runs)");
+  sub->add_flag(
+      "--no-progress", [&o](int64_t) { o.progress = false; },
+      "no progress line (upload, compute, download, with rates); it is drawn on stderr only when stderr "
+      "is a terminal");
+  sub->footer(kExitCodes);
   sub->add_option("--trace", o.trace_file,
                   "ask the server for a Chrome trace of the request and write it here (ui.perfetto.dev opens it)");
   a_opt->needs(b_opt);
@@ -427,7 +562,11 @@ int main(int argc, char** argv) {
   std::string health_service;
   health->add_option("--service", health_service, "service name to ask about (\"\" = the whole server)");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad argument: 2, after CLI11's message
+  }
 
   if (*sub) return submit(server, chunk_bytes, no_retry, o, connection);
   if (*put) {

@@ -8,12 +8,13 @@ namespace sgemm {
 
 StreamProtocol::StreamProtocol(const v1::MultiplyRequest& header, std::vector<Input> inputs, int64_t chunk_elems,
                                float* c, int64_t c_elements, std::function<void(int64_t, int64_t)> on_chunk,
-                               wire::SliceRefs* refs)
+                               wire::SliceRefs* refs, std::function<void(int64_t)> on_sent)
     : inputs_(std::move(inputs)),
       chunk_elems_(chunk_elems),
       c_(c),
       c_elements_(c_elements),
       on_chunk_(std::move(on_chunk)),
+      on_sent_(std::move(on_sent)),
       refs_(refs) {
   while (first_input_ < inputs_.size() && inputs_[first_input_].begin >= inputs_[first_input_].end) ++first_input_;
   input_ = first_input_;
@@ -45,6 +46,7 @@ bool StreamProtocol::next_write(grpc::ByteBuffer** out, bool* last) {
 
 void StreamProtocol::write_done() {
   bytes_sent_ += pending_bytes_;
+  if (on_sent_ && pending_bytes_ > 0) on_sent_(pending_bytes_);
   pending_bytes_ = 0;
 }
 

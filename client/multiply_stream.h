@@ -34,8 +34,10 @@ class StreamProtocol {
     int64_t begin, end;  // elements [begin, end) to send (a stripe's block, or all)
   };
 
+  // `on_sent` (may be empty) is told each write's payload bytes as it completes.
   StreamProtocol(const v1::MultiplyRequest& header, std::vector<Input> inputs, int64_t chunk_elems, float* c,
-                 int64_t c_elements, std::function<void(int64_t, int64_t)> on_chunk, wire::SliceRefs* refs);
+                 int64_t c_elements, std::function<void(int64_t, int64_t)> on_chunk, wire::SliceRefs* refs,
+                 std::function<void(int64_t)> on_sent = {});
 
   // The first message (the header, or a stripe's attach).
   grpc::ByteBuffer& header() { return out_; }
@@ -69,6 +71,7 @@ class StreamProtocol {
   float* const c_;
   const int64_t c_elements_;
   const std::function<void(int64_t, int64_t)> on_chunk_;
+  const std::function<void(int64_t)> on_sent_;
   wire::SliceRefs* const refs_;
   std::size_t first_input_ = 0;  // the first input with elements to send
   grpc::ByteBuffer out_;

@@ -40,6 +40,8 @@ std::string precision_text(v1::Precision p) {
       return "tf32";
     case v1::PRECISION_FP32X3:
       return "fp32x3";
+    case v1::PRECISION_FP32_FFMA:
+      return "fp32-ffma";
     default:
       return "unknown(" + std::to_string(int(p)) + ")";
   }
@@ -184,8 +186,9 @@ class MultiplyStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 
   MultiplyStream(grpc::ClientContext* ctx, const v1::MultiplyRequest& header, std::vector<Input> inputs,
                  int64_t chunk_elems, float* c, int64_t c_elements, std::function<void(int64_t, int64_t)> on_chunk,
-                 wire::SliceRefs* refs)
-      : ctx_(ctx), p_(header, std::move(inputs), chunk_elems, c, c_elements, std::move(on_chunk), refs) {}
+                 wire::SliceRefs* refs, std::function<void(int64_t)> on_sent)
+      : ctx_(ctx),
+        p_(header, std::move(inputs), chunk_elems, c, c_elements, std::move(on_chunk), refs, std::move(on_sent)) {}
 
   void start() {
     std::lock_guard lock(mu_);
@@ -465,6 +468,9 @@ class GrpcClient final : public Client {
         case Precision::kFp32x3:
           h->set_precision(v1::PRECISION_FP32X3);
           break;
+        case Precision::kFp32Ffma:
+          h->set_precision(v1::PRECISION_FP32_FFMA);
+          break;
       }
       switch (opt.split) {
         case SplitMode::kAuto:
@@ -551,10 +557,10 @@ class GrpcClient final : public Client {
     std::vector<std::unique_ptr<MultiplyStream>> stripes;
     grpc::Status gst;
     if (plan.stripes == 1 && options_.caller_thread_calls) {
-      direct.emplace(*first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
+      direct.emplace(*first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs, opt.on_sent);
       gst = run_on_caller_thread(*generic_, &ctx, *direct);
     } else {
-      call.emplace(&ctx, *first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs);
+      call.emplace(&ctx, *first, inputs_of(0), chunk_elems, out, total, opt.on_chunk, refs, opt.on_sent);
       if (plan.stripes > 1) {
         set.add(&ctx);
         call->set_on_done([&set](bool ok) { set.done(0, ok); });
@@ -573,7 +579,7 @@ class GrpcClient final : public Client {
           attach.mutable_attach()->set_token(token);
           attach.mutable_attach()->set_stripe(s);
           auto& stream = stripes.emplace_back(std::make_unique<MultiplyStream>(
-              sctx.get(), attach, inputs_of(s), chunk_elems, out, total, opt.on_chunk, refs));
+              sctx.get(), attach, inputs_of(s), chunk_elems, out, total, opt.on_chunk, refs, opt.on_sent));
           stream->set_on_done([&set, s](bool ok) { set.done(s, ok); });
           stripe_stub(s)->PrepareBidiStreamingCall(sctx.get(), "/sgemm.v1.Sgemm/Multiply", grpc::StubOptions(),
                                                    stream.get());

@@ -121,6 +121,11 @@ struct MultiplyOptions {
   // be running; with ClientOptions::connections > 1, on several threads at
   // once): elements [offset, offset + count) are final.
   std::function<void(int64_t offset, int64_t count)> on_chunk;
+  // Called as each chunk of A, B and C has been written to the connection
+  // (its payload bytes), on the thread that wrote it (several at once with
+  // connections > 1); a retried request sends, and reports, its bytes again.
+  // Not called for shared-memory transfers (nothing is written).
+  std::function<void(int64_t bytes)> on_sent;
   // Where C goes (m x n floats, the caller's memory): MultiplyResult::c stays
   // empty. nullptr: into MultiplyResult::c.
   float* c_out = nullptr;

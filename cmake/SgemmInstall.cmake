@@ -62,13 +62,18 @@ install(FILES ${CMAKE_BINARY_DIR}/cmake/sgemm_clientConfig.cmake
               ${CMAKE_BINARY_DIR}/cmake/sgemm_clientConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/sgemm_client COMPONENT client)
 
-# The server finds cuBLAS and NCCL where it was linked against them (the CUDA
-# Toolkit is not a Debian package, so the loader's default path may lack it).
-set_target_properties(sgemm-server PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
-install(TARGETS sgemm-server RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT server)
-# sgemm-timings: percentiles, lists and pictures of timings.jsonl and traces (docs/observability.md).
-install(PROGRAMS ${CMAKE_SOURCE_DIR}/tools/sgemm_timings.py DESTINATION ${CMAKE_INSTALL_BINDIR} RENAME sgemm-timings
-        COMPONENT server)
+if(SGEMM_BUILD_SERVER)
+  # The server finds cuBLAS and NCCL where it was linked against them (the CUDA
+  # Toolkit is not a Debian package, so the loader's default path may lack it).
+  set_target_properties(sgemm-server PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  install(TARGETS sgemm-server RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT server)
+  # sgemm-timings: percentiles, lists and pictures of timings.jsonl and traces (docs/observability.md).
+  install(PROGRAMS ${CMAKE_SOURCE_DIR}/tools/sgemm_timings.py DESTINATION ${CMAKE_INSTALL_BINDIR}
+          RENAME sgemm-timings COMPONENT server)
+  # The systemd unit (docs/operations.md): `systemctl enable --now sgemm-server`.
+  install(FILES ${CMAKE_SOURCE_DIR}/deploy/systemd/sgemm-server.service DESTINATION lib/systemd/system
+          COMPONENT server)
+endif()
 
 # --- CPack: one .deb per component --------------------------------------------
 set(CPACK_PACKAGE_NAME sgemm)
@@ -77,7 +82,11 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "fp32 matrix multiplication over gRPC on a host's GPUs")
 set(CPACK_PACKAGE_CONTACT "sgemm-service maintainers")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
-set(CPACK_COMPONENTS_ALL server client)
+if(SGEMM_BUILD_SERVER)
+  set(CPACK_COMPONENTS_ALL server client)
+else()
+  set(CPACK_COMPONENTS_ALL client)
+endif()
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_SERVER_PACKAGE_NAME sgemm-server)
@@ -96,12 +105,23 @@ set(CPACK_COMPONENT_CLIENT_DESCRIPTION
 find_program(SGEMM_DPKG_SHLIBDEPS dpkg-shlibdeps)
 if(SGEMM_DPKG_SHLIBDEPS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-  get_filename_component(_nccl_dir "${NCCL_LIBRARY}" DIRECTORY)
-  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CUDAToolkit_LIBRARY_DIR} ${_nccl_dir})
+  if(SGEMM_BUILD_SERVER)
+    get_filename_component(_nccl_dir "${NCCL_LIBRARY}" DIRECTORY)
+    set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CUDAToolkit_LIBRARY_DIR} ${_nccl_dir})
+  endif()
 endif()
-# The static sgemm::client links gRPC and protobuf, so a consumer needs their development files.
-set(CPACK_DEBIAN_CLIENT_PACKAGE_DEPENDS "libgrpc++-dev, libprotobuf-dev")
-# sgemm-timings is Python (matplotlib only for its pictures).
-set(CPACK_DEBIAN_SERVER_PACKAGE_DEPENDS "python3")
+# The CLI's Depends are its shared libraries (dpkg-shlibdeps); the static
+# sgemm::client links gRPC and protobuf, so a project building against it
+# wants their development files: recommended, not required to run the CLI.
+set(CPACK_DEBIAN_CLIENT_PACKAGE_RECOMMENDS "libgrpc++-dev, libprotobuf-dev")
+# sgemm-timings is Python (matplotlib only for its pictures). The CUDA
+# libraries sgemm-server links come from NVIDIA's apt repository
+# (developer.download.nvidia.com/compute/cuda/repos): declared here, since
+# dpkg-shlibdeps cannot see them, so the package does not install where
+# sgemm-server could not start.
+if(SGEMM_BUILD_SERVER)
+  set(_cu "${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}")
+  set(CPACK_DEBIAN_SERVER_PACKAGE_DEPENDS "python3, cuda-cudart-${_cu}, libcublas-${_cu}, libnccl2")
+endif()
 set(CPACK_DEBIAN_SERVER_PACKAGE_SUGGESTS "python3-matplotlib")
 include(CPack)

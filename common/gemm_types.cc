@@ -47,14 +47,48 @@ std::string_view precision_name(Precision p) {
       return "tf32";
     case Precision::kFp32x3:
       return "fp32x3";
+    case Precision::kFp32Ffma:
+      return "fp32-ffma";
   }
   return "unknown";
 }
 
+std::vector<Precision> all_precisions() {
+  return {Precision::kFp32, Precision::kFp32Ffma, Precision::kTf32, Precision::kFp32x3};
+}
+
 std::optional<Precision> parse_precision(std::string_view text) {
-  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp32x3})
+  for (Precision p : all_precisions())
     if (text == precision_name(p)) return p;
   return std::nullopt;
+}
+
+std::string_view precision_contract(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return "error no larger than cuBLAS SGEMM's on the same inputs (max |c - ref| / (|A||B|) against fp64)";
+    case Precision::kFp32Ffma:
+      return "classic SGEMM arithmetic: fp32 fused multiply-adds only";
+    case Precision::kTf32:
+      return "A and B rounded to TF32 (10-bit mantissa): about 1e-4 relative error, less accurate than fp32";
+    case Precision::kFp32x3:
+      return "the 3xTF32 tensor-core kernel on every shape (sm_90)";
+  }
+  return "unknown";
+}
+
+ArithmeticClass kernel_arithmetic(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kTf32:
+      return ArithmeticClass::kTf32;
+    case KernelKind::kFp32x3:
+      return ArithmeticClass::kFp32x3;
+    case KernelKind::kPingpong:
+    case KernelKind::kCublas:
+    case KernelKind::kOpenblas:
+      break;
+  }
+  return ArithmeticClass::kFfma;
 }
 
 std::string_view split_mode_name(SplitMode mode) {

@@ -41,12 +41,31 @@ std::string kernel_kind_list(const std::vector<KernelKind>& kinds);
 // "MxNxK": a shape in logs and messages.
 std::string gemm_shape_text(const GemmShape& shape);
 
-// The arithmetic a request asks for. kFp32 is IEEE fp32 multiply-adds (our
-// ping-pong kernel or cuBLAS SGEMM); kTf32 rounds A and B to TF32 on the
-// tensor cores (cuBLAS, about 1e-4 relative error: documented as less
-// accurate); kFp32x3 is our 3xTF32 tensor-core kernel with fp32-level error.
-enum class Precision { kFp32, kTf32, kFp32x3 };
+// The arithmetic a request asks for, as a contract on the result:
+//   kFp32      error no larger than cuBLAS SGEMM's on the same inputs, measured as
+//              cw = max_ij |c - ref| / (|A||B|)_ij against an fp64 product (the scale
+//              of the classical GEMM bound). Served by the fastest kernel that keeps
+//              it: fp32x3 where its tile fits and K is inside the range the accuracy
+//              tests prove (server/planner/kernel_choice.h), else FFMA.
+//   kFp32Ffma  classic SGEMM arithmetic: fp32 fused multiply-adds only (our SIMT
+//              kernels or cuBLAS SGEMM), for callers who want exactly that.
+//   kTf32      A and B rounded to TF32 on the tensor cores (cuBLAS): about 1e-4
+//              relative error, documented as less accurate than fp32.
+//   kFp32x3    our 3xTF32 tensor-core kernel asked for by name (sm_90 only), whatever
+//              the shape.
+enum class Precision { kFp32, kTf32, kFp32x3, kFp32Ffma };
 std::string_view precision_name(Precision p);
+// Every precision, kFp32 first: for lists in messages and GetInfo.
+std::vector<Precision> all_precisions();
+// One sentence stating what `p` promises (GetInfo, docs).
+std::string_view precision_contract(Precision p);
+// How a kernel computes, which decides the contracts it may serve.
+enum class ArithmeticClass {
+  kFfma,    // fp32 fused multiply-adds (ping-pong and its GEMV, cuBLAS SGEMM, OpenBLAS)
+  kFp32x3,  // three TF32 tensor-core products per term, fp32 accumulation
+  kTf32,    // one TF32 tensor-core product per term
+};
+ArithmeticClass kernel_arithmetic(KernelKind kind);
 std::optional<Precision> parse_precision(std::string_view text);
 
 // How one product is spread over devices; each mode is a strategy (a row of

@@ -65,6 +65,9 @@ class CublasBackend final : public GemmBackend {
                                   CUDA_R_32F, int(g.ldc), compute_, CUBLAS_GEMM_DEFAULT));
     return Status::Ok();
   }
+  std::string kernel_name(const GemmArgs& /*args*/) const override {
+    return kind_ == KernelKind::kTf32 ? "cublas_tf32" : "cublas_sgemm";
+  }
 
  private:
   cublasHandle_t handle_;  // owned

@@ -22,6 +22,9 @@ class Fp32x3Backend final : public GemmBackend {
   Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
     return fp32x3_sgemm(args, workspace, workspace_bytes, stream);
   }
+  std::string kernel_name(const GemmArgs& args) const override {
+    return "fp32x3_wgmma_" + std::string(fp32x3_variant_name(fp32x3_pick_variant(args)));
+  }
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -39,6 +40,13 @@ class GemmBackend {
   // holds at least workspace_bytes(args) bytes on this device (null when 0) and
   // must stay valid until the work on `stream` is done.
   virtual Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) = 0;
+
+  // Pure: the name of the concrete kernel run() launches for `args` on this
+  // backend's device, saying what it is: the arithmetic, the data path and the
+  // tile ("simt_tma_128x256x32_w64x64_t8x16_s4", "simt_cpasync_64x128x16_...",
+  // "gemv", "fp32x3_wgmma_coop_128x128_s4_promote1_splitA_group16",
+  // "cublas_sgemm", "cublas_tf32"). Summaries, timings.jsonl and traces name it.
+  virtual std::string kernel_name(const GemmArgs& args) const = 0;
 };
 
 // Makes a backend for the current device.

@@ -1,8 +1,12 @@
 // GemmBackend over the ping-pong kernel (pingpong_sgemm.h). Stateless apart
 // from the device it was made on; not thread-safe by contract (gemm_backend.h).
+#include <cuda_runtime_api.h>
+
 #include <memory>
+#include <string>
 
 #include "kernels/backend_factories.h"
+#include "kernels/cuda_status.h"
 #include "kernels/pingpong_sgemm.h"
 
 namespace sgemm {
@@ -10,18 +14,34 @@ namespace {
 
 class PingpongBackend final : public GemmBackend {
  public:
+  explicit PingpongBackend(int sm_count) : sm_count_(sm_count) {}
   KernelKind kind() const override { return KernelKind::kPingpong; }
   Status can_implement(const GemmArgs& args) const override { return pingpong_can_implement(args); }
   std::size_t workspace_bytes(const GemmArgs& args) const override { return pingpong_workspace_bytes(args); }
   Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
     return pingpong_sgemm(args, workspace, workspace_bytes, stream);
   }
+  // The variant pingpong_sgemm picks, prefixed by its data path: "simt_tma_" for the
+  // TMA-fed kernels (which take the cp.async tile where TMA cannot read A or B),
+  // "simt_cpasync_" for the multistage cp.async tiles, "gemv" for one row or column.
+  std::string kernel_name(const GemmArgs& args) const override {
+    const std::string v(pingpong_variant_name(pingpong_pick_variant(args.shape, sm_count_)));
+    if (v == "gemv") return v;
+    if (v.rfind("tma_", 0) == 0) return "simt_" + v;
+    return "simt_cpasync_" + v;
+  }
+
+ private:
+  const int sm_count_;
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<GemmBackend>> make_pingpong_backend() {
-  return std::unique_ptr<GemmBackend>(std::make_unique<PingpongBackend>());
+  int device = 0, sm_count = 0;
+  SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  return std::unique_ptr<GemmBackend>(std::make_unique<PingpongBackend>(sm_count));
 }
 
 }  // namespace sgemm

@@ -15,6 +15,12 @@
 #                  each precision the GPUs offer, and sgemm-load (64 clients; then misbehaving clients attached)
 #   bench-kernels  sgemm-bench (SGEMM_KERNEL_BENCH_ARGS), CSV and plot
 #   bench-fp32x3   sgemm-bench: cuBLAS SGEMM, cuBLAS TF32 and fp32x3 (SGEMM_FP32X3_SHAPES)
+#   contract       the fp32 contract: fp32_contract_test; sgemm-bench --accuracy (cw of every kernel and of
+#                  the fp32 default against cuBLAS DGEMM, uniform / wide-exponent / cancelling inputs) on
+#                  SGEMM_ACCURACY_SHAPES; sgemm-bench timing of the fp32 default against cuBLAS SGEMM on
+#                  SGEMM_CONTRACT_SHAPES; sgemm-client submit --size 8192 --verify for fp32 and fp32-ffma
+#                  against sgemm-server --backend cuda (the summary names the concrete kernel), and with
+#                  --split rows and --split k where there are 2 GPUs or more
 #   variants-fp32x3  every fp32x3 schedule/tile variant
 #   bench-engine   engine-bench (SGEMM_ENGINE_BENCH_ARGS, e.g. "--gpus 1,2,4 --shapes ...")
 #   bench-kernel-choice  engine-bench --gpus 1 on SGEMM_KERNEL_CHOICE_SHAPES four ways: the engine's choice
@@ -112,7 +118,7 @@ has() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; r
 
 if has tests; then
   for t in kernels_can_implement_test fp32x3_can_implement_test pingpong_sgemm_test fp32x3_sgemm_test \
-           cuda_engine_gpu_test cuda_engine_region_gpu_test cuda_engine_multigpu_test; do
+           fp32_contract_test cuda_engine_gpu_test cuda_engine_region_gpu_test cuda_engine_multigpu_test; do
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
@@ -369,6 +375,41 @@ if has bench-fp32x3; then
   step sgemm-bench-fp32x3 300 "$BIN/sgemm-bench" --kernels cublas,tf32,fp32x3 --csv "$OUT/sgemm-bench-fp32x3.csv" \
     --shapes "${SGEMM_FP32X3_SHAPES:-1024,2048,4096,8192,8192x8192x1024,1024x1024x16384,4095,8191x8193x1000}"
   cat "$OUT/sgemm-bench-fp32x3.log"
+fi
+if has contract; then
+  step fp32-contract-test 300 "$BIN/fp32_contract_test"
+  cat "$OUT/fp32-contract-test.log"
+  step accuracy 400 "$BIN/sgemm-bench" --kernels cublas,pingpong,fp32x3 --accuracy uniform,wide-exponent,cancelling \
+    --shapes "${SGEMM_ACCURACY_SHAPES:-1536x1536x64,1536x1536x128,1536x1536x256,1536x1536x1024,1536x1536x1152,1536x1536x2048,1536x1536x4096,1536x1536x65536,4096x4096x256,2048x2048x4096,2048x2048x8192,8192x2048x8192,4096x4096x32768,2048,4096,8192,16384}"
+  cat "$OUT/accuracy.log"
+  step contract-bench 400 "$BIN/sgemm-bench" --kernels cublas,pingpong,fp32x3 --runs 10 --warmup 3 \
+    --csv "$OUT/contract-bench.csv" \
+    --shapes "${SGEMM_CONTRACT_SHAPES:-2048,4096,8192,16384,8192x8192x1024,16384x4096x4096,4096x4096x16384,2048x8192x8192,8192x2048x8192,1536x1536x8192,1024x1024x16384,256x8192x8192,8192x256x8192}"
+  cat "$OUT/contract-bench.log"
+  if [ -x "$BIN/sgemm-server" ]; then
+    tmp=$(mktemp -d)
+    "$BIN/sgemm-server" --listen 127.0.0.1:0 --port-file "$tmp/port" --backend cuda --log-dir "$OUT/contract-logs" \
+      >"$OUT/contract-server.log" 2>&1 &
+    spid=$!
+    for _ in $(seq 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+    addr=127.0.0.1:$(cat "$tmp/port" 2>/dev/null)
+    step contract-info 60 "$BIN/sgemm-client" info --server "$addr"
+    step contract-submit-8192 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --verify --repeat 2
+    step contract-submit-8192-ffma 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --precision fp32-ffma \
+      --verify
+    logs=(contract-info contract-submit-8192 contract-submit-8192-ffma)
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then  # row and K splits over the GPUs
+      for sp in rows k; do
+        step "contract-submit-8192-$sp" 300 "$BIN/sgemm-client" submit --server "$addr" --size 8192 --split "$sp" --verify
+        logs+=("contract-submit-8192-$sp")
+      done
+    fi
+    for f in "${logs[@]}"; do
+      echo "--- $f"
+      cat "$OUT/$f.log"
+    done
+    kill "$spid"; wait "$spid"; echo "server exit: $?" | tee -a "$OUT/summary.txt"
+  fi
 fi
 if has variants-fp32x3; then
   step fp32x3-variants 300 "$BIN/sgemm-bench" --shapes "${SGEMM_FP32X3_SHAPES:-2048,4096,8192,4095,8191x8193x1000}" \

@@ -4,6 +4,8 @@
 #
 #   scripts/setup.sh            # install missing packages, configure, build everything
 #   SGEMM_PRESET=debug scripts/setup.sh
+#   SGEMM_TARGETS="sgemm-server sgemm-client" scripts/setup.sh   # only these targets
+#   SGEMM_PRESET=client scripts/setup.sh   # client library, CLI, Python package tests: no CUDA
 #
 # The CUDA Toolkit 13 (nvcc, cuBLAS, NCCL) is expected to be installed already
 # (it is on our GPU hosts, CI machines and the CUDA devel image); everything
@@ -20,6 +22,7 @@ packages=(
   python3 python3-grpcio python3-numpy python3-yaml   # Python client tests, manifest checks
   python3-venv python3-pip python3-setuptools python3-wheel  # the Python client's install test (pip, no index)
   prometheus-cpp-dev python3-matplotlib               # --metrics-listen; sgemm-timings --png
+  docker-compose                                      # `docker-compose config` of deploy/compose*.yaml (no daemon)
 )
 
 missing=()
@@ -40,12 +43,14 @@ if ! command -v nvcc >/dev/null 2>&1; then
     [ -x "$d/nvcc" ] && export PATH="$d:$PATH" && break
   done
 fi
-command -v nvcc >/dev/null 2>&1 || {
-  echo "setup: nvcc not found. Install the CUDA Toolkit 13 (with cuBLAS and NCCL) and put nvcc on PATH." >&2
+preset="${SGEMM_PRESET:-default}"
+[ "$preset" = client ] || command -v nvcc >/dev/null 2>&1 || {
+  echo "setup: nvcc not found. Install the CUDA Toolkit 13 (with cuBLAS and NCCL) and put nvcc on PATH," >&2
+  echo "setup: or build the client alone: SGEMM_PRESET=client scripts/setup.sh" >&2
   exit 1
 }
 
-preset="${SGEMM_PRESET:-default}"
 cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -j "$(nproc)"
-echo "setup: built with preset '$preset'"
+read -r -a targets <<<"${SGEMM_TARGETS:-}"
+cmake --build --preset "$preset" -j "$(nproc)" ${targets[@]+--target "${targets[@]}"}
+echo "setup: built with preset '$preset'${SGEMM_TARGETS:+ (targets: $SGEMM_TARGETS)}"

@@ -1,6 +1,7 @@
 // sgemm-server: owns this host's GPUs (or its CPU) and serves sgemm.v1 over gRPC.
 //
 //   sgemm-server --listen 0.0.0.0:50051 --backend auto --log-dir /var/log/sgemm
+//   sgemm-server --listen 0.0.0.0:50051 --metrics-listen 0.0.0.0:9090      (logs on stdout: containers)
 //   sgemm-server --listen 0.0.0.0:50051 --listen unix:/run/sgemm/sgemm.sock   (regions: docs/transport.md)
 //
 // SIGINT/SIGTERM: stop accepting, let requests in flight finish within
@@ -11,7 +12,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_posix.h>
 #include <spdlog/fmt/ranges.h>
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -31,6 +32,7 @@
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
 #include "server/engine/engine_factory.h"
+#include "server/service/host_memory.h"
 #include "server/service/reflection_switch.h"
 #include "server/service/sgemm_service.h"
 #include "server/service/tls_credentials.h"
@@ -38,6 +40,9 @@
 
 #ifndef SGEMM_VERSION
 #define SGEMM_VERSION "dev"
+#endif
+#ifndef SGEMM_COMMIT
+#define SGEMM_COMMIT "unknown"
 #endif
 
 namespace {
@@ -56,6 +61,9 @@ struct ServerOptions {
   std::string backend = "auto";                      // auto | cuda | cpu
   std::string kernel;                                // pingpong | cublas; "" = the engine's default
   std::string log_dir;                               // request log and timings.jsonl go here; "" = stdout only
+  int64_t log_max_bytes = int64_t{100} << 20;        // each log file rotates at this size ...
+  int log_max_files = 5;                             // ... keeping this many older files of each
+  bool reuse_port = false;                           // SO_REUSEPORT: share a port with another process
   std::string port_file;                             // write the bound port here once listening (tests, orchestration)
   std::string log_level = "info";
   sgemm::ServiceOptions service;         // limits, queue, memory budget, idle timeout, response chunk size
@@ -153,13 +161,19 @@ int main(int argc, char** argv) {
 
   ServerOptions opt;
   CLI::App app{"sgemm-server: multi-GPU SGEMM over gRPC (sgemm.v1)"};
+  app.footer(
+      "Flags marked Env may come from that environment variable instead (a flag given wins). Exit codes: 0 after "
+      "SIGTERM/SIGINT, 1 when the engine, a listener or the metrics endpoint cannot start, 2 for bad flags or "
+      "files (docs/operations.md).");
   app.add_option("--listen", opt.listen,
                  "address:port to serve on, or unix:PATH for local callers (shared-memory regions); repeat for "
                  "several")
+      ->envname("SGEMM_LISTEN")
       ->capture_default_str();
   app.add_option("--devices", opt.devices, "GPUs to own: all, or a list such as 0,1")->capture_default_str();
   app.add_option("--backend", opt.backend, "auto (GPU if usable, else CPU), cuda, or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->envname("SGEMM_BACKEND")
       ->capture_default_str();
   app.add_option("--kernel", opt.kernel,
                  "GPU kernel for shapes the measured kernel-choice table does not assign (default pingpong)")
@@ -191,12 +205,16 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--host-memory-bytes", opt.service.host_memory_bytes,
-                 "host memory all requests' buffers share, page-locked and pageable (0 = half of physical memory)")
+                 "host memory all requests' buffers share, page-locked and pageable (0 = half of the memory limit, "
+                 "min(physical memory, the cgroup's memory limit): a container's or a pod's limit)")
       ->check(CLI::NonNegativeNumber)
+      ->envname("SGEMM_HOST_MEMORY_BYTES")
       ->capture_default_str();
   app.add_option("--region-bytes", opt.service.region_bytes,
-                 "shared-memory regions callers may register at once (page-locked; 0 = a quarter of physical memory)")
+                 "shared-memory regions callers may register at once (page-locked; 0 = a quarter of the memory "
+                 "limit, min(physical memory, the cgroup's memory limit))")
       ->check(CLI::NonNegativeNumber)
+      ->envname("SGEMM_REGION_BYTES")
       ->capture_default_str();
   app.add_option("--idle-timeout", opt.idle_timeout_s,
                  "seconds a stream may make no progress (client silent or not reading) before it is ended")
@@ -261,14 +279,32 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cpu-threads", opt.cpu_threads, "OpenBLAS threads for the cpu backend (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--log-dir", opt.log_dir, "directory for sgemm-server.log and timings.jsonl");
-  app.add_option("--port-file", opt.port_file, "write the bound port to this file once serving");
-  app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-dir", opt.log_dir,
+                 "directory for sgemm-server.log and timings.jsonl, rotated by size (without it: the request log on "
+                 "stdout only, no timings.jsonl; containers)")
+      ->envname("SGEMM_LOG_DIR");
+  app.add_option("--log-max-bytes", opt.log_max_bytes,
+                 "with --log-dir: a log file is rotated (sgemm-server.1.log, timings.1.jsonl, ...) at this size")
+      ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--log-max-files", opt.log_max_files, "with --log-dir: rotated files kept of each log")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_flag("--reuse-port", opt.reuse_port,
+               "let other processes listen on the same TCP port (SO_REUSEPORT; the kernel spreads new connections "
+               "over them). Without it a busy port is an error at start-up");
+  app.add_option("--port-file", opt.port_file,
+                 "write the bound port to this file once serving (the image's HEALTHCHECK reads it)")
+      ->envname("SGEMM_PORT_FILE");
+  app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")
+      ->envname("SGEMM_LOG_LEVEL")
+      ->capture_default_str();
   app.add_flag("--reflection", opt.reflection,
                "offer gRPC server reflection (for grpcurl without the .proto); off by default: each reflection "
                "stream holds a server thread and needs no token (docs/security.md)");
   app.add_option("--metrics-listen", opt.metrics_listen,
-                 "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)");
+                 "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)")
+      ->envname("SGEMM_METRICS_LISTEN");
   app.add_option("--trace-dir", opt.service.trace_dir,
                  "write a Chrome trace-event JSON of every request here (trace-<id>.json; opens in ui.perfetto.dev)");
   app.add_option("--pinned-pool-bytes", opt.pinned_pool_bytes,
@@ -313,16 +349,26 @@ int main(int argc, char** argv) {
                  "seconds to build a cluster communicator; a member may take 10x this to finish its part of a job")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad flag: 2, after CLI11's message
+  }
 
   // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
+  // Files rotate by size, so a long-lived server's logs stay within
+  // (--log-max-files + 1) x --log-max-bytes each.
   std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stdout_color_sink_mt>()};
   std::shared_ptr<spdlog::logger> timing_log;
   try {
     if (!opt.log_dir.empty()) {
       std::filesystem::create_directories(opt.log_dir);
-      sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(opt.log_dir + "/sgemm-server.log"));
-      auto timing_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(opt.log_dir + "/timings.jsonl");
+      const auto max_bytes = std::size_t(opt.log_max_bytes);
+      const auto max_files = std::size_t(opt.log_max_files);
+      sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(opt.log_dir + "/sgemm-server.log",
+                                                                             max_bytes, max_files));
+      auto timing_sink =
+          std::make_shared<spdlog::sinks::rotating_file_sink_mt>(opt.log_dir + "/timings.jsonl", max_bytes, max_files);
       timing_sink->set_pattern("%v");
       timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
       timing_log->flush_on(spdlog::level::info);
@@ -435,6 +481,7 @@ int main(int argc, char** argv) {
       grpc::ServerBuilder cb;
       int cport = 0;
       cb.AddListeningPort(opt.cluster_listen, sgemm::listener_credentials(opt.cluster_listen, tls.get()), &cport);
+      cb.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, opt.reuse_port ? 1 : 0);
       cb.RegisterService(coordinator.get());
       cb.SetOption(sgemm::without_reflection());
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -443,7 +490,10 @@ int main(int argc, char** argv) {
       cb.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
       cluster_server = cb.BuildAndStart();
       if (!cluster_server || cport == 0) {
-        log->error("cannot listen for cluster members on {}", opt.cluster_listen);
+        log->error(
+            "cannot listen for cluster members on {}: the port is in use (another sgemm-server?) or the "
+            "address is not this host's",
+            opt.cluster_listen);
         return 1;
       }
       log->info("cluster coordinator '{}' on {} (port {}): members join with --join", copt.host, opt.cluster_listen,
@@ -461,8 +511,23 @@ int main(int argc, char** argv) {
 
   opt.service.idle_timeout = std::chrono::milliseconds(int64_t(opt.idle_timeout_s * 1000));
   opt.service.feed_wait_budget = std::chrono::milliseconds(int64_t(opt.feed_wait_budget_s * 1000));
-  if (opt.service.host_memory_bytes == 0) opt.service.host_memory_bytes = sgemm::default_host_memory_bytes();
+  // The budgets' defaults are shares of what this process may use: half for
+  // requests' buffers, a quarter for shared-memory regions.
+  const sgemm::MemoryLimit memory = sgemm::host_memory_limit();
+  const bool host_default = opt.service.host_memory_bytes == 0, region_default = opt.service.region_bytes == 0;
+  if (host_default) opt.service.host_memory_bytes = memory.bytes / 2;
+  if (region_default) opt.service.region_bytes = memory.bytes / 4;
+  log->info("memory limit {:.2f} GiB ({}): host memory budget {:.2f} GiB ({}), region budget {:.2f} GiB ({})",
+            memory.bytes / 1073741824.0, memory.source, opt.service.host_memory_bytes / 1073741824.0,
+            host_default ? "half of the limit" : "--host-memory-bytes", opt.service.region_bytes / 1073741824.0,
+            region_default ? "a quarter of the limit" : "--region-bytes");
+  if (opt.service.host_memory_bytes + opt.service.region_bytes > memory.bytes)
+    log->warn(
+        "--host-memory-bytes and --region-bytes together exceed the memory limit ({}): a request the budget "
+        "admits may be killed by the kernel's OOM killer instead of refused",
+        memory.source);
   opt.service.version = SGEMM_VERSION;
+  opt.service.commit = SGEMM_COMMIT;
   opt.service.backends = sgemm::built_backends();
   if (!opt.auth_tokens.empty()) {
     auto loaded = sgemm::ClientAuth::load(opt.auth_tokens);
@@ -511,6 +576,9 @@ int main(int argc, char** argv) {
   }
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(int(opt.service.max_message_bytes));
+  // gRPC sets SO_REUSEPORT by default: a second server on a busy port would
+  // start and take a share of new connections. Off unless asked for.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, opt.reuse_port ? 1 : 0);
   for (const std::string& kv : opt.grpc_args) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -529,7 +597,13 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || std::count(ports.begin(), ports.end(), 0) > 0) {
-    log->error("cannot listen on {}", fmt::format("{}", fmt::join(tcp, ", ")));
+    std::vector<std::string> failed;
+    for (std::size_t i = 0; i < tcp.size(); ++i)
+      if (!server || ports[i] == 0) failed.push_back(tcp[i]);
+    log->error(
+        "cannot listen on {}: the port is in use (another sgemm-server? --reuse-port shares a port on "
+        "purpose) or the address is not this host's",
+        fmt::format("{}", fmt::join(failed, ", ")));
     return 1;
   }
   const int port = ports.empty() ? 0 : ports[0];  // the first TCP address's, for the log and --port-file
@@ -539,16 +613,14 @@ int main(int argc, char** argv) {
   server->GetHealthCheckService()->SetServingStatus(sgemm::v1::Sgemm::service_full_name(), true);
   health = server->GetHealthCheckService();
   log->info(
-      "sgemm-server {} listening on {} (port {}, {}), backend {}, max {} in flight + {} queued, host memory budget "
-      "{:.2f} GiB, region budget {:.2f} GiB, idle timeout {} s",
-      SGEMM_VERSION, fmt::format("{}", fmt::join(opt.listen, ", ")), port,
+      "sgemm-server {} ({}) listening on {} (port {}, {}), backend {}, max {} in flight + {} queued, host memory "
+      "budget {:.2f} GiB, region budget {:.2f} GiB, idle timeout {} s",
+      SGEMM_VERSION, SGEMM_COMMIT, fmt::format("{}", fmt::join(opt.listen, ", ")), port,
       !tls                                 ? "plaintext"
       : tls->requires_client_certificate() ? "TCP: TLS, client certificates required"
                                            : "TCP: TLS",
       engine.info().backend, opt.service.max_in_flight, opt.service.max_queued,
-      opt.service.host_memory_bytes / 1073741824.0,
-      (opt.service.region_bytes ? opt.service.region_bytes : sgemm::default_host_memory_bytes() / 2) / 1073741824.0,
-      opt.idle_timeout_s);
+      opt.service.host_memory_bytes / 1073741824.0, opt.service.region_bytes / 1073741824.0, opt.idle_timeout_s);
   if (!opt.port_file.empty()) {
     const std::string tmp = opt.port_file + ".tmp";
     std::ofstream(tmp) << port << "\n";

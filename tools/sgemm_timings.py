@@ -74,7 +74,11 @@ def parse_since(text, now=None):
         return float(text)
     except ValueError:
         pass
-    t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("--since %r: give Unix seconds, an ISO-8601 time (2026-11-26T14:00) or an age "
+                         "(90s, 30m, 2h, 1d)" % text) from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=datetime.timezone.utc)
     return t.timestamp()
@@ -179,8 +183,10 @@ def plot_summary(records, path, title):
             acc = devices.setdefault(dev, {p: [] for p in DEVICE_FIELDS})
             for p in DEVICE_FIELDS:
                 acc[p].append(float(d[p + "_ms"]))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
     names = sorted(devices, key=lambda n: (n.split("\n")[1], n))
+    # Room for every label: the bars' panel widens with their number, labels stand upright.
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(6.5 + max(6.5, 0.45 * len(names)), 5.6),
+                                   gridspec_kw={"width_ratios": [max(1.0, 0.45 * len(names) / 6.5), 1.0]})
     colors = {"copy_in": "#4c72b0", "kernel": "#55a868", "reduce": "#c44e52", "copy_out": "#8172b2"}
     bottoms = [0.0] * len(names)
     for p in DEVICE_FIELDS:
@@ -195,7 +201,7 @@ def plot_summary(records, path, title):
         bottoms = [b + v for b, v in zip(bottoms, vals)]
     ax1.set_ylabel("median ms per request")
     ax1.set_title("phases per device and shape class (solid: working, hatched: waiting)", fontsize=10)
-    ax1.tick_params(axis="x", labelsize=7)
+    ax1.tick_params(axis="x", labelsize=7, labelrotation=90)
     ax1.legend(fontsize=7, ncol=2)
     t0 = records[0]["time"] if records else 0
     by_class = {}
@@ -206,7 +212,7 @@ def plot_summary(records, path, title):
     ax2.set_xlabel("seconds since the first request")
     ax2.set_ylabel("GFLOP/s (server total)")
     ax2.set_title("throughput over time")
-    ax2.legend(fontsize=7)
+    ax2.legend(fontsize=6, ncol=1 + len(by_class) // 10)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -217,7 +223,10 @@ def plot_summary(records, path, title):
 
 def load_trace(path):
     with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+        try:
+            doc = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError("%s is not a trace (not one JSON document: %s)" % (path, e)) from None
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     procs, threads, slices = {}, {}, []
     for e in events:
@@ -336,7 +345,19 @@ def main(argv=None):
     t.add_argument("--png", help="draw the trace (a row per track) into this PNG")
     t.add_argument("--title", help="the picture's title (default: the request)")
     a = ap.parse_args(argv)
+    try:
+        return run(a)
+    except OSError as e:  # a missing or unreadable file: one line, not a traceback
+        print("sgemm-timings: cannot read %s: %s" % (e.filename or "input", e.strerror or e), file=sys.stderr)
+    except ValueError as e:  # a bad --since, a trace that is not JSON
+        print("sgemm-timings: %s" % e, file=sys.stderr)
+    except (KeyError, TypeError) as e:  # JSON, but not of the shape expected
+        print("sgemm-timings: %s is not a Chrome trace-event file of sgemm-server (no %s)"
+              % (getattr(a, "trace", "the input"), e), file=sys.stderr)
+    return 2
 
+
+def run(a):
     if a.cmd == "list":
         records = select(read_records(a.logs), parse_since(a.since) if a.since else None, a.last)
         print_list(list_rows(records), a.csv)

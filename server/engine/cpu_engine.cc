@@ -78,6 +78,7 @@ class CpuEngine final : public Engine {
     info.kernels = {KernelKind::kOpenblas};
     info.default_kernel = KernelKind::kOpenblas;
     info.precisions = {Precision::kFp32};  // tf32 and fp32x3 requests are computed in fp32 (run() says so)
+    info.contracts = {PrecisionContractInfo{Precision::kFp32, {KernelKind::kOpenblas}}};
     return info;
   }
 

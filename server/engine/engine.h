@@ -157,8 +157,12 @@ struct DeviceTiming {
 
 struct GemmReport {
   std::string backend;                        // "cuda" or "cpu"
-  KernelKind kernel = KernelKind::kPingpong;  // the kernel that ran (cuBLAS when it took blocks ours refused)
-  Precision precision = Precision::kFp32;     // the arithmetic that ran (the CPU engine: fp32 for every request)
+  KernelKind kernel = KernelKind::kPingpong;  // the kernel family that ran (cuBLAS when it took blocks ours refused)
+  // The concrete kernel that ran the plan's largest block (GemmBackend::kernel_name,
+  // e.g. "fp32x3_wgmma_coop_128x128_s4_promote1_splitA_group16"); "" where the
+  // engine has no such name (the CPU engine): report_kernel_name falls back to `kernel`.
+  std::string kernel_row;
+  Precision precision = Precision::kFp32;  // the arithmetic that ran (the CPU engine: fp32 for every request)
   SplitMode split = SplitMode::kSingle;
   std::string plan_reason;  // why the planner chose this split
   std::vector<DeviceTiming> devices;
@@ -167,12 +171,26 @@ struct GemmReport {
   std::vector<std::pair<std::string, double>> host_ms;
 };
 
+// One precision this backend offers and the kernel families that may serve it
+// (server/planner/kernel_choice.h, kernels_serving); precision_contract says what it promises.
+struct PrecisionContractInfo {
+  Precision precision = Precision::kFp32;
+  std::vector<KernelKind> kernels;
+};
+
+// The name summaries, timings.jsonl and traces give the kernel of `report`:
+// its concrete kernel where known, else its family.
+inline std::string report_kernel_name(const GemmReport& report) {
+  return report.kernel_row.empty() ? std::string(kernel_kind_name(report.kernel)) : report.kernel_row;
+}
+
 struct EngineInfo {
   std::string backend;  // "cuda" or "cpu"
   std::vector<DeviceInfo> devices;
   std::vector<KernelKind> kernels;                    // available kernels, the configured default first
   KernelKind default_kernel = KernelKind::kPingpong;  // used where the kernel-choice table has no row
   std::vector<Precision> precisions;                  // the arithmetic this backend offers, fp32 first
+  std::vector<PrecisionContractInfo> contracts;       // per precision offered: the kernels that serve it
   double startup_ms = 0;                              // the engine's start-up, warm-up included (0: not measured)
   int64_t pinned_pool_bytes = 0;  // page-locked host memory set aside at start-up for request buffers
   // Per device (same order): "" while healthy, else why it was taken out of

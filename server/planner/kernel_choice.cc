@@ -2,9 +2,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 namespace sgemm {
 namespace {
+
+// fp32x3's measured region of the fp32 contract (fp32x3_contract_rule).
+constexpr int64_t kFp32x3ContractMinK = 256;
+constexpr int64_t kFp32x3ContractMnPerK = 2048;
+constexpr int64_t kFp32x3ContractAnyKFromMn = int64_t{2048} * 2048;
 
 bool single_row_or_column(const GemmShape& s) { return s.m == 1 || s.n == 1; }
 // C at most 64 rows high, wide, with a long K: ping-pong's 32x128 and 64x128
@@ -95,6 +101,122 @@ std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, Kern
   if (!row) return "";
   return "; kernel " + std::string(kernel_kind_name(chosen)) + " for " + row->shape_class +
          " (measured table, server/planner/kernel_choice.cc)";
+}
+
+namespace {
+
+bool has(const std::vector<KernelKind>& v, KernelKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
+
+std::string name_of(KernelKind k) { return std::string(kernel_kind_name(k)); }
+std::string name_of(Precision p) { return std::string(precision_name(p)); }
+
+}  // namespace
+
+// Measured on one H100 (tests/kernels/fp32_contract_test.cc, sgemm-bench
+// --accuracy; bench/results/2026-11-26_h100_fp32-contract/).
+Fp32x3ContractRule fp32x3_contract_rule() {
+  return {kFp32x3ContractMinK, kFp32x3ContractMnPerK, kFp32x3ContractAnyKFromMn};
+}
+
+namespace {
+// Where cuBLAS SGEMM may split K: its tiles too few for the GPU and K long for them.
+bool cublas_may_split_k(const GemmShape& s) {
+  return s.m * s.n < kFp32x3ContractAnyKFromMn && s.k * kFp32x3ContractMnPerK > s.m * s.n;
+}
+}  // namespace
+
+bool fp32x3_keeps_fp32_contract(const GemmShape& s) { return s.k >= kFp32x3ContractMinK && !cublas_may_split_k(s); }
+
+bool fp32x3_outruns_ffma(const GemmShape& s, int sm_count) {
+  if (s.m < 256 || s.n < 256 || s.k < 256) return false;
+  const int64_t tiles = ((s.m + 127) / 128) * ((s.n + 127) / 128);
+  return 2 * tiles >= std::max(sm_count, 1);
+}
+
+bool fp32_needs_cublas(const GemmShape& s) { return s.m >= 256 && s.n >= 256 && s.k >= 2048 && cublas_may_split_k(s); }
+
+StatusOr<KernelSelection> select_kernel(const KernelQuery& q) {
+  const std::vector<KernelKind>& av = q.available;
+  KernelSelection sel;
+  if (q.precision == Precision::kTf32 || q.precision == Precision::kFp32x3) {
+    const KernelKind own = q.precision == Precision::kTf32 ? KernelKind::kTf32 : KernelKind::kFp32x3;
+    if (q.named && *q.named != own)
+      return InvalidArgument("kernel: '" + name_of(*q.named) + "' computes fp32 FFMA; precision " +
+                             name_of(q.precision) + " runs its own kernel (leave kernel unset)");
+    if (!has(av, own))
+      return FailedPrecondition(
+          "precision " + name_of(q.precision) +
+          " is not available on these GPUs (it needs an sm_90 GPU; available kernels: " + kernel_kind_list(av) + ")");
+    sel.kind = own;
+    return sel;
+  }
+  // fp32 and fp32-ffma: a named kernel must be an FFMA one this engine has.
+  if (q.named) {
+    if (kernel_arithmetic(*q.named) != ArithmeticClass::kFfma)
+      return InvalidArgument("kernel: '" + name_of(*q.named) + "' is chosen by precision " + name_of(*q.named) +
+                             ", not by name");
+    if (!has(av, *q.named))
+      return FailedPrecondition("kernel '" + name_of(*q.named) +
+                                "' is not available on the cuda backend (available: " + kernel_kind_list(av) + ")");
+    sel.kind = *q.named;
+    return sel;
+  }
+  const GemmShape product = q.product.m > 0 ? q.product : q.shape;
+  if (q.precision == Precision::kFp32) {
+    const bool keeps = fp32x3_keeps_fp32_contract(product);
+    if (has(av, KernelKind::kFp32x3)) {
+      const bool faster = fp32x3_outruns_ffma(q.shape, q.sm_count);
+      if (faster && keeps) {
+        sel.kind = KernelKind::kFp32x3;
+        sel.reason = "; fp32 contract: fp32x3 for " + gemm_shape_text(q.shape) +
+                     " (faster than FFMA there; its error no larger than cuBLAS SGEMM's on " +
+                     gemm_shape_text(product) + ")";
+        return sel;
+      }
+      sel.reason = std::string("; fp32 contract: FFMA for ") + gemm_shape_text(q.shape) + " (" +
+                   (keeps ? "fp32x3 is not faster there" : "fp32x3's error not proven within cuBLAS SGEMM's") + ")";
+    }
+    if (fp32_needs_cublas(product) && has(av, KernelKind::kCublas)) {
+      sel.kind = KernelKind::kCublas;
+      sel.reason += "; fp32 contract: cuBLAS SGEMM for " + gemm_shape_text(product) +
+                    " (cuBLAS splits K there; no other kernel is measured within its error)";
+      return sel;
+    }
+  }
+  std::vector<KernelKind> ffma;
+  for (KernelKind k : av)
+    if (kernel_arithmetic(k) == ArithmeticClass::kFfma) ffma.push_back(k);
+  if (ffma.empty())
+    return FailedPrecondition("precision " + name_of(q.precision) +
+                              " needs an FFMA kernel; available: " + kernel_kind_list(av));
+  const KernelKind fallback = has(ffma, q.ffma_default) ? q.ffma_default : ffma.front();
+  sel.kind = choose_kernel(q.shape, fallback, ffma);
+  sel.reason += kernel_choice_reason(q.shape, sel.kind, fallback);
+  return sel;
+}
+
+std::vector<KernelKind> kernels_serving(Precision p, const std::vector<KernelKind>& av) {
+  std::vector<KernelKind> out;
+  auto add_if = [&](ArithmeticClass c) {
+    for (KernelKind k : av)
+      if (kernel_arithmetic(k) == c && k != KernelKind::kOpenblas) out.push_back(k);
+  };
+  switch (p) {
+    case Precision::kTf32:
+      add_if(ArithmeticClass::kTf32);
+      break;
+    case Precision::kFp32x3:
+      add_if(ArithmeticClass::kFp32x3);
+      break;
+    case Precision::kFp32:
+      add_if(ArithmeticClass::kFp32x3);
+      add_if(ArithmeticClass::kFfma);
+      break;
+    case Precision::kFp32Ffma:
+      add_if(ArithmeticClass::kFfma);
+      break;
+  }
+  return out;
 }
 
 }  // namespace sgemm

@@ -14,11 +14,13 @@
 // long K (90%) (docs/kernels.md, issue 14).
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/gemm_types.h"
+#include "common/status.h"
 
 namespace sgemm {
 
@@ -47,5 +49,75 @@ KernelKind prefer_measured(KernelKind table_pick, double table_ms, KernelKind ot
 // What a plan's reason adds when the table, not the default, chose `chosen`
 // for `shape`: "; kernel K for CLASS (measured table, ...)"; "" otherwise.
 std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, KernelKind fallback);
+
+// ---- The precision contract and the one selection -------------------------
+//
+// Every request's kernel is chosen by select_kernel, from the request's
+// precision (a contract, common/gemm_types.h), the kernel it names if any, and
+// the shape one kernel launch computes. The engine validates with it and runs
+// what it returns; sgemm-bench reports what it returns as "fp32 default".
+
+// Where fp32x3's error (cw = max |c - ref| / (|A||B|) against fp64) was measured
+// no larger than cuBLAS SGEMM's on the same product, on uniform, wide-exponent
+// ((U - 0.5) * exp(4 N(0,1))) and cancelling inputs (one H100; sgemm-bench
+// --accuracy; tests/kernels/fp32_contract_test.cc proves it on the rule's edges):
+//   min_k <= k:          with fewer terms fp32x3's split error (up to ~3 * 2^-24 per
+//                        product) is not hidden under SGEMM's accumulation error
+//                        (k = 16 and 64: 1.1-1.8x cuBLAS's cw; k >= 128: 0.14-0.9x);
+//   k * mn_per_k <= m*n  cuBLAS SGEMM splits K where its tiles are few and K long,
+//   or m*n >= any_k_mn:  which shortens its sums below fp32x3's (1536^2 x 4096 to
+//                        65536: fp32x3 1.0-3.5x cuBLAS's cw; 1536^2 x 1024 and every
+//                        square 2048-16384: 0.16-0.56x); from any_k_mn elements of C
+//                        cuBLAS keeps whole K sums (2048^2 x 4096 and x 8192: fp32x3
+//                        0.18-0.53x; 4096^2 x 16384 and x 32768: 0.13-0.55x).
+struct Fp32x3ContractRule {
+  int64_t min_k;
+  int64_t mn_per_k;
+  int64_t any_k_mn;
+};
+Fp32x3ContractRule fp32x3_contract_rule();
+// Pure: whether fp32x3 keeps the fp32 contract on the product `shape` (the
+// request's whole product: its inputs are what cuBLAS would be given).
+bool fp32x3_keeps_fp32_contract(const GemmShape& shape);
+// Pure: whether fp32x3 runs the launch `shape` faster than the FFMA kernels on a
+// GPU with `sm_count` SMs: no side thinner than 256 and at least half a wave of
+// 128x128 tiles (sgemm-bench, one H100: 126-282% of cuBLAS SGEMM at 64-144 tiles,
+// 230-262% from 2048^3 up; fp32x3 has no split-K or thin tile yet).
+bool fp32x3_outruns_ffma(const GemmShape& shape, int sm_count);
+// Pure: whether cuBLAS SGEMM's own error is what a product's fp32 contract is
+// held to with nothing else measured to meet it: the region where cuBLAS splits K
+// (m, n >= 256, k >= 2048 and the contract rule's K bound fails). An fp32
+// request there runs cuBLAS SGEMM (ping-pong measured 2.6-14x cuBLAS's cw at
+// 1536^2 x 4096 to 65536). Thinner products keep the FFMA table (not measured).
+bool fp32_needs_cublas(const GemmShape& shape);
+
+struct KernelQuery {
+  GemmShape shape;                                  // what one kernel launch computes (the plan's largest block)
+  GemmShape product;                                // the request's whole product (the contract's); 0x0x0 = `shape`
+  Precision precision = Precision::kFp32;           // the request's contract
+  std::optional<KernelKind> named;                  // the kernel the request names, if any (an FFMA kernel)
+  KernelKind ffma_default = KernelKind::kPingpong;  // the engine's configured FFMA kernel
+  std::vector<KernelKind> available;                // what the devices offer
+  int sm_count = 132;                               // SMs of the GPU that runs it
+};
+
+struct KernelSelection {
+  KernelKind kind = KernelKind::kPingpong;
+  std::string reason;  // "; fp32 contract: fp32x3 (...)" for the plan's reason; "" when nothing to add
+};
+
+// The one kernel choice. INVALID_ARGUMENT naming `kernel` when the named kernel
+// cannot serve the precision; FAILED_PRECONDITION when the precision's or the
+// named kernel is not available. Pure.
+//   tf32, fp32x3:  their own kernel (naming another is an error).
+//   fp32-ffma:     the named FFMA kernel, else the measured table among the FFMA kernels.
+//   fp32:          the named FFMA kernel, else fp32x3 where it is available, faster and
+//                  keeps the contract, else cuBLAS SGEMM where fp32_needs_cublas, else as
+//                  fp32-ffma.
+StatusOr<KernelSelection> select_kernel(const KernelQuery& query);
+
+// The kernel families that may serve `p` among `available`, fastest class first
+// (GetInfo's contracts).
+std::vector<KernelKind> kernels_serving(Precision p, const std::vector<KernelKind>& available);
 
 }  // namespace sgemm

@@ -46,6 +46,9 @@ StatusOr<GemmRequest> header_from_proto(const v1::GemmHeader& h) {
     case v1::PRECISION_FP32X3:
       out.options.precision = Precision::kFp32x3;
       break;
+    case v1::PRECISION_FP32_FFMA:
+      out.options.precision = Precision::kFp32Ffma;
+      break;
     default:
       return InvalidArgument("header.precision has unknown value " + std::to_string(int(h.precision())));
   }
@@ -150,6 +153,8 @@ v1::Precision precision_to_proto(Precision p) {
       return v1::PRECISION_TF32;
     case Precision::kFp32x3:
       return v1::PRECISION_FP32X3;
+    case Precision::kFp32Ffma:
+      return v1::PRECISION_FP32_FFMA;
   }
   return v1::PRECISION_UNSPECIFIED;
 }
@@ -159,7 +164,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
   v1::MultiplySummary* sum = last.mutable_summary();
   sum->set_request_id(f.request_id);
   sum->set_backend(report.backend);
-  sum->set_kernel(std::string(kernel_kind_name(report.kernel)));
+  sum->set_kernel(report_kernel_name(report));
   sum->set_split(split_to_proto(report.split));
   sum->set_precision(precision_to_proto(report.precision));
   sum->set_plan_reason(report.plan_reason);
@@ -201,6 +206,12 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   for (const auto& b : f.backends) out->add_backends(b);
   for (KernelKind k : info.kernels) out->add_kernels(std::string(kernel_kind_name(k)));
   for (Precision p : info.precisions) out->add_precisions(precision_to_proto(p));
+  for (const PrecisionContractInfo& c : info.contracts) {
+    v1::PrecisionContract* pc = out->add_contracts();
+    pc->set_precision(precision_to_proto(c.precision));
+    pc->set_promise(std::string(precision_contract(c.precision)));
+    for (KernelKind k : c.kernels) pc->add_kernels(std::string(kernel_kind_name(k)));
+  }
   for (const DeviceInfo& d : info.devices) {
     v1::DeviceInfo* p = out->add_devices();
     p->set_index(d.index);

@@ -329,7 +329,10 @@ void MultiplyCall::finish(const Status& status) {
     // The other stripes end too: a failure of one stripe's stream is named to the rest.
     const int stripes = group_->stripes();
     close_stripes(status);
-    if (fail_origin_ > 0) own = seen_by_other_stripes(fail_origin_, stripes, status);
+    if (fail_origin_ > 0) {
+      origin_code_ = status.code();
+      own = seen_by_other_stripes(fail_origin_, stripes, status);
+    }
   }
   for (ParkedChunk& p : parked_) defer([m = p.from] { m->unref(); });
   parked_.clear();

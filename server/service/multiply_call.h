@@ -259,11 +259,16 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::string trace_json_;  // made once, for the summary and/or --trace-dir
 
   // Stripes. Primary: group_ until closed; secondary: group_ for its life.
-  int stripe_ = 0;                      // this stream's stripe (0: the header's stream, or no stripes)
-  std::shared_ptr<StripeGroup> group_;  // the request's group, when it has stripes
-  int fail_origin_ = -1;                // primary: the stripe whose stream failed (-1: the request failed)
-  bool read_closed_ = false;            // the client half-closed: no read is started again
-  int64_t stripe_bytes_out_ = 0;        // primary: bytes of C handed to secondaries
+  int stripe_ = 0;                            // this stream's stripe (0: the header's stream, or no stripes)
+  std::shared_ptr<StripeGroup> group_;        // the request's group, when it has stripes
+  int fail_origin_ = -1;                      // primary: the stripe whose stream failed (-1: the request failed)
+  StatusCode origin_code_ = StatusCode::kOk;  // primary: that stripe's own code (what the request counts as)
+  bool read_closed_ = false;                  // the client half-closed: no read is started again
+  int64_t stripe_bytes_out_ = 0;              // primary: bytes of C handed to secondaries
+  // The request's C bytes written to its streams: stripe 0's own and those
+  // handed to the other stripes (each sends its rows). What the summary, the
+  // log line, timings.jsonl, the trace and sgemm_sent_bytes_total count.
+  int64_t request_bytes_out() const { return bytes_out_ + stripe_bytes_out_; }
   struct ParkedChunk {
     MultiplyCall* from;  // the secondary (a reference held until the chunk is taken)
     int stripe;

@@ -66,7 +66,7 @@ void MultiplyCall::send_more() {
   facts_.first_send_ms = t_first_send_ ? ms_between(t_start_, *t_first_send_) : -1.0;
   facts_.summary_ms = ms_between(t_start_, now);
   facts_.bytes_in = bytes_in_;
-  facts_.bytes_out = bytes_out_;
+  facts_.bytes_out = request_bytes_out();
   if (trace_ || !shared_.options.trace_dir.empty()) trace_json_ = chrome_trace_json(facts_, *result_);
   SummaryFigures f;
   f.request_id = id_;
@@ -76,7 +76,7 @@ void MultiplyCall::send_more() {
   f.total_ms = facts_.summary_ms;
   f.send_ms = facts_.first_send_ms >= 0 ? facts_.summary_ms - facts_.first_send_ms : 0.0;
   f.bytes_received = bytes_in_;
-  f.bytes_sent = bytes_out_ + stripe_bytes_out_;
+  f.bytes_sent = request_bytes_out();
   f.stripes = assembler_ ? assembler_->stripes() : 0;
   if (trace_) f.trace_json = trace_json_;
   f.result_handle = result_handle_;
@@ -103,18 +103,22 @@ void MultiplyCall::log_outcome(const Status& st) {
     return;
   }
   if (!st.ok()) {
+    // A request ended by one of its stripes counts as that stripe's failure:
+    // a client that cancels one stream (Ctrl-C cancels them all) cancelled the
+    // request, though the other streams carry ABORTED (docs/transport.md).
+    const StatusCode code = st.code() == StatusCode::kAborted && fail_origin_ > 0 ? origin_code_ : st.code();
     shared_.requests_failed.fetch_add(1);
     if (shared_.metrics)
-      shared_.metrics->record(st.code(), client_ ? client_->name() : std::string(), bytes_in_, bytes_out_, nullptr);
+      shared_.metrics->record(code, client_ ? client_->name() : std::string(), bytes_in_, request_bytes_out(), nullptr);
     // Streams that never sent anything are the cheapest to open: log them at debug level.
-    const auto level =
-        messages_ == 0 && st.code() == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
+    const auto level = messages_ == 0 && code == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
     if (!shared_.log.admit(level)) return;  // formatting is most of a reset stream's cost
     shared_.log.write(
-        level, fmt::format("request id={} peer={} client={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
-                           "bytes_in={} bytes_out={} error=\"{}\"",
-                           id_, ctx_->peer(), client_name(), s.m, s.n, s.k, status_code_name(st.code()),
-                           phase_name(finish_phase_), total_ms, bytes_in_, bytes_out_, log_field(st.message())));
+        level,
+        fmt::format("request id={} peer={} client={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
+                    "bytes_in={} bytes_out={} error=\"{}\"",
+                    id_, ctx_->peer(), client_name(), s.m, s.n, s.k, status_code_name(code), phase_name(finish_phase_),
+                    total_ms, bytes_in_, request_bytes_out(), log_field(st.message())));
     return;
   }
   const GemmReport& r = *result_;
@@ -126,11 +130,11 @@ void MultiplyCall::log_outcome(const Status& st) {
       "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
       "bytes_out={} gflops={:.1f} devices={} early_start={} yields={} plan=\"{}\"",
       id_, ctx_->peer(), client_name(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
-      kernel_kind_name(r.kernel), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
-      bytes_out_, s.flops() / (total_ms * 1e6), r.devices.size(), early_starts_ > 0, yields_, r.plan_reason);
+      report_kernel_name(r), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
+      request_bytes_out(), s.flops() / (total_ms * 1e6), r.devices.size(), early_starts_ > 0, yields_, r.plan_reason);
   TimingRecord record = timing_record_of(facts_, r);
   if (client_) record.caller = client_->name();
-  if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, bytes_out_, &record);
+  if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, request_bytes_out(), &record);
   if (shared_.timing_log)
     shared_.timing_log->info(
         timing_record_json(record, "{\"early_start\":" + std::string(early_starts_ > 0 ? "true" : "false") +

@@ -20,9 +20,10 @@
 // but regions are named by shm_open name, whose objects cannot be sealed;
 // page-locking does not help either (a truncation unmaps locked pages too).
 //
-// Rules for users: a range is guarded before the first access and unguarded
-// only when no thread can touch it any more (the region's last reference
-// went), so a fault never meets a slot being reused.
+// Rules for users: a range is guarded right after it is mapped, before the
+// first access, and unguarded just before it is unmapped, once no thread can
+// touch it any more (the region's last reference went): a slot never names
+// a range that another mapping may have taken.
 //
 // Threads: guard()/unguard() are thread-safe (one mutex); lost() and the
 // handler read the table with atomics only.
@@ -37,7 +38,7 @@ namespace sgemm {
 // map the memory). Installs the SIGBUS handler on first use.
 int guard_caller_memory(void* base, std::size_t bytes);
 
-// The range of `slot` is no longer mapped: the slot may be reused.
+// The range of `slot` is about to be unmapped and nothing touches it: the slot may be reused.
 void unguard_caller_memory(int slot);
 
 // Whether a SIGBUS hit the range of `slot` (its pages are zeros since).

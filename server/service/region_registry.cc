@@ -72,8 +72,11 @@ Status check_shm_name(const std::string& n) {
 
 MappedRegion::~MappedRegion() {
   if (engine_registered_) (void)engine_->unregister_host_memory(data_);
+  // Unguarded before the unmap (nothing touches the region now: its last
+  // reference is gone), so the slot never names an address range that another
+  // mapping may take over.
+  unguard_caller_memory(guard_slot_);
   if (data_) munmap(data_, std::size_t(bytes_));
-  unguard_caller_memory(guard_slot_);  // after the unmap: no access can fault in it now
   if (fd_ >= 0) close(fd_);
   if (give_back_) give_back_(bytes_);
   std::vector<std::function<void()>> callbacks;

@@ -19,7 +19,7 @@ TimingRecord timing_record_of(const RequestFacts& f, const GemmReport& r) {
   t.shape = f.request.shape;
   t.has_c = f.request.has_c;
   t.backend = r.backend;
-  t.kernel = kernel_kind_name(r.kernel);
+  t.kernel = report_kernel_name(r);
   t.precision = precision_name(r.precision);
   t.split = split_mode_name(r.split);
   t.plan = r.plan_reason;
@@ -72,6 +72,11 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
     if (tid >= 0) e["tid"] = tid;
     events.push_back(std::move(e));
   };
+  // The trace-event format's metadata event: {"name": "process_sort_index",
+  // "args": {"sort_index": N}}, lower N drawn higher.
+  auto sort_index = [&](int pid, int index) {
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", index}}}});
+  };
   auto slice = [&](int pid, int tid, const std::string& name, const char* cat, double start_ms, double end_ms,
                    json args) {
     if (end_ms < start_ms) end_ms = start_ms;
@@ -88,12 +93,13 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
   const json whole = {{"m", s.m}, {"n", s.n}, {"k", s.k}};
   // The service's phases.
   meta(0, -1, "process_name", "sgemm-server");
+  sort_index(0, 0);
   meta(0, kPhases, "thread_name", "request " + f.request_id);
   meta(0, kSending, "thread_name", "request " + f.request_id + ": sending C");
   slice(0, kPhases, "receive", "service", 0, f.received_ms, {{"bytes", f.bytes_in}, {"shape", whole}});
   slice(0, kPhases, "queue", "service", queued_at(f), f.compute_start_ms, {{"shape", whole}});
   slice(0, kPhases, "compute", "service", f.compute_start_ms, f.compute_end_ms,
-        {{"split", split_mode_name(r.split)}, {"kernel", kernel_kind_name(r.kernel)}, {"plan", r.plan_reason}});
+        {{"split", split_mode_name(r.split)}, {"kernel", report_kernel_name(r)}, {"plan", r.plan_reason}});
   if (f.first_send_ms >= 0)
     slice(0, kSending, "send", "service", f.first_send_ms, f.summary_ms, {{"bytes", f.bytes_out}});
   // One process per device, one thread per stream.
@@ -103,7 +109,7 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
     const int pid = int(i) + 1;
     meta(pid, -1, "process_name",
          (d.device >= 0 ? "GPU " + std::to_string(d.device) : std::string("CPU")) + ": " + d.name);
-    meta(pid, -1, "process_sort_index", std::to_string(pid));
+    sort_index(pid, pid);
     meta(pid, kCopyIn, "thread_name", "copy in (h2d)");
     meta(pid, kKernels, "thread_name", "kernels");
     meta(pid, kComm, "thread_name", "NCCL (comm)");
@@ -127,8 +133,7 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
         case StepKind::kKernel: {
           const double flops = 2.0 * double(st.row_end - st.row_begin) * double(s.n) * double(st.k_end - st.k_begin);
           if (ms > 0) args["TFLOP_per_s"] = flops / (ms * 1e9);
-          slice(pid, kKernels, std::string(kernel_kind_name(r.kernel)), "kernel", st.start_ms, st.end_ms,
-                std::move(args));
+          slice(pid, kKernels, report_kernel_name(r), "kernel", st.start_ms, st.end_ms, std::move(args));
           break;
         }
         case StepKind::kCollective:
@@ -151,7 +156,7 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
   doc["otherData"] = {{"request_id", f.request_id},
                       {"shape", whole},
                       {"backend", r.backend},
-                      {"kernel", kernel_kind_name(r.kernel)},
+                      {"kernel", report_kernel_name(r)},
                       {"precision", precision_name(r.precision)},
                       {"split", split_mode_name(r.split)},
                       {"plan", r.plan_reason},

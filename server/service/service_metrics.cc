@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
@@ -27,21 +28,44 @@ class LoadCollectable final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     const LoadGauges g = load_();
     std::vector<prometheus::MetricFamily> out;
-    auto gauge = [&](const char* name, const char* help, double value) {
+    auto family = [&](const char* name, const char* help) -> prometheus::MetricFamily& {
       prometheus::MetricFamily f;
       f.name = name;
       f.help = help;
       f.type = prometheus::MetricType::Gauge;
+      out.push_back(std::move(f));
+      return out.back();
+    };
+    auto sample = [](prometheus::MetricFamily& f, double value, std::vector<prometheus::ClientMetric::Label> labels) {
       prometheus::ClientMetric m;
       m.gauge.value = value;
-      f.metric.push_back(m);
-      out.push_back(std::move(f));
+      m.label = std::move(labels);
+      f.metric.push_back(std::move(m));
     };
+    auto gauge = [&](const char* name, const char* help, double value) { sample(family(name, help), value, {}); };
     gauge("sgemm_queued_requests", "Requests waiting for a compute slot or for host memory", g.queued);
     gauge("sgemm_in_flight_requests", "Requests being computed", g.in_flight);
     gauge("sgemm_open_streams", "Multiply streams open, in any phase", g.open_streams);
     gauge("sgemm_host_memory_in_use_bytes", "Host memory budget reserved by requests", double(g.host_bytes_in_use));
     gauge("sgemm_host_memory_budget_bytes", "Host memory budget (--host-memory-bytes)", double(g.host_bytes_budget));
+    gauge("sgemm_region_bytes_in_use", "Bytes of registered shared-memory regions", double(g.region_bytes_in_use));
+    gauge("sgemm_region_budget_bytes", "Shared-memory region budget (--region-bytes)", double(g.region_bytes_budget));
+    gauge("sgemm_regions", "Shared-memory regions registered", g.regions);
+    if (g.resident_budget >= 0) {
+      gauge("sgemm_resident_budget_bytes", "Resident-matrix budget per device (--resident-bytes)",
+            double(g.resident_budget));
+      gauge("sgemm_resident_matrices", "Resident matrices held", g.resident_matrices);
+      auto& used = family("sgemm_resident_bytes_in_use", "Bytes of resident matrices, by device");
+      for (const DeviceGauge& d : g.devices)
+        if (d.resident_in_use >= 0) sample(used, double(d.resident_in_use), {{"device", d.label}});
+    }
+    // A faulted device stays in the list with 0, so an alert can fire on it.
+    auto& healthy = family("sgemm_device_healthy", "1 while the device serves requests, 0 once taken out of service");
+    auto& memory = family("sgemm_device_memory_bytes", "Memory of the device");
+    for (const DeviceGauge& d : g.devices) {
+      sample(healthy, d.healthy ? 1.0 : 0.0, {{"device", d.label}, {"name", d.name}});
+      sample(memory, double(d.memory_bytes), {{"device", d.label}, {"name", d.name}});
+    }
     return out;
   }
 
@@ -162,10 +186,16 @@ struct ServiceMetrics::Impl {
   prometheus::Family<prometheus::Counter>* wait = nullptr;
 };
 
-StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::start(const std::string& listen,
+StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::start(const std::string& listen, const BuildInfo& build,
                                                                 std::function<LoadGauges()> load) {
   auto impl = std::make_unique<Impl>();
   auto& reg = *impl->registry;
+  prometheus::BuildGauge()
+      .Name("sgemm_build_info")
+      .Help("Always 1; the labels say which build of sgemm-server is running")
+      .Register(reg)
+      .Add({{"version", build.version}, {"commit", build.commit}})
+      .Set(1);
   impl->requests = &prometheus::BuildCounter()
                         .Name("sgemm_requests_total")
                         .Help("Finished Multiply calls by status code and client (--auth-tokens)")

@@ -5,6 +5,7 @@
 
 #include "proto/grpc_status.h"
 #include "server/service/codec.h"
+#include "server/service/host_memory.h"
 #include "server/service/multiply_call.h"
 #include "server/service/put_matrix_call.h"
 
@@ -12,12 +13,7 @@ namespace sgemm {
 
 // `v1` is ::sgemm::v1 here (an alias would redefine it; clang says so).
 
-int64_t default_host_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return int64_t{8} << 30;
-  return int64_t(pages) * int64_t(page) / 2;
-}
+int64_t default_host_memory_bytes() { return host_memory_limit().bytes / 2; }
 
 namespace {
 
@@ -151,11 +147,31 @@ LoadGauges SgemmService::load() const {
   }
   g.host_bytes_in_use = shared_->budget.in_use();
   g.host_bytes_budget = shared_->budget.capacity();
+  g.region_bytes_in_use = regions_->bytes_in_use();
+  g.region_bytes_budget = regions_->capacity();
+  g.regions = regions_->count();
+  const EngineInfo info = shared_->engine.info();
+  ResidentStore* store = shared_->engine.resident_store();
+  if (store) {
+    g.resident_budget = store->capacity();
+    g.resident_matrices = store->count();
+  }
+  for (std::size_t i = 0; i < info.devices.size(); ++i) {
+    const DeviceInfo& d = info.devices[i];
+    DeviceGauge x;
+    x.label = d.index < 0 ? "cpu" : std::to_string(d.index);
+    x.name = d.name;
+    x.healthy = i >= info.unhealthy.size() || info.unhealthy[i].empty();
+    x.memory_bytes = d.memory_bytes;
+    if (store) x.resident_in_use = store->in_use(d.index);  // locations are device ids, -1 the host
+    g.devices.push_back(std::move(x));
+  }
   return g;
 }
 
 StatusOr<int> SgemmService::start_metrics(const std::string& listen) {
-  SGEMM_ASSIGN_OR_RETURN(shared_->metrics, ServiceMetrics::start(listen, [this] { return load(); }));
+  SGEMM_ASSIGN_OR_RETURN(shared_->metrics, ServiceMetrics::start(listen, BuildInfo{options_.version, options_.commit},
+                                                                 [this] { return load(); }));
   return shared_->metrics->port();
 }
 

@@ -75,10 +75,12 @@ struct ServiceOptions {
   int64_t max_message_bytes = 64 << 20;  // gRPC refuses larger messages itself (RESOURCE_EXHAUSTED);
                                          // up to this size the service answers an oversized chunk,
                                          // saying to chunk
-  std::string version = "dev";           // reported by GetInfo
+  std::string version = "dev";           // reported by GetInfo and sgemm_build_info
+  std::string commit = "unknown";        // the source's git commit, for sgemm_build_info
   std::vector<std::string> backends;     // backends this build has, for GetInfo
   // Shared-memory regions registered at once, all callers together (page-locked
-  // memory the callers own); 0 = a quarter of physical memory (docs/transport.md).
+  // memory the callers own); 0 = a quarter of min(physical memory, the cgroup's
+  // limit) (docs/transport.md).
   int64_t region_bytes = 0;
   std::string trace_dir;  // write a Chrome trace of every request here (trace-<id>.json); "" = only on request
   std::shared_ptr<const ClientAuth> auth;  // bearer tokens and per-client quotas (--auth-tokens);
@@ -88,7 +90,8 @@ struct ServiceOptions {
   std::function<void(bool serving)> on_serving_change;
 };
 
-// Half of this host's physical memory: what --host-memory-bytes 0 means.
+// Half of what this process may use, min(physical memory, its cgroup's
+// limit) (host_memory.h): what --host-memory-bytes 0 means.
 int64_t default_host_memory_bytes();
 
 class MultiplyCall;

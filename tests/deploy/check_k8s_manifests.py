@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Checks deploy/k8s/ (and deploy/k8s/cluster/): every manifest parses; each
 flag a Deployment or StatefulSet passes to sgemm-server is one that
-`sgemm-server --help` lists; the probes, GPU, /dev/shm, non-root user,
-Services and Prometheus annotations are as docs/server.md describes; a
+`sgemm-server --help` lists; the probes, GPU, /dev/shm, non-root user and
+Services are as docs/server.md describes; a Prometheus annotation names the
+--metrics-listen port; a memory limit comes with --host-memory-bytes and
+--region-bytes under it; rotated logs fit their volume; a
 StatefulSet's serviceName is a headless Service of the same manifests
 (docs/cluster.md).
 
@@ -33,6 +35,24 @@ def server_flags(binary):
     return set(re.findall(r"(--[a-z0-9][a-z0-9-]*)", run.stdout))
 
 
+def quantity(text):
+    """A Kubernetes quantity ("64Gi", "2G", "1048576") in bytes."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9,
+             "T": 10**12}
+    m = re.fullmatch(r"(\d+)([KMGT]i|[kMGT])?", str(text))
+    if not m:
+        errors.append(f"cannot read the quantity {text!r}")
+        return 0
+    return int(m.group(1)) * units.get(m.group(2) or "", 1)
+
+
+def flag_int(args, flag):
+    for a in args:
+        if a.startswith(flag + "="):
+            return int(a.split("=", 1)[1])
+    return None
+
+
 def check_deployment(path, d, flags):
     spec = d["spec"]
     pod = spec["template"]
@@ -40,8 +60,6 @@ def check_deployment(path, d, flags):
     for k, v in spec["selector"]["matchLabels"].items():
         check(labels.get(k) == v, f"{path}: selector {k}={v} does not match the pod's labels")
     ann = pod["metadata"].get("annotations", {})
-    check(ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == "9090",
-          f"{path}: the pod lacks prometheus.io/scrape=true and prometheus.io/port=9090")
     pspec = pod["spec"]
     check(pspec.get("securityContext", {}).get("runAsNonRoot") is True, f"{path}: runAsNonRoot is not true")
     check(pspec.get("securityContext", {}).get("runAsUser", 0) != 0, f"{path}: runAsUser is root")
@@ -66,6 +84,35 @@ def check_deployment(path, d, flags):
                 check(g.get("port") == grpc_port, f"{path}: {probe} port {g.get('port')} is not {grpc_port}")
         limits = c.get("resources", {}).get("limits", {})
         check(int(limits.get("nvidia.com/gpu", 0)) >= 1, f"{path}: no nvidia.com/gpu limit")
+        # Prometheus is pointed only at a port the server listens on.
+        metrics = [a.split("=", 1)[1] for a in args if a.startswith("--metrics-listen=")]
+        if ann.get("prometheus.io/scrape") == "true" or "prometheus.io/port" in ann:
+            if check(metrics, f"{path}: annotated for Prometheus, but no --metrics-listen: nobody listens there"):
+                mport = metrics[0].rsplit(":", 1)[1]
+                check(ann.get("prometheus.io/port") == mport,
+                      f"{path}: prometheus.io/port {ann.get('prometheus.io/port')} is not --metrics-listen's {mport}")
+                check(ports.get("metrics") == int(mport), f"{path}: containerPort 'metrics' is not {mport}")
+        # A memory limit comes with budgets inside it (the server would take half and a quarter of it).
+        if "memory" in limits:
+            limit = quantity(limits["memory"])
+            host = flag_int(args, "--host-memory-bytes")
+            region = flag_int(args, "--region-bytes")
+            if check(host is not None and region is not None,
+                     f"{path}: memory limit {limits['memory']} without --host-memory-bytes and --region-bytes"):
+                check(host + region < limit, f"{path}: --host-memory-bytes + --region-bytes ({host + region}) "
+                      f"is not under the memory limit {limits['memory']} ({limit})")
+        # Rotated logs fit their volume: sgemm-server.log and timings.jsonl, each (files + 1) x max bytes.
+        log_dir = [a.split("=", 1)[1] for a in args if a.startswith("--log-dir=")]
+        if log_dir:
+            mounts = [m for m in c.get("volumeMounts", []) if m["mountPath"] == log_dir[0]]
+            if check(mounts, f"{path}: --log-dir {log_dir[0]} is not a mounted volume (the root file system is "
+                     "read-only)"):
+                size = (volumes.get(mounts[0]["name"], {}).get("emptyDir") or {}).get("sizeLimit")
+                if size:
+                    most = 2 * ((flag_int(args, "--log-max-files") or 5) + 1) * (
+                        flag_int(args, "--log-max-bytes") or 100 << 20)
+                    check(most <= quantity(size), f"{path}: rotated logs may reach {most} bytes, over the "
+                          f"{size} log volume (set --log-max-bytes / --log-max-files)")
         sec = c.get("securityContext", {})
         check(sec.get("allowPrivilegeEscalation") is False, f"{path}: allowPrivilegeEscalation is not false")
         shm = [m for m in c.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]

@@ -250,6 +250,13 @@ int64_t server_rss(const ServerProcess& server) {
 // Within 10 s of an attack's end the server's resident set is back within 5%
 // of where it started (2 MiB of slack for the allocator's own rounding).
 void expect_rss_back(const ServerProcess& server, int64_t start, const char* what) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  // A sanitizer's allocator and shadow memory keep what the server frees.
+  (void)server;
+  (void)start;
+  std::printf("[ info ] %s: resident set not checked under a sanitizer\n", what);
+  return;
+#endif
   const int64_t bound = start + start / 20 + (2 << 20);
   int64_t now = server_rss(server);
   for (int i = 0; i < 1000 && now > bound; ++i) {
@@ -539,18 +546,36 @@ TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
 }
 
 // Reflection streams take a thread each and need no token: off unless --reflection.
-TEST_F(CallerAttacks, ReflectionIsOffByDefault) {
-  auto channel = grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
+// A reflection call, as a generic unary call on a completion queue (its
+// status is written on this thread): UNIMPLEMENTED when reflection is off.
+grpc::Status call_reflection(const std::string& address) {
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::Slice empty("");  // an empty ServerReflectionRequest
   grpc::ByteBuffer request(&empty, 1), response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status st) { done.set_value(st); });
-  const grpc::Status st = done.get_future().get();
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << st.error_message();
+  grpc::CompletionQueue cq;
+  auto call =
+      stub.PrepareUnaryCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  EXPECT_TRUE(cq.Next(&tag, &ok));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+TEST_F(CallerAttacks, ReflectionIsOffUnlessAskedFor) {
+  const grpc::Status off = call_reflection(server_->tcp_address());
+  EXPECT_EQ(off.error_code(), grpc::StatusCode::UNIMPLEMENTED) << off.error_message();
+  ServerProcess with({"--reflection"});
+  ASSERT_TRUE(with.running()) << with.log();
+  const grpc::Status on = call_reflection(with.tcp_address());
+  EXPECT_NE(on.error_code(), grpc::StatusCode::UNIMPLEMENTED) << on.error_message();
 }
 
 // One client used to fill --max-open-streams with silent streams (and

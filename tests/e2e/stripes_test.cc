@@ -363,7 +363,8 @@ TEST_F(StripesE2E, ACancelledStripeAbortsEveryOtherStripe) {
   // has failed finds no request: NOT_FOUND). A fixed 200 ms sleep was too
   // short under ThreadSanitizer. The suite's earlier requests logged such lines too.
   const std::string one = "stripe 1 of 3 attached", two = "stripe 2 of 3 attached";
-  const int ones = server_->log_count(one), twos = server_->log_count(two);
+  const std::string counted = "m=64 n=8 k=8 status=CANCELLED", aborted = "m=64 n=8 k=8 status=ABORTED";
+  const int ones = server_->log_count(one), twos = server_->log_count(two), cancels = server_->log_count(counted);
   ASSERT_TRUE(second.attach(token, 1));
   ASSERT_TRUE(third.attach(token, 2));
   third.share(s, 2, 3, 8, a.data(), b.data());  // part of the data is in
@@ -373,6 +374,9 @@ TEST_F(StripesE2E, ACancelledStripeAbortsEveryOtherStripe) {
   expect_status(second.finish(), grpc::StatusCode::CANCELLED, "");
   expect_status(primary.finish(), grpc::StatusCode::ABORTED, "stripe 1 of 3 of this request failed (CANCELLED)");
   expect_status(third.finish(), grpc::StatusCode::ABORTED, "stripe 1 of 3");
+  // The request's own line (and sgemm_requests_total) counts what its client did: CANCELLED, not the echo.
+  EXPECT_TRUE(server_->log_count_reaches(counted, cancels + 1, 20000)) << server_->log();
+  EXPECT_EQ(server_->log_count(aborted), 0) << server_->log();
 }
 
 TEST_F(StripesE2E, ABadChunkOnAStripeFailsEveryStripeNamingIt) {

@@ -97,6 +97,22 @@ class SgemmTimingsTest(unittest.TestCase):
         self.assertEqual(st.parse_since("1970-01-01T00:01:00Z"), 60.0)
         self.assertAlmostEqual(st.percentile([1, 2, 3, 4], 50), 2.5)
 
+    def test_bad_input_is_one_line_not_a_traceback(self):
+        self.notrace = os.path.join(self.dir, "notrace.json")
+        with open(self.notrace, "w") as f:
+            json.dump({"events": []}, f)
+        for args, words in ((["summary", os.path.join(self.dir, "missing.jsonl")], "cannot read"),
+                            (["list", os.path.join(self.dir, "missing.jsonl")], "No such file"),
+                            (["summary", self.log, "--since", "yesterday"], "--since 'yesterday'"),
+                            (["trace", os.path.join(self.dir, "missing.json")], "cannot read"),
+                            (["trace", self.log], "trace"),
+                            (["trace", self.notrace], "not a Chrome trace")):
+            out = subprocess.run([sys.executable, TOOL] + args, capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertNotIn("Traceback", out.stderr)
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+            self.assertIn(words, out.stderr)
+
     def test_png(self):
         try:
             import matplotlib  # noqa: F401

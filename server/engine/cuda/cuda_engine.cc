@@ -76,9 +76,12 @@ class CudaEngine final : public Engine {
       if (k != default_kind_) info.kernels.push_back(k);
     info.startup_ms = startup_ms_;
     info.pinned_pool_bytes = int64_t(host_pool_.stats().arena_bytes);
-    info.precisions.push_back(Precision::kFp32);
-    for (Precision p : {Precision::kTf32, Precision::kFp32x3})
-      if (has_kernel(kernel_of(p))) info.precisions.push_back(p);
+    for (Precision p : all_precisions()) {
+      const std::vector<KernelKind> serving = kernels_serving(p, pool_->kernels());
+      if (serving.empty()) continue;
+      info.precisions.push_back(p);
+      info.contracts.push_back(PrecisionContractInfo{p, serving});
+    }
     return info;
   }
 
@@ -164,6 +167,7 @@ class CudaEngine final : public Engine {
     report.backend = "cuda";
     report.kernel = kind;
     report.precision = r.options.precision;
+    const int sm_count = pool_->info(0).sm_count;
 
     // Only healthy devices are planned over; a split needs the communicator
     // to cover exactly them (it is rebuilt when one drops out).
@@ -182,15 +186,19 @@ class CudaEngine final : public Engine {
       return Internal("no executor for the planned split '" + std::string(split_mode_name(plan.mode)) + "'");
     report.split = plan.mode;
     report.plan_reason = plan.reason;
-    // An fp32 request that names no kernel: the table's pick for the shape one
-    // kernel launch computes (the plan's largest block), then timed against
-    // the other kernel on the GPU where the tuner has not seen that shape yet.
-    const bool chosen_by_shape = !r.options.kernel && r.options.precision == Precision::kFp32;
+    // A request that names no kernel: select_kernel on the shape one kernel
+    // launch computes (the plan's largest block); an FFMA pick from the table is
+    // then timed against the other FFMA kernel on the GPU where the tuner has
+    // not seen that shape yet.
+    const bool chosen_by_shape =
+        !r.options.kernel && (r.options.precision == Precision::kFp32 || r.options.precision == Precision::kFp32Ffma);
     const GemmShape block =
         kernel_block_shape(plan, r.shape, options_.chunk_rows, options_.chunk_k, options_.planner.pipeline_chunks);
     if (chosen_by_shape) {
-      kind = choose_kernel(block, default_kind_, pool_->kernels());
-      report.plan_reason += kernel_choice_reason(block, kind, default_kind_);
+      StatusOr<KernelSelection> sel = select_kernel(kernel_query(r, block, sm_count));
+      if (!sel.ok()) return Internal("the kernel selection failed after validation: " + sel.status().to_string());
+      kind = sel->kind;
+      report.plan_reason += sel->reason;
     }
 
     JobSettings set;
@@ -252,6 +260,8 @@ class CudaEngine final : public Engine {
       steps.stamp("kernel choice");
     }
     report.kernel = kind;
+    if (const GemmBackend* be = leases[0]->backend(kind))
+      report.kernel_row = be->kernel_name(engine_probe_args(block, r.alpha, r.beta));
     SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
     if (executor->spans_pool) arm_watchdog();
     Status ran = jr.execute(*executor, steps);
@@ -263,7 +273,8 @@ class CudaEngine final : public Engine {
     }
     if (jr.fallback_used()) {
       report.kernel = KernelKind::kCublas;
-      report.precision = Precision::kFp32;
+      report.kernel_row = "cublas_sgemm";
+      report.precision = Precision::kFp32Ffma;
       report.plan_reason += "; " + std::string(kernel_kind_name(kind)) + " refused some blocks: cublas ran them";
       if (options_.log) options_.log("cuda engine: " + report.plan_reason);
     }
@@ -318,8 +329,8 @@ class CudaEngine final : public Engine {
     req.forced = r.options.split;
     req.k_reduce = options_.k_reduce;
     for (int i : healthy) {
-      req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r.options.precision), options_.host_link_gbps,
-                                       options_.peer_gbps, pool_->busy_lanes(i)});
+      req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r.options.precision, r.shape),
+                                       options_.host_link_gbps, options_.peer_gbps, pool_->busy_lanes(i)});
     }
     if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
     // The planner is told where a resident B lives, so a request goes to it.
@@ -330,15 +341,31 @@ class CudaEngine final : public Engine {
     return req;
   }
 
-  static KernelKind kernel_of(Precision p) { return p == Precision::kTf32 ? KernelKind::kTf32 : KernelKind::kFp32x3; }
+  // What select_kernel is asked for request `r` on kernel shape `shape`.
+  KernelQuery kernel_query(const GemmRequest& r, const GemmShape& shape, int sm_count) const {
+    KernelQuery q;
+    q.shape = shape;
+    q.product = r.shape;
+    q.precision = r.options.precision;
+    q.named = r.options.kernel;
+    q.ffma_default = default_kind_;
+    q.available = pool_->kernels();
+    q.sm_count = sm_count;
+    return q;
+  }
   bool has_kernel(KernelKind k) const {
     const auto& ks = pool_->kernels();
     return std::find(ks.begin(), ks.end(), k) != ks.end();
   }
   // The planner's rate for a precision (its kernel's measured TFLOP/s).
-  double rate_tflops(Precision p) const {
+  double rate_tflops(Precision p, const GemmShape& shape) const {
     switch (p) {
       case Precision::kFp32:
+        return has_kernel(KernelKind::kFp32x3) && fp32x3_keeps_fp32_contract(shape) &&
+                       fp32x3_outruns_ffma(shape, pool_->info(0).sm_count)
+                   ? options_.fp32x3_tflops
+                   : options_.gpu_tflops;
+      case Precision::kFp32Ffma:
         return options_.gpu_tflops;
       case Precision::kTf32:
         return options_.tf32_tflops;
@@ -348,32 +375,11 @@ class CudaEngine final : public Engine {
     return options_.gpu_tflops;
   }
 
-  // The kernel a request runs: the one its precision needs, or for fp32 the
-  // one it names (FAILED_PRECONDITION when this engine lacks it), else the
-  // measured table's choice for its shape.
+  // The kernel a request runs, as select_kernel decides it for the whole
+  // shape (run() decides again for the plan's block): validation's answer.
   StatusOr<KernelKind> resolve_kernel(const GemmRequest& r) const {
-    const auto& ks = pool_->kernels();
-    if (r.options.precision != Precision::kFp32) {
-      const KernelKind k = kernel_of(r.options.precision);
-      if (r.options.kernel && *r.options.kernel != k)
-        return InvalidArgument("kernel '" + std::string(kernel_kind_name(*r.options.kernel)) +
-                               "' computes fp32; precision " + std::string(precision_name(r.options.precision)) +
-                               " runs its own kernel (leave kernel unset)");
-      if (!has_kernel(k))
-        return FailedPrecondition(
-            "precision " + std::string(precision_name(r.options.precision)) +
-            " is not available on these GPUs (it needs an sm_90 GPU; available kernels: " + kernel_kind_list(ks) + ")");
-      return k;
-    }
-    if (!r.options.kernel) return choose_kernel(r.shape, default_kind_, ks);
-    const KernelKind kind = *r.options.kernel;
-    if (kind == KernelKind::kTf32 || kind == KernelKind::kFp32x3)
-      return InvalidArgument("kernel '" + std::string(kernel_kind_name(kind)) + "' is chosen by precision " +
-                             std::string(kernel_kind_name(kind)) + ", not by name");
-    if (!has_kernel(kind))
-      return FailedPrecondition("kernel '" + std::string(kernel_kind_name(kind)) +
-                                "' is not available on the cuda backend (available: " + kernel_kind_list(ks) + ")");
-    return kind;
+    SGEMM_ASSIGN_OR_RETURN(const KernelSelection sel, select_kernel(kernel_query(r, r.shape, pool_->info(0).sm_count)));
+    return sel.kind;
   }
 
   // Resident operands (docs/resident.md). B is laid out as the plan needs

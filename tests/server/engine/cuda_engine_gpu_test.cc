@@ -1,5 +1,6 @@
 // The CUDA engine on one GPU (label gpu): correctness of every strategy the
 // one-GPU pool can run, beta with C, concurrency, streaming in and out.
+#include <algorithm>
 #include <optional>
 #include <thread>
 
@@ -257,6 +258,41 @@ TEST(CudaEngineGpu, PrecisionsRunTheirKernels) {
   bad.options.precision = Precision::kTf32;
   bad.options.kernel = KernelKind::kPingpong;
   EXPECT_EQ(e->validate(bad).code(), StatusCode::kInvalidArgument);
+}
+
+// The fp32 contract (server/planner/kernel_choice.h, select_kernel): an fp32
+// request naming no kernel runs fp32x3 where its tiles fill the GPU and K is in
+// the proven range, and the report names the concrete kernel; fp32-ffma on the
+// same shape runs FFMA. Both meet the SGEMM tolerance against fp64.
+TEST(CudaEngineGpu, Fp32DefaultRunsFp32x3WhereTheContractAllowsAndNamesTheKernel) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto e = make_engine({0});
+  ASSERT_TRUE(e);
+  const auto kernels = e->info().kernels;
+  const bool has_x3 = std::find(kernels.begin(), kernels.end(), KernelKind::kFp32x3) != kernels.end();
+  Problem p = make_problem(*e, {4096, 4096, 1024}, 57, true, 1.0f, 0.5f);
+  for (Precision prec : {Precision::kFp32, Precision::kFp32Ffma}) {
+    SCOPED_TRACE(std::string(precision_name(prec)));
+    reset_c(p);
+    GemmJob j = job_of(p);
+    j.request.options.precision = prec;
+    auto r = e->run(j);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->precision, prec);
+    EXPECT_TRUE(verify(p, true).passed(kSgemmTolerance));
+    EXPECT_FALSE(r->kernel_row.empty());
+    if (prec == Precision::kFp32 && has_x3) {
+      EXPECT_EQ(r->kernel, KernelKind::kFp32x3) << r->plan_reason;
+      EXPECT_EQ(r->kernel_row.rfind("fp32x3_wgmma_", 0), 0u) << r->kernel_row;
+      EXPECT_NE(r->plan_reason.find("fp32 contract: fp32x3"), std::string::npos) << r->plan_reason;
+    } else {
+      EXPECT_EQ(kernel_arithmetic(r->kernel), ArithmeticClass::kFfma) << r->plan_reason;
+      EXPECT_TRUE(r->kernel_row == "cublas_sgemm" || r->kernel_row.rfind("simt_", 0) == 0) << r->kernel_row;
+    }
+  }
+  const EngineInfo info = e->info();
+  ASSERT_EQ(info.contracts.size(), info.precisions.size());
+  for (const PrecisionContractInfo& c : info.contracts) EXPECT_FALSE(c.kernels.empty());
 }
 
 // Deterministic split-K needs scratch; the lane owns it (kernels/ keeps none).

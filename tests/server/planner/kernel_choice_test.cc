@@ -77,5 +77,110 @@ TEST(KernelChoice, EveryRowCitesItsMeasurement) {
   }
 }
 
+// ---- select_kernel: the precision contract and the one choice ----
+
+const std::vector<KernelKind> kAll = {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kTf32,
+                                      KernelKind::kFp32x3};
+
+KernelQuery query(GemmShape s, Precision p, std::optional<KernelKind> named = std::nullopt,
+                  std::vector<KernelKind> available = kAll) {
+  KernelQuery q;
+  q.shape = s;
+  q.precision = p;
+  q.named = named;
+  q.available = std::move(available);
+  q.sm_count = 132;
+  return q;
+}
+
+KernelKind selected(const KernelQuery& q) {
+  auto s = select_kernel(q);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? s->kind : KernelKind::kOpenblas;
+}
+
+TEST(SelectKernel, Fp32RunsFp32x3WhereItIsFasterAndKeepsTheContract) {
+  // Large products, and half a wave of tiles or more with K short enough for m x n.
+  for (GemmShape s : {GemmShape{2048, 2048, 2048}, GemmShape{8192, 8192, 8192}, GemmShape{2048, 8192, 8192},
+                      GemmShape{1536, 1536, 1000}, GemmShape{4096, 16384, 16384}, GemmShape{512, 4096, 1024},
+                      GemmShape{1536, 1536, 256}, GemmShape{4096, 4096, 65536}, GemmShape{2048, 2048, 8192}}) {
+    auto sel = select_kernel(query(s, Precision::kFp32));
+    ASSERT_TRUE(sel.ok());
+    EXPECT_EQ(sel->kind, KernelKind::kFp32x3) << gemm_shape_text(s);
+    EXPECT_NE(sel->reason.find("fp32 contract: fp32x3"), std::string::npos) << sel->reason;
+  }
+}
+
+TEST(SelectKernel, Fp32FallsBackToFfmaWhereFp32x3IsSlowerOrUnproven) {
+  const Fp32x3ContractRule rule = fp32x3_contract_rule();
+  ASSERT_GT(rule.min_k, 0);
+  // A thin side, too few tiles, K below the rule, or K too long for m x n (cuBLAS splits K).
+  for (GemmShape s : {GemmShape{1024, 1024, 16384}, GemmShape{128, 8192, 8192}, GemmShape{8192, 128, 8192},
+                      GemmShape{1, 4096, 4096}, GemmShape{4096, 4096, rule.min_k - 1}, GemmShape{512, 512, 8192},
+                      GemmShape{1024, 1024, 1024}, GemmShape{512, 512, 512}}) {
+    const KernelKind k = selected(query(s, Precision::kFp32));
+    EXPECT_TRUE(k == KernelKind::kPingpong || k == KernelKind::kCublas) << gemm_shape_text(s);
+    // The FFMA pick is the measured table's, as for fp32-ffma, on these shapes.
+    EXPECT_EQ(k, selected(query(s, Precision::kFp32Ffma))) << gemm_shape_text(s);
+  }
+  // Where cuBLAS splits K, only cuBLAS SGEMM is held to its own error: fp32 runs it even
+  // where the FFMA table would run ping-pong.
+  for (GemmShape s : {GemmShape{1536, 1536, 4096}, GemmShape{1536, 1536, 65536}, GemmShape{2047, 2048, 2049}}) {
+    EXPECT_TRUE(fp32_needs_cublas(s)) << gemm_shape_text(s);
+    EXPECT_EQ(selected(query(s, Precision::kFp32)), KernelKind::kCublas) << gemm_shape_text(s);
+  }
+  EXPECT_EQ(selected(query({1536, 1536, 65536}, Precision::kFp32Ffma)), KernelKind::kPingpong);
+  // The contract is judged on the request's whole product, speed on the launch's block:
+  // 4096x4096x8192 runs as 512-row blocks (512x4096x8192 alone would be cuBLAS's split-K region).
+  KernelQuery block = query({512, 4096, 8192}, Precision::kFp32);
+  EXPECT_EQ(selected(block), KernelKind::kCublas);
+  block.product = {4096, 4096, 8192};
+  EXPECT_EQ(selected(block), KernelKind::kFp32x3);
+  // Without fp32x3 (a GPU that is not sm_90), fp32 is FFMA everywhere.
+  EXPECT_EQ(
+      selected(query({8192, 8192, 8192}, Precision::kFp32, std::nullopt, {KernelKind::kPingpong, KernelKind::kCublas})),
+      KernelKind::kCublas);
+}
+
+TEST(SelectKernel, Fp32FfmaNeverRunsTensorCores) {
+  for (GemmShape s : {GemmShape{8192, 8192, 8192}, GemmShape{2048, 2048, 2048}, GemmShape{1, 8192, 8192},
+                      GemmShape{8192, 32, 8192}, GemmShape{777, 1025, 3001}})
+    EXPECT_EQ(kernel_arithmetic(selected(query(s, Precision::kFp32Ffma))), ArithmeticClass::kFfma)
+        << gemm_shape_text(s);
+}
+
+TEST(SelectKernel, NamedKernelsAndOwnKernelPrecisions) {
+  const GemmShape big{8192, 8192, 8192};
+  EXPECT_EQ(selected(query(big, Precision::kFp32, KernelKind::kPingpong)), KernelKind::kPingpong);
+  EXPECT_EQ(selected(query(big, Precision::kFp32Ffma, KernelKind::kCublas)), KernelKind::kCublas);
+  EXPECT_EQ(selected(query(big, Precision::kTf32)), KernelKind::kTf32);
+  EXPECT_EQ(selected(query({1, 1, 1}, Precision::kFp32x3)), KernelKind::kFp32x3);
+  // A tensor-core kernel is chosen by precision, never by name; tf32 with an FFMA kernel named is refused.
+  EXPECT_EQ(select_kernel(query(big, Precision::kFp32, KernelKind::kFp32x3)).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(select_kernel(query(big, Precision::kTf32, KernelKind::kPingpong)).status().code(),
+            StatusCode::kInvalidArgument);
+  // What the devices lack: FAILED_PRECONDITION.
+  const std::vector<KernelKind> ffma_only = {KernelKind::kPingpong, KernelKind::kCublas};
+  EXPECT_EQ(select_kernel(query(big, Precision::kFp32x3, std::nullopt, ffma_only)).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(select_kernel(query(big, Precision::kFp32, KernelKind::kCublas, {KernelKind::kPingpong})).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST(SelectKernel, ContractsListTheKernelsBehindThem) {
+  EXPECT_EQ(kernels_serving(Precision::kFp32, kAll),
+            (std::vector<KernelKind>{KernelKind::kFp32x3, KernelKind::kPingpong, KernelKind::kCublas}));
+  EXPECT_EQ(kernels_serving(Precision::kFp32Ffma, kAll),
+            (std::vector<KernelKind>{KernelKind::kPingpong, KernelKind::kCublas}));
+  EXPECT_EQ(kernels_serving(Precision::kTf32, kAll), (std::vector<KernelKind>{KernelKind::kTf32}));
+  EXPECT_TRUE(kernels_serving(Precision::kFp32x3, {KernelKind::kPingpong}).empty());
+  for (Precision p : all_precisions()) {
+    EXPECT_EQ(parse_precision(precision_name(p)), p);
+    EXPECT_FALSE(precision_contract(p).empty());
+  }
+  EXPECT_EQ(parse_precision("fp32-ffma"), Precision::kFp32Ffma);
+}
+
 }  // namespace
 }  // namespace sgemm
