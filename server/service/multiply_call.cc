@@ -12,10 +12,6 @@ namespace sgemm {
 
 namespace {
 
-double ms_between(MultiplyCall::Clock::time_point a, MultiplyCall::Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 std::string seconds_text(std::chrono::milliseconds d) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g s", d.count() / 1000.0);
@@ -23,26 +19,6 @@ std::string seconds_text(std::chrono::milliseconds d) {
 }
 
 }  // namespace
-
-const char* MultiplyCall::phase_name(Phase p) {
-  switch (p) {
-    case Phase::kHeader:
-      return "reading the header";
-    case Phase::kReceiving:
-      return "receiving the matrices";
-    case Phase::kWaitMemory:
-      return "waiting for host memory";
-    case Phase::kQueued:
-      return "queued for a compute slot";
-    case Phase::kComputing:
-      return "computing";
-    case Phase::kSending:
-      return "sending C";
-    case Phase::kDone:
-      return "done";
-  }
-  return "?";
-}
 
 MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client)
     : shared_(shared),
@@ -76,46 +52,23 @@ MultiplyCall::~MultiplyCall() = default;
 
 std::string_view MultiplyCall::client_name() const { return client_ ? std::string_view(client_->name()) : "-"; }
 
-void MultiplyCall::ref() {
-  std::lock_guard lock(mu_);
-  ++refs_;
-}
+void MultiplyCall::ref() { refs_.fetch_add(1); }
 
 void MultiplyCall::unref() {
-  bool last;
-  {
-    std::lock_guard lock(mu_);
-    last = --refs_ == 0;
-  }
-  if (last) delete this;  // buffers and the reservation go back here, no lock held
+  if (refs_.fetch_sub(1) == 1) delete this;  // buffers and the reservation go back here, no lock held
 }
 
+void MultiplyCall::defer(std::function<void()> work) { deferred_.push_back(std::move(work)); }
+
 void MultiplyCall::after_unlock(std::unique_lock<std::mutex>& lock) {
-  const uint64_t ticket = ticket_to_cancel_;
-  ticket_to_cancel_ = 0;
-  // Stripes: references and the group go, and a secondary's failure reaches its primary, with no lock held.
-  std::vector<MultiplyCall*> unrefs;
-  unrefs.swap(to_unref_);
-  std::shared_ptr<StripeGroup> drop = std::move(group_to_drop_);
-  std::shared_ptr<StripeGroup> report_to;
-  Status report;
-  if (report_failure_) {
-    report_failure_ = false;
-    report_to = group_;
-    report = final_status_;
-  }
-  const int stripe = stripe_;
-  const bool compute_here = std::exchange(compute_here_, false);
-  ComputePool& pool = shared_.pool;
+  std::vector<std::function<void()>> work;
+  work.swap(deferred_);
+  std::function<void()> compute = std::move(run_here_);
+  run_here_ = nullptr;
   lock.unlock();
-  if (report_to) report_to->primary()->stripe_failed(stripe, report);
-  for (MultiplyCall* m : unrefs) m->unref();
-  drop.reset();
-  if (ticket && shared_.budget.cancel(ticket)) unref();  // the waiter's reference
-  if (compute_here) {  // start_compute() reserved the slot; the task's reference keeps `this` until its end
-    run_compute();
-    pool.end_here();
-  }
+  for (auto& w : work) w();  // in the order deferred
+  // Last: `this` may be gone once the compute's task reference is released.
+  if (compute) compute();
 }
 
 void MultiplyCall::start_read() {
@@ -124,6 +77,21 @@ void MultiplyCall::start_read() {
   read_since_ = Clock::now();
   in_.Clear();
   StartRead(&in_);
+}
+
+bool MultiplyCall::move_to(Phase to) {
+  Status st = check_move(phase_, to);
+  if (st.ok()) {
+    phase_ = to;
+    return true;
+  }
+  shared_.log.write(spdlog::level::err, "request id=" + id_ + ": " + st.message());
+  finish(st);
+  return false;
+}
+
+bool MultiplyCall::upload_complete() const {
+  return phase_ == Phase::kQueued || phase_ == Phase::kComputing || phase_ == Phase::kSending || phase_ == Phase::kDone;
 }
 
 bool MultiplyCall::has_header() const {
@@ -155,27 +123,15 @@ Status MultiplyCall::cancelled_status_in(Phase phase) const {
 void MultiplyCall::OnReadDone(bool ok) {
   std::unique_lock lock(mu_);
   reading_ = false;
-  if (finished_) return after_unlock(lock);
+  if (done()) return after_unlock(lock);
   if (stripe_ > 0) return on_stripe_read(lock, ok);
   if (!ok) {
     // Half-close (or the call is going away: OnCancel says so).
     read_closed_ = true;
-    const bool striped = assembler_ && assembler_->stripes() > 1;
-    if (ctx_->IsCancelled()) {
+    if (ctx_->IsCancelled())
       finish_stream(cancelled_status());
-    } else if (phase_ == Phase::kHeader) {
-      finish(InvalidArgument("the request stream ended before its header"));
-    } else if (striped && phase_ == Phase::kWaitMemory) {
-      check_stripe0_at_grant_ = true;  // its last chunk may be the one waiting for memory
-    } else if (striped && accepts_chunks()) {
-      // Stripe 0's share must be in; the other stripes may still be uploading.
-      Status st = assembler_->finish_stripe(0);
-      if (!st.ok()) finish_stream(st);
-    } else if (accepts_chunks()) {
-      Status st = assembler_->finish();
-      finish(st.ok() ? Internal("upload ended incomplete without a reason") : st);
-    }
-    // Otherwise the upload was complete: computing, queued or sending carries on.
+    else
+      on_half_close();
     return after_unlock(lock);
   }
   ++messages_;
@@ -187,10 +143,27 @@ void MultiplyCall::OnReadDone(bool ok) {
   after_unlock(lock);  // may compute here: `this` may be gone after it
 }
 
+void MultiplyCall::on_half_close() {
+  const bool striped = assembler_ && assembler_->stripes() > 1;
+  if (phase_ == Phase::kHeader) {
+    finish(InvalidArgument("the request stream ended before its header"));
+  } else if (phase_ == Phase::kWaitMemory) {
+    // Its last chunk may be the one waiting for memory: the grant looks again (read_closed_).
+  } else if (striped && accepts_chunks()) {
+    // Stripe 0's share must be in; the other stripes may still be uploading.
+    Status st = assembler_->finish_stripe(0);
+    if (!st.ok()) finish_stream(st);
+  } else if (accepts_chunks()) {
+    Status st = assembler_->finish();
+    finish(st.ok() ? Internal("upload ended incomplete without a reason") : st);
+  }
+  // Otherwise the upload was complete: computing, queued or sending carries on.
+}
+
 void MultiplyCall::OnWriteDone(bool ok) {
   std::unique_lock lock(mu_);
   writing_ = false;
-  if (!finished_) {
+  if (!done()) {
     if (ok)
       send_more();
     else
@@ -201,7 +174,7 @@ void MultiplyCall::OnWriteDone(bool ok) {
 
 void MultiplyCall::OnCancel() {
   std::unique_lock lock(mu_);
-  if (!finished_) finish_stream(cancelled_status());
+  if (!done()) finish_stream(cancelled_status());
   after_unlock(lock);
 }
 
@@ -230,7 +203,7 @@ void MultiplyCall::OnDone() {
 void MultiplyCall::check_idle(Clock::time_point now) {
   std::unique_lock lock(mu_);
   const auto idle = shared_.options.idle_timeout;
-  if (finished_) {
+  if (done()) {
     // The summary (the last write, with the status) can be stuck behind flow
     // control too; then the stream is reset so C's buffer goes.
     if (writing_ && now - write_since_ >= idle) {
@@ -252,8 +225,7 @@ void MultiplyCall::check_idle(Clock::time_point now) {
   } else if (waiting_in && now - read_since_ >= idle) {
     finish_stream(DeadlineExceeded("no message from the client for " + seconds_text(idle) + " (--idle-timeout) while " +
                                    phase_name(phase_) + "; send the data without pauses or raise --idle-timeout"));
-  } else if (Status pace = accepts_chunks() && !upload_complete_ && reservation_.bytes() > 0 &&
-                                   t_first_data_ != Clock::time_point{}
+  } else if (Status pace = accepts_chunks() && reservation_.bytes() > 0 && t_first_data_ != Clock::time_point{}
                                ? check_upload_pace(assembler_->bytes_received(), now - t_first_data_, idle,
                                                    reservation_.bytes(), shared_.options.limits, "the request")
                                : Status::Ok();
@@ -278,7 +250,7 @@ void MultiplyCall::check_idle(Clock::time_point now) {
 
 void MultiplyCall::abort(const Status& why) {
   std::unique_lock lock(mu_);
-  if (!finished_) {
+  if (!done()) {
     if (writing_) {
       server_reset_ = true;
       ctx_->TryCancel();
@@ -339,416 +311,19 @@ Status MultiplyCall::on_message(RequestMessage msg) {
 
 GemmRequest MultiplyCall::request() const { return header_; }
 
-bool MultiplyCall::accepts_chunks() const {
-  return phase_ == Phase::kReceiving || (early_ && !upload_complete_ && phase_ != Phase::kDone);
-}
-
-Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions,
-                               const ResidentOperands& resident) {
-  header_ = header;
-  if (!resident.c.empty()) header_.has_c = true;  // a C named by handle is an input C
-  // One validation, before any data: the service's size limits, then the
-  // engine's rules for the request (shape, scalars, kernel, split, precision).
-  SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
-  SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
-  // A C the server holds is bounded by its inputs; one written into the caller's region costs it nothing.
-  if (!regions.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
-  if (regions.any() && resident.any())
-    return InvalidArgument("a Multiply header names shared-memory regions and resident handles; use one or the other");
-  if (regions.any()) return start_from_regions(regions);
-  if (resident.any()) SGEMM_RETURN_IF_ERROR(bind_resident(resident));
-  const GemmShape& s = header_.shape;
-  // Host memory for what is sent (resident operands are not), and for C.
-  footprint_bytes_ =
-      ((resident_[0] ? 0 : s.m * s.k) + (resident_[1] ? 0 : s.k * s.n) + s.m * s.n) * int64_t(sizeof(float));
-  if (footprint_bytes_ > shared_.budget.capacity())
-    return ResourceExhausted("the request needs " + std::to_string(footprint_bytes_) +
-                             " bytes of host memory for A, B and C, more than the server's whole budget of " +
-                             std::to_string(shared_.budget.capacity()) + " bytes (--host-memory-bytes)");
-  if (client_) {
-    SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
-  }
-  assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
-  phase_ = Phase::kReceiving;
-  if (resident.named()) return start_if_nothing_to_send();
-  return Status::Ok();
-}
-
-Status MultiplyCall::admit_memory(RequestMessage& msg, bool* parked) {
-  *parked = false;
-  if (reservation_.bytes() > 0) return Status::Ok();
-  // A bad chunk is refused before it costs memory.
-  SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(msg.matrix, msg.offset, msg.data_bytes));
-  bool waiting = false;
-  SGEMM_RETURN_IF_ERROR(reserve_or_wait(&waiting));
-  if (!waiting) return Status::Ok();
-  pending_ = std::move(msg);
-  *parked = true;
-  return Status::Ok();
-}
-
-Status MultiplyCall::reserve_or_wait(bool* waiting) {
-  *waiting = false;
-  if (reservation_.bytes() > 0) return Status::Ok();
-  SGEMM_RETURN_IF_ERROR(reserve_keep());
-  if (memory_ticket_) {  // another stripe's chunk already queued the request for memory
-    *waiting = true;
-    return Status::Ok();
-  }
-  // try_reserve and enqueue lock only the budget; grants never run here.
-  if (auto r = shared_.budget.try_reserve(footprint_bytes_)) {
-    reservation_ = std::move(*r);
-    return Status::Ok();
-  }
-  ++refs_;  // the waiter's reference
-  const uint64_t ticket = shared_.budget.enqueue(
-      footprint_bytes_, [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); });
-  if (ticket == 0) {
-    --refs_;
-    return ResourceExhausted(
-        "the host memory budget is full (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
-        std::to_string(shared_.budget.in_use()) + " in use) and " + std::to_string(shared_.options.max_queued) +
-        " requests already wait for it (--max-queued); retry later");
-  }
-  memory_ticket_ = ticket;
-  phase_ = Phase::kWaitMemory;
-  memory_since_ = Clock::now();
-  *waiting = true;
-  return Status::Ok();
-}
-
-void MultiplyCall::on_memory_granted(MemoryBudget::Reservation reservation) {
-  std::unique_lock lock(mu_);
-  memory_ticket_ = 0;
-  if (finished_) {
-    lock.unlock();
-    reservation.reset();  // may grant the next waiter: no lock held
-    unref();
-    return;
-  }
-  reservation_ = std::move(reservation);
-  phase_ = Phase::kReceiving;
-  Status st = Status::Ok();
-  if (pending_.kind == RequestMessage::Kind::kChunk) {  // with stripes, another stripe's chunk may have asked
-    st = on_chunk(pending_);
-    pending_ = {};
-    if (st.ok()) st = after_chunk();
-  }
-  if (st.ok() && check_stripe0_at_grant_) {
-    check_stripe0_at_grant_ = false;
-    st = assembler_->finish_stripe(0);
-    if (!st.ok()) fail_origin_ = 0;
-  }
-  if (!st.ok()) finish(st);
-  std::vector<ParkedChunk> parked;
-  parked.swap(parked_);
-  after_unlock(lock);
-  // The secondaries' chunks that waited: copied now, then their streams read on.
-  for (ParkedChunk& p : parked) {
-    bool again = false;
-    Status cs = stripe_chunk(p.from, p.stripe, p.msg, &again);
-    if (!cs.ok()) {
-      std::unique_lock relock(mu_);
-      if (!finished_) {
-        fail_origin_ = p.stripe;
-        finish(cs);
-      }
-      after_unlock(relock);
-    } else if (!again) {
-      p.from->resume_read();
-    }
-    p.from->unref();
-  }
-  unref();
-}
-
-Status MultiplyCall::on_chunk(RequestMessage& msg) {
-  if (t_first_data_ == Clock::time_point{}) t_first_data_ = Clock::now();
-  SGEMM_RETURN_IF_ERROR(ensure_buffer(msg.matrix, msg.offset, msg.data_bytes, 0));
-  SGEMM_RETURN_IF_ERROR(
-      assembler_->add_chunk(msg.matrix, msg.offset, msg.data_bytes, [&](void* dst) { msg.copy_data(dst); }));
-  bytes_in_ += int64_t(msg.data_bytes);
-  return Status::Ok();
-}
-
-Status MultiplyCall::ensure_buffer(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe) {
-  const int idx = static_cast<int>(matrix);
-  if (buffers_[idx]) return Status::Ok();
-  const int64_t elements = matrix_elements(header_.shape, matrix);
-  // The check before allocating: a chunk that would be refused costs nothing.
-  SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(matrix, offset, bytes, stripe));
-  auto got = shared_.engine.host_allocator().allocate(std::size_t(elements) * sizeof(float));
-  if (!got.ok()) return got.status().with_context("allocating " + std::string(matrix_name(matrix)));
-  buffers_[idx] = std::make_shared<HostBuffer>(std::move(got).value());
-  assembler_->set_destination(matrix, buffers_[idx]->floats());
-  return Status::Ok();
-}
-
-Status MultiplyCall::after_chunk() {
-  // With stripes, the thread that sees the upload complete may not be the one
-  // whose chunk completed it, and the others see it again: once is enough.
-  if (upload_complete_) {
-    start_read();
-    return Status::Ok();
-  }
-  if (assembler_->complete()) {
-    upload_complete_ = true;
-    t_received_ = Clock::now();
-    if (!early_) return start_compute(/*early=*/false);
-    // Its data is all here: the running task no longer waits for the client, so it keeps its slot.
-    if (pool_id_) shared_.pool.forget(pool_id_);
-    pool_id_ = 0;
-  } else if (!early_ && may_start_early()) {
-    SGEMM_RETURN_IF_ERROR(start_compute(/*early=*/true));
-  }
-  start_read();
-  return Status::Ok();
-}
-
-bool MultiplyCall::computes_quickly() const {
-  const double limit = shared_.options.inline_compute_ms;
-  if (limit <= 0) return false;
-  const double est = shared_.engine.estimate_ms(job_);
-  return est >= 0 && est <= limit;
-}
-
-bool MultiplyCall::may_start_early() const {
-  // docs/lifecycle.md: the engine may wait for A while it holds a compute
-  // slot, so it starts only when the rest of A is due well within the budget.
-  // A request with an input C never starts early: after a yield, computing
-  // again needs C's input rows, which the first run may have overwritten.
-  const auto budget = shared_.options.feed_wait_budget;
-  // Nor after a yield: then the client has shown it may stall, and it waits for its whole upload.
-  // Nor a request naming regions: it has no upload.
-  if (budget.count() <= 0 || from_regions_ || header_.has_c || yields_ > 0 || !buffers_[0] ||
-      assembler_->received(MatrixId::kA) == 0)
-    return false;
-  const GemmShape& s = header_.shape;
-  if (assembler_->received(MatrixId::kB) < s.k * s.n) return false;
-  const double elapsed_s = std::chrono::duration<double>(Clock::now() - t_first_data_).count();
-  const double rate = double(bytes_in_) / std::max(elapsed_s, 1e-6);  // bytes/s so far
-  const double left_bytes = double(s.m * s.k - assembler_->received(MatrixId::kA)) * sizeof(float);
-  return left_bytes / rate <= 0.5 * std::chrono::duration<double>(budget).count();
-}
-
-Status MultiplyCall::start_compute(bool early) {
-  const GemmShape& s = header_.shape;
-  const int c_idx = static_cast<int>(MatrixId::kC);
-  if (!from_regions_) {      // start_from_regions() set the job's matrices
-    if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
-      auto got = shared_.engine.host_allocator().allocate(std::size_t(s.m * s.n) * sizeof(float));
-      if (!got.ok()) return got.status().with_context("allocating C");
-      buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
-    }
-    if (early && !buffers_[0]) return Status::Ok();
-    job_.a = buffers_[0] ? buffers_[0]->floats() : nullptr;  // null: resident (job_.a_resident)
-    job_.b = buffers_[1] ? buffers_[1]->floats() : nullptr;
-    job_.c = buffers_[c_idx]->floats();
-  }
-  job_.request = request();
-  job_.feed = early ? &*assembler_ : nullptr;  // early: the engine waits for A's rows
-  job_.sink = this;
-  job_.cancel = &cancel_;
-  job_.origin = t_start_;  // the engine's steps line up with the service's phases
-  if (early) assembler_->set_wait_budget(shared_.options.feed_wait_budget);
-  ++refs_;  // the pool task's reference
-  if (early) {
-    // The assembler outlives the task (the task holds a reference on the call).
-    if (!shared_.pool.submit_if_idle([this] { run_compute(); }, [this] { assembler_->yield_now(); }, &pool_id_)) {
-      --refs_;
-      assembler_->set_wait_budget(std::chrono::milliseconds(0));
-      return Status::Ok();  // no idle slot: compute once the upload is complete
-    }
-    early_ = started_early_ = true;
-  } else if (may_compute_here_ && !group_ && computes_quickly() && shared_.pool.reserve_here()) {
-    compute_here_ = true;  // after_unlock() runs it on this thread: no hand-off for a quick product
-  } else if (!shared_.pool.submit([this] { run_compute(); })) {
-    --refs_;
-    return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +
-                       std::to_string(shared_.pool.queued()) + " queued (--max-in-flight " +
-                       std::to_string(shared_.pool.threads()) + ", --max-queued " +
-                       std::to_string(shared_.pool.max_queued()) + "); retry with backoff");
-  }
-  t_submit_ = Clock::now();
-  phase_ = Phase::kQueued;
-  if (early) return Status::Ok();  // after_chunk() keeps reading
-  // Keep a read posted: it sees the half-close, or a message that should not come.
-  start_read();
-  return Status::Ok();
-}
-
-void MultiplyCall::run_compute() {
-  {
-    std::lock_guard lock(mu_);
-    t_compute_start_ = Clock::now();
-    if (!finished_) phase_ = Phase::kComputing;
-  }
-  StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
-  if (result.ok() && keep_) {
-    if (Status kept = keep_result(); !kept.ok()) result = kept;
-  }
-  uint64_t pool_id;
-  {
-    std::lock_guard lock(mu_);
-    pool_id = pool_id_;
-    pool_id_ = 0;
-  }
-  if (pool_id) shared_.pool.forget(pool_id);
-  shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
-  // A region whose owner shrank it while it was read or written voids the result.
-  for (const auto& region : regions_held_)
-    if (Status intact = region->check_intact(); !intact.ok()) {
-      result = intact;
-      break;
-    }
-  // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
-  std::vector<std::shared_ptr<const MappedRegion>>().swap(regions_held_);
-  {
-    std::unique_lock lock(mu_);
-    if (!result.ok() && assembler_ && assembler_->yielded() && !finished_) {
-      // Started early, then waited too long for A or was asked for the slot:
-      // the engine has stopped and holds nothing. Back to receiving; compute
-      // again once the upload is complete (rows already reported are final
-      // and are not sent twice).
-      early_ = false;
-      ++yields_;
-      assembler_->set_wait_budget(std::chrono::milliseconds(0));
-      skip_ = reported_;
-      std::sort(skip_.begin(), skip_.end());
-      std::vector<std::pair<int64_t, int64_t>> merged;
-      for (const auto& r : skip_) {
-        if (!merged.empty() && r.first <= merged.back().second)
-          merged.back().second = std::max(merged.back().second, r.second);
-        else
-          merged.push_back(r);
-      }
-      skip_ = std::move(merged);
-      Status st = Status::Ok();
-      if (upload_complete_)
-        st = start_compute(/*early=*/false);
-      else
-        phase_ = Phase::kReceiving;
-      if (!st.ok()) finish(st);
-      after_unlock(lock);
-      unref();
-      return;
-    }
-    t_compute_end_ = Clock::now();
-    compute_done_ = true;
-    for (auto& lease : resident_) lease.reset();  // done with the resident operands (a deleted one is freed here)
-    result_ = std::move(result);
-    // Every row of C has been handed to its stripe: the secondaries finish once theirs are sent.
-    if (group_ && result_.ok() && !finished_) close_stripes(Status::Ok());
-    if (!finished_) {
-      phase_ = Phase::kSending;
-      send_more();
-    }
-    after_unlock(lock);
-  }
-  unref();
-}
-
-void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
-  std::unique_lock lock(mu_);
-  if (output_in_region_ || !send_c_) return;  // C is in the caller's region, or kept resident: only the summary
-  reported_.emplace_back(row_begin, row_end);
-  // After a yield, the new run reports rows the first run already sent: only the rest goes out.
-  int64_t b = row_begin;
-  for (const auto& [s0, s1] : skip_) {
-    if (s1 <= b) continue;
-    if (s0 >= row_end) break;
-    if (s0 > b) route_rows(b, s0);
-    b = std::max(b, s1);
-  }
-  if (b < row_end) route_rows(b, row_end);
-  send_more();
-  after_unlock(lock);
-}
-
-void MultiplyCall::send_more() {
-  if (finished_ || writing_) return;
-  const int64_t n = header_.shape.n;
-  if (!rows_.empty()) {
-    const auto [r0, r1] = rows_.front();
-    if (send_next_ < 0) send_next_ = r0 * n;
-    const int64_t end = r1 * n;
-    const int64_t chunk_elems = std::max<int64_t>(1, shared_.options.response_chunk_bytes / int64_t(sizeof(float)));
-    const int64_t count = std::min(chunk_elems, end - send_next_);
-    out_ = encode_c_chunk(job_.c, send_next_, count, buffers_[static_cast<int>(MatrixId::kC)]);
-    send_next_ += count;
-    bytes_out_ += count * int64_t(sizeof(float));
-    if (send_next_ >= end) {
-      rows_.pop_front();
-      send_next_ = -1;
-    }
-    writing_ = true;
-    write_since_ = Clock::now();
-    if (!t_first_send_) t_first_send_ = write_since_;
-    StartWrite(&out_);
-    return;
-  }
-  if (stripe_ > 0) {  // a secondary stripe: its rows are sent and the request succeeded
-    if (end_ok_) {
-      set_finished();
-      final_status_ = Status::Ok();
-      finish_phase_ = phase_;
-      t_finish_ = Clock::now();
-      phase_ = Phase::kDone;
-      Finish(to_grpc(Status::Ok()));
-    }
-    return;
-  }
-  if (!compute_done_) return;
-  if (!result_.ok()) return finish(result_.status());
-  // Everything sent: the summary goes with the status.
-  // Every stripe's bytes: the assembler counts each chunk as it commits it.
-  if (assembler_) bytes_in_ = assembler_->bytes_received();
-  const Clock::time_point now = Clock::now();
-  facts_.request_id = id_;
-  facts_.unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  facts_.request = header_;
-  facts_.received_ms = ms_between(t_start_, t_received_);
-  facts_.submitted_ms = ms_between(t_start_, t_submit_);
-  facts_.compute_start_ms = ms_between(t_start_, t_compute_start_);
-  facts_.compute_end_ms = ms_between(t_start_, t_compute_end_);
-  facts_.first_send_ms = t_first_send_ ? ms_between(t_start_, *t_first_send_) : -1.0;
-  facts_.summary_ms = ms_between(t_start_, now);
-  facts_.bytes_in = bytes_in_;
-  facts_.bytes_out = request_bytes_out();
-  if (trace_ || !shared_.options.trace_dir.empty()) trace_json_ = chrome_trace_json(facts_, *result_);
-  SummaryFigures f;
-  f.request_id = id_;
-  f.queue_ms = ms_between(t_submit_, t_compute_start_);
-  f.receive_ms = ms_between(t_start_, t_received_);
-  f.compute_ms = ms_between(t_compute_start_, t_compute_end_);
-  f.total_ms = facts_.summary_ms;
-  f.send_ms = facts_.first_send_ms >= 0 ? facts_.summary_ms - facts_.first_send_ms : 0.0;
-  f.bytes_received = bytes_in_;
-  f.bytes_sent = request_bytes_out();
-  f.stripes = assembler_ ? assembler_->stripes() : 0;
-  if (trace_) f.trace_json = trace_json_;
-  f.result_handle = result_handle_;
-  out_ = encode_summary(*result_, f);
-  set_finished();
-  phase_ = Phase::kDone;
-  final_status_ = Status::Ok();
-  finish_phase_ = phase_;
-  t_finish_ = Clock::now();
-  log_outcome(final_status_);  // before the client has its result: the timing line is there when it looks
-  writing_ = true;             // no OnWriteDone follows; the watchdog resets the stream if this never drains
-  write_since_ = Clock::now();
-  StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc(Status::Ok()));
-}
+bool MultiplyCall::accepts_chunks() const { return phase_ == Phase::kReceiving || phase_ == Phase::kEarly; }
 
 void MultiplyCall::set_finished() {
-  finished_ = true;
+  finish_phase_ = phase_;
+  t_finish_ = Clock::now();
+  phase_ = Phase::kDone;  // from any phase but kDone (legal_move); callers check done() first
   shared_.unanswered.fetch_sub(1);
   client_lease_.reset();  // answered: the client may send its next request
   stream_lease_.reset();
 }
 
 void MultiplyCall::finish(const Status& status) {
-  if (finished_) return;
+  if (done()) return;
   Status own = status;
   if (group_ && stripe_ == 0) {
     // The other stripes end too: a failure of one stripe's stream is named to the rest.
@@ -759,88 +334,29 @@ void MultiplyCall::finish(const Status& status) {
       own = seen_by_other_stripes(fail_origin_, stripes, status);
     }
   }
-  for (ParkedChunk& p : parked_) to_unref_.push_back(p.from);
+  for (ParkedChunk& p : parked_) defer([m = p.from] { m->unref(); });
   parked_.clear();
+  final_status_ = own;
   set_finished();
   cancel_.cancel(own);                    // the engine stops at its next block
   if (assembler_) assembler_->fail(own);  // or where it waits for A
   if (memory_ticket_) {
-    ticket_to_cancel_ = memory_ticket_;  // cancelled once mu_ is released
+    defer([this, ticket = memory_ticket_] {        // cancelled once mu_ is released: a cancel may run another grant
+      if (shared_.budget.cancel(ticket)) unref();  // the waiter's reference
+    });
     memory_ticket_ = 0;
   }
-  final_status_ = own;
-  finish_phase_ = phase_;
-  t_finish_ = Clock::now();
-  phase_ = Phase::kDone;
   Finish(to_grpc(own));
 }
 
 void MultiplyCall::finish_stream(const Status& status) {
-  if (finished_) return;
+  if (done()) return;
   if (stripe_ > 0)
-    report_failure_ = true;  // after_unlock() tells the primary, which ends the other stripes
+    // The primary ends the other stripes; told with this call's lock released.
+    defer([group = group_, stripe = stripe_, status] { group->primary()->stripe_failed(stripe, status); });
   else if (group_)
     fail_origin_ = 0;
   finish(status);
-}
-
-void MultiplyCall::log_outcome(const Status& st) {
-  const double total_ms = ms_between(t_start_, t_finish_);
-  const GemmShape& s = header_.shape;
-  if (stripe_ > 0) {  // a secondary stripe: its request's line is the primary's; failures say which stripe
-    if (st.ok() || !shared_.log.admit(spdlog::level::warn)) return;
-    shared_.log.write(
-        spdlog::level::warn,
-        fmt::format("stripe {} of request id={} peer={} client={} status={} phase=\"{}\" total_ms={:.3f} "
-                    "error=\"{}\"",
-                    stripe_, group_ ? group_->primary()->id_ : std::string("?"), ctx_->peer(), client_name(),
-                    status_code_name(st.code()), phase_name(finish_phase_), total_ms, log_field(st.message())));
-    return;
-  }
-  if (!st.ok()) {
-    // A request ended by one of its stripes counts as that stripe's failure:
-    // a client that cancels one stream (Ctrl-C cancels them all) cancelled the
-    // request, though the other streams carry ABORTED (docs/transport.md).
-    const StatusCode code = st.code() == StatusCode::kAborted && fail_origin_ > 0 ? origin_code_ : st.code();
-    shared_.requests_failed.fetch_add(1);
-    if (shared_.metrics)
-      shared_.metrics->record(code, client_ ? client_->name() : std::string(), bytes_in_, request_bytes_out(), nullptr);
-    // Streams that never sent anything are the cheapest to open: log them at debug level.
-    const auto level = messages_ == 0 && code == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
-    if (!shared_.log.admit(level)) return;  // formatting is most of a reset stream's cost
-    shared_.log.write(
-        level,
-        fmt::format("request id={} peer={} client={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
-                    "bytes_in={} bytes_out={} error=\"{}\"",
-                    id_, ctx_->peer(), client_name(), s.m, s.n, s.k, status_code_name(code), phase_name(finish_phase_),
-                    total_ms, bytes_in_, request_bytes_out(), log_field(st.message())));
-    return;
-  }
-  const GemmReport& r = *result_;
-  const double queue_ms = ms_between(t_submit_, t_compute_start_);
-  const double receive_ms = ms_between(t_start_, t_received_);
-  const double compute_ms = ms_between(t_compute_start_, t_compute_end_);
-  shared_.log.logger().info(
-      "request id={} peer={} client={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
-      "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
-      "bytes_out={} gflops={:.1f} devices={} early_start={} yields={} plan=\"{}\"",
-      id_, ctx_->peer(), client_name(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
-      report_kernel_name(r), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
-      request_bytes_out(), s.flops() / (total_ms * 1e6), r.devices.size(), started_early_, yields_, r.plan_reason);
-  TimingRecord record = timing_record_of(facts_, r);
-  if (client_) record.caller = client_->name();
-  if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, request_bytes_out(), &record);
-  if (shared_.timing_log)
-    shared_.timing_log->info(
-        timing_record_json(record, "{\"early_start\":" + std::string(started_early_ ? "true" : "false") +
-                                       ",\"yields\":" + std::to_string(yields_) + "}"));
-  if (!shared_.options.trace_dir.empty()) {
-    const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";
-    std::FILE* file = std::fopen(path.c_str(), "w");
-    if (!file || std::fwrite(trace_json_.data(), 1, trace_json_.size(), file) != trace_json_.size())
-      shared_.log.write(spdlog::level::warn, "request id=" + id_ + ": cannot write the trace " + path);
-    if (file) std::fclose(file);
-  }
 }
 
 }  // namespace sgemm

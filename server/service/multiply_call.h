@@ -1,15 +1,20 @@
 // One Multiply call: a gRPC callback reactor whose steps are methods, in the
-// order a request goes through them:
+// order a request goes through them (the reactions and the end in
+// multiply_call.cc, the rest in the file named beside each step):
 //
-//   on_header()      convert, validate (limits, engine), size the footprint
+//   on_header()      convert, validate (limits, engine), bind the input rows,
+//                    size the footprint (multiply_call_sources.cc)
 //   admit_memory()   reserve the footprint against the budget at the first
 //                    data chunk; when it does not fit, stop reading and wait
 //                    (holding nothing) until it does or --idle-timeout passes
+//                    (multiply_call_upload.cc)
 //   on_chunk()       copy a chunk into its matrix (buffer allocated at the
 //                    matrix's first chunk)
-//   start_compute()  upload complete: C's buffer, a place on the compute pool;
+//   start_compute()  as the compute-slot policy says (compute_slot_policy.h):
+//                    upload complete: C's buffer, a place on the compute pool;
 //                    or early (may_start_early()): B (and C) complete, A
 //                    arriving fast enough, a compute slot idle now
+//                    (multiply_call_compute.cc)
 //   run_compute()    (pool thread) Engine::run; when started early it waits
 //                    for A's rows through the assembler (InputFeed) and
 //                    yields its slot (the engine stops, the call goes back to
@@ -19,8 +24,14 @@
 //                    not sent again
 //   send_more()      one chunk of C at a time, as rows are final, sent from
 //                    C's buffer without a copy (while A may still arrive)
+//                    (multiply_call_outcome.cc)
 //   finish()         the error, or (send_more) the summary and the log line: Finish()
 //   OnDone()         a failure's log line, with the code the client got
+//
+// The request's state is one RequestPhase (request_phase.h) and every change
+// of it goes through move_to(), which checks the move against the table of
+// legal moves; computing started early is its own phase (kEarly), so the
+// upload is complete exactly when the phase is past receiving.
 //
 // Ownership: the call deletes itself when gRPC is done with it (OnDone) and
 // no pool task or memory waiter refers to it (refs_). Its buffers and
@@ -30,11 +41,13 @@
 // stripes > 1 makes this call the request's primary (stripe 0): it owns the
 // request as above and makes a StripeGroup; the streams that attach to it
 // (secondaries, also MultiplyCalls) copy their chunks into the primary's
-// assembler and send the rows of C the primary hands them. Lock order:
-// primary's mu_, then the group's (a leaf), then a secondary's mu_; a
-// secondary calls into its primary only with its own mu_ released. The group
-// holds a reference on the primary; the primary holds one on each attached
-// secondary until it has told it how the request ended (stripe_end).
+// assembler and send the rows of C the primary posts them. No call takes
+// another call's lock while holding its own: a secondary calls into its
+// primary only with its own mu_ released, and the primary posts rows of C and
+// the request's end into the group's mailbox (a leaf lock), then wakes the
+// stripe once its own mu_ is released (take_mail). References are atomic
+// (ref/unref take no lock). The group holds a reference on the primary; the
+// primary holds one on each attached secondary until it has posted the end.
 //
 // Threads: reactions on gRPC's threads, run_compute()/rows_ready() on a pool
 // thread, check_idle()/abort() on the watchdog or shutdown thread, the memory
@@ -47,8 +60,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -57,6 +72,9 @@
 
 #include "server/engine/resident_store.h"
 #include "server/service/codec.h"
+#include "server/service/compute_slot_policy.h"
+#include "server/service/input_source.h"
+#include "server/service/request_phase.h"
 #include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
 #include "server/service/stripe_group.h"
@@ -95,42 +113,46 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void stripe_half_closed(int stripe);
   // Primary: stripe `stripe`'s stream failed with `why` (its own status already sent).
   void stripe_failed(int stripe, const Status& why);
-  // Secondary, from the primary (its mu_ held): rows [row_begin, row_end) of C
-  // are final and this stripe's to send; `c` is C and `keep` owns it.
-  void stripe_rows(int64_t row_begin, int64_t row_end, const float* c, std::shared_ptr<HostBuffer> keep);
-  // Secondary, from the primary (its mu_ held): the request ended; OK: finish
-  // once the rows handed over are sent.
-  void stripe_end(const Status& status);
+  // Secondary, from the primary's thread with no lock held: takes what the
+  // primary posted to this stripe in the group (rows of C to send, the
+  // request's end) and sends on; an OK end finishes once those rows are sent.
+  void take_mail();
   // Secondary: the primary took the parked chunk; read on.
   void resume_read();
 
  private:
-  enum class Phase { kHeader, kReceiving, kWaitMemory, kQueued, kComputing, kSending, kDone };
-  static const char* phase_name(Phase p);
+  using Phase = RequestPhase;
 
   ~MultiplyCall() override;
 
   // Steps (mu_ held).
+  // Moves the request to `to`; an illegal move (check_move) is a bug: logged,
+  // and the request ends INTERNAL. False then.
+  bool move_to(Phase to);
+  bool done() const { return phase_ == Phase::kDone; }
+  // Every input is in (or there was nothing to receive): past receiving.
+  bool upload_complete() const;
+  // The client half-closed (read_closed_): what that means in this phase.
+  void on_half_close();
   Status on_message(RequestMessage msg);
+  // The header (multiply_call_sources.cc): validates it, makes and binds the
+  // request's input rows (input_source.h), sizes the footprint.
   Status on_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident = {});
-  // Operands named by handle and keep_result (multiply_call_resident.cc):
-  // pins the matrices, checks their shapes, reserves room for a kept C.
-  Status bind_resident(const ResidentOperands& resident);
-  // Every operand named by handle and no chunk to come: reserve C, compute.
-  Status start_if_nothing_to_send();
+  // Every row ready at the header and no chunk to come: reserve C, compute.
+  Status start_without_upload();
   // After a successful run: C becomes a resident matrix (keep_result).
   Status keep_result();
-  // A header naming shared-memory regions (multiply_call_regions.cc): binds
-  // them and goes straight to start_compute(); no receive phase.
-  Status start_from_regions(const RegionOperands& regions);
+  // The region row bound: C's destination set up, straight to start_compute(); no receive phase.
+  Status start_from_regions();
+  // C is written into the caller's output region: nothing to send but the summary.
+  bool c_in_region() const { return region_ && region_->bound().out; }
   GemmRequest request() const;  // the header as the engine's request
   Status admit_memory(RequestMessage& msg, bool* parked);
   Status on_chunk(RequestMessage& msg);
   Status after_chunk();
-  bool may_start_early() const;
+  bool may_start_early() const;  // the compute-slot policy's early rule, on this request's facts
   Status start_compute(bool early);
-  bool computes_quickly() const;  // the engine's estimate is within --inline-compute-ms
-  bool accepts_chunks() const;    // a chunk now is part of the upload
+  bool accepts_chunks() const;  // a chunk now is part of the upload
   void send_more();
   void finish(const Status& status);
   void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
@@ -145,7 +167,13 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void start_read();
   Status cancelled_status() const;
   Status cancelled_status_in(Phase phase) const;
-  // Runs what must not run with mu_ held (cancelling a memory wait); call after unlocking.
+  // Work that must not run with mu_ held (cancelling a memory wait, which may
+  // grant another call; another call's reference or wake; the stripe failure
+  // the primary hears of; a quick compute on this thread), queued under mu_.
+  void defer(std::function<void()> work);
+  // Releases mu_, then runs the deferred work in order, then run_here_ (a
+  // compute start_compute() kept on this thread). Every step that holds mu_
+  // ends through it.
   void after_unlock(std::unique_lock<std::mutex>& lock);
   void ref();
   void unref();
@@ -174,22 +202,18 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   AuthClient* const client_;  // owned by the service's ClientAuth; null without --auth-tokens
 
   mutable std::mutex mu_;
-  int refs_ = 1;                  // guarded by mu_: gRPC (until OnDone), pool task, memory waiter
-  Phase phase_ = Phase::kHeader;  // guarded by mu_ (and so is everything below)
-  bool finished_ = false;         // Finish (or StartWriteAndFinish) called
+  std::atomic<int> refs_{1};      // gRPC (until OnDone), pool task, memory waiter, stripes' references
+  Phase phase_ = Phase::kHeader;  // guarded by mu_ (and so is everything below); kDone: Finish called
   bool reading_ = false;          // a read is outstanding
   bool writing_ = false;          // a write is outstanding
-  bool compute_done_ = false;
-  int64_t messages_ = 0;                                       // messages read so far
+  int64_t messages_ = 0;          // messages read so far
   Clock::time_point read_since_, write_since_, memory_since_;  // when the current wait began
   Status final_status_;                                        // what Finish sent
   Phase finish_phase_ = Phase::kHeader;                        // the phase the call ended in
   Clock::time_point t_finish_{};
   bool server_reset_ = false;      // we reset the stream (TryCancel): our status stands in the log
   uint64_t memory_ticket_ = 0;     // waiting for memory
-  uint64_t ticket_to_cancel_ = 0;  // cancelled by after_unlock()
   bool may_compute_here_ = false;  // in OnReadDone, unstriped: start_compute() may keep the job on this thread
-  bool compute_here_ = false;      // after_unlock() runs the compute (a slot is reserved for it)
   grpc::ByteBuffer in_;
   grpc::ByteBuffer out_;
   RequestMessage pending_;  // the chunk that waits for memory
@@ -207,24 +231,23 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::deque<std::pair<int64_t, int64_t>> rows_;  // finished rows of C not yet sent
   int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
-  bool early_ = false;          // computing started before the upload ended (and has not yielded); never for regions
-  uint64_t pool_id_ = 0;        // early_: the pool's id for the preemptible task
-  bool started_early_ = false;  // computing ever started before the upload ended (for the log)
-  int yields_ = 0;              // times computing gave its slot back to wait for A
-  std::vector<std::pair<int64_t, int64_t>> reported_;  // rows of C reported by the engine so far
-  std::vector<std::pair<int64_t, int64_t>> skip_;      // after a yield: rows already reported (sorted, merged)
-  bool upload_complete_ = false;                       // every declared matrix is in
+  uint64_t pool_id_ = 0;  // kEarly: the pool's id for the preemptible task
+  int early_starts_ = 0;  // times computing started before the upload ended (for the log)
+  int yields_ = 0;        // times computing gave its slot back to wait for A
+  SentRows sent_rows_;    // rows of C reported so far; after a yield, those not to send again
   Clock::time_point t_first_data_{}, t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{};
-  // Shared-memory operands: the regions this request reads and writes, held
-  // (so they stay mapped) from the header until the engine returns.
-  bool from_regions_ = false;
-  bool output_in_region_ = false;  // C is written into a region: nothing to send but the summary
-  std::vector<std::shared_ptr<const MappedRegion>> regions_held_;
-  // Resident operands (docs/resident.md): pinned from the header until the
-  // engine returns; a kept C's reserved bytes and, once kept, its handle.
-  ResidentStore::Lease resident_[3];
-  bool keep_ = false, keep_evictable_ = false;
-  bool send_c_ = true;  // false: keep_result without send_c, C's bytes stay on the server
+  // Where the operands come from (input_source.h): the rows, bound at the
+  // header and released when the engine returns; region_ is the region row
+  // among them (the request uploads nothing), or null.
+  std::vector<std::unique_ptr<InputSource>> sources_;
+  RegionSource* region_ = nullptr;
+  // Where C goes besides the stream (docs/resident.md): kept resident, as the
+  // header asked; a kept C's reserved bytes and, once kept, its handle.
+  struct KeepResult {
+    bool keep = false;       // C becomes a resident matrix
+    bool evictable = false;  // ... that the store may evict
+    bool send_c = true;      // false: C's bytes stay on the server, only the summary goes out
+  } keep_;
   ResidentBytes keep_bytes_;
   AuthClient::ResidentCharge keep_charge_;  // the kept C against the client's resident quota, until it is stored
   std::string result_handle_;
@@ -241,7 +264,6 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   int fail_origin_ = -1;                      // primary: the stripe whose stream failed (-1: the request failed)
   StatusCode origin_code_ = StatusCode::kOk;  // primary: that stripe's own code (what the request counts as)
   bool read_closed_ = false;                  // the client half-closed: no read is started again
-  bool check_stripe0_at_grant_ = false;       // primary: half-closed while its last chunk waited for memory
   int64_t stripe_bytes_out_ = 0;              // primary: bytes of C handed to secondaries
   // The request's C bytes written to its streams: stripe 0's own and those
   // handed to the other stripes (each sends its rows). What the summary, the
@@ -252,11 +274,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     int stripe;
     RequestMessage msg;
   };
-  std::vector<ParkedChunk> parked_;             // primary: secondaries' chunks waiting for memory
-  std::vector<MultiplyCall*> to_unref_;         // references released by after_unlock()
-  std::shared_ptr<StripeGroup> group_to_drop_;  // released by after_unlock() (may release the primary)
-  bool report_failure_ = false;                 // secondary: tell the primary (after_unlock) that this stream failed
-  bool end_ok_ = false;                         // secondary: the request succeeded; finish once rows_ is sent
+  std::vector<ParkedChunk> parked_;              // primary: secondaries' chunks waiting for memory
+  std::vector<std::function<void()>> deferred_;  // run by after_unlock()
+  std::function<void()> run_here_;               // a quick compute on this thread, run by after_unlock() last
 };
 
 }  // namespace sgemm

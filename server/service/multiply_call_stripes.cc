@@ -55,8 +55,8 @@ Status MultiplyCall::on_attach(const RequestMessage& msg) {
   group_ = std::move(group);
   stripe_ = msg.stripe;
   header_ = group_->request();
-  phase_ = Phase::kReceiving;
-  ++refs_;                              // the primary's reference, released after stripe_end()
+  if (!move_to(Phase::kReceiving)) return Status::Ok();
+  ++refs_;                              // the primary's reference, released once it has posted the end
   shared_.requests_total.fetch_sub(1);  // part of the primary's request, not one of its own
   // The group keeps the primary alive (stripe_group.h): its id can be read.
   if (shared_.log.admit(spdlog::level::debug))
@@ -74,7 +74,8 @@ void MultiplyCall::on_stripe_read(std::unique_lock<std::mutex>& lock, bool ok) {
       finish_stream(cancelled_status());
       return after_unlock(lock);
     }
-    if (phase_ == Phase::kReceiving) phase_ = Phase::kSending;  // its share is up: waiting for its rows of C
+    // Its share is up: waiting for its rows of C.
+    if (phase_ == Phase::kReceiving && !move_to(Phase::kSending)) return after_unlock(lock);
     std::shared_ptr<StripeGroup> group = group_;
     const int stripe = stripe_;
     lock.unlock();
@@ -104,7 +105,7 @@ void MultiplyCall::on_stripe_read(std::unique_lock<std::mutex>& lock, bool ok) {
   lock.lock();
   if (!st.ok()) {
     finish_stream(st);
-  } else if (!parked && !finished_) {
+  } else if (!parked && !done()) {
     start_read();
   }
   after_unlock(lock);
@@ -113,8 +114,8 @@ void MultiplyCall::on_stripe_read(std::unique_lock<std::mutex>& lock, bool ok) {
 Status MultiplyCall::stripe_chunk(MultiplyCall* from, int stripe, RequestMessage& msg, bool* parked) {
   *parked = false;
   std::unique_lock lock(mu_);
-  // The request has ended: stripe_end() tells the stripe how (or has told it).
-  if (finished_ || !assembler_) return Status::Ok();
+  // The request has ended: the end posted to the stripe tells it how (or has told it).
+  if (done() || !assembler_) return Status::Ok();
   if (!accepts_chunks() && phase_ != Phase::kWaitMemory)
     return InvalidArgument("stripe " + std::to_string(stripe) + " sent a chunk for " +
                            std::string(matrix_name(msg.matrix)) + ", but every declared matrix was already complete");
@@ -145,7 +146,7 @@ Status MultiplyCall::stripe_chunk(MultiplyCall* from, int stripe, RequestMessage
   SGEMM_RETURN_IF_ERROR(assembler->add_chunk(
       msg.matrix, msg.offset, msg.data_bytes, [&](void* dst) { msg.copy_data(dst); }, stripe));
   lock.lock();
-  if (!finished_) {
+  if (!done()) {
     bytes_in_ += int64_t(msg.data_bytes);
     st = after_chunk();  // may start computing (complete, or early); keeps stripe 0's read posted
     if (!st.ok()) finish(st);
@@ -156,7 +157,7 @@ Status MultiplyCall::stripe_chunk(MultiplyCall* from, int stripe, RequestMessage
 
 void MultiplyCall::stripe_half_closed(int stripe) {
   std::unique_lock lock(mu_);
-  if (!finished_ && assembler_) {
+  if (!done() && assembler_) {
     Status st = assembler_->finish_stripe(stripe);
     if (!st.ok()) {
       fail_origin_ = stripe;
@@ -168,7 +169,7 @@ void MultiplyCall::stripe_half_closed(int stripe) {
 
 void MultiplyCall::stripe_failed(int stripe, const Status& why) {
   std::unique_lock lock(mu_);
-  if (!finished_) {
+  if (!done()) {
     fail_origin_ = stripe;
     finish(why);
   }
@@ -183,10 +184,13 @@ void MultiplyCall::close_stripes(const Status& status) {
     MultiplyCall* m = members[std::size_t(s)];
     if (!m) continue;
     const bool as_is = status.ok() || fail_origin_ < 0 || fail_origin_ == s;
-    m->stripe_end(as_is ? status : seen_by_other_stripes(fail_origin_, stripes, status));
-    to_unref_.push_back(m);  // the reference taken at attach; released once mu_ is
+    group_->post_end(s, as_is ? status : seen_by_other_stripes(fail_origin_, stripes, status));
+    defer([m] {  // it takes its end under its own lock; then the reference taken at attach goes
+      m->take_mail();
+      m->unref();
+    });
   }
-  group_to_drop_ = std::move(group_);
+  defer([group = std::move(group_)]() mutable { group.reset(); });  // may release this call (the group's reference)
 }
 
 void MultiplyCall::route_rows(int64_t b, int64_t e) {
@@ -203,33 +207,39 @@ void MultiplyCall::route_rows(int64_t b, int64_t e) {
     if (owner == 0) {
       rows_.emplace_back(r, end);
     } else if (MultiplyCall* m = group_->member(owner)) {
-      m->stripe_rows(r, end, job_.c, buffers_[static_cast<int>(MatrixId::kC)]);
+      // Posted in order under the group's leaf lock; the stripe takes it, under
+      // its own lock, once this call's lock is released (after_unlock).
+      group_->post_rows(owner, {r, end, job_.c, buffers_[static_cast<int>(MatrixId::kC)]});
+      m->ref();  // held until the wake
+      defer([m] {
+        m->take_mail();
+        m->unref();
+      });
       stripe_bytes_out_ += (end - r) * n * int64_t(sizeof(float));
     }
     r = end;
   }
 }
 
-void MultiplyCall::stripe_rows(int64_t row_begin, int64_t row_end, const float* c, std::shared_ptr<HostBuffer> keep) {
-  std::lock_guard lock(mu_);
-  if (finished_) return;
-  job_.c = const_cast<float*>(c);
-  buffers_[static_cast<int>(MatrixId::kC)] = std::move(keep);
-  rows_.emplace_back(row_begin, row_end);
-  send_more();
-}
-
-void MultiplyCall::stripe_end(const Status& status) {
-  std::lock_guard lock(mu_);
-  if (finished_) return;
-  if (!status.ok()) return finish(status);
-  end_ok_ = true;
-  send_more();
+void MultiplyCall::take_mail() {
+  std::unique_lock lock(mu_);
+  if (done() || !group_) return after_unlock(lock);
+  StripeGroup::Mail mail = group_->take_mail(stripe_);
+  for (StripeGroup::Rows& r : mail.rows) {
+    job_.c = const_cast<float*>(r.c);
+    buffers_[static_cast<int>(MatrixId::kC)] = std::move(r.keep);
+    rows_.emplace_back(r.begin, r.end);
+  }
+  if (mail.end && !mail.end->ok())
+    finish(*mail.end);
+  else
+    send_more();  // with an OK end, finishes once the rows are sent
+  after_unlock(lock);
 }
 
 void MultiplyCall::resume_read() {
   std::lock_guard lock(mu_);
-  if (!finished_) start_read();
+  if (!done()) start_read();
 }
 
 }  // namespace sgemm

@@ -1,7 +1,7 @@
 // A Multiply's resident operands (docs/resident.md): the header's handles for
 // A, B and C, and whether to keep C resident. Converted from the wire by
 // resident_operands_from_proto(); MultiplyCall binds them against the
-// engine's ResidentStore (multiply_call_resident.cc).
+// engine's ResidentStore (the resident row, resident_source.cc).
 #pragma once
 
 #include <string>

@@ -34,6 +34,7 @@ ServiceShared::ServiceShared(Engine& e, const ServiceOptions& o, std::shared_ptr
       options(o),
       budget(o.host_memory_bytes, o.max_queued),
       pool(o.max_in_flight, o.max_queued),
+      slot_policy(o.feed_wait_budget, o.inline_compute_ms),
       log(std::move(request_log), o.log_lines_per_second),
       timing_log(std::move(timings)) {}
 

@@ -35,6 +35,7 @@
 #include "server/engine/engine.h"
 #include "server/service/client_auth.h"
 #include "server/service/compute_pool.h"
+#include "server/service/compute_slot_policy.h"
 #include "server/service/memory_budget.h"
 #include "server/service/rate_limited_log.h"
 #include "server/service/region_registry.h"
@@ -105,6 +106,7 @@ struct ServiceShared {
   const ServiceOptions& options;
   MemoryBudget budget;
   ComputePool pool;
+  ComputeSlotPolicy slot_policy;               // early, here or queued (compute_slot_policy.h), from the options
   RateLimitedLog log;                          // per-request lines; failures rate-limited
   std::shared_ptr<spdlog::logger> timing_log;  // may be null
   // Set by start_metrics() before the server serves; null = no metrics.

@@ -16,7 +16,8 @@ StripeGroup::StripeGroup(std::string token, int stripes, int64_t stripe_rows, co
       owner_(owner),
       primary_(primary),
       release_primary_(std::move(release_primary)),
-      members_(std::size_t(stripes), nullptr) {}
+      members_(std::size_t(stripes), nullptr),
+      mail_(std::size_t(stripes)) {}
 
 StripeGroup::~StripeGroup() {
   if (release_primary_) release_primary_();
@@ -61,6 +62,33 @@ std::vector<MultiplyCall*> StripeGroup::close() {
   if (closed_) return {};
   closed_ = true;
   return members_;
+}
+
+void StripeGroup::post_rows(int stripe, Rows rows) {
+  std::lock_guard lock(mu_);
+  mail_[std::size_t(stripe)].rows.push_back(std::move(rows));
+}
+
+void StripeGroup::post_end(int stripe, const Status& end) {
+  std::lock_guard lock(mu_);
+  auto& mail = mail_[std::size_t(stripe)];
+  if (!mail.end) mail.end = end;
+}
+
+StripeGroup::Mail StripeGroup::take_mail(int stripe) {
+  std::lock_guard lock(mu_);
+  Mail& mail = mail_[std::size_t(stripe)];
+  Mail out;
+  out.rows.swap(mail.rows);
+  out.end = mail.end;
+  return out;
+}
+
+std::optional<Status> StripeGroup::end_of(int stripe) const {
+  std::lock_guard lock(mu_);
+  const Mail& mail = mail_[std::size_t(stripe)];
+  if (!mail.rows.empty()) return std::nullopt;
+  return mail.end;
 }
 
 StatusOr<std::shared_ptr<StripeGroup>> StripeRegistry::create(int stripes, int64_t stripe_rows,

@@ -9,6 +9,11 @@
 // the primary call, released by `release_primary` when the group goes; so a
 // secondary may call into the primary for as long as it holds the group.
 //
+// The group is also each stripe's mailbox: the primary posts the rows of C a
+// stripe is to send and the request's end under the group's lock, and the
+// stripe's call takes them under its own; so no call ever takes another
+// call's lock, and what one stripe receives keeps the order it was posted in.
+//
 // Threads: any; all state is guarded by mu_, a leaf lock (nothing is called
 // with it held).
 #pragma once
@@ -17,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -57,6 +63,25 @@ class StripeGroup {
   // No attach after this; returns the attached members (index = stripe, null where none; [0] is null).
   std::vector<MultiplyCall*> close();
 
+  // Rows [begin, end) of C, final; `c` is C and `keep` owns it.
+  struct Rows {
+    int64_t begin = 0, end = 0;
+    const float* c = nullptr;
+    std::shared_ptr<HostBuffer> keep;
+  };
+  // What was posted to a stripe and not taken yet: rows in order, and the
+  // request's end (posted after every row; kept once posted).
+  struct Mail {
+    std::vector<Rows> rows;
+    std::optional<Status> end;
+  };
+  void post_rows(int stripe, Rows rows);
+  void post_end(int stripe, const Status& end);
+  Mail take_mail(int stripe);
+  // The request's end as posted to `stripe`, once every row posted before it
+  // has been taken; none until then.
+  std::optional<Status> end_of(int stripe) const;
+
  private:
   const std::string token_;
   const int stripes_;
@@ -67,6 +92,7 @@ class StripeGroup {
   const std::function<void()> release_primary_;
   mutable std::mutex mu_;
   std::vector<MultiplyCall*> members_;  // guarded by mu_
+  std::vector<Mail> mail_;              // guarded by mu_: per stripe
   bool closed_ = false;                 // guarded by mu_
 };
 

@@ -1,0 +1,127 @@
+// MultiplyCall's compute: the job is handed to a compute slot as the
+// compute-slot policy says (queued, here, or early and preemptible), runs
+// Engine::run on that thread, and goes back to receiving when an early run
+// yields; the engine's finished rows go to their streams (route_rows).
+#include "server/service/multiply_call.h"
+
+namespace sgemm {
+
+Status MultiplyCall::start_compute(bool early) {
+  const GemmShape& s = header_.shape;
+  const int c_idx = static_cast<int>(MatrixId::kC);
+  if (!region_) {            // the region row and start_from_regions() set the job's matrices
+    if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
+      auto got = shared_.engine.host_allocator().allocate(std::size_t(s.m * s.n) * sizeof(float));
+      if (!got.ok()) return got.status().with_context("allocating C");
+      buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
+    }
+    if (early && !buffers_[0]) return Status::Ok();
+    job_.a = buffers_[0] ? buffers_[0]->floats() : nullptr;  // null: resident (job_.a_resident)
+    job_.b = buffers_[1] ? buffers_[1]->floats() : nullptr;
+    job_.c = buffers_[c_idx]->floats();
+  }
+  job_.request = request();
+  job_.feed = early ? &*assembler_ : nullptr;  // early: the engine waits for A's rows
+  job_.sink = this;
+  job_.cancel = &cancel_;
+  job_.origin = t_start_;  // the engine's steps line up with the service's phases
+  if (early) assembler_->set_wait_budget(shared_.slot_policy.feed_wait_budget());
+  ++refs_;  // the pool task's reference
+  if (early) {
+    // The assembler outlives the task (the task holds a reference on the call).
+    if (!shared_.pool.submit_if_idle([this] { run_compute(); }, [this] { assembler_->yield_now(); }, &pool_id_)) {
+      --refs_;
+      assembler_->set_wait_budget(std::chrono::milliseconds(0));
+      return Status::Ok();  // no idle slot: compute once the upload is complete
+    }
+    ++early_starts_;
+  } else if (shared_.slot_policy.complete(may_compute_here_, group_ != nullptr,
+                                          [this] { return shared_.engine.estimate_ms(job_); }) ==
+                 ComputeSlotPolicy::Way::kHere &&
+             shared_.pool.reserve_here()) {
+    // Run on this thread once mu_ is released: no hand-off for a quick product.
+    // The task's reference keeps `this` until run_compute()'s end.
+    run_here_ = [this, pool = &shared_.pool] {
+      run_compute();
+      pool->end_here();
+    };
+  } else if (!shared_.pool.submit([this] { run_compute(); })) {
+    --refs_;
+    return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +
+                       std::to_string(shared_.pool.queued()) + " queued (--max-in-flight " +
+                       std::to_string(shared_.pool.threads()) + ", --max-queued " +
+                       std::to_string(shared_.pool.max_queued()) + "); retry with backoff");
+  }
+  t_submit_ = Clock::now();
+  if (!move_to(early ? Phase::kEarly : Phase::kQueued)) return Status::Ok();
+  if (early) return Status::Ok();  // after_chunk() keeps reading
+  // Keep a read posted: it sees the half-close, or a message that should not come.
+  start_read();
+  return Status::Ok();
+}
+
+void MultiplyCall::run_compute() {
+  {
+    std::lock_guard lock(mu_);
+    t_compute_start_ = Clock::now();
+    if (phase_ == Phase::kQueued) move_to(Phase::kComputing);  // kEarly stays until the upload is complete
+  }
+  StatusOr<GemmReport> result = cancel_.cancelled() ? StatusOr<GemmReport>(cancel_.status()) : shared_.engine.run(job_);
+  if (result.ok() && keep_.keep) {
+    if (Status kept = keep_result(); !kept.ok()) result = kept;
+  }
+  uint64_t pool_id;
+  {
+    std::lock_guard lock(mu_);
+    pool_id = pool_id_;
+    pool_id_ = 0;
+  }
+  if (pool_id) shared_.pool.forget(pool_id);
+  shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
+  if (region_) {
+    if (Status intact = region_->check_after_run(); !intact.ok()) result = intact;
+    // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
+    region_->release();
+  }
+  {
+    std::unique_lock lock(mu_);
+    if (!result.ok() && assembler_ && assembler_->yielded() && !done()) {
+      // Started early, then waited too long for A or was asked for the slot:
+      // the engine has stopped and holds nothing. Back to receiving; compute
+      // again once the upload is complete (rows already reported are final
+      // and are not sent twice).
+      ++yields_;
+      assembler_->set_wait_budget(std::chrono::milliseconds(0));
+      sent_rows_.on_yield();
+      if (phase_ == Phase::kComputing) {  // the upload completed meanwhile
+        Status st = start_compute(/*early=*/false);
+        if (!st.ok()) finish(st);
+      } else {
+        move_to(Phase::kReceiving);
+      }
+      after_unlock(lock);
+      unref();
+      return;
+    }
+    t_compute_end_ = Clock::now();
+    for (auto& row : sources_) row->release();  // pins and mappings go (a deleted resident matrix is freed here)
+    result_ = std::move(result);
+    // Every row of C has been handed to its stripe: the secondaries finish once theirs are sent.
+    if (group_ && result_.ok() && !done()) close_stripes(Status::Ok());
+    if (!done() && move_to(Phase::kSending)) send_more();
+    after_unlock(lock);
+  }
+  unref();
+}
+
+void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
+  std::unique_lock lock(mu_);
+  if (c_in_region() || !keep_.send_c) return;  // C is in the caller's region, or kept resident: only the summary
+  sent_rows_.record(row_begin, row_end);
+  // After a yield, the new run reports rows the first run already sent: only the rest goes out.
+  sent_rows_.for_each_unsent(row_begin, row_end, [this](int64_t b, int64_t e) { route_rows(b, e); });
+  send_more();
+  after_unlock(lock);
+}
+
+}  // namespace sgemm

@@ -1,0 +1,132 @@
+// MultiplyCall's header and the request's input rows (input_source.h): the
+// header is validated, its rows are made and bound (regions, resident
+// matrices, an upload for the rest), and the footprint is what the rows need
+// plus C when the server holds it. A request whose rows are all ready at the
+// header (every operand in regions or kept resident) computes at once;
+// otherwise it receives. With keep_result C becomes a resident matrix whose
+// handle the summary carries (docs/resident.md).
+#include "server/service/multiply_call.h"
+#include "server/service/put_matrix_call.h"
+
+namespace sgemm {
+
+Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions,
+                               const ResidentOperands& resident) {
+  header_ = header;
+  if (!resident.c.empty()) header_.has_c = true;  // a C named by handle is an input C
+  // One validation, before any data: the service's size limits, then the
+  // engine's rules for the request (shape, scalars, kernel, split, precision).
+  SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
+  SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
+  // A C the server holds is bounded by its inputs; one written into the caller's region costs it nothing.
+  if (!regions.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
+  const GemmShape& s = header_.shape;
+  if (!regions.any())
+    assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
+  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources(regions, resident, assembler_ ? &*assembler_ : nullptr));
+  ResidentStore* store = shared_.engine.resident_store();
+  if (resident.keep && !store)
+    return FailedPrecondition("this server's backend keeps no resident matrices (header names handles)");
+  const SourceContext ctx{shared_, client_, ctx_->peer(), header_};
+  for (auto& row : sources_) {
+    SGEMM_RETURN_IF_ERROR(row->bind(ctx, job_));
+    if (auto* region = dynamic_cast<RegionSource*>(row.get())) region_ = region;
+  }
+  if (region_) return start_from_regions();
+  keep_ = {resident.keep, resident.keep_evictable, !resident.keep || resident.send_c};
+  // The client's quota now; the room itself with the request's memory
+  // (reserve_keep), so a header alone holds no resident bytes and evicts nothing.
+  if (keep_.keep) SGEMM_RETURN_IF_ERROR(check_resident_quota(client_, *store, s.m * s.n * int64_t(sizeof(float))));
+  // Host memory for what the rows need (what is uploaded), and for C.
+  footprint_bytes_ = s.m * s.n * int64_t(sizeof(float));
+  for (const auto& row : sources_) footprint_bytes_ += row->footprint(s);
+  if (footprint_bytes_ > shared_.budget.capacity())
+    return ResourceExhausted("the request needs " + std::to_string(footprint_bytes_) +
+                             " bytes of host memory for A, B and C, more than the server's whole budget of " +
+                             std::to_string(shared_.budget.capacity()) + " bytes (--host-memory-bytes)");
+  if (client_) {
+    SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
+  }
+  if (!move_to(Phase::kReceiving)) return Status::Ok();
+  for (const auto& row : sources_)
+    if (!row->ready()) return Status::Ok();  // chunks follow
+  return start_without_upload();
+}
+
+Status MultiplyCall::start_from_regions() {
+  const BoundOperands& bound = region_->bound();
+  const GemmShape& s = header_.shape;
+  if (bound.out) {
+    // C in place needs nothing; C from elsewhere is first copied where the result goes.
+    if (bound.c_in && !bound.c_in_place()) copy_matrix(bound.out, bound.ld_out, bound.c_in, bound.ldc_in, s.m, s.n);
+  } else {
+    // C comes back as chunks: a dense buffer from the host-memory budget (no
+    // waiting for it here: the request holds regions, so it is refused instead).
+    footprint_bytes_ = s.m * s.n * int64_t(sizeof(float));
+    auto r = shared_.budget.try_reserve(footprint_bytes_);
+    if (!r)
+      return ResourceExhausted("the host memory budget has no room for C's " + std::to_string(footprint_bytes_) +
+                               " bytes (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
+                               std::to_string(shared_.budget.in_use()) +
+                               " in use); name an output region (header.out_region) or retry later");
+    reservation_ = std::move(*r);
+    const int c_idx = static_cast<int>(MatrixId::kC);
+    auto got = shared_.engine.host_allocator().allocate(std::size_t(footprint_bytes_));
+    if (!got.ok()) return got.status().with_context("allocating C");
+    buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
+    if (bound.c_in) copy_matrix(buffers_[c_idx]->floats(), s.n, bound.c_in, bound.ldc_in, s.m, s.n);
+    job_.c = buffers_[c_idx]->floats();
+    job_.ldc = 0;
+  }
+  // Nothing to receive: the upload is complete now, and computing never starts early.
+  t_received_ = Clock::now();
+  return start_compute(/*early=*/false);
+}
+
+Status MultiplyCall::reserve_keep() {
+  if (!keep_.keep || keep_bytes_.bytes() > 0) return Status::Ok();
+  // Room for the kept C before the upload goes on: a request whose result
+  // could not be kept fails here, not after computing.
+  const GemmShape& s = header_.shape;
+  const int64_t bytes = s.m * s.n * int64_t(sizeof(float));
+  if (const ResidentStore* store = shared_.engine.resident_store()) {
+    SGEMM_ASSIGN_OR_RETURN(keep_charge_, charge_resident_quota(client_, *store, bytes));
+  }
+  SGEMM_ASSIGN_OR_RETURN(keep_bytes_, shared_.engine.reserve_resident(bytes, "keep_result of a " + std::to_string(s.m) +
+                                                                                 " x " + std::to_string(s.n) + " C (" +
+                                                                                 std::to_string(bytes) + " bytes)"));
+  return Status::Ok();
+}
+
+Status MultiplyCall::start_without_upload() {
+  SGEMM_RETURN_IF_ERROR(reserve_keep());
+  // No upload: C's memory now, or a refusal (nothing to wait with).
+  auto r = shared_.budget.try_reserve(footprint_bytes_);
+  if (!r)
+    return ResourceExhausted("the host memory budget has no room for C's " + std::to_string(footprint_bytes_) +
+                             " bytes (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
+                             std::to_string(shared_.budget.in_use()) + " in use); retry later");
+  reservation_ = std::move(*r);
+  t_received_ = Clock::now();
+  return start_compute(/*early=*/false);
+}
+
+Status MultiplyCall::keep_result() {
+  std::shared_ptr<HostBuffer> c;
+  {
+    std::lock_guard lock(mu_);
+    c = buffers_[static_cast<int>(MatrixId::kC)];
+  }
+  ResidentStore* store = shared_.engine.resident_store();
+  if (!c || !store) return Internal("keep_result without C's buffer or a resident store");
+  const GemmShape& s = header_.shape;
+  SGEMM_ASSIGN_OR_RETURN(auto data, shared_.engine.make_resident(c, s.m, s.n, std::move(keep_bytes_)));
+  auto m = store->add(client_ ? client_->name() : std::string(), "result of request " + id_, s.m, s.n, keep_.evictable,
+                      std::move(data));
+  std::lock_guard lock(mu_);
+  keep_charge_.reset();  // the store counts it now
+  result_handle_ = m->handle;
+  return Status::Ok();
+}
+
+}  // namespace sgemm
