@@ -587,7 +587,9 @@ TEST(DeadlineE2E, AbandonedComputationStopsAtTheNextBlockFreesItsMemoryAndLogsDe
   // The product must outlast its deadline: seconds on one core, milliseconds
   // on a GPU (the CUDA engine's cancellation has its own tests in tests/server/engine).
   if (info_of(addr).backend != "cpu") GTEST_SKIP() << "needs a slow product: the cpu backend";
-  const int64_t d = 4096;  // about 137 GFLOP: seconds on one core, 16 blocks of 256 rows
+  // About 464 GFLOP: several seconds even on a fast core, so the 1.5 s
+  // deadline falls inside the computation; 24 blocks of 256 rows.
+  const int64_t d = 6144;
   std::vector<float> a(d * d, 0.5f);
   auto client = Client::connect(addr);
   MultiplyOptions o;
