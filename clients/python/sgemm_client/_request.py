@@ -30,7 +30,8 @@ from ._proto import sgemm_pb2 as pb2
 from ._types import Handle, SgemmError
 from .regions import RegionTable, SharedRegion
 
-PRECISIONS = {"fp32": pb2.PRECISION_UNSPECIFIED, "tf32": pb2.PRECISION_TF32, "fp32x3": pb2.PRECISION_FP32X3}
+PRECISIONS = {"fp32": pb2.PRECISION_UNSPECIFIED, "fp32-ffma": pb2.PRECISION_FP32_FFMA, "tf32": pb2.PRECISION_TF32,
+              "fp32x3": pb2.PRECISION_FP32X3}
 KERNELS = {None: pb2.KERNEL_UNSPECIFIED, "pingpong": pb2.KERNEL_PINGPONG, "cublas": pb2.KERNEL_CUBLAS}
 SPLITS = {None: pb2.SPLIT_UNSPECIFIED, "auto": pb2.SPLIT_UNSPECIFIED, "single": pb2.SPLIT_SINGLE,
           "rows": pb2.SPLIT_ROWS, "k": pb2.SPLIT_K}

@@ -67,8 +67,9 @@ class Summary:
 
     @property
     def precision_name(self) -> str:
-        """The arithmetic that ran: "fp32", "tf32" or "fp32x3"."""
-        return {pb2.PRECISION_TF32: "tf32", pb2.PRECISION_FP32X3: "fp32x3"}.get(self.proto.precision, "fp32")
+        """The arithmetic contract that ran: "fp32", "fp32-ffma", "tf32" or "fp32x3"."""
+        return {pb2.PRECISION_TF32: "tf32", pb2.PRECISION_FP32X3: "fp32x3",
+                pb2.PRECISION_FP32_FFMA: "fp32-ffma"}.get(self.proto.precision, "fp32")
 
     def trace(self) -> Optional[dict]:
         """The Chrome trace-event JSON the server sent (multiply(..., trace=True)), parsed; None without one."""

@@ -190,8 +190,10 @@ class Client:
 
         a (m x k), b (k x n), c (m x n, optional: without it C starts at zero): numpy arrays (anything numpy
         makes a 2-D real array; sent as float32), handles from put() or a kept result, or arrays in this
-        client's shared-memory regions (empty(), register()). precision: "fp32", "tf32" (tensor cores, about
-        1e-4 relative error) or "fp32x3"; kernel: None (the server's choice), "pingpong", "cublas"; split:
+        client's shared-memory regions (empty(), register()). precision: "fp32" (error no larger than cuBLAS
+        SGEMM's; the server runs the fastest kernel that keeps it), "fp32-ffma" (classic FFMA arithmetic only),
+        "tf32" (tensor cores, about 1e-4 relative error) or "fp32x3"; kernel: None (the server's choice),
+        "pingpong", "cublas"; split:
         None/"auto", "single", "rows", "k". out: an m x n float32 array C is written into (in a region: by
         the server, with no byte through gRPC); returned as C. trace: the summary carries a Chrome trace
         (summary.trace()). keep: C stays on the server and C is returned as its Handle (with send_c its

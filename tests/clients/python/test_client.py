@@ -93,7 +93,7 @@ class ClientAgainstServer(unittest.TestCase):
 
     def test_precision_kernel_split_and_out(self):
         a, b = self.random(131, 67), self.random(67, 45)
-        for precision in ("fp32", "tf32", "fp32x3"):
+        for precision in ("fp32", "fp32-ffma", "tf32", "fp32x3"):
             got, summary = self.client.multiply(a, b, precision=precision, timeout=60)
             # The cpu backend computes fp32 for every precision, and its summary says so.
             self.assertLessEqual(max_error(got, a, b), TOLERANCE, precision)
