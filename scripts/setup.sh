@@ -20,6 +20,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   clang-14 libfuzzer-14-dev openssl                   # fuzz targets (scripts/fuzz.sh); TLS tests make certificates
   python3 python3-grpcio python3-numpy python3-yaml   # Python client tests, manifest checks
+  python3-kubernetes                                  # the manifests against the Kubernetes API schema
   python3-venv python3-pip python3-setuptools python3-wheel  # the Python client's install test (pip, no index)
   prometheus-cpp-dev python3-matplotlib               # --metrics-listen; sgemm-timings --png
   docker-compose                                      # `docker-compose config` of deploy/compose*.yaml (no daemon)
