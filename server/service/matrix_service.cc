@@ -254,6 +254,7 @@ void PutMatrixCall::OnDone() {
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* SgemmService::PutMatrix(grpc::CallbackServerContext* ctx,
                                                                    grpc::ByteBuffer* response) {
+  const HandlerScope scope(*this);
   Status refuse;
   auto client = authenticate(ctx);
   RegionCaller caller;
@@ -279,6 +280,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SgemmService::PutMatrix(grpc::Callbac
 grpc::ServerUnaryReactor* SgemmService::DeleteMatrix(grpc::CallbackServerContext* ctx,
                                                      const v1::DeleteMatrixRequest* req,
                                                      v1::DeleteMatrixResponse* resp) {
+  const HandlerScope scope(*this);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto client = authenticate(ctx);
   ResidentStore* store = shared_->engine.resident_store();
@@ -295,6 +297,7 @@ grpc::ServerUnaryReactor* SgemmService::DeleteMatrix(grpc::CallbackServerContext
 
 grpc::ServerUnaryReactor* SgemmService::ListMatrices(grpc::CallbackServerContext* ctx, const v1::ListMatricesRequest*,
                                                      v1::ListMatricesResponse* resp) {
+  const HandlerScope scope(*this);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto client = authenticate(ctx);
   if (!client.ok()) {

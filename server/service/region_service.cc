@@ -24,6 +24,7 @@ StatusOr<RegionCaller> SgemmService::region_caller(const grpc::CallbackServerCon
 grpc::ServerUnaryReactor* SgemmService::RegisterRegion(grpc::CallbackServerContext* ctx,
                                                        const v1::RegisterRegionRequest* req,
                                                        v1::RegisterRegionResponse* resp) {
+  const HandlerScope scope(*this);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto caller = region_caller(ctx);
   if (!caller.ok()) {
@@ -39,6 +40,7 @@ grpc::ServerUnaryReactor* SgemmService::RegisterRegion(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* SgemmService::UnregisterRegion(grpc::CallbackServerContext* ctx,
                                                          const v1::UnregisterRegionRequest* req,
                                                          v1::UnregisterRegionResponse* resp) {
+  const HandlerScope scope(*this);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto caller = region_caller(ctx);
   if (!caller.ok()) {
@@ -55,6 +57,7 @@ grpc::ServerUnaryReactor* SgemmService::UnregisterRegion(grpc::CallbackServerCon
 
 grpc::ServerUnaryReactor* SgemmService::ListRegions(grpc::CallbackServerContext* ctx, const v1::ListRegionsRequest*,
                                                     v1::ListRegionsResponse* resp) {
+  const HandlerScope scope(*this);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto found = region_caller(ctx);
   if (!found.ok()) {

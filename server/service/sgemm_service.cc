@@ -50,6 +50,9 @@ SgemmService::SgemmService(Engine& engine, ServiceOptions options, std::shared_p
 }
 
 SgemmService::~SgemmService() {
+  // The gRPC server is shut down before the service goes; a handler that
+  // gRPC already called is still ending its body.
+  while (handlers_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   shared_->metrics.reset();  // no scrape reads the service while it goes
   {
     std::lock_guard lock(watchdog_mu_);
@@ -65,6 +68,7 @@ SgemmService::~SgemmService() {
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multiply(grpc::CallbackServerContext* ctx) {
+  const HandlerScope scope(*this);
   Status refuse;
   auto client = authenticate(ctx);
   if (shared_->shutting_down.load()) {
@@ -89,6 +93,7 @@ StatusOr<AuthClient*> SgemmService::authenticate(const grpc::CallbackServerConte
 
 grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx, const v1::GetInfoRequest*,
                                                 v1::GetInfoResponse* out) {
+  const HandlerScope scope(*this);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (shared_->shutting_down.load()) {
     reactor->Finish(to_grpc(Unavailable("server shutting down")));

@@ -202,6 +202,22 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   // A region RPC's caller: its token's client and its Unix connection (region_service.cc).
   StatusOr<RegionCaller> region_caller(const grpc::CallbackServerContext* ctx) const;
 
+  // Counts the RPC handlers running on gRPC's threads. The destructor waits
+  // for none to be left before it frees what they read: gRPC's own join of
+  // its threads is not visible to ThreadSanitizer, and a handler must never
+  // outlive the service. Every handler holds a HandlerScope for its body.
+  class HandlerScope {
+   public:
+    explicit HandlerScope(const SgemmService& s) : n_(s.handlers_) { n_.fetch_add(1, std::memory_order_acq_rel); }
+    ~HandlerScope() { n_.fetch_sub(1, std::memory_order_release); }
+    HandlerScope(const HandlerScope&) = delete;
+    HandlerScope& operator=(const HandlerScope&) = delete;
+
+   private:
+    std::atomic<int>& n_;
+  };
+  mutable std::atomic<int> handlers_{0};
+
   const ServiceOptions options_;
   std::unique_ptr<RegionRegistry> regions_;
   std::unique_ptr<ConnectionTable> connections_;  // drops a closed connection's registrations
