@@ -587,11 +587,21 @@ TEST(DeadlineE2E, AbandonedComputationStopsAtTheNextBlockFreesItsMemoryAndLogsDe
   // The product must outlast its deadline: seconds on one core, milliseconds
   // on a GPU (the CUDA engine's cancellation has its own tests in tests/server/engine).
   if (info_of(addr).backend != "cpu") GTEST_SKIP() << "needs a slow product: the cpu backend";
-  const int64_t d = 4096;  // about 137 GFLOP: seconds on one core, 16 blocks of 256 rows
+  const int64_t d = 4096;  // about 137 GFLOP: around a second on one core, 16 blocks of 256 rows
   std::vector<float> a(d * d, 0.5f);
   auto client = Client::connect(addr);
+  // The deadline is placed inside the computation as this machine runs it:
+  // the same product first runs to the end, and the deadline falls 0.6 of its
+  // computation before that run's end (a fixed deadline passes on a fast core).
   MultiplyOptions o;
-  o.timeout = std::chrono::milliseconds(1500);
+  o.timeout = std::chrono::milliseconds(60000);
+  auto whole = client->multiply({d, d, d}, a.data(), a.data(), nullptr, o);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const double compute_ms = whole->summary.compute_ms;
+  ASSERT_GT(compute_ms, 200.0) << "a 4096^3 product on one core takes longer than this";
+  o.timeout = std::chrono::milliseconds(int64_t(whole->wall_ms - 0.6 * compute_ms));
+  std::printf("whole %ld^3: %.0f ms, %.0f ms computing; deadline %ld ms\n", long(d), whole->wall_ms, compute_ms,
+              long(o.timeout.count()));
   auto r = client->multiply({d, d, d}, a.data(), a.data(), nullptr, o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().to_string();
