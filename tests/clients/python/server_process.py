@@ -52,7 +52,7 @@ class ServerProcess:
     def log(self):
         return (self.dir / "stdout.log").read_text(errors="replace")
 
-    def request_log_line(self, request_id, timeout_s=10):
+    def request_log_line(self, request_id, timeout_s=30):
         """The server's log line for a finished request (it is written as the request ends, so it may follow
         the client's return by a moment: polled with a deadline)."""
         give_up = time.monotonic() + timeout_s

@@ -10,6 +10,18 @@
 namespace sgemm {
 namespace {
 
+// Whether `pred` holds within 30 s, polled: pool threads take their tasks
+// when the scheduler runs them, which on a loaded machine (or under
+// ThreadSanitizer) can be long after submit() returned.
+template <typename Pred>
+bool eventually(Pred pred) {
+  for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30); !pred();) {
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 TEST(ComputePool, AcceptsWhileAThreadIsIdleOrTheQueueHasRoomAndRunsEverything) {
   std::atomic<int> ran{0};
   std::promise<void> release;
@@ -25,8 +37,7 @@ TEST(ComputePool, AcceptsWhileAThreadIsIdleOrTheQueueHasRoomAndRunsEverything) {
       ++ran;
     }));
     EXPECT_TRUE(pool.submit([&] { ++ran; }));  // the one queued place
-    for (int i = 0; i < 200 && pool.running() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    EXPECT_EQ(pool.running(), 2);
+    EXPECT_TRUE(eventually([&] { return pool.running() == 2; }));
     EXPECT_FALSE(pool.submit([&] { ++ran; })) << "two busy threads, queue full";
     release.set_value();
   }
@@ -58,9 +69,9 @@ TEST(ComputePool, ATaskThatReleasesItsSlotLetsTheNextInWhileItFinishes) {
   std::atomic<bool> ran{false};
   EXPECT_TRUE(pool.submit([&] { ran = true; })) << "the slot is free";
   finish.set_value();
-  for (int i = 0; i < 200 && !ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_TRUE(ran.load());
-  EXPECT_EQ(pool.running(), 0);
+  EXPECT_TRUE(eventually([&] { return ran.load(); }));
+  // The task's slot is given back after its body returns.
+  EXPECT_TRUE(eventually([&] { return pool.running() == 0; })) << pool.running();
 }
 
 TEST(ComputePool, APreemptibleTaskIsAskedForItsSlotWhenTheQueueIsFull) {
@@ -80,7 +91,7 @@ TEST(ComputePool, APreemptibleTaskIsAskedForItsSlotWhenTheQueueIsFull) {
       },
       &id));
   EXPECT_FALSE(pool.submit_if_idle([] {}, [] {}, &id)) << "no idle thread";
-  for (int i = 0; i < 200 && pool.running() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(eventually([&] { return pool.running() == 1; }));
   // The task that takes the slot holds it until the last check: were it to
   // finish first, the slot would be free again and the third submit accepted.
   std::promise<void> hold;
@@ -104,8 +115,7 @@ TEST(ComputePool, AQuickTaskRunsOnTheCallersThreadOnlyWhileAThreadIsIdleAndHolds
   EXPECT_TRUE(pool.submit([&] { queued_ran = true; })) << "a pool task queues behind it";
   EXPECT_EQ(pool.queued(), 1);
   pool.end_here();
-  for (int i = 0; i < 400 && !queued_ran; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_TRUE(queued_ran.load());
+  EXPECT_TRUE(eventually([&] { return queued_ran.load(); }));
   while (pool.running() > 0) std::this_thread::yield();
 
   // A task that releases its slot early (as MultiplyCall::run_compute does) is counted once.

@@ -19,6 +19,18 @@ namespace {
 
 namespace v1 = ::sgemm::v1;
 
+// Whether `pred` holds within 30 s, polled: the server's reactions run on
+// gRPC's threads some time after the client's call returned, later on a
+// loaded machine or under ThreadSanitizer.
+template <typename Pred>
+bool eventually(Pred pred) {
+  for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30); !pred();) {
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 class FakeEngine : public testing::FakeEngineBase {
  public:
   EngineInfo info() const override {
@@ -123,9 +135,7 @@ TEST(SgemmService, EngineFailureReachesTheClientWithItsCodeAndFreesTheBuffers) {
   grpc::Status st = stream->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(st.error_message().find("out of device memory"), std::string::npos) << st.error_message();
-  for (int i = 0; i < 200 && srv.service->host_bytes_in_use() != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(srv.service->host_bytes_in_use(), 0);
+  EXPECT_TRUE(eventually([&] { return srv.service->host_bytes_in_use() == 0; })) << srv.service->host_bytes_in_use();
 }
 
 TEST(SgemmService, AnUnfinishedUploadHoldsNoComputeSlot) {
@@ -143,8 +153,7 @@ TEST(SgemmService, AnUnfinishedUploadHoldsNoComputeSlot) {
   ASSERT_TRUE(stalled->Write(chunk(v1::MATRIX_A, 0, v.data(), 128)));
   // Write() returns once gRPC has the bytes: wait until the server has them
   // too and has started the stalled request early on the one slot.
-  for (int i = 0; i < 500 && engine.early_starts.load() == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(eventually([&] { return engine.early_starts.load() > 0; }));
   // Others complete meanwhile, one after another on the single slot.
   for (int i = 0; i < 3; ++i) {
     grpc::ClientContext ctx;
@@ -183,8 +192,7 @@ TEST(SgemmService, AnEarlyStartWhoseAStallsYieldsAfterTheBudgetAndFinishesLater)
   ASSERT_TRUE(s->Write(chunk(v1::MATRIX_B, 0, v.data(), 256)));
   ASSERT_TRUE(s->Write(chunk(v1::MATRIX_A, 0, v.data(), 128)));
   // Started early; after 100 ms of waiting for A it yields (no run computed).
-  for (int i = 0; i < 400 && engine.early_starts.load() == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(eventually([&] { return engine.early_starts.load() > 0; }));
   EXPECT_EQ(engine.early_starts.load(), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(engine.runs.load(), 0);
