@@ -285,6 +285,10 @@ Request chunk_msg(v1::Matrix m, int64_t offset, int64_t count) {
   return r;
 }
 
+// How long a trickler may hold its memory: its 2 s grace and the watchdog's
+// look, with room for a loaded machine; far below the 40 s its trickle lasts.
+constexpr double kTrickleHeldBoundS = 10.0;
+
 // A server whose budget two tricklers could hold whole: 64 MiB of host
 // memory, 2 s of --idle-timeout (the grace before the upload rate counts).
 class MemoryAttacks : public ::testing::Test {
@@ -335,16 +339,18 @@ TEST_F(MemoryAttacks, TricklerLosesItsMemoryAfterTheGrace) {
   });
   // While it holds its memory, a normal request fits beside it.
   expect_server_serves(*server_, "beside a trickler within its grace");
-  auto back = testing::info_when(
-      *client, [](const ServerInfo& i) { return i.host_bytes_in_use == 0; }, 1000);
+  auto back = testing::info_when(*client, [](const ServerInfo& i) { return i.host_bytes_in_use == 0; });
   const double held_s = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(back.host_bytes_in_use, 0);
   stop = true;
   const grpc::Status st = trickler.get();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
   EXPECT_NE(st.error_message().find("--min-upload-rate"), std::string::npos) << st.error_message();
-  // 2 s of grace, then the watchdog's next look (every 200 ms here).
-  EXPECT_LT(held_s, 4.0) << "the trickler held its memory " << held_s << " s";
+  // 2 s of grace, then the watchdog's next look (every 200 ms here): about
+  // 2.2 s. The bound is what the rule needs: the trickle keeps going for 40 s,
+  // so memory back within 10 s was taken by the grace, not by the trickle's
+  // end (and a loaded machine can add seconds to the watchdog's look).
+  EXPECT_LT(held_s, kTrickleHeldBoundS) << "the trickler held its memory " << held_s << " s";
   std::printf("[ info ] the trickler held %lld bytes for %.2f s\n", (long long)(3 * 4 * n * n), held_s);
   testing::expect_released(*client, "after the trickler was dropped");
   expect_rss_back(*server_, rss_start, "after the trickler was dropped");
@@ -392,11 +398,11 @@ TEST_F(MemoryAttacks, TricklingPutLosesItsMemoryAfterTheGrace) {
   });
   expect_server_serves(*server_, "beside a trickling put within its grace");
   auto back = testing::info_when(
-      *client, [](const ServerInfo& i) { return i.host_bytes_in_use == 0 && i.resident_bytes_in_use == 0; }, 1000);
+      *client, [](const ServerInfo& i) { return i.host_bytes_in_use == 0 && i.resident_bytes_in_use == 0; });
   const double held_s = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(back.host_bytes_in_use, 0);
   EXPECT_EQ(back.resident_bytes_in_use, 0);
-  EXPECT_LT(held_s, 4.0) << "the trickling put held its memory " << held_s << " s";
+  EXPECT_LT(held_s, kTrickleHeldBoundS) << "the trickling put held its memory " << held_s << " s";
   stop = true;
   const grpc::Status st = trickler.get();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();

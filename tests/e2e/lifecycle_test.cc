@@ -387,7 +387,10 @@ int open_fds(pid_t pid) {
 // little memory each, a normal request is served meanwhile, and
 // --connection-idle-timeout closes them all.
 TEST(StallingClientsE2E, IdleConnectionsCostLittleAndTheConnectionIdleTimeoutClosesThem) {
-  ServerProcess server({"--connection-idle-timeout", "2"});
+  // The timeout must outlast opening the 400 connections and counting them
+  // (about a second under ThreadSanitizer on a loaded machine), or the first
+  // ones close before the count.
+  ServerProcess server({"--connection-idle-timeout", "5"});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.tcp_address();
   const int port = std::stoi(addr.substr(addr.rfind(':') + 1));
@@ -409,7 +412,8 @@ TEST(StallingClientsE2E, IdleConnectionsCostLittleAndTheConnectionIdleTimeoutClo
   for (auto& c : channels)
     EXPECT_TRUE(c->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
   int fds = 0;
-  for (int t = 0; t < 300 && (fds = open_fds(server.pid())) < fds_before + 2 * kEach; ++t)
+  for (const auto give_up = Clock::now() + std::chrono::seconds(3);
+       (fds = open_fds(server.pid())) < fds_before + 2 * kEach && Clock::now() < give_up;)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const int64_t rss = rss_bytes(server.pid());
   std::printf("%d silent TCP + %d idle gRPC connections: server fds %d -> %d, RSS %+.1f MiB\n", kEach, kEach,
@@ -418,9 +422,10 @@ TEST(StallingClientsE2E, IdleConnectionsCostLittleAndTheConnectionIdleTimeoutClo
   EXPECT_LT(rss - rss_before, int64_t{128} << 20);
   const double ms = normal_request(server.address());  // served meanwhile
   std::printf("a normal request meanwhile: %.1f ms\n", ms);
-  // --connection-idle-timeout (2 s) closes them.
+  // --connection-idle-timeout (5 s) closes them.
   const auto t0 = Clock::now();
-  for (int t = 0; t < 1000 && (fds = open_fds(server.pid())) > fds_before + 10; ++t)
+  for (const auto give_up = t0 + std::chrono::seconds(30);
+       (fds = open_fds(server.pid())) > fds_before + 10 && Clock::now() < give_up;)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::printf("closed by the server within %.1f s: %d fds left over the start\n", ms_since(t0) / 1000.0,
               fds - fds_before);
@@ -455,11 +460,13 @@ TEST(StallingClientsE2E, IdleTimeoutEndsSilentStalledAndNonReadingStreamsAndFree
     EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
     EXPECT_NE(st.error_message().find("--idle-timeout"), std::string::npos) << st.error_message();
   }
-  EXPECT_LT(ms_since(t0), 3000);
+  // They end 1 s after their last message, so already or soon after the
+  // normal request; without the timeout they would never end. The bound
+  // leaves room for a loaded machine's watchdog.
+  EXPECT_LT(ms_since(t0), 10000);
   // The non-reader's C is dropped: nothing held, the log names the timeout.
-  for (int t = 0; t < 300 && info_of(addr).host_bytes_in_use != 0; ++t)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(info_of(addr).host_bytes_in_use, 0);
+  EXPECT_EQ(testing::info_when(*probe, [](const ServerInfo& i) { return i.host_bytes_in_use == 0; }).host_bytes_in_use,
+            0);
   EXPECT_TRUE(server.log_has("the client read no part of C"));
   {
     // The server reset the stream, so the client saw CANCELLED: the log line says the same.
@@ -534,7 +541,14 @@ TEST(MemoryBudgetE2E, OverTheBudgetIsRefusedNamingItAndOthersWaitWithinIt) {
 }
 
 TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHoldingNothing) {
-  ServerProcess server({"--host-memory-bytes", std::to_string(4 << 20), "--idle-timeout", "1"});
+  // --min-upload-rate 0: the holder keeps its memory by sending a little now
+  // and then, far below the default pace, for as long as the test needs (with
+  // the pace, it lost its memory at the end of its grace, about when the
+  // waiter's idle timeout came, and which came first decided the outcome).
+  // --idle-timeout 3: the waiters are seen queued well before it ends them,
+  // even on a loaded machine.
+  ServerProcess server(
+      {"--host-memory-bytes", std::to_string(4 << 20), "--idle-timeout", "3", "--min-upload-rate", "0"});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
   auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
@@ -542,8 +556,10 @@ TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHol
   HeldStream holder(*stub);
   ASSERT_TRUE(holder.stream->Write(header_msg(512, 512, 512)));
   ASSERT_TRUE(holder.stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
-  for (int t = 0; t < 300 && info_of(addr).host_bytes_in_use == 0; ++t)  // the holder reserves first
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto probe = Client::connect(addr);
+  // The holder reserves first.
+  ASSERT_EQ(testing::info_when(*probe, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; }).host_bytes_in_use,
+            3 * 512 * 512 * 4);
   std::atomic<bool> stop{false};
   std::thread keepalive([&] {
     for (int64_t off = 1024; !stop && off < 512 * 512; off += 1024) {
@@ -557,7 +573,6 @@ TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHol
     ASSERT_TRUE(h->stream->Write(header_msg(512, 512, 512)));
     ASSERT_TRUE(h->stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
   }
-  auto probe = Client::connect(addr);
   EXPECT_EQ(testing::info_when(*probe, [](const ServerInfo& i) { return i.queued >= 2; }).queued, 2);
   EXPECT_EQ(info_of(addr).host_bytes_in_use, 3 * 512 * 512 * 4) << "waiters must hold nothing";
   leaver.ctx->TryCancel();
@@ -567,8 +582,7 @@ TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHol
   EXPECT_NE(st.error_message().find("--host-memory-bytes"), std::string::npos) << st.error_message();
   EXPECT_NE(st.error_message().find("--idle-timeout"), std::string::npos) << st.error_message();
   // The status can reach the client a moment before the call leaves the queue.
-  for (int t = 0; t < 300 && info_of(addr).queued != 0; ++t) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(info_of(addr).queued, 0);
+  EXPECT_EQ(testing::info_when(*probe, [](const ServerInfo& i) { return i.queued == 0; }).queued, 0);
   stop = true;
   keepalive.join();
   holder.ctx->TryCancel();
@@ -643,6 +657,15 @@ TEST(StreamLimitsE2E, OpenStreamCapRefusesBeyondItAndAResetStormStaysCheap) {
   }
   expect_all_freed(addr);
   // 2,000 streams opened and reset as fast as one client can.
+  // What the server spends on as many of the cheapest calls it serves
+  // (GetInfo) calibrates the bound to this machine and build.
+  const double info_cpu_before = cpu_seconds(server.pid());
+  for (int i = 0; i < 2000; ++i) {
+    grpc::ClientContext ctx;
+    v1::GetInfoResponse info;
+    stub->GetInfo(&ctx, v1::GetInfoRequest{}, &info);
+  }
+  const double info_cpu = cpu_seconds(server.pid()) - info_cpu_before;
   const int lines_before = count_lines(server.log());
   const double cpu_before = cpu_seconds(server.pid());
   const auto t0 = Clock::now();
@@ -657,17 +680,26 @@ TEST(StreamLimitsE2E, OpenStreamCapRefusesBeyondItAndAResetStormStaysCheap) {
   expect_all_freed(addr);
   const double cpu = cpu_seconds(server.pid()) - cpu_before;
   const int lines = count_lines(server.log()) - lines_before;
-  std::printf("reset storm: 2000 streams in %.0f ms cost the server %.2f s of CPU and %d log lines\n", storm_ms, cpu,
-              lines);
-  EXPECT_LT(cpu, 2.0);
-  EXPECT_LT(lines, 50);
+  std::printf(
+      "reset storm: 2000 streams in %.0f ms cost the server %.2f s of CPU (2000 GetInfo calls: %.2f s) and %d log "
+      "lines\n",
+      storm_ms, cpu, info_cpu, lines);
+  // A reset stream costs the server about what a GetInfo call does (1.4-2x
+  // was measured, some streams reset before the server saw them): bounded at
+  // 5x, plus 0.5 s for the CPU clock's 10 ms ticks and what the normal
+  // request and the polls cost. A sanitizer slows both alike.
+  EXPECT_LT(cpu, 5 * info_cpu + 0.5) << "a reset stream costs the server more than a few GetInfo calls";
+  // --log-lines-per-second 5: at most 5 lines, and one line counting those
+  // dropped, for each second the storm lasted; not a line per stream.
+  EXPECT_LE(lines, 2 * 5 * (int(storm_ms / 1000) + 2) + 5);
   EXPECT_EQ(server.stop(), 0);
 }
 
 // ---- Shutdown ----------------------------------------------------------------
 
 TEST(ShutdownE2E, SigtermWithIdleClientsAttachedExitsZeroWithinTheGrace) {
-  ServerProcess server({"--shutdown-grace", "2"});
+  constexpr int kGraceMs = 3000;
+  ServerProcess server({"--shutdown-grace", std::to_string(kGraceMs / 1000)});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
   auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
@@ -676,23 +708,27 @@ TEST(ShutdownE2E, SigtermWithIdleClientsAttachedExitsZeroWithinTheGrace) {
   HeldStream header_only(*stub);
   ASSERT_TRUE(header_only.stream->Write(header_msg(1024, 1024, 1024)));
   ASSERT_TRUE(header_only.stream->Write(chunk_msg(v1::MATRIX_A, 0, 1000)));
-  for (int t = 0; t < 300 && info_of(addr).open_streams < 6; ++t)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {
+    auto probe = Client::connect(addr);
+    ASSERT_GE(testing::info_when(*probe, [](const ServerInfo& i) { return i.open_streams >= 6; }).open_streams, 6);
+  }
   const auto t0 = Clock::now();
   kill(server.pid(), SIGTERM);
-  // Silent streams end at once; the request under way is cancelled when the grace ends.
+  // Silent streams end at once, not when the grace ends; the request under way is cancelled when the grace ends.
   const grpc::Status s0 = silent[0]->finish();
   EXPECT_EQ(s0.error_code(), grpc::StatusCode::UNAVAILABLE) << s0.error_message();
-  EXPECT_LT(ms_since(t0), 1000);
+  EXPECT_LT(ms_since(t0), kGraceMs) << "a silent stream waited for the grace";
   const grpc::Status sh = header_only.finish();
   EXPECT_EQ(sh.error_code(), grpc::StatusCode::UNAVAILABLE) << sh.error_message();
   EXPECT_NE(sh.error_message().find("--shutdown-grace"), std::string::npos) << sh.error_message();
   int status = 0;
   waitpid(server.pid(), &status, 0);
   const double exit_ms = ms_since(t0);
-  std::printf("SIGTERM with 6 idle clients attached: exited %.0f ms later (grace 2 s)\n", exit_ms);
+  std::printf("SIGTERM with 6 idle clients attached: exited %.0f ms later (grace %d ms)\n", exit_ms, kGraceMs);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  EXPECT_LT(exit_ms, 4000);
+  // The grace, then the server's teardown (a few ms; seconds on a loaded
+  // machine under a sanitizer).
+  EXPECT_LT(exit_ms, kGraceMs + 5000);
 }
 
 // ---- Early start and duplex (docs/lifecycle.md, docs/transport.md) ------------
@@ -863,7 +899,7 @@ TEST(ClientRetryE2E, UnavailableIsRetriedWithBoundedBackoffWithinTheDeadline) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_GE(retried_ms, 0.8 * 350);
-  EXPECT_LT(retried_ms, 3000);
+  EXPECT_LT(retried_ms, 5000) << "the backoff is bounded by the policy";
   // The deadline bounds the retries too.
   MultiplyOptions with_deadline;
   with_deadline.timeout = std::chrono::milliseconds(120);
@@ -871,14 +907,17 @@ TEST(ClientRetryE2E, UnavailableIsRetriedWithBoundedBackoffWithinTheDeadline) {
   t0 = Clock::now();
   r = Client::connect("127.0.0.1:1", o)->multiply({2, 2, 2}, a.data(), a.data(), nullptr, with_deadline);
   ASSERT_FALSE(r.ok());
-  EXPECT_LT(ms_since(t0), 1000);
+  // 100 attempts would wait minutes of backoff; the deadline ends them.
+  EXPECT_LT(ms_since(t0), 5000);
   // --no-retry: one attempt.
   o.retry.max_attempts = 1;
   t0 = Clock::now();
   r = Client::connect("127.0.0.1:1", o)->multiply({2, 2, 2}, a.data(), a.data(), nullptr, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
-  EXPECT_LT(ms_since(t0), 250) << "no backoff without retries";
+  // One attempt and no backoff: quicker than the four attempts above, which
+  // waited at least 280 ms between them (a bound that follows this machine's speed).
+  EXPECT_LT(ms_since(t0), retried_ms) << "no backoff without retries";
   std::printf("UNAVAILABLE with 4 attempts took %.0f ms\n", retried_ms);
 }
 

@@ -54,9 +54,14 @@ class ServerLog {
     std::ifstream f(dir_ + "/stdout.log");
     return {std::istreambuf_iterator<char>(f), {}};
   }
+  // How long a test waits for an event it expects: the event usually comes
+  // in milliseconds, and waiting returns as soon as it does, so the bound only
+  // matters when something is wrong; it is long because a loaded CI machine,
+  // or ThreadSanitizer, can be ten times slower than a developer's.
+  static constexpr int kEventWaitMs = 30000;
   // Whether `text` appears in the log within `ms` (a failed request is logged
   // just after its client has the status).
-  bool log_has(const std::string& text, int ms = 3000) const { return log_count_reaches(text, 1, ms); }
+  bool log_has(const std::string& text, int ms = kEventWaitMs) const { return log_count_reaches(text, 1, ms); }
   // How many times `text` appears in the log.
   int log_count(const std::string& text) const {
     const std::string all = log();
@@ -65,10 +70,17 @@ class ServerLog {
     return n;
   }
   // Whether `text` appears at least `times` times in the log within `ms`.
-  bool log_count_reaches(const std::string& text, int times, int ms = 3000) const {
-    for (int waited = 0;; waited += 10) {
-      if (log_count(text) >= times) return true;
-      if (waited >= ms) return false;
+  bool log_count_reaches(const std::string& text, int times, int ms = kEventWaitMs) const {
+    return log_has_any({text}, ms, times);
+  }
+  // Whether one of `texts` appears at least `times` times in the log within
+  // `ms` (for an event the server may log in one of several ways).
+  bool log_has_any(const std::vector<std::string>& texts, int ms = kEventWaitMs, int times = 1) const {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    for (;;) {
+      for (const auto& text : texts)
+        if (log_count(text) >= times) return true;
+      if (std::chrono::steady_clock::now() >= give_up) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
@@ -140,18 +152,20 @@ class ServerProcess : public ServerLog {
   int port_ = 0;
 };
 
-// Polls GetInfo until `pred(info)` holds, for up to `tries` x 10 ms (a
-// request's messages reach the server some time after Write() returns, later
-// under load); returns the last info seen, for the caller's expectations.
+// Polls GetInfo until `pred(info)` holds, for up to `within` (a request's
+// messages reach the server some time after Write() returns, later under
+// load); returns the last info seen, for the caller's expectations.
 template <typename ClientT, typename Pred>
-auto info_when(ClientT& client, Pred pred, int tries = 500) {
+auto info_when(ClientT& client, Pred pred,
+               std::chrono::milliseconds within = std::chrono::milliseconds(ServerLog::kEventWaitMs)) {
   std::remove_cvref_t<decltype(*client.info())> last{};
-  for (int i = 0; i < tries; ++i) {
+  const auto give_up = std::chrono::steady_clock::now() + within;
+  for (;;) {
     auto info = client.info();
     EXPECT_TRUE(info.ok()) << info.status().to_string();
     if (!info.ok()) break;
     last = *info;
-    if (pred(last)) break;
+    if (pred(last) || std::chrono::steady_clock::now() >= give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return last;
@@ -159,17 +173,20 @@ auto info_when(ClientT& client, Pred pred, int tries = 500) {
 
 // Polls GetInfo until the server holds no request memory, has no Multiply
 // stream open and nothing in flight (a stream's reactor finishes just after its
-// client sees the status), for up to `tries` x 10 ms. Expects all three to reach
+// client sees the status), for up to `within`. Expects all three to reach
 // zero, naming `what` on failure, and returns the last info seen.
 template <typename ClientT>
-auto expect_released(ClientT& client, const char* what = "", int tries = 500) {
+auto expect_released(ClientT& client, const char* what = "",
+                     std::chrono::milliseconds within = std::chrono::milliseconds(ServerLog::kEventWaitMs)) {
   std::remove_cvref_t<decltype(*client.info())> last{};
-  for (int i = 0; i < tries; ++i) {
+  const auto give_up = std::chrono::steady_clock::now() + within;
+  for (;;) {
     auto info = client.info();
     EXPECT_TRUE(info.ok()) << info.status().to_string();
     if (!info.ok()) return last;
     last = *info;
     if (last.host_bytes_in_use == 0 && last.open_streams == 0 && last.in_flight == 0) break;
+    if (std::chrono::steady_clock::now() >= give_up) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(last.host_bytes_in_use, 0) << what << ": request memory still held";

@@ -176,9 +176,16 @@ TEST_F(TlsE2E, SighupSwapsTheCertificateWithoutDroppingARequestInFlight) {
   fs::copy_file(pki_->path("server2.key"), live + "/key.pem", fs::copy_options::overwrite_existing);
   ASSERT_EQ(kill(server.pid(), SIGHUP), 0);
   ASSERT_TRUE(server.log_has("TLS certificate reloaded")) << server.log();
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the watcher rereads every second
 
-  // New connections see the new certificate.
+  // New connections see the new certificate once gRPC's watcher has reread
+  // the staged files (every second): polled, each try on a new connection.
+  bool new_ca_served = false;
+  for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       !new_ca_served && std::chrono::steady_clock::now() < give_up;) {
+    new_ca_served = Client::connect(server.address(), tls_to("ca2"))->info(std::chrono::milliseconds(3000)).ok();
+    if (!new_ca_served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(new_ca_served) << "the new certificate was not served within 30 s\n" << server.log();
   auto new_ca = Client::connect(server.address(), tls_to("ca2"));
   const Status served = multiply_verified(*new_ca);
   EXPECT_TRUE(served.ok()) << served.to_string();
@@ -209,7 +216,9 @@ TEST_F(TlsE2E, SighupSwapsTheCertificateWithoutDroppingARequestInFlight) {
   { std::ofstream(live + "/key.pem") << "not a key\n"; }
   ASSERT_EQ(kill(server.pid(), SIGHUP), 0);
   EXPECT_TRUE(server.log_has("TLS files not reloaded")) << server.log();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Nothing is awaited here: the broken files must never be served, so the
+  // test gives the watcher two of its rereads to (wrongly) pick them up.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   auto after = Client::connect(server.address(), tls_to("ca2"));
   EXPECT_TRUE(multiply_verified(*after).ok());
   EXPECT_EQ(server.stop(), 0);
