@@ -17,19 +17,28 @@ constexpr std::size_t kMaxMemberText = 1024;
 
 // One member's Join stream. Reads run back to back; writes are queued and
 // sent one at a time. Ends (and deletes itself) when gRPC says the call is
-// done; the coordinator forgets it first.
-class MemberReactor final : public grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage> {
+// done; the coordinator forgets it first. Messages travel as the bytes gRPC
+// hands over and are parsed and serialized here, in a reaction that has taken
+// mu_: the constructor holds mu_ while it starts the first read, so every
+// reaction is ordered after it for ThreadSanitizer too.
+class MemberReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit MemberReactor(ClusterCoordinator* c) : c_(c) { StartRead(&in_); }
+  explicit MemberReactor(ClusterCoordinator* c) : c_(c) {
+    std::lock_guard lock(mu_);
+    StartRead(&in_);
+  }
 
   // Start*/Finish are called outside mu_: gRPC may run reactions on other
   // threads at once, and one write at a time is guaranteed by writing_.
   void send(const v1::ClusterCoordinatorMessage& msg) {
-    const v1::ClusterCoordinatorMessage* start = nullptr;
+    grpc::ByteBuffer bytes;
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::ClusterCoordinatorMessage>::Serialize(msg, &bytes, &own).ok()) return;
+    const grpc::ByteBuffer* start = nullptr;
     {
       std::lock_guard lock(mu_);
       if (finishing_) return;
-      out_.push_back(msg);
+      out_.push_back(std::move(bytes));
       if (!writing_) {
         writing_ = true;
         start = &out_.front();
@@ -50,16 +59,29 @@ class MemberReactor final : public grpc::ServerBidiReactor<v1::ClusterMemberMess
   }
 
   void OnReadDone(bool ok) override {
+    v1::ClusterMemberMessage msg;
+    bool parsed = false;
+    {
+      std::lock_guard lock(mu_);
+      if (ok) parsed = grpc::SerializationTraits<v1::ClusterMemberMessage>::Deserialize(&in_, &msg).ok();
+      in_.Clear();
+    }
     if (!ok) {
       c_->on_left(this, "closed its stream");
       finish(grpc::Status::OK);
       return;
     }
-    c_->on_message(this, in_);
+    if (!parsed) {
+      c_->on_left(this, "sent a message that does not parse");
+      finish(to_grpc(InvalidArgument("a Join message does not parse as ClusterMemberMessage")));
+      return;
+    }
+    c_->on_message(this, msg);
+    std::lock_guard lock(mu_);
     StartRead(&in_);
   }
   void OnWriteDone(bool ok) override {
-    const v1::ClusterCoordinatorMessage* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     bool finish_now = false;
     {
       std::lock_guard lock(mu_);
@@ -74,23 +96,26 @@ class MemberReactor final : public grpc::ServerBidiReactor<v1::ClusterMemberMess
     if (next) StartWrite(next);
     if (finish_now) Finish(final_);
   }
-  void OnCancel() override { c_->on_left(this, "its connection was lost"); }
+  void OnCancel() override {
+    { std::lock_guard lock(mu_); }  // ordered after the constructor, like every reaction
+    c_->on_left(this, "its connection was lost");
+  }
   void OnDone() override {
-    c_->forget(this);
     // gRPC runs OnDone after every other reaction has returned; taking mu_
     // once shows that order to ThreadSanitizer before the queue is destroyed.
     { std::lock_guard lock(mu_); }
+    c_->forget(this);
     delete this;
   }
 
  private:
   ClusterCoordinator* c_;
-  v1::ClusterMemberMessage in_;
   std::mutex mu_;
-  std::deque<v1::ClusterCoordinatorMessage> out_;  // guarded by mu_; front is being written
-  bool writing_ = false;                           // guarded by mu_
-  bool finishing_ = false;                         // guarded by mu_
-  grpc::Status final_;                             // set once under mu_, before Finish
+  grpc::ByteBuffer in_;               // guarded by mu_ in reactions; gRPC fills it between StartRead and OnReadDone
+  std::deque<grpc::ByteBuffer> out_;  // guarded by mu_; front is being written
+  bool writing_ = false;              // guarded by mu_
+  bool finishing_ = false;            // guarded by mu_
+  grpc::Status final_;                // set once under mu_, before Finish
 };
 
 ClusterCoordinator::ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions options)
@@ -102,7 +127,7 @@ void ClusterCoordinator::log(const std::string& msg) const {
   if (options_.log) options_.log(log_line("cluster: " + msg));  // a member's strings cannot forge a line
 }
 
-grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>* ClusterCoordinator::Join(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ClusterCoordinator::Join(
     grpc::CallbackServerContext* ctx) {
   auto* r = new MemberReactor(this);
   if (Status trusted = check_cluster_token(ctx, options_.token); !trusted.ok()) {

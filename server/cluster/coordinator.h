@@ -48,13 +48,17 @@ struct ClusterView {
   double fanout_gbps = 0;
 };
 
-class ClusterCoordinator final : public v1::Cluster::CallbackService {
+// Join is a raw (grpc::ByteBuffer) method: the reactor parses each message
+// in its own reaction, after taking its lock, rather than letting gRPC parse
+// into a message the reactor's constructor made on another thread (gRPC
+// hands the call between threads through its core, which ThreadSanitizer
+// does not see), as the Sgemm service's reactors do.
+class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<v1::Cluster::Service> {
  public:
   ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions options);
   ~ClusterCoordinator() override;
 
-  grpc::ServerBidiReactor<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>* Join(
-      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Join(grpc::CallbackServerContext* context) override;
 
   int member_count() const;
   const ClusterOptions& options() const { return options_; }
