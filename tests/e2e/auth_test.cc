@@ -169,7 +169,7 @@ TEST_F(AuthE2E, AClientAtItsRequestQuotaIsDeniedUntilOneFinishes) {
   auto one = client(kOne);
   // The first request's header is being processed: wait until the server counts it.
   int in_flight = 0;
-  for (int i = 0; i < 300 && in_flight == 0; ++i) {
+  for (int i = 0; i < 3000 && in_flight == 0; ++i) {
     auto info = one->info();
     ASSERT_TRUE(info.ok()) << info.status().to_string();
     in_flight = info->client_in_flight;
@@ -185,7 +185,7 @@ TEST_F(AuthE2E, AClientAtItsRequestQuotaIsDeniedUntilOneFinishes) {
   ctx.TryCancel();
   stream->Finish().IgnoreError();
   Status again;
-  for (int i = 0; i < 300; ++i) {  // the server frees the place as it answers the cancel
+  for (int i = 0; i < 3000; ++i) {  // the server frees the place as it answers the cancel
     again = multiply_verified(*one);
     if (again.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -167,7 +167,7 @@ TEST(StallingClientsE2E, HeaderOnlyTricklingAndSilentStreamsDoNotStallANormalReq
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
-  for (int t = 0; t < 300 && info_of(addr).open_streams < 305; ++t)
+  for (int t = 0; t < 3000 && info_of(addr).open_streams < 305; ++t)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const ServerInfo attached = info_of(addr);
   EXPECT_GE(attached.open_streams, 305);
@@ -207,7 +207,7 @@ TEST(StallingClientsE2E, AThousandIdleStreamsCostNoThreadsAndLittleMemory) {
   for (int i = 0; i < 10; ++i) stubs.push_back(v1::Sgemm::NewStub(own_channel(addr, 100 + i)));
   std::vector<std::unique_ptr<HeldStream>> held;
   for (int i = 0; i < 1000; ++i) held.push_back(std::make_unique<HeldStream>(*stubs[size_t(i % 10)]));
-  for (int t = 0; t < 500 && info_of(addr).open_streams < 1000; ++t)
+  for (int t = 0; t < 3000 && info_of(addr).open_streams < 1000; ++t)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const ServerInfo attached = info_of(addr);
   EXPECT_GE(attached.open_streams, 1000);
@@ -505,7 +505,7 @@ TEST(MemoryBudgetE2E, OverTheBudgetIsRefusedNamingItAndOthersWaitWithinIt) {
   HeldStream first(*stub);
   ASSERT_TRUE(first.stream->Write(header_msg(512, 512, 512)));
   ASSERT_TRUE(first.stream->Write(chunk_msg(v1::MATRIX_A, 0, 512 * 512, 1.0f)));
-  for (int t = 0; t < 300 && info_of(addr).host_bytes_in_use == 0; ++t)
+  for (int t = 0; t < 3000 && info_of(addr).host_bytes_in_use == 0; ++t)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(info_of(addr).host_bytes_in_use, 3 * 512 * 512 * 4);
   std::atomic<bool> second_done{false};
@@ -648,7 +648,7 @@ TEST(StreamLimitsE2E, OpenStreamCapRefusesBeyondItAndAResetStormStaysCheap) {
   {
     std::vector<std::unique_ptr<HeldStream>> held;
     for (int i = 0; i < 20; ++i) held.push_back(std::make_unique<HeldStream>(*stub));
-    for (int t = 0; t < 300 && info_of(addr).open_streams < 20; ++t)
+    for (int t = 0; t < 3000 && info_of(addr).open_streams < 20; ++t)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     HeldStream over(*stub);
     const grpc::Status st = over.finish();
@@ -855,7 +855,7 @@ TEST(AdmissionE2E, BusyIsUnavailableOnlyWhenEverySlotIsTakenAndTheClientRetriesI
     EXPECT_TRUE(r.ok()) << r.status().to_string();
   });
   ServerInfo i;
-  for (int t = 0; t < 1000 && (i = info_of(addr)).in_flight < 1; ++t)
+  for (int t = 0; t < 6000 && (i = info_of(addr)).in_flight < 1; ++t)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_EQ(i.in_flight, 1);
   ClientOptions no_retry;

@@ -187,7 +187,7 @@ TEST_F(ObservabilityE2E, TraceInSummaryInTraceDirAndTimingRecord) {
 
   // The same trace in --trace-dir, named by the request id.
   const std::string path = trace_dir_ + "/trace-" + r->summary.request_id + ".json";
-  for (int i = 0; i < 300 && !std::filesystem::exists(path); ++i)
+  for (int i = 0; i < 3000 && !std::filesystem::exists(path); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::ifstream f(path);
   ASSERT_TRUE(f.good()) << path;

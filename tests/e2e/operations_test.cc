@@ -192,7 +192,7 @@ TEST_F(OperationsE2E, AStripedRequestCountsEveryByteOfCEverywhere) {
 
   // timings.jsonl.
   std::optional<TimingRecord> rec;
-  for (int i = 0; i < 300 && !rec; ++i) {
+  for (int i = 0; i < 3000 && !rec; ++i) {
     std::ifstream f(server_->dir() + "/logs/timings.jsonl");
     for (std::string line; std::getline(f, line);)
       if (auto t = parse_timing_record(line); t.ok() && t->request_id == id) rec = *t;

@@ -216,7 +216,7 @@ TEST_F(ResidentE2E, DeleteDuringUseRemovesTheNameAndTheRequestStillCompletes) {
   h->set_b_handle(hb);
   ASSERT_TRUE(stream->Write(req));  // the header pins B; A has not come yet
   int using_now = 0;
-  for (int i = 0; i < 200 && using_now == 0; ++i) {
+  for (int i = 0; i < 3000 && using_now == 0; ++i) {
     auto l = client_->list();
     ASSERT_TRUE(l.ok());
     for (const auto& mi : l->matrices)

@@ -351,7 +351,7 @@ TEST_F(ShmE2E, ADeadClientsRegistrationsAreDropped) {
   waitpid(pid, &status, 0);
   ASSERT_FALSE(theirs.empty()) << "the CLI never registered a region";
   bool gone = false;
-  for (int i = 0; i < 500 && !gone; ++i) {
+  for (int i = 0; i < 3000 && !gone; ++i) {
     gone = true;
     for (const auto& info : list(*stub))
       if (info.name() == theirs) gone = false;
@@ -360,7 +360,7 @@ TEST_F(ShmE2E, ADeadClientsRegistrationsAreDropped) {
   EXPECT_TRUE(gone) << "region " << theirs << " outlived its client";
   auto client = Client::connect(server_->unix_address());
   int64_t in_use = -1;
-  for (int i = 0; i < 300 && in_use != 0; ++i) {  // the last request of the dead client may still be finishing
+  for (int i = 0; i < 3000 && in_use != 0; ++i) {  // the last request of the dead client may still be finishing
     in_use = client->info().value().region_bytes_in_use;
     if (in_use) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
