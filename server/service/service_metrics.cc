@@ -45,7 +45,8 @@ class LoadCollectable final : public prometheus::Collectable {
     auto gauge = [&](const char* name, const char* help, double value) { sample(family(name, help), value, {}); };
     gauge("sgemm_queued_requests", "Requests waiting for a compute slot or for host memory", g.queued);
     gauge("sgemm_in_flight_requests", "Requests being computed", g.in_flight);
-    gauge("sgemm_open_streams", "Multiply streams open, in any phase", g.open_streams);
+    gauge("sgemm_open_streams",
+          "Multiply and PutMatrix streams open and not yet answered (what --max-open-streams bounds)", g.open_streams);
     gauge("sgemm_host_memory_in_use_bytes", "Host memory budget reserved by requests", double(g.host_bytes_in_use));
     gauge("sgemm_host_memory_budget_bytes", "Host memory budget (--host-memory-bytes)", double(g.host_bytes_budget));
     gauge("sgemm_region_bytes_in_use", "Bytes of registered shared-memory regions", double(g.region_bytes_in_use));

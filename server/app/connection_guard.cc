@@ -1,0 +1,360 @@
+#include "server/app/connection_guard.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace sgemm {
+namespace {
+
+using Accept4Fn = int (*)(int, sockaddr*, socklen_t*, int);
+using RecvmsgFn = ssize_t (*)(int, msghdr*, int);
+using CloseFn = int (*)(int);
+
+// The next definitions (libc's, or a sanitizer's interceptors), resolved when
+// the program is loaded; a call made before that goes straight to the kernel.
+Accept4Fn g_next_accept4 = nullptr;
+RecvmsgFn g_next_recvmsg = nullptr;
+CloseFn g_next_close = nullptr;
+
+__attribute__((constructor)) void resolve_next() {
+  g_next_accept4 = reinterpret_cast<Accept4Fn>(dlsym(RTLD_NEXT, "accept4"));
+  g_next_recvmsg = reinterpret_cast<RecvmsgFn>(dlsym(RTLD_NEXT, "recvmsg"));
+  g_next_close = reinterpret_cast<CloseFn>(dlsym(RTLD_NEXT, "close"));
+}
+
+int next_accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  return g_next_accept4 ? g_next_accept4(fd, addr, len, flags) : int(syscall(SYS_accept4, fd, addr, len, flags));
+}
+ssize_t next_recvmsg(int fd, msghdr* msg, int flags) {
+  return g_next_recvmsg ? g_next_recvmsg(fd, msg, flags) : syscall(SYS_recvmsg, fd, msg, flags);
+}
+int next_close(int fd) { return g_next_close ? g_next_close(fd) : int(syscall(SYS_close, fd)); }
+
+constexpr char kHttp2Preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr int kPrefaceBytes = sizeof kHttp2Preface - 1;
+constexpr uint8_t kRstStream = 0x3;
+// A connection from an address that is cooling down may reset this many times fewer streams.
+constexpr int kCoolDownDivisor = 20;
+
+enum Stage : uint8_t {
+  kIdle = 0,     // not an accepted connection, or not HTTP/2 in the clear: not inspected
+  kPreface = 1,  // accepted: its first bytes say whether it is plaintext HTTP/2
+  kFrames = 2,   // reading frame headers
+  kClosed = 3,   // closed by the guard: every read fails
+};
+
+// One accepted connection. `stage` is read without the lock (the fast path
+// for connections not inspected); the rest is guarded by `lock`.
+struct FdState {
+  std::atomic<uint8_t> stage{kIdle};
+  std::atomic_flag lock;
+  int matched = 0;  // preface bytes seen
+  uint8_t head[9] = {};
+  int head_have = 0;
+  uint32_t skip = 0;  // payload bytes of the current frame still to come
+  int64_t window_start_ms = 0;
+  int resets = 0;
+  int max_resets = 0;  // this connection's bound: lower when its address is cooling down
+  sockaddr_storage peer{};
+};
+
+// Descriptors past this are forwarded untouched (never inspected or counted).
+constexpr int kTracked = 1 << 16;
+FdState g_fds[kTracked];
+
+class SpinLock {
+ public:
+  explicit SpinLock(std::atomic_flag& f) : f_(f) {
+    while (f_.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  ~SpinLock() { f_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag& f_;
+};
+
+struct CoolDown {
+  sockaddr_storage address{};
+  int closes = 0;
+  int64_t first_close_ms = 0;
+  int64_t refused_until_ms = 0;
+};
+
+struct Guard {
+  std::atomic<bool> on{false};
+  std::atomic<int> max_resets{0};
+  std::atomic<int> first_reserved{1 << 30};  // descriptors from here on are never handed out
+  std::mutex mu;                             // guards what follows
+  ConnectionGuardOptions options;
+  int spare = -1;                 // kept open, closed to accept and drop a connection at EMFILE
+  std::vector<CoolDown> cooling;  // addresses whose connections were closed for resets
+  std::atomic<int> cooling_n{0};  // cooling.size(), read without the lock
+  int64_t last_log_ms = -1000;    // the log says at most one line per second per kind...
+  int64_t unlogged = 0;           // ... and how many it left out
+  std::atomic<int64_t> dropped{0}, closed{0}, refused{0};
+};
+Guard g;
+
+int64_t now_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
+}
+
+bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET)
+    return reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in&>(b).sin_addr.s_addr;
+  if (a.ss_family == AF_INET6)
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6&>(b).sin6_addr, sizeof(in6_addr)) == 0;
+  return false;  // Unix peers have no address to refuse: their connections are closed one by one
+}
+
+std::string address_text(const sockaddr_storage& a) {
+  char buf[64] = "unix";
+  if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
+  if (a.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+// A log line, at most one a second (the rest counted into the next one).
+void log_line(const std::string& line) {
+  std::function<void(const std::string&)> log;
+  int64_t left_out = 0;
+  {
+    std::lock_guard lock(g.mu);
+    const int64_t now = now_ms();
+    if (!g.options.log || now - g.last_log_ms < 1000) {
+      ++g.unlogged;
+      return;
+    }
+    g.last_log_ms = now;
+    left_out = g.unlogged;
+    g.unlogged = 0;
+    log = g.options.log;
+  }
+  log(left_out ? line + " (and " + std::to_string(left_out) + " such events not logged)" : line);
+}
+
+bool cooling_down(const sockaddr_storage& peer) {
+  if (g.cooling_n.load(std::memory_order_relaxed) == 0) return false;
+  std::lock_guard lock(g.mu);
+  const int64_t now = now_ms();
+  for (const CoolDown& c : g.cooling)
+    if (same_address(c.address, peer) && now < c.refused_until_ms) return true;
+  return false;
+}
+
+// A connection from `peer` was closed for resets: counts toward its address's cool-down.
+void closed_for_resets(const sockaddr_storage& peer) {
+  std::lock_guard lock(g.mu);
+  const int64_t now = now_ms();
+  const int64_t span = g.options.cool_down.count();
+  std::erase_if(g.cooling,
+                [&](const CoolDown& c) { return now >= c.refused_until_ms && now - c.first_close_ms >= span; });
+  auto it = std::find_if(g.cooling.begin(), g.cooling.end(),
+                         [&](const CoolDown& c) { return same_address(c.address, peer); });
+  if (it == g.cooling.end()) {
+    if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) return;
+    it = g.cooling.insert(g.cooling.end(), CoolDown{peer, 0, now, 0});
+  }
+  if (now - it->first_close_ms >= span) *it = CoolDown{peer, 0, now, 0};
+  if (++it->closes >= g.options.closes_before_cool_down) it->refused_until_ms = now + span;
+  g.cooling_n.store(int(g.cooling.size()), std::memory_order_relaxed);
+}
+
+std::string reset_close_text(const sockaddr_storage& peer, int max_resets) {
+  int closes = 0;
+  int64_t cool_down_s = 0;
+  {
+    std::lock_guard lock(g.mu);
+    closes = g.options.closes_before_cool_down;
+    cool_down_s = g.options.cool_down.count() / 1000;
+  }
+  return "connection from " + address_text(peer) + " reset more than " + std::to_string(max_resets) +
+         " HTTP/2 streams within 1 s (rapid reset, --max-resets-per-second): closed; an address closed " +
+         std::to_string(closes) + " times gets 1/" + std::to_string(kCoolDownDivisor) +
+         " of the bound on its new connections for " + std::to_string(cool_down_s) + " s";
+}
+
+// EMFILE/ENFILE at accept: the spare descriptor makes room to take the
+// waiting connection off the queue and close it. False when there was none.
+bool drop_one_waiting(int listener) {
+  std::lock_guard lock(g.mu);
+  if (g.spare < 0) return false;
+  next_close(g.spare);
+  const int c = next_accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  const int saved = errno;
+  if (c >= 0) next_close(c);
+  g.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  errno = saved;
+  return c >= 0;
+}
+
+// Parses what one read brought; false when the connection reset too many streams.
+bool inspect(FdState& s, const uint8_t* p, std::size_t len, int64_t now, int max_resets) {
+  while (len > 0) {
+    if (s.stage.load(std::memory_order_relaxed) == kPreface) {
+      if (*p != uint8_t(kHttp2Preface[s.matched])) {
+        s.stage.store(kIdle, std::memory_order_relaxed);  // TLS, or not HTTP/2: not ours to read
+        return true;
+      }
+      ++p;
+      --len;
+      if (++s.matched == kPrefaceBytes) s.stage.store(kFrames, std::memory_order_relaxed);
+      continue;
+    }
+    if (s.skip > 0) {
+      const std::size_t k = std::min<std::size_t>(s.skip, len);
+      s.skip -= uint32_t(k);
+      p += k;
+      len -= k;
+      continue;
+    }
+    s.head[s.head_have++] = *p++;
+    --len;
+    if (s.head_have < 9) continue;
+    s.head_have = 0;
+    s.skip = uint32_t(s.head[0]) << 16 | uint32_t(s.head[1]) << 8 | s.head[2];
+    if (s.head[3] != kRstStream || max_resets <= 0) continue;
+    if (now - s.window_start_ms >= 1000) {
+      s.window_start_ms = now;
+      s.resets = 0;
+    }
+    if (++s.resets > max_resets) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void install_connection_guard(ConnectionGuardOptions options) {
+  rlimit r{};
+  getrlimit(RLIMIT_NOFILE, &r);
+  const int64_t limit = r.rlim_cur == RLIM_INFINITY ? (int64_t{1} << 30) : int64_t(r.rlim_cur);
+  const int64_t reserve = std::max<int64_t>(options.reserve, limit / 16);
+  {
+    std::lock_guard lock(g.mu);
+    g.options = std::move(options);
+    if (g.spare < 0) g.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    g.max_resets.store(g.options.max_resets_per_second, std::memory_order_relaxed);
+  }
+  g.first_reserved.store(int(std::clamp<int64_t>(limit - reserve, 16, int64_t{1} << 30)), std::memory_order_relaxed);
+  g.on.store(true, std::memory_order_release);
+}
+
+ConnectionGuardCounts connection_guard_counts() { return {g.dropped.load(), g.closed.load(), g.refused.load()}; }
+
+}  // namespace sgemm
+
+using sgemm::g;
+using sgemm::g_fds;
+
+extern "C" int accept4(int listener, sockaddr* addr, socklen_t* addr_len, int flags) {
+  if (!g.on.load(std::memory_order_acquire)) return sgemm::next_accept4(listener, addr, addr_len, flags);
+  for (;;) {
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    const int c = sgemm::next_accept4(listener, reinterpret_cast<sockaddr*>(&peer), &peer_len, flags);
+    if (c < 0) {
+      if ((errno == EMFILE || errno == ENFILE) && sgemm::drop_one_waiting(listener)) {
+        g.dropped.fetch_add(1, std::memory_order_relaxed);
+        sgemm::log_line("out of descriptors (" + std::string(strerror(EMFILE)) +
+                        "): a new connection was closed; the listener goes on");
+        continue;
+      }
+      return -1;
+    }
+    if (c >= g.first_reserved.load(std::memory_order_relaxed)) {
+      sgemm::next_close(c);  // the reserve stays for the server's own work and the connections it serves
+      g.dropped.fetch_add(1, std::memory_order_relaxed);
+      sgemm::log_line("descriptor reserve reached (descriptor " + std::to_string(c) +
+                      " of the open-files limit): a new connection was closed; the listener goes on");
+      continue;
+    }
+    int max_resets = g.max_resets.load(std::memory_order_relaxed);
+    if (max_resets > 0 && sgemm::cooling_down(peer)) {
+      max_resets = std::max(1, max_resets / sgemm::kCoolDownDivisor);
+      g.refused.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (c < sgemm::kTracked) {
+      sgemm::FdState& s = g_fds[c];
+      sgemm::SpinLock lock(s.lock);
+      s.matched = 0;
+      s.head_have = 0;
+      s.skip = 0;
+      s.window_start_ms = 0;
+      s.resets = 0;
+      s.max_resets = max_resets;
+      s.peer = peer;
+      s.stage.store(sgemm::kPreface, std::memory_order_relaxed);
+    }
+    if (addr && addr_len) {
+      std::memcpy(addr, &peer, std::min<std::size_t>(*addr_len, peer_len));
+      *addr_len = peer_len;
+    }
+    return c;
+  }
+}
+
+extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
+  if (fd >= 0 && fd < sgemm::kTracked && g_fds[fd].stage.load(std::memory_order_relaxed) == sgemm::kClosed) {
+    errno = ECONNRESET;
+    return -1;
+  }
+  const ssize_t n = sgemm::next_recvmsg(fd, msg, flags);
+  if (n <= 0 || fd < 0 || fd >= sgemm::kTracked || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return n;
+  sgemm::FdState& s = g_fds[fd];
+  const uint8_t stage = s.stage.load(std::memory_order_relaxed);
+  if (stage != sgemm::kPreface && stage != sgemm::kFrames) return n;
+  const int64_t now = sgemm::now_ms();
+  bool over = false;
+  int max_resets = 0;
+  sockaddr_storage peer{};
+  {
+    sgemm::SpinLock lock(s.lock);
+    max_resets = s.max_resets;
+    std::size_t left = std::size_t(n);
+    for (std::size_t i = 0; i < msg->msg_iovlen && left > 0 && !over; ++i) {
+      const std::size_t k = std::min(left, msg->msg_iov[i].iov_len);
+      over = !sgemm::inspect(s, static_cast<const uint8_t*>(msg->msg_iov[i].iov_base), k, now, max_resets);
+      left -= k;
+    }
+    if (over) {
+      s.stage.store(sgemm::kClosed, std::memory_order_relaxed);
+      peer = s.peer;
+    }
+  }
+  if (!over) return n;
+  shutdown(fd, SHUT_RDWR);
+  g.closed.fetch_add(1, std::memory_order_relaxed);
+  sgemm::closed_for_resets(peer);
+  sgemm::log_line(sgemm::reset_close_text(peer, max_resets));
+  errno = ECONNRESET;
+  return -1;
+}
+
+extern "C" int close(int fd) {
+  if (fd >= 0 && fd < sgemm::kTracked && g_fds[fd].stage.load(std::memory_order_relaxed) != sgemm::kIdle) {
+    sgemm::SpinLock lock(g_fds[fd].lock);
+    g_fds[fd].stage.store(sgemm::kIdle, std::memory_order_relaxed);
+  }
+  return sgemm::next_close(fd);
+}
