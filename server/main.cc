@@ -282,6 +282,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)")
       ->envname("SGEMM_METRICS_LISTEN");
+  app.add_flag("--metrics-plaintext", opt.metrics_plaintext,
+               "with --tls-cert, let --metrics-listen name a non-loopback address (metrics are plain HTTP)");
   app.add_option("--trace-dir", opt.service.trace_dir,
                  "write a Chrome trace-event JSON of every request here (trace-<id>.json; opens in ui.perfetto.dev)");
   app.add_option("--pinned-pool-bytes", opt.pinned_pool_bytes,

@@ -24,6 +24,12 @@ namespace {
 
 bool is_unix_address(const std::string& address) { return address.rfind("unix:", 0) == 0; }
 
+// Whether an address:port's host is this machine's loopback.
+bool is_loopback_listen(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 // --grpc-arg NAME=INT, split; INVALID_ARGUMENT naming the flag otherwise.
 StatusOr<std::pair<std::string, int>> parse_grpc_arg(const std::string& kv) {
   const auto eq = kv.find('=');
@@ -58,6 +64,11 @@ Status validate(const ServerOptions& opt) {
   if (opt.max_resets_per_second < 0) return InvalidArgument("--max-resets-per-second must not be negative");
   if (opt.grpc_memory_bytes < 0) return InvalidArgument("--grpc-memory-bytes must not be negative");
   if (opt.cluster_timeout_s <= 0) return InvalidArgument("--cluster-timeout must be positive");
+  if (opt.tls.enabled() && !opt.metrics_listen.empty() && !opt.metrics_plaintext &&
+      !is_loopback_listen(opt.metrics_listen))
+    return InvalidArgument("--metrics-listen " + opt.metrics_listen +
+                           ": the metrics endpoint speaks plain HTTP; with --tls-cert it listens only on a loopback "
+                           "address (127.0.0.1:PORT, [::1]:PORT) unless --metrics-plaintext is given");
   // The service's limits, with the bounds sgemm-server's flags check.
   const ServiceOptions& s = opt.service;
   if (s.limits.max_matrix_elements <= 0) return InvalidArgument("--max-matrix-elements must be positive");

@@ -71,7 +71,10 @@ struct ServerOptions {
   // one that never completes, and outside the memory budget; near this size it
   // shrinks windows and closes the connections that hold the most. 0 = unlimited.
   int64_t grpc_memory_bytes = int64_t{1} << 30;
-  std::string metrics_listen;          // Prometheus /metrics on this address:port; "" = none
+  std::string metrics_listen;  // Prometheus /metrics on this address:port; "" = none
+  // The metrics endpoint speaks plain HTTP: with TLS on the service it may
+  // listen only on a loopback address unless this says the operator knows.
+  bool metrics_plaintext = false;
   bool reflection = false;             // gRPC server reflection (each stream holds a thread: off unless asked for)
   std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
   std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -29,6 +30,7 @@
 #include "sgemm/v1/sgemm.grpc.pb.h"
 #include "tests/e2e/raw_h2_client.h"
 #include "tests/e2e/server_process.h"
+#include "tests/e2e/trust_helpers.h"
 
 namespace sgemm {
 namespace {
@@ -350,6 +352,102 @@ TEST(TransportAttacks, ShutdownUnderALargeProductEndsWithinTheGrace) {
       (long long)n, res.ok() ? "it finished first" : "cancelled", exit_s, kGraceS);
   // Generous: the grace, 2 s for the cancelled calls to end, and a loaded machine's slack.
   EXPECT_LT(exit_s, kGraceS + 6) << "shutdown overran --shutdown-grace";
+}
+
+// ---- The metrics endpoint --------------------------------------------------
+
+int connect_loopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(uint16_t(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// GET /metrics; the whole answer ("" when the connection failed).
+std::string scrape(int port) {
+  const int fd = connect_loopback(port);
+  if (fd < 0) return "";
+  const timeval t{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  std::string out;
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) == ssize_t(req.size())) {
+    char buf[65536];
+    for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, std::size_t(n));
+  }
+  close(fd);
+  return out;
+}
+
+// One slowloris connection used to hold the single-connection endpoint
+// (each byte renewed its 2 s timeout) and every scrape timed out. Now 40 of
+// them trickle (more than the endpoint's places) while scrapes are answered.
+TEST(TransportAttacks, SlowlorisDoesNotTimeOutScrapes) {
+  ServerProcess server({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(server.running()) << server.log();
+  ASSERT_TRUE(server.log_has("/metrics (port "));
+  const std::string log = server.log();
+  const auto at = log.find("/metrics (port ");
+  const int port = std::atoi(log.c_str() + at + std::strlen("/metrics (port "));
+  ASSERT_GT(port, 0);
+  std::atomic<bool> stop{false};
+  auto slowloris = std::async(std::launch::async, [&] {
+    std::vector<int> fds;
+    const std::string req = "GET /metrics HTTP/1.0\r\n";
+    std::size_t sent = 0;
+    while (!stop) {
+      while (fds.size() < 40) fds.push_back(connect_loopback(port));
+      for (int& fd : fds)  // one byte each, then again; a connection the server closed is opened anew
+        if (fd < 0 || send(fd, req.data() + sent % req.size(), 1, MSG_NOSIGNAL) != 1) {
+          if (fd >= 0) close(fd);
+          fd = connect_loopback(port);
+        }
+      ++sent;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
+  });
+  double worst = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = Clock::now();
+    const std::string answer = scrape(port);
+    const double ms = ms_since(t0);
+    worst = std::max(worst, ms);
+    EXPECT_EQ(answer.rfind("HTTP/1.0 200 OK", 0), 0u) << "scrape " << i << " got: " << answer.substr(0, 200);
+    EXPECT_NE(answer.find("sgemm_build_info"), std::string::npos);
+  }
+  expect_served(server, "beside 40 slowloris metrics connections");
+  stop = true;
+  slowloris.get();
+  std::printf("[ info ] 10 scrapes beside 40 slowloris connections: the slowest took %.1f ms\n", worst);
+  EXPECT_LT(worst, kNormalRequestBoundMs);
+}
+
+// The endpoint is plain HTTP: with TLS on the service it may listen only on
+// loopback unless the operator says otherwise.
+TEST(TransportAttacks, MetricsStayOnLoopbackUnderTls) {
+  testing::TestPki pki{testing::make_temp_dir()};
+  std::string error;
+  ASSERT_TRUE(pki.make_ca("ca", &error) && pki.make_leaf("ca", "server", &error)) << error;
+  const std::vector<std::string> tls = {"--tls-cert", pki.path("server.pem"), "--tls-key", pki.path("server.key")};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), tls.begin(), tls.end());
+    return extra;
+  };
+  ServerProcess wide(with({"--metrics-listen", "0.0.0.0:0"}));
+  EXPECT_FALSE(wide.running());
+  EXPECT_TRUE(wide.log_has("--metrics-plaintext")) << wide.log();
+  ServerProcess local(with({"--metrics-listen", "127.0.0.1:0"}));
+  EXPECT_TRUE(local.running()) << local.log();
+  ServerProcess asked(with({"--metrics-listen", "0.0.0.0:0", "--metrics-plaintext"}));
+  EXPECT_TRUE(asked.running()) << asked.log();
 }
 
 }  // namespace
