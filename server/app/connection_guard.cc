@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 namespace sgemm {
@@ -22,17 +23,20 @@ namespace {
 using Accept4Fn = int (*)(int, sockaddr*, socklen_t*, int);
 using RecvmsgFn = ssize_t (*)(int, msghdr*, int);
 using CloseFn = int (*)(int);
+using SendmsgFn = ssize_t (*)(int, const msghdr*, int);
 
 // The next definitions (libc's, or a sanitizer's interceptors), resolved when
 // the program is loaded; a call made before that goes straight to the kernel.
 Accept4Fn g_next_accept4 = nullptr;
 RecvmsgFn g_next_recvmsg = nullptr;
 CloseFn g_next_close = nullptr;
+SendmsgFn g_next_sendmsg = nullptr;
 
 __attribute__((constructor)) void resolve_next() {
   g_next_accept4 = reinterpret_cast<Accept4Fn>(dlsym(RTLD_NEXT, "accept4"));
   g_next_recvmsg = reinterpret_cast<RecvmsgFn>(dlsym(RTLD_NEXT, "recvmsg"));
   g_next_close = reinterpret_cast<CloseFn>(dlsym(RTLD_NEXT, "close"));
+  g_next_sendmsg = reinterpret_cast<SendmsgFn>(dlsym(RTLD_NEXT, "sendmsg"));
 }
 
 int next_accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
@@ -42,10 +46,14 @@ ssize_t next_recvmsg(int fd, msghdr* msg, int flags) {
   return g_next_recvmsg ? g_next_recvmsg(fd, msg, flags) : syscall(SYS_recvmsg, fd, msg, flags);
 }
 int next_close(int fd) { return g_next_close ? g_next_close(fd) : int(syscall(SYS_close, fd)); }
+ssize_t next_sendmsg(int fd, const msghdr* msg, int flags) {
+  return g_next_sendmsg ? g_next_sendmsg(fd, msg, flags) : syscall(SYS_sendmsg, fd, msg, flags);
+}
 
 constexpr char kHttp2Preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 constexpr int kPrefaceBytes = sizeof kHttp2Preface - 1;
-constexpr uint8_t kRstStream = 0x3;
+constexpr uint8_t kData = 0x0, kHeaders = 0x1, kRstStream = 0x3;
+constexpr uint8_t kEndStream = 0x1;
 // A connection from an address that is cooling down may reset this many times fewer streams.
 constexpr int kCoolDownDivisor = 20;
 
@@ -58,13 +66,44 @@ enum Stage : uint8_t {
 
 // One accepted connection. `stage` is read without the lock (the fast path
 // for connections not inspected); the rest is guarded by `lock`.
+// Frame headers out of a byte stream that arrives in pieces.
+struct FrameReader {
+  uint8_t head[9] = {};
+  int have = 0;
+  uint32_t skip = 0;  // payload bytes of the current frame still to come
+
+  // Calls on_frame(type, flags, stream id) for each frame header completed in [p, p + len).
+  template <typename F>
+  bool read(const uint8_t* p, std::size_t len, F on_frame) {
+    while (len > 0) {
+      if (skip > 0) {
+        const std::size_t k = std::min<std::size_t>(skip, len);
+        skip -= uint32_t(k);
+        p += k;
+        len -= k;
+        continue;
+      }
+      head[have++] = *p++;
+      --len;
+      if (have < 9) continue;
+      have = 0;
+      skip = uint32_t(head[0]) << 16 | uint32_t(head[1]) << 8 | head[2];
+      const uint32_t id =
+          (uint32_t(head[5]) << 24 | uint32_t(head[6]) << 16 | uint32_t(head[7]) << 8 | head[8]) & 0x7fffffffu;
+      if (!on_frame(head[3], head[4], id)) return false;
+    }
+    return true;
+  }
+};
+
 struct FdState {
   std::atomic<uint8_t> stage{kIdle};
   std::atomic_flag lock;
   int matched = 0;  // preface bytes seen
-  uint8_t head[9] = {};
-  int head_have = 0;
-  uint32_t skip = 0;  // payload bytes of the current frame still to come
+  FrameReader in;   // what the client sends
+  FrameReader out;  // what the server sends
+  uint32_t last_client_stream = 0;
+  std::unordered_set<uint32_t>* open = nullptr;  // the client's streams not yet ended (owned)
   int64_t window_start_ms = 0;
   int resets = 0;
   int max_resets = 0;  // this connection's bound: lower when its address is cooling down
@@ -97,6 +136,7 @@ struct CoolDown {
 struct Guard {
   std::atomic<bool> on{false};
   std::atomic<int> max_resets{0};
+  std::atomic<int> max_streams{0};           // open HTTP/2 streams per connection before it is closed; 0 = not counted
   std::atomic<int> first_reserved{1 << 30};  // descriptors from here on are never handed out
   std::mutex mu;                             // guards what follows
   ConnectionGuardOptions options;
@@ -105,7 +145,7 @@ struct Guard {
   std::atomic<int> cooling_n{0};  // cooling.size(), read without the lock
   int64_t last_log_ms = -1000;    // the log says at most one line per second per kind...
   int64_t unlogged = 0;           // ... and how many it left out
-  std::atomic<int64_t> dropped{0}, closed{0}, refused{0};
+  std::atomic<int64_t> dropped{0}, closed{0}, refused{0}, closed_for_streams{0};
 };
 Guard g;
 
@@ -208,39 +248,63 @@ bool drop_one_waiting(int listener) {
   return c >= 0;
 }
 
-// Parses what one read brought; false when the connection reset too many streams.
-bool inspect(FdState& s, const uint8_t* p, std::size_t len, int64_t now, int max_resets) {
-  while (len > 0) {
-    if (s.stage.load(std::memory_order_relaxed) == kPreface) {
+// Why the guard closes a connection.
+enum class Verdict { kKeep, kResets, kStreams };
+
+void end_stream(FdState& s, uint32_t id) {
+  if (s.open) s.open->erase(id);
+}
+
+// Parses what one read brought (the client's bytes).
+Verdict inspect_in(FdState& s, const uint8_t* p, std::size_t len, int64_t now, int max_resets, int max_streams) {
+  if (s.stage.load(std::memory_order_relaxed) == kPreface) {
+    while (len > 0 && s.matched < kPrefaceBytes) {
       if (*p != uint8_t(kHttp2Preface[s.matched])) {
         s.stage.store(kIdle, std::memory_order_relaxed);  // TLS, or not HTTP/2: not ours to read
-        return true;
+        return Verdict::kKeep;
       }
       ++p;
       --len;
-      if (++s.matched == kPrefaceBytes) s.stage.store(kFrames, std::memory_order_relaxed);
-      continue;
+      ++s.matched;
     }
-    if (s.skip > 0) {
-      const std::size_t k = std::min<std::size_t>(s.skip, len);
-      s.skip -= uint32_t(k);
-      p += k;
-      len -= k;
-      continue;
-    }
-    s.head[s.head_have++] = *p++;
-    --len;
-    if (s.head_have < 9) continue;
-    s.head_have = 0;
-    s.skip = uint32_t(s.head[0]) << 16 | uint32_t(s.head[1]) << 8 | s.head[2];
-    if (s.head[3] != kRstStream || max_resets <= 0) continue;
-    if (now - s.window_start_ms >= 1000) {
-      s.window_start_ms = now;
-      s.resets = 0;
-    }
-    if (++s.resets > max_resets) return false;
+    if (s.matched < kPrefaceBytes) return Verdict::kKeep;
+    s.stage.store(kFrames, std::memory_order_relaxed);
   }
-  return true;
+  Verdict v = Verdict::kKeep;
+  s.in.read(p, len, [&](uint8_t type, uint8_t, uint32_t id) {
+    if (type == kHeaders && id % 2 == 1 && id > s.last_client_stream) {  // a new stream
+      s.last_client_stream = id;
+      if (max_streams > 0) {
+        if (!s.open) s.open = new std::unordered_set<uint32_t>();
+        s.open->insert(id);
+        if (int(s.open->size()) > max_streams) v = Verdict::kStreams;
+      }
+    } else if (type == kRstStream) {
+      end_stream(s, id);
+      if (max_resets > 0) {
+        if (now - s.window_start_ms >= 1000) {
+          s.window_start_ms = now;
+          s.resets = 0;
+        }
+        if (++s.resets > max_resets) v = Verdict::kResets;
+      }
+    }
+    return v == Verdict::kKeep;
+  });
+  return v;
+}
+
+// Follows what the server sends: the streams it ends.
+void inspect_out(FdState& s, const uint8_t* p, std::size_t len) {
+  s.out.read(p, len, [&](uint8_t type, uint8_t flags, uint32_t id) {
+    if (type == kRstStream || ((type == kHeaders || type == kData) && (flags & kEndStream))) end_stream(s, id);
+    return true;
+  });
+}
+
+void forget(FdState& s) {
+  delete s.open;
+  s.open = nullptr;
 }
 
 }  // namespace
@@ -255,6 +319,7 @@ void install_connection_guard(ConnectionGuardOptions options) {
     g.options = std::move(options);
     if (g.spare < 0) g.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
     g.max_resets.store(g.options.max_resets_per_second, std::memory_order_relaxed);
+    g.max_streams.store(g.options.max_open_streams, std::memory_order_relaxed);
   }
   g.first_reserved.store(int(std::clamp<int64_t>(limit - reserve, 16, int64_t{1} << 30)), std::memory_order_relaxed);
   g.on.store(true, std::memory_order_release);
@@ -298,8 +363,10 @@ extern "C" int accept4(int listener, sockaddr* addr, socklen_t* addr_len, int fl
       sgemm::FdState& s = g_fds[c];
       sgemm::SpinLock lock(s.lock);
       s.matched = 0;
-      s.head_have = 0;
-      s.skip = 0;
+      s.in = {};
+      s.out = {};
+      s.last_client_stream = 0;
+      sgemm::forget(s);
       s.window_start_ms = 0;
       s.resets = 0;
       s.max_resets = max_resets;
@@ -325,36 +392,63 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   const uint8_t stage = s.stage.load(std::memory_order_relaxed);
   if (stage != sgemm::kPreface && stage != sgemm::kFrames) return n;
   const int64_t now = sgemm::now_ms();
-  bool over = false;
-  int max_resets = 0;
+  const int max_streams = g.max_streams.load(std::memory_order_relaxed);
+  sgemm::Verdict v = sgemm::Verdict::kKeep;
+  int max_resets = 0, open = 0;
   sockaddr_storage peer{};
   {
     sgemm::SpinLock lock(s.lock);
     max_resets = s.max_resets;
     std::size_t left = std::size_t(n);
-    for (std::size_t i = 0; i < msg->msg_iovlen && left > 0 && !over; ++i) {
+    for (std::size_t i = 0; i < msg->msg_iovlen && left > 0 && v == sgemm::Verdict::kKeep; ++i) {
       const std::size_t k = std::min(left, msg->msg_iov[i].iov_len);
-      over = !sgemm::inspect(s, static_cast<const uint8_t*>(msg->msg_iov[i].iov_base), k, now, max_resets);
+      v = sgemm::inspect_in(s, static_cast<const uint8_t*>(msg->msg_iov[i].iov_base), k, now, max_resets, max_streams);
       left -= k;
     }
-    if (over) {
+    if (v != sgemm::Verdict::kKeep) {
       s.stage.store(sgemm::kClosed, std::memory_order_relaxed);
       peer = s.peer;
+      open = s.open ? int(s.open->size()) : 0;
+      sgemm::forget(s);
     }
   }
-  if (!over) return n;
+  if (v == sgemm::Verdict::kKeep) return n;
   shutdown(fd, SHUT_RDWR);
-  g.closed.fetch_add(1, std::memory_order_relaxed);
-  sgemm::closed_for_resets(peer);
-  sgemm::log_line(sgemm::reset_close_text(peer, max_resets));
+  if (v == sgemm::Verdict::kResets) {
+    g.closed.fetch_add(1, std::memory_order_relaxed);
+    sgemm::closed_for_resets(peer);
+    sgemm::log_line(sgemm::reset_close_text(peer, max_resets));
+  } else {
+    g.closed_for_streams.fetch_add(1, std::memory_order_relaxed);
+    sgemm::log_line("connection from " + sgemm::address_text(peer) + " opened " + std::to_string(open) +
+                    " HTTP/2 streams at once, past twice --max-streams-per-connection (which it was told in "
+                    "SETTINGS): closed");
+  }
   errno = ECONNRESET;
   return -1;
+}
+
+extern "C" ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
+  const ssize_t n = sgemm::next_sendmsg(fd, msg, flags);
+  if (n <= 0 || fd < 0 || fd >= sgemm::kTracked || g_fds[fd].stage.load(std::memory_order_relaxed) != sgemm::kFrames)
+    return n;
+  sgemm::FdState& s = g_fds[fd];
+  sgemm::SpinLock lock(s.lock);
+  if (s.stage.load(std::memory_order_relaxed) != sgemm::kFrames) return n;
+  std::size_t left = std::size_t(n);
+  for (std::size_t i = 0; i < msg->msg_iovlen && left > 0; ++i) {
+    const std::size_t k = std::min(left, msg->msg_iov[i].iov_len);
+    sgemm::inspect_out(s, static_cast<const uint8_t*>(msg->msg_iov[i].iov_base), k);
+    left -= k;
+  }
+  return n;
 }
 
 extern "C" int close(int fd) {
   if (fd >= 0 && fd < sgemm::kTracked && g_fds[fd].stage.load(std::memory_order_relaxed) != sgemm::kIdle) {
     sgemm::SpinLock lock(g_fds[fd].lock);
     g_fds[fd].stage.store(sgemm::kIdle, std::memory_order_relaxed);
+    sgemm::forget(g_fds[fd]);
   }
   return sgemm::next_close(fd);
 }

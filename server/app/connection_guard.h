@@ -20,7 +20,8 @@
 // HTTP/2 rapid reset (CVE-2023-44487). On every accepted connection whose
 // client opens with the HTTP/2 preface in the clear (plaintext TCP and the
 // Unix socket; TLS connections are ciphertext and are not inspected), the
-// guard reads the frame headers of what gRPC receives, in place, and counts
+// guard reads the frame headers of what gRPC receives and sends, in place,
+// and counts
 // RST_STREAM frames. A connection that sends more than
 // `max_resets_per_second` within a second is closed: that recvmsg() fails
 // with ECONNRESET (gRPC drops the connection without parsing the batch) and
@@ -30,6 +31,16 @@
 // that reconnects costs a few calls per connection, while the address's
 // callers that do not reset streams are served as before (one host may run
 // an attacker and honest clients alike).
+//
+// Open streams. gRPC 1.51 holds a client to SETTINGS_MAX_CONCURRENT_STREAMS
+// only once the client has acknowledged the SETTINGS frame; the service
+// counts its own streams (server/service/stream_admission.h), but not those of
+// gRPC's health and reflection services. So the guard counts, per plaintext
+// connection, the streams the client opened and neither side has ended yet
+// (HEADERS on a new stream; END_STREAM from the server, RST_STREAM from
+// either), and closes a connection that holds more than `max_open_streams`
+// (sgemm-server: twice --max-streams-per-connection, the limit the client
+// was told) open at once. A health Watch stream a client never ends counts.
 //
 // Threads: the hooks run on whichever thread calls them; per-descriptor state
 // is atomics (gRPC reads one descriptor from one thread at a time); the
@@ -46,6 +57,10 @@ namespace sgemm {
 
 struct ConnectionGuardOptions {
   int max_resets_per_second = 200;  // RST_STREAM frames per plaintext connection; 0 = not counted
+  // HTTP/2 streams one plaintext connection may hold open (opened by the
+  // client, not yet ended by either side), every method counted (health
+  // Watch and reflection too); past it the connection is closed. 0 = not counted.
+  int max_open_streams = 512;
   std::chrono::milliseconds cool_down{10000};
   int closes_before_cool_down = 3;  // an address's connections closed this often within cool_down
   // Descriptors never handed to a new connection: the last `reserve` below
@@ -61,6 +76,7 @@ struct ConnectionGuardCounts {
   int64_t dropped_for_descriptors = 0;  // connections closed at accept: the descriptor reserve
   int64_t closed_for_resets = 0;        // connections closed for resetting streams too fast
   int64_t accepted_cooling_down = 0;    // connections accepted with the lower bound: their address was cooling down
+  int64_t closed_for_streams = 0;       // connections closed for holding too many streams open
 };
 
 // Turns the guard on (or changes its options). Until then the hooks only

@@ -223,6 +223,7 @@ Status Server::start() {
   // bound on every connection gRPC or the Unix listener accepts.
   ConnectionGuardOptions guard;
   guard.max_resets_per_second = opt_.max_resets_per_second;
+  guard.max_open_streams = 2 * opt_.max_streams_per_connection;
   guard.log = [log = opt_.log](const std::string& line) { log->warn("{}", line); };
   install_connection_guard(std::move(guard));
   grpc::EnableDefaultHealthCheckService(true);

@@ -55,16 +55,18 @@ class RawH2Client {
     return send_all(out);
   }
 
-  // Opens `n` streams on `path` (HEADERS with END_HEADERS, no data) and, with
-  // `reset`, resets each at once (RST_STREAM CANCEL), in one write. False
-  // once the connection is gone.
-  bool open_streams(const std::string& path, int n, bool reset) {
+  // Opens `n` streams on `path` (HEADERS with END_HEADERS) and, with
+  // `reset`, resets each at once (RST_STREAM CANCEL), in one write. With
+  // `empty_message`, each stream carries one empty gRPC message (a health
+  // Watch request) and stays open. False once the connection is gone.
+  bool open_streams(const std::string& path, int n, bool reset, bool empty_message = false) {
     const std::string block = header_block(path);
     std::string out;
     for (int i = 0; i < n; ++i) {
       const uint32_t id = next_id_;
       next_id_ += 2;
       frame(&out, 0x1, 0x4, id, block);
+      if (empty_message) frame(&out, 0x0, 0, id, std::string(5, '\0'));
       if (reset) frame(&out, 0x3, 0, id, std::string("\0\0\0\x8", 4));  // CANCEL
     }
     return send_all(out) && !closed_by_server();

@@ -450,5 +450,31 @@ TEST(TransportAttacks, MetricsStayOnLoopbackUnderTls) {
   EXPECT_TRUE(asked.running()) << asked.log();
 }
 
+// ---- Health Watch --------------------------------------------------------------
+
+// gRPC's health service keeps a Watch stream open until its client ends it,
+// outside the service's stream counts. A client that never acknowledges
+// SETTINGS opened thousands on one connection; the transport guard counts
+// every stream of a plaintext connection and closes one that holds more
+// than twice --max-streams-per-connection.
+TEST(TransportAttacks, HealthWatchStreamsAreBounded) {
+  ServerProcess server({"--max-streams-per-connection", "100"});
+  ASSERT_TRUE(server.running()) << server.log();
+  expect_served(server, "before the health watches");
+  const int64_t rss_start = server_rss(server);
+  RawH2Client within;  // 150 watches: under twice the bound, kept
+  ASSERT_TRUE(within.connect(port_of(server), "127.0.0.2"));
+  ASSERT_TRUE(within.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
+  RawH2Client over;
+  ASSERT_TRUE(over.connect(port_of(server), "127.0.0.3"));
+  (void)over.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
+  EXPECT_TRUE(over.wait_closed(20000)) << "a connection holding 1,000 health watches was not closed";
+  EXPECT_TRUE(server.log_has("past twice --max-streams-per-connection")) << "the log does not say why";
+  EXPECT_FALSE(within.closed_by_server()) << "a connection within the bound was closed";
+  expect_served(server, "beside 150 health watches, after 1,000 on one connection");
+  within.close_now();
+  expect_rss_back(server, rss_start, "after the health watches");
+}
+
 }  // namespace
 }  // namespace sgemm
