@@ -105,9 +105,10 @@ class PutMatrixCall;
 
 // What every call shares; owned by SgemmService.
 struct ServiceShared {
-  // `close_connection(peer)` shuts a connection down (StreamAdmission).
+  // `close_connection(peer)` shuts a connection down (StreamAdmission); null: none is.
   ServiceShared(Engine& engine, const ServiceOptions& options, std::shared_ptr<spdlog::logger> request_log,
-                std::shared_ptr<spdlog::logger> timing_log, std::function<void(const std::string&)> close_connection);
+                std::shared_ptr<spdlog::logger> timing_log,
+                std::function<void(const std::string&)> close_connection = nullptr);
 
   Engine& engine;
   const ServiceOptions& options;
