@@ -147,7 +147,12 @@ struct Guard {
   int64_t unlogged = 0;           // ... and how many it left out
   std::atomic<int64_t> dropped{0}, closed{0}, refused{0}, closed_for_streams{0};
 };
-Guard g;
+// Never destroyed: gRPC's threads may still read and close connections while
+// the process's static objects are being destroyed at exit.
+Guard& guard() {
+  static Guard* const g = new Guard();
+  return *g;
+}
 
 int64_t now_ms() {
   timespec t{};
@@ -179,54 +184,54 @@ void log_line(const std::string& line) {
   std::function<void(const std::string&)> log;
   int64_t left_out = 0;
   {
-    std::lock_guard lock(g.mu);
+    std::lock_guard lock(guard().mu);
     const int64_t now = now_ms();
-    if (!g.options.log || now - g.last_log_ms < 1000) {
-      ++g.unlogged;
+    if (!guard().options.log || now - guard().last_log_ms < 1000) {
+      ++guard().unlogged;
       return;
     }
-    g.last_log_ms = now;
-    left_out = g.unlogged;
-    g.unlogged = 0;
-    log = g.options.log;
+    guard().last_log_ms = now;
+    left_out = guard().unlogged;
+    guard().unlogged = 0;
+    log = guard().options.log;
   }
   log(left_out ? line + " (and " + std::to_string(left_out) + " such events not logged)" : line);
 }
 
 bool cooling_down(const sockaddr_storage& peer) {
-  if (g.cooling_n.load(std::memory_order_relaxed) == 0) return false;
-  std::lock_guard lock(g.mu);
+  if (guard().cooling_n.load(std::memory_order_relaxed) == 0) return false;
+  std::lock_guard lock(guard().mu);
   const int64_t now = now_ms();
-  for (const CoolDown& c : g.cooling)
+  for (const CoolDown& c : guard().cooling)
     if (same_address(c.address, peer) && now < c.refused_until_ms) return true;
   return false;
 }
 
 // A connection from `peer` was closed for resets: counts toward its address's cool-down.
 void closed_for_resets(const sockaddr_storage& peer) {
-  std::lock_guard lock(g.mu);
+  std::lock_guard lock(guard().mu);
   const int64_t now = now_ms();
-  const int64_t span = g.options.cool_down.count();
-  std::erase_if(g.cooling,
+  const int64_t span = guard().options.cool_down.count();
+  std::erase_if(guard().cooling,
                 [&](const CoolDown& c) { return now >= c.refused_until_ms && now - c.first_close_ms >= span; });
-  auto it = std::find_if(g.cooling.begin(), g.cooling.end(),
+  auto it = std::find_if(guard().cooling.begin(), guard().cooling.end(),
                          [&](const CoolDown& c) { return same_address(c.address, peer); });
-  if (it == g.cooling.end()) {
+  if (it == guard().cooling.end()) {
     if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6) return;
-    it = g.cooling.insert(g.cooling.end(), CoolDown{peer, 0, now, 0});
+    it = guard().cooling.insert(guard().cooling.end(), CoolDown{peer, 0, now, 0});
   }
   if (now - it->first_close_ms >= span) *it = CoolDown{peer, 0, now, 0};
-  if (++it->closes >= g.options.closes_before_cool_down) it->refused_until_ms = now + span;
-  g.cooling_n.store(int(g.cooling.size()), std::memory_order_relaxed);
+  if (++it->closes >= guard().options.closes_before_cool_down) it->refused_until_ms = now + span;
+  guard().cooling_n.store(int(guard().cooling.size()), std::memory_order_relaxed);
 }
 
 std::string reset_close_text(const sockaddr_storage& peer, int max_resets) {
   int closes = 0;
   int64_t cool_down_s = 0;
   {
-    std::lock_guard lock(g.mu);
-    closes = g.options.closes_before_cool_down;
-    cool_down_s = g.options.cool_down.count() / 1000;
+    std::lock_guard lock(guard().mu);
+    closes = guard().options.closes_before_cool_down;
+    cool_down_s = guard().options.cool_down.count() / 1000;
   }
   return "connection from " + address_text(peer) + " reset more than " + std::to_string(max_resets) +
          " HTTP/2 streams within 1 s (rapid reset, --max-resets-per-second): closed; an address closed " +
@@ -237,13 +242,13 @@ std::string reset_close_text(const sockaddr_storage& peer, int max_resets) {
 // EMFILE/ENFILE at accept: the spare descriptor makes room to take the
 // waiting connection off the queue and close it. False when there was none.
 bool drop_one_waiting(int listener) {
-  std::lock_guard lock(g.mu);
-  if (g.spare < 0) return false;
-  next_close(g.spare);
+  std::lock_guard lock(guard().mu);
+  if (guard().spare < 0) return false;
+  next_close(guard().spare);
   const int c = next_accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
   const int saved = errno;
   if (c >= 0) next_close(c);
-  g.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  guard().spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   errno = saved;
   return c >= 0;
 }
@@ -315,49 +320,52 @@ void install_connection_guard(ConnectionGuardOptions options) {
   const int64_t limit = r.rlim_cur == RLIM_INFINITY ? (int64_t{1} << 30) : int64_t(r.rlim_cur);
   const int64_t reserve = std::max<int64_t>(options.reserve, limit / 16);
   {
-    std::lock_guard lock(g.mu);
-    g.options = std::move(options);
-    if (g.spare < 0) g.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    g.max_resets.store(g.options.max_resets_per_second, std::memory_order_relaxed);
-    g.max_streams.store(g.options.max_open_streams, std::memory_order_relaxed);
+    std::lock_guard lock(guard().mu);
+    guard().options = std::move(options);
+    if (guard().spare < 0) guard().spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    guard().max_resets.store(guard().options.max_resets_per_second, std::memory_order_relaxed);
+    guard().max_streams.store(guard().options.max_open_streams, std::memory_order_relaxed);
   }
-  g.first_reserved.store(int(std::clamp<int64_t>(limit - reserve, 16, int64_t{1} << 30)), std::memory_order_relaxed);
-  g.on.store(true, std::memory_order_release);
+  guard().first_reserved.store(int(std::clamp<int64_t>(limit - reserve, 16, int64_t{1} << 30)),
+                               std::memory_order_relaxed);
+  guard().on.store(true, std::memory_order_release);
 }
 
-ConnectionGuardCounts connection_guard_counts() { return {g.dropped.load(), g.closed.load(), g.refused.load()}; }
+ConnectionGuardCounts connection_guard_counts() {
+  return {guard().dropped.load(), guard().closed.load(), guard().refused.load()};
+}
 
 }  // namespace sgemm
 
-using sgemm::g;
 using sgemm::g_fds;
+using sgemm::guard;
 
 extern "C" int accept4(int listener, sockaddr* addr, socklen_t* addr_len, int flags) {
-  if (!g.on.load(std::memory_order_acquire)) return sgemm::next_accept4(listener, addr, addr_len, flags);
+  if (!guard().on.load(std::memory_order_acquire)) return sgemm::next_accept4(listener, addr, addr_len, flags);
   for (;;) {
     sockaddr_storage peer{};
     socklen_t peer_len = sizeof peer;
     const int c = sgemm::next_accept4(listener, reinterpret_cast<sockaddr*>(&peer), &peer_len, flags);
     if (c < 0) {
       if ((errno == EMFILE || errno == ENFILE) && sgemm::drop_one_waiting(listener)) {
-        g.dropped.fetch_add(1, std::memory_order_relaxed);
+        guard().dropped.fetch_add(1, std::memory_order_relaxed);
         sgemm::log_line("out of descriptors (" + std::string(strerror(EMFILE)) +
                         "): a new connection was closed; the listener goes on");
         continue;
       }
       return -1;
     }
-    if (c >= g.first_reserved.load(std::memory_order_relaxed)) {
+    if (c >= guard().first_reserved.load(std::memory_order_relaxed)) {
       sgemm::next_close(c);  // the reserve stays for the server's own work and the connections it serves
-      g.dropped.fetch_add(1, std::memory_order_relaxed);
+      guard().dropped.fetch_add(1, std::memory_order_relaxed);
       sgemm::log_line("descriptor reserve reached (descriptor " + std::to_string(c) +
                       " of the open-files limit): a new connection was closed; the listener goes on");
       continue;
     }
-    int max_resets = g.max_resets.load(std::memory_order_relaxed);
+    int max_resets = guard().max_resets.load(std::memory_order_relaxed);
     if (max_resets > 0 && sgemm::cooling_down(peer)) {
       max_resets = std::max(1, max_resets / sgemm::kCoolDownDivisor);
-      g.refused.fetch_add(1, std::memory_order_relaxed);
+      guard().refused.fetch_add(1, std::memory_order_relaxed);
     }
     if (c < sgemm::kTracked) {
       sgemm::FdState& s = g_fds[c];
@@ -392,7 +400,7 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   const uint8_t stage = s.stage.load(std::memory_order_relaxed);
   if (stage != sgemm::kPreface && stage != sgemm::kFrames) return n;
   const int64_t now = sgemm::now_ms();
-  const int max_streams = g.max_streams.load(std::memory_order_relaxed);
+  const int max_streams = guard().max_streams.load(std::memory_order_relaxed);
   sgemm::Verdict v = sgemm::Verdict::kKeep;
   int max_resets = 0, open = 0;
   sockaddr_storage peer{};
@@ -415,11 +423,11 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   if (v == sgemm::Verdict::kKeep) return n;
   shutdown(fd, SHUT_RDWR);
   if (v == sgemm::Verdict::kResets) {
-    g.closed.fetch_add(1, std::memory_order_relaxed);
+    guard().closed.fetch_add(1, std::memory_order_relaxed);
     sgemm::closed_for_resets(peer);
     sgemm::log_line(sgemm::reset_close_text(peer, max_resets));
   } else {
-    g.closed_for_streams.fetch_add(1, std::memory_order_relaxed);
+    guard().closed_for_streams.fetch_add(1, std::memory_order_relaxed);
     sgemm::log_line("connection from " + sgemm::address_text(peer) + " opened " + std::to_string(open) +
                     " HTTP/2 streams at once, past twice --max-streams-per-connection (which it was told in "
                     "SETTINGS): closed");
