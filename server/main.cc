@@ -206,8 +206,19 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-open-streams", opt.service.max_open_streams,
-                 "Multiply streams open and not yet answered, all connections together; more get UNAVAILABLE")
+                 "Multiply and PutMatrix streams open and not yet answered, all connections together; more get "
+                 "UNAVAILABLE")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-streams-per-address", opt.service.max_streams_per_address,
+                 "open streams one remote IP (or Unix user) may hold without a token (0 = no bound: callers "
+                 "behind one proxy; docs/security.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-resets-per-second", opt.max_resets_per_second,
+                 "HTTP/2 streams one plaintext connection may reset within a second; over it the connection is "
+                 "closed, and an address closed 3 times is refused for 10 s (rapid reset; 0 = no bound)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-stripes", opt.service.max_stripes,
                  "most streams (connections) one Multiply request may spread over (GemmHeader.stripes); each "
@@ -220,7 +231,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-streams-per-connection", opt.max_streams_per_connection,
-                 "concurrent HTTP/2 streams one connection may open")
+                 "concurrent HTTP/2 streams one connection may open (counted by the service too, whatever SETTINGS "
+                 "the client acknowledged)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--grpc-arg", opt.grpc_args,
@@ -270,6 +282,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)")
       ->envname("SGEMM_METRICS_LISTEN");
+  app.add_flag("--metrics-plaintext", opt.metrics_plaintext,
+               "with --tls-cert, let --metrics-listen name a non-loopback address (metrics are plain HTTP)");
   app.add_option("--trace-dir", opt.service.trace_dir,
                  "write a Chrome trace-event JSON of every request here (trace-<id>.json; opens in ui.perfetto.dev)");
   app.add_option("--pinned-pool-bytes", opt.pinned_pool_bytes,

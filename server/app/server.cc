@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "server/app/connection_guard.h"
 #include "server/cluster/cluster_engine.h"
 #include "server/cluster/cluster_trust.h"
 #include "server/cluster/coordinator.h"
@@ -22,6 +23,12 @@ namespace sgemm {
 namespace {
 
 bool is_unix_address(const std::string& address) { return address.rfind("unix:", 0) == 0; }
+
+// Whether an address:port's host is this machine's loopback.
+bool is_loopback_listen(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+}
 
 // --grpc-arg NAME=INT, split; INVALID_ARGUMENT naming the flag otherwise.
 StatusOr<std::pair<std::string, int>> parse_grpc_arg(const std::string& kv) {
@@ -54,8 +61,14 @@ Status validate(const ServerOptions& opt) {
   if (opt.feed_wait_budget_s < 0) return InvalidArgument("--feed-wait-budget must not be negative");
   if (opt.shutdown_grace_s < 0) return InvalidArgument("--shutdown-grace must not be negative");
   if (opt.max_streams_per_connection <= 0) return InvalidArgument("--max-streams-per-connection must be positive");
+  if (opt.max_resets_per_second < 0) return InvalidArgument("--max-resets-per-second must not be negative");
   if (opt.grpc_memory_bytes < 0) return InvalidArgument("--grpc-memory-bytes must not be negative");
   if (opt.cluster_timeout_s <= 0) return InvalidArgument("--cluster-timeout must be positive");
+  if (opt.tls.enabled() && !opt.metrics_listen.empty() && !opt.metrics_plaintext &&
+      !is_loopback_listen(opt.metrics_listen))
+    return InvalidArgument("--metrics-listen " + opt.metrics_listen +
+                           ": the metrics endpoint speaks plain HTTP; with --tls-cert it listens only on a loopback "
+                           "address (127.0.0.1:PORT, [::1]:PORT) unless --metrics-plaintext is given");
   // The service's limits, with the bounds sgemm-server's flags check.
   const ServiceOptions& s = opt.service;
   if (s.limits.max_matrix_elements <= 0) return InvalidArgument("--max-matrix-elements must be positive");
@@ -66,6 +79,8 @@ Status validate(const ServerOptions& opt) {
   if (s.inline_compute_ms < 0) return InvalidArgument("--inline-compute-ms must not be negative");
   if (s.max_open_streams <= 0) return InvalidArgument("--max-open-streams must be positive");
   if (s.max_stripes <= 0) return InvalidArgument("--max-stripes must be positive");
+  if (s.max_streams_per_address < 0) return InvalidArgument("--max-streams-per-address must not be negative");
+
   if (s.log_lines_per_second < 0) return InvalidArgument("--log-lines-per-second must not be negative");
   if (s.max_message_bytes < (int64_t{4} << 20) || s.max_message_bytes > (int64_t{1} << 30))
     return InvalidArgument("--max-message-bytes must be in [4 MiB, 1 GiB], not " + std::to_string(s.max_message_bytes));
@@ -160,6 +175,7 @@ Status Server::build() {
   ServiceOptions& sopt = opt_.service;
   sopt.idle_timeout = std::chrono::milliseconds(int64_t(opt_.idle_timeout_s * 1000));
   sopt.feed_wait_budget = std::chrono::milliseconds(int64_t(opt_.feed_wait_budget_s * 1000));
+  sopt.max_streams_per_connection = opt_.max_streams_per_connection;  // gRPC's HTTP/2 limit, and the service's own
   // The budgets' defaults are shares of what this process may use: half for
   // requests' buffers, a quarter for shared-memory regions.
   const MemoryLimit memory = host_memory_limit();
@@ -203,6 +219,13 @@ Status Server::start() {
     started_ = true;
   }
   auto& log = *opt_.log;
+  // Before any listener accepts: the descriptor reserve and the rapid-reset
+  // bound on every connection gRPC or the Unix listener accepts.
+  ConnectionGuardOptions guard;
+  guard.max_resets_per_second = opt_.max_resets_per_second;
+  guard.max_open_streams = 2 * opt_.max_streams_per_connection;
+  guard.log = [log = opt_.log](const std::string& line) { log->warn("{}", line); };
+  install_connection_guard(std::move(guard));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

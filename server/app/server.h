@@ -63,12 +63,18 @@ struct ServerOptions {
   double feed_wait_budget_s = 1;   // --feed-wait-budget, into service.feed_wait_budget
   double shutdown_grace_s = 30;    // shutdown() without a deadline: how long requests in flight may take
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
+  // HTTP/2 rapid reset (connection_guard.h): RST_STREAM frames one plaintext
+  // connection may send within a second before it is closed; 0 = no bound.
+  int max_resets_per_second = 200;
   // gRPC's own buffers (a grpc::ResourceQuota over every connection): gRPC
   // 1.51 buffers a message whole before --max-message-bytes is checked, even
   // one that never completes, and outside the memory budget; near this size it
   // shrinks windows and closes the connections that hold the most. 0 = unlimited.
   int64_t grpc_memory_bytes = int64_t{1} << 30;
-  std::string metrics_listen;          // Prometheus /metrics on this address:port; "" = none
+  std::string metrics_listen;  // Prometheus /metrics on this address:port; "" = none
+  // The metrics endpoint speaks plain HTTP: with TLS on the service it may
+  // listen only on a loopback address unless this says the operator knows.
+  bool metrics_plaintext = false;
   bool reflection = false;             // gRPC server reflection (each stream holds a thread: off unless asked for)
   std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
   std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster

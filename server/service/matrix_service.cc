@@ -29,7 +29,7 @@ StatusOr<AuthClient::ResidentCharge> charge_resident_quota(AuthClient* client, c
 }
 
 PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
-                             Status refuse, AuthClient* client, RegionCaller caller)
+                             Status refuse, AuthClient* client, RegionCaller caller, StreamAdmission::Ticket ticket)
     : shared_(shared),
       ctx_(ctx),
       response_(response),
@@ -41,16 +41,8 @@ PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext*
     std::lock_guard lock(shared_.calls_mu);
     shared_.puts.insert(this);
   }
-  // A put is an open stream like a Multiply: under --max-open-streams and the client's share.
-  shared_.unanswered.fetch_add(1);
-  if (refuse.ok() && client_ && shared_.options.auth) {
-    auto lease = client_->open_stream(
-        shared_.options.auth->stream_share(*client_, shared_.options.max_open_streams, shared_.options.max_stripes));
-    if (lease.ok())
-      stream_lease_ = std::move(lease).value();
-    else
-      refuse = lease.status();
-  }
+  // A put is an open stream like a Multiply, under the same bounds (stream_admission.h).
+  stream_ticket_ = std::move(ticket);
   std::lock_guard lock(mu_);
   if (!refuse.ok()) {
     finish(refuse);
@@ -63,8 +55,7 @@ PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext*
 void PutMatrixCall::finish(const Status& st) {
   if (finished_) return;
   finished_ = true;
-  shared_.unanswered.fetch_sub(1);
-  stream_lease_.reset();
+  stream_ticket_.reset();
   if (!st.ok()) {
     // Nothing is kept: the buffer, the host bytes and the resident bytes go back.
     buffer_.reset();
@@ -241,6 +232,11 @@ void PutMatrixCall::abort(const Status& why) {
   finish(why);
 }
 
+void PutMatrixCall::abort_if_no_header(const Status& why) {
+  std::lock_guard lock(mu_);
+  if (!have_header_) finish(why);
+}
+
 void PutMatrixCall::OnDone() {
   // Taking mu_ orders this thread after the constructor's (gRPC hands the
   // call between threads through its core, which TSan does not see).
@@ -249,6 +245,7 @@ void PutMatrixCall::OnDone() {
     std::lock_guard lock(shared_.calls_mu);
     shared_.puts.erase(this);
   }
+  shared_.calls_cv.notify_all();  // shutdown waits for puts too
   delete this;
 }
 
@@ -258,15 +255,11 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SgemmService::PutMatrix(grpc::Callbac
   Status refuse;
   auto client = authenticate(ctx);
   RegionCaller caller;
-  if (shared_->shutting_down.load()) {
-    refuse = Unavailable("server shutting down; retry on another replica or later");
-  } else if (!client.ok()) {
-    refuse = client.status();
+  auto ticket = admit_stream(ctx, client);
+  if (!ticket.ok()) {
+    refuse = ticket.status();
   } else if (!shared_->engine.resident_store()) {
     refuse = FailedPrecondition("this server's backend keeps no resident matrices");
-  } else if (const int open = shared_->unanswered.load(); open >= options_.max_open_streams) {
-    refuse = Unavailable("too many open Multiply and PutMatrix streams: " + std::to_string(open) +
-                         " (--max-open-streams " + std::to_string(options_.max_open_streams) + "); retry with backoff");
   } else if (*client && !(*client)->quota().multiply) {
     refuse =
         PermissionDenied("client '" + (*client)->name() + "' may not put matrices (its token has multiply: false)");
@@ -274,7 +267,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* SgemmService::PutMatrix(grpc::Callbac
     caller = connections_->find(ctx->peer());
     if (*client) caller.client = (*client)->name();
   }
-  return new PutMatrixCall(*shared_, ctx, response, refuse, client.ok() ? *client : nullptr, caller);
+  return new PutMatrixCall(*shared_, ctx, response, refuse, client.ok() ? *client : nullptr, caller,
+                           refuse.ok() ? std::move(ticket).value() : StreamAdmission::Ticket());
 }
 
 grpc::ServerUnaryReactor* SgemmService::DeleteMatrix(grpc::CallbackServerContext* ctx,

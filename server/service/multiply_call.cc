@@ -20,25 +20,18 @@ std::string seconds_text(std::chrono::milliseconds d) {
 
 }  // namespace
 
-MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client)
+MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client,
+                           StreamAdmission::Ticket ticket)
     : shared_(shared),
       ctx_(ctx),
       id_(std::to_string(shared.next_id.fetch_add(1))),
       t_start_(Clock::now()),
-      client_(client) {
+      client_(client),
+      stream_ticket_(std::move(ticket)) {
   shared_.requests_total.fetch_add(1);
-  shared_.unanswered.fetch_add(1);
   {
     std::lock_guard lock(shared_.calls_mu);
     shared_.calls.insert(this);
-  }
-  if (refuse.ok() && client_ && shared_.options.auth) {  // the client's share of the open streams
-    auto lease = client_->open_stream(
-        shared_.options.auth->stream_share(*client_, shared_.options.max_open_streams, shared_.options.max_stripes));
-    if (lease.ok())
-      stream_lease_ = std::move(lease).value();
-    else
-      refuse = lease.status();
   }
   std::unique_lock lock(mu_);
   if (!refuse.ok()) {
@@ -317,9 +310,8 @@ void MultiplyCall::set_finished() {
   finish_phase_ = phase_;
   t_finish_ = Clock::now();
   phase_ = Phase::kDone;  // from any phase but kDone (legal_move); callers check done() first
-  shared_.unanswered.fetch_sub(1);
   client_lease_.reset();  // answered: the client may send its next request
-  stream_lease_.reset();
+  stream_ticket_.reset();
 }
 
 void MultiplyCall::finish(const Status& status) {

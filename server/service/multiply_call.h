@@ -88,7 +88,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // Registers itself with `shared` and starts reading. A non-OK `refuse`
   // ends the call at once with that status (limits on open streams, shutdown).
   // `client` is the caller's (--auth-tokens; null without), charged for the request's quotas.
-  MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client = nullptr);
+  // `ticket`: the call's place among the open streams (empty when `refuse` is not OK).
+  MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client,
+               StreamAdmission::Ticket ticket);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -223,7 +225,7 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::optional<MatrixAssembler> assembler_;
   MemoryBudget::Reservation reservation_;
   AuthClient::Lease client_lease_;          // the client's quotas, from the header until the call is answered
-  AuthClient::StreamLease stream_lease_;    // one of the client's open streams, until the call is answered
+  StreamAdmission::Ticket stream_ticket_;   // one of the open streams (and the client's), until the call is answered
   std::shared_ptr<HostBuffer> buffers_[3];  // A, B, C (C's also held by chunks gRPC has yet to write)
   CancelToken cancel_;
   GemmJob job_;

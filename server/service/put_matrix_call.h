@@ -41,8 +41,9 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   using Clock = std::chrono::steady_clock;
   // `refuse` non-OK ends the call at once. `owner`: the caller's client ("" without tokens).
+  // `ticket`: the call's place among the open streams (empty when `refuse` is not OK).
   PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, Status refuse,
-                AuthClient* client, RegionCaller caller);
+                AuthClient* client, RegionCaller caller, StreamAdmission::Ticket ticket);
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
@@ -51,6 +52,8 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   void check_idle(Clock::time_point now);
   // Ends the call with `why` (shutdown). Called with the service's calls_mu held.
   void abort(const Status& why);
+  // Shutdown: a put that has not sent its header yet ends at once; one under way gets the grace.
+  void abort_if_no_header(const Status& why);
 
  private:
   Status on_header(const sgemm::v1::PutMatrixHeader& h);
@@ -77,7 +80,7 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   bool evictable_ = false;
   std::string label_;
   ResidentBytes resident_bytes_;
-  AuthClient::StreamLease stream_lease_;     // one of the client's open streams, until answered
+  StreamAdmission::Ticket stream_ticket_;    // one of the open streams (and the client's), until answered
   AuthClient::ResidentCharge quota_charge_;  // the client's resident quota, from reserve() until the store has it
   MemoryBudget::Reservation host_bytes_;
   Clock::time_point t_reserved_{};  // reserve(): the upload is paced from here (check_upload_pace)

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -45,7 +46,8 @@ class LoadCollectable final : public prometheus::Collectable {
     auto gauge = [&](const char* name, const char* help, double value) { sample(family(name, help), value, {}); };
     gauge("sgemm_queued_requests", "Requests waiting for a compute slot or for host memory", g.queued);
     gauge("sgemm_in_flight_requests", "Requests being computed", g.in_flight);
-    gauge("sgemm_open_streams", "Multiply streams open, in any phase", g.open_streams);
+    gauge("sgemm_open_streams",
+          "Multiply and PutMatrix streams open and not yet answered (what --max-open-streams bounds)", g.open_streams);
     gauge("sgemm_host_memory_in_use_bytes", "Host memory budget reserved by requests", double(g.host_bytes_in_use));
     gauge("sgemm_host_memory_budget_bytes", "Host memory budget (--host-memory-bytes)", double(g.host_bytes_budget));
     gauge("sgemm_region_bytes_in_use", "Bytes of registered shared-memory regions", double(g.region_bytes_in_use));
@@ -75,13 +77,25 @@ class LoadCollectable final : public prometheus::Collectable {
 
 std::string device_label(int index) { return index < 0 ? "cpu" : std::to_string(index); }
 
-// A minimal HTTP/1.0 endpoint for GET /metrics: one thread, one connection at
-// a time (Prometheus scrapes every few seconds). prometheus-cpp's own exposer
+// A minimal HTTP/1.0 endpoint for GET /metrics. prometheus-cpp's own exposer
 // (civetweb) cannot start its threads inside sgemm-server: it asks for small
 // thread stacks, and the static TLS of the CUDA libraries does not fit them.
+//
+// One thread serves up to kMaxConnections connections at once, each without
+// blocking (poll): a connection has kDeadline in all to send its request and
+// take the answer, however it trickles. When every place is taken, the
+// connection that has held one longest without a complete request gives it
+// up to the next in the kernel's queue (once it has had kMinHold). So a
+// slowloris client (one byte now and then) holds a place for at most
+// kDeadline, and a scrape waits behind at most one round of them.
 class MetricsEndpoint {
  public:
   using Body = std::function<std::string()>;
+  static constexpr int kMaxConnections = 32;
+  static constexpr auto kDeadline = std::chrono::seconds(2);
+  static constexpr auto kMinHold = std::chrono::milliseconds(250);
+  static constexpr std::size_t kMaxRequestBytes = 16384;
+
   static StatusOr<std::unique_ptr<MetricsEndpoint>> listen(const std::string& address, Body body) {
     const auto colon = address.rfind(':');
     if (colon == std::string::npos) return InvalidArgument("--metrics-listen " + address + ": expected HOST:PORT");
@@ -98,11 +112,11 @@ class MetricsEndpoint {
     int fd = -1;
     std::string why = "no address";
     for (addrinfo* ai = found; ai && fd < 0; ai = ai->ai_next) {
-      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
       if (fd < 0) continue;
       const int one = 1;
       setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, 16) != 0) {
+      if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
         why = std::strerror(errno);
         close(fd);
         fd = -1;
@@ -120,56 +134,116 @@ class MetricsEndpoint {
   ~MetricsEndpoint() {
     stop_ = true;
     thread_.join();
+    for (const Connection& c : connections_) close(c.fd);
     close(fd_);
   }
   int port() const { return port_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  struct Connection {
+    int fd = -1;
+    Clock::time_point deadline;
+    std::string in;   // the request so far
+    std::string out;  // the answer, once the request is complete
+    std::size_t sent = 0;
+  };
+
   MetricsEndpoint(int fd, int port, Body body)
       : fd_(fd), port_(port), body_(std::move(body)), thread_([this] { serve(); }) {}
 
+  // Serve thread only.
   void serve() {
+    std::vector<pollfd> fds;
     while (!stop_.load()) {
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 100) <= 0) continue;  // wakes every 100 ms to see stop_
-      const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      answer(c);
-      close(c);
+      const auto now = Clock::now();
+      // While every place is taken and none may be given up yet, new
+      // connections wait in the kernel's queue, in the order they came.
+      const bool may_accept = int(connections_.size()) < kMaxConnections || evictable(now) != connections_.end();
+      fds.clear();
+      fds.push_back({may_accept ? fd_ : -1, POLLIN, 0});
+      for (const Connection& c : connections_) fds.push_back({c.fd, short(c.out.empty() ? POLLIN : POLLOUT), 0});
+      // Wakes every 50 ms at most: to see stop_, deadlines, and places that may be given up.
+      if (poll(fds.data(), fds.size(), 50) < 0 && errno != EINTR) continue;
+      for (std::size_t i = 1; i < fds.size(); ++i)
+        if (fds[i].revents) step(connections_[i - 1]);
+      const auto later = Clock::now();
+      std::erase_if(connections_, [&](const Connection& c) {
+        const bool over = c.fd < 0 || later >= c.deadline;
+        if (over && c.fd >= 0) close(c.fd);
+        return over;
+      });
+      if (fds[0].revents & POLLIN) accept_all(later);
     }
   }
 
-  void answer(int c) {
-    // The request line and headers; a client that sends nothing for 2 s is dropped.
-    const timeval timeout{2, 0};
-    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-    std::string req;
-    char buf[2048];
-    while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
-      const ssize_t n = recv(c, buf, sizeof buf, 0);
-      if (n <= 0) return;
-      req.append(buf, size_t(n));
+  // The connection that has held a place longest without a complete request,
+  // once it has had kMinHold (a scraper sends its request at once; a flood of
+  // new connections must not push out one that just came); end() if none.
+  std::vector<Connection>::iterator evictable(Clock::time_point now) {
+    auto oldest = connections_.end();
+    for (auto it = connections_.begin(); it != connections_.end(); ++it)
+      if (it->out.empty() && it->deadline - kDeadline + kMinHold <= now &&
+          (oldest == connections_.end() || it->deadline < oldest->deadline))
+        oldest = it;
+    return oldest;
+  }
+
+  void accept_all(Clock::time_point now) {
+    for (;;) {
+      auto give_up = connections_.end();
+      if (int(connections_.size()) >= kMaxConnections) {
+        give_up = evictable(now);
+        if (give_up == connections_.end()) return;  // the rest wait in the queue
+      }
+      const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0) return;
+      if (give_up != connections_.end()) {
+        close(give_up->fd);
+        connections_.erase(give_up);
+      }
+      connections_.push_back(Connection{c, now + kDeadline, {}, {}, 0});
     }
+  }
+
+  // Reads what the connection sent, or writes what it is owed; fd = -1 once done.
+  void step(Connection& c) {
+    if (c.out.empty()) {
+      char buf[2048];
+      const ssize_t n = recv(c.fd, buf, sizeof buf, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return drop(c);
+      if (n > 0) c.in.append(buf, std::size_t(n));
+      if (c.in.find("\r\n\r\n") == std::string::npos) {
+        if (c.in.size() > kMaxRequestBytes) drop(c);
+        return;
+      }
+      c.out = answer(c.in);
+    }
+    const ssize_t n = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return drop(c);
+    if (n > 0) c.sent += std::size_t(n);
+    if (c.sent == c.out.size()) drop(c);
+  }
+
+  static void drop(Connection& c) {
+    close(c.fd);
+    c.fd = -1;
+  }
+
+  std::string answer(const std::string& req) const {
     const bool metrics = req.rfind("GET /metrics ", 0) == 0 || req.rfind("GET /metrics?", 0) == 0;
     const std::string body = metrics ? body_() : "not found: metrics are at /metrics\n";
-    const std::string head =
-        std::string(metrics ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n") +
-        "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " + std::to_string(body.size()) +
-        "\r\nConnection: close\r\n\r\n";
-    const std::string out = head + body;
-    for (size_t sent = 0; sent < out.size();) {
-      const ssize_t n = send(c, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      sent += size_t(n);
-    }
+    return std::string(metrics ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n") +
+           "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\nConnection: close\r\n\r\n" + body;
   }
 
   const int fd_;
   const int port_;
   Body body_;
   std::atomic<bool> stop_{false};
-  std::thread thread_;  // last: starts once the rest is set
+  std::vector<Connection> connections_;  // serve thread only
+  std::thread thread_;                   // last: starts once the rest is set
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "server/service/codec.h"
 #include "server/service/host_memory.h"
 #include "server/service/multiply_call.h"
+#include "server/service/peer_socket.h"
 #include "server/service/put_matrix_call.h"
 
 namespace sgemm {
@@ -23,27 +24,44 @@ ServiceOptions resolved(ServiceOptions o) {
   if (o.max_queued < 0) o.max_queued = 0;
   if (o.max_stripes < 1) o.max_stripes = 1;
   if (o.region_bytes <= 0) o.region_bytes = default_host_memory_bytes() / 2;
+  if (o.max_streams_per_connection < 1) o.max_streams_per_connection = 1;
+  if (o.max_streams_per_address > 0) o.max_streams_per_address = std::max(o.max_streams_per_address, o.max_stripes);
   return o;
+}
+
+StreamLimits stream_limits(const ServiceOptions& o) {
+  StreamLimits l;
+  l.max_open_streams = o.max_open_streams;
+  l.max_per_connection = o.max_streams_per_connection;
+  l.max_per_address = o.max_streams_per_address;
+  l.max_stripes = o.max_stripes;
+  return l;
 }
 
 }  // namespace
 
 ServiceShared::ServiceShared(Engine& e, const ServiceOptions& o, std::shared_ptr<spdlog::logger> request_log,
-                             std::shared_ptr<spdlog::logger> timings)
+                             std::shared_ptr<spdlog::logger> timings,
+                             std::function<void(const std::string&)> close_connection)
     : engine(e),
       options(o),
       budget(o.host_memory_bytes, o.max_queued),
       pool(o.max_in_flight, o.max_queued),
       slot_policy(o.feed_wait_budget, o.inline_compute_ms),
       log(std::move(request_log), o.log_lines_per_second),
-      timing_log(std::move(timings)) {}
+      timing_log(std::move(timings)),
+      admission(stream_limits(o), o.auth.get(), std::move(close_connection),
+                [this](const std::string& line) { log.write(spdlog::level::warn, line); }) {}
 
 SgemmService::SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,
                            std::shared_ptr<spdlog::logger> timing_log)
     : options_(resolved(std::move(options))),
       regions_(std::make_unique<RegionRegistry>(engine, RegionRegistryOptions{options_.region_bytes})),
       connections_(std::make_unique<ConnectionTable>([this](uint64_t id) { regions_->drop_connection(id); })),
-      shared_(std::make_unique<ServiceShared>(engine, options_, std::move(request_log), std::move(timing_log))),
+      shared_(std::make_unique<ServiceShared>(engine, options_, std::move(request_log), std::move(timing_log),
+                                              [this](const std::string& peer) {
+                                                if (!connections_->shutdown(peer)) shutdown_peer_socket(peer);
+                                              })),
       watchdog_([this] { watchdog(); }) {
   shared_->regions = regions_.get();
   shared_->connections = connections_.get();
@@ -69,17 +87,25 @@ SgemmService::~SgemmService() {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multiply(grpc::CallbackServerContext* ctx) {
   const HandlerScope scope(*this);
-  Status refuse;
   auto client = authenticate(ctx);
-  if (shared_->shutting_down.load()) {
-    refuse = Unavailable("server shutting down; retry on another replica or later");
-  } else if (!client.ok()) {
-    refuse = client.status();
-  } else if (const int open = shared_->unanswered.load(); open >= options_.max_open_streams) {
-    refuse = Unavailable("too many open Multiply streams: " + std::to_string(open) + " (--max-open-streams " +
-                         std::to_string(options_.max_open_streams) + "); retry with backoff");
-  }
-  return new MultiplyCall(*shared_, ctx, refuse, client.ok() ? *client : nullptr);
+  auto ticket = admit_stream(ctx, client);
+  return new MultiplyCall(*shared_, ctx, ticket.status(), client.ok() ? *client : nullptr,
+                          ticket.ok() ? std::move(ticket).value() : StreamAdmission::Ticket());
+}
+
+StreamPeer SgemmService::stream_peer(const grpc::CallbackServerContext* ctx) const {
+  StreamPeer p;
+  p.connection = ctx->peer();
+  const RegionCaller unix_caller = connections_->find(p.connection);
+  p.address = unix_caller.unix_socket ? "uid:" + std::to_string(unix_caller.cred.uid) : peer_address(p.connection);
+  return p;
+}
+
+StatusOr<StreamAdmission::Ticket> SgemmService::admit_stream(const grpc::CallbackServerContext* ctx,
+                                                             const StatusOr<AuthClient*>& client) {
+  if (shared_->shutting_down.load()) return Unavailable("server shutting down; retry on another replica or later");
+  if (!client.ok()) return client.status();
+  return shared_->admission.open(stream_peer(ctx), *client);
 }
 
 StatusOr<AuthClient*> SgemmService::authenticate(const grpc::CallbackServerContext* ctx) const {
@@ -115,10 +141,7 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   f.max_stripes = options_.max_stripes;
   f.in_flight = shared_->pool.running();
   f.queued = shared_->pool.queued() + shared_->budget.waiters();
-  {
-    std::lock_guard lock(shared_->calls_mu);
-    f.open_streams = int(shared_->calls.size());
-  }
+  f.open_streams = shared_->admission.open_streams();
   f.requests_total = shared_->requests_total.load();
   f.requests_failed = shared_->requests_failed.load();
   f.host_bytes_in_use = shared_->budget.in_use();
@@ -146,10 +169,7 @@ LoadGauges SgemmService::load() const {
   LoadGauges g;
   g.in_flight = shared_->pool.running();
   g.queued = shared_->pool.queued() + shared_->budget.waiters();
-  {
-    std::lock_guard lock(shared_->calls_mu);
-    g.open_streams = int(shared_->calls.size());
-  }
+  g.open_streams = shared_->admission.open_streams();
   g.host_bytes_in_use = shared_->budget.in_use();
   g.host_bytes_budget = shared_->budget.capacity();
   g.region_bytes_in_use = regions_->bytes_in_use();
@@ -185,11 +205,14 @@ void SgemmService::begin_shutdown() {
   std::lock_guard lock(shared_->calls_mu);
   for (MultiplyCall* call : shared_->calls)
     if (!call->has_header()) call->abort(Unavailable("server shutting down; no request was under way on this stream"));
+  for (PutMatrixCall* put : shared_->puts)
+    put->abort_if_no_header(Unavailable("server shutting down; no put was under way on this stream"));
 }
 
 bool SgemmService::wait_for_no_calls(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(shared_->calls_mu);
-  return shared_->calls_cv.wait_until(lock, deadline, [&] { return shared_->calls.empty(); });
+  // Puts under way get the grace as requests do.
+  return shared_->calls_cv.wait_until(lock, deadline, [&] { return shared_->calls.empty() && shared_->puts.empty(); });
 }
 
 void SgemmService::cancel_all(const Status& why) {
@@ -239,6 +262,7 @@ void SgemmService::watchdog() {
       }
       ended_last_tick = ended;
     }
+    shared_->admission.purge(now);
     if (trim) malloc_trim(0);
     if (options_.on_serving_change) {  // GPU faults: NOT_SERVING once no device is left
       const bool serving = shared_->engine.info().serving();

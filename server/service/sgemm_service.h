@@ -41,6 +41,7 @@
 #include "server/service/region_registry.h"
 #include "server/service/request_assembly.h"
 #include "server/service/service_metrics.h"
+#include "server/service/stream_admission.h"
 #include "server/service/stripe_group.h"
 #include "server/service/unix_connections.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
@@ -68,8 +69,13 @@ struct ServiceOptions {
   // compute thread (docs/lifecycle.md). 0: always hand over (the default: on
   // the H100 it saved no time next to the client's own-thread calls).
   double inline_compute_ms = 0;
-  int max_open_streams = 1024;           // Multiply streams open and not yet answered (a striped
-                                         // request's every stream counts); more are refused (UNAVAILABLE)
+  int max_open_streams = 1024;  // Multiply and PutMatrix streams open and not yet answered (a
+                                // striped request's every stream counts); more are refused (UNAVAILABLE)
+  // The service's own bounds on open streams (stream_admission.h): gRPC
+  // enforces HTTP/2's stream limit only for clients that acknowledge SETTINGS.
+  int max_streams_per_connection = 256;  // one connection's open streams (RESOURCE_EXHAUSTED)
+  int max_streams_per_address = 256;     // one remote IP's or Unix user's without a token (RESOURCE_EXHAUSTED);
+                                         // 0 = no bound (every caller behind one proxy address)
   int max_stripes = 16;                  // most streams one request may spread over (GemmHeader.stripes)
   int log_lines_per_second = 20;         // failed-request log lines per second; the rest are counted
   int64_t max_message_bytes = 64 << 20;  // gRPC refuses larger messages itself (RESOURCE_EXHAUSTED);
@@ -99,8 +105,10 @@ class PutMatrixCall;
 
 // What every call shares; owned by SgemmService.
 struct ServiceShared {
+  // `close_connection(peer)` shuts a connection down (StreamAdmission); null: none is.
   ServiceShared(Engine& engine, const ServiceOptions& options, std::shared_ptr<spdlog::logger> request_log,
-                std::shared_ptr<spdlog::logger> timing_log);
+                std::shared_ptr<spdlog::logger> timing_log,
+                std::function<void(const std::string&)> close_connection = nullptr);
 
   Engine& engine;
   const ServiceOptions& options;
@@ -115,7 +123,7 @@ struct ServiceShared {
   std::atomic<int64_t> requests_total{0};
   std::atomic<int64_t> requests_failed{0};
   std::atomic<bool> shutting_down{false};
-  std::atomic<int> unanswered{0};  // calls not yet finished: what --max-open-streams bounds
+  StreamAdmission admission;  // open streams: all, per connection, per client or address; rapid resets
 
   // Shared-memory regions and the Unix connections that may use them
   // (region_registry.h, unix_connections.h); owned by SgemmService.
@@ -178,10 +186,10 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   // Where main()'s UnixListener records the connections it accepts.
   ConnectionTable& connections() { return *connections_; }
 
-  // Shutdown, step 1: refuse new calls (UNAVAILABLE) and end the calls that
-  // have not sent a header yet; calls with a request carry on.
+  // Shutdown, step 1: refuse new calls (UNAVAILABLE) and end the calls (and
+  // puts) that have not sent a header yet; those with a request carry on.
   void begin_shutdown();
-  // Step 2: waits until no call is open or `deadline` passes; true when none is.
+  // Step 2: waits until no call (Multiply or PutMatrix) is open or `deadline` passes; true when none is.
   bool wait_for_no_calls(std::chrono::steady_clock::time_point deadline);
   // Step 3: ends every open call with `why` (engines stop at their next block).
   void cancel_all(const Status& why);
@@ -197,6 +205,12 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
 
  private:
   void watchdog();
+  // Where a call comes from, as StreamAdmission counts it.
+  StreamPeer stream_peer(const grpc::CallbackServerContext* ctx) const;
+  // The first refusal that applies to a new Multiply or PutMatrix stream, or
+  // its place among the open streams (stream_admission.h).
+  StatusOr<StreamAdmission::Ticket> admit_stream(const grpc::CallbackServerContext* ctx,
+                                                 const StatusOr<AuthClient*>& client);
   // The caller's client (null without --auth-tokens), or UNAUTHENTICATED.
   StatusOr<AuthClient*> authenticate(const grpc::CallbackServerContext* ctx) const;
   // A region RPC's caller: its token's client and its Unix connection (region_service.cc).

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -92,6 +93,16 @@ RegionCaller ConnectionTable::find(const std::string& peer) const {
   return c;
 }
 
+bool ConnectionTable::shutdown(const std::string& peer) const {
+  if (peer.rfind("fd:", 0) != 0) return false;
+  const int fd = std::atoi(peer.c_str() + 3);
+  std::lock_guard lock(mu_);
+  auto it = by_fd_.find(fd);
+  if (it == by_fd_.end()) return false;
+  ::shutdown(it->second.watch_fd, SHUT_RDWR);
+  return true;
+}
+
 int ConnectionTable::size() const {
   std::lock_guard lock(mu_);
   return int(by_fd_.size());
@@ -145,7 +156,9 @@ StatusOr<std::unique_ptr<UnixListener>> UnixListener::listen(const std::string& 
     if (!S_ISSOCK(st.st_mode)) return InvalidArgument("'" + path + "' exists and is not a socket");
     unlink(path.c_str());  // a stale socket from an earlier run
   }
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: the accept loop polls, and an accept that finds nothing (a
+  // connection the descriptor guard dropped) must not block its thread.
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Internal(std::string("socket(AF_UNIX): ") + strerror(errno));
   if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || chmod(path.c_str(), 0666) != 0 ||
       ::listen(fd, 128) != 0) {
@@ -188,7 +201,7 @@ void UnixListener::accept_loop() {
     if (fds[1].revents) return;
     if (!(fds[0].revents & POLLIN)) continue;
     const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0) continue;  // EAGAIN, ECONNABORTED, EMFILE: try again at the next readiness
+    if (c < 0) continue;  // EAGAIN, ECONNABORTED: try again at the next readiness (EMFILE: connection_guard.h)
     ucred cred{};
     socklen_t len = sizeof cred;
     if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||

@@ -48,6 +48,10 @@ class ConnectionTable {
   StatusOr<uint64_t> add(int fd, const PeerCredentials& cred);
   // The caller behind a gRPC peer string ("fd:N"); unix_socket false for others.
   RegionCaller find(const std::string& peer) const;
+  // Shuts the connection behind a gRPC peer string ("fd:N") down (our
+  // duplicate of its descriptor: gRPC sees end-of-file and ends it); false
+  // when the peer is not one of ours.
+  bool shutdown(const std::string& peer) const;
   int size() const;
 
  private:

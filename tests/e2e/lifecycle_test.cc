@@ -141,7 +141,7 @@ int count_lines(const std::string& text) { return int(std::count(text.begin(), t
 TEST(StallingClientsE2E, HeaderOnlyTricklingAndSilentStreamsDoNotStallANormalRequest) {
   // A budget above the 12 GiB a 32768^3 request would need, so the header-only
   // streams are admitted (the default, half of this host's memory, refuses them).
-  ServerProcess server({"--host-memory-bytes", std::to_string(int64_t{16} << 30)});
+  ServerProcess server({"--host-memory-bytes", std::to_string(int64_t{16} << 30), "--max-streams-per-address", "0"});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
   // What the server holds before any stream: on the cuda backend its
@@ -193,7 +193,7 @@ TEST(StallingClientsE2E, HeaderOnlyTricklingAndSilentStreamsDoNotStallANormalReq
 // A thousand streams that never send: no thread, no budget and little memory
 // each (the server parks no thread per stream); a normal request is served.
 TEST(StallingClientsE2E, AThousandIdleStreamsCostNoThreadsAndLittleMemory) {
-  ServerProcess server;
+  ServerProcess server({"--max-streams-per-address", "0"});  // every stream from 127.0.0.1
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
   const auto server_threads = [&] {

@@ -1,0 +1,147 @@
+// A raw HTTP/2 client for the transport attack tests: it speaks just enough
+// HTTP/2 to open gRPC streams (HEADERS, no DATA) and reset them (RST_STREAM),
+// and never acknowledges the server's SETTINGS, so gRPC 1.51 does not hold it
+// to SETTINGS_MAX_CONCURRENT_STREAMS. It connects from a loopback address of
+// its own (127.0.0.2, ...), so the server tells it apart from the test's
+// normal client on 127.0.0.1. What the server sends is read and dropped.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace sgemm::testing {
+
+class RawH2Client {
+ public:
+  RawH2Client() = default;
+  RawH2Client(const RawH2Client&) = delete;
+  RawH2Client& operator=(const RawH2Client&) = delete;
+  ~RawH2Client() { close_now(); }
+
+  // Connects to 127.0.0.1:`port` from `source` and sends the connection
+  // preface and an empty SETTINGS frame. False when the server is not there.
+  bool connect(int port, const char* source) {
+    close_now();
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) return false;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(uint16_t(port));
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const timeval t{2, 0};  // a write the server never takes fails instead of hanging the test
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &t, sizeof t);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+        ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+      close_now();
+      return false;
+    }
+    next_id_ = 1;
+    std::string out = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    frame(&out, 0x4, 0, 0, "");  // SETTINGS, empty; the server's are never acknowledged
+    return send_all(out);
+  }
+
+  // Opens `n` streams on `path` (HEADERS with END_HEADERS) and, with
+  // `reset`, resets each at once (RST_STREAM CANCEL), in one write. With
+  // `empty_message`, each stream carries one empty gRPC message (a health
+  // Watch request) and stays open. False once the connection is gone.
+  bool open_streams(const std::string& path, int n, bool reset, bool empty_message = false) {
+    const std::string block = header_block(path);
+    std::string out;
+    for (int i = 0; i < n; ++i) {
+      const uint32_t id = next_id_;
+      next_id_ += 2;
+      frame(&out, 0x1, 0x4, id, block);
+      if (empty_message) frame(&out, 0x0, 0, id, std::string(5, '\0'));
+      if (reset) frame(&out, 0x3, 0, id, std::string("\0\0\0\x8", 4));  // CANCEL
+    }
+    return send_all(out) && !closed_by_server();
+  }
+
+  // Reads and drops what the server sent; true once it closed the connection.
+  bool closed_by_server() {
+    if (fd_ < 0) return true;
+    char buf[16384];
+    for (;;) {
+      const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
+      return false;
+    }
+  }
+
+  // Waits up to `ms` for the server to close the connection.
+  bool wait_closed(int ms) {
+    for (int waited = 0; waited < ms; waited += 10) {
+      if (closed_by_server()) return true;
+      pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+      poll(&p, 1, 10);
+    }
+    return closed_by_server();
+  }
+
+  void close_now() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  bool connected() const { return fd_ >= 0; }
+
+ private:
+  static void frame(std::string* out, uint8_t type, uint8_t flags, uint32_t stream, const std::string& payload) {
+    const uint32_t len = uint32_t(payload.size());
+    const char head[9] = {char(len >> 16),    char(len >> 8),     char(len),         char(type),         char(flags),
+                          char(stream >> 24), char(stream >> 16), char(stream >> 8), char(stream & 0xff)};
+    out->append(head, 9);
+    out->append(payload);
+  }
+  // HPACK: every field a literal without indexing, with a new name, no Huffman.
+  static std::string header_block(const std::string& path) {
+    std::string b;
+    const std::pair<std::string, std::string> fields[] = {{":method", "POST"},
+                                                          {":scheme", "http"},
+                                                          {":path", path},
+                                                          {":authority", "127.0.0.1"},
+                                                          {"content-type", "application/grpc"},
+                                                          {"te", "trailers"}};
+    for (const auto& [name, value] : fields) {
+      b.push_back('\0');
+      b.push_back(char(name.size()));
+      b += name;
+      b.push_back(char(value.size()));
+      b += value;
+    }
+    return b;
+  }
+  bool send_all(const std::string& s) {
+    for (std::size_t sent = 0; sent < s.size();) {
+      if (fd_ < 0) return false;
+      const ssize_t n = send(fd_, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) {
+        if (n < 0 && errno == EINTR) continue;
+        return false;
+      }
+      sent += std::size_t(n);
+      closed_by_server();  // keep the server's writes flowing: read what it sent so far
+    }
+    return true;
+  }
+
+  int fd_ = -1;
+  uint32_t next_id_ = 1;
+};
+
+}  // namespace sgemm::testing
