@@ -91,7 +91,7 @@ class ClusterControl : public ::testing::Test {
     job.a = a.data();
     job.b = b.data();
     job.c = c.data();
-    auto lock = coord_->lock_jobs();
+    MutexLock lock(coord_->job_mutex());
     StatusOr<ClusterRunResult> r = coord_->run(spec, job);
     if (r.ok()) {
       const VerifyResult v =
@@ -101,7 +101,7 @@ class ClusterControl : public ::testing::Test {
     return r;
   }
   StatusOr<ClusterView> prepare() {
-    auto lock = coord_->lock_jobs();
+    MutexLock lock(coord_->job_mutex());
     return coord_->prepare();
   }
 

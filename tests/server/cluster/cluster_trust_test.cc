@@ -140,7 +140,7 @@ TEST_F(ClusterTrust, AMemberWithoutTheTokenNeverJoinsAndOneWithItDoes) {
   member.token = kToken;
   add_member(member);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
-  auto lock = coord_->lock_jobs();
+  MutexLock lock(coord_->job_mutex());
   auto view = coord_->prepare();
   ASSERT_TRUE(view.ok()) << view.status().to_string();
   EXPECT_EQ(view->ranks.size(), 2u);  // the coordinator's GPU and the member's: the strangers have none
@@ -183,7 +183,7 @@ TEST_F(ClusterTrust, AMemberThatNeverAnswersReadyIsDroppedAndKeptOut) {
   planes_.back()->set_hang_connect(true);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
   {
-    auto lock = coord_->lock_jobs();
+    MutexLock lock(coord_->job_mutex());
     auto view = coord_->prepare();
     EXPECT_EQ(view.status().code(), StatusCode::kUnavailable) << view.status().to_string();
     EXPECT_NE(view.status().message().find("'silent'"), std::string::npos) << view.status().to_string();
@@ -193,7 +193,7 @@ TEST_F(ClusterTrust, AMemberThatNeverAnswersReadyIsDroppedAndKeptOut) {
   ASSERT_TRUE(eventually([&] { return stranger_log.has("may join again in"); }));
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
   const auto t0 = std::chrono::steady_clock::now();
-  auto lock = coord_->lock_jobs();
+  MutexLock lock(coord_->job_mutex());
   auto view = coord_->prepare();
   ASSERT_TRUE(view.ok()) << view.status().to_string();
   EXPECT_EQ(view->members, 1);
