@@ -18,8 +18,10 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
+#include "server/app/cluster_env.h"
 #include "server/app/process_setup.h"
 #include "server/app/server.h"
 #include "server/engine/engine_factory.h"
@@ -257,9 +259,13 @@ int main(int argc, char** argv) {
   app.add_option("--auth-tokens", opt.auth_tokens,
                  "JSON file of bearer tokens, client names and quotas (docs/security.md); calls need a token")
       ->check(CLI::ExistingFile);
-  auto* cluster_listen = app.add_option("--cluster-listen", opt.cluster_listen,
-                                        "coordinate a cluster: address:port other servers --join (docs/cluster.md)");
-  app.add_option("--join", opt.join, "join the cluster of the coordinator at this address:port (its --cluster-listen)")
+  auto* cluster_listen =
+      app.add_option("--cluster-listen", opt.cluster_listen,
+                     "coordinate a cluster: address:port other servers --join (docs/cluster.md; in a "
+                     "LeaderWorkerSet, pod 0 takes 0.0.0.0:50052 unless this or --join is given)");
+  app.add_option("--join", opt.join,
+                 "join the cluster of the coordinator at this address:port (its --cluster-listen; in a "
+                 "LeaderWorkerSet, pods 1.. join LWS_LEADER_ADDRESS:50052 unless given)")
       ->excludes(cluster_listen);
   app.add_option("--cluster-name", opt.cluster_name, "this server's name in a cluster (default: the host name)");
   app.add_option("--cluster-token-file", opt.cluster_token_file,
@@ -293,6 +299,13 @@ int main(int argc, char** argv) {
   opt.timing_log = logs->timing_log;
   if (const auto [before, after] = sgemm::raise_open_files_limit(); after != before)
     log->info("open files: soft limit raised from {} to {} (every connection is a descriptor)", before, after);
+  // In a LeaderWorkerSet the LWS_* variables choose the cluster role (deploy/k8s/lws).
+  if (auto role = sgemm::apply_cluster_env([](const char* name) { return std::getenv(name); }, &opt); !role.ok()) {
+    log->error("{}", role.status().message());
+    return 2;
+  } else if (!role->empty()) {
+    log->info("{}", *role);
+  }
 
   sgemm::EngineOptions eopt;
   sgemm::parse_backend_choice(opt.backend, &eopt.backend);
