@@ -307,7 +307,7 @@ int run_cluster_bench(const ClusterBenchArgs& args) {
   // The communicator, and the link measured on it, before any product.
   ClusterView view;
   {
-    auto jobs = coordinator->lock_jobs();
+    MutexLock jobs(coordinator->job_mutex());
     StatusOr<ClusterView> v = coordinator->prepare();
     if (!v.ok()) {
       std::fprintf(stderr, "engine-bench: building the cluster: %s\n", v.status().to_string().c_str());

@@ -154,7 +154,7 @@ class Progress {
 // regions, and otherwise uses --server over gRPC.
 std::string pick_target(const std::string& server, const SubmitOptions& o, sgemm::ClientOptions* copt,
                         std::string* note) {
-  const std::string unix_target =
+  std::string unix_target =
       !o.unix_path.empty() ? "unix:" + o.unix_path : (server.rfind("unix:", 0) == 0 ? server : "");
   copt->transport = sgemm::parse_transport(o.transport).value_or(sgemm::Transport::kAuto);
   if (copt->transport == sgemm::Transport::kGrpc) return o.unix_path.empty() ? server : unix_target;

@@ -2,9 +2,9 @@
 #pragma once
 
 #include <atomic>
-#include <mutex>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace sgemm {
 
@@ -13,24 +13,24 @@ namespace sgemm {
 // GPUs) and stop with status(). Thread-safe; the first cancel() wins.
 class CancelToken {
  public:
-  void cancel(Status why) {
-    std::lock_guard lock(mu_);
+  void cancel(Status why) SGEMM_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (cancelled_.load(std::memory_order_relaxed)) return;
     why_ = std::move(why);
     cancelled_.store(true, std::memory_order_release);
   }
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
   // OK while not cancelled, else the reason given to cancel().
-  Status status() const {
+  Status status() const SGEMM_EXCLUDES(mu_) {
     if (!cancelled()) return Status::Ok();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return why_;
   }
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::atomic<bool> cancelled_{false};
-  Status why_;  // guarded by mu_
+  Status why_ SGEMM_GUARDED_BY(mu_);
 };
 
 }  // namespace sgemm

@@ -105,7 +105,8 @@ class [[nodiscard]] StatusOr {
 #define SGEMM_CONCAT_INNER_(a, b) a##b
 #define SGEMM_CONCAT_(a, b) SGEMM_CONCAT_INNER_(a, b)
 // `SGEMM_ASSIGN_OR_RETURN(auto x, f());` binds x to the value or returns the Status.
+// lhs is not parenthesised: it may be a declaration.
 #define SGEMM_ASSIGN_OR_RETURN(lhs, expr)                                                           \
   auto SGEMM_CONCAT_(sgemm_or_, __LINE__) = (expr);                                                 \
   if (!SGEMM_CONCAT_(sgemm_or_, __LINE__).ok()) return SGEMM_CONCAT_(sgemm_or_, __LINE__).status(); \
-  lhs = std::move(SGEMM_CONCAT_(sgemm_or_, __LINE__)).value()
+  lhs = std::move(SGEMM_CONCAT_(sgemm_or_, __LINE__)).value()  // NOLINT(bugprone-macro-parentheses): lhs declares

@@ -9,22 +9,20 @@
 // SIGHUP: reload the TLS certificate, key and client CA (docs/security.md).
 //
 // This file is the command line: flags into sgemm::ServerOptions
-// (server/app/server.h), the logs, the engine through the engine factory, and
-// signals turned into Server calls. The Server does the rest.
-#include <spdlog/sinks/rotating_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
+// (server/app/server.h) and the process's logs (server/app/process_setup.h),
+// the engine through the engine factory, and signals turned into Server calls.
+// The Server does the rest.
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <csignal>
-#include <filesystem>
-#include <sstream>
+#include <cstdlib>
 #include <thread>
 
+#include "server/app/cluster_env.h"
+#include "server/app/process_setup.h"
 #include "server/app/server.h"
 #include "server/engine/engine_factory.h"
 
@@ -47,13 +45,10 @@ extern "C" void on_stop_signal(int sig) {
 // What the flags fill: the Server's options, and what main() uses itself to
 // open the logs and build the engine.
 struct CommandLine : sgemm::ServerOptions {
-  std::string devices = "all";                 // "all" or a comma list of CUDA ordinals
-  std::string backend = "auto";                // auto | cuda | cpu
-  std::string kernel;                          // pingpong | cublas; "" = the engine's default
-  std::string log_dir;                         // request log and timings.jsonl go here; "" = stdout only
-  int64_t log_max_bytes = int64_t{100} << 20;  // each log file rotates at this size ...
-  int log_max_files = 5;                       // ... keeping this many older files of each
-  std::string log_level = "info";
+  std::string devices = "all";       // "all" or a comma list of CUDA ordinals
+  std::string backend = "auto";      // auto | cuda | cpu
+  std::string kernel;                // pingpong | cublas; "" = the engine's default
+  sgemm::LogOptions logs;            // --log-dir, --log-max-bytes, --log-max-files, --log-level
   int cpu_threads = 0;               // OpenBLAS threads for the cpu backend; 0 = all cores
   double collective_timeout_s = 60;  // a split job's NCCL collectives must finish within this
   // Page-locked memory pinned at start-up for request buffers (cuda backend):
@@ -66,38 +61,6 @@ struct CommandLine : sgemm::ServerOptions {
   bool no_warm_up = false;          // skip the start-up warm-up (to measure what it saves)
   bool no_kernel_autotune = false;  // the measured table alone picks the fp32 kernel (docs/engine.md)
 };
-
-sgemm::Status parse_devices(const std::string& text, std::vector<int>* out) {
-  out->clear();
-  if (text == "all" || text.empty()) return sgemm::Status::Ok();
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      std::size_t used = 0;
-      const int d = std::stoi(item, &used);
-      if (used != item.size() || d < 0) throw std::invalid_argument(item);
-      out->push_back(d);
-    } catch (const std::exception&) {
-      return sgemm::InvalidArgument("--devices: '" + item + "' is not a device ordinal (use 'all' or e.g. 0,1)");
-    }
-  }
-  return sgemm::Status::Ok();
-}
-
-// Raises the soft limit on open files to the hard limit: every connection is
-// a descriptor, and Debian's default soft limit (1024) is below
-// --max-open-streams. Returns {before, after}.
-std::pair<rlim_t, rlim_t> raise_open_files_limit() {
-  rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return {0, 0};
-  const rlim_t before = r.rlim_cur;
-  if (r.rlim_cur < r.rlim_max) {
-    r.rlim_cur = r.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &r) != 0) return {before, before};
-  }
-  return {before, r.rlim_cur};
-}
 
 }  // namespace
 
@@ -256,15 +219,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cpu-threads", opt.cpu_threads, "OpenBLAS threads for the cpu backend (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--log-dir", opt.log_dir,
+  app.add_option("--log-dir", opt.logs.dir,
                  "directory for sgemm-server.log and timings.jsonl, rotated by size (without it: the request log on "
                  "stdout only, no timings.jsonl; containers)")
       ->envname("SGEMM_LOG_DIR");
-  app.add_option("--log-max-bytes", opt.log_max_bytes,
+  app.add_option("--log-max-bytes", opt.logs.max_bytes,
                  "with --log-dir: a log file is rotated (sgemm-server.1.log, timings.1.jsonl, ...) at this size")
       ->check(CLI::Range(int64_t{4096}, int64_t{1} << 40))
       ->capture_default_str();
-  app.add_option("--log-max-files", opt.log_max_files, "with --log-dir: rotated files kept of each log")
+  app.add_option("--log-max-files", opt.logs.max_files, "with --log-dir: rotated files kept of each log")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   app.add_flag("--reuse-port", opt.reuse_port,
@@ -273,7 +236,7 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", opt.port_file,
                  "write the bound port to this file once serving (the image's HEALTHCHECK reads it)")
       ->envname("SGEMM_PORT_FILE");
-  app.add_option("--log-level", opt.log_level, "trace, debug, info, warn, error")
+  app.add_option("--log-level", opt.logs.level, "trace, debug, info, warn, error")
       ->envname("SGEMM_LOG_LEVEL")
       ->capture_default_str();
   app.add_flag("--reflection", opt.reflection,
@@ -310,9 +273,13 @@ int main(int argc, char** argv) {
   app.add_option("--auth-tokens", opt.auth_tokens,
                  "JSON file of bearer tokens, client names and quotas (docs/security.md); calls need a token")
       ->check(CLI::ExistingFile);
-  auto* cluster_listen = app.add_option("--cluster-listen", opt.cluster_listen,
-                                        "coordinate a cluster: address:port other servers --join (docs/cluster.md)");
-  app.add_option("--join", opt.join, "join the cluster of the coordinator at this address:port (its --cluster-listen)")
+  auto* cluster_listen =
+      app.add_option("--cluster-listen", opt.cluster_listen,
+                     "coordinate a cluster: address:port other servers --join (docs/cluster.md; in a "
+                     "LeaderWorkerSet, pod 0 takes 0.0.0.0:50052 unless this or --join is given)");
+  app.add_option("--join", opt.join,
+                 "join the cluster of the coordinator at this address:port (its --cluster-listen; in a "
+                 "LeaderWorkerSet, pods 1.. join LWS_LEADER_ADDRESS:50052 unless given)")
       ->excludes(cluster_listen);
   app.add_option("--cluster-name", opt.cluster_name, "this server's name in a cluster (default: the host name)");
   app.add_option("--cluster-token-file", opt.cluster_token_file,
@@ -335,35 +302,24 @@ int main(int argc, char** argv) {
   }
 
   // Logging: one line per request on stdout (and in --log-dir), timings as JSON lines.
-  // Files rotate by size, so a long-lived server's logs stay within
-  // (--log-max-files + 1) x --log-max-bytes each.
-  std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stdout_color_sink_mt>()};
-  try {
-    if (!opt.log_dir.empty()) {
-      std::filesystem::create_directories(opt.log_dir);
-      const auto max_bytes = std::size_t(opt.log_max_bytes);
-      const auto max_files = std::size_t(opt.log_max_files);
-      sinks.push_back(std::make_shared<spdlog::sinks::rotating_file_sink_mt>(opt.log_dir + "/sgemm-server.log",
-                                                                             max_bytes, max_files));
-      auto timing_sink =
-          std::make_shared<spdlog::sinks::rotating_file_sink_mt>(opt.log_dir + "/timings.jsonl", max_bytes, max_files);
-      timing_sink->set_pattern("%v");
-      opt.timing_log = std::make_shared<spdlog::logger>("timings", timing_sink);
-      opt.timing_log->flush_on(spdlog::level::info);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sgemm-server: cannot open logs in --log-dir %s: %s\n", opt.log_dir.c_str(), e.what());
+  auto logs = sgemm::open_process_logs(opt.logs);
+  if (!logs.ok()) {
+    std::fprintf(stderr, "sgemm-server: %s\n", logs.status().message().c_str());
     return 2;
   }
-  auto log = std::make_shared<spdlog::logger>("sgemm", sinks.begin(), sinks.end());
-  log->set_level(spdlog::level::from_str(opt.log_level));
-  // Every line that is written goes out at once (at debug and trace as well:
-  // whoever turns those on is watching the log).
-  log->flush_on(std::min(log->level(), spdlog::level::info));
+  auto log = logs->log;
   spdlog::set_default_logger(log);
   opt.log = log;
-  if (const auto [before, after] = raise_open_files_limit(); after != before)
+  opt.timing_log = logs->timing_log;
+  if (const auto [before, after] = sgemm::raise_open_files_limit(); after != before)
     log->info("open files: soft limit raised from {} to {} (every connection is a descriptor)", before, after);
+  // In a LeaderWorkerSet the LWS_* variables choose the cluster role (deploy/k8s/lws).
+  if (auto role = sgemm::apply_cluster_env([](const char* name) { return std::getenv(name); }, &opt); !role.ok()) {
+    log->error("{}", role.status().message());
+    return 2;
+  } else if (!role->empty()) {
+    log->info("{}", *role);
+  }
 
   sgemm::EngineOptions eopt;
   sgemm::parse_backend_choice(opt.backend, &eopt.backend);
@@ -375,8 +331,10 @@ int main(int argc, char** argv) {
   if (opt.resident_bytes > 0) eopt.resident_bytes = opt.resident_bytes;
   eopt.collective_timeout_s = opt.collective_timeout_s;
   eopt.log = [log](std::string_view msg) { log->info("engine: {}", msg); };
-  if (auto st = parse_devices(opt.devices, &eopt.devices); !st.ok()) {
-    log->error("{}", st.message());
+  if (auto devices = sgemm::parse_device_list(opt.devices); devices.ok()) {
+    eopt.devices = std::move(devices).value();
+  } else {
+    log->error("{}", devices.status().message());
     return 2;
   }
   opt.make_engine = [eopt, log, backend = opt.backend]() -> sgemm::StatusOr<std::unique_ptr<sgemm::Engine>> {

@@ -17,7 +17,7 @@ bool dense_host_operands(const GemmJob& job) {
 class ClusterEngine final : public Engine {
  public:
   ClusterEngine(std::unique_ptr<Engine> local, ClusterCoordinator& c, ClusterEngineOptions o)
-      : local_(std::move(local)), coord_(c), options_(std::move(o)) {}
+      : local_(std::move(local)), coord_(c), options_(o) {}
 
   EngineInfo info() const override { return local_->info(); }
   HostAllocator& host_allocator() override { return local_->host_allocator(); }
@@ -57,7 +57,7 @@ class ClusterEngine final : public Engine {
       if (rep.ok()) rep->plan_reason += "; cluster not used: resident or strided operands run on this host";
       return rep;
     }
-    auto jobs = coord_.lock_jobs();
+    MutexLock jobs(coord_.job_mutex());
     StatusOr<ClusterView> view = coord_.prepare();
     if (!view.ok()) {
       jobs.unlock();
@@ -148,7 +148,7 @@ class ClusterEngine final : public Engine {
 
 std::unique_ptr<Engine> make_cluster_engine(std::unique_ptr<Engine> local, ClusterCoordinator& coordinator,
                                             ClusterEngineOptions options) {
-  return std::make_unique<ClusterEngine>(std::move(local), coordinator, std::move(options));
+  return std::make_unique<ClusterEngine>(std::move(local), coordinator, options);
 }
 
 }  // namespace sgemm

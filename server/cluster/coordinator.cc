@@ -2,121 +2,18 @@
 
 #include <chrono>
 #include <cstdio>
-#include <deque>
 
 #include "common/log_text.h"
 #include "proto/grpc_status.h"
 #include "server/cluster/cluster_codec.h"
 #include "server/cluster/cluster_trust.h"
+#include "server/cluster/member_reactor.h"
 
 namespace sgemm {
 
 // A member's error texts are kept to this many characters (they go into
 // request errors and the log).
 constexpr std::size_t kMaxMemberText = 1024;
-
-// One member's Join stream. Reads run back to back; writes are queued and
-// sent one at a time. Ends (and deletes itself) when gRPC says the call is
-// done; the coordinator forgets it first. Messages travel as the bytes gRPC
-// hands over and are parsed and serialized here, in a reaction that has taken
-// mu_: the constructor holds mu_ while it starts the first read, so every
-// reaction is ordered after it for ThreadSanitizer too.
-class MemberReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  explicit MemberReactor(ClusterCoordinator* c) : c_(c) {
-    std::lock_guard lock(mu_);
-    StartRead(&in_);
-  }
-
-  // Start*/Finish are called outside mu_: gRPC may run reactions on other
-  // threads at once, and one write at a time is guaranteed by writing_.
-  void send(const v1::ClusterCoordinatorMessage& msg) {
-    grpc::ByteBuffer bytes;
-    bool own = false;
-    if (!grpc::SerializationTraits<v1::ClusterCoordinatorMessage>::Serialize(msg, &bytes, &own).ok()) return;
-    const grpc::ByteBuffer* start = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      if (finishing_) return;
-      out_.push_back(std::move(bytes));
-      if (!writing_) {
-        writing_ = true;
-        start = &out_.front();
-      }
-    }
-    if (start) StartWrite(start);
-  }
-  // Ends the stream once queued messages are written.
-  void finish(grpc::Status s) {
-    {
-      std::lock_guard lock(mu_);
-      if (finishing_) return;
-      finishing_ = true;
-      final_ = std::move(s);
-      if (writing_) return;  // OnWriteDone finishes
-    }
-    Finish(final_);
-  }
-
-  void OnReadDone(bool ok) override {
-    v1::ClusterMemberMessage msg;
-    bool parsed = false;
-    {
-      std::lock_guard lock(mu_);
-      if (ok) parsed = grpc::SerializationTraits<v1::ClusterMemberMessage>::Deserialize(&in_, &msg).ok();
-      in_.Clear();
-    }
-    if (!ok) {
-      c_->on_left(this, "closed its stream");
-      finish(grpc::Status::OK);
-      return;
-    }
-    if (!parsed) {
-      c_->on_left(this, "sent a message that does not parse");
-      finish(to_grpc(InvalidArgument("a Join message does not parse as ClusterMemberMessage")));
-      return;
-    }
-    c_->on_message(this, msg);
-    std::lock_guard lock(mu_);
-    StartRead(&in_);
-  }
-  void OnWriteDone(bool ok) override {
-    const grpc::ByteBuffer* next = nullptr;
-    bool finish_now = false;
-    {
-      std::lock_guard lock(mu_);
-      out_.pop_front();
-      if (ok && !out_.empty() && !finishing_) {
-        next = &out_.front();
-      } else {
-        writing_ = false;
-        finish_now = finishing_;
-      }
-    }
-    if (next) StartWrite(next);
-    if (finish_now) Finish(final_);
-  }
-  void OnCancel() override {
-    { std::lock_guard lock(mu_); }  // ordered after the constructor, like every reaction
-    c_->on_left(this, "its connection was lost");
-  }
-  void OnDone() override {
-    // gRPC runs OnDone after every other reaction has returned; taking mu_
-    // once shows that order to ThreadSanitizer before the queue is destroyed.
-    { std::lock_guard lock(mu_); }
-    c_->forget(this);
-    delete this;
-  }
-
- private:
-  ClusterCoordinator* c_;
-  std::mutex mu_;
-  grpc::ByteBuffer in_;               // guarded by mu_ in reactions; gRPC fills it between StartRead and OnReadDone
-  std::deque<grpc::ByteBuffer> out_;  // guarded by mu_; front is being written
-  bool writing_ = false;              // guarded by mu_
-  bool finishing_ = false;            // guarded by mu_
-  grpc::Status final_;                // set once under mu_, before Finish
-};
 
 ClusterCoordinator::ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions options)
     : plane_(plane), options_(std::move(options)) {}
@@ -135,13 +32,13 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ClusterCoordinator:
     r->finish(to_grpc(trusted));
     return r;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (shut_down_) r->finish(to_grpc(Unavailable("the coordinator is shutting down")));
   return r;
 }
 
 int ClusterCoordinator::member_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return int(members_.size());
 }
 
@@ -152,7 +49,7 @@ ClusterCoordinator::Member* ClusterCoordinator::find_locked(MemberReactor* r) {
 }
 
 void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMessage& msg) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Member* m = find_locked(r);
   if (msg.has_hello()) {
     if (m || shut_down_) return;  // one hello per stream
@@ -206,7 +103,7 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
 }
 
 void ClusterCoordinator::on_left(MemberReactor* r, const std::string& why) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Member* m = find_locked(r);
   if (!m) return;
   const uint64_t id = m->id;
@@ -220,7 +117,7 @@ void ClusterCoordinator::on_left(MemberReactor* r, const std::string& why) {
 }
 
 void ClusterCoordinator::forget(MemberReactor* r) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (Member* m = find_locked(r)) {
     members_.erase(m->id);
     ++generation_;
@@ -229,14 +126,14 @@ void ClusterCoordinator::forget(MemberReactor* r) {
 }
 
 void ClusterCoordinator::shutdown() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   shut_down_ = true;
   if (abort_) abort_->cancel(Unavailable("the coordinator is shutting down"));
   for (auto& [id, m] : members_) m.reactor->finish(to_grpc(Unavailable("the coordinator is shutting down")));
   cv_.notify_all();
 }
 
-Status ClusterCoordinator::wait_members_locked(std::unique_lock<std::mutex>& lock, const std::vector<uint64_t>& ids,
+Status ClusterCoordinator::wait_members_locked(MutexLock& lock, const std::vector<uint64_t>& ids,
                                                const CancelToken& abort, int64_t timeout_ms, const char* what,
                                                bool (*done)(const Member&, uint64_t), uint64_t value) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -249,14 +146,14 @@ Status ClusterCoordinator::wait_members_locked(std::unique_lock<std::mutex>& loc
       if (!done(it->second, value)) missing += (missing.empty() ? "'" : ", '") + it->second.host + "'";
     }
     if (missing.empty()) return Status::Ok();
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && std::chrono::steady_clock::now() >= deadline)
+    if (lock.wait_until(cv_, deadline) == std::cv_status::timeout && std::chrono::steady_clock::now() >= deadline)
       return Unavailable("cluster member(s) " + missing + " did not answer " + what + " within " +
                          std::to_string(timeout_ms) + " ms");
   }
 }
 
 StatusOr<ClusterView> ClusterCoordinator::prepare() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (shut_down_) return Unavailable("the coordinator is shutting down");
   if (members_.empty()) {
     if (view_.members > 0) {
@@ -385,11 +282,11 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
 }
 
 StatusOr<ClusterRunResult> ClusterCoordinator::run(ClusterJobSpec spec, const GemmJob& job) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   return run_locked_job(lock, std::move(spec), &job);
 }
 
-StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(std::unique_lock<std::mutex>& lock, ClusterJobSpec spec,
+StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(MutexLock& lock, ClusterJobSpec spec,
                                                               const GemmJob* job) {
   if (shut_down_) return Unavailable("the coordinator is shutting down");
   if (built_generation_ != generation_ || view_.members == 0)
@@ -409,16 +306,17 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(std::unique_lock<s
   if (spec.kind != ClusterJobKind::kProbe)
     log("job " + std::to_string(spec.job_id) + (spec.kind == ClusterJobKind::kK ? " (K split): " : ": ") +
         gemm_shape_text(spec.shape) + " over " + std::to_string(ranks.size()) + " ranks");
-  lock.unlock();
-
+  // Released through the mutex itself, not `lock`: the analysis follows a
+  // MutexLock only in the scope that made it. Taken again on every path.
+  mu_.unlock();
   StatusOr<ClusterRunResult> mine =
       job ? plane_.run_root(spec, *job, abort.get()) : plane_.run_root(spec, GemmJob{}, abort.get());
-  lock.lock();
+  mu_.lock();
   Status s = mine.ok() ? Status::Ok() : mine.status();
   if (!s.ok() && abort->status().ok()) {
     // NCCL may see a dead peer before its stream's end reaches us: give the
     // control plane a moment to say which member it was.
-    cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !abort->status().ok(); });
+    lock.wait_for(cv_, std::chrono::seconds(2), [&] { return !abort->status().ok(); });
   }
   if (!abort->status().ok()) s = abort->status();  // a member left: that is the cause
   if (s.ok())

@@ -3,10 +3,10 @@
 // left), the ranks of every GPU, and the jobs it sends ahead of the NCCL
 // calls. The data itself moves through a ClusterDataPlane.
 //
-// Ownership and threads: main() owns it and registers it on the cluster
-// listener. gRPC threads run the member reactors (joins, Ready, JobDone,
-// leaves); the thread that calls prepare()/run() (a service thread, holding
-// lock_jobs()) builds communicators and runs jobs. A member that leaves while
+// Ownership and threads: the Server owns it and registers it on the cluster
+// listener. gRPC threads run the member reactors (member_reactor.h: joins,
+// Ready, JobDone, leaves); the thread that calls prepare()/run() (a service
+// thread, holding job_mutex()) builds communicators and runs jobs. A member that leaves while
 // a job includes it cancels that job's abort token, so the data plane stops
 // waiting on the GPUs and run() returns UNAVAILABLE naming the member; the
 // next prepare() builds a communicator over the members left.
@@ -19,11 +19,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "server/cluster/cluster_options.h"
 #include "server/engine/cluster_plane.h"
 #include "sgemm/v1/cluster.grpc.pb.h"
@@ -58,22 +58,24 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
   ClusterCoordinator(ClusterDataPlane& plane, ClusterOptions options);
   ~ClusterCoordinator() override;
 
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Join(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Join(grpc::CallbackServerContext* context) override
+      SGEMM_EXCLUDES(mu_);
 
-  int member_count() const;
+  int member_count() const SGEMM_EXCLUDES(mu_);
   const ClusterOptions& options() const { return options_; }
 
   // Held across prepare() and run(): one cluster job (or rebuild) at a time.
-  std::unique_lock<std::mutex> lock_jobs() { return std::unique_lock<std::mutex>(job_mu_); }
+  //   MutexLock jobs(coordinator.job_mutex());
+  Mutex& job_mutex() SGEMM_RETURN_CAPABILITY(job_mu_) { return job_mu_; }
   // Brings the communicator up to date with the membership (a new epoch and
   // a link measurement when members joined or left, or the last job failed).
-  StatusOr<ClusterView> prepare();
+  StatusOr<ClusterView> prepare() SGEMM_REQUIRES(job_mu_) SGEMM_EXCLUDES(mu_);
   // Runs `spec` (ranks filled by the caller from the view prepare() returned)
   // with `job`'s matrices: sends it to every member, runs rank 0's part, waits
   // for every member's answer. Timings carry each rank's host.
-  StatusOr<ClusterRunResult> run(ClusterJobSpec spec, const GemmJob& job);
+  StatusOr<ClusterRunResult> run(ClusterJobSpec spec, const GemmJob& job) SGEMM_REQUIRES(job_mu_) SGEMM_EXCLUDES(mu_);
   // Ends every member's stream (server shutdown).
-  void shutdown();
+  void shutdown() SGEMM_EXCLUDES(mu_);
 
  private:
   friend class MemberReactor;
@@ -92,42 +94,42 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
     std::vector<DeviceTiming> done_timings;
   };
 
-  // Members dropped for not answering `ready`, by host name: when they may join again. Guarded by mu_.
-  std::map<std::string, std::chrono::steady_clock::time_point> banned_;
-
   // Reactor callbacks (gRPC threads).
-  void on_message(MemberReactor* r, const v1::ClusterMemberMessage& msg);
-  void on_left(MemberReactor* r, const std::string& why);
-  void forget(MemberReactor* r);
-  Member* find_locked(MemberReactor* r);
+  void on_message(MemberReactor* r, const v1::ClusterMemberMessage& msg) SGEMM_EXCLUDES(mu_);
+  void on_left(MemberReactor* r, const std::string& why) SGEMM_EXCLUDES(mu_);
+  void forget(MemberReactor* r) SGEMM_EXCLUDES(mu_);
+  Member* find_locked(MemberReactor* r) SGEMM_REQUIRES(mu_);
   // Waits (mu_ held through `lock`) until `done(member)` for every member of
   // `ids`, a member of them leaves, `abort` is cancelled or the deadline passes.
-  Status wait_members_locked(std::unique_lock<std::mutex>& lock, const std::vector<uint64_t>& ids,
-                             const CancelToken& abort, int64_t timeout_ms, const char* what,
-                             bool (*done)(const Member&, uint64_t), uint64_t value);
-  // Runs a job on the current communicator; mu_ is held through `lock` on entry and on return.
-  StatusOr<ClusterRunResult> run_locked_job(std::unique_lock<std::mutex>& lock, ClusterJobSpec spec,
-                                            const GemmJob* job);
+  Status wait_members_locked(MutexLock& lock, const std::vector<uint64_t>& ids, const CancelToken& abort,
+                             int64_t timeout_ms, const char* what, bool (*done)(const Member&, uint64_t),
+                             uint64_t value) SGEMM_REQUIRES(mu_);
+  // Runs a job on the current communicator. mu_ is held through `lock` on
+  // entry and on return, and released while rank 0's part runs.
+  StatusOr<ClusterRunResult> run_locked_job(MutexLock& lock, ClusterJobSpec spec, const GemmJob* job)
+      SGEMM_REQUIRES(job_mu_, mu_);
   void log(const std::string& msg) const;
 
   ClusterDataPlane& plane_;
   const ClusterOptions options_;
 
-  std::mutex job_mu_;  // see lock_jobs()
+  Mutex job_mu_ SGEMM_ACQUIRED_BEFORE(mu_);  // see job_mutex()
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, Member> members_;   // guarded by mu_; by id = join order
-  uint64_t next_member_id_ = 1;          // guarded by mu_
-  uint64_t generation_ = 1;              // guarded by mu_; bumped on every join/leave or failed job
-  uint64_t built_generation_ = 0;        // guarded by mu_; generation_ of the current communicator
-  uint64_t epoch_ = 0;                   // guarded by mu_
-  uint64_t next_job_id_ = 1;             // guarded by mu_
-  ClusterView view_;                     // guarded by mu_
-  std::vector<uint64_t> view_members_;   // guarded by mu_; member ids of view_, in rank order
-  std::shared_ptr<CancelToken> abort_;   // guarded by mu_; the job or rebuild under way
-  std::vector<uint64_t> abort_members_;  // guarded by mu_; the members it includes
-  bool shut_down_ = false;               // guarded by mu_
+  std::map<uint64_t, Member> members_ SGEMM_GUARDED_BY(mu_);  // by id = join order
+  uint64_t next_member_id_ SGEMM_GUARDED_BY(mu_) = 1;
+  uint64_t generation_ SGEMM_GUARDED_BY(mu_) = 1;        // bumped on every join/leave or failed job
+  uint64_t built_generation_ SGEMM_GUARDED_BY(mu_) = 0;  // generation_ of the current communicator
+  uint64_t epoch_ SGEMM_GUARDED_BY(mu_) = 0;
+  uint64_t next_job_id_ SGEMM_GUARDED_BY(mu_) = 1;
+  ClusterView view_ SGEMM_GUARDED_BY(mu_);
+  std::vector<uint64_t> view_members_ SGEMM_GUARDED_BY(mu_);   // member ids of view_, in rank order
+  std::shared_ptr<CancelToken> abort_ SGEMM_GUARDED_BY(mu_);   // the job or rebuild under way
+  std::vector<uint64_t> abort_members_ SGEMM_GUARDED_BY(mu_);  // the members it includes
+  bool shut_down_ SGEMM_GUARDED_BY(mu_) = false;
+  // Members dropped for not answering `ready`, by host name: when they may join again.
+  std::map<std::string, std::chrono::steady_clock::time_point> banned_ SGEMM_GUARDED_BY(mu_);
 };
 
 }  // namespace sgemm

@@ -16,10 +16,10 @@ namespace sgemm {
 struct ClusterMember::Session {
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ClusterMemberMessage, v1::ClusterCoordinatorMessage>> stream;
-  std::mutex write_mu;
-  bool closed = false;  // guarded by write_mu
-  bool write(const v1::ClusterMemberMessage& m) {
-    std::lock_guard lock(write_mu);
+  Mutex write_mu;
+  bool closed SGEMM_GUARDED_BY(write_mu) = false;
+  bool write(const v1::ClusterMemberMessage& m) SGEMM_EXCLUDES(write_mu) {
+    MutexLock lock(write_mu);
     return !closed && stream->Write(m);
   }
 };
@@ -40,7 +40,7 @@ void ClusterMember::start() {
 
 void ClusterMember::stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_ && !session_thread_.joinable()) return;
     stopping_ = true;
     if (current_) current_->cancel(Unavailable("this member is leaving the cluster"));
@@ -53,7 +53,7 @@ void ClusterMember::stop() {
 }
 
 void ClusterMember::push(Task t) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   tasks_.push_back(std::move(t));
   cv_.notify_all();
 }
@@ -74,7 +74,7 @@ void ClusterMember::session_loop() {
   for (;;) {
     auto session = std::make_shared<Session>();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
       session_ = session;
     }
@@ -93,7 +93,7 @@ void ClusterMember::session_loop() {
         const auto& c = msg.comm();
         auto abort = std::make_shared<CancelToken>();
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           // A new communicator replaces the old: whatever runs on the old one stops.
           if (current_) current_->cancel(Unavailable("the coordinator rebuilt the communicator"));
           current_ = abort;
@@ -108,14 +108,14 @@ void ClusterMember::session_loop() {
         t.job = msg.job().SerializeAsString();
         t.session = session;
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           t.abort = current_;
         }
         push(std::move(t));
       }
     }
     {
-      std::lock_guard write_lock(session->write_mu);
+      MutexLock write_lock(session->write_mu);
       session->closed = true;
     }
     // The reads ended: the coordinator's status is here (why it ended the
@@ -124,7 +124,7 @@ void ClusterMember::session_loop() {
     if (!ok) session->context.TryCancel();
     const grpc::Status ended = session->stream->Finish();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (current_) current_->cancel(Unavailable("the stream to the coordinator ended"));
       current_.reset();
       session_.reset();
@@ -134,8 +134,11 @@ void ClusterMember::session_loop() {
     }
     log("lost the coordinator " + coordinator_ + " (" + ended.error_message() + "); joining again in " +
         std::to_string(options_.rejoin_interval_ms) + " ms");
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.rejoin_interval_ms), [&] { return stopping_; });
+    MutexLock lock(mu_);
+    lock.wait_for(cv_, std::chrono::milliseconds(options_.rejoin_interval_ms), [&] {
+      mu_.assert_held();
+      return stopping_;
+    });
     if (stopping_) return;
   }
 }
@@ -144,8 +147,11 @@ void ClusterMember::worker_loop() {
   for (;;) {
     Task t;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return !tasks_.empty(); });
+      MutexLock lock(mu_);
+      lock.wait(cv_, [&] {
+        mu_.assert_held();
+        return !tasks_.empty();
+      });
       t = std::move(tasks_.front());
       tasks_.pop_front();
     }

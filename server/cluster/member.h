@@ -16,10 +16,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "server/cluster/cluster_options.h"
 #include "server/engine/cluster_plane.h"
 
@@ -34,7 +34,7 @@ class ClusterMember {
 
   void start();
   // Leaves the cluster: ends the stream, stops the job under way, joins the threads.
-  void stop();
+  void stop() SGEMM_EXCLUDES(mu_);
 
   // For tests and logs.
   uint64_t member_id() const { return member_id_.load(); }
@@ -55,9 +55,9 @@ class ClusterMember {
       return t;
     }
   };
-  void session_loop();
-  void worker_loop();
-  void push(Task t);
+  void session_loop() SGEMM_EXCLUDES(mu_);
+  void worker_loop() SGEMM_EXCLUDES(mu_);
+  void push(Task t) SGEMM_EXCLUDES(mu_);
   void log(const std::string& msg) const;
 
   ClusterDataPlane& plane_;
@@ -67,12 +67,12 @@ class ClusterMember {
   std::atomic<uint64_t> epoch_{0};
   std::atomic<int64_t> jobs_done_{0};
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<Task> tasks_;                // guarded by mu_
-  std::shared_ptr<CancelToken> current_;  // guarded by mu_; cancelled by a new comm or the stream's end
-  std::shared_ptr<Session> session_;      // guarded by mu_; the open stream
-  bool stopping_ = false;                 // guarded by mu_
+  std::deque<Task> tasks_ SGEMM_GUARDED_BY(mu_);
+  std::shared_ptr<CancelToken> current_ SGEMM_GUARDED_BY(mu_);  // cancelled by a new comm or the stream's end
+  std::shared_ptr<Session> session_ SGEMM_GUARDED_BY(mu_);      // the open stream
+  bool stopping_ SGEMM_GUARDED_BY(mu_) = false;
   std::thread session_thread_, worker_thread_;
 };
 

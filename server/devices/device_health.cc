@@ -27,24 +27,24 @@ bool is_sticky_cuda_error(cudaError_t e) {
 }
 
 bool DeviceHealth::healthy(int index) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return healthy_[std::size_t(index)];
 }
 
 std::string DeviceHealth::reason(int index) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return reasons_[std::size_t(index)];
 }
 
 int DeviceHealth::healthy_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   int n = 0;
   for (bool h : healthy_) n += h ? 1 : 0;
   return n;
 }
 
 bool DeviceHealth::mark_unhealthy(int index, std::string reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!healthy_[std::size_t(index)]) return false;
   healthy_[std::size_t(index)] = false;
   reasons_[std::size_t(index)] = std::move(reason);

@@ -12,11 +12,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace sgemm {
 
@@ -27,16 +27,16 @@ bool is_sticky_cuda_error(cudaError_t e);
 class DeviceHealth {
  public:
   explicit DeviceHealth(int devices) : healthy_(std::size_t(devices), true), reasons_(std::size_t(devices)) {}
-  bool healthy(int index) const;
-  std::string reason(int index) const;
-  int healthy_count() const;
+  bool healthy(int index) const SGEMM_EXCLUDES(mu_);
+  std::string reason(int index) const SGEMM_EXCLUDES(mu_);
+  int healthy_count() const SGEMM_EXCLUDES(mu_);
   // Marks device `index` unhealthy with `reason`; false when it already was.
-  bool mark_unhealthy(int index, std::string reason);
+  bool mark_unhealthy(int index, std::string reason) SGEMM_EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;
-  std::vector<bool> healthy_;         // guarded by mu_
-  std::vector<std::string> reasons_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<bool> healthy_ SGEMM_GUARDED_BY(mu_);
+  std::vector<std::string> reasons_ SGEMM_GUARDED_BY(mu_);
 };
 
 // Test hooks, compiled in and off unless SGEMM_FAULT_INJECT is set, e.g.

@@ -122,7 +122,10 @@ StatusOr<std::unique_ptr<DevicePool>> DevicePool::create(const DevicePoolOptions
       }
       dev->lanes.push_back(std::move(lane));
     }
-    dev->in_use.assign(dev->lanes.size(), false);
+    {
+      MutexLock lock(dev->mu);  // not shared yet: uncontended, and the rule has no exception
+      dev->in_use.assign(dev->lanes.size(), false);
+    }
     pool->devices_.push_back(std::move(dev));
   }
   return pool;
@@ -172,9 +175,12 @@ std::vector<int> DevicePool::ordinals() const {
 
 StatusOr<LaneLease> DevicePool::acquire(int index, const CancelToken* cancel) {
   Device& d = *devices_[size_t(index)];
-  std::unique_lock<std::mutex> lock(d.mu);
+  MutexLock lock(d.mu);
   // Woken by give_back(); the timeout only bounds how late a cancellation is seen.
-  while (!d.cv.wait_for(lock, std::chrono::milliseconds(5), [&] { return d.busy < int(d.lanes.size()); }))
+  while (!lock.wait_for(d.cv, std::chrono::milliseconds(5), [&] {
+    d.mu.assert_held();
+    return d.busy < int(d.lanes.size());
+  }))
     if (cancel) SGEMM_RETURN_IF_ERROR(cancel->status());
   const int lane = int(std::find(d.in_use.begin(), d.in_use.end(), false) - d.in_use.begin());
   d.in_use[size_t(lane)] = true;
@@ -190,7 +196,7 @@ const GemmBackend* DevicePool::probe_backend(KernelKind kind) const {
 void DevicePool::give_back(int index, int lane) {
   Device& d = *devices_[size_t(index)];
   {
-    std::lock_guard<std::mutex> lock(d.mu);
+    MutexLock lock(d.mu);
     d.in_use[size_t(lane)] = false;
     d.busy--;
   }
@@ -199,7 +205,7 @@ void DevicePool::give_back(int index, int lane) {
 
 int DevicePool::busy_lanes(int index) const {
   const Device& d = *devices_[size_t(index)];
-  std::lock_guard<std::mutex> lock(d.mu);
+  MutexLock lock(d.mu);
   return d.busy;
 }
 

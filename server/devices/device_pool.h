@@ -22,13 +22,13 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/cancel_token.h"
 #include "common/gemm_types.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "kernels/gemm_backend.h"
 
 namespace sgemm {
@@ -152,10 +152,10 @@ class DevicePool {
   struct Device {
     DeviceInfo info;
     std::vector<std::unique_ptr<Lane>> lanes;
-    mutable std::mutex mu;
+    mutable Mutex mu;
     std::condition_variable cv;
-    std::vector<bool> in_use;  // guarded by mu
-    int busy = 0;              // guarded by mu
+    std::vector<bool> in_use SGEMM_GUARDED_BY(mu);
+    int busy SGEMM_GUARDED_BY(mu) = 0;
   };
   DevicePool() = default;
   void give_back(int index, int lane);

@@ -22,7 +22,7 @@ PinnedHostPool::PinnedHostPool(std::size_t cache_bytes) : state_(std::make_share
 }
 
 PinnedHostPool::~PinnedHostPool() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   state_->trim_locked(0);
 }
 
@@ -42,7 +42,7 @@ constexpr std::size_t kArenaAlign = 4096;
 Status PinnedHostPool::reserve(std::size_t bytes) {
   if (bytes == 0) return Status::Ok();
   bytes = (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   if (state_->arena) return FailedPrecondition("the pinned arena is reserved already");
   void* p = nullptr;
   Status s = SGEMM_CUDA_STATUS(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
@@ -70,7 +70,7 @@ void* PinnedHostPool::State::arena_take_locked(std::size_t bytes) {
 
 void PinnedHostPool::State::arena_give(std::size_t offset, std::size_t bytes) {
   bytes = (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   stats.arena_in_use -= bytes;
   auto it = arena_free.emplace(offset, bytes).first;
   // Coalesce with the free neighbours on both sides.
@@ -99,7 +99,7 @@ void PinnedHostPool::State::trim_locked(std::size_t limit) {
 }
 
 void PinnedHostPool::State::release(void* p, std::size_t cls) {
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   stats.live_bytes -= cls;
   if (cls > cache_limit) {
     (void)cudaFreeHost(p);
@@ -116,7 +116,7 @@ StatusOr<HostBuffer> PinnedHostPool::allocate(std::size_t bytes) {
   std::shared_ptr<State> st = state_;
   auto make = [&](void* p) { return HostBuffer(p, bytes, [st, cls](void* q, std::size_t) { st->release(q, cls); }); };
   {
-    std::lock_guard<std::mutex> lock(st->mu);
+    MutexLock lock(st->mu);
     if (st->arena && bytes > 0) {
       if (char* p = static_cast<char*>(st->arena_take_locked(bytes))) {
         const std::size_t offset = std::size_t(p - st->arena);
@@ -136,7 +136,7 @@ StatusOr<HostBuffer> PinnedHostPool::allocate(std::size_t bytes) {
   Status s = SGEMM_CUDA_STATUS(cudaHostAlloc(&p, cls, cudaHostAllocPortable));
   if (!s.ok()) {
     {
-      std::lock_guard<std::mutex> lock(st->mu);
+      MutexLock lock(st->mu);
       st->trim_locked(0);
     }
     s = SGEMM_CUDA_STATUS(cudaHostAlloc(&p, cls, cudaHostAllocPortable));
@@ -144,14 +144,14 @@ StatusOr<HostBuffer> PinnedHostPool::allocate(std::size_t bytes) {
   if (!s.ok()) {
     return ResourceExhausted("pinned host buffer of " + std::to_string(bytes) + " bytes: " + s.message());
   }
-  std::lock_guard<std::mutex> lock(st->mu);
+  MutexLock lock(st->mu);
   st->stats.live_bytes += cls;
   st->stats.allocations++;
   return make(p);
 }
 
 PinnedHostPoolStats PinnedHostPool::stats() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->stats;
 }
 

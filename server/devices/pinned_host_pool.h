@@ -18,10 +18,10 @@
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "common/host_buffer.h"
+#include "common/thread_annotations.h"
 
 namespace sgemm {
 
@@ -51,17 +51,17 @@ class PinnedHostPool final : public HostAllocator {
 
  private:
   struct State {
-    std::mutex mu;
-    std::size_t cache_limit = 0;
-    std::multimap<std::size_t, void*> cache;  // size class -> slab; guarded by mu
-    PinnedHostPoolStats stats;                // guarded by mu
-    void release(void* p, std::size_t cls);
-    // The arena: one page-locked block; free ranges by offset (guarded by mu).
-    char* arena = nullptr;
-    std::map<std::size_t, std::size_t> arena_free;
-    void* arena_take_locked(std::size_t bytes);
-    void arena_give(std::size_t offset, std::size_t bytes);
-    void trim_locked(std::size_t limit);
+    Mutex mu;
+    std::size_t cache_limit = 0;                                   // set before the pool is shared
+    std::multimap<std::size_t, void*> cache SGEMM_GUARDED_BY(mu);  // size class -> slab
+    PinnedHostPoolStats stats SGEMM_GUARDED_BY(mu);
+    void release(void* p, std::size_t cls) SGEMM_EXCLUDES(mu);
+    // The arena: one page-locked block; free ranges by offset.
+    char* arena SGEMM_GUARDED_BY(mu) = nullptr;
+    std::map<std::size_t, std::size_t> arena_free SGEMM_GUARDED_BY(mu);
+    void* arena_take_locked(std::size_t bytes) SGEMM_REQUIRES(mu);
+    void arena_give(std::size_t offset, std::size_t bytes) SGEMM_EXCLUDES(mu);
+    void trim_locked(std::size_t limit) SGEMM_REQUIRES(mu);
     ~State();
   };
   std::shared_ptr<State> state_;

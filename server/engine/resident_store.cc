@@ -52,7 +52,7 @@ void ResidentStore::clear() {
   // Entries' data release bytes into this store: drop them while it is whole.
   std::unordered_map<std::string, Entry> entries;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     entries.swap(entries_);
   }
 }
@@ -68,33 +68,33 @@ std::string ResidentStore::new_handle() {
   }
   static const char* hex = "0123456789abcdef";
   std::string out(32, '0');
-  for (int i = 0; i < 16; ++i) {
-    out[std::size_t(2 * i)] = hex[bytes[i] >> 4];
-    out[std::size_t(2 * i + 1)] = hex[bytes[i] & 15];
+  for (std::size_t i = 0; i < 16; ++i) {
+    out[2 * i] = hex[bytes[i] >> 4];
+    out[2 * i + 1] = hex[bytes[i] & 15];
   }
   return out;
 }
 
 void ResidentStore::release(int location, int64_t bytes) {
-  std::lock_guard lock(bytes_mu_);
+  MutexLock lock(bytes_mu_);
   used_[location] -= bytes;
 }
 
 int64_t ResidentStore::in_use(int location) const {
-  std::lock_guard lock(bytes_mu_);
+  MutexLock lock(bytes_mu_);
   const auto it = used_.find(location);
   return it == used_.end() ? 0 : it->second;
 }
 
 int64_t ResidentStore::in_use_total() const {
-  std::lock_guard lock(bytes_mu_);
+  MutexLock lock(bytes_mu_);
   int64_t t = 0;
   for (const auto& [loc, b] : used_) t += b;
   return t;
 }
 
 int64_t ResidentStore::owner_bytes(std::string_view owner) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   int64_t total = 0;
   for (const auto& [handle, e] : entries_)
     if (e.m->owner == owner) total += e.m->bytes();
@@ -102,12 +102,12 @@ int64_t ResidentStore::owner_bytes(std::string_view owner) const {
 }
 
 int ResidentStore::count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return int(entries_.size());
 }
 
 int ResidentStore::roomiest_location() const {
-  std::lock_guard lock(bytes_mu_);
+  MutexLock lock(bytes_mu_);
   int best = options_.locations.empty() ? -1 : options_.locations.front();
   int64_t least = INT64_MAX;
   for (int loc : options_.locations) {
@@ -130,7 +130,7 @@ StatusOr<ResidentBytes> ResidentStore::reserve(int location, int64_t bytes, std:
   int evicted = 0;
   for (;;) {
     {
-      std::lock_guard lock(bytes_mu_);
+      MutexLock lock(bytes_mu_);
       int64_t& used = used_[location];
       if (used + bytes <= options_.bytes_per_location) {
         used += bytes;
@@ -141,7 +141,7 @@ StatusOr<ResidentBytes> ResidentStore::reserve(int location, int64_t bytes, std:
     // holds bytes here and that no request uses.
     std::shared_ptr<ResidentMatrix> victim;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto best = entries_.end();
       for (auto it = entries_.begin(); it != entries_.end(); ++it) {
         const Entry& e = it->second;
@@ -155,7 +155,7 @@ StatusOr<ResidentBytes> ResidentStore::reserve(int location, int64_t bytes, std:
       if (best == entries_.end()) {
         int64_t used;
         {
-          std::lock_guard bl(bytes_mu_);
+          MutexLock bl(bytes_mu_);
           used = used_[location];
         }
         return ResourceExhausted(std::string(what) + " needs " + std::to_string(bytes) + " bytes on " + where() +
@@ -189,7 +189,7 @@ std::shared_ptr<const ResidentMatrix> ResidentStore::add(std::string owner, std:
   m->cols = cols;
   m->evictable = evictable;
   m->set_data(std::move(data));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   do {
     m->handle = new_handle();
   } while (entries_.count(m->handle) || evicted_.count(m->handle));  // 2^-128: never, but cheap to be sure
@@ -209,7 +209,7 @@ std::string ResidentStore::not_found(std::string_view handle) const {
 }
 
 StatusOr<ResidentStore::Lease> ResidentStore::acquire(std::string_view handle, std::string_view caller) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const auto it = entries_.find(std::string(handle));
   if (it == entries_.end()) return NotFound(not_found(handle));
   Entry& e = it->second;
@@ -224,7 +224,7 @@ StatusOr<ResidentStore::Lease> ResidentStore::acquire(std::string_view handle, s
 }
 
 void ResidentStore::unpin(const ResidentMatrix* m) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const auto it = entries_.find(m->handle);
   if (it != entries_.end() && it->second.m.get() == m) {
     --it->second.pins;
@@ -236,7 +236,7 @@ StatusOr<int> ResidentStore::remove(std::string_view handle, std::string_view ca
   std::shared_ptr<ResidentMatrix> gone;
   int pins;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const auto it = entries_.find(std::string(handle));
     if (it == entries_.end()) return NotFound(not_found(handle));
     if (it->second.m->owner != caller)
@@ -255,7 +255,7 @@ std::vector<ResidentRow> ResidentStore::list(std::string_view caller) const {
   std::vector<std::pair<uint64_t, ResidentRow>> rows;
   const auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [handle, e] : entries_) {
       if (e.m->owner != caller) continue;
       ResidentRow r;
@@ -276,6 +276,7 @@ std::vector<ResidentRow> ResidentStore::list(std::string_view caller) const {
   // Most recently used first.
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<ResidentRow> out;
+  out.reserve(rows.size());
   for (auto& [t, r] : rows) out.push_back(std::move(r));
   return out;
 }

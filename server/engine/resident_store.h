@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "server/planner/placement.h"
 
 namespace sgemm {
@@ -83,25 +84,25 @@ struct ResidentMatrix {
 
   // The backend's data. The CUDA engine replaces it when a plan needs
   // another layout (requests holding the old one keep it alive until done).
-  std::shared_ptr<ResidentData> data() const {
-    std::lock_guard lock(data_mu_);
+  std::shared_ptr<ResidentData> data() const SGEMM_EXCLUDES(data_mu_) {
+    MutexLock lock(data_mu_);
     return data_;
   }
-  void set_data(std::shared_ptr<ResidentData> d) const {
+  void set_data(std::shared_ptr<ResidentData> d) const SGEMM_EXCLUDES(data_mu_) {
     std::shared_ptr<ResidentData> old;
     {
-      std::lock_guard lock(data_mu_);
+      MutexLock lock(data_mu_);
       old = std::move(data_);
       data_ = std::move(d);
     }
   }
   // Held by an engine while it changes the layout, so two requests do not
-  // move the same matrix at once.
+  // move the same matrix at once. It guards no member (the layout is data_).
   std::mutex& layout_mutex() const { return layout_mu_; }
 
  private:
-  mutable std::mutex data_mu_;
-  mutable std::shared_ptr<ResidentData> data_;  // guarded by data_mu_
+  mutable Mutex data_mu_;
+  mutable std::shared_ptr<ResidentData> data_ SGEMM_GUARDED_BY(data_mu_);
   mutable std::mutex layout_mu_;
 };
 
@@ -128,7 +129,7 @@ class ResidentStore {
   explicit ResidentStore(ResidentStoreOptions options);
   ~ResidentStore();
   // Drops every name (a matrix in use goes when its last lease ends).
-  void clear();
+  void clear() SGEMM_EXCLUDES(mu_);
 
   // A running request's pin on one matrix. Move-only; unpins when destroyed.
   class Lease {
@@ -153,28 +154,28 @@ class ResidentStore {
   // Takes `bytes` of `location`'s budget, evicting unpinned evictable matrices
   // there (least recently used first) when needed. `what` names the request
   // in the RESOURCE_EXHAUSTED message.
-  StatusOr<ResidentBytes> reserve(int location, int64_t bytes, std::string_view what);
+  StatusOr<ResidentBytes> reserve(int location, int64_t bytes, std::string_view what) SGEMM_EXCLUDES(mu_, bytes_mu_);
   // The location with the most room (ties: the first), for a new matrix.
-  int roomiest_location() const;
+  int roomiest_location() const SGEMM_EXCLUDES(bytes_mu_);
 
   // Adds a matrix (its data already made and its bytes reserved); returns it
   // with its new handle set.
   std::shared_ptr<const ResidentMatrix> add(std::string owner, std::string label, int64_t rows, int64_t cols,
-                                            bool evictable, std::shared_ptr<ResidentData> data);
+                                            bool evictable, std::shared_ptr<ResidentData> data) SGEMM_EXCLUDES(mu_);
   // Pins the matrix for a request by `caller`: NOT_FOUND naming the handle,
   // PERMISSION_DENIED for another client's matrix.
-  StatusOr<Lease> acquire(std::string_view handle, std::string_view caller);
+  StatusOr<Lease> acquire(std::string_view handle, std::string_view caller) SGEMM_EXCLUDES(mu_);
   // Removes the name now; the memory goes when the last lease ends. Returns
   // how many requests were using it.
-  StatusOr<int> remove(std::string_view handle, std::string_view caller);
-  std::vector<ResidentRow> list(std::string_view caller) const;
+  StatusOr<int> remove(std::string_view handle, std::string_view caller) SGEMM_EXCLUDES(mu_);
+  std::vector<ResidentRow> list(std::string_view caller) const SGEMM_EXCLUDES(mu_);
 
   int64_t capacity() const { return options_.bytes_per_location; }
   // The matrix bytes (rows x cols x 4, once per matrix) `owner`'s names hold.
-  int64_t owner_bytes(std::string_view owner) const;
-  int64_t in_use(int location) const;
-  int64_t in_use_total() const;
-  int count() const;
+  int64_t owner_bytes(std::string_view owner) const SGEMM_EXCLUDES(mu_);
+  int64_t in_use(int location) const SGEMM_EXCLUDES(bytes_mu_);
+  int64_t in_use_total() const SGEMM_EXCLUDES(bytes_mu_);
+  int count() const SGEMM_EXCLUDES(mu_);
 
   // A new handle: 128 bits from getrandom(2), as 32 hex digits.
   static std::string new_handle();
@@ -189,18 +190,19 @@ class ResidentStore {
     uint64_t last_tick = 0;  // LRU order
     std::chrono::steady_clock::time_point last_use;
   };
-  void release(int location, int64_t bytes);
-  void unpin(const ResidentMatrix* m);
-  std::string not_found(std::string_view handle) const;  // mu_ held
+  void release(int location, int64_t bytes) SGEMM_EXCLUDES(bytes_mu_);
+  void unpin(const ResidentMatrix* m) SGEMM_EXCLUDES(mu_);
+  std::string not_found(std::string_view handle) const SGEMM_REQUIRES(mu_);
 
   const ResidentStoreOptions options_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;  // guarded by mu_
-  std::unordered_set<std::string> evicted_;         // guarded by mu_: recent evictions, for NOT_FOUND's message
-  std::deque<std::string> evicted_order_;           // guarded by mu_
-  uint64_t tick_ = 0;                               // guarded by mu_
-  mutable std::mutex bytes_mu_;
-  std::map<int, int64_t> used_;  // guarded by bytes_mu_: per location
+  mutable Mutex mu_;
+  std::unordered_map<std::string, Entry> entries_ SGEMM_GUARDED_BY(mu_);
+  std::unordered_set<std::string> evicted_ SGEMM_GUARDED_BY(mu_);  // recent evictions, for NOT_FOUND's message
+  std::deque<std::string> evicted_order_ SGEMM_GUARDED_BY(mu_);
+  uint64_t tick_ SGEMM_GUARDED_BY(mu_) = 0;
+  // Taken inside mu_ (never the other way round), or alone.
+  mutable Mutex bytes_mu_ SGEMM_ACQUIRED_AFTER(mu_);
+  std::map<int, int64_t> used_ SGEMM_GUARDED_BY(bytes_mu_);  // per location
 };
 
 }  // namespace sgemm

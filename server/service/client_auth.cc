@@ -25,12 +25,16 @@ bool same_secret(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-void AuthClient::Lease::reset() {
-  if (!client_) return;
-  client_->in_flight_.fetch_sub(1);
-  client_->bytes_in_flight_.fetch_sub(bytes_);
-  client_ = nullptr;
-  bytes_ = 0;
+void AuthClient::release_request(int64_t bytes) {
+  in_flight_.fetch_sub(1);
+  bytes_in_flight_.fetch_sub(bytes);
+}
+
+void AuthClient::release_stream(int64_t streams) { open_streams_.fetch_sub(int(streams)); }
+
+void AuthClient::release_resident(int64_t bytes) {
+  std::lock_guard lock(resident_mu_);
+  resident_charged_ -= bytes;
 }
 
 StatusOr<AuthClient::Lease> AuthClient::admit(int64_t bytes) {
@@ -57,7 +61,7 @@ StatusOr<AuthClient::Lease> AuthClient::admit(int64_t bytes) {
 
 StatusOr<AuthClient::StreamLease> AuthClient::open_stream(int limit) {
   const int open = open_streams_.fetch_add(1) + 1;
-  StreamLease lease(this);
+  StreamLease lease(this, 1);
   if (limit > 0 && open > limit)
     return PermissionDenied("client '" + name_ + "' already has " + std::to_string(open - 1) +
                             " Multiply and PutMatrix streams open, its share of " + std::to_string(limit) +
@@ -70,14 +74,6 @@ int ClientAuth::stream_share(const AuthClient& client, int max_open_streams, int
   if (client.quota().max_open_streams > 0) return client.quota().max_open_streams;
   const int even = entries_.empty() ? max_open_streams : max_open_streams / int(entries_.size());
   return std::max(even, max_stripes);
-}
-
-void AuthClient::ResidentCharge::reset() {
-  if (!client_) return;
-  std::lock_guard lock(client_->resident_mu_);
-  client_->resident_charged_ -= bytes_;
-  client_ = nullptr;
-  bytes_ = 0;
 }
 
 Status AuthClient::resident_over(int64_t bytes, int64_t held_in_store, int64_t charged) const {

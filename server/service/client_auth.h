@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -58,93 +59,62 @@ class AuthClient {
   int in_flight() const { return in_flight_.load(); }
   int64_t bytes_in_flight() const { return bytes_in_flight_.load(); }
 
-  // What one request holds against its client's quotas; move-only, released
-  // when reset or destroyed.
-  class Lease {
+  // What a call holds against one of its client's quotas: `amount` (a
+  // request place and its bytes, an open stream, resident bytes) handed back
+  // by Release when reset or destroyed. Move-only; one type per quota.
+  template <void (AuthClient::*Release)(int64_t amount)>
+  class Claim {
    public:
-    Lease() = default;
-    Lease(AuthClient* client, int64_t bytes) : client_(client), bytes_(bytes) {}
-    Lease(Lease&& o) noexcept : client_(o.client_), bytes_(o.bytes_) { o.client_ = nullptr; }
-    Lease& operator=(Lease&& o) noexcept {
+    Claim() = default;
+    Claim(AuthClient* client, int64_t amount) : client_(client), amount_(amount) {}
+    Claim(Claim&& o) noexcept : client_(std::exchange(o.client_, nullptr)), amount_(o.amount_) {}
+    Claim& operator=(Claim&& o) noexcept {
       if (this != &o) {
         reset();
-        client_ = o.client_;
-        bytes_ = o.bytes_;
-        o.client_ = nullptr;
+        client_ = std::exchange(o.client_, nullptr);
+        amount_ = o.amount_;
       }
       return *this;
     }
-    Lease(const Lease&) = delete;
-    Lease& operator=(const Lease&) = delete;
-    ~Lease() { reset(); }
-    void reset();
-
-   private:
-    AuthClient* client_ = nullptr;
-    int64_t bytes_ = 0;
-  };
-
-  // Takes one request place and `bytes` against the quotas, or
-  // PERMISSION_DENIED naming the quota that is full.
-  StatusOr<Lease> admit(int64_t bytes);
-
-  // One open stream (Multiply or PutMatrix) against the client's stream
-  // quota, from the call's start until it is answered; move-only.
-  class StreamLease {
-   public:
-    StreamLease() = default;
-    explicit StreamLease(AuthClient* client) : client_(client) {}
-    StreamLease(StreamLease&& o) noexcept : client_(o.client_) { o.client_ = nullptr; }
-    StreamLease& operator=(StreamLease&& o) noexcept {
-      if (this != &o) {
-        reset();
-        client_ = o.client_;
-        o.client_ = nullptr;
-      }
-      return *this;
-    }
-    StreamLease(const StreamLease&) = delete;
-    StreamLease& operator=(const StreamLease&) = delete;
-    ~StreamLease() { reset(); }
+    Claim(const Claim&) = delete;
+    Claim& operator=(const Claim&) = delete;
+    ~Claim() { reset(); }
     void reset() {
-      if (client_) client_->open_streams_.fetch_sub(1);
+      if (client_) (client_->*Release)(amount_);
       client_ = nullptr;
     }
 
    private:
     AuthClient* client_ = nullptr;
+    int64_t amount_ = 0;
   };
+
+ private:
+  void release_request(int64_t bytes);
+  void release_stream(int64_t streams);
+  void release_resident(int64_t bytes);
+
+ public:
+  // One request place and its bytes (A, B and C) against max_in_flight and
+  // max_bytes_in_flight, from admission until the request is done.
+  using Lease = Claim<&AuthClient::release_request>;
+  // One open stream (Multiply or PutMatrix) against the client's stream
+  // quota, from the call's start until it is answered.
+  using StreamLease = Claim<&AuthClient::release_stream>;
+  // Resident bytes charged to max_resident_bytes for a matrix being made (a
+  // put, a kept C) from the moment its room is reserved until it is in the
+  // store (then the store counts it) or its call fails.
+  using ResidentCharge = Claim<&AuthClient::release_resident>;
+
+  // Takes one request place and `bytes` against the quotas, or
+  // PERMISSION_DENIED naming the quota that is full.
+  StatusOr<Lease> admit(int64_t bytes);
+
   // Takes one of at most `limit` open streams, or PERMISSION_DENIED naming
   // the client and the limit (`limit` from ClientAuth::stream_share).
   StatusOr<StreamLease> open_stream(int limit);
   int open_streams() const { return open_streams_.load(); }
 
-  // Resident bytes charged to max_resident_bytes for a matrix being made (a
-  // put, a kept C) from the moment its room is reserved until it is in the
-  // store (then the store counts it) or its call fails; move-only.
-  class ResidentCharge {
-   public:
-    ResidentCharge() = default;
-    ResidentCharge(AuthClient* client, int64_t bytes) : client_(client), bytes_(bytes) {}
-    ResidentCharge(ResidentCharge&& o) noexcept : client_(o.client_), bytes_(o.bytes_) { o.client_ = nullptr; }
-    ResidentCharge& operator=(ResidentCharge&& o) noexcept {
-      if (this != &o) {
-        reset();
-        client_ = o.client_;
-        bytes_ = o.bytes_;
-        o.client_ = nullptr;
-      }
-      return *this;
-    }
-    ResidentCharge(const ResidentCharge&) = delete;
-    ResidentCharge& operator=(const ResidentCharge&) = delete;
-    ~ResidentCharge() { reset(); }
-    void reset();
-
-   private:
-    AuthClient* client_ = nullptr;
-    int64_t bytes_ = 0;
-  };
   // Charges `bytes` against max_resident_bytes, counting the client's
   // matrices in the store (`held_in_store()`, read under the lock that
   // releases charges: a matrix moving from its charge into the store is

@@ -6,7 +6,9 @@ Services are as docs/server.md describes; a Prometheus annotation names the
 --metrics-listen port; a memory limit comes with --host-memory-bytes and
 --region-bytes under it; rotated logs fit their volume; a
 StatefulSet's serviceName is a headless Service of the same manifests
-(docs/cluster.md).
+(docs/cluster.md). A LeaderWorkerSet's pod templates get the same checks;
+they pass no --cluster-listen or --join (the LWS_* variables choose the
+role), offer the cluster port members join, and make groups of two or more.
 
     check_k8s_manifests.py DEPLOY_K8S_DIR SGEMM_SERVER_BIN
 """
@@ -53,12 +55,46 @@ def flag_int(args, flag):
     return None
 
 
+# The leader's cluster port (server/app/cluster_env.h: kLwsClusterPort) and
+# the labels the LWS controller puts on every pod of a set (and the leader's index).
+LWS_CLUSTER_PORT = 50052
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
 def check_deployment(path, d, flags):
     spec = d["spec"]
-    pod = spec["template"]
-    labels = pod["metadata"].get("labels", {})
+    labels = spec["template"]["metadata"].get("labels", {})
     for k, v in spec["selector"]["matchLabels"].items():
         check(labels.get(k) == v, f"{path}: selector {k}={v} does not match the pod's labels")
+    return check_pod(path, spec["template"], flags)
+
+
+def check_leader_worker_set(path, d, flags):
+    """Returns (labels, ports) of the leader's pods and of the workers'."""
+    name = d["metadata"]["name"]
+    lwt = d["spec"]["leaderWorkerTemplate"]
+    check(int(lwt.get("size", 1)) >= 2, f"{path}: size {lwt.get('size', 1)}: a cluster needs a leader and a worker")
+    found = []
+    for role, pod in (("leader", lwt.get("leaderTemplate") or lwt["workerTemplate"]), ("worker", lwt["workerTemplate"])):
+        where = f"{path} ({role} template)"
+        labels, ports = check_pod(where, pod, flags)
+        for c in pod["spec"]["containers"]:
+            for a in (c.get("command") or [])[1:] + (c.get("args") or []):
+                check(not str(a).startswith(("--cluster-listen", "--join")),
+                      f"{where}: passes {a}: the LWS_* variables choose the role, a flag would override them")
+            cports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+            check(cports.get("cluster") == LWS_CLUSTER_PORT,
+                  f"{where}: containerPort 'cluster' is not {LWS_CLUSTER_PORT}, the port members join")
+        labels = dict(labels, **{LWS_NAME_LABEL: name})
+        if role == "leader":
+            labels[LWS_INDEX_LABEL] = "0"
+        found.append((labels, ports))
+    return found
+
+
+def check_pod(path, pod, flags):
+    labels = pod["metadata"].get("labels", {})
     ann = pod["metadata"].get("annotations", {})
     pspec = pod["spec"]
     check(pspec.get("securityContext", {}).get("runAsNonRoot") is True, f"{path}: runAsNonRoot is not true")
@@ -155,9 +191,11 @@ def main():
             workloads.append(check_deployment(name, d, flags))
             if d["kind"] == "StatefulSet":
                 stateful.append((name, d))
+        elif d["kind"] == "LeaderWorkerSet":
+            workloads.extend(check_leader_worker_set(name, d, flags))
         elif d["kind"] == "Service":
             services.append((name, d))
-    check(workloads, "no Deployment or StatefulSet of sgemm-server")
+    check(workloads, "no Deployment, StatefulSet or LeaderWorkerSet of sgemm-server")
     check(services, "no Service")
     for name, s in services:
         sel = s["spec"]["selector"]

@@ -4,8 +4,11 @@ API schema that Debian's python3-kubernetes carries: the official client's
 models, generated from the API server's OpenAPI document. Every field must be
 one the kind's schema has, with a value of its type, and every field the
 schema requires must be there. Kustomization files are checked for the fields
-kustomize reads and for resources that exist. Before the manifests, the
-checker proves itself on manifests with known mistakes.
+kustomize reads and for resources that exist. A LeaderWorkerSet (a CRD, which
+the client does not know) is checked against its API's fields, written out
+below from the LWS API reference (leaderworkerset.x-k8s.io/v1), and its pod
+templates against the pod schema. Before the manifests, the checker proves
+itself on manifests with known mistakes.
 
     check_k8s_schema.py DIR...
 
@@ -37,6 +40,29 @@ OVERRIDES = {("V1ResourceRequirements", "limits"): "dict(str, quantity)",
 # their schema: the gRPC probe (beta in 1.24, GA in 1.27).
 NEWER_FIELDS = {("V1Probe", "grpc"): "V1GRPCAction"}
 NEWER_MODELS = {"V1GRPCAction": ({"port": "int", "service": "str"}, {"port"})}
+# Custom resources: model -> (field -> type, required fields), the types as the
+# client's models write them, plus "enum:A|B" for the values the API allows.
+# LeaderWorkerSet, from kubernetes-sigs/lws api/leaderworkerset/v1/leaderworkerset_types.go.
+CRD_KINDS = {("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "LwsV1LeaderWorkerSet"}
+NEWER_MODELS.update({
+    "LwsV1LeaderWorkerSet": ({"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta",
+                              "spec": "LwsV1Spec", "status": "object"}, {"apiVersion", "kind", "metadata", "spec"}),
+    "LwsV1Spec": ({"replicas": "int", "leaderWorkerTemplate": "LwsV1LeaderWorkerTemplate",
+                   "rolloutStrategy": "LwsV1RolloutStrategy", "startupPolicy": "enum:LeaderCreated|LeaderReady",
+                   "networkConfig": "LwsV1NetworkConfig"}, {"leaderWorkerTemplate"}),
+    "LwsV1LeaderWorkerTemplate": (
+        {"leaderTemplate": "V1PodTemplateSpec", "workerTemplate": "V1PodTemplateSpec", "size": "int",
+         "restartPolicy": "enum:Default|RecreateGroupOnPodRestart|RecreateGroupAfterStart|None",
+         "subGroupPolicy": "LwsV1SubGroupPolicy", "volumeClaimTemplates": "list[V1PersistentVolumeClaim]",
+         "persistentVolumeClaimRetentionPolicy": "V1StatefulSetPersistentVolumeClaimRetentionPolicy"},
+        {"workerTemplate"}),
+    "LwsV1RolloutStrategy": ({"type": "enum:RollingUpdate",
+                              "rollingUpdateConfiguration": "LwsV1RollingUpdateConfiguration"}, {"type"}),
+    "LwsV1RollingUpdateConfiguration": ({"partition": "int", "maxUnavailable": "object", "maxSurge": "object"},
+                                        set()),
+    "LwsV1SubGroupPolicy": ({"subGroupPolicyType": "enum:LeaderWorker|LeaderExcluded", "subGroupSize": "int"}, set()),
+    "LwsV1NetworkConfig": ({"subdomainPolicy": "enum:Shared|UniquePerReplica"}, {"subdomainPolicy"}),
+})
 
 
 def model_name(api_version, kind):
@@ -63,6 +89,11 @@ def check_value(value, typ, path, errors):
         for key, item in value.items():
             check_value(item, inner, f"{path}.{key}", errors)
         return
+    if typ.startswith("enum:"):
+        allowed = typ[5:].split("|")
+        if value not in allowed:
+            errors.append(f"{path}: {value!r} is not one of {', '.join(allowed)}")
+        return
     if typ in SCALARS:
         ok = isinstance(value, SCALARS[typ]) and not (typ in ("int", "float") and isinstance(value, bool))
         if not ok:
@@ -76,8 +107,12 @@ def check_value(value, typ, path, errors):
         for key, item in value.items():
             if key not in fields:
                 errors.append(f"{path}.{key}: not a field of {typ}")
-            else:
-                check_value(item, fields[key], f"{path}.{key}", errors)
+                continue
+            found = []
+            check_value(item, fields[key], f"{path}.{key}", found)
+            if not found and getattr(k8s, fields[key], None) is not None:
+                check_required(item, fields[key], f"{path}.{key}", found)  # a pod template inside a CRD
+            errors.extend(found)
         for key in sorted(required - value.keys()):
             errors.append(f"{path}: {typ} requires {key}")
         return
@@ -122,6 +157,9 @@ def check_object(doc, where, errors, folder=None):
             if folder is not None and not (folder / resource).exists():
                 errors.append(f"{where}.resources: {resource} does not exist")
         return
+    if (api_version, kind) in CRD_KINDS:
+        check_value(doc, CRD_KINDS[(api_version, kind)], where, errors)
+        return
     typ = model_name(api_version, kind)
     if getattr(k8s, typ, None) is None:
         errors.append(f"{where}: no schema for {api_version} {kind}")
@@ -131,6 +169,16 @@ def check_object(doc, where, errors, folder=None):
     if not found:  # the models read only well-typed objects
         check_required(doc, typ, where, found)
     errors.extend(found)
+
+
+LWS_TEMPLATE = {"size": 2, "restartPolicy": "None",
+                "workerTemplate": {"metadata": {"labels": {"a": "b"}},
+                                   "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+
+
+def lws(**spec):
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "l"},
+            "spec": spec}
 
 
 def self_test():
@@ -148,11 +196,20 @@ def self_test():
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
          "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i",
                                                          "resources": {"limits": "64Gi"}}]}}}},  # no selector
+        lws(leaderWorkerTemplates=LWS_TEMPLATE),                         # a misspelt field of the CRD
+        lws(leaderWorkerTemplate=dict(LWS_TEMPLATE, restartPolicy="Always")),  # a value the enum lacks
+        lws(leaderWorkerTemplate={"size": 2}),                           # workerTemplate is required
+        lws(leaderWorkerTemplate=dict(LWS_TEMPLATE, size="4")),          # size as a string
+        lws(leaderWorkerTemplate={"workerTemplate": {"spec": {"containers": [{"image": "i"}]}}}),  # no name
+        lws(leaderWorkerTemplate={"workerTemplate": {"spec": {"containers": [{"name": "c", "imag": "i"}]}}}),
     ]
     errors = []
     check_object(good, "self-test good", errors)
     if errors:
         sys.exit(f"check_k8s_schema: the checker refuses a valid Service: {errors}")
+    check_object(lws(leaderWorkerTemplate=LWS_TEMPLATE), "self-test good LeaderWorkerSet", errors)
+    if errors:
+        sys.exit(f"check_k8s_schema: the checker refuses a valid LeaderWorkerSet: {errors}")
     for i, doc in enumerate(bad):
         found = []
         check_object(doc, f"self-test {i}", found)

@@ -3,11 +3,7 @@
 // --json and --trace, and the Prometheus endpoint scraped with a plain HTTP GET
 // over loopback before and after requests: the counters moved by what the
 // requests did.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -20,58 +16,16 @@
 #include "common/reference_gemm.h"
 #include "common/timing_record.h"
 #include "tests/e2e/in_process_server.h"
+#include "tests/e2e/metrics_scrape.h"
 
 namespace sgemm {
 namespace {
 
 using testing::InProcessServer;
-
-// GET /metrics on 127.0.0.1:port; the body, or "" on failure.
-std::string scrape(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
-      char buf[65536];
-      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
-    }
-  }
-  close(fd);
-  const auto body = out.find("\r\n\r\n");
-  return body == std::string::npos ? "" : out.substr(body + 4);
-}
-
-// Samples of the exposition format: "name{labels}" -> value.
-std::map<std::string, double> samples(const std::string& text) {
-  std::map<std::string, double> m;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    const auto sp = line.rfind(' ');
-    if (sp == std::string::npos) continue;
-    m[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
-  }
-  return m;
-}
-
-double value(const std::map<std::string, double>& m, const std::string& key) {
-  auto it = m.find(key);
-  return it == m.end() ? 0.0 : it->second;
-}
-
-int metrics_port(const testing::ServerLog& server) {
-  if (!server.log_has("/metrics (port ")) return 0;
-  std::smatch match;
-  const std::string log = server.log();
-  if (!std::regex_search(log, match, std::regex(R"(/metrics \(port (\d+)\))"))) return 0;
-  return std::stoi(match[1]);
-}
+using testing::metrics_port;
+using testing::samples;
+using testing::scrape;
+using testing::value;
 
 struct Inputs {
   GemmShape s;

@@ -73,6 +73,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
 
   std::vector<DeviceInfo> local_devices() const override {
     std::vector<DeviceInfo> v;
+    v.reserve(std::size_t(pool_->size()));
     for (int i = 0; i < pool_->size(); ++i) v.push_back(pool_->info(i));
     return v;
   }

@@ -133,6 +133,7 @@ Status issue(JobRun& run) {
   }
   // What each device receives of its peers' partial Cs (its block, or all of C at the root).
   std::vector<int64_t> received;
+  received.reserve(works.size());
   for (auto& w : works)
     received.push_back((scatter ? block_rows : (w.rank == 0 ? s.m : 0)) * s.n * (p - 1) * int64_t(kFloatBytes));
   SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));

@@ -66,6 +66,7 @@ Status issue_row_pipeline(JobRun& run) {
     }
     // Each device receives the slices it did not upload.
     std::vector<int64_t> received;
+    received.reserve(std::size_t(p));
     for (int j = 0; j < p; ++j)
       received.push_back((s.k - (kb[size_t(j) + 1] - kb[size_t(j)])) * s.n * int64_t(kFloatBytes));
     SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));

@@ -14,58 +14,27 @@
 #include "server/cluster/cluster_engine.h"
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
+#include "tests/server/cluster/cluster_fixture.h"
 #include "tests/server/cluster/fake_plane.h"
 #include "tests/server/engine/fake_engine_base.h"
 
 namespace sgemm {
 namespace {
 
+using testing::ClusterFixture;
+using testing::eventually;
 using testing::FakeFabric;
 using testing::FakePlane;
+using testing::LogLines;
+using testing::serve_coordinator;
+using testing::test_cluster_options;
 using namespace std::chrono_literals;
 
-template <typename Pred>
-bool eventually(Pred p, std::chrono::milliseconds limit = 10s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return p();
-}
-
-ClusterOptions opts(std::string host) {
-  ClusterOptions o;
-  o.host = std::move(host);
-  o.connect_timeout_ms = 5000;
-  o.job_timeout_ms = 10000;
-  o.rejoin_interval_ms = 100;
-  return o;
-}
-
-class ClusterControl : public ::testing::Test {
+class ClusterControl : public ClusterFixture {
  protected:
-  void SetUp() override {
-    root_plane_ = std::make_unique<FakePlane>(fabric_, 1, "coordinator");
-    coord_ = std::make_unique<ClusterCoordinator>(*root_plane_, opts("coordinator"));
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    b.RegisterService(coord_.get());
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_);
-    ASSERT_GT(port_, 0);
-  }
-  void TearDown() override {
-    members_.clear();
-    coord_->shutdown();
-    server_->Shutdown(std::chrono::system_clock::now() + 1s);
-  }
+  void SetUp() override { start(test_cluster_options("coordinator")); }
   FakePlane& add_member(const std::string& name, int gpus) {
-    planes_.push_back(std::make_unique<FakePlane>(fabric_, gpus, name));
-    members_.push_back(
-        std::make_unique<ClusterMember>(*planes_.back(), "127.0.0.1:" + std::to_string(port_), opts(name)));
-    members_.back()->start();
-    return *planes_.back();
+    return ClusterFixture::add_member(test_cluster_options(name), gpus);
   }
 
   // A job over the cluster's ranks, rows (or K) split evenly; checked against fp64.
@@ -91,7 +60,7 @@ class ClusterControl : public ::testing::Test {
     job.a = a.data();
     job.b = b.data();
     job.c = c.data();
-    auto lock = coord_->lock_jobs();
+    MutexLock lock(coord_->job_mutex());
     StatusOr<ClusterRunResult> r = coord_->run(spec, job);
     if (r.ok()) {
       const VerifyResult v =
@@ -100,18 +69,6 @@ class ClusterControl : public ::testing::Test {
     }
     return r;
   }
-  StatusOr<ClusterView> prepare() {
-    auto lock = coord_->lock_jobs();
-    return coord_->prepare();
-  }
-
-  FakeFabric fabric_;
-  std::unique_ptr<FakePlane> root_plane_;
-  std::unique_ptr<ClusterCoordinator> coord_;
-  std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
-  std::vector<std::unique_ptr<FakePlane>> planes_;  // outlive the members
-  std::vector<std::unique_ptr<ClusterMember>> members_;
 };
 
 TEST_F(ClusterControl, NoMembersIsAnEmptyView) {
@@ -367,19 +324,13 @@ TEST_F(ClusterControl, TheEngineForwardsHostMemoryLockingToTheLocalEngine) {
 // with one member on "host-a" and the cluster engine over a LocalEngine.
 struct AlwaysCluster {
   AlwaysCluster(FakeFabric& fabric, FakePlane& root_plane) : plane(fabric, 1, "host-a") {
-    ClusterOptions o = opts("coordinator");
+    ClusterOptions o = test_cluster_options("coordinator", &log);
     o.always = true;
-    o.log = [this](std::string_view line) {
-      std::lock_guard lock(log_mu);
-      log.emplace_back(line);
-    };
     coordinator = std::make_unique<ClusterCoordinator>(root_plane, o);
-    grpc::ServerBuilder b;
     int port = 0;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    b.RegisterService(coordinator.get());
-    server = b.BuildAndStart();
-    member = std::make_unique<ClusterMember>(plane, "127.0.0.1:" + std::to_string(port), opts("host-a"));
+    server = serve_coordinator(*coordinator, &port);
+    member =
+        std::make_unique<ClusterMember>(plane, "127.0.0.1:" + std::to_string(port), test_cluster_options("host-a"));
     member->start();
     auto owned = std::make_unique<LocalEngine>();
     local = owned.get();
@@ -390,16 +341,7 @@ struct AlwaysCluster {
     coordinator->shutdown();
     if (server) server->Shutdown(std::chrono::system_clock::now() + 1s);
   }
-  std::string line_with(const std::string& words) {  // the last log line holding `words`
-    std::lock_guard lock(log_mu);
-    std::string found;
-    for (const auto& line : log)
-      if (line.find(words) != std::string::npos) found = line;
-    return found;
-  }
-
-  std::mutex log_mu;
-  std::vector<std::string> log;
+  LogLines log;
   FakePlane plane;
   std::unique_ptr<ClusterCoordinator> coordinator;
   std::unique_ptr<grpc::Server> server;
@@ -495,7 +437,7 @@ TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayL
   ASSERT_FALSE(cluster.plane.jobs().empty());
   EXPECT_EQ(cluster.plane.jobs().back().kind, ClusterJobKind::kK);
   // Both rates are logged when the communicator is ready.
-  const std::string ready = cluster.line_with(" ready: 2 ranks");
+  const std::string ready = cluster.log.last_with(" ready: 2 ranks");
   EXPECT_NE(ready.find("link between hosts 67.11 GB/s (64 MiB broadcast in 1.000 ms)"), std::string::npos) << ready;
   EXPECT_NE(ready.find("fan-out from rank 0 to 1 remote rank 33.55 GB/s aggregate (1 x 64 MiB in 2.000 ms"),
             std::string::npos)

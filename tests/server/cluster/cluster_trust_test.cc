@@ -20,78 +20,21 @@
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
 #include "sgemm/v1/cluster.grpc.pb.h"
-#include "tests/server/cluster/fake_plane.h"
+#include "tests/server/cluster/cluster_fixture.h"
 
 namespace sgemm {
 namespace {
 
-using testing::FakeFabric;
-using testing::FakePlane;
+using testing::ClusterFixture;
+using testing::eventually;
+using testing::LogLines;
+using testing::test_cluster_options;
 using namespace std::chrono_literals;
-
-template <typename Pred>
-bool eventually(Pred p, std::chrono::milliseconds limit = 10s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (p()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return p();
-}
-
-// Log lines of one process, for waiting on an event by what it logged.
-struct Lines {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  std::function<void(std::string_view)> sink() {
-    return [this](std::string_view l) {
-      std::lock_guard lock(mu);
-      lines.emplace_back(l);
-    };
-  }
-  bool has(const std::string& text) {
-    std::lock_guard lock(mu);
-    for (const auto& l : lines)
-      if (l.find(text) != std::string::npos) return true;
-    return false;
-  }
-};
-
-ClusterOptions opts(std::string host, Lines* lines) {
-  ClusterOptions o;
-  o.host = std::move(host);
-  o.connect_timeout_ms = 5000;
-  o.job_timeout_ms = 10000;
-  o.rejoin_interval_ms = 100;
-  if (lines) o.log = lines->sink();
-  return o;
-}
 
 const std::string kToken = "cluster-secret-0123456789abcdef";
 
-class ClusterTrust : public ::testing::Test {
+class ClusterTrust : public ClusterFixture {
  protected:
-  void start(ClusterOptions o, std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials()) {
-    root_plane_ = std::make_unique<FakePlane>(fabric_, 1, "coordinator");
-    coord_ = std::make_unique<ClusterCoordinator>(*root_plane_, std::move(o));
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", creds, &port_);
-    b.RegisterService(coord_.get());
-    server_ = b.BuildAndStart();
-    ASSERT_TRUE(server_);
-    ASSERT_GT(port_, 0);
-  }
-  void TearDown() override {
-    members_.clear();
-    if (coord_) coord_->shutdown();
-    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
-  }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  void add_member(const ClusterOptions& o) {
-    planes_.push_back(std::make_unique<FakePlane>(fabric_, 1, o.host));
-    members_.push_back(std::make_unique<ClusterMember>(*planes_.back(), address(), o));
-    members_.back()->start();
-  }
   // A raw Join with `hello`: the status the coordinator ends it with.
   grpc::Status raw_join(const v1::ClusterHello& hello, const std::string& token) {
     auto stub = v1::Cluster::NewStub(grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
@@ -109,38 +52,27 @@ class ClusterTrust : public ::testing::Test {
     return stream->Finish();
   }
 
-  // Logs outlive the coordinator and the members that write to them.
-  Lines coord_log, stranger_log, wrong_log, plain_log;
-  FakeFabric fabric_;
-  std::unique_ptr<FakePlane> root_plane_;
-  std::unique_ptr<ClusterCoordinator> coord_;
-  std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
-  std::vector<std::unique_ptr<FakePlane>> planes_;
-  std::vector<std::unique_ptr<ClusterMember>> members_;
+  // Logs outlive the coordinator and the members that write to them (TearDown stops those first).
+  LogLines coord_log, stranger_log, wrong_log, plain_log;
 };
 
 TEST_F(ClusterTrust, AMemberWithoutTheTokenNeverJoinsAndOneWithItDoes) {
-  ClusterOptions co = opts("coordinator", &coord_log);
+  ClusterOptions co = test_cluster_options("coordinator", &coord_log);
   co.token = kToken;
   start(co);
-  add_member(opts("stranger", &stranger_log));  // no token
-  ClusterOptions wrong = opts("wrong", &wrong_log);
+  add_member(test_cluster_options("stranger", &stranger_log));  // no token
+  ClusterOptions wrong = test_cluster_options("wrong", &wrong_log);
   wrong.token = "not-the-secret-0123456789abcdef";
   add_member(wrong);
-  ASSERT_TRUE(eventually([&] { return stranger_log.has("requires the cluster token"); })) << [&] {
-    std::string all;
-    for (const auto& l : stranger_log.lines) all += l + "\n";
-    return all;
-  }();
+  ASSERT_TRUE(eventually([&] { return stranger_log.has("requires the cluster token"); })) << stranger_log.all();
   ASSERT_TRUE(eventually([&] { return wrong_log.has("is not this coordinator's"); }));
   EXPECT_TRUE(coord_log.has("refused a Join from"));
   EXPECT_EQ(coord_->member_count(), 0);
-  ClusterOptions member = opts("member", nullptr);
+  ClusterOptions member = test_cluster_options("member", nullptr);
   member.token = kToken;
   add_member(member);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
-  auto lock = coord_->lock_jobs();
+  MutexLock lock(coord_->job_mutex());
   auto view = coord_->prepare();
   ASSERT_TRUE(view.ok()) << view.status().to_string();
   EXPECT_EQ(view->ranks.size(), 2u);  // the coordinator's GPU and the member's: the strangers have none
@@ -148,7 +80,7 @@ TEST_F(ClusterTrust, AMemberWithoutTheTokenNeverJoinsAndOneWithItDoes) {
 }
 
 TEST_F(ClusterTrust, HellosThatBreakTheRulesAreRefused) {
-  start(opts("coordinator", &coord_log));
+  start(test_cluster_options("coordinator", &coord_log));
   v1::ClusterHello ok;
   ok.set_host("gpu-node-1.example:7");
   ok.add_devices("NVIDIA H100 80GB HBM3");
@@ -174,18 +106,18 @@ TEST_F(ClusterTrust, HellosThatBreakTheRulesAreRefused) {
 // builds the communicator until connect_timeout_ms, then is dropped and kept
 // out: the next request builds over the rest at once.
 TEST_F(ClusterTrust, AMemberThatNeverAnswersReadyIsDroppedAndKeptOut) {
-  ClusterOptions co = opts("coordinator", &coord_log);
+  ClusterOptions co = test_cluster_options("coordinator", &coord_log);
   // Long enough that a build which waited for the dropped member is told
   // apart from a quick one on a loaded machine; short enough to wait once.
   co.connect_timeout_ms = 2000;
   start(co);
-  add_member(opts("steady", nullptr));
-  ClusterOptions silent = opts("silent", &stranger_log);
+  add_member(test_cluster_options("steady", nullptr));
+  ClusterOptions silent = test_cluster_options("silent", &stranger_log);
   add_member(silent);
   planes_.back()->set_hang_connect(true);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
   {
-    auto lock = coord_->lock_jobs();
+    MutexLock lock(coord_->job_mutex());
     auto view = coord_->prepare();
     EXPECT_EQ(view.status().code(), StatusCode::kUnavailable) << view.status().to_string();
     EXPECT_NE(view.status().message().find("'silent'"), std::string::npos) << view.status().to_string();
@@ -195,7 +127,7 @@ TEST_F(ClusterTrust, AMemberThatNeverAnswersReadyIsDroppedAndKeptOut) {
   ASSERT_TRUE(eventually([&] { return stranger_log.has("may join again in"); }));
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
   const auto t0 = std::chrono::steady_clock::now();
-  auto lock = coord_->lock_jobs();
+  MutexLock lock(coord_->job_mutex());
   auto view = coord_->prepare();
   ASSERT_TRUE(view.ok()) << view.status().to_string();
   EXPECT_EQ(view->members, 1);
@@ -242,13 +174,13 @@ TEST_F(ClusterTrust, OverTlsOnlyAMemberThatTrustsTheCoordinatorsCaJoins) {
   ASSERT_TRUE(make_pki(dir)) << "openssl failed";
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({slurp(dir + "/coord.key"), slurp(dir + "/coord.pem")});
-  ClusterOptions co = opts("coordinator", nullptr);
+  ClusterOptions co = test_cluster_options("coordinator", nullptr);
   co.token = kToken;
   start(co, grpc::SslServerCredentials(ssl));
-  ClusterOptions plain = opts("plaintext", &plain_log);
+  ClusterOptions plain = test_cluster_options("plaintext", &plain_log);
   plain.token = kToken;
   add_member(plain);
-  ClusterOptions tls = opts("tls", nullptr);
+  ClusterOptions tls = test_cluster_options("tls", nullptr);
   tls.token = kToken;
   tls.tls_ca_file = dir + "/ca.pem";
   ASSERT_TRUE(cluster_channel_credentials(tls).ok());
