@@ -80,7 +80,6 @@ Status validate(const ServerOptions& opt) {
   if (s.max_open_streams <= 0) return InvalidArgument("--max-open-streams must be positive");
   if (s.max_stripes <= 0) return InvalidArgument("--max-stripes must be positive");
   if (s.max_streams_per_address < 0) return InvalidArgument("--max-streams-per-address must not be negative");
-
   if (s.log_lines_per_second < 0) return InvalidArgument("--log-lines-per-second must not be negative");
   if (s.max_message_bytes < (int64_t{4} << 20) || s.max_message_bytes > (int64_t{1} << 30))
     return InvalidArgument("--max-message-bytes must be in [4 MiB, 1 GiB], not " + std::to_string(s.max_message_bytes));

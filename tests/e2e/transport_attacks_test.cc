@@ -354,6 +354,44 @@ TEST(TransportAttacks, ShutdownUnderALargeProductEndsWithinTheGrace) {
   EXPECT_LT(exit_s, kGraceS + 6) << "shutdown overran --shutdown-grace";
 }
 
+// A put under way when SIGTERM comes, with no request beside it, still gets
+// the grace: its rest, sent once the server is shutting down, is stored (the
+// shutdown used to wait for Multiply calls only, and cancel the put at once).
+TEST(TransportAttacks, APutUnderWayGetsTheShutdownGrace) {
+  ServerProcess server({"--shutdown-grace", "10"});
+  ASSERT_TRUE(server.running()) << server.log();
+  constexpr int64_t kRows = 128, kCols = 96;
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::PutMatrixResponse resp;
+  auto put = stub->PutMatrix(&ctx, &resp);
+  v1::PutMatrixRequest h;
+  h.mutable_header()->set_rows(kRows);
+  h.mutable_header()->set_cols(kCols);
+  ASSERT_TRUE(put->Write(h));
+  std::vector<float> half(std::size_t(kRows * kCols / 2), 2.0f);
+  v1::PutMatrixRequest c;
+  c.mutable_chunk()->set_offset(0);
+  c.mutable_chunk()->set_data(reinterpret_cast<const char*>(half.data()), half.size() * 4);
+  ASSERT_TRUE(put->Write(c));
+  auto client = Client::connect(server.tcp_address());
+  const auto held = testing::info_when(*client, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; });
+  ASSERT_GT(held.host_bytes_in_use, 0) << "the put's first chunk never arrived";
+  const auto t0 = Clock::now();
+  kill(server.pid(), SIGTERM);
+  ASSERT_TRUE(server.log_has("signal 15 received", 10000)) << server.log();
+  c.mutable_chunk()->set_offset(kRows * kCols / 2);
+  ASSERT_TRUE(put->Write(c));
+  put->WritesDone();
+  const grpc::Status st = put->Finish();
+  EXPECT_TRUE(st.ok()) << "a put under way did not get the grace: " << st.error_message();
+  EXPECT_FALSE(resp.handle().empty());
+  EXPECT_EQ(server.stop(), 0);
+  std::printf("[ info ] SIGTERM with a put under way: the put was %s; exited %.2f s later (grace 10 s)\n",
+              st.ok() ? "stored" : "cancelled", ms_since(t0) / 1000);
+  EXPECT_LT(ms_since(t0), 10000 + 6000);
+}
+
 // ---- The metrics endpoint --------------------------------------------------
 
 int connect_loopback(int port) {
