@@ -45,6 +45,15 @@ inline MatrixDims stored_b_dims(const GemmShape& s, Op op_b) {
   return op_b == Op::kN ? MatrixDims{s.k, s.n} : MatrixDims{s.n, s.k};
 }
 
+// The first element of a submatrix: row and column inside a larger matrix
+// (a resident operand's GemmHeader.a_at / b_at / c_at).
+struct MatrixOffset {
+  int64_t row = 0;
+  int64_t col = 0;
+  bool zero() const { return row == 0 && col == 0; }
+  friend bool operator==(const MatrixOffset&, const MatrixOffset&) = default;
+};
+
 // The implementation that multiplies on a device. GPU kinds have a
 // GemmBackend in kernels/; kOpenblas is the CPU engine's.
 enum class KernelKind {

@@ -32,13 +32,6 @@ namespace sgemm {
 
 enum class MatrixId { kA = 0, kB = 1, kC = 2 };
 
-// The first element of a submatrix: row and column inside a larger matrix.
-struct MatrixOffset {
-  int64_t row = 0;
-  int64_t col = 0;
-  bool zero() const { return row == 0 && col == 0; }
-};
-
 class InputFeed {
  public:
   virtual ~InputFeed() = default;
