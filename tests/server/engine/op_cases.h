@@ -69,8 +69,10 @@ inline HostBuffer engine_buffer(Engine& e, int64_t count) {
 
 // Runs one case on `engine` (split `split`) and checks C against the fp64
 // reference. Returns the report for split-specific checks.
-inline StatusOr<GemmReport> run_op_case(Engine& engine, const OpCase& c, SplitMode split, uint64_t seed) {
-  SCOPED_TRACE(c.name() + " split " + std::string(split_mode_name(split)));
+inline StatusOr<GemmReport> run_op_case(Engine& engine, const OpCase& c, SplitMode split, uint64_t seed,
+                                        Precision precision = Precision::kFp32) {
+  SCOPED_TRACE(c.name() + " split " + std::string(split_mode_name(split)) + " precision " +
+               std::string(precision_name(precision)));
   const GemmShape s = c.shape;
   std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n)), c0;
   fill_random(a, seed);
@@ -87,6 +89,7 @@ inline StatusOr<GemmReport> run_op_case(Engine& engine, const OpCase& c, SplitMo
   j.request.op_a = c.op_a;
   j.request.op_b = c.op_b;
   j.request.options.split = split;
+  j.request.options.precision = precision;
   if (Status v = engine.validate(j.request); !v.ok()) return v;
   const MatrixDims ad = j.request.a_dims(), bd = j.request.b_dims();
   // Strided: 3 more columns than the stored width; a resident block sits at
