@@ -293,6 +293,23 @@ TEST_F(OpsE2E, TheCliSaysItTheBlasWayAndSendsFortranOrderAsItIs) {
   ASSERT_EQ(t.exit_code, 0) << t.output;
   EXPECT_NE(t.output.find("\"passed\":true"), std::string::npos) << t.output;
 
+  // A block of a resident matrix: 4 x 3 at (2, 1) of a 10 x 8 one (stored 3 x 4 under --op-a t fits too).
+  auto put = testing::run_command(cli + "put --rows 10 --cols 8" + server + " 2>/dev/null");
+  ASSERT_EQ(put.exit_code, 0) << put.output;
+  const std::string h = put.output.substr(0, 32);
+  auto sub = testing::run_command(cli + "submit --m 4 --n 5 --k 3 --a-handle " + h + " --a-at 2,1" + server + " 2>&1");
+  EXPECT_EQ(sub.exit_code, 0) << sub.output;
+  sub = testing::run_command(cli + "submit --m 4 --n 5 --k 3 --op-a t --a-handle " + h + " --a-at 7,4" + server +
+                             " 2>&1");
+  EXPECT_EQ(sub.exit_code, 0) << sub.output;
+  auto over = testing::run_command(cli + "submit --m 4 --n 5 --k 3 --a-handle " + h + " --a-at 7,6" + server + " 2>&1");
+  EXPECT_EQ(over.exit_code, 3) << over.output;
+  EXPECT_NE(over.output.find("header.a_at"), std::string::npos) << over.output;
+  auto syntax = testing::run_command(cli + "submit --m 4 --n 5 --k 3 --a-handle " + h + " --a-at 2" + server + " 2>&1");
+  EXPECT_EQ(syntax.exit_code, 2) << syntax.output;
+  EXPECT_NE(syntax.output.find("--a-at wants ROW,COL"), std::string::npos) << syntax.output;
+  EXPECT_EQ(testing::run_command(cli + "rm " + h + server).exit_code, 0);
+
   // A Fortran-order 9 x 7 A: column after column in the file.
   const int64_t m = 9, k = 7, n = 5;
   std::vector<float> a(std::size_t(m * k)), b(std::size_t(k * n));
