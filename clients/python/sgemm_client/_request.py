@@ -113,7 +113,7 @@ class Request:
                  kernel: Optional[str], split: Optional[str], trace: bool, keep: bool, keep_evictable: bool,
                  send_c: bool, out: Optional[np.ndarray], connections: int, chunk_bytes: int, transport: str,
                  regions: RegionTable, handle_shapes: Dict[str, Tuple[int, int]], op_a: str = "n",
-                 op_b: str = "n"):
+                 op_b: str = "n", blocks: Optional[Dict[str, Optional[Sequence[int]]]] = None):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if kernel not in KERNELS:
@@ -133,7 +133,22 @@ class Request:
         b, op_b = stored_form(b, op_b, regions)
         self.op_a, self.op_b = op_a, op_b
 
-        # Shapes: arrays give theirs, handles theirs (from put, or from ListMatrices).
+        # Blocks of resident matrices (a_at=(row, col, rows, cols)): the operand is the rows x cols block,
+        # as stored, whose first element is (row, col) of the handle's matrix (GemmHeader.a_at).
+        at: Dict[int, Tuple[int, int, int, int]] = {}
+        for which, x in ((_wire.MATRIX_A, a), (_wire.MATRIX_B, b), (_wire.MATRIX_C, c)):
+            block = (blocks or {}).get(_NAMES[which])
+            if block is None:
+                continue
+            name = _NAMES[which]
+            if not isinstance(x, str):
+                raise ValueError(f"{name}_at names a block of a resident matrix: {name} must be a handle")
+            if len(block) != 4 or any(int(v) != v for v in block) or min(block[:2]) < 0 or min(block[2:]) < 1:
+                raise ValueError(f"{name}_at must be (row, col, rows, cols) with row, col >= 0 and rows, cols >= 1, "
+                                 f"got {block!r}")
+            at[which] = tuple(int(v) for v in block)
+
+        # Shapes: arrays give theirs, handles theirs (from put, or from ListMatrices; a block its own).
         handles: Dict[int, str] = {}
         arrays: Dict[int, np.ndarray] = {}
         originals: Dict[int, Any] = {}
@@ -142,7 +157,9 @@ class Request:
             if x is None:
                 continue
             name = _NAMES[which]
-            if isinstance(x, str):
+            if which in at:
+                handles[which], shapes[which] = str(x), at[which][2:]
+            elif isinstance(x, str):
                 shape = x.shape if isinstance(x, Handle) else handle_shapes.get(x)
                 if shape is None:
                     raise SgemmError(grpc.StatusCode.NOT_FOUND, f"{name}: resident matrix {x} is not listed by "
@@ -183,6 +200,9 @@ class Request:
         h.a_handle = handles.get(_wire.MATRIX_A, "")
         h.b_handle = handles.get(_wire.MATRIX_B, "")
         h.c_handle = handles.get(_wire.MATRIX_C, "")
+        for which, field in ((_wire.MATRIX_A, h.a_at), (_wire.MATRIX_B, h.b_at), (_wire.MATRIX_C, h.c_at)):
+            if which in at:
+                field.row, field.col = at[which][:2]
         self.header = h
 
         # The mode: a row of the table above.

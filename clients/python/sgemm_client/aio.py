@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
@@ -80,7 +80,9 @@ class Client(ClientBase):
                        beta: float = 0.0, *, precision: str = "fp32", kernel: Optional[str] = None,
                        split: Optional[str] = None, timeout: Optional[float] = None, out: Optional[np.ndarray] = None,
                        trace: bool = False, keep: bool = False, keep_evictable: bool = False, send_c: bool = False,
-                       connections: Optional[int] = None, op_a: str = "n", op_b: str = "n") -> Tuple[Any, Summary]:
+                       connections: Optional[int] = None, op_a: str = "n", op_b: str = "n",
+                       a_at: Optional[Sequence[int]] = None, b_at: Optional[Sequence[int]] = None,
+                       c_at: Optional[Sequence[int]] = None) -> Tuple[Any, Summary]:
         """C = alpha*op(A)*op(B) + beta*C; returns (C, summary). See sgemm_client.Client.multiply."""
         t0 = time.monotonic()
         deadline = deadline_of(timeout)
@@ -91,7 +93,8 @@ class Client(ClientBase):
                       connections=self.connections if connections is None else connections,
                       chunk_bytes=self.chunk_bytes, transport=await self.transport(_timeout_within(deadline)),
                       regions=self._regions,
-                      handle_shapes=dict(self._handle_shapes), op_a=op_a, op_b=op_b)
+                      handle_shapes=dict(self._handle_shapes), op_a=op_a, op_b=op_b,
+                      blocks={"a": a_at, "b": b_at, "c": c_at})
         once = self._through_scratch if req.mode == "scratch" else self._stream
         attempt = 0
         while True:

@@ -200,7 +200,9 @@ class Client(ClientBase):
                  precision: str = "fp32", kernel: Optional[str] = None, split: Optional[str] = None,
                  timeout: Optional[float] = None, out: Optional[np.ndarray] = None, trace: bool = False,
                  keep: bool = False, keep_evictable: bool = False, send_c: bool = False,
-                 connections: Optional[int] = None, op_a: str = "n", op_b: str = "n") -> Tuple[Any, Summary]:
+                 connections: Optional[int] = None, op_a: str = "n", op_b: str = "n",
+                 a_at: Optional[Sequence[int]] = None, b_at: Optional[Sequence[int]] = None,
+                 c_at: Optional[Sequence[int]] = None) -> Tuple[Any, Summary]:
         """C = alpha*op(A)*op(B) + beta*C on the server; returns (C, summary).
 
         a (m x k), b (k x n), c (m x n, optional: without it C starts at zero): numpy arrays (anything numpy
@@ -208,8 +210,9 @@ class Client(ClientBase):
         client's shared-memory regions (empty(), register()). op_a, op_b: BLAS's transa / transb, "n" or
         "t"; with "t" the operand given is stored transposed (a is k x m, b is n x k) and the product uses
         its transpose. A float32 array whose transpose is row-major (Fortran order, a `.T` view) is sent as
-        that transpose with its op flipped: no copy. precision: "fp32" (error no larger than cuBLAS
-        SGEMM's; the server runs the fastest kernel that keeps it), "fp32-ffma" (classic FFMA arithmetic only),
+        that transpose with its op flipped: no copy. a_at, b_at, c_at: (row, col, rows, cols), with a handle:
+        the operand is that block (as stored) of the resident matrix, multiplied in place. precision: "fp32"
+        (error no larger than cuBLAS SGEMM's; the server runs the fastest kernel that keeps it), "fp32-ffma" (classic FFMA arithmetic only),
         "tf32" (tensor cores, about 1e-4 relative error) or "fp32x3"; kernel: None (the server's choice),
         "pingpong", "cublas"; split:
         None/"auto", "single", "rows", "k". out: an m x n float32 array C is written into (in a region: by
@@ -228,7 +231,8 @@ class Client(ClientBase):
                       connections=self.connections if connections is None else connections,
                       chunk_bytes=self.chunk_bytes, transport=self.transport(_timeout_within(deadline)),
                       regions=self._regions,
-                      handle_shapes=self._shapes(), op_a=op_a, op_b=op_b)
+                      handle_shapes=self._shapes(), op_a=op_a, op_b=op_b,
+                      blocks={"a": a_at, "b": b_at, "c": c_at})
         once = self._through_scratch if req.mode == "scratch" else self._stream
         receiver, attempts = self._with_retries(lambda: once(req, deadline), deadline)
         if keep:
@@ -479,7 +483,8 @@ def multiply(a: Matrix, b: Matrix, c: Optional[Matrix] = None, alpha: float = 1.
     """One product on the server at `target`: returns (C, summary). Options go to Client (token, tls_*,
     chunk_bytes, connections, retries, ...) or to Client.multiply (precision, kernel, split, out, trace, op_a,
     op_b)."""
-    call_keys = {"precision", "kernel", "split", "out", "trace", "keep", "keep_evictable", "send_c", "op_a", "op_b"}
+    call_keys = {"precision", "kernel", "split", "out", "trace", "keep", "keep_evictable", "send_c", "op_a", "op_b",
+                 "a_at", "b_at", "c_at"}
     call = {k: v for k, v in options.items() if k in call_keys}
     with Client(target, **{k: v for k, v in options.items() if k not in call_keys}) as client:
         return client.multiply(a, b, c, alpha, beta, timeout=timeout, **call)

@@ -1,7 +1,7 @@
 """Transposed operands from Python against the real sgemm-server (cpu backend):
 multiply(a, b, op_a='t') in every combination with alpha, beta and C, numpy
 Fortran-order arrays and `.T` views sent without a copy (as the row-major
-array under them, op flipped), handles stored transposed, and the errors that
+array under them, op flipped), handles stored transposed, blocks of resident matrices (a_at), and the errors that
 name the bad argument. Results against a float64 numpy reference on odd
 shapes, and the asyncio client on the same cases."""
 
@@ -80,6 +80,26 @@ class Ops(unittest.TestCase):
         self.assertLessEqual(max_error(got, a, b), TOLERANCE)
         self.assertEqual(summary.bytes_sent, 0)
         for h in (ha, hb):
+            self.client.delete(h)
+
+    def test_blocks_of_resident_matrices(self):
+        m, n, k = 13, 9, 11
+        a, b, c0 = random(self.rng, m, k), random(self.rng, k, n), random(self.rng, m, n)
+        big_a = np.full((k + 5, m + 3), np.nan, np.float32)  # A stored transposed at (4, 2)
+        big_a[4:4 + k, 2:2 + m] = a.T
+        big_c = np.full((m + 1, n + 2), np.nan, np.float32)
+        big_c[1:, 2:] = c0
+        ha, hc = self.client.put(big_a), self.client.put(big_c)
+        got, summary = self.client.multiply(ha, b, hc, 0.5, -1.0, op_a="t", a_at=(4, 2, k, m), c_at=(1, 2, m, n),
+                                            timeout=60)
+        self.assertLessEqual(max_error(got, a, b, c0, 0.5, -1.0), TOLERANCE)
+        self.assertEqual(summary.bytes_sent, 4 * k * n)  # B alone travels
+        with self.assertRaises(sgemm_client.SgemmError) as e:  # rows 6-17 of a 16-row matrix
+            self.client.multiply(ha, b, op_a="t", a_at=(6, 2, k, m), timeout=60)
+        self.assertIn("header.a_at", e.exception.details)
+        with self.assertRaisesRegex(ValueError, "a_at names a block of a resident matrix"):
+            self.client.multiply(a, b, a_at=(0, 0, m, k))
+        for h in (ha, hc):
             self.client.delete(h)
 
     def test_bad_ops_and_shapes_say_what_is_wrong(self):
