@@ -27,6 +27,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "client/matrix_files.h"
@@ -52,6 +53,8 @@ struct SubmitOptions {
   std::string unix_path;                         // the server's Unix socket (shared memory); "" = none
   std::string trace_file;                        // Chrome trace of the (last) request; "" = none
   std::string a_handle, b_handle, c_handle;      // resident operands (docs/resident.md)
+  std::string op_a = "n", op_b = "n";            // BLAS transa / transb: "t" = the operand is stored transposed
+  std::string a_at, b_at, c_at;                  // "ROW,COL": a submatrix of the resident operand
   bool keep = false, keep_evictable = false, send_c = false;
   bool discard = false;  // --a/--b without --out: compute and throw C away (timing runs)
   bool progress = true;  // a progress line on stderr when it is a terminal (--no-progress: never)
@@ -266,13 +269,36 @@ void add_connection_options(CLI::App* app, sgemm::ClientOptions* c) {
   app->add_option("--token", c->token, "bearer token for servers started with --auth-tokens")->envname("SGEMM_TOKEN");
 }
 
+// The cols x rows transpose of a rows x cols row-major matrix (for --verify's reference).
+std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) t[std::size_t(j * rows + i)] = x[std::size_t(i * cols + j)];
+  return t;
+}
+
 int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o,
            const sgemm::ClientOptions& connection) {
   sgemm::GemmShape s{o.m, o.n, o.k};
   if (o.size > 0) s = {o.size, o.size, o.size};
   std::optional<sgemm::GemmInputs> files;
+  // What is sent: the requested ops, flipped for a Fortran-order .npy A or B.
+  sgemm::Op op_a = sgemm::parse_op(o.op_a).value_or(sgemm::Op::kN);
+  sgemm::Op op_b = sgemm::parse_op(o.op_b).value_or(sgemm::Op::kN);
+  std::optional<sgemm::MatrixOffset> at[3];
+  for (auto [text, flag, out] : {std::tuple{&o.a_at, "--a-at", &at[0]}, std::tuple{&o.b_at, "--b-at", &at[1]},
+                                 std::tuple{&o.c_at, "--c-at", &at[2]}}) {
+    if (text->empty()) continue;
+    long long row = -1, col = -1;
+    char tail = 0;
+    if (std::sscanf(text->c_str(), "%lld,%lld%c", &row, &col, &tail) != 2 || row < 0 || col < 0) {
+      std::fprintf(stderr, "sgemm-client: %s wants ROW,COL (two integers >= 0), got '%s'\n", flag, text->c_str());
+      return 2;
+    }
+    *out = sgemm::MatrixOffset{row, col};
+  }
   if (!o.a_file.empty()) {
-    auto in = sgemm::read_gemm_inputs(o.a_file, o.b_file, o.c_file, s.m, s.n, s.k);
+    auto in = sgemm::read_gemm_inputs(o.a_file, o.b_file, o.c_file, s.m, s.n, s.k, op_a, op_b);
     if (!in.ok()) {
       std::fprintf(stderr, "sgemm-client: %s\n", in.status().to_string().c_str());
       return 2;
@@ -283,6 +309,8 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     }
     files = std::move(*in);
     s = files->shape;
+    op_a = files->op_a;
+    op_b = files->op_b;
     if (o.out_file.empty() && !o.verify && !o.discard && !o.keep) {
       std::fprintf(stderr,
                    "sgemm-client: --a/--b without --out: C would be computed and thrown away; give --out FILE, "
@@ -330,6 +358,11 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   if (!o.split.empty()) mopt.split = sgemm::parse_split_mode(o.split).value_or(sgemm::SplitMode::kAuto);
   mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
   mopt.trace = !o.trace_file.empty();
+  mopt.op_a = op_a;
+  mopt.op_b = op_b;
+  mopt.a_at = at[0];
+  mopt.b_at = at[1];
+  mopt.c_at = at[2];
   mopt.a_handle = o.a_handle;
   mopt.b_handle = o.b_handle;
   mopt.c_handle = o.c_handle;
@@ -403,8 +436,12 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     }
     if (o.verify) {
       const auto rows = sgemm::rows_to_verify(s.m, s.n, s.k, o.seed);
-      const auto v = sgemm::verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta,
-                                        with_c ? c0.data() : nullptr, c_out.get(), rows);
+      // The reference multiplies op(A) and op(B): transposed copies of what was sent under op = t.
+      const std::vector<float> ref_a = op_a == sgemm::Op::kT ? transposed(a, s.k, s.m) : std::vector<float>{};
+      const std::vector<float> ref_b = op_b == sgemm::Op::kT ? transposed(b, s.n, s.k) : std::vector<float>{};
+      const auto v = sgemm::verify_gemm(s.m, s.n, s.k, o.alpha, ref_a.empty() ? a.data() : ref_a.data(),
+                                        ref_b.empty() ? b.data() : ref_b.data(), o.beta, with_c ? c0.data() : nullptr,
+                                        c_out.get(), rows);
       // tf32 is documented as less accurate (about 1e-4): it is held to 1e-2, the rest to fp32's tolerance.
       const double tolerance = mopt.precision == sgemm::Precision::kTf32 ? 1e-2 : sgemm::kSgemmTolerance;
       const bool pass = v.passed(tolerance);
@@ -474,9 +511,9 @@ int main(int argc, char** argv) {
   sub->add_option("--server", server, "sgemm-server address host:port");
   add_connection_options(sub, &connection);
   sub->add_option("--size", o.size, "square problem: m = n = k = SIZE")->check(CLI::PositiveNumber);
-  sub->add_option("--m", o.m, "rows of A and C")->check(CLI::PositiveNumber);
-  sub->add_option("--n", o.n, "columns of B and C")->check(CLI::PositiveNumber);
-  sub->add_option("--k", o.k, "columns of A, rows of B")->check(CLI::PositiveNumber);
+  sub->add_option("--m", o.m, "rows of op(A) and C")->check(CLI::PositiveNumber);
+  sub->add_option("--n", o.n, "columns of op(B) and C")->check(CLI::PositiveNumber);
+  sub->add_option("--k", o.k, "columns of op(A), rows of op(B)")->check(CLI::PositiveNumber);
   sub->add_option("--alpha", o.alpha, "C = alpha*A*B + beta*C")->capture_default_str();
   sub->add_option("--beta", o.beta, "non-zero sends a random C")->capture_default_str();
   sub->add_flag("--with-c", o.with_c, "send a random C even when beta is 0");
@@ -521,6 +558,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "grpc", "shm"}))
       ->capture_default_str();
   sub->add_option("--unix", o.unix_path, "the server's Unix socket (sgemm-server --listen unix:PATH)");
+  sub->add_option("--op-a", o.op_a,
+                  "n: A is m x k; t: A is stored k x m and the product uses A^T (BLAS transa; a Fortran-order .npy "
+                  "is sent as it is, its op flipped)")
+      ->check(CLI::IsMember({"n", "t", "N", "T"}))
+      ->capture_default_str();
+  sub->add_option("--op-b", o.op_b, "n: B is k x n; t: B is stored n x k and the product uses B^T (BLAS transb)")
+      ->check(CLI::IsMember({"n", "t", "N", "T"}))
+      ->capture_default_str();
+  sub->add_option("--a-at", o.a_at,
+                  "ROW,COL: with --a-handle, A is the block of its stored shape at this element of the resident "
+                  "matrix (a submatrix, multiplied in place)");
+  sub->add_option("--b-at", o.b_at, "ROW,COL: with --b-handle, B is the block at this element");
+  sub->add_option("--c-at", o.c_at, "ROW,COL: with --c-handle, the input C is the m x n block at this element");
   sub->add_option("--a-handle", o.a_handle, "A is this resident matrix (sgemm-client put), not sent");
   sub->add_option("--b-handle", o.b_handle, "B is this resident matrix, not sent");
   sub->add_option("--c-handle", o.c_handle, "the input C is this resident matrix (beta applies)");

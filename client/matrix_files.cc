@@ -104,7 +104,7 @@ MatrixFileFormat matrix_format_for_path(std::string_view path) {
 
 bool looks_like_npy(std::string_view bytes) { return bytes.substr(0, kNpyMagic.size()) == kNpyMagic; }
 
-StatusOr<MatrixData> parse_npy(std::string_view bytes, std::string_view name) {
+StatusOr<MatrixData> parse_npy(std::string_view bytes, std::string_view name, bool keep_fortran) {
   if (!looks_like_npy(bytes)) return bad(name, "not a .npy file (no \\x93NUMPY magic)");
   if (bytes.size() < 10) return bad(name, "truncated .npy preamble");
   const int major = static_cast<unsigned char>(bytes[6]);
@@ -152,7 +152,8 @@ StatusOr<MatrixData> parse_npy(std::string_view bytes, std::string_view name) {
   m.rows = rows;
   m.cols = cols;
   m.values.resize(static_cast<std::size_t>(rows * cols));
-  const bool transpose = *fortran == "True";
+  const bool transpose = *fortran == "True" && !keep_fortran;
+  m.transposed = *fortran == "True" && keep_fortran;
   for (int64_t i = 0; i < rows * cols; ++i) {
     float v;
     if (elem_bytes == 4) {
@@ -211,7 +212,7 @@ Status write_matrix_file(const std::string& path, const float* values, int64_t r
 }
 
 StatusOr<GemmInputs> read_gemm_inputs(const std::string& a_path, const std::string& b_path, const std::string& c_path,
-                                      int64_t m, int64_t n, int64_t k) {
+                                      int64_t m, int64_t n, int64_t k, Op op_a, Op op_b) {
   struct Source {
     const char* role;  // "A", "B", "C"
     const std::string* path;
@@ -223,8 +224,11 @@ StatusOr<GemmInputs> read_gemm_inputs(const std::string& a_path, const std::stri
     std::optional<MatrixData> data;
   };
   int64_t dims[3] = {m, n, k};  // m, n, k; 0 = unknown yet
-  std::vector<Source> sources = {{"A", &a_path, &dims[0], &dims[2], "m", "k", {}, {}},
-                                 {"B", &b_path, &dims[2], &dims[1], "k", "n", {}, {}}};
+  // A file holds the stored matrix: under op = t its rows span op(X)'s columns.
+  std::vector<Source> sources = {op_a == Op::kN ? Source{"A", &a_path, &dims[0], &dims[2], "m", "k", {}, {}}
+                                                : Source{"A", &a_path, &dims[2], &dims[0], "k", "m", {}, {}},
+                                 op_b == Op::kN ? Source{"B", &b_path, &dims[2], &dims[1], "k", "n", {}, {}}
+                                                : Source{"B", &b_path, &dims[1], &dims[2], "n", "k", {}, {}}};
   if (!c_path.empty()) sources.push_back({"C", &c_path, &dims[0], &dims[1], "m", "n", {}, {}});
   auto agree = [](Source& s, int64_t* dim, const char* dim_name, int64_t got) -> Status {
     if (*dim == 0) {
@@ -240,7 +244,9 @@ StatusOr<GemmInputs> read_gemm_inputs(const std::string& a_path, const std::stri
   for (auto& s : sources) {
     SGEMM_ASSIGN_OR_RETURN(s.bytes, read_whole_file(*s.path));
     if (!looks_like_npy(s.bytes)) continue;
-    SGEMM_ASSIGN_OR_RETURN(MatrixData d, parse_npy(s.bytes, *s.path));
+    // A and B keep a Fortran-order file's values (sent transposed); C is read row-major.
+    const bool operand = s.role[0] != 'C';
+    SGEMM_ASSIGN_OR_RETURN(MatrixData d, parse_npy(s.bytes, *s.path, /*keep_fortran=*/operand));
     SGEMM_RETURN_IF_ERROR(agree(s, s.rows, s.row_dim, d.rows));
     SGEMM_RETURN_IF_ERROR(agree(s, s.cols, s.col_dim, d.cols));
     s.data = std::move(d);
@@ -258,6 +264,9 @@ StatusOr<GemmInputs> read_gemm_inputs(const std::string& a_path, const std::stri
   in.shape = {dims[0], dims[1], dims[2]};
   in.a = std::move(*sources[0].data);
   in.b = std::move(*sources[1].data);
+  auto flip = [](Op op, bool transposed) { return transposed ? (op == Op::kN ? Op::kT : Op::kN) : op; };
+  in.op_a = flip(op_a, in.a.transposed);
+  in.op_b = flip(op_b, in.b.transposed);
   if (sources.size() == 3) in.c = std::move(*sources[2].data);
   return in;
 }

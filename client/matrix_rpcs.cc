@@ -197,9 +197,18 @@ StatusOr<MatrixList> list(const std::shared_ptr<grpc::Channel>& channel, const P
 }
 
 void set_header_fields(const MultiplyOptions& o, v1::GemmHeader* h) {
+  if (o.op_a == Op::kT) h->set_op_a(v1::OP_T);
+  if (o.op_b == Op::kT) h->set_op_b(v1::OP_T);
   if (!o.a_handle.empty()) h->set_a_handle(o.a_handle);
   if (!o.b_handle.empty()) h->set_b_handle(o.b_handle);
   if (!o.c_handle.empty()) h->set_c_handle(o.c_handle);
+  auto set_at = [](const std::optional<MatrixOffset>& at, v1::MatrixOffset* out) {
+    out->set_row(at->row);
+    out->set_col(at->col);
+  };
+  if (o.a_at) set_at(o.a_at, h->mutable_a_at());
+  if (o.b_at) set_at(o.b_at, h->mutable_b_at());
+  if (o.c_at) set_at(o.c_at, h->mutable_c_at());
   if (o.keep_result) {
     h->set_keep_result(true);
     h->set_keep_evictable(o.keep_evictable);

@@ -117,6 +117,13 @@ struct MultiplyOptions {
   SplitMode split = SplitMode::kAuto;      // kAuto: the server's planner decides
   std::chrono::milliseconds timeout{0};    // 0 = no deadline
   bool trace = false;                      // ask for a Chrome trace of the request (MultiplySummary::trace_json)
+  // BLAS's transa / transb: Op::kT means the operand passed (or named by
+  // handle, or in a region) is stored transposed, A as k x m and B as n x k
+  // row-major, and the product uses its transpose. A column-major m x k A is
+  // exactly a row-major k x m one: pass it as it is with op_a = kT, no copy.
+  // A request with a transposed operand travels on one stream (no stripes).
+  Op op_a = Op::kN;
+  Op op_b = Op::kN;
   // Called as rows of C arrive, on a gRPC thread (while the upload may still
   // be running; with ClientOptions::connections > 1, on several threads at
   // once): elements [offset, offset + count) are final.
@@ -135,6 +142,10 @@ struct MultiplyOptions {
   // server (MultiplySummary::result_handle); its bytes come back only with
   // send_c. keep_evictable: the kept C may be evicted.
   std::string a_handle, b_handle, c_handle;
+  // Submatrices of resident operands: the operand is the block of its stored
+  // shape at this element of the handle's matrix (&X[row][col] with X's own
+  // leading dimension, as BLAS callers pass it). nullopt: the whole matrix.
+  std::optional<MatrixOffset> a_at, b_at, c_at;
   bool keep_result = false;
   bool keep_evictable = false;
   bool send_c = false;
@@ -251,8 +262,9 @@ class Client {
   // that cannot be read makes every call fail with INVALID_ARGUMENT naming it.
   static std::unique_ptr<Client> connect(const std::string& target, const ClientOptions& options = {});
 
-  // C = alpha*A*B + beta*C on the server. `c` may be null (no C input).
-  // Row-major, dense: a is m x k, b is k x n, c is m x n. UNAVAILABLE is
+  // C = alpha*op(A)*op(B) + beta*C on the server. `c` may be null (no C
+  // input). Row-major, dense: a is m x k (k x m with MultiplyOptions::op_a =
+  // kT), b is k x n (n x k with op_b = kT), c is m x n. UNAVAILABLE is
   // retried per ClientOptions::retry; the timeout covers every attempt.
   virtual StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                             const MultiplyOptions& options) = 0;

@@ -105,6 +105,14 @@ std::string_view split_mode_name(SplitMode mode) {
   return "unknown";
 }
 
+std::string_view op_name(Op op) { return op == Op::kT ? "t" : "n"; }
+
+std::optional<Op> parse_op(std::string_view text) {
+  if (text == "n" || text == "N") return Op::kN;
+  if (text == "t" || text == "T") return Op::kT;
+  return std::nullopt;
+}
+
 std::optional<SplitMode> parse_split_mode(std::string_view text) {
   for (SplitMode m : {SplitMode::kAuto, SplitMode::kSingle, SplitMode::kRows, SplitMode::kK})
     if (text == split_mode_name(m)) return m;

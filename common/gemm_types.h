@@ -12,14 +12,46 @@
 
 namespace sgemm {
 
-// C (m x n) = alpha * A (m x k) * B (k x n) + beta * C.
+// C (m x n) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C.
 struct GemmShape {
-  int64_t m = 0;  // rows of A and C
-  int64_t n = 0;  // columns of B and C
-  int64_t k = 0;  // columns of A, rows of B
+  int64_t m = 0;  // rows of op(A) and C
+  int64_t n = 0;  // columns of op(B) and C
+  int64_t k = 0;  // columns of op(A), rows of op(B)
 
   double flops() const { return 2.0 * double(m) * double(n) * double(k); }
   friend bool operator==(const GemmShape&, const GemmShape&) = default;
+};
+
+// What is done to an operand before the product, as BLAS says it (transa,
+// transb) on row-major storage: kN uses the stored matrix as it is, kT its
+// transpose. So with op_a = kT, A is stored k x m and op(A) = A^T is m x k;
+// with op_b = kT, B is stored n x k.
+enum class Op { kN, kT };
+std::string_view op_name(Op op);                    // "n", "t"
+std::optional<Op> parse_op(std::string_view text);  // "n"/"N" or "t"/"T"
+
+// The rows and columns of a matrix as it is stored (row-major).
+struct MatrixDims {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  friend bool operator==(const MatrixDims&, const MatrixDims&) = default;
+};
+// A as stored: m x k, or k x m when op_a is kT.
+inline MatrixDims stored_a_dims(const GemmShape& s, Op op_a) {
+  return op_a == Op::kN ? MatrixDims{s.m, s.k} : MatrixDims{s.k, s.m};
+}
+// B as stored: k x n, or n x k when op_b is kT.
+inline MatrixDims stored_b_dims(const GemmShape& s, Op op_b) {
+  return op_b == Op::kN ? MatrixDims{s.k, s.n} : MatrixDims{s.n, s.k};
+}
+
+// The first element of a submatrix: row and column inside a larger matrix
+// (a resident operand's GemmHeader.a_at / b_at / c_at).
+struct MatrixOffset {
+  int64_t row = 0;
+  int64_t col = 0;
+  bool zero() const { return row == 0 && col == 0; }
+  friend bool operator==(const MatrixOffset&, const MatrixOffset&) = default;
 };
 
 // The implementation that multiplies on a device. GPU kinds have a

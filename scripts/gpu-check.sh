@@ -118,7 +118,8 @@ has() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; r
 
 if has tests; then
   for t in kernels_can_implement_test fp32x3_can_implement_test pingpong_sgemm_test fp32x3_sgemm_test \
-           fp32_contract_test cuda_engine_gpu_test cuda_engine_region_gpu_test cuda_engine_multigpu_test; do
+           fp32_contract_test cuda_engine_gpu_test cuda_engine_region_gpu_test cuda_engine_multigpu_test \
+           transpose_test cuda_engine_ops_gpu_test cuda_engine_ops_multigpu_test; do
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
@@ -147,7 +148,7 @@ if has sanitize; then
 fi
 if has e2e; then
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test e2e_shm_test \
-    e2e_observability_test e2e_stripes_test e2e_auth_test e2e_tls_test; do
+    e2e_observability_test e2e_stripes_test e2e_auth_test e2e_tls_test e2e_ops_test; do
     SGEMM_E2E_BACKEND=cuda step "$t" 300 "$BIN/$t" --gtest_brief=1
   done
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test; do  # over shared memory

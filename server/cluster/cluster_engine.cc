@@ -8,10 +8,12 @@
 namespace sgemm {
 namespace {
 
+// What the cluster path forwards: dense, untransposed host operands (a
+// transposed or strided one runs on the local engine, as a resident one does).
 bool dense_host_operands(const GemmJob& job) {
   const GemmShape& s = job.request.shape;
-  return !job.a_resident && !job.b_resident && !job.c_resident && job.a_ld() == s.k && job.b_ld() == s.n &&
-         job.c_ld() == s.n;
+  return !job.a_resident && !job.b_resident && !job.c_resident && job.request.op_a == Op::kN &&
+         job.request.op_b == Op::kN && job.a_ld() == s.k && job.b_ld() == s.n && job.c_ld() == s.n;
 }
 
 class ClusterEngine final : public Engine {

@@ -29,33 +29,41 @@ class HostResident final : public ResidentData {
   ResidentBytes bytes_;
 };
 
-// The host matrix of a resident operand (null when it is not resident).
-const float* host_matrix(const ResidentMatrix* m, std::shared_ptr<ResidentData>* hold) {
+// The host matrix of a resident operand (null when it is not resident),
+// advanced to the submatrix at `at`; *ld gets the matrix's width.
+const float* host_matrix(const ResidentMatrix* m, const MatrixOffset& at, std::shared_ptr<ResidentData>* hold,
+                         int64_t* ld) {
   if (!m) return nullptr;
   *hold = m->data();
   const auto* h = dynamic_cast<const HostResident*>(hold->get());
-  return h ? h->floats() : nullptr;
+  if (!h) return nullptr;
+  *ld = m->cols;
+  return h->floats() + at.row * m->cols + at.col;
 }
+
+CBLAS_TRANSPOSE cblas_op(Op op) { return op == Op::kT ? CblasTrans : CblasNoTrans; }
 
 // OpenBLAS's index type: 32-bit int unless the library was built with 64-bit indices.
 constexpr int64_t kMaxBlasInt = int64_t(std::numeric_limits<blasint>::max());
 
-// The arguments of one cblas_sgemm (row-major, no transposes) before the call:
-// OpenBLAS refuses bad ones only on stderr (xerbla) and returns, leaving C
-// unwritten, so a request that reached here with one would answer OK with a
-// wrong C. validate() and the service's layout checks keep them out; one
-// getting through is our bug (INTERNAL naming the argument).
-Status check_sgemm_args(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+// The arguments of one cblas_sgemm (row-major) before the call: OpenBLAS
+// refuses bad ones only on stderr (xerbla) and returns, leaving C unwritten,
+// so a request that reached here with one would answer OK with a wrong C.
+// validate() and the service's layout checks keep them out; one getting
+// through is our bug (INTERNAL naming the argument). `a_cols` and `b_cols` are
+// the stored widths (k or m for A, n or k for B), which lda and ldb must cover.
+Status check_sgemm_args(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int64_t a_cols,
+                        int64_t b_cols) {
   const std::pair<const char*, int64_t> args[] = {{"M", m},     {"N", n},     {"K", k},
                                                   {"lda", lda}, {"ldb", ldb}, {"ldc", ldc}};
   for (const auto& [name, v] : args)
     if (v < 1 || v > kMaxBlasInt)
       return Internal(std::string("cblas_sgemm argument ") + name + " = " + std::to_string(v) + " is outside [1, " +
                       std::to_string(kMaxBlasInt) + "] (OpenBLAS's blasint)");
-  if (lda < k || ldb < n || ldc < n)
+  if (lda < a_cols || ldb < b_cols || ldc < n)
     return Internal("cblas_sgemm leading dimensions lda " + std::to_string(lda) + ", ldb " + std::to_string(ldb) +
-                    ", ldc " + std::to_string(ldc) + " are narrower than K " + std::to_string(k) + " / N " +
-                    std::to_string(n));
+                    ", ldc " + std::to_string(ldc) + " are narrower than the stored widths " + std::to_string(a_cols) +
+                    " / " + std::to_string(b_cols) + " / " + std::to_string(n));
   return Status::Ok();
 }
 
@@ -145,27 +153,33 @@ class CpuEngine final : public Engine {
                            .k_begin = 0,
                            .k_end = s.k});
     };
+    // op(A) = A^T: every row of C reads every row of the stored A, so A is
+    // waited for whole before the first block (op_a = n waits per block).
+    const bool a_whole = r.op_a == Op::kT;
     if (job.feed) {
       SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kB, s.k * s.n));
       if (r.has_c) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kC, s.m * s.n));
+      if (a_whole) SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, s.m * s.k));
     }
-    waited(t0, (s.k * s.n + (r.has_c ? s.m * s.n : 0)) * int64_t(sizeof(float)));
+    waited(t0, (s.k * s.n + (r.has_c ? s.m * s.n : 0) + (a_whole ? s.m * s.k : 0)) * int64_t(sizeof(float)));
     double kernel_ms = 0;
     const float beta = r.has_c ? r.beta : 0.0f;
-    // Resident operands are read where they are kept (dense); a resident C is
-    // first copied where the result goes.
+    // Resident operands are read where they are kept (at their submatrix's
+    // first element, with the matrix's width as leading dimension); a
+    // resident C is first copied where the result goes.
     std::shared_ptr<ResidentData> held[3];
-    const float* ra = host_matrix(job.a_resident, &held[0]);
-    const float* rb = host_matrix(job.b_resident, &held[1]);
-    const float* rc = host_matrix(job.c_resident, &held[2]);
+    int64_t ra_ld = 0, rb_ld = 0, rc_ld = 0;
+    const float* ra = host_matrix(job.a_resident, job.a_at, &held[0], &ra_ld);
+    const float* rb = host_matrix(job.b_resident, job.b_at, &held[1], &rb_ld);
+    const float* rc = host_matrix(job.c_resident, job.c_at, &held[2], &rc_ld);
     if ((job.a_resident && !ra) || (job.b_resident && !rb) || (job.c_resident && !rc))
       return Internal("a resident operand is not held in host memory");
     const float* a = ra ? ra : job.a;
     const float* b = rb ? rb : job.b;
-    const int64_t lda = ra ? s.k : job.a_ld(), ldb = rb ? s.n : job.b_ld(), ldc = job.c_ld();
-    SGEMM_RETURN_IF_ERROR(check_sgemm_args(s.m, s.n, s.k, lda, ldb, ldc));
+    const int64_t lda = ra ? ra_ld : job.a_ld(), ldb = rb ? rb_ld : job.b_ld(), ldc = job.c_ld();
+    SGEMM_RETURN_IF_ERROR(check_sgemm_args(s.m, s.n, s.k, lda, ldb, ldc, r.a_dims().cols, r.b_dims().cols));
     if (rc)
-      for (int64_t i = 0; i < s.m; ++i) std::copy(rc + i * s.n, rc + (i + 1) * s.n, job.c + i * ldc);
+      for (int64_t i = 0; i < s.m; ++i) std::copy(rc + i * rc_ld, rc + i * rc_ld + s.n, job.c + i * ldc);
     // The lock is taken only when the inputs are present (the service runs a
     // job once its upload is complete); a cancelled job stops waiting for it.
     std::unique_lock lock(mu_, std::defer_lock);
@@ -179,14 +193,16 @@ class CpuEngine final : public Engine {
     for (int64_t r0 = 0; r0 < s.m; r0 += options_.rows_per_block) {
       const int64_t r1 = std::min(s.m, r0 + options_.rows_per_block);
       if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
-      if (job.feed) {
+      if (job.feed && !a_whole) {
         const auto w0 = Clock::now();
         SGEMM_RETURN_IF_ERROR(job.feed->wait_for(MatrixId::kA, r1 * s.k));
         waited(w0, (r1 - r0) * s.k * int64_t(sizeof(float)));
       }
+      // Rows [r0, r1) of op(A): rows of the stored A, or its columns under op_a = t.
+      const float* a_rows = r.op_a == Op::kN ? a + r0 * lda : a + r0;
       const auto k0 = Clock::now();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(r1 - r0), blasint(s.n), blasint(s.k), r.alpha,
-                  a + r0 * lda, blasint(lda), b, blasint(ldb), beta, job.c + r0 * ldc, blasint(ldc));
+      cblas_sgemm(CblasRowMajor, cblas_op(r.op_a), cblas_op(r.op_b), blasint(r1 - r0), blasint(s.n), blasint(s.k),
+                  r.alpha, a_rows, blasint(lda), b, blasint(ldb), beta, job.c + r0 * ldc, blasint(ldc));
       const auto k1 = Clock::now();
       kernel_ms += std::chrono::duration<double, std::milli>(k1 - k0).count();
       steps.push_back(Step{.kind = StepKind::kKernel,
@@ -209,6 +225,9 @@ class CpuEngine final : public Engine {
     report.precision = Precision::kFp32;
     report.split = SplitMode::kSingle;
     report.plan_reason = "cpu backend: the whole product on the host";
+    if (r.op_a == Op::kT || r.op_b == Op::kT)
+      report.plan_reason += std::string("; op_a = ") + std::string(op_name(r.op_a)) +
+                            ", op_b = " + std::string(op_name(r.op_b)) + " (cblas_sgemm transposes)";
     if (r.options.precision != Precision::kFp32)
       report.plan_reason += std::string("; precision ") + std::string(precision_name(r.options.precision)) +
                             " requested: the cpu backend computes fp32 (at least as accurate)";

@@ -62,7 +62,13 @@ struct GemmRequest {
   float alpha = 1.0f;  // finite
   float beta = 0.0f;   // finite
   bool has_c = false;  // false: C starts as zeros (beta is then irrelevant)
+  // BLAS's transa / transb (common/gemm_types.h): kT means the operand is
+  // stored transposed (A k x m, B n x k) and the product uses its transpose.
+  Op op_a = Op::kN;
+  Op op_b = Op::kN;
   ExecOptions options;
+  MatrixDims a_dims() const { return stored_a_dims(shape, op_a); }
+  MatrixDims b_dims() const { return stored_b_dims(shape, op_b); }
 };
 
 // The shape and scalar rules every engine shares: m, n, k >= 1, alpha and
@@ -75,15 +81,17 @@ struct GemmJob {
   GemmRequest request;
   // Host matrices, row-major, allocated by the engine's host_allocator() or
   // registered with register_host_memory() (shared-memory regions). `c` holds
-  // the input C when has_c and receives the result (in place).
+  // the input C when has_c and receives the result (in place). A and B are
+  // stored as request.a_dims() / b_dims() say (transposed under kT).
   const float* a = nullptr;
   const float* b = nullptr;
   float* c = nullptr;
-  // Leading dimensions in elements; 0 = dense (lda = k, ldb = n, ldc = n).
-  // Otherwise at least the width (the service checks).
+  // Leading dimensions in elements of the stored matrices; 0 = dense (the
+  // stored width: k or m for A, n or k for B, n for C). Otherwise at least
+  // the width (the service checks).
   int64_t lda = 0, ldb = 0, ldc = 0;
-  int64_t a_ld() const { return lda > 0 ? lda : request.shape.k; }
-  int64_t b_ld() const { return ldb > 0 ? ldb : request.shape.n; }
+  int64_t a_ld() const { return lda > 0 ? lda : request.a_dims().cols; }
+  int64_t b_ld() const { return ldb > 0 ? ldb : request.b_dims().cols; }
   int64_t c_ld() const { return ldc > 0 ? ldc : request.shape.n; }
   // Operands the engine keeps (resident matrices, docs/resident.md), pinned
   // by the caller until run() returns: used instead of `a`, `b` and the input
@@ -91,6 +99,11 @@ struct GemmJob {
   const ResidentMatrix* a_resident = nullptr;
   const ResidentMatrix* b_resident = nullptr;
   const ResidentMatrix* c_resident = nullptr;
+  // Where each resident operand starts inside its resident matrix (a
+  // submatrix, as a BLAS caller passes &X[row][col] with X's own leading
+  // dimension): the operand is the a_dims() / b_dims() / m x n block at that
+  // element. The service checks that the block lies inside the matrix.
+  MatrixOffset a_at, b_at, c_at;
   InputFeed* feed = nullptr;            // null: all inputs are present
   OutputSink* sink = nullptr;           // null: nobody listens for early rows
   const CancelToken* cancel = nullptr;  // null: the job is never cancelled

@@ -130,4 +130,17 @@ GemmShape kernel_block_shape(const Plan& plan, const GemmShape& s, int64_t chunk
   return block;
 }
 
+StoredBlock stored_block(Op op, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
+  if (op == Op::kN) return StoredBlock{row_begin, row_end, col_begin, col_end};
+  return StoredBlock{col_begin, col_end, row_begin, row_end};
+}
+
+StoredBlock shard_a_block(const Shard& shard, Op op_a) {
+  return stored_block(op_a, shard.row_begin, shard.row_end, shard.k_begin, shard.k_end);
+}
+
+StoredBlock shard_b_block(const Shard& shard, int64_t n, Op op_b) {
+  return stored_block(op_b, shard.k_begin, shard.k_end, 0, n);
+}
+
 }  // namespace sgemm

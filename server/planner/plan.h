@@ -29,6 +29,29 @@ struct Shard {
   friend bool operator==(const Shard&, const Shard&) = default;
 };
 
+// A rectangle of a stored matrix: rows [row_begin, row_end) x columns
+// [col_begin, col_end).
+struct StoredBlock {
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+  int64_t col_begin = 0;
+  int64_t col_end = 0;
+  friend bool operator==(const StoredBlock&, const StoredBlock&) = default;
+};
+
+// The block of a stored operand X that rows [row_begin, row_end) x columns
+// [col_begin, col_end) of op(X) read: the same block under kN, the mirrored
+// one under kT (op(X) = X^T: its rows are X's columns). Shards and pipeline
+// blocks are ranges of op(A) and op(B); this is where they meet storage.
+StoredBlock stored_block(Op op, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end);
+// What `shard` reads of the stored A (rows of C x its K range of op(A)): with
+// op_a = kT a row split takes COLUMNS [row_begin, row_end) of the stored k x m
+// A and a K split takes its ROWS [k_begin, k_end).
+StoredBlock shard_a_block(const Shard& shard, Op op_a);
+// What `shard` reads of the stored B (its K range of op(B), all n columns):
+// with op_b = kT, columns [k_begin, k_end) of the stored n x k B.
+StoredBlock shard_b_block(const Shard& shard, int64_t n, Op op_b);
+
 // What the planner knows of one device. Rates are configured or measured
 // (docs/engine.md has the H100/H200 figures the defaults come from).
 struct DeviceCaps {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "common/chunk_wire.h"
 #include "server/service/codec.h"
@@ -51,6 +52,20 @@ StatusOr<GemmRequest> header_from_proto(const v1::GemmHeader& h) {
       break;
     default:
       return InvalidArgument("header.precision has unknown value " + std::to_string(int(h.precision())));
+  }
+  for (auto [field, value, out_op] :
+       {std::tuple{"op_a", h.op_a(), &out.op_a}, std::tuple{"op_b", h.op_b(), &out.op_b}}) {
+    switch (value) {
+      case v1::OP_N:
+        *out_op = Op::kN;
+        break;
+      case v1::OP_T:
+        *out_op = Op::kT;
+        break;
+      default:
+        return InvalidArgument(std::string("header.") + field + " has unknown value " + std::to_string(int(value)) +
+                               " (OP_N = 0, OP_T = 1)");
+    }
   }
   switch (h.split()) {
     case v1::SPLIT_UNSPECIFIED:
@@ -104,6 +119,9 @@ ResidentOperands resident_operands_from_proto(const v1::GemmHeader& h) {
   r.a = h.a_handle();
   r.b = h.b_handle();
   r.c = h.c_handle();
+  r.a_at = h.has_a_at() ? std::optional<MatrixOffset>(MatrixOffset{h.a_at().row(), h.a_at().col()}) : std::nullopt;
+  r.b_at = h.has_b_at() ? std::optional<MatrixOffset>(MatrixOffset{h.b_at().row(), h.b_at().col()}) : std::nullopt;
+  r.c_at = h.has_c_at() ? std::optional<MatrixOffset>(MatrixOffset{h.c_at().row(), h.c_at().col()}) : std::nullopt;
   r.keep = h.keep_result();
   r.keep_evictable = h.keep_evictable();
   r.send_c = h.send_c();

@@ -140,6 +140,9 @@ Status MultiplyCall::after_chunk() {
 
 bool MultiplyCall::may_start_early() const {
   if (!assembler_) return false;  // no upload row: nothing arrives later
+  // With op(A) = A^T every row of C needs every row of the stored A: nothing
+  // could be computed before A is complete.
+  if (header_.op_a == Op::kT) return false;
   const GemmShape& s = header_.shape;
   UploadFacts f;
   f.uploads_a = buffers_[0] != nullptr;

@@ -70,11 +70,13 @@ StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, con
   if (!request.has_c && ops.c)
     return InvalidArgument("header.c_region is set but header.has_c is not (set has_c to use C as input)");
   const GemmShape& s = request.shape;
+  // A and B as stored: transposed under op = t (their widths bound the ld).
+  const MatrixDims ad = request.a_dims(), bd = request.b_dims();
   BoundOperands b;
   char* p = nullptr;
-  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "a_region", *ops.a, s.m, s.k, max_ld, &b.held, &p, &b.lda));
+  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "a_region", *ops.a, ad.rows, ad.cols, max_ld, &b.held, &p, &b.lda));
   b.a = reinterpret_cast<const float*>(p);
-  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "b_region", *ops.b, s.k, s.n, max_ld, &b.held, &p, &b.ldb));
+  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "b_region", *ops.b, bd.rows, bd.cols, max_ld, &b.held, &p, &b.ldb));
   b.b = reinterpret_cast<const float*>(p);
   if (ops.c) {
     SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "c_region", *ops.c, s.m, s.n, max_ld, &b.held, &p, &b.ldc_in));
@@ -92,7 +94,7 @@ StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, con
       const char* x1 = x0 + 4 * ((rows - 1) * ld + cols);
       return x0 < o1 && o0 < x1;
     };
-    if (overlaps(b.a, s.m, b.lda, s.k) || overlaps(b.b, s.k, b.ldb, s.n))
+    if (overlaps(b.a, ad.rows, b.lda, ad.cols) || overlaps(b.b, bd.rows, b.ldb, bd.cols))
       return InvalidArgument("header.out_region overlaps A or B: the output may share bytes only with C (in place)");
     if (b.c_in && !b.c_in_place() && overlaps(b.c_in, s.m, b.ldc_in, s.n))
       return InvalidArgument(

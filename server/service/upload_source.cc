@@ -1,3 +1,5 @@
+#include <tuple>
+
 #include "server/service/input_source.h"
 
 namespace sgemm {
@@ -25,6 +27,13 @@ StatusOr<std::vector<std::unique_ptr<InputSource>>> make_input_sources(const Reg
                                                                        MatrixAssembler* assembler) {
   if (regions.any() && resident.any())
     return InvalidArgument("a Multiply header names shared-memory regions and resident handles; use one or the other");
+  for (auto [at, handle, name] : {std::tuple{bool(resident.a_at), resident.a.empty(), "a"},
+                                  std::tuple{bool(resident.b_at), resident.b.empty(), "b"},
+                                  std::tuple{bool(resident.c_at), resident.c.empty(), "c"}})
+    if (at && handle)
+      return InvalidArgument(std::string("header.") + name + "_at is set but header." + name +
+                             "_handle is not: a submatrix offset applies to a resident matrix only (a region's "
+                             "offset and ld say the same for regions)");
   std::vector<std::unique_ptr<InputSource>> rows;
   if (regions.any()) {
     rows.push_back(std::make_unique<RegionSource>(regions));

@@ -153,5 +153,42 @@ TEST_F(MatrixFilesOnDisk, GemmInputsTakeTheirShapeFromNpyAndSizeRawFromIt) {
   EXPECT_NE(mismatch.status().message().find("k is 4"), std::string::npos) << mismatch.status().message();
 }
 
+// Stored operands under op = t, and a Fortran-order A or B kept as the file
+// holds it (no transposing copy) with its op flipped; C is still read row-major.
+TEST_F(MatrixFilesOnDisk, TransposedOperandsAndFortranOrderKeepTheFilesValues) {
+  // [[1, 2, 3], [4, 5, 6]] in Fortran order: the file holds 1 4 2 5 3 6.
+  const std::vector<float> fortran = {1, 4, 2, 5, 3, 6};
+  write("a_f.npy", npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", bytes_of(fortran)));
+  const std::vector<float> b(3 * 4, 1.0f);
+  write("b.npy", encode_npy(b.data(), 3, 4));
+  // A is 2 x 3 (m = 2, k = 3): sent as its row-major 3 x 2 transpose with op_a = t.
+  auto in = read_gemm_inputs(path("a_f.npy"), path("b.npy"), "");
+  ASSERT_TRUE(in.ok()) << in.status().to_string();
+  EXPECT_EQ(in->shape, (GemmShape{2, 4, 3}));
+  EXPECT_TRUE(in->a.transposed);
+  EXPECT_EQ(in->a.values, fortran);
+  EXPECT_EQ(in->op_a, Op::kT);
+  EXPECT_EQ(in->op_b, Op::kN);
+  // --op-a t on the same file: op(A) = the file's matrix transposed, 3 x 2; the
+  // file's column-major values are then op(A) row-major: sent with op_a = n.
+  const std::vector<float> b2(2 * 4, 1.0f);
+  write("b2.npy", encode_npy(b2.data(), 2, 4));
+  auto flipped = read_gemm_inputs(path("a_f.npy"), path("b2.npy"), "", 0, 0, 0, Op::kT, Op::kN);
+  ASSERT_TRUE(flipped.ok()) << flipped.status().to_string();
+  EXPECT_EQ(flipped->shape, (GemmShape{3, 4, 2}));
+  EXPECT_EQ(flipped->op_a, Op::kN);
+  // op_b = t: B stored n x k, so a 4 x 3 B file gives n = 4, k = 3.
+  const std::vector<float> bt(4 * 3, 1.0f);
+  write("bt.npy", encode_npy(bt.data(), 4, 3));
+  auto bt_in = read_gemm_inputs(path("a_f.npy"), path("bt.npy"), "", 0, 0, 0, Op::kN, Op::kT);
+  ASSERT_TRUE(bt_in.ok()) << bt_in.status().to_string();
+  EXPECT_EQ(bt_in->shape, (GemmShape{2, 4, 3}));
+  EXPECT_EQ(bt_in->op_b, Op::kT);
+  // A file whose stored shape disagrees under op_b = t names the dimension.
+  auto bad = read_gemm_inputs(path("a_f.npy"), path("b.npy"), "", 0, 0, 0, Op::kN, Op::kT);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("b.npy"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace sgemm

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -36,6 +36,8 @@ KERNELS = {None: pb2.KERNEL_UNSPECIFIED, "pingpong": pb2.KERNEL_PINGPONG, "cubla
 SPLITS = {None: pb2.SPLIT_UNSPECIFIED, "auto": pb2.SPLIT_UNSPECIFIED, "single": pb2.SPLIT_SINGLE,
           "rows": pb2.SPLIT_ROWS, "k": pb2.SPLIT_K}
 _NAMES = {_wire.MATRIX_A: "a", _wire.MATRIX_B: "b", _wire.MATRIX_C: "c"}
+OPS = {"n": pb2.OP_N, "t": pb2.OP_T}
+_FLIP = {"n": "t", "t": "n"}
 
 
 def as_matrix(name: str, x: Any) -> np.ndarray:
@@ -50,6 +52,25 @@ def as_matrix(name: str, x: Any) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=_wire.FP32)
 
 
+def parse_op(name: str, op: Any) -> str:
+    """"n" or "t" (either case): BLAS's transa / transb."""
+    o = op.lower() if isinstance(op, str) else op
+    if o not in OPS:
+        raise ValueError(f"{name} must be 'n' or 't', got {op!r}")
+    return o
+
+
+def stored_form(x: Any, op: str, regions: RegionTable) -> Tuple[Any, str]:
+    """(what is sent, its op). An array stored transposed, a Fortran-order array or a `.T` view of a
+    row-major one, whose transpose is row-major (dense, or a view in a shared-memory region), is sent as that
+    transpose with the op flipped: the server multiplies the same op(X) and no byte is copied."""
+    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != np.float32 or x.flags.c_contiguous:
+        return x, op
+    if x.T.flags.c_contiguous or regions.ref(x.T) is not None:
+        return x.T, _FLIP[op]
+    return x, op
+
+
 def handles_without_shape(operands: Sequence[Any], known: Dict[str, Tuple[int, int]]) -> List[str]:
     """Handles among the operands whose shape the client does not know yet (ask ListMatrices)."""
     return [x for x in operands if isinstance(x, str) and not isinstance(x, Handle) and x not in known]
@@ -60,13 +81,39 @@ def _region_ref(out: pb2.RegionRef, ref: Tuple[SharedRegion, int, int]) -> None:
     out.region, out.offset, out.ld = region.name, offset, ld
 
 
+def put_messages(matrix: Any, ref: Optional[Tuple[SharedRegion, int, int]], evictable: bool, label: str,
+                 chunk_elems: int) -> Tuple[Tuple[int, int], Callable[[], Iterator[bytes]]]:
+    """One PutMatrix call's (rows, cols) and its messages: the header, naming `matrix`'s region when `ref`
+    places it in one (no chunk follows), else followed by its chunks. Both clients send these."""
+    header = pb2.PutMatrixHeader(evictable=evictable, label=label)
+    flat = None
+    if ref is not None:
+        rows, cols = matrix.shape
+        _region_ref(header.region, ref)
+    else:
+        arr = as_matrix("matrix", matrix)
+        rows, cols = arr.shape
+        flat = arr.reshape(-1)
+    header.rows, header.cols = rows, cols
+
+    def messages() -> Iterator[bytes]:
+        yield pb2.PutMatrixRequest(header=header).SerializeToString()
+        if flat is not None:
+            for frame, _ in _wire.chunk_frames([_wire.StripeRange(_wire.MATRIX_A, 0, flat.size)],
+                                               {_wire.MATRIX_A: flat}, chunk_elems):
+                yield frame
+
+    return (rows, cols), messages
+
+
 class Request:
     """Everything one multiply() call sends and expects, whatever drives it."""
 
     def __init__(self, a: Any, b: Any, c: Any, alpha: float, beta: float, *, precision: str,
                  kernel: Optional[str], split: Optional[str], trace: bool, keep: bool, keep_evictable: bool,
                  send_c: bool, out: Optional[np.ndarray], connections: int, chunk_bytes: int, transport: str,
-                 regions: RegionTable, handle_shapes: Dict[str, Tuple[int, int]]):
+                 regions: RegionTable, handle_shapes: Dict[str, Tuple[int, int]], op_a: str = "n",
+                 op_b: str = "n", blocks: Optional[Dict[str, Optional[Sequence[int]]]] = None):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if kernel not in KERNELS:
@@ -79,8 +126,29 @@ class Request:
             raise ValueError("out with keep=True needs send_c=True (otherwise C stays on the server)")
         self.keep, self.send_c = keep, send_c
         self.chunk_elems = max(1, chunk_bytes // 4)
+        # op = "t": the operand is stored transposed (a is k x m, b is n x k) and the product uses its
+        # transpose; a transposed view is sent as the row-major array under it, op flipped (stored_form).
+        op_a, op_b = parse_op("op_a", op_a), parse_op("op_b", op_b)
+        a, op_a = stored_form(a, op_a, regions)
+        b, op_b = stored_form(b, op_b, regions)
+        self.op_a, self.op_b = op_a, op_b
 
-        # Shapes: arrays give theirs, handles theirs (from put, or from ListMatrices).
+        # Blocks of resident matrices (a_at=(row, col, rows, cols)): the operand is the rows x cols block,
+        # as stored, whose first element is (row, col) of the handle's matrix (GemmHeader.a_at).
+        at: Dict[int, Tuple[int, int, int, int]] = {}
+        for which, x in ((_wire.MATRIX_A, a), (_wire.MATRIX_B, b), (_wire.MATRIX_C, c)):
+            block = (blocks or {}).get(_NAMES[which])
+            if block is None:
+                continue
+            name = _NAMES[which]
+            if not isinstance(x, str):
+                raise ValueError(f"{name}_at names a block of a resident matrix: {name} must be a handle")
+            if len(block) != 4 or any(int(v) != v for v in block) or min(block[:2]) < 0 or min(block[2:]) < 1:
+                raise ValueError(f"{name}_at must be (row, col, rows, cols) with row, col >= 0 and rows, cols >= 1, "
+                                 f"got {block!r}")
+            at[which] = tuple(int(v) for v in block)
+
+        # Shapes: arrays give theirs, handles theirs (from put, or from ListMatrices; a block its own).
         handles: Dict[int, str] = {}
         arrays: Dict[int, np.ndarray] = {}
         originals: Dict[int, Any] = {}
@@ -89,7 +157,9 @@ class Request:
             if x is None:
                 continue
             name = _NAMES[which]
-            if isinstance(x, str):
+            if which in at:
+                handles[which], shapes[which] = str(x), at[which][2:]
+            elif isinstance(x, str):
                 shape = x.shape if isinstance(x, Handle) else handle_shapes.get(x)
                 if shape is None:
                     raise SgemmError(grpc.StatusCode.NOT_FOUND, f"{name}: resident matrix {x} is not listed by "
@@ -102,9 +172,15 @@ class Request:
                 else:
                     arrays[which] = as_matrix(name, x)
                     shapes[which] = arrays[which].shape
-        (m, k), (kb, n) = shapes[_wire.MATRIX_A], shapes[_wire.MATRIX_B]
-        if kb != k:
+        # Stored shapes: A is m x k (k x m under op_a = "t"), B k x n (n x k under op_b = "t").
+        self.a_dims, self.b_dims = shapes[_wire.MATRIX_A], shapes[_wire.MATRIX_B]
+        m, k = self.a_dims if op_a == "n" else self.a_dims[::-1]
+        kb, n = self.b_dims if op_b == "n" else self.b_dims[::-1]
+        if kb != k and op_a == op_b == "n":
             raise ValueError(f"a is {m}x{k} and b is {kb}x{n}: a's columns must equal b's rows")
+        if kb != k:
+            raise ValueError(f"op(a) is {m}x{k} and op(b) is {kb}x{n}: op(a)'s columns must equal op(b)'s rows "
+                             f"(op_a={op_a!r}, op_b={op_b!r})")
         has_c = _wire.MATRIX_C in shapes
         if has_c and shapes[_wire.MATRIX_C] != (m, n):
             raise ValueError(f"c has shape {shapes[_wire.MATRIX_C]}, expected {(m, n)} (rows of a, columns of b)")
@@ -119,10 +195,14 @@ class Request:
 
         h = pb2.GemmHeader(m=m, n=n, k=k, alpha=float(alpha), beta=float(beta), has_c=has_c,
                            kernel=KERNELS[kernel], split=SPLITS[split], precision=PRECISIONS[precision],
-                           trace=trace, keep_result=keep, keep_evictable=keep_evictable, send_c=send_c)
+                           trace=trace, keep_result=keep, keep_evictable=keep_evictable, send_c=send_c,
+                           op_a=OPS[op_a], op_b=OPS[op_b])
         h.a_handle = handles.get(_wire.MATRIX_A, "")
         h.b_handle = handles.get(_wire.MATRIX_B, "")
         h.c_handle = handles.get(_wire.MATRIX_C, "")
+        for which, field in ((_wire.MATRIX_A, h.a_at), (_wire.MATRIX_B, h.b_at), (_wire.MATRIX_C, h.c_at)):
+            if which in at:
+                field.row, field.col = at[which][:2]
         self.header = h
 
         # The mode: a row of the table above.
@@ -149,7 +229,9 @@ class Request:
             if self.out_ref is not None:
                 _region_ref(h.out_region, self.out_ref)
         elif self.mode == "stream":
-            stripes = 1 if handles else _wire.stripes_for(m, n, k, has_c, connections)
+            # One stream for handles and for transposed operands (the server cuts stripes by rows of op(A)).
+            one_stream = handles or op_a != "n" or op_b != "n"
+            stripes = 1 if one_stream else _wire.stripes_for(m, n, k, has_c, connections)
             self.plan = _wire.plan_stripes(m, n, k, has_c, stripes, chunk_bytes)
             if self.plan.stripes > 1:
                 h.stripes, h.stripe_rows = self.plan.stripes, self.plan.stripe_rows
@@ -178,9 +260,10 @@ class Request:
         a_off, b_off, c_off = self.scratch_offsets
         view = lambda off, rows, cols: np.frombuffer(region.buffer, dtype=np.float32, count=rows * cols,  # noqa: E731
                                                      offset=off).reshape(rows, cols)
-        m, n, k, h = self.m, self.n, self.k, self.header
-        view(a_off, m, k)[...] = self.arrays[_wire.MATRIX_A].reshape(m, k)
-        view(b_off, k, n)[...] = self.arrays[_wire.MATRIX_B].reshape(k, n)
+        m, n, h = self.m, self.n, self.header
+        (ar, ac), (br, bc) = self.a_dims, self.b_dims  # as stored (the header carries the ops)
+        view(a_off, ar, ac)[...] = self.arrays[_wire.MATRIX_A].reshape(ar, ac)
+        view(b_off, br, bc)[...] = self.arrays[_wire.MATRIX_B].reshape(br, bc)
         for field, off in ((h.a_region, a_off), (h.b_region, b_off)):
             field.region, field.offset, field.ld = region.name, off, 0
         if self.has_c:

@@ -22,51 +22,24 @@ import grpc
 import numpy as np
 
 from . import _channel, _wire
-from ._proto import health_pb2, health_pb2_grpc
+from ._proto import health_pb2
 from ._proto import sgemm_pb2 as pb2
-from ._proto import sgemm_pb2_grpc as pb2_grpc
-from ._request import Matrix, Receiver, Request, as_matrix, first_failure, handles_without_shape
+from ._request import Matrix, Receiver, Request, first_failure, handles_without_shape, put_messages
 from ._types import Handle, SgemmError, Summary, error_of
-from .client import (TRANSPORTS, Retry, Shape, _timeout_within, deadline_of, remaining, resolve_transport,
-                     shape_tuple)
-from .regions import RegionTable, SharedRegion
+from .client import ClientBase, Shape, _timeout_within, deadline_of, remaining, resolve_transport, shape_tuple
+from .regions import SharedRegion
 
 __all__ = ["Client"]
 
 
-class Client:
+class Client(ClientBase):
     """See sgemm_client.Client: the same arguments and methods, as coroutines (empty() and register() too,
     since they register with the server)."""
 
-    def __init__(self, target: str = "localhost:50051", *, token: Optional[str] = None, tls: bool = False,
-                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-                 tls_server_name: Optional[str] = None, chunk_bytes: int = 1 << 20, connections: int = 0,
-                 retries: int = 5, backoff_s: float = 0.05, max_backoff_s: float = 2.0, transport: str = "auto",
-                 channel_options: Sequence[Tuple[str, Any]] = ()):
-        if not 4 <= chunk_bytes <= _wire.MAX_CHUNK_BYTES:
-            raise ValueError(f"chunk_bytes must be in [4, {_wire.MAX_CHUNK_BYTES}], got {chunk_bytes}")
-        if connections < 0:
-            raise ValueError(f"connections must be >= 0 (0 = by size), got {connections}")
-        if transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-        self.target = target
-        self.chunk_bytes = chunk_bytes
-        self.connections = connections
-        self.retry = Retry(retries, backoff_s, max_backoff_s)
-        self._want_transport = transport
-        self._cfg = _channel.make_config(target, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
-                                         tls_key=tls_key, tls_server_name=tls_server_name,
-                                         channel_options=channel_options)
-        self._metadata = self._cfg.metadata
-        self._channel = _channel.aio_channel(self._cfg)
-        self._stub = pb2_grpc.SgemmStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+    _make_channel = staticmethod(_channel.aio_channel)
+
+    def _own_state(self) -> None:
         self._stripe_channels: Dict[int, Any] = {}
-        self._transport: Optional[str] = None
-        self._regions = RegionTable()
-        self._scratch: Optional[SharedRegion] = None
-        self._handle_shapes: Dict[str, Tuple[int, int]] = {}
-        self.unavailable_retries = 0
 
     async def close(self) -> None:
         channels = [self._channel, *self._stripe_channels.values()]
@@ -107,8 +80,10 @@ class Client:
                        beta: float = 0.0, *, precision: str = "fp32", kernel: Optional[str] = None,
                        split: Optional[str] = None, timeout: Optional[float] = None, out: Optional[np.ndarray] = None,
                        trace: bool = False, keep: bool = False, keep_evictable: bool = False, send_c: bool = False,
-                       connections: Optional[int] = None) -> Tuple[Any, Summary]:
-        """C = alpha*A*B + beta*C; returns (C, summary). See sgemm_client.Client.multiply."""
+                       connections: Optional[int] = None, op_a: str = "n", op_b: str = "n",
+                       a_at: Optional[Sequence[int]] = None, b_at: Optional[Sequence[int]] = None,
+                       c_at: Optional[Sequence[int]] = None) -> Tuple[Any, Summary]:
+        """C = alpha*op(A)*op(B) + beta*C; returns (C, summary). See sgemm_client.Client.multiply."""
         t0 = time.monotonic()
         deadline = deadline_of(timeout)
         if handles_without_shape((a, b, c), self._handle_shapes):
@@ -118,7 +93,8 @@ class Client:
                       connections=self.connections if connections is None else connections,
                       chunk_bytes=self.chunk_bytes, transport=await self.transport(_timeout_within(deadline)),
                       regions=self._regions,
-                      handle_shapes=dict(self._handle_shapes))
+                      handle_shapes=dict(self._handle_shapes), op_a=op_a, op_b=op_b,
+                      blocks={"a": a_at, "b": b_at, "c": c_at})
         once = self._through_scratch if req.mode == "scratch" else self._stream
         attempt = 0
         while True:
@@ -235,26 +211,8 @@ class Client:
     async def put(self, matrix: Any, *, evictable: bool = False, label: str = "",
                   timeout: Optional[float] = None) -> Handle:
         deadline = deadline_of(timeout)
-        header = pb2.PutMatrixHeader(evictable=evictable, label=label)
         ref = self._regions.ref(matrix) if await self.transport(_timeout_within(deadline)) == "shm" else None
-        flat = None
-        if ref is not None:
-            rows, cols = matrix.shape
-            header.region.region, header.region.offset, header.region.ld = ref[0].name, ref[1], ref[2]
-        else:
-            arr = as_matrix("matrix", matrix)
-            rows, cols = arr.shape
-            flat = arr.reshape(-1)
-        header.rows, header.cols = rows, cols
-        messages = [pb2.PutMatrixRequest(header=header).SerializeToString()]
-
-        def frames():
-            yield messages[0]
-            if flat is not None:
-                for frame, _ in _wire.chunk_frames([_wire.StripeRange(_wire.MATRIX_A, 0, flat.size)],
-                                                   {_wire.MATRIX_A: flat}, self.chunk_bytes // 4):
-                    yield frame
-
+        (rows, cols), frames = put_messages(matrix, ref, evictable, label, self.chunk_bytes // 4)
         rpc = self._channel.stream_unary("/sgemm.v1.Sgemm/PutMatrix", request_serializer=None,
                                          response_deserializer=pb2.PutMatrixResponse.FromString)
         try:

@@ -33,7 +33,7 @@ from . import _channel, _wire
 from ._proto import health_pb2, health_pb2_grpc
 from ._proto import sgemm_pb2 as pb2
 from ._proto import sgemm_pb2_grpc as pb2_grpc
-from ._request import Matrix, Receiver, Request, as_matrix, first_failure, handles_without_shape
+from ._request import Matrix, Receiver, Request, first_failure, handles_without_shape, put_messages
 from ._types import Handle, SgemmError, Summary, error_of
 from .regions import RegionTable, SharedRegion
 
@@ -87,19 +87,12 @@ def shape_tuple(shape: Shape) -> Tuple[int, ...]:
     return tuple(int(d) for d in t)
 
 
-class Client:
-    """A connection to one sgemm-server.
+class ClientBase:
+    """What the blocking and the asyncio Client set up alike: the constructor's arguments, checked; the
+    channel (each subclass's `_make_channel`: sync or aio) with its stubs; the retry policy; and the
+    per-client state both keep. `_own_state()` adds what only the subclass keeps."""
 
-    target: "host:port", or "unix:PATH" for the server's Unix socket (shared memory; same host only).
-    token: bearer token sent with every call (servers with --auth-tokens; docs/security.md).
-    tls, tls_ca, tls_cert, tls_key, tls_server_name: TLS (any of them turns it on; tls_ca None = the
-      system's roots; tls_cert + tls_key: mutual TLS; tls_server_name: the name to check in the certificate).
-    chunk_bytes: payload of each chunk sent (1 MiB, docs/transport.md; at most 4 MiB - 1 KiB).
-    connections: connections one multiply spreads over; 0 = by size (1 below 16 MiB of payload, else 4).
-    retries, backoff_s, max_backoff_s: UNAVAILABLE retried `retries` times (Retry).
-    transport: "auto" (shared memory on a unix: target whose server offers it, else gRPC), "grpc", "shm".
-    channel_options: extra gRPC channel arguments, (name, value) pairs.
-    """
+    _make_channel: Callable[..., Any] = staticmethod(_channel.sync_channel)
 
     def __init__(self, target: str = "localhost:50051", *, token: Optional[str] = None, tls: bool = False,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
@@ -121,17 +114,39 @@ class Client:
                                          tls_key=tls_key, tls_server_name=tls_server_name,
                                          channel_options=channel_options)
         self._metadata = self._cfg.metadata
-        self._channel = _channel.sync_channel(self._cfg)
+        self._channel = self._make_channel(self._cfg)
         self._stub = pb2_grpc.SgemmStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._transport: Optional[str] = None  # resolved once
+        self._regions = RegionTable()
+        self._scratch: Optional[SharedRegion] = None  # the kept scratch region
+        self._handle_shapes: Dict[str, Tuple[int, int]] = {}  # handle -> (rows, cols)
+        self.unavailable_retries = 0  # UNAVAILABLE answers retried so far
+        self._own_state()
+
+    def _own_state(self) -> None:
+        """The subclass's own state, made at the end of __init__."""
+
+
+class Client(ClientBase):
+    """A connection to one sgemm-server.
+
+    target: "host:port", or "unix:PATH" for the server's Unix socket (shared memory; same host only).
+    token: bearer token sent with every call (servers with --auth-tokens; docs/security.md).
+    tls, tls_ca, tls_cert, tls_key, tls_server_name: TLS (any of them turns it on; tls_ca None = the
+      system's roots; tls_cert + tls_key: mutual TLS; tls_server_name: the name to check in the certificate).
+    chunk_bytes: payload of each chunk sent (1 MiB, docs/transport.md; at most 4 MiB - 1 KiB).
+    connections: connections one multiply spreads over; 0 = by size (1 below 16 MiB of payload, else 4).
+    retries, backoff_s, max_backoff_s: UNAVAILABLE retried `retries` times (Retry).
+    transport: "auto" (shared memory on a unix: target whose server offers it, else gRPC), "grpc", "shm".
+    channel_options: extra gRPC channel arguments, (name, value) pairs.
+    """
+
+    def _own_state(self) -> None:
         self._lock = threading.Lock()
         self._multiply_rpcs: Dict[int, Any] = {0: self._multiply_rpc(self._channel)}  # guarded by _lock
         self._stripe_channels: List[grpc.Channel] = []  # guarded by _lock
-        self._transport: Optional[str] = None  # resolved once; guarded by _lock
-        self._regions = RegionTable()
-        self._scratch: Optional[SharedRegion] = None  # guarded by _lock: the kept scratch region
-        self._handle_shapes: Dict[str, Tuple[int, int]] = {}  # guarded by _lock
-        self.unavailable_retries = 0  # UNAVAILABLE answers retried so far (all threads)
+        # _transport (resolved once), _scratch (the kept scratch region) and _handle_shapes: guarded by _lock
 
     # ---- lifetime ----
     def close(self) -> None:
@@ -185,13 +200,19 @@ class Client:
                  precision: str = "fp32", kernel: Optional[str] = None, split: Optional[str] = None,
                  timeout: Optional[float] = None, out: Optional[np.ndarray] = None, trace: bool = False,
                  keep: bool = False, keep_evictable: bool = False, send_c: bool = False,
-                 connections: Optional[int] = None) -> Tuple[Any, Summary]:
-        """C = alpha*A*B + beta*C on the server; returns (C, summary).
+                 connections: Optional[int] = None, op_a: str = "n", op_b: str = "n",
+                 a_at: Optional[Sequence[int]] = None, b_at: Optional[Sequence[int]] = None,
+                 c_at: Optional[Sequence[int]] = None) -> Tuple[Any, Summary]:
+        """C = alpha*op(A)*op(B) + beta*C on the server; returns (C, summary).
 
         a (m x k), b (k x n), c (m x n, optional: without it C starts at zero): numpy arrays (anything numpy
         makes a 2-D real array; sent as float32), handles from put() or a kept result, or arrays in this
-        client's shared-memory regions (empty(), register()). precision: "fp32" (error no larger than cuBLAS
-        SGEMM's; the server runs the fastest kernel that keeps it), "fp32-ffma" (classic FFMA arithmetic only),
+        client's shared-memory regions (empty(), register()). op_a, op_b: BLAS's transa / transb, "n" or
+        "t"; with "t" the operand given is stored transposed (a is k x m, b is n x k) and the product uses
+        its transpose. A float32 array whose transpose is row-major (Fortran order, a `.T` view) is sent as
+        that transpose with its op flipped: no copy. a_at, b_at, c_at: (row, col, rows, cols), with a handle:
+        the operand is that block (as stored) of the resident matrix, multiplied in place. precision: "fp32"
+        (error no larger than cuBLAS SGEMM's; the server runs the fastest kernel that keeps it), "fp32-ffma" (classic FFMA arithmetic only),
         "tf32" (tensor cores, about 1e-4 relative error) or "fp32x3"; kernel: None (the server's choice),
         "pingpong", "cublas"; split:
         None/"auto", "single", "rows", "k". out: an m x n float32 array C is written into (in a region: by
@@ -210,7 +231,8 @@ class Client:
                       connections=self.connections if connections is None else connections,
                       chunk_bytes=self.chunk_bytes, transport=self.transport(_timeout_within(deadline)),
                       regions=self._regions,
-                      handle_shapes=self._shapes())
+                      handle_shapes=self._shapes(), op_a=op_a, op_b=op_b,
+                      blocks={"a": a_at, "b": b_at, "c": c_at})
         once = self._through_scratch if req.mode == "scratch" else self._stream
         receiver, attempts = self._with_retries(lambda: once(req, deadline), deadline)
         if keep:
@@ -338,25 +360,8 @@ class Client:
         shared-memory region is taken from there (no byte through gRPC). evictable: the server may drop it
         (least recently used first) when it needs room; label: shown by list()."""
         deadline = deadline_of(timeout)
-        header = pb2.PutMatrixHeader(evictable=evictable, label=label)
         ref = self._regions.ref(matrix) if self.transport(_timeout_within(deadline)) == "shm" else None
-        if ref is not None:
-            rows, cols = matrix.shape
-            header.region.region, header.region.offset, header.region.ld = ref[0].name, ref[1], ref[2]
-            flat = None
-        else:
-            arr = as_matrix("matrix", matrix)
-            rows, cols = arr.shape
-            flat = arr.reshape(-1)
-        header.rows, header.cols = rows, cols
-
-        def messages():
-            yield pb2.PutMatrixRequest(header=header).SerializeToString()
-            if flat is not None:
-                for frame, _ in _wire.chunk_frames([_wire.StripeRange(_wire.MATRIX_A, 0, flat.size)],
-                                                   {_wire.MATRIX_A: flat}, self.chunk_bytes // 4):
-                    yield frame
-
+        (rows, cols), messages = put_messages(matrix, ref, evictable, label, self.chunk_bytes // 4)
         rpc = self._channel.stream_unary("/sgemm.v1.Sgemm/PutMatrix", request_serializer=None,
                                          response_deserializer=pb2.PutMatrixResponse.FromString)
         try:
@@ -476,8 +481,10 @@ def resolve_transport(wanted: str, unix: bool, regions_available: Callable[[], b
 def multiply(a: Matrix, b: Matrix, c: Optional[Matrix] = None, alpha: float = 1.0, beta: float = 0.0, *,
              target: str = "localhost:50051", timeout: Optional[float] = None, **options: Any) -> Tuple[Any, Summary]:
     """One product on the server at `target`: returns (C, summary). Options go to Client (token, tls_*,
-    chunk_bytes, connections, retries, ...) or to Client.multiply (precision, kernel, split, out, trace)."""
-    call_keys = {"precision", "kernel", "split", "out", "trace", "keep", "keep_evictable", "send_c"}
+    chunk_bytes, connections, retries, ...) or to Client.multiply (precision, kernel, split, out, trace, op_a,
+    op_b)."""
+    call_keys = {"precision", "kernel", "split", "out", "trace", "keep", "keep_evictable", "send_c", "op_a", "op_b",
+                 "a_at", "b_at", "c_at"}
     call = {k: v for k, v in options.items() if k in call_keys}
     with Client(target, **{k: v for k, v in options.items() if k not in call_keys}) as client:
         return client.multiply(a, b, c, alpha, beta, timeout=timeout, **call)

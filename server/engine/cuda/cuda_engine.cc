@@ -238,12 +238,19 @@ class CudaEngine final : public Engine {
     }
     if (res_a)
       for (ShardWork& w : jr.works()) {
-        const GpuPiece* piece = res_a->find(w.lane->device(), 0, r.shape.m);
+        const GpuPiece* piece = res_a->find(w.lane->device(), 0, job.a_resident->rows);
         if (!piece) return Internal("resident A has no whole copy on GPU " + std::to_string(w.lane->device()));
-        w.a_resident = piece->data;
+        w.a_resident = piece->data + job.a_at.row * piece->ld + job.a_at.col;  // the operand's first element
         w.a_resident_ld = piece->ld;
       }
-    if (res_b)
+    if (res_b && !b_in_place(job))
+      for (ShardWork& w : jr.works()) {
+        const GpuPiece* piece = res_b->find(w.lane->device(), 0, job.b_resident->rows);
+        if (!piece) return Internal("resident B has no whole copy on GPU " + std::to_string(w.lane->device()));
+        w.b_copy = piece->data + job.b_at.row * piece->ld + job.b_at.col;
+        w.b_copy_ld = piece->ld;
+      }
+    if (res_b && b_in_place(job))
       for (ShardWork& w : jr.works()) {
         const int64_t k0 = plan.mode == SplitMode::kK ? w.shard.k_begin : 0;
         const int64_t k1 = plan.mode == SplitMode::kK ? w.shard.k_end : r.shape.k;
@@ -260,6 +267,11 @@ class CudaEngine final : public Engine {
       steps.stamp("kernel choice");
     }
     report.kernel = kind;
+    if (r.op_a == Op::kT || r.op_b == Op::kT)
+      report.plan_reason += std::string("; op_a = ") + std::string(op_name(r.op_a)) +
+                            ", op_b = " + std::string(op_name(r.op_b)) +
+                            ": transposed operands are transposed on the GPU as they "
+                            "come in, the kernel multiplies n,n";
     if (const GemmBackend* be = leases[0]->backend(kind))
       report.kernel_row = be->kernel_name(engine_probe_args(block, r.alpha, r.beta));
     SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
@@ -313,6 +325,14 @@ class CudaEngine final : public Engine {
   }
 
  private:
+  // A resident B is read where it is kept only as the whole, untransposed
+  // operand (its pieces are the K rows the plan needs); a transposed one or a
+  // submatrix is copied in from a whole copy, as A is.
+  static bool b_in_place(const GemmJob& job) {
+    return job.b_resident && job.request.op_b == Op::kN && job.b_at.zero() &&
+           job.b_resident->rows == job.request.shape.k && job.b_resident->cols == job.request.shape.n;
+  }
+
   std::vector<int> healthy_devices() const {
     std::vector<int> healthy;
     for (int i = 0; i < pool_->size(); ++i)
@@ -334,7 +354,7 @@ class CudaEngine final : public Engine {
     }
     if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
     // The planner is told where a resident B lives, so a request goes to it.
-    if (job.b_resident)
+    if (b_in_place(job))
       if (const auto cur = job.b_resident->data())
         for (DeviceCaps& d : req.devices)
           d.b_resident_fraction = resident_fraction_on(cur->layout(), d.device, r.shape.k);
@@ -388,6 +408,8 @@ class CudaEngine final : public Engine {
   // jobs on different GPUs do not take it from each other). A gets a whole
   // copy on every device of the plan (added, never moved), read device to
   // device; an input C is copied from a whole copy into the job's C first.
+  // Submatrices (GemmJob::a_at ...) start at their element of the whole copy;
+  // a B that is transposed or a submatrix is handled as A is (b_in_place).
   Status bind_resident(const GemmJob& job, const Plan& plan, std::shared_ptr<const GpuResident>* a,
                        std::shared_ptr<const GpuResident>* b, std::shared_ptr<const GpuResident>* c) {
     const bool single = plan.mode == SplitMode::kSingle;
@@ -398,9 +420,12 @@ class CudaEngine final : public Engine {
           l.push_back(Piece{s.device, 0, rows});
       return l;
     };
-    if (job.b_resident) {
+    if (b_in_place(job)) {
       SGEMM_ASSIGN_OR_RETURN(
           *b, ensure_layout(store_, *job.b_resident, layout_needed_for_b(plan, job.request.shape.k), single));
+    } else if (job.b_resident) {  // copied in like A, from a whole copy on each device
+      SGEMM_ASSIGN_OR_RETURN(
+          *b, ensure_layout(store_, *job.b_resident, on_every_device(job.b_resident->rows), /*additive=*/true));
     }
     if (job.a_resident) {
       SGEMM_ASSIGN_OR_RETURN(
@@ -420,9 +445,9 @@ class CudaEngine final : public Engine {
       if (!p) return Internal("resident C has no whole copy on GPU " + std::to_string(dev));
       const GemmShape& s = job.request.shape;
       SGEMM_CUDA_TRY(cudaSetDevice(p->where.device));
-      SGEMM_CUDA_TRY(cudaMemcpy2D(job.c, std::size_t(job.c_ld()) * sizeof(float), p->data,
-                                  std::size_t(p->ld) * sizeof(float), std::size_t(s.n) * sizeof(float),
-                                  std::size_t(s.m), cudaMemcpyDeviceToHost));
+      SGEMM_CUDA_TRY(cudaMemcpy2D(job.c, std::size_t(job.c_ld()) * sizeof(float),
+                                  p->data + job.c_at.row * p->ld + job.c_at.col, std::size_t(p->ld) * sizeof(float),
+                                  std::size_t(s.n) * sizeof(float), std::size_t(s.m), cudaMemcpyDeviceToHost));
     }
     return Status::Ok();
   }

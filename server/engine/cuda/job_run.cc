@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "kernels/cuda_status.h"
+#include "kernels/transpose.h"
 #include "server/engine/cuda/split_executor.h"
 
 namespace sgemm {
@@ -39,6 +40,7 @@ Status JobRun::execute(const SplitExecutor& executor, HostSteps& steps) {
     w.a.reset();
     w.b.reset();
     w.c.reset();
+    w.stage.reset();
   }
   steps.stamp("free");
   return s;
@@ -138,6 +140,38 @@ Status JobRun::h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src
   return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(dst, size_t(dpitch) * kFloatBytes, src, size_t(spitch) * kFloatBytes,
                                              size_t(width) * kFloatBytes, size_t(height), cudaMemcpyDefault,
                                              w.lane->h2d()));
+}
+
+Status JobRun::h2d_op(ShardWork& w, Op op, float* dst, int64_t dpitch, const float* src, int64_t spitch,
+                      int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end) {
+  const StoredBlock sb = stored_block(op, row_begin, row_end, col_begin, col_end);
+  const float* from = src + sb.row_begin * spitch + sb.col_begin;
+  const int64_t rows = sb.row_end - sb.row_begin, cols = sb.col_end - sb.col_begin;
+  if (op == Op::kN) return h2d_2d(w, dst, dpitch, from, spitch, cols, rows);
+  if (rows <= 0 || cols <= 0) return Status::Ok();
+  // The stored block (rows x cols, the transpose of what `dst` receives)
+  // lands dense in the stage, then is transposed into place; both on h2d, so
+  // the next block's copy into the stage waits for this transpose.
+  const int64_t stage_ld = pad4(cols);
+  const std::size_t need = std::size_t(rows * stage_ld) * kFloatBytes;
+  if (need > w.stage_bytes) {
+    w.stage.reset();  // stream-ordered on h2d: after the transposes that read it
+    w.stage_bytes = 0;
+    SGEMM_ASSIGN_OR_RETURN(w.stage, DeviceBuffer::allocate(w.lane->device(), need, w.lane->h2d()));
+    w.stage_bytes = need;
+  }
+  SGEMM_RETURN_IF_ERROR(h2d_2d(w, w.stage.floats(), stage_ld, from, spitch, cols, rows));
+  return SGEMM_CUDA_STATUS(launch_transpose(w.stage.floats(), rows, cols, stage_ld, dst, dpitch, w.lane->h2d()));
+}
+
+int64_t JobRun::a_prefix(int64_t row_end) const {
+  const GemmShape& s = shape();
+  return job_.request.op_a == Op::kN ? row_end * s.k : s.m * s.k;
+}
+
+int64_t JobRun::b_prefix(int64_t row_end) const {
+  const GemmShape& s = shape();
+  return job_.request.op_b == Op::kN ? row_end * s.n : s.k * s.n;
 }
 
 Status JobRun::copy_out(ShardWork& w, const float* dev, int64_t dev_row0, int64_t ldc, int64_t begin, int64_t end,

@@ -78,6 +78,18 @@ struct ShardWork {
   int64_t a_resident_ld = 0;
   const float* a_src(const GemmJob& job) const { return a_resident ? a_resident : job.a; }
   int64_t a_src_ld(const GemmJob& job) const { return a_resident ? a_resident_ld : job.a_ld(); }
+  // A resident B that cannot be read in place (stored transposed, or a
+  // submatrix of a larger matrix): a whole copy on this device (at the
+  // operand's first element, leading dimension b_copy_ld), copied device to
+  // device as a host B would be. Null: B is the job's host matrix (or in place).
+  const float* b_copy = nullptr;
+  int64_t b_copy_ld = 0;
+  const float* b_src(const GemmJob& job) const { return b_copy ? b_copy : job.b; }
+  int64_t b_src_ld(const GemmJob& job) const { return b_copy ? b_copy_ld : job.b_ld(); }
+  // Scratch for a transposed operand's stored block on its way in (h2d_op),
+  // used on the h2d stream only; grown there as needed.
+  DeviceBuffer stage;
+  std::size_t stage_bytes = 0;
   // B's rows [k0, ...) on this device: the resident piece, or the job's buffer.
   const float* b_rows(int64_t k0, int64_t ldb) const {
     return b_resident ? b_resident + (k0 - b_resident_row0) * ldb : b.floats() + k0 * ldb;
@@ -186,6 +198,18 @@ class JobRun {
 
   Status h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,
                 int64_t height);
+  // Rows [row_begin, row_end) x columns [col_begin, col_end) of op(X) into
+  // `dst` (dense N layout, leading dimension dpitch) on w's h2d stream, where
+  // X is stored at `src` (host or device) with leading dimension `spitch`.
+  // kN: one 2-D copy. kT: the stored block (stored_block(), the mirror) is
+  // copied into w.stage and transposed on the device into `dst`.
+  Status h2d_op(ShardWork& w, Op op, float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t row_begin,
+                int64_t row_end, int64_t col_begin, int64_t col_end);
+  // Elements of the stored A (B) that must be in host memory before rows
+  // [0, row_end) of op(A) (op(B)) can be read: a row prefix under kN, all of
+  // it under kT (every row of op(X) reads every row of the stored X).
+  int64_t a_prefix(int64_t row_end) const;
+  int64_t b_prefix(int64_t row_end) const;
   // Copies rows [begin, end) of C (device rows start at `dev_row0` of `dev`)
   // to the host once `after` (on this device) is done; queues them for rows_ready.
   Status copy_out(ShardWork& w, const float* dev, int64_t dev_row0, int64_t ldc, int64_t begin, int64_t end,

@@ -77,17 +77,20 @@ Status issue(JobRun& run) {
       const int64_t lda = pad4(kc);
       const bool owns_c = w.rank == 0 && has_c;
       SGEMM_RETURN_IF_ERROR(run.check_cancel());
-      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, s1 * s.n));
+      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, run.b_prefix(s1)));
       float* da = w.a.floats() + (s0 - k0);
       const float* db = w.b_resident ? w.b_rows(s0, ldb) : w.b.floats() + (s0 - k0) * ldb;
       cudaEvent_t in_done = nullptr, k_done = nullptr;
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, w.a_src(job) + s0, w.a_src_ld(job), s1 - s0, s.m));
+            // Columns [s0, s1) of op(A) and rows [s0, s1) of op(B): stored
+            // blocks, transposed on the device under op = t (JobRun::h2d_op).
+            SGEMM_RETURN_IF_ERROR(
+                run.h2d_op(w, job.request.op_a, da, lda, w.a_src(job), w.a_src_ld(job), 0, s.m, s0, s1));
             if (w.b_resident) return Status::Ok();
-            return run.h2d_2d(w, w.b.floats() + (s0 - k0) * ldb, ldb, job.b + s0 * job.b_ld(), job.b_ld(), s.n,
-                              s1 - s0);
+            return run.h2d_op(w, job.request.op_b, w.b.floats() + (s0 - k0) * ldb, ldb, w.b_src(job), w.b_src_ld(job),
+                              s0, s1, 0, s.n);
           },
           &in_done,
           Step{.bytes = (s1 - s0) * (s.m + (w.b_resident ? 0 : s.n)) * int64_t(kFloatBytes),

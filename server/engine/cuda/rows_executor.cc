@@ -15,7 +15,11 @@ Status issue_row_pipeline(JobRun& run) {
   const GemmShape& s = run.shape();
   auto& works = run.works();
   const int64_t lda = pad4(s.k), ldb = pad4(s.n), ldc = ldb;
-  const int64_t hldb = job.b_ld(), hldc = job.c_ld();  // the host matrices' strides (A's: ShardWork::a_src_ld)
+  const int64_t hldc = job.c_ld();  // the host C's stride (A's and B's: ShardWork::a_src_ld, b_src_ld)
+  // Operands stored transposed (op = t) are copied by their stored blocks and
+  // transposed on the device (JobRun::h2d_op): the device layout, and so every
+  // kernel and the broadcast below, is the same as for op = n.
+  const Op op_a = job.request.op_a, op_b = job.request.op_b;
   const int p = int(works.size());
   const bool has_c = job.request.has_c;
   // A resident B on every device (docs/resident.md) is read where it is: no
@@ -37,11 +41,13 @@ Status issue_row_pipeline(JobRun& run) {
   std::vector<cudaEvent_t> b_ready(static_cast<size_t>(p));
   for (int j = 0; j < p && !b_resident; ++j) {
     ShardWork& w = works[size_t(j)];
-    SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, kb[size_t(j) + 1] * s.n));
+    SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, run.b_prefix(kb[size_t(j) + 1])));
     const int64_t r0 = kb[size_t(j)], r1 = kb[size_t(j) + 1];
     SGEMM_RETURN_IF_ERROR(run.timed(
         w, w.in, w.lane->h2d(),
-        [&] { return run.h2d_2d(w, w.b.floats() + r0 * ldb, ldb, job.b + r0 * hldb, hldb, s.n, r1 - r0); },
+        [&] {
+          return run.h2d_op(w, op_b, w.b.floats() + r0 * ldb, ldb, w.b_src(job), w.b_src_ld(job), r0, r1, 0, s.n);
+        },
         &b_ready[size_t(j)], Step{.bytes = (r1 - r0) * s.n * int64_t(kFloatBytes), .k_begin = r0, .k_end = r1}));
   }
   if (p > 1 && !b_resident) {
@@ -89,7 +95,7 @@ Status issue_row_pipeline(JobRun& run) {
       issued = true;
       const int64_t c1 = std::min(r1, c0 + step);
       SGEMM_RETURN_IF_ERROR(run.check_cancel());
-      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kA, c1 * s.k));
+      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kA, run.a_prefix(c1)));
       if (has_c) SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kC, c1 * s.n));
       float* da = w.a.floats() + (c0 - r0) * lda;
       float* dc = w.c.floats() + (c0 - r0) * ldc;
@@ -97,8 +103,7 @@ Status issue_row_pipeline(JobRun& run) {
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(
-                run.h2d_2d(w, da, lda, w.a_src(job) + c0 * w.a_src_ld(job), w.a_src_ld(job), s.k, c1 - c0));
+            SGEMM_RETURN_IF_ERROR(run.h2d_op(w, op_a, da, lda, w.a_src(job), w.a_src_ld(job), c0, c1, 0, s.k));
             if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * hldc, hldc, s.n, c1 - c0));
             return Status::Ok();
           },

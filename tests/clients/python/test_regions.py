@@ -71,9 +71,15 @@ class Regions(unittest.TestCase):
         self.assertEqual(summary.proto.bytes_received, 0)
         self.assertLessEqual(max_error(target, a, b), TOLERANCE)
         self.assertTrue(np.all(out[0] == 0) and np.all(out[:, :2] == 0) and np.all(out[:, 60:] == 0))
-        # A transposed view has no row-major leading dimension: it is copied (scratch), still right.
+        # A transposed view is the row-major block under it with op_a = "t": named in place, no copy.
         got, summary = cl.multiply(big[:93, :127].T, b, timeout=60)
-        self.assertEqual(summary.transport, "shm-copy")
+        self.assertEqual(summary.transport, "shm")
+        self.assertEqual(summary.proto.bytes_received, 0)  # the server received no matrix byte
+        self.assertIn("op_a = t", summary.proto.plan_reason)
+        self.assertLessEqual(max_error(got, big[:93, :127].T, b), TOLERANCE)
+        # Stored transposed and said so: the same product.
+        got, summary = cl.multiply(big[:93, :127], b, op_a="t", timeout=60)
+        self.assertEqual(summary.transport, "shm")
         self.assertLessEqual(max_error(got, big[:93, :127].T, b), TOLERANCE)
 
     def test_ordinary_arrays_through_the_kept_scratch_region(self):

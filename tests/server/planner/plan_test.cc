@@ -212,5 +212,48 @@ TEST(PipelineBlocks, TheKernelShapeIsTheLargestBlockOfThePlan) {
   EXPECT_EQ(kernel_block_shape(k, {1024, 1024, 131072}, 0, 4096, 8), (GemmShape{1024, 1024, 4096}));
 }
 
+// Shards are ranges of op(A) and op(B); stored_block maps them to storage.
+TEST(StoredBlocks, ARowSplitOfTransposedATakesColumnsAndAKSplitTakesRows) {
+  const Shard rows{0, 128, 256, 0, 300};  // rows [128, 256) of C, all of K = 300
+  EXPECT_EQ(shard_a_block(rows, Op::kN), (StoredBlock{128, 256, 0, 300}));
+  EXPECT_EQ(shard_a_block(rows, Op::kT), (StoredBlock{0, 300, 128, 256}));  // columns of the stored k x m A
+  EXPECT_EQ(shard_b_block(rows, 77, Op::kN), (StoredBlock{0, 300, 0, 77}));
+  EXPECT_EQ(shard_b_block(rows, 77, Op::kT), (StoredBlock{0, 77, 0, 300}));  // all of the stored n x k B
+  const Shard kslice{1, 0, 500, 16, 48};                                     // every row of C, K [16, 48)
+  EXPECT_EQ(shard_a_block(kslice, Op::kN), (StoredBlock{0, 500, 16, 48}));
+  EXPECT_EQ(shard_a_block(kslice, Op::kT), (StoredBlock{16, 48, 0, 500}));  // rows of the stored A
+  EXPECT_EQ(shard_b_block(kslice, 9, Op::kN), (StoredBlock{16, 48, 0, 9}));
+  EXPECT_EQ(shard_b_block(kslice, 9, Op::kT), (StoredBlock{0, 9, 16, 48}));  // columns of the stored B
+}
+
+// Whatever the split and the ops, the shards' stored blocks of A tile the
+// stored A exactly once (each element read by one shard), and under a K
+// split the same holds for B.
+TEST(StoredBlocks, ShardsTileTheStoredOperandsForEveryOp) {
+  for (SplitMode mode : {SplitMode::kRows, SplitMode::kK})
+    for (Op op : {Op::kN, Op::kT}) {
+      const GemmShape s{1000, 37, 700};
+      const Plan plan = make_plan(request(s.m, s.n, s.k, 3, mode));
+      ASSERT_EQ(plan.mode, mode);
+      const MatrixDims ad = stored_a_dims(s, op), bd = stored_b_dims(s, op);
+      std::vector<int> a_hits(std::size_t(ad.rows * ad.cols), 0), b_hits(std::size_t(bd.rows * bd.cols), 0);
+      for (const Shard& sh : plan.shards) {
+        const StoredBlock ab = shard_a_block(sh, op), bb = shard_b_block(sh, s.n, op);
+        ASSERT_LE(ab.row_end, ad.rows);
+        ASSERT_LE(ab.col_end, ad.cols);
+        ASSERT_LE(bb.row_end, bd.rows);
+        ASSERT_LE(bb.col_end, bd.cols);
+        for (int64_t r = ab.row_begin; r < ab.row_end; ++r)
+          for (int64_t c = ab.col_begin; c < ab.col_end; ++c) a_hits[std::size_t(r * ad.cols + c)]++;
+        for (int64_t r = bb.row_begin; r < bb.row_end; ++r)
+          for (int64_t c = bb.col_begin; c < bb.col_end; ++c) b_hits[std::size_t(r * bd.cols + c)]++;
+      }
+      for (int h : a_hits) ASSERT_EQ(h, 1) << split_mode_name(mode) << " op " << op_name(op);
+      // A row split reads all of B on every shard; a K split reads each element once.
+      const int b_reads = mode == SplitMode::kRows ? int(plan.shards.size()) : 1;
+      for (int h : b_hits) ASSERT_EQ(h, b_reads) << split_mode_name(mode) << " op " << op_name(op);
+    }
+}
+
 }  // namespace
 }  // namespace sgemm

@@ -115,6 +115,51 @@ TEST(Codec, HeaderAndChunkConvert) {
   EXPECT_EQ(d->data_bytes, 16u);
 }
 
+// Ops and submatrix offsets: unset is n and no offset (old clients unchanged);
+// an op outside the enum is INVALID_ARGUMENT naming the field.
+TEST(Codec, OpsAndResidentOffsetsConvert) {
+  v1::MultiplyRequest h;
+  h.mutable_header()->set_m(3);
+  h.mutable_header()->set_n(4);
+  h.mutable_header()->set_k(5);
+  grpc::ByteBuffer plain = to_buffer(h.SerializeAsString());
+  auto r = decode_request(plain, 1, 1 << 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->header.op_a, Op::kN);
+  EXPECT_EQ(r->header.op_b, Op::kN);
+  EXPECT_FALSE(r->resident.a_at || r->resident.b_at || r->resident.c_at);
+  EXPECT_EQ(r->header.a_dims(), (MatrixDims{3, 5}));
+
+  h.mutable_header()->set_op_a(v1::OP_T);
+  h.mutable_header()->set_op_b(v1::OP_T);
+  h.mutable_header()->set_a_handle(std::string(32, 'a'));
+  h.mutable_header()->mutable_a_at()->set_row(2);
+  h.mutable_header()->mutable_a_at()->set_col(7);
+  grpc::ByteBuffer t = to_buffer(h.SerializeAsString());
+  r = decode_request(t, 1, 1 << 20);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->header.op_a, Op::kT);
+  EXPECT_EQ(r->header.op_b, Op::kT);
+  EXPECT_EQ(r->header.a_dims(), (MatrixDims{5, 3}));  // A stored k x m
+  EXPECT_EQ(r->header.b_dims(), (MatrixDims{4, 5}));  // B stored n x k
+  ASSERT_TRUE(r->resident.a_at.has_value());
+  EXPECT_EQ(*r->resident.a_at, (MatrixOffset{2, 7}));
+
+  for (const char* field : {"op_a", "op_b"}) {
+    v1::MultiplyRequest bad = h;
+    if (field[3] == 'a') {
+      bad.mutable_header()->set_op_a(static_cast<v1::Op>(5));
+    } else {
+      bad.mutable_header()->set_op_b(static_cast<v1::Op>(-1));
+    }
+    grpc::ByteBuffer bb = to_buffer(bad.SerializeAsString());
+    auto d = decode_request(bb, 1, 1 << 20);
+    ASSERT_FALSE(d.ok()) << field;
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(d.status().message().find(std::string("header.") + field), std::string::npos) << d.status().message();
+  }
+}
+
 TEST(Codec, StripedHeaderAttachAndGrantConvert) {
   v1::MultiplyRequest h;
   h.mutable_header()->set_m(64);
