@@ -330,7 +330,7 @@ TEST(TransportAttacks, ShutdownUnderALargeProductEndsWithinTheGrace) {
   c.mutable_chunk()->set_data(reinterpret_cast<const char*>(half.data()), half.size() * 4);
   ASSERT_TRUE(put->Write(c));
   const auto computing = testing::info_when(
-      *client, [](const ServerInfo& i) { return i.in_flight >= 1; }, 6000);
+      *client, [](const ServerInfo& i) { return i.in_flight >= 1; }, std::chrono::seconds(60));
   EXPECT_GE(computing.in_flight, 1) << "the product never started computing";
   const auto t0 = Clock::now();
   kill(server.pid(), SIGTERM);
