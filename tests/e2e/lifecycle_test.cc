@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "client/sgemm_client.h"
@@ -847,16 +848,19 @@ TEST(AdmissionE2E, BusyIsUnavailableOnlyWhenEverySlotIsTakenAndTheClientRetriesI
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
   if (info_of(addr).backend != "cpu") GTEST_SKIP() << "needs a product that holds the slot a while: the cpu backend";
-  // A long product takes the one slot.
-  std::thread big([&] {
-    const int64_t d = 3072;
-    std::vector<float> a(d * d, 0.25f);
-    auto r = Client::connect(addr)->multiply({d, d, d}, a.data(), a.data(), nullptr, {});
-    EXPECT_TRUE(r.ok()) << r.status().to_string();
-  });
-  ServerInfo i;
-  for (int t = 0; t < 6000 && (i = info_of(addr)).in_flight < 1; ++t)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // A product the test ends itself takes the one slot: 6144^3 computes for
+  // seconds on one core, and the test cancels it once the patient request
+  // below has been refused, so the order of events does not depend on speed.
+  const int64_t d = 6144;
+  auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
+  HeldStream big(*stub);
+  ASSERT_TRUE(big.stream->Write(header_msg(d, d, d)));
+  const int64_t per_chunk = int64_t(1) << 18;  // 1 MiB, under the per-message bound
+  for (v1::Matrix m : {v1::MATRIX_B, v1::MATRIX_A})
+    for (int64_t off = 0; off < d * d; off += per_chunk)
+      ASSERT_TRUE(big.stream->Write(chunk_msg(m, off, std::min(per_chunk, d * d - off), 0.25f)))
+          << big.finish().error_message();
+  ServerInfo i = testing::info_when(*Client::connect(addr), [](const ServerInfo& x) { return x.in_flight >= 1; });
   ASSERT_EQ(i.in_flight, 1);
   ClientOptions no_retry;
   no_retry.retry.max_attempts = 1;
@@ -865,19 +869,23 @@ TEST(AdmissionE2E, BusyIsUnavailableOnlyWhenEverySlotIsTakenAndTheClientRetriesI
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(refused.status().message().find("server busy"), std::string::npos) << refused.status().message();
-  // The same request with the default policy (5 attempts, backoff up to 2 s) gets through once the slot frees,
-  // or is still refused with UNAVAILABLE after its attempts.
+  // The same request under a patient retry policy is refused while the big
+  // product holds the slot, then gets through once the slot frees.
   ClientOptions patient;
   patient.retry.max_attempts = 40;
-  const bool still_busy = info_of(addr).in_flight == 1;
-  auto retried = Client::connect(addr, patient)->multiply({4, 4, 4}, a.data(), a.data(), nullptr, {});
-  ASSERT_TRUE(retried.ok()) << retried.status().to_string();
-  // Refused, then retried, while the big product held the slot.
-  if (still_busy) {
-    EXPECT_GT(retried->attempts, 1);
-  }
-  EXPECT_FLOAT_EQ(retried->c[0], 4.0f);
-  big.join();
+  std::optional<decltype(Client::connect(addr)->multiply({4, 4, 4}, a.data(), a.data(), nullptr, {}))> retried;
+  std::thread patient_call([&] {
+    retried.emplace(Client::connect(addr, patient)->multiply({4, 4, 4}, a.data(), a.data(), nullptr, {}));
+  });
+  // Its first refusal is the second "server busy" in the log.
+  EXPECT_TRUE(server.log_count_reaches("server busy", 2)) << server.log();
+  big.ctx->TryCancel();
+  EXPECT_EQ(big.finish().error_code(), grpc::StatusCode::CANCELLED);
+  patient_call.join();
+  ASSERT_TRUE(retried.has_value());
+  ASSERT_TRUE(retried->ok()) << retried->status().to_string();
+  EXPECT_GT((*retried)->attempts, 1) << "refused, then retried, while the big product held the slot";
+  EXPECT_FLOAT_EQ((*retried)->c[0], 4.0f);
   // With the slot free, admission never refuses: many sequential requests, none retried.
   for (int k = 0; k < 20; ++k) {
     auto r = Client::connect(addr, no_retry)->multiply({4, 4, 4}, a.data(), a.data(), nullptr, {});
