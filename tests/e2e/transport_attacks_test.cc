@@ -40,7 +40,13 @@ using testing::RawH2Client;
 using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
 
-constexpr double kNormalRequestBoundMs = 2000;  // generous: the figure is printed, benchmarks hold the target
+// Generous: the figure is printed, benchmarks hold the target. Sanitizers run
+// the server 5-15x slower, the attack with it.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr double kNormalRequestBoundMs = 20000;
+#else
+constexpr double kNormalRequestBoundMs = 2000;
+#endif
 
 uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 
