@@ -182,6 +182,10 @@ void print_info(const sgemm::ServerInfo& info) {
   for (const auto& k : info.kernels) std::printf(" %s", k.c_str());
   std::printf("\nprecisions:");
   for (const auto& p : info.precisions) std::printf(" %s", p.c_str());
+  for (const auto& c : info.contracts) {
+    std::printf("\n  %s: %s; kernels:", c.precision.c_str(), c.promise.c_str());
+    for (const auto& k : c.kernels) std::printf(" %s", k.c_str());
+  }
   std::printf("\n%-6s %-32s %6s %10s %8s\n", "device", "name", "SMs", "memory", "cc");
   for (const auto& d : info.devices)
     std::printf("%-6d %-32s %6d %8.1fG %6d.%d\n", d.index, d.name.c_str(), d.sm_count, d.memory_bytes / 1073741824.0,

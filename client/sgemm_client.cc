@@ -679,6 +679,8 @@ class GrpcClient final : public Client {
     out.backends.assign(resp.backends().begin(), resp.backends().end());
     out.kernels.assign(resp.kernels().begin(), resp.kernels().end());
     for (int p : resp.precisions()) out.precisions.push_back(precision_text(v1::Precision(p)));
+    for (const auto& c : resp.contracts())
+      out.contracts.push_back({precision_text(c.precision()), c.promise(), {c.kernels().begin(), c.kernels().end()}});
     for (const auto& d : resp.devices())
       out.devices.push_back({d.index(), d.name(), d.memory_bytes(), d.sm_count(), d.compute_major(), d.compute_minor(),
                              d.unhealthy(), d.health_reason()});

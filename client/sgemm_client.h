@@ -235,6 +235,12 @@ struct ServerInfo {
   std::string version, backend;
   std::vector<std::string> backends, kernels;
   std::vector<std::string> precisions;  // what the running backend offers, fp32 first
+  // Per precision offered: what it promises and the kernels that serve it (docs/kernels.md).
+  struct Contract {
+    std::string precision, promise;
+    std::vector<std::string> kernels;
+  };
+  std::vector<Contract> contracts;
   std::vector<Device> devices;
   int64_t max_matrix_elements = 0, max_chunk_bytes = 0;
   int64_t host_memory_bytes = 0;

@@ -62,6 +62,17 @@ TEST(CliE2E, InfoHealthAndErrors) {
   auto info = run_command(cli(server) + "info --server " + server.address());
   EXPECT_EQ(info.exit_code, 0) << info.output;
   EXPECT_NE(info.output.find("limits: 10000 elements per matrix"), std::string::npos) << info.output;
+  // Each precision's contract: what it promises and the kernels that serve it.
+  auto client = Client::connect(server.address());
+  auto offered = client->info();
+  ASSERT_TRUE(offered.ok()) << offered.status().to_string();
+  ASSERT_EQ(offered->contracts.size(), offered->precisions.size());
+  for (const auto& c : offered->contracts) {
+    EXPECT_FALSE(c.promise.empty()) << c.precision;
+    ASSERT_FALSE(c.kernels.empty()) << c.precision;
+    EXPECT_NE(info.output.find("  " + c.precision + ": " + c.promise + "; kernels: " + c.kernels[0]), std::string::npos)
+        << info.output;
+  }
   auto health = run_command(cli(server) + "health --server " + server.address());
   EXPECT_EQ(health.exit_code, 0);
   EXPECT_NE(health.output.find("SERVING"), std::string::npos);
