@@ -518,14 +518,12 @@ class GrpcClient final : public Client {
     // Regions: the header is all there is to send.
     // A request naming an operand by handle (a resident matrix) sends the
     // others on one stream, and never the named one.
-    // So does one with a transposed operand (the server cuts stripes by rows of op(A)).
+    // A transposed operand is striped by its stored rows, like the others.
     const bool handles = !opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty();
-    const bool one_stream = handles || opt.op_a != Op::kN || opt.op_b != Op::kN;
-    const StripePlan plan =
-        regions
-            ? StripePlan{1, 0, {{}}}
-            : plan_stripes(shape, c != nullptr, one_stream ? 1 : stripes_for(shape, c != nullptr, options_.connections),
-                           options_.chunk_bytes);
+    const StripePlan plan = regions ? StripePlan{1, 0, {{}}}
+                                    : plan_stripes(shape, c != nullptr,
+                                                   handles ? 1 : stripes_for(shape, c != nullptr, options_.connections),
+                                                   options_.chunk_bytes, opt.op_a, opt.op_b);
     auto inputs_of = [&](int stripe) {
       std::vector<StreamProtocol::Input> inputs;
       for (const StripeRange& r : plan.per_stripe[std::size_t(stripe)]) {

@@ -121,7 +121,8 @@ struct MultiplyOptions {
   // handle, or in a region) is stored transposed, A as k x m and B as n x k
   // row-major, and the product uses its transpose. A column-major m x k A is
   // exactly a row-major k x m one: pass it as it is with op_a = kT, no copy.
-  // A request with a transposed operand travels on one stream (no stripes).
+  // Stripes (ClientOptions::connections) cut a transposed operand by its
+  // stored rows, as the server does.
   Op op_a = Op::kN;
   Op op_b = Op::kN;
   // Called as rows of C arrive, on a gRPC thread (while the upload may still

@@ -1,7 +1,8 @@
 // How one Multiply request is spread over several connections
 // (GemmHeader.stripes, docs/transport.md "One request over several
 // connections"): which blocks of rows each stripe sends, in which order.
-// The server's rule, mirrored: every matrix's rows are cut into blocks of
+// The server's rule, mirrored: every matrix's STORED rows (A is k x m under
+// op_a = kT, B is n x k under op_b = kT) are cut into blocks of
 // `stripe_rows` rows and block j travels on stripe j % stripes; each stripe
 // sends its blocks of B, then of C (when given), then of A, and receives C's
 // rows of its own blocks.
@@ -40,9 +41,12 @@ struct StripePlan {
   std::vector<std::vector<StripeRange>> per_stripe;  // what each stripe sends, in order
 };
 
-// The plan for `stripes` connections: blocks of rows that hold at most
-// `chunk_bytes` of the widest matrix (so a block is one chunk there), and no
-// more stripes than A has blocks. One stripe: B, C, A whole, as one stream.
-StripePlan plan_stripes(const GemmShape& shape, bool has_c, int stripes, int64_t chunk_bytes);
+// The plan for `stripes` connections: blocks of stored rows that hold at
+// most `chunk_bytes` of the widest stored matrix (so a block is one chunk
+// there), and no more stripes than C has blocks (each stripe answers with its
+// rows of C). Ranges are elements of the stored matrices. One stripe: B, C, A
+// whole, as one stream.
+StripePlan plan_stripes(const GemmShape& shape, bool has_c, int stripes, int64_t chunk_bytes, Op op_a = Op::kN,
+                        Op op_b = Op::kN);
 
 }  // namespace sgemm

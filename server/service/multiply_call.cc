@@ -276,12 +276,6 @@ Status MultiplyCall::on_message(RequestMessage msg) {
           return InvalidArgument("header.stripes is " + std::to_string(msg.stripes) +
                                  " but the header names a matrix by handle: a request over several streams "
                                  "sends every operand; send this one on one stream (stripes 0 or 1)");
-        if (msg.header.op_a != Op::kN || msg.header.op_b != Op::kN)
-          return InvalidArgument("header.stripes is " + std::to_string(msg.stripes) +
-                                 " with header.op_a = " + std::string(op_name(msg.header.op_a)) +
-                                 ", op_b = " + std::string(op_name(msg.header.op_b)) +
-                                 ": a request over several streams cuts its matrices into blocks of rows of "
-                                 "op(A); send a transposed operand on one stream (stripes 0 or 1)");
         SGEMM_RETURN_IF_ERROR(start_stripes(msg.stripes, msg.stripe_rows));
       }
       if (phase_ == Phase::kReceiving) start_read();

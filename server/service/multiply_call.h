@@ -113,6 +113,10 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status stripe_chunk(MultiplyCall* from, int stripe, RequestMessage& msg, bool* parked);
   // Primary: stripe `stripe`'s client half-closed; its share must be complete.
   void stripe_half_closed(int stripe);
+  // Primary, from a secondary's thread (no lock held): a stripe attached. The
+  // upload counts as complete only once every stripe has attached (a stripe
+  // may have no block of A or B to send, yet its rows of C go out on it).
+  void stripe_attached();
   // Primary: stripe `stripe`'s stream failed with `why` (its own status already sent).
   void stripe_failed(int stripe, const Status& why);
   // Secondary, from the primary's thread with no lock held: takes what the

@@ -22,7 +22,8 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   if (!regions.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
   const GemmShape& s = header_.shape;
   if (!regions.any())
-    assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes);
+    assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes,
+                       header_.op_a, header_.op_b);
   SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources(regions, resident, assembler_ ? &*assembler_ : nullptr));
   ResidentStore* store = shared_.engine.resident_store();
   if (resident.keep && !store)

@@ -25,13 +25,17 @@ Status MultiplyCall::start_stripes(int stripes, int64_t stripe_rows) {
   if (stripe_rows < 1)
     return InvalidArgument("header.stripe_rows is " + std::to_string(stripe_rows) + "; with header.stripes " +
                            std::to_string(stripes) + " it must be at least 1 (rows per block)");
+  // Each stripe answers with the rows of C of its blocks, so each needs one:
+  // C's m rows bound the stripes. The stored A and B may have fewer blocks
+  // (k x m under op_a = T, n x k under op_b = T); a stripe past their last
+  // block sends none of them and still carries its blocks of C.
   const int64_t m = header_.shape.m;
   const int64_t blocks = m / stripe_rows + (m % stripe_rows != 0);
   if (blocks < stripes)
     return InvalidArgument("header.stripes " + std::to_string(stripes) + " exceeds the " + std::to_string(blocks) +
-                           " blocks of A (m = " + std::to_string(m) +
+                           " blocks of C (m = " + std::to_string(m) +
                            " rows, stripe_rows = " + std::to_string(stripe_rows) +
-                           "): every stripe needs a block of A; use fewer stripes or smaller blocks");
+                           "): every stripe answers with a block of C's rows; use fewer stripes or smaller blocks");
   ++refs_;  // the group's reference on this call, released when the group goes
   auto group = shared_.stripes.create(stripes, stripe_rows, header_, client_, this, [this] { unref(); });
   if (!group.ok()) {
@@ -56,6 +60,8 @@ Status MultiplyCall::on_attach(const RequestMessage& msg) {
   stripe_ = msg.stripe;
   header_ = group_->request();
   if (!move_to(Phase::kReceiving)) return Status::Ok();
+  // The primary may have been waiting for this stripe alone (it had no block of A or B to send).
+  defer([group = group_] { group->primary()->stripe_attached(); });
   ++refs_;                              // the primary's reference, released once it has posted the end
   shared_.requests_total.fetch_sub(1);  // part of the primary's request, not one of its own
   // The group keeps the primary alive (stripe_group.h): its id can be read.
@@ -163,6 +169,16 @@ void MultiplyCall::stripe_half_closed(int stripe) {
       fail_origin_ = stripe;
       finish(st);
     }
+  }
+  after_unlock(lock);
+}
+
+void MultiplyCall::stripe_attached() {
+  std::unique_lock lock(mu_);
+  // Only a complete upload waits on attaches; a parked chunk (kWaitMemory) sees them at its grant.
+  if (!done() && assembler_ && accepts_chunks() && assembler_->complete()) {
+    Status st = after_chunk();
+    if (!st.ok()) finish(st);
   }
   after_unlock(lock);
 }

@@ -123,7 +123,10 @@ Status MultiplyCall::after_chunk() {
     start_read();
     return Status::Ok();
   }
-  if (assembler_->complete()) {
+  // With stripes, every stripe must also have attached: one past the last
+  // block of the stored A and B (and with no C to send) completes nothing,
+  // but the rows of C of its blocks go out on its stream.
+  if (assembler_->complete() && (!group_ || group_->first_missing() < 0)) {
     t_received_ = Clock::now();
     if (phase_ == Phase::kReceiving) return start_compute(/*early=*/false);
     // Computing started early and its data is all here: the running task no
@@ -131,7 +134,7 @@ Status MultiplyCall::after_chunk() {
     if (!move_to(Phase::kComputing)) return Status::Ok();
     if (pool_id_) shared_.pool.forget(pool_id_);
     pool_id_ = 0;
-  } else if (phase_ == Phase::kReceiving && may_start_early()) {
+  } else if (phase_ == Phase::kReceiving && !assembler_->complete() && may_start_early()) {
     SGEMM_RETURN_IF_ERROR(start_compute(/*early=*/true));
   }
   start_read();

@@ -90,11 +90,12 @@ Status check_output_bound(const GemmRequest& r, const RequestLimits& limits) {
 }
 
 MatrixAssembler::MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c,
-                                 int64_t max_chunk_bytes)
+                                 int64_t max_chunk_bytes, Op op_a, Op op_b)
     : has_c_(has_c), max_chunk_bytes_(max_chunk_bytes) {
   expected_ = {matrix_elements(shape, MatrixId::kA), matrix_elements(shape, MatrixId::kB),
                has_c ? matrix_elements(shape, MatrixId::kC) : 0};
-  width_ = {shape.k, shape.n, shape.n};
+  // Stored widths: A is k x m under op_a = kT, B is n x k under op_b = kT.
+  width_ = {op_a == Op::kT ? shape.m : shape.k, op_b == Op::kT ? shape.k : shape.n, shape.n};
   dst_ = {a, b, has_c ? c : nullptr};
   for (int i = 0; i < 3; ++i) next_[i] = {0};
 }

@@ -72,13 +72,16 @@ class MatrixAssembler final : public InputFeed {
  public:
   // Destinations must hold matrix_elements() floats each; `c` may be null when
   // !has_c. Any may be null until set_destination() (buffers allocated when a
-  // matrix's first chunk arrives).
-  MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c, int64_t max_chunk_bytes);
+  // matrix's first chunk arrives). Each matrix is held as STORED: with
+  // op_a = kT A is k x m, with op_b = kT B is n x k; its rows are the stored
+  // rows (what set_stripes() cuts into blocks).
+  MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c, int64_t max_chunk_bytes,
+                  Op op_a = Op::kN, Op op_b = Op::kN);
 
   void set_destination(MatrixId matrix, float* dst);
 
   // One request over several streams (GemmHeader.stripes, docs/transport.md):
-  // every matrix's rows are cut into blocks of `stripe_rows` rows and block j
+  // every matrix's stored rows are cut into blocks of `stripe_rows` rows and block j
   // belongs to stripe j % stripes. A stripe's chunks of a matrix arrive in
   // order, block after block, and never cross a block's end; matrices and
   // stripes interleave freely. What wait_for() sees is each matrix's prefix
@@ -136,7 +139,7 @@ class MatrixAssembler final : public InputFeed {
   const bool has_c_;
   const int64_t max_chunk_bytes_;
   std::array<int64_t, 3> expected_{};
-  std::array<int64_t, 3> width_{};  // elements per row of each matrix
+  std::array<int64_t, 3> width_{};  // elements per stored row of each matrix
   int stripes_ = 1;
   std::array<int64_t, 3> block_elems_{};  // elements per block of each matrix (stripes_ > 1)
   std::array<float*, 3> dst_{};

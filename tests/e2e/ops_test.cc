@@ -1,6 +1,7 @@
 // Transposed operands (GemmHeader.op_a / op_b) and submatrices end to end: the
 // real server (SGEMM_E2E_BACKEND: cpu in CI, cuda through the GPU checks) and
-// the real client, every combination of op(A), op(B) with chunks over TCP,
+// the real client, every combination of op(A), op(B) with chunks over TCP
+// (on one connection and striped over several),
 // shared-memory regions with leading dimensions wider than the stored width,
 // and blocks of resident matrices, with alpha, beta and C, against the fp64
 // reference; bad input gets INVALID_ARGUMENT naming the field; the CLI sends
@@ -125,6 +126,43 @@ TEST_F(OpsE2E, EveryOpCombinationSentAsChunks) {
                 << r->summary.plan_reason;
           }
         }
+}
+
+// Chunks over 2 to 4 connections (GemmHeader.stripes): each stripe carries
+// blocks of the STORED rows, so with op_a = t the blocks of A (k rows) differ
+// in number from C's (m rows): 64 x 7 x 300 has 300 stored rows of A^T.
+TEST_F(OpsE2E, EveryOpCombinationStripedOverTwoToFourConnections) {
+  const GemmShape shapes[] = {{301, 131, 67}, {64, 7, 300}, {150, 41, 9}};
+  for (int connections : {2, 3, 4}) {
+    ClientOptions co;
+    co.retry.max_attempts = 1;
+    co.connections = connections;
+    co.chunk_bytes = 2048;  // small blocks: many per stripe
+    auto client = Client::connect(server_->tcp_address(), co);
+    for (const GemmShape& s : shapes)
+      for (Op op_a : {Op::kN, Op::kT})
+        for (Op op_b : {Op::kN, Op::kT})
+          for (const Scalars& sc : kScalars) {
+            const uint64_t seed = fresh_seed();
+            SCOPED_TRACE(case_name(s, op_a, op_b, sc, seed) + " connections " + std::to_string(connections));
+            std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n)), c0(std::size_t(s.m * s.n));
+            fill_random(a, seed);
+            fill_random(b, seed + 1);
+            fill_random(c0, seed + 2);
+            const MatrixDims ad = stored_a_dims(s, op_a), bd = stored_b_dims(s, op_b);
+            const auto sa = stored(a, s.m, s.k, op_a, ad.rows, ad.cols),
+                       sb = stored(b, s.k, s.n, op_b, bd.rows, bd.cols);
+            MultiplyOptions o;
+            o.alpha = sc.alpha;
+            o.beta = sc.beta;
+            o.op_a = op_a;
+            o.op_b = op_b;
+            auto r = client->multiply(s, sa.data(), sb.data(), sc.has_c ? c0.data() : nullptr, o);
+            ASSERT_TRUE(r.ok()) << r.status().to_string();
+            EXPECT_EQ(r->summary.stripes, connections);
+            expect_product(s, sc, a, b, c0, r->c.data());
+          }
+  }
 }
 
 // Shared-memory regions on the Unix socket, every leading dimension wider than
@@ -257,19 +295,20 @@ TEST_F(OpsE2E, BadOpsShapesAndSubmatricesAreInvalidArgumentNamingTheField) {
   expect_invalid(r.status(), "header.b_at");
   EXPECT_TRUE(tcp_->remove(ha->handle).ok());
 
-  // Stripes with a transposed operand.
+  // Stripes are counted against C's blocks, not the stored A's: with op_a = t
+  // A is stored 64 x 16 (8 blocks of 8 rows) but C's 16 rows make 2 blocks.
   v1::MultiplyRequest striped;
   h = striped.mutable_header();
-  h->set_m(64);
+  h->set_m(16);
   h->set_n(8);
-  h->set_k(8);
-  h->set_op_b(v1::OP_T);
-  h->set_stripes(2);
-  h->set_stripe_rows(16);
+  h->set_k(64);
+  h->set_op_a(v1::OP_T);
+  h->set_stripes(4);
+  h->set_stripe_rows(8);
   st = send_raw({striped});
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  EXPECT_NE(st.error_message().find("header.stripes"), std::string::npos) << st.error_message();
-  EXPECT_NE(st.error_message().find("op_b = t"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("header.stripes 4 exceeds the 2 blocks of C"), std::string::npos)
+      << st.error_message();
 
   // A region's ld narrower than the stored width of a transposed A (k x m: width m = 6).
   auto client = Client::connect(server_->unix_address());

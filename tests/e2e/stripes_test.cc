@@ -71,12 +71,14 @@ struct Raw {
     if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
     stream = stub->Multiply(&ctx);
   }
-  bool header(GemmShape s, int stripes, int64_t stripe_rows) {
+  bool header(GemmShape s, int stripes, int64_t stripe_rows, Op op_a = Op::kN, Op op_b = Op::kN) {
     v1::MultiplyRequest req;
     auto* h = req.mutable_header();
     h->set_m(s.m);
     h->set_n(s.n);
     h->set_k(s.k);
+    h->set_op_a(op_a == Op::kT ? v1::OP_T : v1::OP_N);
+    h->set_op_b(op_b == Op::kT ? v1::OP_T : v1::OP_N);
     h->set_stripes(stripes);
     h->set_stripe_rows(stripe_rows);
     return stream->Write(req);
@@ -106,6 +108,15 @@ struct Raw {
       if (j % stripes == stripe) chunk(v1::MATRIX_B, b, r * s.n, std::min(s.k, r + rows) * s.n);
     for (int64_t r = 0, j = 0; r < s.m; r += rows, ++j)
       if (j % stripes == stripe) chunk(v1::MATRIX_A, a, r * s.k, std::min(s.m, r + rows) * s.k);
+  }
+  // The same for stored matrices of any shape: stripe `stripe`'s blocks of
+  // the stored B (b_rows x b_width), then of the stored A.
+  void share_stored(int64_t b_rows, int64_t b_width, int64_t a_rows, int64_t a_width, int stripe, int stripes,
+                    int64_t rows, const float* a, const float* b) {
+    for (int64_t r = 0, j = 0; r < b_rows; r += rows, ++j)
+      if (j % stripes == stripe) chunk(v1::MATRIX_B, b, r * b_width, std::min(b_rows, r + rows) * b_width);
+    for (int64_t r = 0, j = 0; r < a_rows; r += rows, ++j)
+      if (j % stripes == stripe) chunk(v1::MATRIX_A, a, r * a_width, std::min(a_rows, r + rows) * a_width);
   }
   // Reads to the end: C's chunks into `c` (when given; their element offsets into `got`), then the status.
   grpc::Status finish(float* c = nullptr, std::set<int64_t>* got = nullptr, bool* summary = nullptr) {
@@ -253,6 +264,151 @@ TEST_F(StripesE2E, HandWrittenStripesEachReceiveTheirRowsOfC) {
   auto v = verify_gemm(s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, nullptr, c.data(),
                        rows_to_verify(s.m, s.n, s.k, seed, s.m));
   EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+}
+
+// The transpose of a rows x cols row-major matrix (the stored form under op = t).
+std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) t[std::size_t(j * rows + i)] = x[std::size_t(i * cols + j)];
+  return t;
+}
+
+// Transposed operands travel by their stored rows: with op_a = t A is stored
+// k x m (70 x 37: 9 blocks of 8 rows), with op_b = t B is n x k (9 x 70: 2
+// blocks), while C's 37 rows make 5 blocks. Stripe 2 owns blocks 2, 5, 8 of
+// A, none of B, and block 2 of C, which comes back on it.
+TEST_F(StripesE2E, HandWrittenStripesOfTransposedOperandsSendStoredRows) {
+  const GemmShape s{37, 9, 70};
+  const int64_t rows = 8;
+  const int stripes = 3;
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, -1.0f);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  const std::vector<float> at = transposed(a, s.m, s.k), bt = transposed(b, s.k, s.n);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, stripes, rows, Op::kT, Op::kT));
+  const std::string token = primary.grant();
+  ASSERT_EQ(token.size(), 16u);
+  std::vector<std::unique_ptr<Raw>> others;
+  for (int st = 1; st < stripes; ++st) {
+    others.push_back(std::make_unique<Raw>(server_->tcp_address(), 1 + st));
+    ASSERT_TRUE(others.back()->attach(token, st));
+    others.back()->share_stored(s.n, s.k, s.k, s.m, st, stripes, rows, at.data(), bt.data());
+    others.back()->stream->WritesDone();
+  }
+  primary.share_stored(s.n, s.k, s.k, s.m, 0, stripes, rows, at.data(), bt.data());
+  primary.stream->WritesDone();
+  std::vector<std::set<int64_t>> got(stripes);
+  std::vector<std::thread> readers;
+  for (int st = 1; st < stripes; ++st)
+    readers.emplace_back([&, st] {
+      expect_status(others[std::size_t(st - 1)]->finish(c.data(), &got[std::size_t(st)]), grpc::StatusCode::OK, "");
+    });
+  bool summary = false;
+  expect_status(primary.finish(c.data(), &got[0], &summary), grpc::StatusCode::OK, "");
+  for (auto& t : readers) t.join();
+  EXPECT_TRUE(summary) << "stripe 0 carries the summary";
+  int64_t total = 0;
+  for (int st = 0; st < stripes; ++st) {
+    total += int64_t(got[std::size_t(st)].size());
+    for (int64_t e : got[std::size_t(st)])
+      EXPECT_EQ(((e / s.n) / rows) % stripes, st) << "element " << e << " of C came on stripe " << st;
+  }
+  EXPECT_EQ(total, s.m * s.n) << "each element of C exactly once";
+  auto v = verify_gemm(s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, nullptr, c.data(),
+                       rows_to_verify(s.m, s.n, s.k, seed, s.m));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+}
+
+// A stripe may have nothing to send: with op_a = t the stored A of 37 x 9 x 5
+// is 5 x 37 (2 blocks of 4 rows) and B 5 x 9 (2 blocks), so stripe 2 of 3
+// sends no chunk, yet blocks 2, 5, 8 of C's 10 are its own. It attaches only
+// after stripes 0 and 1 have sent everything: the server computes once every
+// stripe has attached, and its rows of C come back on it.
+TEST_F(StripesE2E, AStripeWithNothingToSendAttachesLastAndReceivesItsRowsOfC) {
+  const GemmShape s{37, 9, 5};
+  const int64_t rows = 4;
+  std::vector<float> a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, -1.0f);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  const std::vector<float> at = transposed(a, s.m, s.k);
+  Raw primary(server_->tcp_address(), 1);
+  ASSERT_TRUE(primary.header(s, 3, rows, Op::kT, Op::kN));
+  const std::string token = primary.grant();
+  ASSERT_EQ(token.size(), 16u);
+  Raw second(server_->tcp_address(), 2);
+  ASSERT_TRUE(second.attach(token, 1));
+  second.share_stored(s.k, s.n, s.k, s.m, 1, 3, rows, at.data(), b.data());
+  second.stream->WritesDone();
+  primary.share_stored(s.k, s.n, s.k, s.m, 0, 3, rows, at.data(), b.data());
+  primary.stream->WritesDone();
+  Raw third(server_->tcp_address(), 3);
+  ASSERT_TRUE(third.attach(token, 2));
+  third.stream->WritesDone();
+  std::vector<std::set<int64_t>> got(3);
+  std::thread t1([&] { expect_status(second.finish(c.data(), &got[1]), grpc::StatusCode::OK, ""); });
+  std::thread t2([&] { expect_status(third.finish(c.data(), &got[2]), grpc::StatusCode::OK, ""); });
+  expect_status(primary.finish(c.data(), &got[0]), grpc::StatusCode::OK, "");
+  t1.join();
+  t2.join();
+  EXPECT_EQ(int64_t(got[2].size()), 3 * rows * s.n) << "blocks 2, 5 and 8 of C on stripe 2";
+  for (int st = 0; st < 3; ++st)
+    for (int64_t e : got[std::size_t(st)]) EXPECT_EQ(((e / s.n) / rows) % 3, st) << "element " << e;
+  EXPECT_EQ(int64_t(got[0].size() + got[1].size() + got[2].size()), s.m * s.n) << "each element of C exactly once";
+  auto v = verify_gemm(s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, nullptr, c.data(),
+                       rows_to_verify(s.m, s.n, s.k, seed, s.m));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
+}
+
+// The client library stripes every op pair by stored rows: 2 to 4
+// connections, with shapes whose stored A and B have more or fewer blocks
+// than C (97 x 23 x 211: A^T is 211 x 97; 40 x 300 x 5: A^T has 5 rows, one
+// block, so stripes past it send no A), with alpha, beta and C, against the
+// fp64 reference.
+TEST_F(StripesE2E, EveryOpPairOverTwoToFourConnectionsAgainstFp64Reference) {
+  struct Scalars {
+    float alpha, beta;
+    bool has_c;
+  };
+  const Scalars scalars[] = {{1.0f, 0.0f, false}, {-1.5f, 0.75f, true}};
+  const GemmShape shapes[] = {{301, 131, 67}, {97, 23, 211}, {40, 300, 5}};
+  for (int n : {2, 3, 4}) {
+    auto c = client(n);
+    for (const GemmShape& s : shapes)
+      for (Op op_a : {Op::kN, Op::kT})
+        for (Op op_b : {Op::kN, Op::kT})
+          for (const Scalars& sc : scalars) {
+            const uint64_t seed = fresh_seed();
+            SCOPED_TRACE(gemm_shape_text(s) + " connections " + std::to_string(n) + " op_a " +
+                         std::string(op_name(op_a)) + " op_b " + std::string(op_name(op_b)) + " has_c " +
+                         std::to_string(sc.has_c) + " seed " + std::to_string(seed));
+            std::vector<float> a(s.m * s.k), b(s.k * s.n), c0(s.m * s.n);
+            fill_random(a, seed);
+            fill_random(b, seed + 1);
+            fill_random(c0, seed + 2);
+            const std::vector<float> sa = op_a == Op::kT ? transposed(a, s.m, s.k) : a;
+            const std::vector<float> sb = op_b == Op::kT ? transposed(b, s.k, s.n) : b;
+            MultiplyOptions opt;
+            opt.alpha = sc.alpha;
+            opt.beta = sc.beta;
+            opt.op_a = op_a;
+            opt.op_b = op_b;
+            auto r = c->multiply(s, sa.data(), sb.data(), sc.has_c ? c0.data() : nullptr, opt);
+            ASSERT_TRUE(r.ok()) << r.status().to_string();
+            ASSERT_EQ(int64_t(r->c.size()), s.m * s.n);
+            auto v = verify_gemm(s.m, s.n, s.k, sc.alpha, a.data(), b.data(), sc.beta, sc.has_c ? c0.data() : nullptr,
+                                 r->c.data());
+            EXPECT_TRUE(v.passed(kSgemmTolerance))
+                << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", " << v.worst_col << ")";
+            EXPECT_EQ(r->summary.stripes, n) << "C has at least 4 blocks in every shape";
+            EXPECT_EQ(r->bytes_sent, (s.m * s.k + s.k * s.n + (sc.has_c ? s.m * s.n : 0)) * 4);
+          }
+  }
 }
 
 // Early start and duplex across stripes: with B and A's first block in (both stripe 0's), the server computes
@@ -426,8 +582,8 @@ TEST_F(StripesE2E, BadStripeHeadersAreInvalidArgument) {
   }
   {
     Raw p(server_->tcp_address(), 1);
-    ASSERT_TRUE(p.header(s, 4, 32));  // 2 blocks of A for 4 stripes
-    expect_status(p.finish(), grpc::StatusCode::INVALID_ARGUMENT, "every stripe needs a block of A");
+    ASSERT_TRUE(p.header(s, 4, 32));  // 2 blocks of C for 4 stripes
+    expect_status(p.finish(), grpc::StatusCode::INVALID_ARGUMENT, "every stripe answers with a block of C's rows");
   }
   {
     Raw p(server_->tcp_address(), 1);

@@ -229,10 +229,9 @@ class Request:
             if self.out_ref is not None:
                 _region_ref(h.out_region, self.out_ref)
         elif self.mode == "stream":
-            # One stream for handles and for transposed operands (the server cuts stripes by rows of op(A)).
-            one_stream = handles or op_a != "n" or op_b != "n"
-            stripes = 1 if one_stream else _wire.stripes_for(m, n, k, has_c, connections)
-            self.plan = _wire.plan_stripes(m, n, k, has_c, stripes, chunk_bytes)
+            # One stream for handles; a transposed operand is striped by its stored rows, like the others.
+            stripes = 1 if handles else _wire.stripes_for(m, n, k, has_c, connections)
+            self.plan = _wire.plan_stripes(m, n, k, has_c, stripes, chunk_bytes, op_a, op_b)
             if self.plan.stripes > 1:
                 h.stripes, h.stripe_rows = self.plan.stripes, self.plan.stripe_rows
         # Scratch layout: A, B, C, each 64-byte aligned.

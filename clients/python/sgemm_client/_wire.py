@@ -134,13 +134,18 @@ class StripePlan:
     per_stripe: List[List[StripeRange]] = field(default_factory=list)  # what each stripe sends, in order
 
 
-def plan_stripes(m: int, n: int, k: int, has_c: bool, stripes: int, chunk_bytes: int) -> StripePlan:
-    """The server's rule (GemmHeader.stripes): rows of every matrix cut into blocks of stripe_rows, block j
-    on stripe j % stripes, each stripe sending its blocks of B, then C, then A. Blocks hold at most
-    chunk_bytes of the widest matrix, and there are no more stripes than A has blocks."""
-    rows = max(1, chunk_bytes // 4 // max(1, k, n))
-    a_blocks = -(-m // rows)
-    count = max(1, min(stripes, a_blocks))
+def plan_stripes(m: int, n: int, k: int, has_c: bool, stripes: int, chunk_bytes: int, op_a: str = "n",
+                 op_b: str = "n") -> StripePlan:
+    """The server's rule (GemmHeader.stripes): the STORED rows of every matrix (A is k x m under
+    op_a = "t", B n x k under op_b = "t") cut into blocks of stripe_rows, block j on stripe j % stripes,
+    each stripe sending its blocks of B, then C, then A; ranges are elements of the stored matrices.
+    Blocks hold at most chunk_bytes of the widest stored matrix, and there are no more stripes than C
+    has blocks (each stripe answers with its rows of C)."""
+    a_rows, a_width = (k, m) if op_a == "t" else (m, k)
+    b_rows, b_width = (n, k) if op_b == "t" else (k, n)
+    rows = max(1, chunk_bytes // 4 // max(1, a_width, b_width, n))
+    c_blocks = -(-m // rows)
+    count = max(1, min(stripes, c_blocks))
     plan = StripePlan(stripes=count, per_stripe=[[] for _ in range(count)])
     if count == 1:
         plan.per_stripe[0] = [StripeRange(MATRIX_B, 0, k * n)]
@@ -154,10 +159,10 @@ def plan_stripes(m: int, n: int, k: int, has_c: bool, stripes: int, chunk_bytes:
         for j, r in enumerate(range(0, height, rows)):
             plan.per_stripe[j % count].append(StripeRange(matrix, r * width, min(height, r + rows) * width))
 
-    add(MATRIX_B, k, n)
+    add(MATRIX_B, b_rows, b_width)
     if has_c:
         add(MATRIX_C, m, n)
-    add(MATRIX_A, m, k)
+    add(MATRIX_A, a_rows, a_width)
     return plan
 
 

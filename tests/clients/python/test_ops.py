@@ -53,6 +53,28 @@ class Ops(unittest.TestCase):
                             self.assertIn(f"op_a = {op_a}, op_b = {op_b}" if "t" in op_a + op_b else "",
                                           summary.proto.plan_reason)
 
+    def test_every_op_combination_striped_over_two_to_four_connections(self):
+        # Each stripe carries blocks of the stored rows: with op_a = "t" A's 300 stored rows of
+        # 64 x 7 x 300 make other blocks than C's 64.
+        for connections in (2, 3, 4):
+            client = sgemm_client.Client(self.server.address, connections=connections, chunk_bytes=2048)
+            try:
+                for m, n, k in ((301, 131, 67), (64, 7, 300), (150, 41, 9)):
+                    for op_a in "nt":
+                        for op_b in "nt":
+                            for alpha, beta, with_c in SCALARS:
+                                with self.subTest(connections=connections, shape=(m, n, k), op_a=op_a, op_b=op_b,
+                                                  with_c=with_c):
+                                    a, b, c0 = random(self.rng, m, k), random(self.rng, k, n), random(self.rng, m, n)
+                                    got, summary = client.multiply(stored(a, op_a), stored(b, op_b),
+                                                                   c0 if with_c else None, alpha, beta, op_a=op_a,
+                                                                   op_b=op_b, timeout=60)
+                                    self.assertEqual(summary.stripes, connections)
+                                    self.assertLessEqual(max_error(got, a, b, c0 if with_c else None, alpha, beta),
+                                                         TOLERANCE)
+            finally:
+                client.close()
+
     def test_fortran_order_and_transposed_views_travel_without_a_copy(self):
         m, n, k = 70, 33, 51
         a, b = random(self.rng, m, k), random(self.rng, k, n)

@@ -68,6 +68,34 @@ class Stripes(unittest.TestCase):
             for w in (pb2.MATRIX_A, pb2.MATRIX_B) + ((pb2.MATRIX_C,) if has_c else ()):
                 self.assertTrue(np.all(seen[w] == 1), (m, n, k, w))
 
+    def test_transposed_operands_are_cut_by_their_stored_rows(self):
+        # Stored A is k x m under op_a = "t", stored B n x k under op_b = "t": their block counts differ
+        # from C's, which alone bounds the stripes.
+        for m, n, k in ((301, 131, 67), (97, 23, 211), (40, 300, 5)):
+            for op_a in "nt":
+                for op_b in "nt":
+                    for stripes in (2, 3, 4):
+                        for has_c in (False, True):
+                            with self.subTest(shape=(m, n, k), op_a=op_a, op_b=op_b, stripes=stripes, has_c=has_c):
+                                plan = _wire.plan_stripes(m, n, k, has_c, stripes, 4096, op_a, op_b)
+                                self.assertEqual(plan.stripes, stripes)
+                                widths = {pb2.MATRIX_A: m if op_a == "t" else k,
+                                          pb2.MATRIX_B: k if op_b == "t" else n, pb2.MATRIX_C: n}
+                                seen = {pb2.MATRIX_A: np.zeros(m * k, dtype=int),
+                                        pb2.MATRIX_B: np.zeros(k * n, dtype=int),
+                                        pb2.MATRIX_C: np.zeros(m * n, dtype=int)}
+                                for s, ranges in enumerate(plan.per_stripe):
+                                    for r in ranges:
+                                        seen[r.matrix][r.begin:r.end] += 1
+                                        self.assertEqual(r.begin % (plan.stripe_rows * widths[r.matrix]), 0)
+                                        self.assertEqual(r.begin // widths[r.matrix] // plan.stripe_rows
+                                                         % plan.stripes, s)
+                                        self.assertLessEqual((r.end - r.begin) * 4, 4096)
+                                for w in (pb2.MATRIX_A, pb2.MATRIX_B) + ((pb2.MATRIX_C,) if has_c else ()):
+                                    self.assertTrue(np.all(seen[w] == 1), w)
+        # 8 rows of C bound 8 stripes although the stored A (op_a = "t") has 64 rows.
+        self.assertEqual(_wire.plan_stripes(2, 1024, 64, False, 8, 4096, "t", "n").stripes, 2)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -198,6 +198,30 @@ TEST(MatrixAssemblerStripes, RefusesAnotherStripesBlockAndAChunkAcrossABlockEnd)
   EXPECT_TRUE(asm_.finish_stripe(0).code() == StatusCode::kInvalidArgument);  // B (stripe 0's) is missing
 }
 
+// Transposed operands are cut by their stored rows: with op_a = kT A (m 2, k 5)
+// is stored 5 x 2, blocks of 3 stored rows (6 elements, then 4) on stripes 0
+// and 1; with op_b = kT B (k 5, n 3) is stored 3 x 5, one block, stripe 0's.
+// Stripe 2 of 3 has no block of either: its share is complete from the start.
+TEST(MatrixAssemblerStripes, TransposedOperandsAreCutByStoredRows) {
+  const GemmShape s{2, 3, 5};
+  std::vector<float> a(10), b(15), src(15);
+  for (int i = 0; i < 15; ++i) src[std::size_t(i)] = float(i);
+  MatrixAssembler asm_(s, false, a.data(), b.data(), nullptr, 1 << 20, Op::kT, Op::kT);
+  asm_.set_stripes(3, 3);
+  EXPECT_TRUE(asm_.finish_stripe(2).ok()) << "stripe 2 owns no block of the stored A or B";
+  Status st = asm_.add_chunk(MatrixId::kA, 0, src.data(), 8 * 4, 0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("crosses the end of its block at element 6"), std::string::npos) << st.message();
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 0, src.data(), 6 * 4, 0).ok());
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kA, 6, src.data() + 6, 4 * 4, 1).ok());
+  EXPECT_TRUE(asm_.finish_stripe(1).ok()) << "stripe 1 owns block 1 of A alone";
+  EXPECT_FALSE(asm_.complete());
+  EXPECT_TRUE(asm_.add_chunk(MatrixId::kB, 0, src.data(), 15 * 4, 0).ok());
+  EXPECT_TRUE(asm_.complete());
+  EXPECT_EQ(a, std::vector<float>(src.begin(), src.begin() + 10));
+  EXPECT_EQ(b, src);
+}
+
 TEST(MatrixAssemblerStripes, TheEngineWaitsForThePrefixOfEveryStripe) {
   const GemmShape s{4, 1, 1};
   std::vector<float> a(4), b(1), one(4, 1.0f);
