@@ -116,6 +116,9 @@ struct DeviceInfo {
   int index = -1;  // CUDA ordinal, -1 for the CPU
   std::string name;
   int64_t memory_bytes = 0;
+  // In use on the device when the engine was asked, by every process (what
+  // the driver reports); -1 where not known (the CPU, a device out of service).
+  int64_t memory_used_bytes = -1;
   int sm_count = 0;
   int compute_major = 0;
   int compute_minor = 0;

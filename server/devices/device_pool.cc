@@ -241,4 +241,12 @@ void DeviceBuffer::reset() {
   ptr_ = nullptr;
 }
 
+int64_t DevicePool::memory_used(int index) const {
+  // cudaMemGetInfo answers for the calling thread's current device.
+  if (cudaSetDevice(ordinal(index)) != cudaSuccess) return -1;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return -1;
+  return int64_t(total_bytes) - int64_t(free_bytes);
+}
+
 }  // namespace sgemm

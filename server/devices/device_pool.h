@@ -128,6 +128,9 @@ class DevicePool {
   int size() const { return int(devices_.size()); }
   int ordinal(int index) const { return devices_[size_t(index)]->info.index; }
   const DeviceInfo& info(int index) const { return devices_[size_t(index)]->info; }
+  // Bytes in use on device `index` now, by every process (cudaMemGetInfo's
+  // total - free); -1 when the driver does not answer. Any thread may ask.
+  int64_t memory_used(int index) const;
   std::vector<int> ordinals() const;
   // Kinds with a backend on every lane of every device, in gpu_kernel_kinds() order.
   const std::vector<KernelKind>& kernels() const { return kernels_; }

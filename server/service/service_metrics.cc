@@ -68,6 +68,15 @@ class LoadCollectable final : public prometheus::Collectable {
       sample(healthy, d.healthy ? 1.0 : 0.0, {{"device", d.label}, {"name", d.name}});
       sample(memory, double(d.memory_bytes), {{"device", d.label}, {"name", d.name}});
     }
+    // Only devices whose use is known: a GPU out of service, or the host, has no sample.
+    bool any_used = false;
+    for (const DeviceGauge& d : g.devices) any_used = any_used || d.memory_used >= 0;
+    if (any_used) {
+      auto& used = family("sgemm_device_memory_used_bytes",
+                          "Memory in use on the device, by every process (the driver's total - free)");
+      for (const DeviceGauge& d : g.devices)
+        if (d.memory_used >= 0) sample(used, double(d.memory_used), {{"device", d.label}, {"name", d.name}});
+    }
     return out;
   }
 

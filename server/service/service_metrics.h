@@ -34,6 +34,7 @@ struct DeviceGauge {
   std::string name;
   bool healthy = true;           // false once taken out of service (a sticky CUDA error, a failed collective)
   int64_t memory_bytes = 0;      // its memory (host memory for the cpu backend: 0, not known here)
+  int64_t memory_used = -1;      // in use on it now, every process's; -1: not known (cpu, out of service)
   int64_t resident_in_use = -1;  // resident matrices' bytes on it; -1: no resident store
 };
 

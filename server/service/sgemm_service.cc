@@ -188,6 +188,7 @@ LoadGauges SgemmService::load() const {
     x.name = d.name;
     x.healthy = i >= info.unhealthy.size() || info.unhealthy[i].empty();
     x.memory_bytes = d.memory_bytes;
+    x.memory_used = d.memory_used_bytes;
     if (store) x.resident_in_use = store->in_use(d.index);  // locations are device ids, -1 the host
     g.devices.push_back(std::move(x));
   }

@@ -1,6 +1,6 @@
-// The Prometheus endpoint as the e2e tests read it: a plain HTTP GET of
-// /metrics over loopback, the exposition format's samples, and the port a
-// server logged for --metrics-listen.
+// The Prometheus endpoint as the tests read it: a plain HTTP GET of /metrics
+// over loopback and the exposition format's samples (metrics_port() in
+// server_process.h finds the port a server logged).
 #pragma once
 
 #include <arpa/inet.h>
@@ -9,11 +9,8 @@
 #include <unistd.h>
 
 #include <map>
-#include <regex>
 #include <sstream>
 #include <string>
-
-#include "tests/e2e/server_process.h"
 
 namespace sgemm::testing {
 
@@ -61,16 +58,6 @@ inline std::string first_key(const std::map<std::string, double>& m, const std::
   for (const auto& [k, v] : m)
     if (k.rfind(prefix, 0) == 0) return k;
   return "";
-}
-
-// The port the server logged for --metrics-listen (waiting up to 10 s for the
-// line), or 0.
-inline int metrics_port(const ServerLog& server) {
-  if (!server.log_has("/metrics (port ", 10000)) return 0;
-  std::smatch match;
-  const std::string log = server.log();
-  if (!std::regex_search(log, match, std::regex(R"(/metrics \(port (\d+)\))"))) return 0;
-  return std::stoi(match[1]);
 }
 
 }  // namespace sgemm::testing

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -211,6 +212,16 @@ inline CommandResult run_command(const std::string& cmd) {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// The port the server logged for --metrics-listen (waiting up to 10 s for the
+// line), or 0.
+inline int metrics_port(const ServerLog& server) {
+  if (!server.log_has("/metrics (port ", 10000)) return 0;
+  std::smatch match;
+  const std::string log = server.log();
+  if (!std::regex_search(log, match, std::regex(R"(/metrics \(port (\d+)\))"))) return 0;
+  return std::stoi(match[1]);
 }
 
 }  // namespace sgemm::testing

@@ -68,7 +68,10 @@ class CudaEngine final : public Engine {
     info.backend = "cuda";
     for (int i = 0; i < pool_->size(); ++i) {
       info.devices.push_back(pool_->info(i));
-      info.unhealthy.push_back(health_.healthy(i) ? std::string() : health_.reason(i));
+      const bool healthy = health_.healthy(i);
+      info.unhealthy.push_back(healthy ? std::string() : health_.reason(i));
+      // A device out of service is not asked: its context may be lost.
+      if (healthy) info.devices.back().memory_used_bytes = pool_->memory_used(i);
     }
     info.default_kernel = default_kind_;
     info.kernels.push_back(default_kind_);
