@@ -238,35 +238,6 @@ TEST_F(CallerAttacks, LeadingDimensionPastTheEnginesIntegerIsRefused) {
 
 // ---- Memory held in proportion to data received ---------------------------
 
-// The server's resident set (VmRSS), bytes.
-int64_t server_rss(const ServerProcess& server) {
-  std::ifstream f("/proc/" + std::to_string(server.pid()) + "/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
-
-// Within 10 s of an attack's end the server's resident set is back within 5%
-// of where it started (2 MiB of slack for the allocator's own rounding).
-void expect_rss_back(const ServerProcess& server, int64_t start, const char* what) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  // A sanitizer's allocator and shadow memory keep what the server frees.
-  (void)server;
-  (void)start;
-  std::printf("[ info ] %s: resident set not checked under a sanitizer\n", what);
-  return;
-#endif
-  const int64_t bound = start + start / 20 + (2 << 20);
-  int64_t now = server_rss(server);
-  for (int i = 0; i < 1000 && now > bound; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    now = server_rss(server);
-  }
-  EXPECT_LE(now, bound) << what << ": RSS " << now << " bytes, " << start << " before the attack";
-  std::printf("[ info ] %s: RSS %.1f MiB, %.1f MiB before the attack\n", what, now / 1048576.0, start / 1048576.0);
-}
-
 v1::MultiplyRequest header_msg(int64_t m, int64_t n, int64_t k) {
   v1::MultiplyRequest r;
   r.mutable_header()->set_m(m);
@@ -315,7 +286,7 @@ TEST_F(MemoryAttacks, TricklerLosesItsMemoryAfterTheGrace) {
   auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
   expect_server_serves(*server_, "before the trickler");  // the first request's one-time costs are paid
   testing::expect_released(*client, "before the trickler");
-  const int64_t rss_start = server_rss(*server_);
+  const int64_t rss_start = testing::rss_bytes(server_->pid());
   grpc::ClientContext ctx;
   auto stream = stub->Multiply(&ctx);
   ASSERT_TRUE(stream->Write(header_msg(n, n, n)));
@@ -353,7 +324,7 @@ TEST_F(MemoryAttacks, TricklerLosesItsMemoryAfterTheGrace) {
   EXPECT_LT(held_s, kTrickleHeldBoundS) << "the trickler held its memory " << held_s << " s";
   std::printf("[ info ] the trickler held %lld bytes for %.2f s\n", (long long)(3 * 4 * n * n), held_s);
   testing::expect_released(*client, "after the trickler was dropped");
-  expect_rss_back(*server_, rss_start, "after the trickler was dropped");
+  testing::expect_rss_back(server_->pid(), rss_start, "after the trickler was dropped");
   // The whole budget serves a normal request of the same size again.
   const GemmShape s{n, n, n};
   const uint64_t seed = fresh_seed();
@@ -380,7 +351,7 @@ TEST_F(MemoryAttacks, TricklingPutLosesItsMemoryAfterTheGrace) {
   v1::PutMatrixRequest h;
   h.mutable_header()->set_rows(rows);
   h.mutable_header()->set_cols(cols);
-  const int64_t rss_start = server_rss(*server_);
+  const int64_t rss_start = testing::rss_bytes(server_->pid());
   ASSERT_TRUE(w->Write(h));
   ASSERT_TRUE(w->Write(chunk_msg<v1::PutMatrixRequest>(v1::MATRIX_UNSPECIFIED, 0, 1)));
   const auto t0 = Clock::now();
@@ -408,7 +379,7 @@ TEST_F(MemoryAttacks, TricklingPutLosesItsMemoryAfterTheGrace) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
   EXPECT_NE(st.error_message().find("--min-upload-rate"), std::string::npos) << st.error_message();
   std::printf("[ info ] the trickling put held %lld bytes for %.2f s\n", (long long)(4 * rows * cols), held_s);
-  expect_rss_back(*server_, rss_start, "after the trickling put was dropped");
+  testing::expect_rss_back(server_->pid(), rss_start, "after the trickling put was dropped");
 }
 
 // 256 KiB of upload (m = n = 32768, k = 1) asked the server to compute and

@@ -111,14 +111,6 @@ void expect_all_freed(const std::string& address) {
   testing::expect_released(*client);
 }
 
-int64_t rss_bytes(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
-
 double cpu_seconds(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   std::string s((std::istreambuf_iterator<char>(f)), {});
@@ -147,7 +139,7 @@ TEST(StallingClientsE2E, HeaderOnlyTricklingAndSilentStreamsDoNotStallANormalReq
   const std::string addr = server.address();
   // What the server holds before any stream: on the cuda backend its
   // page-locked pool (--pinned-pool-bytes, 4 GiB) is already resident.
-  const int64_t rss_at_start = rss_bytes(server.pid());
+  const int64_t rss_at_start = testing::rss_bytes(server.pid());
   std::vector<std::unique_ptr<v1::Sgemm::Stub>> stubs;
   for (int i = 0; i < 4; ++i) stubs.push_back(v1::Sgemm::NewStub(own_channel(addr, i)));
   std::vector<std::unique_ptr<HeldStream>> held;
@@ -178,12 +170,12 @@ TEST(StallingClientsE2E, HeaderOnlyTricklingAndSilentStreamsDoNotStallANormalReq
   std::printf(
       "normal 256^3 with 4 header-only + 1 trickler + 300 silent attached: min %.1f ms, median %.1f ms, "
       "max %.1f ms; server holds %ld bytes of budget, RSS %.0f MiB (%.0f MiB at start)\n",
-      ms.front(), ms[ms.size() / 2], ms.back(), long(attached.host_bytes_in_use), rss_bytes(server.pid()) / 1048576.0,
-      rss_at_start / 1048576.0);
+      ms.front(), ms[ms.size() / 2], ms.back(), long(attached.host_bytes_in_use),
+      testing::rss_bytes(server.pid()) / 1048576.0, rss_at_start / 1048576.0);
   EXPECT_LT(ms[ms.size() / 2], 2000) << "a normal request waited on stalled ones";
   // The idle streams hold the trickler's 3 MiB, nothing for the header-only ones.
   EXPECT_LE(attached.host_bytes_in_use, 3 * 512 * 512 * 4);
-  EXPECT_LT(rss_bytes(server.pid()) - rss_at_start, int64_t{1} << 30);
+  EXPECT_LT(testing::rss_bytes(server.pid()) - rss_at_start, int64_t{1} << 30);
   stop = true;
   trickler.join();
   held.clear();
@@ -203,7 +195,7 @@ TEST(StallingClientsE2E, AThousandIdleStreamsCostNoThreadsAndLittleMemory) {
   };
   normal_request(addr);  // the threads a served request starts (gRPC's, the engine's) exist before the count
   const long threads_before = server_threads();
-  const int64_t rss_before = rss_bytes(server.pid());
+  const int64_t rss_before = testing::rss_bytes(server.pid());
   std::vector<std::unique_ptr<v1::Sgemm::Stub>> stubs;
   for (int i = 0; i < 10; ++i) stubs.push_back(v1::Sgemm::NewStub(own_channel(addr, 100 + i)));
   std::vector<std::unique_ptr<HeldStream>> held;
@@ -214,7 +206,7 @@ TEST(StallingClientsE2E, AThousandIdleStreamsCostNoThreadsAndLittleMemory) {
   EXPECT_GE(attached.open_streams, 1000);
   EXPECT_EQ(attached.host_bytes_in_use, 0);
   normal_request(addr);  // served correctly meanwhile (verified against fp64)
-  const int64_t rss = rss_bytes(server.pid());
+  const int64_t rss = testing::rss_bytes(server.pid());
   const long threads = server_threads();
   std::printf("1000 idle streams: server RSS %+.0f MiB, %ld threads (%ld before)\n", (rss - rss_before) / 1048576.0,
               threads, threads_before);
@@ -333,7 +325,7 @@ TEST(StallingClientsE2E, UnfinishedLargeMessagesAreBoundedByTheGrpcMemoryQuota) 
   constexpr int kStreams = 6;
   constexpr int64_t kMessageFloats = 15 << 20;                   // 60 MiB
   auto proxy = std::make_unique<StallingProxy>(port, 48 << 20);  // per connection: 48 MiB of it reach the server
-  const int64_t rss_before = rss_bytes(server.pid());
+  const int64_t rss_before = testing::rss_bytes(server.pid());
   const v1::MultiplyRequest big = chunk_msg(v1::MATRIX_A, 0, kMessageFloats);
   struct Held {
     std::shared_ptr<grpc::Channel> channel;
@@ -360,7 +352,7 @@ TEST(StallingClientsE2E, UnfinishedLargeMessagesAreBoundedByTheGrpcMemoryQuota) 
     if (now == last && now > 0) break;
     last = now;
   }
-  const int64_t growth = rss_bytes(server.pid()) - rss_before;
+  const int64_t growth = testing::rss_bytes(server.pid()) - rss_before;
   std::printf(
       "%d streams, each a header and a 60 MiB message cut off at 48 MiB: %.1f MiB reached the server, its RSS "
       "%+.1f MiB (--grpc-memory-bytes %ld MiB)\n",
@@ -395,7 +387,7 @@ TEST(StallingClientsE2E, IdleConnectionsCostLittleAndTheConnectionIdleTimeoutClo
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.tcp_address();
   const int port = std::stoi(addr.substr(addr.rfind(':') + 1));
-  const int64_t rss_before = rss_bytes(server.pid());
+  const int64_t rss_before = testing::rss_bytes(server.pid());
   const int fds_before = open_fds(server.pid());
   constexpr int kEach = 200;  // 400 descriptors in all: under a default soft limit of 1024
   std::vector<int> raw;
@@ -416,7 +408,7 @@ TEST(StallingClientsE2E, IdleConnectionsCostLittleAndTheConnectionIdleTimeoutClo
   for (const auto give_up = Clock::now() + std::chrono::seconds(3);
        (fds = open_fds(server.pid())) < fds_before + 2 * kEach && Clock::now() < give_up;)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const int64_t rss = rss_bytes(server.pid());
+  const int64_t rss = testing::rss_bytes(server.pid());
   std::printf("%d silent TCP + %d idle gRPC connections: server fds %d -> %d, RSS %+.1f MiB\n", kEach, kEach,
               fds_before, fds, (rss - rss_before) / 1048576.0);
   EXPECT_GE(fds, fds_before + 2 * kEach);
@@ -960,7 +952,7 @@ TEST(StreamLimitsE2E, AfterA20000StreamResetStormTheServerGivesItsMemoryBack) {
   ServerProcess server;
   ASSERT_TRUE(server.running()) << server.log();
   normal_request(server.address());
-  const int64_t rss_before = rss_bytes(server.pid());
+  const int64_t rss_before = testing::rss_bytes(server.pid());
   const char* load_bin = std::getenv("SGEMM_LOAD_BIN");
   auto r = testing::run_command(std::string(load_bin ? load_bin : SGEMM_LOAD_BIN) + " --server " + server.address() +
                                 " --clients 2 --requests 2 --sizes 64 --reset-storm 20000 --json");
@@ -968,13 +960,13 @@ TEST(StreamLimitsE2E, AfterA20000StreamResetStormTheServerGivesItsMemoryBack) {
   auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["wrong_results"], 0);
   EXPECT_EQ(j["ok"], 4);
-  const int64_t rss_peak = rss_bytes(server.pid());
+  const int64_t rss_peak = testing::rss_bytes(server.pid());
   // The backlog of resets is worked off, then the watchdog trims the heap
   // (about 2 s on an idle machine; much longer when other tests share the cores).
   int64_t rss = rss_peak;
   for (int t = 0; t < 600 && rss - rss_before > (int64_t{64} << 20); ++t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    rss = rss_bytes(server.pid());
+    rss = testing::rss_bytes(server.pid());
   }
   std::printf("reset storm of 20,000 streams: server RSS %.0f MiB before, %.0f right after, %.0f settled\n",
               rss_before / 1048576.0, rss_peak / 1048576.0, rss / 1048576.0);

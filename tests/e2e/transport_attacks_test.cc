@@ -87,35 +87,6 @@ void expect_served(const ServerProcess& server, const char* what) {
   std::printf("[ info ] %s: a normal request took %.1f ms\n", what, ms);
 }
 
-int64_t server_rss(const ServerProcess& server) {
-  std::ifstream f("/proc/" + std::to_string(server.pid()) + "/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
-
-// Within 10 s of an attack's end the server's resident set is back within 5%
-// of where it started (plus 4 MiB for the allocator's and gRPC's rounding).
-void expect_rss_back(const ServerProcess& server, int64_t start, const char* what) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  (void)server;
-  (void)start;
-  std::printf("[ info ] %s: resident set not checked under a sanitizer\n", what);
-  return;
-#endif
-  const int64_t bound = start + start / 20 + (4 << 20);
-  const auto t0 = Clock::now();
-  int64_t now = server_rss(server);
-  while (now > bound && ms_since(t0) < 10000) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    now = server_rss(server);
-  }
-  EXPECT_LE(now, bound) << what << ": RSS " << now << " bytes, " << start << " before the attack";
-  std::printf("[ info ] %s: RSS %.1f MiB after %.1f s, %.1f MiB before the attack\n", what, now / 1048576.0,
-              ms_since(t0) / 1000, start / 1048576.0);
-}
-
 // ---- Stream shares counted by the service ---------------------------------
 
 // The report's attack: 1,250 silent streams (HEADERS, nothing else) from one
@@ -130,7 +101,7 @@ TEST(TransportAttacks, SilentStreamsFromOneAddressCannotLockOthersOut) {
   expect_served(server, "before the silent streams");  // one-time costs paid before the baseline
   auto watcher = Client::connect(server.tcp_address());
   testing::expect_released(*watcher, "before the silent streams");
-  const int64_t rss_start = server_rss(server);
+  const int64_t rss_start = testing::rss_bytes(server.pid());
 
   // One connection alone: 300 streams, of which the service admits 200.
   RawH2Client one;
@@ -160,7 +131,7 @@ TEST(TransportAttacks, SilentStreamsFromOneAddressCannotLockOthersOut) {
   for (int i = 0; i < 3; ++i) expect_served(server, "beside 1,250 silent streams");
   hogs.clear();
   testing::expect_released(*watcher, "after the silent streams' connections closed");
-  expect_rss_back(server, rss_start, "after the silent streams");
+  testing::expect_rss_back(server.pid(), rss_start, "after the silent streams");
 }
 
 // ---- HTTP/2 rapid reset ------------------------------------------------------
@@ -174,7 +145,7 @@ TEST(TransportAttacks, RapidResetConnectionsAreClosed) {
   ServerProcess server;
   ASSERT_TRUE(server.running()) << server.log();
   expect_served(server, "before the rapid reset");
-  const int64_t rss_start = server_rss(server);
+  const int64_t rss_start = testing::rss_bytes(server.pid());
   std::atomic<bool> stop{false};
   std::atomic<int64_t> resets{0}, closed{0};
   auto storm = [&](const char* source) {
@@ -198,7 +169,7 @@ TEST(TransportAttacks, RapidResetConnectionsAreClosed) {
   auto guard = std::async(std::launch::async, [&] {
     int64_t peak = 0;
     while (!stop && ms_since(t0) < 4000) {
-      peak = std::max(peak, server_rss(server));
+      peak = std::max(peak, testing::rss_bytes(server.pid()));
       if (peak > rss_start + (int64_t{2} << 30)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -228,7 +199,7 @@ TEST(TransportAttacks, RapidResetConnectionsAreClosed) {
   EXPECT_GE(closed.load(), 2) << "the server never closed a resetting connection";
   EXPECT_TRUE(server.log_has("(rapid reset, --max-resets-per-second)")) << server.log().substr(0, 4000);
   expect_served(server, "after the rapid reset");
-  expect_rss_back(server, rss_start, "after the rapid reset");
+  testing::expect_rss_back(server.pid(), rss_start, "after the rapid reset");
 }
 
 // ---- Descriptor exhaustion -------------------------------------------------
@@ -280,7 +251,7 @@ TEST(TransportAttacks, DescriptorExhaustionDoesNotKillTheListener) {
   ASSERT_TRUE(server.running()) << server.log();
   expect_served(server, "before the descriptor flood");
   const int fds_start = open_descriptors(server.pid());
-  const int64_t rss_start = server_rss(server);
+  const int64_t rss_start = testing::rss_bytes(server.pid());
   auto flood = hold_connections(port_of(server), 400);
   std::printf("[ info ] %zu connections held; the server had %d descriptors open before\n", flood.size(), fds_start);
   ASSERT_TRUE(server.log_has("descriptor reserve reached", 20000)) << "the flood never reached the reserve";
@@ -295,7 +266,7 @@ TEST(TransportAttacks, DescriptorExhaustionDoesNotKillTheListener) {
   std::printf("[ info ] descriptors: %d during the flood, %d %.1f s after it, %d before\n", fds_flood,
               open_descriptors(server.pid()), ms_since(t0) / 1000, fds_start);
   for (int i = 0; i < 3; ++i) expect_served(server, "on a fresh connection after the descriptor flood");
-  expect_rss_back(server, rss_start, "after the descriptor flood");
+  testing::expect_rss_back(server.pid(), rss_start, "after the descriptor flood");
 }
 
 // ---- Shutdown ----------------------------------------------------------------
@@ -504,7 +475,7 @@ TEST(TransportAttacks, HealthWatchStreamsAreBounded) {
   ServerProcess server({"--max-streams-per-connection", "100"});
   ASSERT_TRUE(server.running()) << server.log();
   expect_served(server, "before the health watches");
-  const int64_t rss_start = server_rss(server);
+  const int64_t rss_start = testing::rss_bytes(server.pid());
   RawH2Client within;  // 150 watches: under twice the bound, kept
   ASSERT_TRUE(within.connect(port_of(server), "127.0.0.2"));
   ASSERT_TRUE(within.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
@@ -516,7 +487,7 @@ TEST(TransportAttacks, HealthWatchStreamsAreBounded) {
   EXPECT_FALSE(within.closed_by_server()) << "a connection within the bound was closed";
   expect_served(server, "beside 150 health watches, after 1,000 on one connection");
   within.close_now();
-  expect_rss_back(server, rss_start, "after the health watches");
+  testing::expect_rss_back(server.pid(), rss_start, "after the health watches");
 }
 
 }  // namespace
