@@ -384,7 +384,7 @@ class CudaEngine final : public Engine {
   double rate_tflops(Precision p, const GemmShape& shape) const {
     switch (p) {
       case Precision::kFp32:
-        return has_kernel(KernelKind::kFp32x3) && fp32x3_keeps_fp32_contract(shape) &&
+        return has_kernel(KernelKind::kFp32x3) && fp32x3_keeps_fp32_contract(shape, pool_->info(0).sm_count) &&
                        fp32x3_outruns_ffma(shape, pool_->info(0).sm_count)
                    ? options_.fp32x3_tflops
                    : options_.gpu_tflops;
