@@ -35,7 +35,11 @@ class DeviceAllocation {
   friend class CudaRuntime;
   DeviceAllocation(std::shared_ptr<CudaRuntime> rt, int device, void* ptr, int64_t bytes, std::string handle,
                    std::string bus_id)
-      : rt_(std::move(rt)), device_(device), ptr_(ptr), bytes_(bytes), handle_(std::move(handle)),
+      : rt_(std::move(rt)),
+        device_(device),
+        ptr_(ptr),
+        bytes_(bytes),
+        handle_(std::move(handle)),
         bus_id_(std::move(bus_id)) {}
   std::shared_ptr<CudaRuntime> rt_;
   int device_;

@@ -26,7 +26,7 @@ inline constexpr std::size_t kIpcHandleBytes = 64;
 class OpenedDeviceMemory {
  public:
   virtual ~OpenedDeviceMemory() = default;
-  virtual int device() const = 0;  // this server's CUDA ordinal of the GPU holding it
+  virtual int device() const = 0;       // this server's CUDA ordinal of the GPU holding it
   virtual std::byte* base() const = 0;  // device address of the allocation's first byte (in this process)
   virtual int64_t bytes() const = 0;    // the allocation's size
 };

@@ -25,8 +25,8 @@ int DeviceHandleRegistry::held_by(uint64_t connection) const {
 }
 
 StatusOr<std::shared_ptr<const OpenedDeviceMemory>> DeviceHandleRegistry::acquire(const DeviceCaller& caller,
-                                                                                   const std::string& field,
-                                                                                   const DeviceRef& ref) {
+                                                                                  const std::string& field,
+                                                                                  const DeviceRef& ref) {
   if (!access_) return device_buffers_need_cuda(field);
   if (!caller.unix_socket) return device_buffers_need_unix_socket(field);
   if (ref.ipc_handle.size() != kIpcHandleBytes)

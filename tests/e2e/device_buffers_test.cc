@@ -51,7 +51,8 @@ TEST_F(DeviceBuffersE2E, TheCpuBackendRefusesThem) {
   auto client = Client::connect(server_->unix_address());
   auto info = client->info();
   ASSERT_TRUE(info.ok()) << info.status().to_string();
-  if (info->backend != "cpu") GTEST_SKIP() << "the server runs the " << info->backend << " backend (gpu tests cover it)";
+  if (info->backend != "cpu")
+    GTEST_SKIP() << "the server runs the " << info->backend << " backend (gpu tests cover it)";
   const auto r = client->multiply_device({9, 7, 5}, buffer(), buffer(), std::nullopt, std::nullopt, {});
   expect_status(r, StatusCode::kFailedPrecondition, "device buffers need the cuda backend");
 }

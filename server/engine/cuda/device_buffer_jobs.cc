@@ -1,7 +1,7 @@
 #include "server/engine/cuda/device_buffer_jobs.h"
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cctype>
@@ -40,6 +40,20 @@ std::string uuid_string(const cudaUUID_t& u) {
     }
   }
   return s;
+}
+
+// The driver's cuMemGetAddressRange (the size of the allocation a pointer is
+// in), which the runtime does not offer. Looked up in the driver the runtime
+// has loaded, so the server links no libcuda and starts (on the cpu backend)
+// where no driver is installed. Null when it cannot be found.
+using AddressRangeFn = int (*)(unsigned long long* base, std::size_t* size, unsigned long long ptr);
+AddressRangeFn address_range() {
+  static const AddressRangeFn fn = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW);
+    return lib ? reinterpret_cast<AddressRangeFn>(dlsym(lib, "cuMemGetAddressRange_v2")) : nullptr;
+  }();
+  return fn;
 }
 
 std::string lowercase(std::string s) {
@@ -193,8 +207,8 @@ StatusOr<std::shared_ptr<const OpenedDeviceMemory>> DeviceBufferJobs::open_ipc(c
                                                                                const std::string& ipc_handle,
                                                                                const std::string& field) {
   if (ipc_handle.size() != sizeof(cudaIpcMemHandle_t))
-    return InvalidArgument(field + ".ipc_handle has " + std::to_string(ipc_handle.size()) + " bytes; a CUDA IPC handle has " +
-                           std::to_string(sizeof(cudaIpcMemHandle_t)));
+    return InvalidArgument(field + ".ipc_handle has " + std::to_string(ipc_handle.size()) +
+                           " bytes; a CUDA IPC handle has " + std::to_string(sizeof(cudaIpcMemHandle_t)));
   SGEMM_ASSIGN_OR_RETURN(const int ordinal, resolve_gpu(gpu, field));
   cudaIpcMemHandle_t handle;
   std::memcpy(&handle, ipc_handle.data(), sizeof handle);
@@ -211,11 +225,14 @@ StatusOr<std::shared_ptr<const OpenedDeviceMemory>> DeviceBufferJobs::open_ipc(c
   // From here the mapping closes itself whatever fails.
   cudaPointerAttributes attr{};
   Status checked = SGEMM_CUDA_STATUS(cudaPointerGetAttributes(&attr, ptr));
-  CUdeviceptr base = 0;
-  size_t size = 0;
+  unsigned long long base = 0;
+  std::size_t size = 0;
   if (checked.ok()) {
-    const CUresult r = cuMemGetAddressRange(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
-    if (r != CUDA_SUCCESS) checked = Internal("cuMemGetAddressRange of an opened IPC allocation failed: CUresult " + std::to_string(int(r)));
+    const AddressRangeFn range = address_range();
+    const int r = range ? range(&base, &size, reinterpret_cast<unsigned long long>(ptr)) : -1;
+    if (r != 0)
+      checked = Internal("cuMemGetAddressRange of an opened IPC allocation failed (CUresult " + std::to_string(r) +
+                         (range ? ")" : "; the driver's function was not found)"));
   }
   const int holder = checked.ok() ? attr.device : ordinal;
   auto mapping = std::make_shared<const IpcMapping>(holder, ptr, int64_t(size));
@@ -223,7 +240,7 @@ StatusOr<std::shared_ptr<const OpenedDeviceMemory>> DeviceBufferJobs::open_ipc(c
   if (attr.type != cudaMemoryTypeDevice || holder != ordinal)
     return InvalidArgument(field + ".device names GPU " + gpu + ", but the allocation is on CUDA device " +
                            std::to_string(holder) + " of this server");
-  if (base != reinterpret_cast<CUdeviceptr>(ptr))
+  if (base != reinterpret_cast<unsigned long long>(ptr))
     return Internal("an opened IPC allocation does not start at its mapping");
   return std::shared_ptr<const OpenedDeviceMemory>(std::move(mapping));
 }
@@ -269,16 +286,14 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
                                       pool_->busy_lanes(i)});
     plan = make_plan(pr, options_.planner);
     bool empty = false;
-    for (const Shard& sh : plan.shards)
-      empty = empty || sh.row_end <= sh.row_begin || sh.k_end <= sh.k_begin;
+    for (const Shard& sh : plan.shards) empty = empty || sh.row_end <= sh.row_begin || sh.k_end <= sh.k_begin;
     if (plan.mode != r.options.split || empty) {
       plan = Plan{};  // too small to give every GPU a share
       plan.reason = "device buffers: the product is too small to split over " + std::to_string(pool_->size()) +
                     " GPUs; single on GPU " + std::to_string(home);
     } else {
       plan.reason = "device buffers: " + std::string(split_mode_name(plan.mode)) + " split over " +
-                    std::to_string(pool_->size()) + " GPUs, shards moved GPU to GPU, C on GPU " +
-                    std::to_string(home);
+                    std::to_string(pool_->size()) + " GPUs, shards moved GPU to GPU, C on GPU " + std::to_string(home);
     }
   }
   if (plan.shards.empty()) {
@@ -310,8 +325,8 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
   if (!sel.ok()) return Internal("the kernel selection failed after validation: " + sel.status().to_string());
   report.kernel = sel->kind;
   report.plan_reason += sel->reason;
-  const bool may_fall_back = !r.options.kernel && (r.options.precision == Precision::kFp32 ||
-                                                   r.options.precision == Precision::kFp32Ffma);
+  const bool may_fall_back =
+      !r.options.kernel && (r.options.precision == Precision::kFp32 || r.options.precision == Precision::kFp32Ffma);
   steps.stamp("plan");
 
   // Lanes in pool order (see the header). The primary part writes C.
@@ -428,9 +443,9 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
       Part& home_part = parts[primary];
       SGEMM_CUDA_TRY(cudaSetDevice(home));
       home_part.received.emplace_back();
-      SGEMM_ASSIGN_OR_RETURN(home_part.received.back(),
-                             DeviceBuffer::allocate(home, std::size_t(s.m * pad4(s.n)) * sizeof(float),
-                                                    home_part.stream()));
+      SGEMM_ASSIGN_OR_RETURN(
+          home_part.received.back(),
+          DeviceBuffer::allocate(home, std::size_t(s.m * pad4(s.n)) * sizeof(float), home_part.stream()));
       SGEMM_ASSIGN_OR_RETURN(cudaEvent_t allocated, home_part.lease->next_event());
       SGEMM_CUDA_TRY(cudaEventRecord(allocated, home_part.stream()));
       SGEMM_CUDA_TRY(cudaSetDevice(d));
@@ -477,10 +492,9 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
       if (ops.out)
         return copy_block(ops.out->data() + r0 * ops.out->ld, ops.out->device(), ops.out->ld, p.c, p.device, p.ldc,
                           rows, s.n, p.stream());
-      return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(job.c + r0 * job.c_ld(), std::size_t(job.c_ld()) * sizeof(float),
-                                                 p.c, std::size_t(p.ldc) * sizeof(float),
-                                                 std::size_t(s.n) * sizeof(float), std::size_t(rows),
-                                                 cudaMemcpyDeviceToHost, p.stream()));
+      return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(job.c + r0 * job.c_ld(), std::size_t(job.c_ld()) * sizeof(float), p.c,
+                                                 std::size_t(p.ldc) * sizeof(float), std::size_t(s.n) * sizeof(float),
+                                                 std::size_t(rows), cudaMemcpyDeviceToHost, p.stream()));
     }));
   }
   steps.stamp("issue");
