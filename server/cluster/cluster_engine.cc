@@ -59,7 +59,7 @@ class ClusterEngine final : public Engine {
     if (!dense_host_operands(job)) {
       StatusOr<GemmReport> rep = local_->run(job);
       if (rep.ok())
-        rep->plan_reason += "; cluster not used: resident, device-buffer or strided operands run on this host";
+        rep->plan_reason += "; cluster not used: resident or strided operands (or device buffers) run on this host";
       return rep;
     }
     MutexLock jobs(coord_.job_mutex());

@@ -6,6 +6,8 @@
 // (an allocation open for one client is refused to another), and the errors
 // only a GPU can give (a handle that does not open, an unknown GPU, a matrix
 // larger than its allocation). Skips visibly without a GPU.
+#include "tests/e2e/device_buffers_gpu.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,7 +17,6 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "tests/common/gpu_test.h"
-#include "tests/e2e/device_buffers_gpu.h"
 #include "tests/e2e/server_process.h"
 
 namespace sgemm {

@@ -63,8 +63,8 @@ class DeviceBuffersMultiGpu : public ::testing::Test {
     for (const auto& d : r->summary.devices) EXPECT_GT(d.kernel_ms, 0) << "GPU " << d.index << " computed nothing";
     const std::vector<float> c = out_on_gpu ? dc.get(s.m, s.n, 0, ldc) : r->c;
     const auto v = verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta, c0.data(), c.data());
-    EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", "
-                                           << v.worst_col << ")";
+    EXPECT_TRUE(v.passed(kSgemmTolerance))
+        << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", " << v.worst_col << ")";
     if (out_on_gpu) {
       EXPECT_TRUE(dc.only_matrix_written(s.m, s.n, 0, ldc)) << "the padding of C's rows was written";
     }
@@ -72,7 +72,9 @@ class DeviceBuffersMultiGpu : public ::testing::Test {
   std::optional<testing::ServerProcess> server_;
 };
 
-TEST_F(DeviceBuffersMultiGpu, RowSplitWritesIntoTheCallersBuffer) { run_split(SplitMode::kRows, {1031, 517, 263}, true); }
+TEST_F(DeviceBuffersMultiGpu, RowSplitWritesIntoTheCallersBuffer) {
+  run_split(SplitMode::kRows, {1031, 517, 263}, true);
+}
 
 TEST_F(DeviceBuffersMultiGpu, KSplitSumsIntoTheCallersBuffer) { run_split(SplitMode::kK, {263, 517, 2053}, true); }
 

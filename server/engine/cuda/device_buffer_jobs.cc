@@ -132,6 +132,26 @@ struct Part {
 
 using Clock = std::chrono::steady_clock;
 
+// Waits for every leased stream when it goes out of scope, so no scratch
+// buffer is freed while another GPU's copy may still use it (an early error
+// return included).
+class DrainOnExit {
+ public:
+  explicit DrainOnExit(std::vector<Part>& parts) : parts_(parts) {}
+  ~DrainOnExit() {
+    for (Part& p : parts_) {
+      if (p.device < 0 || cudaSetDevice(p.device) != cudaSuccess) continue;
+      if (p.lease.index() >= 0) (void)cudaStreamSynchronize(p.stream());
+    }
+    (void)cudaGetLastError();
+  }
+  DrainOnExit(const DrainOnExit&) = delete;
+  DrainOnExit& operator=(const DrainOnExit&) = delete;
+
+ private:
+  std::vector<Part>& parts_;
+};
+
 class Issue {
  public:
   explicit Issue(Clock::time_point origin) : origin_(origin) {}
@@ -331,6 +351,7 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
 
   // Lanes in pool order (see the header). The primary part writes C.
   std::vector<Part> parts(plan.shards.size());
+  const DrainOnExit drain(parts);  // destroyed before `parts`
   std::vector<std::size_t> order(parts.size());
   for (std::size_t i = 0; i < parts.size(); ++i) {
     parts[i].shard = plan.shards[i];
@@ -451,8 +472,10 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
       SGEMM_CUDA_TRY(cudaSetDevice(d));
       SGEMM_CUDA_TRY(cudaStreamWaitEvent(st, allocated, 0));
       float* into = home_part.received.back().floats();
+      // Scratch to scratch with the same padded rows: one contiguous peer copy.
+      enable_peer_access(d, home);
       SGEMM_RETURN_IF_ERROR(issue.timed(p, StepKind::kCopyOut, floats_bytes(s.m, s.n), [&] {
-        return copy_block(into, home, pad4(s.n), p.c, d, p.ldc, s.m, s.n, st);
+        return SGEMM_CUDA_STATUS(cudaMemcpyPeerAsync(into, home, p.c, d, std::size_t(s.m * p.ldc) * sizeof(float), st));
       }));
       SGEMM_ASSIGN_OR_RETURN(sent[i], p.lease->next_event());
       SGEMM_CUDA_TRY(cudaEventRecord(sent[i], st));
