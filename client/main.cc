@@ -161,6 +161,7 @@ std::string pick_target(const std::string& server, const SubmitOptions& o, sgemm
                         std::string* note) {
   std::string unix_target =
       !o.unix_path.empty() ? "unix:" + o.unix_path : (server.rfind("unix:", 0) == 0 ? server : "");
+  if (o.transport == "cuda-ipc") return unix_target.empty() ? server : unix_target;  // the server refuses TCP
   copt->transport = sgemm::parse_transport(o.transport).value_or(sgemm::Transport::kAuto);
   if (copt->transport == sgemm::Transport::kGrpc) return o.unix_path.empty() ? server : unix_target;
   if (unix_target.empty()) {

@@ -133,6 +133,7 @@ class RegionSource final : public CallerMemorySource {
 class DeviceSource final : public CallerMemorySource {
  public:
   explicit DeviceSource(DeviceRefs refs) : refs_(std::move(refs)) {}
+  ~DeviceSource() override { release(); }  // a request that ended before computing lets go too
   const char* name() const override { return "device"; }
   Status bind(const SourceContext& ctx, GemmJob& job) override;
   bool provides(MatrixId m) const override { return m != MatrixId::kC || bool(refs_.c); }

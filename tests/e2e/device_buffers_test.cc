@@ -2,9 +2,12 @@
 // server in process on a Unix socket and TCP, the real client library. A
 // header naming device buffers is refused with the field at fault: over TCP
 // (FAILED_PRECONDITION), on the cpu backend (FAILED_PRECONDITION), with a
-// malformed ref (INVALID_ARGUMENT, before anything is opened).
+// malformed ref (INVALID_ARGUMENT, before anything is opened); with tokens the
+// token is checked first; the CLI's cuda-ipc path without a GPU says why.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "client/sgemm_client.h"
@@ -73,6 +76,42 @@ TEST_F(DeviceBuffersE2E, MalformedRefsAreInvalidArgumentBeforeAnythingOpens) {
   transposed.op_a = Op::kT;
   expect_status(client->multiply_device({9, 7, 5}, buffer(), buffer(), std::nullopt, std::nullopt, transposed),
                 StatusCode::kInvalidArgument, "header.op_a");
+}
+
+TEST(DeviceBuffersWithTokensE2E, TheTokenIsCheckedFirstThenTheBackend) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string file = dir + "/tokens.json";
+  std::ofstream(file) << R"({"clients": [{"name": "alice", "token": "alice-token-0123456789abcdef"},
+                                        {"name": "bob", "token": "bob-token-0123456789abcdefgh"}]})";
+  InProcessServer server([&](ServerOptions& o, EngineOptions&) { o.auth_tokens = file; });
+  ASSERT_TRUE(server.running()) << server.log();
+  auto with = [&](const std::string& token) {
+    ClientOptions o;
+    o.token = token;
+    o.retry.max_attempts = 1;
+    return Client::connect(server.unix_address(), o);
+  };
+  // No token: refused before the header is read.
+  auto anon = with("")->multiply_device({9, 7, 5}, buffer(), buffer(), std::nullopt, std::nullopt, {});
+  EXPECT_EQ(anon.status().code(), StatusCode::kUnauthenticated) << anon.status().to_string();
+  // Either client, on the cpu backend: the same precondition, for both tokens.
+  if (with("alice-token-0123456789abcdef")->info().value().backend == "cpu") {
+    for (const char* token : {"alice-token-0123456789abcdef", "bob-token-0123456789abcdefgh"})
+      expect_status(with(token)->multiply_device({9, 7, 5}, buffer(), buffer(), std::nullopt, std::nullopt, {}),
+                    StatusCode::kFailedPrecondition, "device buffers need the cuda backend");
+  }
+  EXPECT_EQ(server.stop(), 0);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+TEST_F(DeviceBuffersE2E, CliCudaIpcWithoutAGpuSaysWhy) {
+  const std::string sock = server_->unix_address().substr(5);
+  const auto r = testing::run_command(std::string(SGEMM_CLIENT_BIN) + " submit --unix " + sock +
+                                      " --transport cuda-ipc --size 65 --verify 2>&1");
+  if (r.output.find("sees 0 GPUs") == std::string::npos && r.output.find("need the CUDA runtime") == std::string::npos)
+    GTEST_SKIP() << "this host has a GPU: the gpu suites run the CLI path (" << r.output << ")";
+  EXPECT_NE(r.exit_code, 0) << r.output;
 }
 
 }  // namespace
