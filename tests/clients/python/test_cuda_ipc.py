@@ -2,9 +2,10 @@
 CUDA runtime through ctypes (no CuPy or PyTorch): device memory allocated here,
 wrapped in a minimal `__cuda_array_interface__` object, multiplied by the server
 in place on odd shapes with strided layouts, C written into a device array or
-returned as numpy, checked against a float64 numpy reference; an allocation
-open for one token is refused to another. Skips, saying why, without a GPU."""
+returned as numpy, by the blocking and the asyncio client, checked against a
+float64 numpy reference; an allocation open for one token is refused to another. Skips, saying why, without a GPU."""
 
+import asyncio
 import ctypes
 import json
 import os
@@ -114,6 +115,20 @@ class CudaIpc(unittest.TestCase):
         self.assertIsInstance(got, np.ndarray)
         self.assertEqual(summary.bytes_received, m * n * 4)
         self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+
+    def test_asyncio_client(self):
+        m, n, k = 97, 45, 71
+        a, b = random(self.rng, m, k), random(self.rng, k, n)
+        da, db, dc = self.device(a), self.device(b), self.device(np.zeros((m, n), np.float32), ld=n + 3)
+
+        async def run():
+            async with sgemm_client.aio.Client(self.server.unix_target) as cl:
+                return await cl.multiply(da, db, out=dc, timeout=60)
+
+        got, summary = asyncio.run(run())
+        self.assertIs(got, dc)
+        self.assertEqual(summary.transport, "cuda-ipc")
+        self.assertLessEqual(max_error(dc.get(), a, b), TOLERANCE)
 
     def test_another_token_cannot_use_an_open_allocation(self):
         server = ServerProcess("--auth-tokens", str(self.server.dir / "tokens.json"), unix=True)

@@ -48,6 +48,23 @@ class DeviceRefs(unittest.TestCase):
                 cuda_ipc.device_ref("a", x, ref)
             self.assertIn(message, str(e.exception))
 
+    def test_dlpack_tensors_are_read_as_they_are(self):
+        # numpy exports DLPack on the CPU: the descriptor is read in place (pointer, shape, byte strides,
+        # dtype), and an array that is not on a CUDA device is refused.
+        base = np.arange(48, dtype=np.float32).reshape(6, 8)
+        for x in (base, base[1:5, 2:7]):
+            iface = cuda_ipc.dlpack_interface(x)
+            self.assertEqual(iface["shape"], x.shape)
+            self.assertEqual(iface["typestr"], "<f4")
+            self.assertEqual(iface["data"][0], x.ctypes.data)
+            self.assertIn(iface["strides"], (None, x.strides) if x.flags.c_contiguous else (x.strides,))
+            self.assertEqual(iface["device_type"], 1)  # kDLCPU
+        self.assertNotEqual(cuda_ipc.dlpack_interface(base.astype(np.float64))["typestr"], "<f4")
+        self.assertFalse(cuda_ipc.is_device_array(base), "a CPU DLPack array is not a device array")
+        with self.assertRaises(ValueError) as e:
+            cuda_ipc.interface(base)
+        self.assertIn("not CUDA device memory", str(e.exception))
+
     def test_every_operand_must_be_on_the_gpu(self):
         dev = FakeDeviceArray((5, 3))
         with self.assertRaises(ValueError) as e:
