@@ -44,7 +44,7 @@ struct DeviceBufferJobOptions {
 class DeviceBufferJobs final : public DeviceMemoryAccess {
  public:
   // `pool` outlives this object.
-  DeviceBufferJobs(DevicePool* pool, DeviceBufferJobOptions options) : pool_(pool), options_(std::move(options)) {}
+  DeviceBufferJobs(DevicePool* pool, const DeviceBufferJobOptions& options) : pool_(pool), options_(options) {}
   ~DeviceBufferJobs() override;
   DeviceBufferJobs(const DeviceBufferJobs&) = delete;
   DeviceBufferJobs& operator=(const DeviceBufferJobs&) = delete;
