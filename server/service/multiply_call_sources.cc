@@ -1,8 +1,9 @@
 // MultiplyCall's header and the request's input rows (input_source.h): the
-// header is validated, its rows are made and bound (regions, resident
-// matrices, an upload for the rest), and the footprint is what the rows need
-// plus C when the server holds it. A request whose rows are all ready at the
-// header (every operand in regions or kept resident) computes at once;
+// header is validated, its rows are made and bound (regions, device buffers,
+// resident matrices, an upload for the rest), and the footprint is what the
+// rows need plus C when the server holds it. A request whose rows are all
+// ready at the header (every operand in regions, device buffers or kept
+// resident) computes at once;
 // otherwise it receives. With keep_result C becomes a resident matrix whose
 // handle the summary carries (docs/resident.md).
 #include "server/service/multiply_call.h"
