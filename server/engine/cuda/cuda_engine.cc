@@ -21,6 +21,7 @@
 #include "server/devices/device_health.h"
 #include "server/devices/device_pool.h"
 #include "server/devices/pinned_host_pool.h"
+#include "server/engine/cuda/device_buffer_jobs.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/kernel_tuner.h"
 #include "server/engine/cuda/resident_gpu.h"
@@ -42,7 +43,10 @@ class CudaEngine final : public Engine {
         tuner_(KernelTunerOptions{.max_bytes = options_.autotune_max_bytes}),
         health_(pool_->size()),
         faults_(faults),
-        store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}) {
+        store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}),
+        device_jobs_(std::make_unique<DeviceBufferJobs>(
+            pool_.get(),
+            DeviceBufferJobOptions{default_kind, options_.planner, options_.gpu_tflops, options_.peer_gbps})) {
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
       watchdog_ = std::thread([this] { watch_collectives(); });
@@ -57,8 +61,9 @@ class CudaEngine final : public Engine {
     watch_cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
     release_spin();
-    store_.clear();  // resident pieces (device memory) while the devices are ours
-    comm_.reset();   // communicators before the pool's streams
+    store_.clear();        // resident pieces (device memory) while the devices are ours
+    device_jobs_.reset();  // IPC mappings are held by jobs, not here; its cuBLAS handles go
+    comm_.reset();         // communicators before the pool's streams
     pool_.reset();
     if (spin_flag_) (void)cudaFreeHost(spin_flag_);
   }
@@ -92,6 +97,7 @@ class CudaEngine final : public Engine {
   // cuBLAS (which takes blocks our kernels refuse) indexes with int.
   int64_t max_leading_dimension() const override { return INT32_MAX; }
   ResidentStore* resident_store() override { return &store_; }
+  DeviceMemoryAccess* device_memory() override { return device_jobs_.get(); }
 
   // A new resident matrix goes whole to the GPU its bytes were reserved on
   // (the one with the most room); plans move it as they need (run()).
@@ -154,6 +160,7 @@ class CudaEngine final : public Engine {
   }
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
+    if (job.device) return device_jobs_->run(job);  // operands in a caller's GPU memory: device_buffer_jobs.h
     const GemmRequest& r = job.request;
     // validate() ran before the data moved; here only what run() relies on is
     // re-checked (cheaply), and a miss is our bug. A block the kernel refuses
@@ -659,7 +666,8 @@ class CudaEngine final : public Engine {
   KernelTuner tuner_;  // kernel choice by measurement, per kernel shape and GPU
   DeviceHealth health_;
   const FaultInjection faults_;
-  ResidentStore store_;  // resident matrices (docs/resident.md); cleared before the pool goes
+  ResidentStore store_;                            // resident matrices (docs/resident.md); cleared before the pool goes
+  std::unique_ptr<DeviceBufferJobs> device_jobs_;  // device-buffer jobs and IPC opening; reset before the pool goes
   std::atomic<bool> trap_fired_{false}, fail_fired_{false}, hang_fired_{false};
   void* spin_flag_ = nullptr;  // host-mapped int releasing the injected hang; allocated on first use
   int rebuilt_for_ = -1;       // guarded by the order mutex: healthy count of the last rebuild attempt
