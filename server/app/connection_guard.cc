@@ -18,6 +18,7 @@
 #include "server/app/guard_state.h"
 #include "server/app/http2_inspector.h"
 #include "server/app/libc_next.h"
+#include "server/app/tls_inspection.h"
 
 namespace sgemm {
 namespace {
@@ -98,6 +99,7 @@ void install_connection_guard(ConnectionGuardOptions options) {
     guard().max_streams.store(guard().options.max_open_streams, std::memory_order_relaxed);
     set_descriptor_reserve(reserve);
   }
+  enable_tls_inspection();
   guard().on.store(true, std::memory_order_release);
 }
 

@@ -204,6 +204,70 @@ TEST(TransportAttacks, RapidResetConnectionsAreClosed) {
   testing::expect_rss_back(server.pid(), rss_start, "after the rapid reset");
 }
 
+// The same storm over TLS: the guard cannot read ciphertext at recvmsg, so
+// it reads the plaintext where gRPC's TLS makes it (SSL_read), and closes a
+// TLS connection that resets streams too fast. A normal TLS client is served
+// throughout, well under a second.
+TEST(TransportAttacks, RapidResetOverTlsClosesTheConnection) {
+  testing::TestPki pki{testing::make_temp_dir()};
+  std::string error;
+  ASSERT_TRUE(pki.make_ca("ca", &error) && pki.make_leaf("ca", "server", &error)) << error;
+  ServerProcess server({"--tls-cert", pki.path("server.pem"), "--tls-key", pki.path("server.key")});
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions tls;
+  tls.tls.ca_file = pki.path("ca.pem");
+  const auto served_ms = [&] {  // one normal request over TLS on a fresh connection, checked
+    auto client = Client::connect(server.tcp_address(), tls);
+    const auto t0 = Clock::now();
+    const Status st = testing::multiply_verified(*client, {33, 17, 65});
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return ms_since(t0);
+  };
+  served_ms();  // one-time costs paid before the baseline
+  const int64_t rss_start = testing::rss_bytes(server.pid());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> resets{0}, closed{0};
+  auto storm = [&](const char* source) {
+    RawH2Client c;
+    while (!stop) {
+      if (!c.connected() && !c.connect_tls(port_of(server), source)) continue;
+      if (c.open_streams("/sgemm.v1.Sgemm/Multiply", 64, true)) {
+        resets += 64;
+      } else {
+        ++closed;
+        c.close_now();
+      }
+    }
+  };
+  auto a = std::async(std::launch::async, storm, "127.0.0.2");
+  auto b = std::async(std::launch::async, storm, "127.0.0.3");
+  const auto t0 = Clock::now();
+  double worst = 0;
+  int served = 0;
+  int64_t peak = rss_start;
+  // 4 s of storm, or until the server holds 2 GiB more than at the start.
+  while (ms_since(t0) < 4000 && peak < rss_start + (int64_t{2} << 30)) {
+    const double ms = served_ms();
+    worst = std::max(worst, ms);
+    ++served;
+    peak = std::max(peak, testing::rss_bytes(server.pid()));
+  }
+  stop = true;
+  a.get();
+  b.get();
+  std::printf(
+      "[ info ] rapid reset over TLS: %lld HEADERS + RST_STREAM pairs written, %lld connections closed by the server "
+      "in %.1f "
+      "s; %d normal requests, the slowest %.1f ms; RSS peaked at %.1f MiB (%.1f MiB before)\n",
+      (long long)resets.load(), (long long)closed.load(), ms_since(t0) / 1000, served, worst, peak / 1048576.0,
+      rss_start / 1048576.0);
+  EXPECT_LT(worst, kNormalRequestBoundMs) << "a normal request took " << worst << " ms during the storm";
+  EXPECT_GE(closed.load(), 2) << "the server never closed a resetting TLS connection";
+  EXPECT_TRUE(server.log_has("a TLS connection reset more than")) << server.log().substr(0, 4000);
+  served_ms();
+  testing::expect_rss_back(server.pid(), rss_start, "after the rapid reset over TLS");
+}
+
 // ---- Descriptor exhaustion -------------------------------------------------
 
 // Connections from 127.0.0.2 that send nothing, held open.
@@ -568,6 +632,31 @@ TEST(TransportAttacks, HealthWatchStreamsAreBounded) {
   expect_served(server, "beside 150 health watches, after 1,000 on one connection");
   within.close_now();
   testing::expect_rss_back(server.pid(), rss_start, "after the health watches");
+}
+
+// Over TLS the guard reads the streams at SSL_read(): a connection holding
+// more than twice --max-streams-per-connection health watches is closed
+// there too.
+TEST(TransportAttacks, HealthWatchStreamsAreBoundedOverTls) {
+  testing::TestPki pki{testing::make_temp_dir()};
+  std::string error;
+  ASSERT_TRUE(pki.make_ca("ca", &error) && pki.make_leaf("ca", "server", &error)) << error;
+  ServerProcess server({"--tls-cert", pki.path("server.pem"), "--tls-key", pki.path("server.key"),
+                        "--max-streams-per-connection", "100"});
+  ASSERT_TRUE(server.running()) << server.log();
+  RawH2Client within, over;
+  ASSERT_TRUE(within.connect_tls(port_of(server), "127.0.0.2"));
+  ASSERT_TRUE(within.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
+  ASSERT_TRUE(over.connect_tls(port_of(server), "127.0.0.3"));
+  (void)over.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
+  EXPECT_TRUE(over.wait_closed(20000)) << "a TLS connection holding 1,000 health watches was not closed";
+  EXPECT_TRUE(server.log_has("a TLS connection opened")) << server.log().substr(0, 4000);
+  EXPECT_FALSE(within.closed_by_server()) << "a TLS connection within the bound was closed";
+  ClientOptions tls;
+  tls.tls.ca_file = pki.path("ca.pem");
+  auto client = Client::connect(server.tcp_address(), tls);
+  const Status st = testing::multiply_verified(*client, {33, 17, 65});
+  EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
 }  // namespace
