@@ -16,7 +16,10 @@
 // the server).
 //
 //   sgemm-attack-bench [--server-bin PATH] [--seconds 5] [--attacks rapid-reset,silent-streams,...]
-//                      [--backend cpu] [--markdown]
+//                      [--backend cpu] [--server-flags=--max-resets-per-second,0] [--markdown]
+//
+// --server-flags adds flags to every server (to see an attack with a guard
+// off, say); an attack stops early when the server grows by 2 GiB.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -261,14 +264,18 @@ void trickler(AttackContext& c, int t) {
     v1::MultiplyRequest chunk;
     chunk.mutable_chunk()->set_matrix(v1::MATRIX_A);
     const float four_bytes = 0.5f;
+    bool ended_by_server = false;
     for (int64_t i = 0; !c.stop; ++i) {
       chunk.mutable_chunk()->set_offset(i);
       chunk.mutable_chunk()->set_data(reinterpret_cast<const char*>(&four_bytes), 4);
-      if (!stream->Write(chunk)) break;
+      if (!stream->Write(chunk)) {
+        ended_by_server = true;
+        break;
+      }
       ++c.ops;
       for (int w = 0; w < 20 && !c.stop; ++w) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    ctx.TryCancel();
+    if (!ended_by_server) ctx.TryCancel();
     v1::MultiplyResponse resp;
     while (stream->Read(&resp)) {
     }
@@ -547,6 +554,10 @@ struct Row {
   std::string name;
   Latencies before, during;
   int64_t rss_start = 0, rss_peak = 0, rss_end = 0;
+  int64_t held_peak = 0;   // request memory the server held (GetInfo host_bytes_in_use), its peak
+  int64_t held_end = 0;    // and after the attack
+  bool cut_short = false;  // stopped when the server grew by 2 GiB
+  double attack_s = 0;
   double back_s = -1;  // seconds after the attack until within 5%; -1: not within 10 s
   int64_t ops = 0;
   std::string statuses;
@@ -559,6 +570,7 @@ struct Args {
   std::string backend = "cpu";
   double seconds = 5;
   std::vector<std::string> attacks;
+  std::vector<std::string> server_flags;  // added to every server's flags
   bool markdown = false;
 };
 
@@ -566,6 +578,7 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
   row->name = attack.name;
   row->target_ms = attack.rapid_reset ? 1000 : 100;
   std::vector<std::string> flags = attack.flags;
+  flags.insert(flags.end(), args.server_flags.begin(), args.server_flags.end());
   sgemm::ClientOptions normal_options;
   if (attack.tls) {
     for (const std::string& f :
@@ -592,10 +605,29 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
   std::vector<std::thread> attackers;
   for (int t = 0; t < attack.threads; ++t) attackers.emplace_back([&, t] { attack.body(ctx, t); });
   std::atomic<bool> normal_stop{false};
+  std::thread held([&] {  // the request memory the server holds (its budget), every 50 ms
+    auto watcher = sgemm::Client::connect(server.tcp(), normal_options);
+    while (!normal_stop) {
+      if (auto info = watcher->info(); info.ok()) row->held_peak = std::max(row->held_peak, info->host_bytes_in_use);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
   std::thread normal([&] { normal_requests(*client, normal_stop, server.pid(), &row->during, &row->rss_peak); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(int64_t(args.seconds * 1000)));
+  // The attack runs its time, or until the server holds 2 GiB more than at
+  // the start (an unguarded storm grows it by gigabytes a second: the bench
+  // must not take the machine down with it).
+  const auto started = Clock::now();
+  while (ms_since(started) < args.seconds * 1000) {
+    if (rss_bytes(server.pid()) > row->rss_start + (int64_t{2} << 30)) {
+      row->cut_short = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  row->attack_s = ms_since(started) / 1000;
   normal_stop = true;
   normal.join();
+  held.join();
   stop = true;
   for (auto& t : attackers) t.join();
   const auto ended = Clock::now();
@@ -608,6 +640,16 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
     }
     if (ms_since(ended) > 10000) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  {  // the request memory held once the attack's streams are gone (waited for up to 10 s)
+    auto watcher = sgemm::Client::connect(server.tcp(), normal_options);
+    row->held_end = -1;
+    while (ms_since(ended) < 10000) {
+      auto info = watcher->info();
+      if (info.ok()) row->held_end = info->host_bytes_in_use;
+      if (row->held_end == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
   row->survived = server.running();
   row->ops = ctx.ops;
@@ -625,6 +667,9 @@ int main(int argc, char** argv) {
   app.add_option("--backend", args.backend, "the server's --backend")->capture_default_str();
   app.add_option("--seconds", args.seconds, "how long each attack runs")->capture_default_str();
   app.add_option("--attacks", args.attacks, "which attacks (default: all)")->delimiter(',');
+  app.add_option("--server-flags", args.server_flags,
+                 "more server flags, comma-separated (e.g. --server-flags=--max-resets-per-second,0)")
+      ->delimiter(',');
   app.add_flag("--markdown", args.markdown, "print a Markdown table");
   try {
     app.parse(argc, argv);
@@ -668,8 +713,9 @@ int main(int argc, char** argv) {
   const char* head =
       args.markdown
           ? "| attack | normal requests | p50 ms before | p50 ms | p99 ms | max ms | target | failed | wrong | RSS "
-            "MiB before | peak | after | back within 5% | attack ops | attacker saw |\n|---|---|---|---|---|---|---|---"
-            "|---|---|---|---|---|---|---|\n"
+            "MiB before | peak | after | back within 5% | request memory held, peak / after, MiB | attack ops | "
+            "attacker saw "
+            "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
           : "";
   std::printf("%s", head);
   for (const Row& r : rows) {
@@ -680,22 +726,27 @@ int main(int argc, char** argv) {
     else
       std::snprintf(back, sizeof back, "not in 10 s");
     const bool meets = r.during.max() < r.target_ms;
+    const std::string held_end = r.held_end < 0 ? "no answer" : std::to_string(r.held_end >> 20);  // MiB
     if (args.markdown) {
       std::printf(
-          "| %s | %zu | %.2f | %.2f | %.2f | %.1f | < %.0f ms: %s | %lld | %lld | %.1f | %.1f | %.1f | %s | %lld | %s "
-          "|\n",
+          "| %s | %zu | %.2f | %.2f | %.2f | %.1f | < %.0f ms: %s | %lld | %lld | %.1f | %.1f | %.1f | %s | %.1f / %s "
+          "| %lld | %s |\n",
           r.name.c_str(), r.during.ms.size(), r.before.pct(0.5), r.during.pct(0.5), r.during.pct(0.99), r.during.max(),
           r.target_ms, meets ? "yes" : "NO", (long long)r.during.failed, (long long)r.during.wrong, mib(r.rss_start),
-          mib(r.rss_peak), mib(r.rss_end), back, (long long)r.ops, r.statuses.c_str());
+          mib(r.rss_peak), mib(r.rss_end), back, mib(r.held_peak), held_end.c_str(), (long long)r.ops,
+          r.statuses.c_str());
     } else {
       std::printf(
           "%-18s normal %5zu  p50 %6.2f ms (before %5.2f)  p99 %7.2f ms  max %7.1f ms  target < %.0f ms: %-3s  failed "
-          "%lld  wrong %lld  RSS %.1f -> peak %.1f -> %.1f MiB, back within 5%%: %s  %s  ops %lld  attacker saw: %s\n",
+          "%lld  wrong %lld  RSS %.1f -> peak %.1f -> %.1f MiB, back within 5%%: %s  held %.1f MiB, %s after  %s  "
+          "ops %lld  "
+          "attacker saw: %s\n",
           r.name.c_str(), r.during.ms.size(), r.during.pct(0.5), r.before.pct(0.5), r.during.pct(0.99), r.during.max(),
           r.target_ms, meets ? "yes" : "NO", (long long)r.during.failed, (long long)r.during.wrong, mib(r.rss_start),
-          mib(r.rss_peak), mib(r.rss_end), back, r.survived ? "server alive" : "SERVER GONE", (long long)r.ops,
-          r.statuses.c_str());
+          mib(r.rss_peak), mib(r.rss_end), back, mib(r.held_peak), held_end.c_str(),
+          r.survived ? "server alive" : "SERVER GONE", (long long)r.ops, r.statuses.c_str());
     }
+    if (r.cut_short) std::printf("%s: stopped after %.1f s: the server grew by 2 GiB\n", r.name.c_str(), r.attack_s);
     if (r.during.failed) std::fprintf(stderr, "%s: first failure: %s\n", r.name.c_str(), r.during.first_error.c_str());
   }
   return all_correct ? 0 : 1;
