@@ -104,7 +104,7 @@ void install_connection_guard(ConnectionGuardOptions options) {
 }
 
 ConnectionGuardCounts connection_guard_counts() {
-  return {guard().dropped.load(), guard().closed.load(), guard().refused.load()};
+  return {guard().dropped.load(), guard().closed.load(), guard().refused.load(), guard().closed_for_streams.load()};
 }
 
 }  // namespace sgemm
