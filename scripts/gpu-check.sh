@@ -97,7 +97,7 @@ if [ ! -d "$RT" ] && [ -f "$RT.tar.xz" ]; then tar -xJf "$RT.tar.xz"; fi
 BIN=$RT/bin
 export LD_LIBRARY_PATH="$RT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on the shared hosts
-export SGEMM_SERVER_BIN=$PWD/$BIN/sgemm-server SGEMM_CLIENT_BIN=$PWD/$BIN/sgemm-client SGEMM_LOAD_BIN=$PWD/$BIN/sgemm-load
+export SGEMM_SERVER_BIN=$PWD/$BIN/sgemm-server SGEMM_CLIENT_BIN=$PWD/$BIN/sgemm-client SGEMM_LOAD_BIN=$PWD/$BIN/sgemm-load SGEMM_REGION_PROBE_BIN=$PWD/$BIN/e2e-region-probe
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(tests e2e serve)
 failed=()

@@ -178,11 +178,17 @@ TEST_F(TlsE2E, SighupSwapsTheCertificateWithoutDroppingARequestInFlight) {
   ASSERT_TRUE(server.log_has("TLS certificate reloaded")) << server.log();
 
   // New connections see the new certificate once gRPC's watcher has reread
-  // the staged files (every second): polled, each try on a new connection.
+  // the staged files (every second): polled, each try on a new connection. gRPC
+  // shares one connection (and its reconnect backoff, which grows to seconds after
+  // failed handshakes) among channels with equal arguments: a distinct argument per
+  // try gives each its own.
   bool new_ca_served = false;
+  int tries = 0;
   for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
        !new_ca_served && std::chrono::steady_clock::now() < give_up;) {
-    new_ca_served = Client::connect(server.address(), tls_to("ca2"))->info(std::chrono::milliseconds(3000)).ok();
+    ClientOptions o = tls_to("ca2");
+    o.channel_args.emplace_back("sgemm.test.try", ++tries);
+    new_ca_served = Client::connect(server.address(), o)->info(std::chrono::milliseconds(3000)).ok();
     if (!new_ca_served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_TRUE(new_ca_served) << "the new certificate was not served within 30 s\n" << server.log();
