@@ -21,6 +21,7 @@
 #include "server/devices/device_health.h"
 #include "server/devices/device_pool.h"
 #include "server/devices/pinned_host_pool.h"
+#include "server/engine/cuda/batch_executor.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/kernel_tuner.h"
 #include "server/engine/cuda/resident_gpu.h"
@@ -43,6 +44,7 @@ class CudaEngine final : public Engine {
         health_(pool_->size()),
         faults_(faults),
         store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}) {
+    batch_ = std::make_unique<BatchExecutor>(pool_.get());
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
       watchdog_ = std::thread([this] { watch_collectives(); });
@@ -57,6 +59,7 @@ class CudaEngine final : public Engine {
     watch_cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
     release_spin();
+    batch_.reset();  // its cuBLAS handles while the devices are ours
     store_.clear();  // resident pieces (device memory) while the devices are ours
     comm_.reset();   // communicators before the pool's streams
     pool_.reset();
@@ -138,6 +141,7 @@ class CudaEngine final : public Engine {
   }
 
   Status validate(const GemmRequest& r) const override {
+    if (r.batch) return batch_->validate(r);  // batch_executor.h
     SGEMM_RETURN_IF_ERROR(check_gemm_request(r));
     // Forced kRows/kK on a one-GPU pool is accepted and runs on that GPU (the
     // plan reason says so); see docs/engine.md.
@@ -154,6 +158,7 @@ class CudaEngine final : public Engine {
   }
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
+    if (job.request.batch) return batch_->run(job, healthy_devices());  // batch_executor.h
     const GemmRequest& r = job.request;
     // validate() ran before the data moved; here only what run() relies on is
     // re-checked (cheaply), and a miss is our bug. A block the kernel refuses
@@ -320,6 +325,7 @@ class CudaEngine final : public Engine {
 
   // No estimate while any GPU's lanes are in use: a job would wait for them.
   double estimate_ms(const GemmJob& job) const override {
+    if (job.request.batch) return -1;  // no cost model for batches: computed on the pool
     const std::vector<int> healthy = healthy_devices();
     if (healthy.empty() || !check_gemm_request(job.request).ok()) return -1;
     for (int i : healthy)
@@ -659,7 +665,8 @@ class CudaEngine final : public Engine {
   KernelTuner tuner_;  // kernel choice by measurement, per kernel shape and GPU
   DeviceHealth health_;
   const FaultInjection faults_;
-  ResidentStore store_;  // resident matrices (docs/resident.md); cleared before the pool goes
+  ResidentStore store_;                   // resident matrices (docs/resident.md); cleared before the pool goes
+  std::unique_ptr<BatchExecutor> batch_;  // batched and grouped products; reset before the pool goes
   std::atomic<bool> trap_fired_{false}, fail_fired_{false}, hang_fired_{false};
   void* spin_flag_ = nullptr;  // host-mapped int releasing the injected hang; allocated on first use
   int rebuilt_for_ = -1;       // guarded by the order mutex: healthy count of the last rebuild attempt

@@ -1,0 +1,136 @@
+#include "kernels/cublas_batched_sgemm.h"
+
+#include <cublas_v2.h>
+
+#include <climits>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "kernels/cublas_status.h"
+#include "kernels/cuda_status.h"
+
+namespace sgemm {
+namespace {
+
+cublasHandle_t as_handle(void* h) { return static_cast<cublasHandle_t>(h); }
+cublasOperation_t cublas_op(Op op) { return op == Op::kT ? CUBLAS_OP_T : CUBLAS_OP_N; }
+cublasComputeType_t compute_type(BatchedArithmetic a) {
+  return a == BatchedArithmetic::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+Status check_int(const char* field, int64_t v) {
+  if (v < 1 || v > INT_MAX)
+    return InvalidArgument(std::string(field) + ": must be in [1, 2^31) for cuBLAS, got " + std::to_string(v));
+  return Status::Ok();
+}
+
+Status check_shape(const GemmShape& s) {
+  SGEMM_RETURN_IF_ERROR(check_int("shape.m", s.m));
+  SGEMM_RETURN_IF_ERROR(check_int("shape.n", s.n));
+  return check_int("shape.k", s.k);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CublasBatchedGemm>> CublasBatchedGemm::create() {
+  cublasHandle_t handle = nullptr;
+  SGEMM_CUBLAS_TRY(cublasCreate(&handle));
+  // The default math mode: TF32 comes only from the compute type.
+  const Status st =
+      cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode", __FILE__, __LINE__);
+  if (!st.ok()) {
+    cublasDestroy(handle);
+    return st;
+  }
+  return std::unique_ptr<CublasBatchedGemm>(new CublasBatchedGemm(handle));
+}
+
+CublasBatchedGemm::~CublasBatchedGemm() { cublasDestroy(as_handle(handle_)); }
+
+Status CublasBatchedGemm::can_implement_strided(const GemmShape& shape, int64_t count) {
+  SGEMM_RETURN_IF_ERROR(check_shape(shape));
+  SGEMM_RETURN_IF_ERROR(check_int("count", count));
+  // Strides are long long in cuBLAS; the element counts of one product must fit int for the leading dimensions only.
+  return Status::Ok();
+}
+
+Status CublasBatchedGemm::can_implement_group(const std::vector<GemmShape>& shapes) {
+  if (shapes.empty()) return InvalidArgument("products: none");
+  SGEMM_RETURN_IF_ERROR(check_int("count", int64_t(shapes.size())));
+  for (const GemmShape& s : shapes) SGEMM_RETURN_IF_ERROR(check_shape(s));
+  return Status::Ok();
+}
+
+Status CublasBatchedGemm::strided(const StridedBatchArgs& g, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(can_implement_strided(g.shape, g.count));
+  if (!g.a || !g.b || !g.c) return InvalidArgument("a, b, c: null pointer");
+  const GemmShape& s = g.shape;
+  const int lda = int(stored_a_dims(s, g.op_a).cols);
+  const int ldb = int(stored_b_dims(s, g.op_b).cols);
+  SGEMM_CUBLAS_TRY(cublasSetStream(as_handle(handle_), stream));
+  SGEMM_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+      as_handle(handle_), cublas_op(g.op_b), cublas_op(g.op_a), int(s.n), int(s.m), int(s.k), &g.alpha, g.b, CUDA_R_32F,
+      ldb, (long long)(s.k * s.n), g.a, CUDA_R_32F, lda, (long long)(s.m * s.k), &g.beta, g.c, CUDA_R_32F, int(s.n),
+      (long long)(s.m * s.n), int(g.count), compute_type(g.arithmetic), CUBLAS_GEMM_DEFAULT));
+  return Status::Ok();
+}
+
+std::size_t CublasBatchedGemm::grouped_workspace_bytes(std::size_t count) { return 3 * count * sizeof(void*); }
+
+Status CublasBatchedGemm::grouped(const std::vector<BatchedProduct>& products, float alpha, float beta, Op op_a,
+                                  Op op_b, BatchedArithmetic arithmetic, void* workspace, cudaStream_t stream) {
+  std::vector<GemmShape> shapes;
+  shapes.reserve(products.size());
+  for (const BatchedProduct& p : products) {
+    if (!p.a || !p.b || !p.c) return InvalidArgument("products: a null operand pointer");
+    shapes.push_back(p.shape);
+  }
+  SGEMM_RETURN_IF_ERROR(can_implement_group(shapes));
+  if (!workspace) return InvalidArgument("workspace: null pointer");
+  // Products of one shape form one group (cuBLAS's groups share every
+  // argument but the pointers), in the order the shapes first appear.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int> group_of;
+  std::vector<std::vector<std::size_t>> members;
+  for (std::size_t i = 0; i < products.size(); ++i) {
+    const GemmShape& s = products[i].shape;
+    auto [it, added] = group_of.try_emplace({s.m, s.n, s.k}, int(members.size()));
+    if (added) members.emplace_back();
+    members[std::size_t(it->second)].push_back(i);
+  }
+  const std::size_t groups = members.size(), count = products.size();
+  std::vector<cublasOperation_t> trans_b(groups, cublas_op(op_b)), trans_a(groups, cublas_op(op_a));
+  std::vector<int> m(groups), n(groups), k(groups), lda(groups), ldb(groups), ldc(groups), size(groups);
+  std::vector<float> alphas(groups, alpha), betas(groups, beta);
+  std::vector<const void*> pointers(3 * count);  // B's, then A's, then C's, group by group
+  std::size_t at = 0;
+  for (std::size_t g = 0; g < groups; ++g) {
+    const GemmShape& s = products[members[g][0]].shape;
+    // cuBLAS computes the column-major (n, m, k) product of B and A: C^T = op(B)^T op(A)^T.
+    m[g] = int(s.n);
+    n[g] = int(s.m);
+    k[g] = int(s.k);
+    ldb[g] = int(stored_b_dims(s, op_b).cols);
+    lda[g] = int(stored_a_dims(s, op_a).cols);
+    ldc[g] = int(s.n);
+    size[g] = int(members[g].size());
+    for (std::size_t i : members[g]) {
+      pointers[at] = products[i].b;
+      pointers[count + at] = products[i].a;
+      pointers[2 * count + at] = products[i].c;
+      ++at;
+    }
+  }
+  // Pageable host memory: the copy returns once the bytes are staged, so `pointers` may go after it.
+  SGEMM_CUDA_TRY(
+      cudaMemcpyAsync(workspace, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice, stream));
+  const void* const* dev = static_cast<const void* const*>(workspace);
+  SGEMM_CUBLAS_TRY(cublasSetStream(as_handle(handle_), stream));
+  SGEMM_CUBLAS_TRY(cublasGemmGroupedBatchedEx(
+      as_handle(handle_), trans_b.data(), trans_a.data(), m.data(), n.data(), k.data(), alphas.data(), dev, CUDA_R_32F,
+      ldb.data(), dev + count, CUDA_R_32F, lda.data(), betas.data(), const_cast<void* const*>(dev + 2 * count),
+      CUDA_R_32F, ldc.data(), int(groups), size.data(), compute_type(arithmetic)));
+  return Status::Ok();
+}
+
+}  // namespace sgemm
