@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "client/batch_command.h"
@@ -255,6 +256,29 @@ TEST_F(BatchE2E, CliBatchAndGroupVerifyEveryProduct) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("line 2"), std::string::npos) << bad.output;
 }
+
+#ifdef SGEMM_LOAD_BIN
+// sgemm-load's batched and grouped request modes: every verified product
+// correct (exit 0), products/s counted per product.
+TEST_F(BatchE2E, LoadGeneratorSendsBatchesAndGroups) {
+  const std::string base = std::string(SGEMM_LOAD_BIN) + " --server " + server_->tcp_address() +
+                           " --clients 2 --requests 4 --verify-every 2 --json";
+  auto batch = testing::run_command(base + " --sizes 33x17x29,16 --batch 25 --with-c");
+  ASSERT_EQ(batch.exit_code, 0) << batch.output;
+  const auto jb = nlohmann::json::parse(batch.output);
+  EXPECT_EQ(jb["mode"], "batch");
+  EXPECT_EQ(jb["ok"], 8);
+  EXPECT_EQ(jb["products_ok"], 200);
+  EXPECT_EQ(jb["wrong_results"], 0);
+  EXPECT_GT(jb["products_per_s"].get<double>(), jb["throughput_rps"].get<double>());
+  auto group = testing::run_command(base + " --sizes 1,33x17x29,129x65x257 --group");
+  ASSERT_EQ(group.exit_code, 0) << group.output;
+  const auto jg = nlohmann::json::parse(group.output);
+  EXPECT_EQ(jg["mode"], "group");
+  EXPECT_EQ(jg["products_ok"], 24);
+  EXPECT_EQ(jg["wrong_results"], 0);
+}
+#endif
 
 }  // namespace
 }  // namespace sgemm
