@@ -8,10 +8,11 @@
 //
 // What an engine does with a batch (server/engine/engine.h, Engine::run):
 //   - validate(): check_batch_request() and its own per-launch limits;
-//   - run(): each product computed into its place of `job.c`; a product whose
-//     inputs fail check_product_finite() (when asked) or that its kernel
-//     refuses is not computed, its status goes into GemmReport::product_status;
-//     with fail_fast the first such status fails the run (naming the product);
+//   - run(): each product computed into its place of `job.c`; when asked,
+//     every product's inputs go through check_product_finite() before any is
+//     computed, and a product that fails it is not computed: its status goes
+//     into GemmReport::product_status; with fail_fast the first such status
+//     fails the run (naming the product) before anything is computed;
 //   - the sink: rows_ready(begin, end) counts ELEMENTS of the concatenated C
 //     (one element per row), reported once per computed product.
 // Pure C++, no CUDA.

@@ -42,21 +42,23 @@ StatusOr<GemmReport> run_cpu_batch(const GemmJob& job, const std::string& device
   // Without an input C the buffer holds nothing yet: beta must not read it.
   const float beta = r.has_c ? r.beta : 0.0f;
   GemmReport report;
-  report.product_status.reserve(spec.products.size());
-  double kernel_ms = 0;
+  report.product_status.assign(spec.products.size(), Status::Ok());
+  // Every product's inputs first, as the CUDA engine does: with fail_fast a
+  // bad product fails the request before any C is computed (or sent).
   int failed = 0;
+  if (spec.check_finite)
+    for (std::size_t i = 0; i < spec.products.size(); ++i) {
+      Status finite = check_product_finite(job, i);
+      if (finite.ok()) continue;
+      if (spec.fail_fast) return finite;
+      report.product_status[i] = std::move(finite);
+      ++failed;
+    }
+  double kernel_ms = 0;
   for (std::size_t i = 0; i < spec.products.size(); ++i) {
     if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
+    if (!report.product_status[i].ok()) continue;  // left out by check_finite
     const BatchProduct& p = spec.products[i];
-    if (spec.check_finite) {
-      Status finite = check_product_finite(job, i);
-      if (!finite.ok()) {
-        if (spec.fail_fast) return finite;
-        report.product_status.push_back(std::move(finite));
-        ++failed;
-        continue;
-      }
-    }
     const GemmShape& s = p.shape;
     const int64_t lda = stored_a_dims(s, r.op_a).cols, ldb = stored_b_dims(s, r.op_b).cols;
     const auto k0 = Clock::now();
@@ -64,7 +66,6 @@ StatusOr<GemmReport> run_cpu_batch(const GemmJob& job, const std::string& device
                 job.a + p.a_offset, blasint(lda), job.b + p.b_offset, blasint(ldb), beta, job.c + p.c_offset,
                 blasint(s.n));
     kernel_ms += std::chrono::duration<double, std::milli>(Clock::now() - k0).count();
-    report.product_status.push_back(Status::Ok());
     // The sink counts elements of the concatenated C (batch.h).
     if (job.sink) job.sink->rows_ready(p.c_offset, p.c_offset + p.c_elements());
   }

@@ -62,10 +62,14 @@ TEST(CpuEngineBatch, NonFiniteInputFailsOnlyItsProduct) {
     EXPECT_TRUE(r->product_status[i].ok());
     EXPECT_TRUE(run.verify(i, run.c).passed(kSgemmTolerance));
   }
-  // fail_fast: the same product fails the whole run, naming it.
+  // fail_fast: the same product fails the whole run, naming it, before any product is computed.
   spec->fail_fast = true;
-  auto ff = e->run(run.job());
+  RecordingSink none;
+  GemmJob ff_job = run.job();
+  ff_job.sink = &none;
+  auto ff = e->run(ff_job);
   ASSERT_FALSE(ff.ok());
+  EXPECT_EQ(none.total(), 0);
   EXPECT_EQ(ff.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(ff.status().message().find("product 3"), std::string::npos);
 }
