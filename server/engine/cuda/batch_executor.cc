@@ -258,10 +258,17 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
     if (!where.empty()) where += ", ";
     where += "products " + std::to_string(sh.range.begin) + "-" + std::to_string(sh.range.end - 1) + " on GPU " +
              std::to_string(sh.lease->device());
-    for (int64_t i = sh.range.begin; i < sh.range.end; ++i) {
-      if (!runs[std::size_t(i)]) continue;
-      const BatchProduct& p = spec.products[std::size_t(i)];
-      if (job.sink) job.sink->rows_ready(p.c_offset, p.c_offset + p.c_elements());  // elements of C (batch.h)
+    // Elements of C (batch.h), one report per run of consecutive computed products: they are final together.
+    for (int64_t i = sh.range.begin; i < sh.range.end && job.sink;) {
+      if (!runs[std::size_t(i)]) {
+        ++i;
+        continue;
+      }
+      int64_t j = i;
+      while (j < sh.range.end && runs[std::size_t(j)]) ++j;
+      job.sink->rows_ready(spec.products[std::size_t(i)].c_offset,
+                           slice_end(j, &BatchProduct::c_offset, spec.c_elements));
+      i = j;
     }
   }
   // One GPU: split single. Several: no split mode of one product describes it (SPLIT_UNSPECIFIED on the wire).
