@@ -78,8 +78,9 @@ Status CublasBatchedGemm::strided(const StridedBatchArgs& g, cudaStream_t stream
 
 std::size_t CublasBatchedGemm::grouped_workspace_bytes(std::size_t count) { return 3 * count * sizeof(void*); }
 
-Status CublasBatchedGemm::grouped(const std::vector<BatchedProduct>& products, float alpha, float beta, Op op_a,
-                                  Op op_b, BatchedArithmetic arithmetic, void* workspace, cudaStream_t stream) {
+StatusOr<CublasBatchedGemm::GroupLaunch> CublasBatchedGemm::stage_group(const std::vector<BatchedProduct>& products,
+                                                                        Op op_a, Op op_b, void* workspace,
+                                                                        cudaStream_t stream) {
   std::vector<GemmShape> shapes;
   shapes.reserve(products.size());
   for (const BatchedProduct& p : products) {
@@ -98,38 +99,51 @@ Status CublasBatchedGemm::grouped(const std::vector<BatchedProduct>& products, f
     if (added) members.emplace_back();
     members[std::size_t(it->second)].push_back(i);
   }
+  GroupLaunch g;
   const std::size_t groups = members.size(), count = products.size();
-  std::vector<cublasOperation_t> trans_b(groups, cublas_op(op_b)), trans_a(groups, cublas_op(op_a));
-  std::vector<int> m(groups), n(groups), k(groups), lda(groups), ldb(groups), ldc(groups), size(groups);
-  std::vector<float> alphas(groups, alpha), betas(groups, beta);
-  std::vector<const void*> pointers(3 * count);  // B's, then A's, then C's, group by group
+  g.count = count;
+  g.op_a = op_a;
+  g.op_b = op_b;
+  for (auto* v : {&g.m, &g.n, &g.k, &g.lda, &g.ldb, &g.ldc, &g.size}) v->resize(groups);
+  std::vector<const void*> pointers(3 * count);
   std::size_t at = 0;
-  for (std::size_t g = 0; g < groups; ++g) {
-    const GemmShape& s = products[members[g][0]].shape;
+  for (std::size_t i = 0; i < groups; ++i) {
+    const GemmShape& s = products[members[i][0]].shape;
     // cuBLAS computes the column-major (n, m, k) product of B and A: C^T = op(B)^T op(A)^T.
-    m[g] = int(s.n);
-    n[g] = int(s.m);
-    k[g] = int(s.k);
-    ldb[g] = int(stored_b_dims(s, op_b).cols);
-    lda[g] = int(stored_a_dims(s, op_a).cols);
-    ldc[g] = int(s.n);
-    size[g] = int(members[g].size());
-    for (std::size_t i : members[g]) {
-      pointers[at] = products[i].b;
-      pointers[count + at] = products[i].a;
-      pointers[2 * count + at] = products[i].c;
+    g.m[i] = int(s.n);
+    g.n[i] = int(s.m);
+    g.k[i] = int(s.k);
+    g.ldb[i] = int(stored_b_dims(s, op_b).cols);
+    g.lda[i] = int(stored_a_dims(s, op_a).cols);
+    g.ldc[i] = int(s.n);
+    g.size[i] = int(members[i].size());
+    for (std::size_t p : members[i]) {
+      pointers[at] = products[p].b;
+      pointers[count + at] = products[p].a;
+      pointers[2 * count + at] = products[p].c;
       ++at;
     }
   }
   // Pageable host memory: the copy returns once the bytes are staged, so `pointers` may go after it.
   SGEMM_CUDA_TRY(
       cudaMemcpyAsync(workspace, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice, stream));
-  const void* const* dev = static_cast<const void* const*>(workspace);
+  g.pointers = static_cast<const void* const*>(workspace);
+  return g;
+}
+
+Status CublasBatchedGemm::grouped(const GroupLaunch& g, float alpha, float beta, BatchedArithmetic arithmetic,
+                                  cudaStream_t stream) {
+  if (!g.pointers || g.count == 0) return InvalidArgument("group: not staged (stage_group)");
+  const std::size_t groups = g.size.size();
+  const std::vector<cublasOperation_t> trans_b(groups, cublas_op(g.op_b)), trans_a(groups, cublas_op(g.op_a));
+  const std::vector<float> alphas(groups, alpha), betas(groups, beta);
+  const void* const* dev = g.pointers;
   SGEMM_CUBLAS_TRY(cublasSetStream(as_handle(handle_), stream));
-  SGEMM_CUBLAS_TRY(cublasGemmGroupedBatchedEx(
-      as_handle(handle_), trans_b.data(), trans_a.data(), m.data(), n.data(), k.data(), alphas.data(), dev, CUDA_R_32F,
-      ldb.data(), dev + count, CUDA_R_32F, lda.data(), betas.data(), const_cast<void* const*>(dev + 2 * count),
-      CUDA_R_32F, ldc.data(), int(groups), size.data(), compute_type(arithmetic)));
+  SGEMM_CUBLAS_TRY(cublasGemmGroupedBatchedEx(as_handle(handle_), trans_b.data(), trans_a.data(), g.m.data(),
+                                              g.n.data(), g.k.data(), alphas.data(), dev, CUDA_R_32F, g.ldb.data(),
+                                              dev + g.count, CUDA_R_32F, g.lda.data(), betas.data(),
+                                              const_cast<void* const*>(dev + 2 * g.count), CUDA_R_32F, g.ldc.data(),
+                                              int(groups), g.size.data(), compute_type(arithmetic)));
   return Status::Ok();
 }
 

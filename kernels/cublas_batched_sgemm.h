@@ -66,15 +66,25 @@ class CublasBatchedGemm {
   // One launch of args.count products, enqueued on `stream`.
   Status strided(const StridedBatchArgs& args, cudaStream_t stream);
 
-  // Device bytes grouped() needs for `count` products (the A, B and C pointer arrays).
+  // Device bytes a group of `count` products needs (the A, B and C pointer arrays).
   static std::size_t grouped_workspace_bytes(std::size_t count);
-  // One launch of every product of `products`, enqueued on `stream`;
-  // `workspace` holds grouped_workspace_bytes(products.size()) on this device
-  // and must stay valid until the launch has run. The pointer arrays are copied
-  // from host memory here, so they cost one pageable copy (the call returns once
-  // cuBLAS has the host arrays it reads).
-  Status grouped(const std::vector<BatchedProduct>& products, float alpha, float beta, Op op_a, Op op_b,
-                 BatchedArithmetic arithmetic, void* workspace, cudaStream_t stream);
+
+  // A group's launch in two steps. stage_group() forms cuBLAS's groups
+  // (products of one shape share one) and copies the device pointer arrays
+  // into `workspace` (grouped_workspace_bytes(products.size()) on this
+  // device, valid until the launch has run) on `stream`; that copy is from
+  // pageable memory, so it first waits for the stream's earlier work: stage
+  // before queuing the operands' copies. grouped() then enqueues the one
+  // launch on the same stream, after whatever was queued between.
+  struct GroupLaunch {
+    std::size_t count = 0;  // products
+    Op op_a = Op::kN, op_b = Op::kN;
+    std::vector<int> m, n, k, lda, ldb, ldc, size;  // per group, as cuBLAS is asked (C^T = op(B)^T op(A)^T)
+    const void* const* pointers = nullptr;          // device: B's, then A's, then C's, group by group
+  };
+  static StatusOr<GroupLaunch> stage_group(const std::vector<BatchedProduct>& products, Op op_a, Op op_b,
+                                           void* workspace, cudaStream_t stream);
+  Status grouped(const GroupLaunch& group, float alpha, float beta, BatchedArithmetic arithmetic, cudaStream_t stream);
 
  private:
   explicit CublasBatchedGemm(void* handle) : handle_(handle) {}

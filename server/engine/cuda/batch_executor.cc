@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "kernels/cuda_status.h"
@@ -166,6 +167,28 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
     SGEMM_ASSIGN_OR_RETURN(sh.a, DeviceBuffer::allocate(ordinal, std::size_t(sh.a_n) * sizeof(float), st));
     SGEMM_ASSIGN_OR_RETURN(sh.b, DeviceBuffer::allocate(ordinal, std::size_t(sh.b_n) * sizeof(float), st));
     SGEMM_ASSIGN_OR_RETURN(sh.c, DeviceBuffer::allocate(ordinal, std::size_t(sh.c_n) * sizeof(float), st));
+    // Without an input C, beta must not read the buffer (cuBLAS reads no C when beta is 0).
+    const float beta = r.has_c ? r.beta : 0.0f;
+    auto dev = [&](const BatchProduct& p, float* base_a, float* base_b, float* base_c) {
+      return BatchedProduct{p.shape, base_a + (p.a_offset - sh.a0), base_b + (p.b_offset - sh.b0),
+                            base_c + (p.c_offset - sh.c0)};
+    };
+    // A group's pointer arrays first: their pageable copy waits for the stream's earlier work, which is
+    // none yet, so the operands' copies below are queued without the host waiting for them.
+    std::optional<CublasBatchedGemm::GroupLaunch> group;
+    if (spec.kind == BatchKind::kGroup) {
+      std::vector<BatchedProduct> products;
+      for (int64_t i = sh.range.begin; i < sh.range.end; ++i)
+        if (runs[std::size_t(i)])
+          products.push_back(dev(spec.products[std::size_t(i)], sh.a.floats(), sh.b.floats(), sh.c.floats()));
+      if (!products.empty()) {
+        SGEMM_ASSIGN_OR_RETURN(
+            sh.pointers,
+            DeviceBuffer::allocate(ordinal, CublasBatchedGemm::grouped_workspace_bytes(products.size()), st));
+        SGEMM_ASSIGN_OR_RETURN(group,
+                               CublasBatchedGemm::stage_group(products, r.op_a, r.op_b, sh.pointers.floats(), st));
+      }
+    }
     SGEMM_CUDA_TRY(cudaEventRecord(sh.start, st));
     SGEMM_CUDA_TRY(
         cudaMemcpyAsync(sh.a.floats(), job.a + sh.a0, std::size_t(sh.a_n) * sizeof(float), cudaMemcpyHostToDevice, st));
@@ -175,12 +198,6 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
       SGEMM_CUDA_TRY(cudaMemcpyAsync(sh.c.floats(), job.c + sh.c0, std::size_t(sh.c_n) * sizeof(float),
                                      cudaMemcpyHostToDevice, st));
     SGEMM_CUDA_TRY(cudaEventRecord(sh.copied_in, st));
-    // Without an input C, beta must not read the buffer (cuBLAS reads no C when beta is 0).
-    const float beta = r.has_c ? r.beta : 0.0f;
-    auto dev = [&](const BatchProduct& p, float* base_a, float* base_b, float* base_c) {
-      return BatchedProduct{p.shape, base_a + (p.a_offset - sh.a0), base_b + (p.b_offset - sh.b0),
-                            base_c + (p.c_offset - sh.c0)};
-    };
     if (spec.kind == BatchKind::kStrided) {
       // One launch per run of consecutive products that compute (all of them unless check_finite left some out).
       for (int64_t i = sh.range.begin; i < sh.range.end;) {
@@ -206,19 +223,9 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
         sh.launched = true;
         i = j;
       }
-    } else {
-      std::vector<BatchedProduct> products;
-      for (int64_t i = sh.range.begin; i < sh.range.end; ++i)
-        if (runs[std::size_t(i)])
-          products.push_back(dev(spec.products[std::size_t(i)], sh.a.floats(), sh.b.floats(), sh.c.floats()));
-      if (!products.empty()) {
-        SGEMM_ASSIGN_OR_RETURN(
-            sh.pointers,
-            DeviceBuffer::allocate(ordinal, CublasBatchedGemm::grouped_workspace_bytes(products.size()), st));
-        SGEMM_RETURN_IF_ERROR(
-            gemm->grouped(products, r.alpha, beta, r.op_a, r.op_b, arithmetic, sh.pointers.floats(), st));
-        sh.launched = true;
-      }
+    } else if (group) {
+      SGEMM_RETURN_IF_ERROR(gemm->grouped(*group, r.alpha, beta, arithmetic, st));
+      sh.launched = true;
     }
     SGEMM_CUDA_TRY(cudaEventRecord(sh.computed, st));
     // C's slice back: a product left out keeps what the host buffer held (it is not sent).
