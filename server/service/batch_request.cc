@@ -5,8 +5,6 @@
 
 namespace sgemm {
 
-namespace v1 = sgemm::v1;
-
 Status batch_from_proto(const v1::GemmHeader& h, GemmRequest* out) {
   const bool group = h.group_size() > 0;
   if (h.batch() < 0) return InvalidArgument("header.batch must be >= 0, got " + std::to_string(h.batch()));
