@@ -1,5 +1,6 @@
 #include "server/service/batch_request.h"
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,17 @@ int64_t request_matrix_elements(const GemmRequest& r, MatrixId matrix) {
 }
 
 int64_t c_row_elements(const GemmRequest& r) { return r.batch ? 1 : r.shape.n; }
+
+std::string batch_timing_json(const GemmRequest& r, const GemmReport& report) {
+  if (!r.batch) return "";
+  int64_t failed = 0;
+  for (const Status& st : report.product_status) failed += st.ok() ? 0 : 1;
+  char flops[64];
+  std::snprintf(flops, sizeof flops, "%.6g", r.batch->flops());
+  return std::string(",\"batch\":{\"kind\":\"") + (r.batch->kind == BatchKind::kStrided ? "strided" : "group") +
+         "\",\"products\":" + std::to_string(r.batch->count()) + ",\"products_failed\":" + std::to_string(failed) +
+         ",\"flops\":" + flops + "}";
+}
 
 void products_to_proto(const GemmReport& report, const BatchSpec* spec, v1::MultiplySummary* sum) {
   if (!spec) return;

@@ -37,6 +37,11 @@ int64_t request_matrix_elements(const GemmRequest& request, MatrixId matrix);
 // single product, 1 for a batch (batch.h: the sink counts elements).
 int64_t c_row_elements(const GemmRequest& request);
 
+// For timings.jsonl: `,"batch":{"kind":"strided"|"group","products":N,
+// "products_failed":F,"flops":X}` for a batch (its record's shape is the first
+// product's), "" for a single product.
+std::string batch_timing_json(const GemmRequest& request, const GemmReport& report);
+
 // MultiplySummary.products and products_failed from the engine's per-product
 // statuses (nothing for a single product).
 void products_to_proto(const GemmReport& report, const BatchSpec* spec, sgemm::v1::MultiplySummary* sum);

@@ -140,7 +140,7 @@ void MultiplyCall::log_outcome(const Status& st) {
   if (shared_.timing_log)
     shared_.timing_log->info(
         timing_record_json(record, "{\"early_start\":" + std::string(early_starts_ > 0 ? "true" : "false") +
-                                       ",\"yields\":" + std::to_string(yields_) + "}"));
+                                       ",\"yields\":" + std::to_string(yields_) + batch_timing_json(header_, r) + "}"));
   if (!shared_.options.trace_dir.empty()) {
     const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";
     std::FILE* file = std::fopen(path.c_str(), "w");

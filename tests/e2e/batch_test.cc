@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "client/batch_command.h"
 #include "client/sgemm_client.h"
@@ -155,6 +156,18 @@ TEST_F(BatchE2E, SummaryNamesTheBatchAndStreamsCPerProduct) {
   EXPECT_EQ(received, layout.c_elements);
   EXPECT_FALSE(r->summary.kernel.empty());
   EXPECT_NE(r->summary.plan_reason.find("group of 8"), std::string::npos) << r->summary.plan_reason;
+  // timings.jsonl says it was a group and how many products it carried.
+  // (written before the summary is sent; polled with a deadline all the same).
+  const std::string want = "\"batch\":{\"kind\":\"group\",\"products\":8,\"products_failed\":0";
+  bool found = false;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       !found && std::chrono::steady_clock::now() < until;) {
+    std::ifstream f(server_->dir() + "/logs/timings.jsonl");
+    const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    found = all.find(want) != std::string::npos;
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(found) << want;
 }
 
 TEST_F(BatchE2E, NonFiniteProductIsReportedAloneOrFailsTheRequestWithFailFast) {

@@ -187,6 +187,9 @@ TEST(BatchRequest, SummaryCarriesEachProductsStatus) {
   EXPECT_EQ(sum.products(1).c_offset(), 6);
   EXPECT_EQ(sum.products(1).c_elements(), 30);
   EXPECT_EQ(sum.products(2).c_offset(), 36);
+  // timings.jsonl's batch member: 2 * (2*3*4 + 5*6*7 + 1*1*1) = 470 flops.
+  EXPECT_EQ(batch_timing_json(*r, report),
+            ",\"batch\":{\"kind\":\"group\",\"products\":3,\"products_failed\":1,\"flops\":470}");
   v1::MultiplySummary single;
   products_to_proto(report, nullptr, &single);
   EXPECT_EQ(single.products_size(), 0);
