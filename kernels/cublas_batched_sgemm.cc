@@ -139,6 +139,15 @@ Status CublasBatchedGemm::grouped(const GroupLaunch& g, float alpha, float beta,
   const std::vector<float> alphas(groups, alpha), betas(groups, beta);
   const void* const* dev = g.pointers;
   SGEMM_CUBLAS_TRY(cublasSetStream(as_handle(handle_), stream));
+  if (arithmetic == BatchedArithmetic::kFp32) {
+    // cuBLAS's own SGEMM entry point: fp32 FMAs in the handle's default math mode.
+    const auto* f = reinterpret_cast<const float* const*>(dev);
+    SGEMM_CUBLAS_TRY(cublasSgemmGroupedBatched(as_handle(handle_), trans_b.data(), trans_a.data(), g.m.data(),
+                                               g.n.data(), g.k.data(), alphas.data(), f, g.ldb.data(), f + g.count,
+                                               g.lda.data(), betas.data(), const_cast<float* const*>(f + 2 * g.count),
+                                               g.ldc.data(), int(groups), g.size.data()));
+    return Status::Ok();
+  }
   SGEMM_CUBLAS_TRY(cublasGemmGroupedBatchedEx(as_handle(handle_), trans_b.data(), trans_a.data(), g.m.data(),
                                               g.n.data(), g.k.data(), alphas.data(), dev, CUDA_R_32F, g.ldb.data(),
                                               dev + g.count, CUDA_R_32F, g.lda.data(), betas.data(),

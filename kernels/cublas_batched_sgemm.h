@@ -1,10 +1,10 @@
 // cuBLAS's batched launches for many row-major products at once
 // (server/engine/batch.h): a strided batch (one shape, operands at a fixed
 // stride: cublasGemmStridedBatchedEx) and a group (each product its own shape:
-// cublasGemmGroupedBatchedEx, cuBLAS >= 12.5, products of one shape sharing a
-// group). Row-major through the column-major trick of cublas_sgemm.cc: C^T =
-// op(B)^T op(A)^T, so cuBLAS is asked for the (n, m, k) product of B and A,
-// each with its stored width as leading dimension and transposed as stored.
+// cublasSgemmGroupedBatched in fp32, cublasGemmGroupedBatchedEx with the TF32
+// compute type; cuBLAS >= 12.5; products of one shape share a group). Row-major through the column-major trick of
+// cublas_sgemm.cc: C^T = op(B)^T op(A)^T, so cuBLAS is asked for the (n, m, k) product of B and A, each with its stored
+// width as leading dimension and transposed as stored.
 //
 // The arithmetic is the compute type: kFp32 is CUBLAS_COMPUTE_32F in the
 // default math mode (cuBLAS SGEMM's fp32 FMAs; NVIDIA_TF32_OVERRIDE aside, no
