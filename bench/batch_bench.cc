@@ -15,7 +15,9 @@
 // target: <= 1.3).
 //
 //   batch-bench [--gpus 1] [--iters 20] [--warmup 3] [--batch 1000] [--size 64] [--group-count 100]
-//               [--group-min 32] [--group-max 2048] [--seed 1] [--precision fp32|fp32-ffma|tf32] [--json]
+//               [--group-min 32] [--group-max 2048] [--seed 1] [--precision fp32|fp32-ffma|tf32] [--pieces 4]
+//               [--json]
+// --pieces 1 runs each GPU's share as one launch after all its copies (CudaEngineOptions::batch_max_pieces).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -127,6 +129,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   std::string precision_text = "fp32";
   bool json = false;
+  int pieces = CudaEngineOptions{}.batch_max_pieces;
   CLI::App app{"batch-bench: batched and grouped products on the CUDA engine"};
   app.add_option("--gpus", gpus, "GPUs 0..N-1 the engine owns (a batch is split by product over them)")
       ->check(CLI::PositiveNumber)
@@ -140,6 +143,9 @@ int main(int argc, char** argv) {
   app.add_option("--group-max", group_max, "largest m, n, k of a group product")->capture_default_str();
   app.add_option("--seed", seed, "the group's shapes and every operand")->capture_default_str();
   app.add_option("--precision", precision_text, "fp32, fp32-ffma or tf32")->capture_default_str();
+  app.add_option("--pieces", pieces, "pieces per GPU a batch is pipelined in (1: one launch after every copy)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--json", json, "print one JSON object");
   try {
     app.parse(argc, argv);
@@ -154,13 +160,14 @@ int main(int argc, char** argv) {
   const double tolerance = *precision == Precision::kTf32 ? 1e-2 : kSgemmTolerance;
   CudaEngineOptions o;
   for (int i = 0; i < gpus; ++i) o.devices.push_back(i);
+  o.batch_max_pieces = pieces;
   auto made = make_cuda_engine(o);
   if (!made.ok()) {
     std::fprintf(stderr, "batch-bench: %s\n", made.status().to_string().c_str());
     return 3;
   }
   Engine& e = **made;
-  nlohmann::json out = {{"gpus", gpus}, {"precision", precision_text}, {"iters", iters}};
+  nlohmann::json out = {{"gpus", gpus}, {"precision", precision_text}, {"iters", iters}, {"pieces", pieces}};
 
   // 1. The strided batch.
   {

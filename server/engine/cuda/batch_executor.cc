@@ -40,9 +40,8 @@ struct DeviceShare {
 // Pieces per GPU: enough that copies in, launches and copies out of
 // successive pieces overlap (h2d and d2h run together on the link), few
 // enough that each piece is worth its launch: about kPieceBytes of operands
-// each, at most kMaxPieces.
+// each, at most the executor's max_pieces.
 constexpr int64_t kPieceBytes = int64_t{4} << 20;
-constexpr int64_t kMaxPieces = 4;
 
 double elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0;
@@ -192,7 +191,7 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
     // Cut the range into pieces of about equal operand bytes.
     const int64_t bytes = (sh.a_n + sh.b_n + (r.has_c ? 2 : 1) * sh.c_n) * int64_t(sizeof(float));
     const int64_t pieces =
-        std::clamp<int64_t>(bytes / kPieceBytes, 1, std::min(kMaxPieces, sh.range.end - sh.range.begin));
+        std::clamp<int64_t>(bytes / kPieceBytes, 1, std::min<int64_t>(max_pieces_, sh.range.end - sh.range.begin));
     std::vector<double> piece_work;
     for (int64_t i = sh.range.begin; i < sh.range.end; ++i) {
       const BatchProduct& p = spec.products[std::size_t(i)];

@@ -2,10 +2,12 @@
 // batched cuBLAS launch per GPU (kernels/cublas_batched_sgemm.h), the row of
 // select_batch_kernel (server/planner/kernel_choice.h), the products split
 // across the healthy GPUs in contiguous ranges balanced by flops
-// (server/planner/batch_plan.h). Per GPU, on its lane's compute stream: the
-// range's slice of A, B (and C) in, the launch, C's slice out; every GPU is
-// issued before any is waited for, so they run together. Products whose
-// inputs fail check_finite are left out of the launches.
+// (server/planner/batch_plan.h). Per GPU, in up to max_pieces pieces of its
+// range (one launch each): a piece's slice of A, B (and C) in on the lane's
+// h2d stream, its launch on compute, its C out on d2h, so the pieces' copies
+// and launches overlap; every GPU is issued before any is waited for, so they
+// run together. Products whose inputs fail check_finite are left out of the
+// launches.
 //
 // Ownership and threads: owned by the CudaEngine, destroyed before its
 // DevicePool. run() and validate() may be called concurrently; each lane's
@@ -13,6 +15,7 @@
 // the holder of that lane's lease. handles_ is guarded by mu_.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,7 +32,8 @@ namespace sgemm {
 
 class BatchExecutor {
  public:
-  explicit BatchExecutor(DevicePool* pool) : pool_(pool) {}
+  // `max_pieces` (>= 1): pieces of products per GPU (CudaEngineOptions::batch_max_pieces).
+  BatchExecutor(DevicePool* pool, int max_pieces) : pool_(pool), max_pieces_(std::max(1, max_pieces)) {}
 
   // check_batch_request(), the kernel row (select_batch_kernel), and cuBLAS's
   // int limits on each product (INVALID_ARGUMENT naming the product's field).
@@ -45,6 +49,7 @@ class BatchExecutor {
   StatusOr<CublasBatchedGemm*> handle_for(const Lane& lane);
 
   DevicePool* const pool_;
+  const int max_pieces_;
   Mutex mu_;
   std::map<const Lane*, std::unique_ptr<CublasBatchedGemm>> handles_ SGEMM_GUARDED_BY(mu_);
 };

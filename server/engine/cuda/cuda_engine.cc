@@ -44,7 +44,7 @@ class CudaEngine final : public Engine {
         health_(pool_->size()),
         faults_(faults),
         store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}) {
-    batch_ = std::make_unique<BatchExecutor>(pool_.get());
+    batch_ = std::make_unique<BatchExecutor>(pool_.get(), options_.batch_max_pieces);
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
       watchdog_ = std::thread([this] { watch_collectives(); });

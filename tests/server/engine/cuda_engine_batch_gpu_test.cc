@@ -4,6 +4,7 @@
 // fp64 reference; the precision contract picks the row (fp32 and fp32-ffma:
 // cuBLAS SGEMM's arithmetic; tf32: the TF32 compute type; fp32x3 refused);
 // products with non-finite inputs left out of the launch.
+#include <algorithm>
 #include <cmath>
 
 #include "tests/common/gpu_test.h"
@@ -127,6 +128,44 @@ TEST(CudaEngineBatchGpu, NonFiniteProductsAreLeftOutOfTheLaunch) {
       }
       EXPECT_TRUE(r->product_status[i].ok());
       EXPECT_TRUE(run.verify(i, run.c).passed(kSgemmTolerance));
+    }
+  }
+}
+
+// Large enough for several pieces per GPU (about 4 MiB of operands each), with
+// products left out on both sides of the pieces' edges; and the same with
+// one piece (batch_max_pieces = 1: one launch after every copy).
+TEST(CudaEngineBatchGpu, PiecesOfALargeBatchWithProductsLeftOut) {
+  SGEMM_REQUIRE_GPUS(1);
+  for (int pieces : {4, 1}) {
+    CudaEngineOptions o;
+    o.devices = first_gpus(1);
+    o.batch_max_pieces = pieces;
+    auto made = make_cuda_engine(o);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    auto& e = *made;
+    for (BatchKind kind : {BatchKind::kStrided, BatchKind::kGroup}) {
+      std::vector<GemmShape> shapes(600, GemmShape{64, 64, 64});
+      if (kind == BatchKind::kGroup)
+        for (std::size_t i = 0; i < shapes.size(); i += 3) shapes[i] = {65 + int64_t(i % 7), 63, 61};
+      BatchRun run(kind, shapes, Op::kT, Op::kN, 1.5f, -0.5f, true, 31 + uint64_t(pieces));
+      SCOPED_TRACE(run.name + ", " + std::to_string(pieces) + " pieces");
+      auto spec = std::make_shared<BatchSpec>(run.spec());
+      spec->check_finite = true;
+      run.request.batch = spec;
+      const std::vector<std::size_t> bad = {0, 149, 150, 151, 300, 599};
+      for (std::size_t i : bad) run.b[std::size_t(spec->products[i].b_offset + 7)] = std::nanf("");
+      auto r = e->run(run.job());
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      for (std::size_t i = 0; i < spec->products.size(); ++i) {
+        const bool left_out = std::find(bad.begin(), bad.end(), i) != bad.end();
+        const BatchProduct& p = spec->products[i];
+        ASSERT_EQ(r->product_status[i].ok(), !left_out) << "product " << i;
+        EXPECT_EQ(run.sink.covered(p.c_offset, p.c_offset + p.c_elements()), left_out ? 0 : p.c_elements());
+        if (!left_out) {
+          ASSERT_TRUE(run.verify(i, run.c).passed(kSgemmTolerance)) << "product " << i;
+        }
+      }
     }
   }
 }
