@@ -274,7 +274,8 @@ TEST_F(BatchE2E, CliBatchAndGroupVerifyEveryProduct) {
 // sgemm-load's batched and grouped request modes: every verified product
 // correct (exit 0), products/s counted per product.
 TEST_F(BatchE2E, LoadGeneratorSendsBatchesAndGroups) {
-  const std::string base = std::string(SGEMM_LOAD_BIN) + " --server " + server_->tcp_address() +
+  const char* load_bin = std::getenv("SGEMM_LOAD_BIN");  // a build carried to another host
+  const std::string base = std::string(load_bin ? load_bin : SGEMM_LOAD_BIN) + " --server " + server_->tcp_address() +
                            " --clients 2 --requests 4 --verify-every 2 --json";
   auto batch = testing::run_command(base + " --sizes 33x17x29,16 --batch 25 --with-c");
   ASSERT_EQ(batch.exit_code, 0) << batch.output;
