@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp32x3_slices.h"
 #include "common/reference_gemm.h"
 #include "kernels/fp32x3_sgemm.h"
 #include "kernels/gemm_accuracy.h"
@@ -71,6 +72,7 @@ struct Options {
   int ref_rows = 8;                         // rows checked against the fp64 reference
   int only_variant = -1;                    // >= 0: time this ping-pong variant instead of the picked one
   bool fp32x3_variants = false;             // time every fp32x3 variant too
+  std::vector<int64_t> fp32x3_slices;       // also fp32x3 with K cut into each of these slice counts
   std::vector<std::string> variant_match;   // time the ping-pong variants whose names contain one of these
   int64_t pad_ab = 0;                       // lda = k + pad_ab, ldb = n + pad_ab (odd: rows TMA cannot read)
   std::vector<InputDistribution> accuracy;  // non-empty: the accuracy table instead of timings
@@ -106,7 +108,7 @@ GemmShape parse_shape(const std::string& s) {
 constexpr const char* kUsage =
     "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas,tf32,fp32x3] [--runs N] [--warmup N]\n"
     "                   [--csv FILE] [--ref-rows N] [--pad-ab P] [--variants] [--variant I] [--variant-match S,...]\n"
-    "                   [--fp32x3-variants] [--accuracy uniform,wide-exponent,cancelling]\n"
+    "                   [--fp32x3-variants] [--fp32x3-slices N,...] [--accuracy uniform,wide-exponent,cancelling]\n"
     "\n"
     "Times each kernel on one GPU against cuBLAS: every result is checked first (against an fp64 reference on\n"
     "--ref-rows rows, and against cuBLAS), then timed with CUDA events (median of --runs after --warmup), with cold\n"
@@ -122,6 +124,7 @@ constexpr const char* kUsage =
     "  --variant I        time ping-pong variant I instead of the picked one\n"
     "  --variant-match S  time the variants whose names contain one of S,...\n"
     "  --fp32x3-variants  also time every fp32x3 variant\n"
+    "  --fp32x3-slices L  also fp32x3 with K cut into each of these slice counts (timings and --accuracy)\n"
     "  --accuracy LIST    time nothing: each kernel's error (cw against fp64) on these input distributions, and\n"
     "                     its ratio to cuBLAS SGEMM's (the fp32 contract)\n"
     "  -h, --help         this text\n"
@@ -166,6 +169,8 @@ Options parse(int argc, char** argv) {
       o.pad_ab = std::max<int64_t>(0, std::stoll(next()));
     } else if (a == "--fp32x3-variants") {
       o.fp32x3_variants = true;
+    } else if (a == "--fp32x3-slices") {
+      for (const std::string& v : split(next(), ',')) o.fp32x3_slices.push_back(std::stoll(v));
     } else if (a == "--accuracy") {
       for (auto& d : split(next(), ',')) {
         bool found = false;
@@ -297,6 +302,20 @@ int run_accuracy(const Options& opt, const cudaDeviceProp& prop,
                     concrete[k].c_str(), cw[k], base > 0 ? cw[k] / base : NAN);
       };
       for (auto& [k, e] : cw) line(std::string(kernel_kind_name(k)).c_str(), k);
+      for (int64_t slices : backends.count(KernelKind::kFp32x3) ? opt.fp32x3_slices : std::vector<int64_t>{}) {
+        const size_t ws_bytes = fp32x3_workspace_bytes(s, slices);
+        void* ws = nullptr;
+        BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
+        BENCH_CHECK(cudaMemsetAsync(c, 0xff, nc * 4, stream));
+        check_status(fp32x3_sgemm_sliced(g, slices, ws, ws_bytes, stream), "accuracy run");
+        BENCH_CHECK(cudaStreamSynchronize(stream));
+        BENCH_CHECK(cudaMemcpy(hc.data(), c, nc * 4, cudaMemcpyDeviceToHost));
+        BENCH_CHECK(cudaFree(ws));
+        const double e = (*probe)->componentwise_error(hc.data());
+        const std::string label = "slices=" + std::to_string(fp32x3_slices_of_count(s, slices).count);
+        std::printf("%-18s %-14s %-10s %-52s %12.3e %10.3f\n", shape_name(s).c_str(), input_distribution_name(d),
+                    "fp32x3", label.c_str(), e, base > 0 ? e / base : NAN);
+      }
       const KernelKind def = fp32_default(s, prop.multiProcessorCount, available);
       line("fp32", def);
       // FFMA is SGEMM's own arithmetic (its summation order may differ from cuBLAS's); the
@@ -344,7 +363,11 @@ int main(int argc, char** argv) {
   void* fp32x3_ws = nullptr;
   size_t fp32x3_ws_bytes = 0;
   if (opt.fp32x3_variants || backends.count(KernelKind::kFp32x3)) {
-    for (const GemmShape& s : opt.shapes) fp32x3_ws_bytes = std::max(fp32x3_ws_bytes, fp32x3_workspace_bytes(s));
+    for (const GemmShape& s : opt.shapes) {
+      fp32x3_ws_bytes = std::max(fp32x3_ws_bytes, fp32x3_workspace_bytes(s));
+      for (int64_t slices : opt.fp32x3_slices)
+        fp32x3_ws_bytes = std::max(fp32x3_ws_bytes, fp32x3_workspace_bytes(s, slices));
+    }
     BENCH_CHECK(cudaMalloc(&fp32x3_ws, fp32x3_ws_bytes));
   }
 
@@ -408,7 +431,8 @@ int main(int argc, char** argv) {
 
     struct Job {
       KernelKind kind;
-      int variant;  // -1: the backend's own choice
+      int variant;         // -1: the backend's own choice
+      int64_t slices = 0;  // fp32x3: > 0 cuts K into this many slices
     };
     std::vector<Job> jobs;
     // cuBLAS first so that "% of cuBLAS" is known for the rest.
@@ -426,6 +450,8 @@ int main(int argc, char** argv) {
         }
     if (opt.fp32x3_variants)
       for (int v = 0; v < fp32x3_variant_count(); ++v) jobs.push_back({KernelKind::kFp32x3, v});
+    if (backends.count(KernelKind::kFp32x3))
+      for (int64_t slices : opt.fp32x3_slices) jobs.push_back({KernelKind::kFp32x3, -1, slices});
     if (opt.fp32x3_variants) {
       // The split pass alone (its share of every fp32x3 time): median of the timed runs.
       for (int i = 0; i < opt.warmup; ++i)
@@ -462,6 +488,7 @@ int main(int argc, char** argv) {
         const GemmArgs g = args_for(set);
         if (job.variant >= 0 && is_pingpong) return pingpong_sgemm_variant(g, job.variant, ws, ws_bytes, stream);
         if (job.variant >= 0 && is_fp32x3) return fp32x3_sgemm_variant(g, job.variant, ws, ws_bytes, stream);
+        if (job.slices > 0) return fp32x3_sgemm_sliced(g, job.slices, ws, ws_bytes, stream);
         return be->run(g, ws, ws_bytes, stream);
       };
       std::string variant_name = "-";
@@ -472,6 +499,9 @@ int main(int argc, char** argv) {
         variant_name =
             std::string(fp32x3_variant_name(job.variant >= 0 ? job.variant : fp32x3_pick_variant(args_for(0))));
       if (job.variant < 0 && (is_pingpong || is_fp32x3)) variant_name = "auto:" + variant_name;
+      if (is_fp32x3 && job.variant < 0)
+        variant_name += "_slices" + std::to_string(job.slices > 0 ? fp32x3_slices_of_count(s, job.slices).count
+                                                                  : fp32x3_k_slices(s));
       const bool is_tf32 = job.kind == KernelKind::kTf32;
 
       // Verify first: poison C, run once on set 0. A variant that cannot run this layout is skipped.
@@ -519,7 +549,7 @@ int main(int argc, char** argv) {
           opt.runs % 2 ? sorted[opt.runs / 2] : 0.5 * (sorted[opt.runs / 2 - 1] + sorted[opt.runs / 2]);
       if (job.kind == KernelKind::kCublas) cublas_ms = median;
       if (is_pingpong && job.variant < 0) pingpong_auto_ms = median;
-      if (is_fp32x3 && job.variant < 0) fp32x3_auto_ms = median;
+      if (is_fp32x3 && job.variant < 0 && job.slices == 0) fp32x3_auto_ms = median;
       const double tflops = s.flops() / (median * 1e-3) / 1e12;
       const double pct = cublas_ms > 0 ? 100.0 * cublas_ms / median : NAN;
       Row r{shape_name(s),

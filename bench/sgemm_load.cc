@@ -58,6 +58,7 @@ using Clock = std::chrono::steady_clock;
 struct LoadOptions {
   std::string server = "localhost:50051";
   int clients = 8;                   // concurrent well-behaved clients
+  bool one_connection = false;       // every client on one shared connection (else one each, as separate processes)
   int requests = 10;                 // products per client (when --duration-s is 0)
   double duration_s = 0;             // run for this long instead of a fixed count
   std::string sizes = "64,256,512";  // square sizes, or MxNxK shapes, comma-separated
@@ -275,6 +276,8 @@ int main(int argc, char** argv) {
   LoadOptions o;
   CLI::App app{"sgemm-load: concurrent clients, a mix of sizes, optional misbehaving clients"};
   app.add_option("--server", o.server, "sgemm-server host:port")->capture_default_str();
+  app.add_flag("--one-connection", o.one_connection,
+               "the clients share one connection (default: one each, as separate client processes would have)");
   app.add_option("--clients", o.clients, "concurrent well-behaved clients")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -390,6 +393,9 @@ int main(int argc, char** argv) {
       sgemm::ClientOptions copt;
       if (o.no_retry) copt.retry.max_attempts = 1;
       copt.caller_thread_calls = !o.reactor_calls;
+      // gRPC shares one connection among channels with equal arguments: a distinct
+      // argument gives each client its own, as separate processes would have.
+      if (!o.one_connection) copt.channel_args.emplace_back("sgemm.load.client", c);
       auto client = sgemm::Client::connect(o.server, copt);
       std::mt19937_64 rng((uint64_t(std::random_device{}()) << 32) ^ uint64_t(c));
       std::vector<Operands> operands(shapes.size());
@@ -503,6 +509,7 @@ int main(int argc, char** argv) {
   nlohmann::json j;
   j["server"] = o.server;
   j["clients"] = o.clients;
+  j["one_connection"] = o.one_connection;
   j["sizes"] = o.sizes;
   j["misbehaving"] = {{"header_only", o.header_only}, {"header_dim", o.header_dim}, {"trickle", o.trickle},
                       {"trickle_dim", o.trickle_dim}, {"silent", o.silent},         {"no_read", o.no_read},
@@ -541,8 +548,10 @@ int main(int argc, char** argv) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("sgemm-load: %d clients, sizes %s, misbehaving: %d header-only, %d trickle, %d silent, %d no-read\n",
-                o.clients, o.sizes.c_str(), o.header_only, o.trickle, o.silent, o.no_read);
+    std::printf(
+        "sgemm-load: %d clients (%s), sizes %s, misbehaving: %d header-only, %d trickle, %d silent, %d no-read\n",
+        o.clients, o.one_connection ? "one shared connection" : "a connection each", o.sizes.c_str(), o.header_only,
+        o.trickle, o.silent, o.no_read);
     if (o.reset_storm > 0)
       std::printf("reset storm: %d streams opened and reset in %.0f ms\n", o.reset_storm, storm_ms);
     std::printf(

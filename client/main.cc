@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "client/batch_command.h"
+#include "client/cuda_ipc.h"
 #include "client/matrix_files.h"
 #include "client/resident_commands.h"
 #include "client/sgemm_client.h"
@@ -50,7 +51,8 @@ struct SubmitOptions {
   std::string precision = "fp32";
   int64_t timeout_ms = 0;
   std::string a_file, b_file, c_file, out_file;  // matrices from/to files (client/matrix_files.h)
-  std::string transport = "auto";                // auto | grpc | shm
+  std::string transport = "auto";                // auto | grpc | shm | cuda-ipc
+  int gpu = 0;                                   // cuda-ipc: the CUDA device holding A, B and C
   std::string unix_path;                         // the server's Unix socket (shared memory); "" = none
   std::string trace_file;                        // Chrome trace of the (last) request; "" = none
   std::string a_handle, b_handle, c_handle;      // resident operands (docs/resident.md)
@@ -163,6 +165,7 @@ std::string pick_target(const std::string& server, const SubmitOptions& o, sgemm
                         std::string* note) {
   std::string unix_target =
       !o.unix_path.empty() ? "unix:" + o.unix_path : (server.rfind("unix:", 0) == 0 ? server : "");
+  if (o.transport == "cuda-ipc") return unix_target.empty() ? server : unix_target;  // the server refuses TCP
   copt->transport = sgemm::parse_transport(o.transport).value_or(sgemm::Transport::kAuto);
   if (copt->transport == sgemm::Transport::kGrpc) return o.unix_path.empty() ? server : unix_target;
   if (unix_target.empty()) {
@@ -177,6 +180,91 @@ std::string pick_target(const std::string& server, const SubmitOptions& o, sgemm
           ": grpc to " + server;
   copt->transport = sgemm::Transport::kGrpc;
   return server;
+}
+
+// --transport cuda-ipc (docs/transport.md "Device buffers"): A, B (and C)
+// copied once into device memory of GPU --gpu, exported through CUDA IPC; each
+// run multiplies them there with C written into a device buffer, and prints
+// the server's kernel phase beside the client's wall time. Over the Unix
+// socket only (--unix, or --server unix:PATH).
+int submit_cuda_ipc(sgemm::Client& client, const SubmitOptions& o, const sgemm::GemmShape& s,
+                    const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c0, bool with_c,
+                    sgemm::MultiplyOptions mopt) {
+  auto rt = sgemm::CudaRuntime::load();
+  if (!rt.ok()) {
+    std::fprintf(stderr, "sgemm-client: %s\n", rt.status().to_string().c_str());
+    return 3;
+  }
+  if (o.gpu < 0 || o.gpu >= (*rt)->device_count()) {
+    std::fprintf(stderr, "sgemm-client: --gpu %d: this host's CUDA runtime sees %d GPUs\n", o.gpu,
+                 (*rt)->device_count());
+    return 2;
+  }
+  const int64_t c_bytes = 4 * s.m * s.n;
+  auto da = (*rt)->allocate(o.gpu, 4 * s.m * s.k);
+  auto db = da.ok() ? (*rt)->allocate(o.gpu, 4 * s.k * s.n) : da.status();
+  auto dc = db.ok() ? (*rt)->allocate(o.gpu, c_bytes) : db.status();
+  sgemm::Status st = dc.ok() ? sgemm::Status::Ok() : dc.status();
+  if (st.ok()) st = (*da)->upload(a.data(), 4 * s.m * s.k);
+  if (st.ok()) st = (*db)->upload(b.data(), 4 * s.k * s.n);
+  if (!st.ok()) {
+    std::fprintf(stderr, "sgemm-client: %s\n", st.to_string().c_str());
+    return 3;
+  }
+  mopt.c_out = nullptr;
+  std::vector<float> c(std::size_t(s.m * s.n));
+  std::vector<double> walls, kernels;
+  int exit_code = 0;
+  for (int rep = 0; rep < o.repeat; ++rep) {
+    // With C as input the product is written over it: every run starts from C0 again.
+    if (with_c) st = (*dc)->upload(c0.data(), c_bytes);
+    if (!st.ok()) {
+      std::fprintf(stderr, "sgemm-client: %s\n", st.to_string().c_str());
+      return 3;
+    }
+    std::optional<sgemm::DeviceBufferMatrix> c_in;
+    if (with_c) c_in = (*dc)->matrix();
+    auto r = client.multiply_device(s, (*da)->matrix(), (*db)->matrix(), c_in, (*dc)->matrix(), mopt);
+    if (!r.ok()) {
+      std::fprintf(stderr, "sgemm-client: %s\n", r.status().to_string().c_str());
+      return 3;
+    }
+    double kernel_ms = 0;
+    for (const auto& d : r->summary.devices) kernel_ms = std::max(kernel_ms, d.kernel_ms);
+    walls.push_back(r->wall_ms);
+    kernels.push_back(kernel_ms);
+    const double tflops = 2.0 * double(s.m) * double(s.n) * double(s.k) / (r->wall_ms * 1e9);
+    std::printf(
+        "run %d: client %.3f ms (%.1f TFLOP/s), server kernel %.3f ms, compute %.3f ms: %.3fx the kernel; "
+        "%s, %s on %zu GPU(s)\n",
+        rep + 1, r->wall_ms, tflops, kernel_ms, r->summary.compute_ms, kernel_ms > 0 ? r->wall_ms / kernel_ms : 0.0,
+        r->summary.kernel.c_str(), r->summary.split.c_str(), r->summary.devices.size());
+  }
+  if (o.repeat > 1) {
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double w = median(walls), k = median(kernels);
+    std::printf("%d runs: client median %.3f ms, server kernel median %.3f ms: %.3fx\n", o.repeat, w, k,
+                k > 0 ? w / k : 0.0);
+  }
+  if (o.verify) {
+    st = (*dc)->download(c.data(), c_bytes);
+    if (!st.ok()) {
+      std::fprintf(stderr, "sgemm-client: %s\n", st.to_string().c_str());
+      return 3;
+    }
+    const auto rows = sgemm::rows_to_verify(s.m, s.n, s.k, o.seed);
+    const auto v = sgemm::verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta, with_c ? c0.data() : nullptr,
+                                      c.data(), rows);
+    const double tolerance = mopt.precision == sgemm::Precision::kTf32 ? 1e-2 : sgemm::kSgemmTolerance;
+    const bool pass = v.passed(tolerance);
+    std::printf("verify: max relative error %.3e over %zu of %lld rows (fp64 reference, tolerance %.0e): %s\n",
+                v.max_rel_error, rows.size(), (long long)s.m, tolerance, pass ? "PASS" : "FAIL");
+    if (!pass) exit_code = 1;
+  }
+  return exit_code;
 }
 
 void print_info(const sgemm::ServerInfo& info) {
@@ -403,7 +491,9 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     std::fprintf(stderr, "sgemm-client: %s\n", transport.status().to_string().c_str());
     return 3;
   }
-  if (!o.json) std::printf("transport: %s (%s)\n", sgemm::transport_name(*transport), target.c_str());
+  const bool cuda_ipc = o.transport == "cuda-ipc";
+  if (!o.json)
+    std::printf("transport: %s (%s)\n", cuda_ipc ? "cuda-ipc" : sgemm::transport_name(*transport), target.c_str());
   sgemm::MultiplyOptions mopt;
   mopt.alpha = o.alpha;
   mopt.beta = o.beta;
@@ -430,6 +520,14 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   // C goes straight into one buffer reused by every run (never zero-filled: the server sends every element).
   std::unique_ptr<float[]> c_out(new float[std::size_t(s.m * s.n)]);
   mopt.c_out = c_out.get();
+  if (cuda_ipc) {
+    if (op_a != sgemm::Op::kN || op_b != sgemm::Op::kN || !o.a_handle.empty() || !o.b_handle.empty() ||
+        !o.c_handle.empty() || o.keep) {
+      std::fprintf(stderr, "sgemm-client: --transport cuda-ipc takes untransposed operands and no handles or --keep\n");
+      return 2;
+    }
+    return submit_cuda_ipc(*client, o, s, a, b, c0, with_c, mopt);
+  }
 
   nlohmann::json runs = nlohmann::json::array();
   int exit_code = 0;
@@ -608,9 +706,12 @@ int main(int argc, char** argv) {
   b_opt->needs(a_opt);
   sub->add_flag("--no-retry", no_retry, "do not retry a request that got UNAVAILABLE (default: up to 5 attempts)");
   sub->add_option("--transport", o.transport,
-                  "auto (shared memory when the server answers on its Unix socket), grpc, or shm")
-      ->check(CLI::IsMember({"auto", "grpc", "shm"}))
+                  "auto (shared memory when the server answers on its Unix socket), grpc, shm, or cuda-ipc (A, B "
+                  "and C in device memory of --gpu, exported through CUDA IPC; the Unix socket and a cuda server)")
+      ->check(CLI::IsMember({"auto", "grpc", "shm", "cuda-ipc"}))
       ->capture_default_str();
+  sub->add_option("--gpu", o.gpu, "--transport cuda-ipc: the CUDA device (this host's ordinal) holding A, B and C")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--unix", o.unix_path, "the server's Unix socket (sgemm-server --listen unix:PATH)");
   sub->add_option("--op-a", o.op_a,
                   "n: A is m x k; t: A is stored k x m and the product uses A^T (BLAS transa; a Fortran-order .npy "

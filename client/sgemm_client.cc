@@ -48,10 +48,28 @@ std::string precision_text(v1::Precision p) {
   }
 }
 
+struct DeviceRefs {
+  DeviceBufferMatrix a, b;
+  std::optional<DeviceBufferMatrix> c, out;
+};
+
+// Operands in the caller's memory: shared-memory regions, or device buffers
+// when `device` is set. Either way no matrix byte is streamed.
 struct RegionRefs {
   RegionMatrix a, b;
   std::optional<RegionMatrix> c, out;
+  const DeviceRefs* device = nullptr;
+  bool has_c() const { return device ? device->c.has_value() : c.has_value(); }
+  bool has_out() const { return device ? device->out.has_value() : out.has_value(); }
 };
+
+void set_device_ref(v1::DeviceBufferRef* out, const DeviceBufferMatrix& m) {
+  out->set_ipc_handle(m.ipc_handle);
+  out->set_device(m.device);
+  out->set_offset(m.offset);
+  out->set_ld(m.ld);
+  out->set_release(m.release);
+}
 
 void set_ref(v1::RegionRef* out, const RegionMatrix& m) {
   out->set_region(m.region->name());
@@ -472,6 +490,18 @@ class GrpcClient final : public Client {
     });
   }
 
+  StatusOr<MultiplyResult> multiply_device(const GemmShape& shape, const DeviceBufferMatrix& a,
+                                           const DeviceBufferMatrix& b, const std::optional<DeviceBufferMatrix>& c,
+                                           const std::optional<DeviceBufferMatrix>& out,
+                                           const MultiplyOptions& opt) override {
+    const DeviceRefs device{a, b, c, out};
+    RegionRefs refs;
+    refs.device = &device;
+    return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
+      return multiply_once(shape, nullptr, nullptr, nullptr, &refs, opt, deadline);
+    });
+  }
+
   template <typename Once>
   auto with_retries(const MultiplyOptions& opt, Once&& once) -> decltype(once(std::chrono::system_clock::now())) {
     using Clock = std::chrono::steady_clock;
@@ -522,10 +552,15 @@ class GrpcClient final : public Client {
       h->set_k(shape.k);
       h->set_alpha(opt.alpha);
       h->set_beta(opt.beta);
-      h->set_has_c(regions ? regions->c.has_value() : c != nullptr);
+      h->set_has_c(regions ? regions->has_c() : c != nullptr);
       h->set_trace(opt.trace);
       matrix_rpcs::set_header_fields(opt, h);  // resident operands (matrix_rpcs.cc)
-      if (regions) {
+      if (regions && regions->device) {
+        set_device_ref(h->mutable_a_device(), regions->device->a);
+        set_device_ref(h->mutable_b_device(), regions->device->b);
+        if (regions->device->c) set_device_ref(h->mutable_c_device(), *regions->device->c);
+        if (regions->device->out) set_device_ref(h->mutable_out_device(), *regions->device->out);
+      } else if (regions) {
         set_ref(h->mutable_a_region(), regions->a);
         set_ref(h->mutable_b_region(), regions->b);
         if (regions->c) set_ref(h->mutable_c_region(), *regions->c);
@@ -553,7 +588,7 @@ class GrpcClient final : public Client {
     const auto t0 = Clock::now();
     MultiplyResult result;
     // No chunk of C comes back when it goes to a region, or stays resident without send_c.
-    const bool c_in_region = (regions && regions->out) || (opt.keep_result && !opt.send_c);
+    const bool c_in_region = (regions && regions->has_out()) || (opt.keep_result && !opt.send_c);
     const int64_t total = c_in_region ? 0 : shape.m * shape.n;
     float* out = c_in_region ? nullptr : opt.c_out;
     if (!out && total > 0) {

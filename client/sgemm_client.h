@@ -109,6 +109,20 @@ struct RegionMatrix {
   int64_t ld = 0;      // elements; 0 = dense (the matrix's width)
 };
 
+// A matrix in CUDA device memory of a process on the server's host (CUDA IPC,
+// the server's Unix socket only): the server opens the allocation once per
+// connection and reads and writes it on that GPU, so no matrix byte crosses
+// gRPC or host memory. Element (i, j) at byte `offset` + 4 * (i * ld + j) of
+// the allocation. The caller has finished writing the inputs (its stream
+// synchronised) before multiply_device(), and reads C after it returns.
+struct DeviceBufferMatrix {
+  std::string ipc_handle;  // the 64 bytes of the allocation's cudaIpcMemHandle_t (cudaIpcGetMemHandle)
+  std::string device;      // the GPU holding it: UUID ("GPU-...") or PCI bus id (cudaDeviceGetPCIBusId)
+  int64_t offset = 0;      // bytes from the allocation's start (cuMemGetAddressRange's base), a multiple of 4
+  int64_t ld = 0;          // elements; 0 = dense (the matrix's width)
+  bool release = false;    // the server closes its mapping once this request ends (before the caller frees it)
+};
+
 struct MultiplyOptions {
   float alpha = 1.0f;
   float beta = 0.0f;                       // applies to C when C is given
@@ -362,6 +376,17 @@ class Client {
                                                     const RegionMatrix& b, const std::optional<RegionMatrix>& c,
                                                     const std::optional<RegionMatrix>& out,
                                                     const MultiplyOptions& options) = 0;
+
+  // ---- Device buffers (CUDA IPC; the server's Unix socket, a cuda backend) ----
+  // C = alpha*A*B + beta*C with every operand in device buffers (untransposed).
+  // `c` is the input C (nullopt: none); `out` is where C goes (may be `c`
+  // itself: C in place); without `out` C comes back in the result as usual.
+  // FAILED_PRECONDITION over TCP or from a server without GPUs.
+  virtual StatusOr<MultiplyResult> multiply_device(const GemmShape& shape, const DeviceBufferMatrix& a,
+                                                   const DeviceBufferMatrix& b,
+                                                   const std::optional<DeviceBufferMatrix>& c,
+                                                   const std::optional<DeviceBufferMatrix>& out,
+                                                   const MultiplyOptions& options) = 0;
 };
 
 }  // namespace sgemm

@@ -23,7 +23,9 @@ class Fp32x3Backend final : public GemmBackend {
     return fp32x3_sgemm(args, workspace, workspace_bytes, stream);
   }
   std::string kernel_name(const GemmArgs& args) const override {
-    return "fp32x3_wgmma_" + std::string(fp32x3_variant_name(fp32x3_pick_variant(args)));
+    const int64_t slices = fp32x3_k_slices(args.shape);
+    return "fp32x3_wgmma_" + std::string(fp32x3_variant_name(fp32x3_pick_variant(args))) +
+           (slices > 1 ? "_splitk" + std::to_string(slices) : "");
   }
 };
 

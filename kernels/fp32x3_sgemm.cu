@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/fp32x3_slices.h"
 #include "kernels/cuda_status.h"
 #include "kernels/fp32x3_sgemm.cuh"
 #include "kernels/fp32x3_sgemm.h"
@@ -34,6 +35,7 @@ using CoopPromote1SplitAGroup16 = Fp32x3Config<64, 128, 4, false, 1, 1, true, tr
 using CoopPromote2SplitAGroup16 = Fp32x3Config<64, 128, 4, false, 2, 1, true, true, 16>;
 
 constexpr int64_t kAlignBytes = 256;
+static_assert(fp32x3::kBK == kFp32x3KBlock, "common/fp32x3_slices.h must cut K in the kernel's k-blocks");
 
 int64_t padded_k(int64_t k) { return (k + 3) / 4 * 4; }
 int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
@@ -95,9 +97,30 @@ Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, cudaStr
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
-Status check_workspace(const GemmArgs& g, const void* workspace, std::size_t bytes) {
-  if (workspace == nullptr || bytes < fp32x3_workspace_bytes(g.shape))
-    return InvalidArgument("workspace: needs " + std::to_string(fp32x3_workspace_bytes(g.shape)) + " bytes, got " +
+std::size_t workspace_bytes_for(const GemmShape& s, const Fp32x3Slices& slices) {
+  const int64_t kp = padded_k(std::max<int64_t>(s.k, 1));
+  const int64_t partials = slices.count > 1 ? align_up(slices.count * s.m * s.n * 4, kAlignBytes) : 0;
+  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes) + partials);
+}
+
+// SMs of the current device, looked up once per device.
+int current_sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return 1;
+  if (device < kMaxDevices && cached[device].load(std::memory_order_relaxed) > 0)
+    return cached[device].load(std::memory_order_relaxed);
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) return 1;
+  if (device < kMaxDevices) cached[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+Status check_workspace(const GemmArgs& g, const Fp32x3Slices& slices, const void* workspace, std::size_t bytes) {
+  const std::size_t need = workspace_bytes_for(g.shape, slices);
+  if (workspace == nullptr || bytes < need)
+    return InvalidArgument("workspace: needs " + std::to_string(need) + " bytes, got " +
                            std::to_string(workspace == nullptr ? 0 : bytes));
   return Status::Ok();
 }
@@ -106,10 +129,16 @@ float* a_planes_of(void* workspace) { return static_cast<float*>(workspace); }
 float* b_planes_of(void* workspace, const GemmShape& s) {
   return reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(2 * s.m * padded_k(s.k) * 4, kAlignBytes));
 }
+// The slices' partial products [slices][m][n], after both operands' planes.
+float* partials_of(void* workspace, const GemmShape& s) {
+  return reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(2 * s.m * padded_k(s.k) * 4, kAlignBytes) +
+                                  align_up(2 * s.n * padded_k(s.k) * 4, kAlignBytes));
+}
 
 template <class Cfg>
-Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStream_t stream) {
-  SGEMM_RETURN_IF_ERROR(check_workspace(g, workspace, bytes));
+Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace, std::size_t bytes,
+                  cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(check_workspace(g, slices, workspace, bytes));
   DeviceInfo dev;
   SGEMM_RETURN_IF_ERROR(device_info(&dev));
   if (dev.major != 9 || dev.minor != 0)
@@ -135,15 +164,30 @@ Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStr
   SGEMM_RETURN_IF_ERROR(make_plane_map(&map_b, b_planes, g.shape.n, g.shape.k, Cfg::kBBoxRows, kCl == 1 ? 2 : 1));
 
   const int64_t tiles_m = (g.shape.m + Cfg::kBM - 1) / Cfg::kBM;
-  const int64_t units = (tiles_m + kCl - 1) / kCl * ((g.shape.n + Cfg::kBN - 1) / Cfg::kBN);
+  const int64_t units = (tiles_m + kCl - 1) / kCl * ((g.shape.n + Cfg::kBN - 1) / Cfg::kBN) * slices.count;
   const int k_blocks = int((g.shape.k + fp32x3::kBK - 1) / fp32x3::kBK);
-  const bool c_pairs = (reinterpret_cast<uintptr_t>(g.c) & 7u) == 0 && g.ldc % 2 == 0;
   const int m = int(g.shape.m), n = int(g.shape.n);
+  // Split K: the kernel writes each slice's A*B into the workspace; the reduction applies
+  // alpha and beta.
+  const bool split = slices.count > 1;
+  float* const out = split ? partials_of(workspace, g.shape) : g.c;
+  const int64_t ld_out = split ? g.shape.n : g.ldc;
+  const int64_t split_stride = split ? g.shape.m * g.shape.n : 0;
+  const float alpha = split ? 1.0f : g.alpha, beta = split ? 0.0f : g.beta;
+  const bool c_pairs = (reinterpret_cast<uintptr_t>(out) & 7u) == 0 && ld_out % 2 == 0;
+  auto reduce = [&]() -> Status {
+    if (!split) return Status::Ok();
+    const int64_t blocks = std::min<int64_t>((g.shape.m * g.shape.n + 255) / 256, int64_t(dev.sm_count) * 8);
+    fp32x3::fp32x3_reduce_splits_kernel<<<unsigned(blocks), 256, 0, stream>>>(out, int(slices.count), split_stride, m,
+                                                                              n, g.alpha, g.beta, g.c, g.ldc);
+    return SGEMM_CUDA_STATUS(cudaGetLastError());
+  };
   if constexpr (kCl == 1) {
     const unsigned grid = unsigned(std::min<int64_t>(units, dev.sm_count));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c, g.ldc,
-                                                             c_pairs);
-    return SGEMM_CUDA_STATUS(cudaGetLastError());
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, int(slices.slice_blocks),
+                                                             split_stride, alpha, beta, out, ld_out, c_pairs);
+    SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
+    return reduce();
   } else {
     cudaLaunchConfig_t config{};
     cudaLaunchAttribute attr{};
@@ -161,15 +205,16 @@ Status run_config(const GemmArgs& g, void* workspace, std::size_t bytes, cudaStr
     SGEMM_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
     if (clusters < 1) return Internal("fp32x3: no cluster of " + std::to_string(kCl) + " CTAs fits on this device");
     config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * kCl));
-    SGEMM_CUDA_TRY(
-        cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, g.alpha, g.beta, g.c, g.ldc, c_pairs));
-    return SGEMM_CUDA_STATUS(cudaGetLastError());
+    SGEMM_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, int(slices.slice_blocks),
+                                      split_stride, alpha, beta, out, ld_out, c_pairs));
+    SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
+    return reduce();
   }
 }
 
 struct Variant {
   const char* name;
-  Status (*run)(const GemmArgs&, void*, std::size_t, cudaStream_t);
+  Status (*run)(const GemmArgs&, const Fp32x3Slices&, void*, std::size_t, cudaStream_t);
 };
 
 // Variants whose name lacks "promote" accumulate all of K inside wgmma: faster on short
@@ -226,8 +271,16 @@ Status fp32x3_can_implement(const GemmArgs& g) {
 }
 
 std::size_t fp32x3_workspace_bytes(const GemmShape& s) {
-  const int64_t kp = padded_k(std::max<int64_t>(s.k, 1));
-  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes));
+  return workspace_bytes_for(s, fp32x3_slices(s, current_sm_count()));
+}
+
+std::size_t fp32x3_workspace_bytes(const GemmShape& s, int64_t slices) {
+  return workspace_bytes_for(s, fp32x3_slices_of_count(s, slices));
+}
+
+int64_t fp32x3_k_slices(const GemmShape& shape) {
+  if (shape.m < 1 || shape.n < 1 || shape.k < 1) return 1;
+  return fp32x3_slices(shape, current_sm_count()).count;
 }
 
 int fp32x3_variant_count() { return kNumVariants; }
@@ -253,18 +306,27 @@ Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, 
   if (variant < 0 || variant >= kNumVariants)
     return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
                            std::to_string(variant));
-  return kVariants[variant].run(args, workspace, bytes, stream);
+  return kVariants[variant].run(args, fp32x3_slices(args.shape, current_sm_count()), workspace, bytes, stream);
 }
 
 Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
-  SGEMM_RETURN_IF_ERROR(check_workspace(args, workspace, bytes));
+  SGEMM_RETURN_IF_ERROR(check_workspace(args, fp32x3_slices_of_count(args.shape, 1), workspace, bytes));
   return launch_split(args, a_planes_of(workspace), b_planes_of(workspace, args.shape), stream);
 }
 
 Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
-  return kVariants[fp32x3_pick_variant(args)].run(args, workspace, bytes, stream);
+  return kVariants[fp32x3_pick_variant(args)].run(args, fp32x3_slices(args.shape, current_sm_count()), workspace, bytes,
+                                                  stream);
+}
+
+Status fp32x3_sgemm_sliced(const GemmArgs& args, int64_t slices, void* workspace, std::size_t bytes,
+                           cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  if (slices < 1) return InvalidArgument("slices: must be >= 1, got " + std::to_string(slices));
+  return kVariants[fp32x3_pick_variant(args)].run(args, fp32x3_slices_of_count(args.shape, slices), workspace, bytes,
+                                                  stream);
 }
 
 }  // namespace sgemm

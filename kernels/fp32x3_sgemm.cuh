@@ -36,6 +36,11 @@
 //     consumers of both CTAs released it (they arrive on both CTAs' empty barriers).
 //   Tile order: work units (kClusterM tile rows x 1 tile column) rasterized in groups of
 //     kGroupM unit rows; cluster c takes units c, c + #clusters, ...
+//   Split K (kb_per_split < k_blocks): each tile's K is cut into slices of kb_per_split
+//     k-blocks (the last may be shorter) and every (slice, tile) pair is a work unit, slice
+//     major, so the CTAs of one wave read the same K range of B. Slice s writes its own
+//     partial product, alpha and beta as passed (the launcher passes 1 and 0), to
+//     c + s * split_stride; fp32x3_reduce_splits_kernel sums the slices pairwise.
 //   Edges: TMA zero-fills rows >= m (n) and k >= K, so any m, n, k >= 1 run; the
 //     epilogue (straight from registers, float2 where C allows) stores in-range elements
 //     only and reads C only when beta != 0.
@@ -196,6 +201,34 @@ __global__ void __launch_bounds__(256)
       split_tile(x, ldx, rows, cols, tr * 32, tc * 32, is_b, out, kp, plane, tile);
 }
 
+// Split K: C = alpha * (P[0] + P[1] + ... + P[splits-1]) + beta * C over the slices'
+// partial products P[s] (m x n, leading dimension n, split_stride floats apart), summed
+// pairwise (a balanced tree for a power-of-two count: rounding grows with log2 of the
+// count, not with the count, and two halves that cancel cancel exactly) in a fixed order,
+// so results are identical run to run; C is read only when beta != 0.
+__global__ void __launch_bounds__(256)
+    fp32x3_reduce_splits_kernel(const float* __restrict__ partials, int splits, int64_t split_stride, int m, int n,
+                                float alpha, float beta, float* __restrict__ c, int64_t ldc) {
+  constexpr int kMaxLevels = 32;  // a count below 2^32 slices
+  const int64_t total = int64_t(m) * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    // Binary-counter pairwise sum: after slice s, stack[l] holds the sum of a complete
+    // block of 2^l slices for every bit l set in s + 1.
+    float stack[kMaxLevels];
+    int depth = 0;
+    for (int s = 0; s < splits; ++s) {
+      float v = partials[s * split_stride + i];
+      for (unsigned done = unsigned(s) + 1u; (done & 1u) == 0u; done >>= 1) v = stack[--depth] + v;
+      stack[depth++] = v;
+    }
+    float sum = stack[--depth];
+    while (depth > 0) sum = stack[--depth] + sum;
+    float* out = c + (i / n) * ldc + i % n;
+    const float v = alpha * sum;
+    *out = beta != 0.0f ? fmaf(beta, *out, v) : v;
+  }
+}
+
 // ---------------------------------------------------------------------------------
 // PTX wrappers (sm_90a); the pipeline ones (mbarrier, TMA, setmaxnreg, named barriers,
 // clusters) live in kernels/hopper_pipeline.cuh, shared with the TMA-fed SIMT kernel.
@@ -341,7 +374,8 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[kBN / 2], uint64_t desc_a,
 template <class Cfg>
 __global__ void __launch_bounds__(384, 1)
     fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
-                       int n, int k_blocks, float alpha, float beta, float* __restrict__ c, int64_t ldc, bool c_pairs) {
+                       int n, int k_blocks, int kb_per_split, int64_t split_stride, float alpha, float beta,
+                       float* __restrict__ c, int64_t ldc, bool c_pairs) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;                      // stage s at ring + s * kStageBytes
@@ -354,7 +388,8 @@ __global__ void __launch_bounds__(384, 1)
   const int tiles_m = (m + Cfg::kBM - 1) / Cfg::kBM;
   const int units_m = (tiles_m + kCl - 1) / kCl;
   const int tiles_n = (n + Cfg::kBN - 1) / Cfg::kBN;
-  const int units = units_m * tiles_n;
+  const int tile_units = units_m * tiles_n;
+  const int units = tile_units * ((k_blocks + kb_per_split - 1) / kb_per_split);
   const int cta_rank = kCl > 1 ? int(cluster_cta_rank()) : 0;
   const int unit0 = blockIdx.x / kCl, unit_stride = gridDim.x / kCl;
   const int warp_group = threadIdx.x / 128;
@@ -374,14 +409,21 @@ __global__ void __launch_bounds__(384, 1)
     __syncthreads();
   }
 
-  // Unit t -> (tile row, tile column) of this CTA, rasterized in groups of kGroupM unit rows.
+  // Unit t -> (tile row, tile column) of this CTA, rasterized in groups of kGroupM unit
+  // rows, and its K slice: k-blocks [kb0, kb0 + kbn) of slice `split`.
   auto tile_coords = [&](int t, int& tm, int& tn) {
+    t %= tile_units;
     const int per_group = Cfg::kGroupM * tiles_n;
     const int first_m = (t / per_group) * Cfg::kGroupM;
     const int group_rows = min(units_m - first_m, Cfg::kGroupM);
     const int in_group = t % per_group;
     tm = (first_m + in_group % group_rows) * kCl + cta_rank;
     tn = in_group / group_rows;
+  };
+  auto k_slice = [&](int t, int& split, int& kb0, int& kbn) {
+    split = t / tile_units;
+    kb0 = split * kb_per_split;
+    kbn = min(kb_per_split, k_blocks - kb0);
   };
 
   if (warp_group == 0) {
@@ -392,9 +434,10 @@ __global__ void __launch_bounds__(384, 1)
       tma_prefetch_descriptor(&tmap_b);
       uint32_t g = 0;  // k-block counter over all tiles of this CTA
       for (int t = unit0; t < units; t += unit_stride) {
-        int tm, tn;
+        int tm, tn, split, kb0, kbn;
         tile_coords(t, tm, tn);
-        for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+        k_slice(t, split, kb0, kbn);
+        for (int kb = kb0; kb < kb0 + kbn; ++kb, ++g) {
           const uint32_t s = g % Cfg::kStages;
           const uint32_t phase = (g / Cfg::kStages) & 1u;
           // Free in every CTA of the cluster (B shares are written into all of them).
@@ -443,8 +486,13 @@ __global__ void __launch_bounds__(384, 1)
   float acc[Cfg::kMmaM][Cfg::kAccRegs];
   float sum[Cfg::kMmaM][Cfg::kPromoteEvery > 0 ? Cfg::kAccRegs : 1];
 
-  int j = 0;  // local tile index in this CTA
+  int j = 0;            // local tile index in this CTA
+  uint32_t g_next = 0;  // the producer's k-block counter at the start of unit t
   for (int t = unit0; t < units; t += unit_stride, ++j) {
+    int split, kb0, kbn;
+    k_slice(t, split, kb0, kbn);
+    const uint32_t g_unit = g_next;
+    g_next += uint32_t(kbn);
     if (Cfg::kPingpong && (j & 1) != consumer) continue;
     int tm, tn;
     tile_coords(t, tm, tn);
@@ -458,7 +506,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < Cfg::kAccRegs; ++i) sum[mi][i] = 0.0f;
     }
 
-    uint32_t g = uint32_t(j) * uint32_t(k_blocks);
+    uint32_t g = g_unit;
     if constexpr (Cfg::kSplitAInKernel) {
       // Software-pipelined: the fragments of k-block kb+1 are loaded and split while the
       // wgmmas of k-block kb run (two fragment buffers, the loop unrolled by two).
@@ -500,8 +548,8 @@ __global__ void __launch_bounds__(384, 1)
                       uint32_t(&cur_lo)[Cfg::kMmaM][kBK / 8][4], uint32_t(&nxt_hi)[Cfg::kMmaM][kBK / 8][4],
                       uint32_t(&nxt_lo)[Cfg::kMmaM][kBK / 8][4]) {
         const bool run_starts = kb % kP == 0;
-        const bool run_ends = (kb + 1) % kP == 0 || kb + 1 == k_blocks;
-        const bool has_next = kb + 1 < k_blocks;
+        const bool run_ends = (kb + 1) % kP == 0 || kb + 1 == kbn;
+        const bool has_next = kb + 1 < kbn;
         const uint32_t b_hi = stage_of(gg) + Cfg::kABytes, b_lo = b_hi + Cfg::kBN * kRowBytes;
         // No register fences on acc between wgmmas of a run (ptxas would wait for the run
         // to drain): the wgmma asm statements order themselves against reads of acc.
@@ -552,13 +600,13 @@ __global__ void __launch_bounds__(384, 1)
       };
       wait_full(g);
       prep(stage_of(g), f0_hi, f0_lo);
-      for (int kb = 0; kb < k_blocks; kb += 2) {
+      for (int kb = 0; kb < kbn; kb += 2) {
         step(kb, g + kb, f0_hi, f0_lo, f1_hi, f1_lo);
-        if (kb + 1 < k_blocks) step(kb + 1, g + kb + 1, f1_hi, f1_lo, f0_hi, f0_lo);
+        if (kb + 1 < kbn) step(kb + 1, g + kb + 1, f1_hi, f1_lo, f0_hi, f0_lo);
       }
-      g += k_blocks;
+      g += kbn;
     } else {
-      for (int kb = 0; kb < k_blocks; ++kb, ++g) {
+      for (int kb = 0; kb < kbn; ++kb, ++g) {
         const uint32_t s = g % Cfg::kStages;
         mbar_wait(full_bar + 8 * s, (g / Cfg::kStages) & 1u);
         const uint32_t a_hi = ring + s * Cfg::kStageBytes + a_row0 * kRowBytes;
@@ -588,7 +636,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int mi = 0; mi < Cfg::kMmaM; ++mi) fence_registers(acc[mi]);
 
         const bool run_ends = Cfg::kPromoteEvery > 0 &&
-                              ((kb + 1) % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0 || kb + 1 == k_blocks);
+                              ((kb + 1) % (Cfg::kPromoteEvery > 0 ? Cfg::kPromoteEvery : 1) == 0 || kb + 1 == kbn);
         if (Cfg::kPromoteEvery > 0) {
           // Stages of this run are released once its wgmmas completed.
           if (run_ends) {
@@ -627,7 +675,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int h = 0; h < 2; ++h) {
         const int row = tm * Cfg::kBM + a_row0 + mi * 64 + warp * 16 + (lane >> 2) + 8 * h;
         if (row >= m) continue;
-        float* crow = c + int64_t(row) * ldc;
+        float* crow = c + int64_t(split) * split_stride + int64_t(row) * ldc;
 #pragma unroll
         for (int nb = 0; nb < Cfg::kBN / 8; ++nb) {
           const int col = tn * Cfg::kBN + nb * 8 + (lane & 3) * 2;

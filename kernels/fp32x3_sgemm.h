@@ -5,14 +5,15 @@
 // cuTensorMapEncodeTiled, looked up once.
 //
 // Scratch memory is the caller's: fp32x3_workspace_bytes(shape) bytes (the tf32 hi/lo
-// planes of A and of B transposed: 2 * (m + n) * round_up(k, 4) floats, plus
-// alignment), passed to fp32x3_sgemm. The workspace may be reused as soon as the
-// enqueued work is done (stream order).
+// planes of A and of B transposed: 2 * (m + n) * round_up(k, 4) floats, plus the
+// partial products where K is split, plus alignment), passed to fp32x3_sgemm. The workspace may be reused as soon as
+// the enqueued work is done (stream order).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "common/status.h"
@@ -26,8 +27,18 @@ namespace sgemm {
 // on a GPU that is not sm_90.
 Status fp32x3_can_implement(const GemmArgs& args);
 
-// Bytes of workspace fp32x3_sgemm needs for `shape` (the size of the split operands).
+// Bytes of workspace fp32x3_sgemm needs for `shape`: the split operands and, where K is
+// split, the slices' partial products.
 std::size_t fp32x3_workspace_bytes(const GemmShape& shape);
+
+// ... for K cut into `slices` (fp32x3_sgemm_sliced).
+std::size_t fp32x3_workspace_bytes(const GemmShape& shape, int64_t slices);
+
+// How many slices fp32x3 cuts K into for `shape` on the current device (1: none): the
+// rule of common/fp32x3_slices.h. Each slice's partial product goes to the workspace;
+// the slices are summed in a fixed order (results identical run to run), then alpha and
+// beta applied.
+int64_t fp32x3_k_slices(const GemmShape& shape);
 
 // Enqueues C = alpha*A*B + beta*C on `stream` with the variant chosen for the shape.
 // `workspace` must hold fp32x3_workspace_bytes(args.shape) bytes of device memory.
@@ -36,6 +47,11 @@ Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t workspace
 // Schedule/tile variants, for tuning, tests and benchmarks.
 // Only the first kernel (the split into tf32 hi/lo planes), for timing its share.
 Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
+// The picked variant with K cut into `slices` instead of the rule's count (for tuning
+// the rule); the workspace must hold fp32x3_workspace_bytes(shape, slices) bytes.
+Status fp32x3_sgemm_sliced(const GemmArgs& args, int64_t slices, void* workspace, std::size_t workspace_bytes,
+                           cudaStream_t stream);
 
 int fp32x3_variant_count();
 std::string_view fp32x3_variant_name(int variant);

@@ -12,7 +12,7 @@ namespace {
 // transposed or strided one runs on the local engine, as a resident one does).
 bool dense_host_operands(const GemmJob& job) {
   const GemmShape& s = job.request.shape;
-  return !job.a_resident && !job.b_resident && !job.c_resident && job.request.op_a == Op::kN &&
+  return !job.a_resident && !job.b_resident && !job.c_resident && !job.device && job.request.op_a == Op::kN &&
          job.request.op_b == Op::kN && job.a_ld() == s.k && job.b_ld() == s.n && job.c_ld() == s.n;
 }
 
@@ -40,6 +40,8 @@ class ClusterEngine final : public Engine {
                                                         ResidentBytes bytes) override {
     return local_->make_resident(std::move(host), rows, cols, std::move(bytes));
   }
+  // Device buffers are on this host's GPUs: their jobs run on the local engine (run()).
+  DeviceMemoryAccess* device_memory() override { return local_->device_memory(); }
 
   // No estimate: a job may wait for the cluster's job lock, so the service
   // must never compute one on its own thread.
@@ -57,7 +59,8 @@ class ClusterEngine final : public Engine {
     // this host's GPUs, or strided views of a larger region, run here.
     if (!dense_host_operands(job)) {
       StatusOr<GemmReport> rep = local_->run(job);
-      if (rep.ok()) rep->plan_reason += "; cluster not used: resident or strided operands run on this host";
+      if (rep.ok())
+        rep->plan_reason += "; cluster not used: resident or strided operands (or device buffers) run on this host";
       return rep;
     }
     MutexLock jobs(coord_.job_mutex());

@@ -95,6 +95,8 @@ class CpuEngine final : public Engine {
   HostAllocator& host_allocator() override { return allocator_; }
   int64_t max_leading_dimension() const override { return kMaxBlasInt; }
   ResidentStore* resident_store() override { return &store_; }
+  // OpenBLAS computes in host memory: device buffers need the cuda backend.
+  DeviceMemoryAccess* device_memory() override { return nullptr; }
 
   // OpenBLAS reads and writes host memory where it is: nothing to lock.
   Status register_host_memory(void* data, std::size_t bytes) override {

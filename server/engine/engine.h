@@ -26,6 +26,7 @@
 #include "common/host_buffer.h"
 #include "common/status.h"
 #include "server/engine/batch.h"
+#include "server/engine/device_memory.h"
 #include "server/engine/resident_store.h"
 #include "server/planner/plan.h"
 
@@ -109,6 +110,10 @@ struct GemmJob {
   // dimension): the operand is the a_dims() / b_dims() / m x n block at that
   // element. The service checks that the block lies inside the matrix.
   MatrixOffset a_at, b_at, c_at;
+  // Operands in a caller's device memory (device_memory.h), held by the
+  // caller until run() returns: used instead of `a`, `b` and the input C;
+  // C goes to device->out when set, else to `c` (dense host memory).
+  const DeviceOperands* device = nullptr;
   InputFeed* feed = nullptr;            // null: all inputs are present
   OutputSink* sink = nullptr;           // null: nobody listens for early rows
   const CancelToken* cancel = nullptr;  // null: the job is never cancelled
@@ -278,6 +283,11 @@ class Engine {
   // bytes were reserved on and lets the buffer go. Thread-safe.
   virtual StatusOr<std::shared_ptr<ResidentData>> make_resident(std::shared_ptr<HostBuffer> host, int64_t rows,
                                                                 int64_t cols, ResidentBytes bytes) = 0;
+
+  // ---- Device buffers (device_memory.h) -----------------------------------
+  // Access to other processes' device memory on this host (CUDA IPC); null
+  // when the engine has no GPUs: the service then answers FAILED_PRECONDITION.
+  virtual DeviceMemoryAccess* device_memory() = 0;
 };
 
 }  // namespace sgemm

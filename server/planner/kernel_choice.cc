@@ -4,13 +4,14 @@
 #include <cstdint>
 #include <string>
 
+#include "common/fp32x3_slices.h"
+
 namespace sgemm {
 namespace {
 
 // fp32x3's measured region of the fp32 contract (fp32x3_contract_rule).
 constexpr int64_t kFp32x3ContractMinK = 256;
-constexpr int64_t kFp32x3ContractMnPerK = 2048;
-constexpr int64_t kFp32x3ContractAnyKFromMn = int64_t{2048} * 2048;
+constexpr int64_t kFp32x3ContractMinCublasSumK = 400;
 
 bool single_row_or_column(const GemmShape& s) { return s.m == 1 || s.n == 1; }
 // C at most 64 rows high, wide, with a long K: ping-pong's 32x128 and 64x128
@@ -113,27 +114,28 @@ std::string name_of(Precision p) { return std::string(precision_name(p)); }
 }  // namespace
 
 // Measured on one H100 (tests/kernels/fp32_contract_test.cc, sgemm-bench
-// --accuracy; bench/results/2026-11-26_h100_fp32-contract/).
+// --accuracy; bench/results/2026-11-26_h100_fp32-contract/ and
+// bench/results/2026-11-27_h100_fp32x3-splitk/).
 Fp32x3ContractRule fp32x3_contract_rule() {
-  return {kFp32x3ContractMinK, kFp32x3ContractMnPerK, kFp32x3ContractAnyKFromMn};
+  return {kFp32x3ContractMinK, kFp32x3ContractSliceKBlocks, kFp32x3ContractMinCublasSumK};
 }
 
-namespace {
-// Where cuBLAS SGEMM may split K: its tiles too few for the GPU and K long for them.
-bool cublas_may_split_k(const GemmShape& s) {
-  return s.m * s.n < kFp32x3ContractAnyKFromMn && s.k * kFp32x3ContractMnPerK > s.m * s.n;
+bool fp32x3_keeps_fp32_contract(const GemmShape& s, int sm_count) {
+  if (s.k < kFp32x3ContractMinK) return false;
+  if (!sgemm_may_split_k(s)) return true;
+  const int64_t tiles =
+      ((s.m + kFp32x3TileEdge - 1) / kFp32x3TileEdge) * ((s.n + kFp32x3TileEdge - 1) / kFp32x3TileEdge);
+  return s.k * tiles >= kFp32x3ContractMinCublasSumK * std::max(sm_count, 1);
 }
-}  // namespace
-
-bool fp32x3_keeps_fp32_contract(const GemmShape& s) { return s.k >= kFp32x3ContractMinK && !cublas_may_split_k(s); }
 
 bool fp32x3_outruns_ffma(const GemmShape& s, int sm_count) {
   if (s.m < 256 || s.n < 256 || s.k < 256) return false;
-  const int64_t tiles = ((s.m + 127) / 128) * ((s.n + 127) / 128);
-  return 2 * tiles >= std::max(sm_count, 1);
+  const int64_t tiles =
+      ((s.m + kFp32x3TileEdge - 1) / kFp32x3TileEdge) * ((s.n + kFp32x3TileEdge - 1) / kFp32x3TileEdge);
+  return 4 * tiles * fp32x3_slices(s, sm_count).count >= std::max(sm_count, 1);
 }
 
-bool fp32_needs_cublas(const GemmShape& s) { return s.m >= 256 && s.n >= 256 && s.k >= 2048 && cublas_may_split_k(s); }
+bool fp32_needs_cublas(const GemmShape& s) { return s.m >= 256 && s.n >= 256 && s.k >= 2048 && sgemm_may_split_k(s); }
 
 StatusOr<KernelSelection> select_kernel(const KernelQuery& q) {
   const std::vector<KernelKind>& av = q.available;
@@ -163,7 +165,7 @@ StatusOr<KernelSelection> select_kernel(const KernelQuery& q) {
   }
   const GemmShape product = q.product.m > 0 ? q.product : q.shape;
   if (q.precision == Precision::kFp32) {
-    const bool keeps = fp32x3_keeps_fp32_contract(product);
+    const bool keeps = fp32x3_keeps_fp32_contract(product, q.sm_count);
     if (has(av, KernelKind::kFp32x3)) {
       const bool faster = fp32x3_outruns_ffma(q.shape, q.sm_count);
       if (faster && keeps) {

@@ -60,35 +60,42 @@ std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, Kern
 // Where fp32x3's error (cw = max |c - ref| / (|A||B|) against fp64) was measured
 // no larger than cuBLAS SGEMM's on the same product, on uniform, wide-exponent
 // ((U - 0.5) * exp(4 N(0,1))) and cancelling inputs (one H100; sgemm-bench
-// --accuracy; tests/kernels/fp32_contract_test.cc proves it on the rule's edges):
-//   min_k <= k:          with fewer terms fp32x3's split error (up to ~3 * 2^-24 per
-//                        product) is not hidden under SGEMM's accumulation error
-//                        (k = 16 and 64: 1.1-1.8x cuBLAS's cw; k >= 128: 0.14-0.9x);
-//   k * mn_per_k <= m*n  cuBLAS SGEMM splits K where its tiles are few and K long,
-//   or m*n >= any_k_mn:  which shortens its sums below fp32x3's (1536^2 x 4096 to
-//                        65536: fp32x3 1.0-3.5x cuBLAS's cw; 1536^2 x 1024 and every
-//                        square 2048-16384: 0.16-0.56x); from any_k_mn elements of C
-//                        cuBLAS keeps whole K sums (2048^2 x 4096 and x 8192: fp32x3
-//                        0.18-0.53x; 4096^2 x 16384 and x 32768: 0.13-0.55x).
+// --accuracy; tests/kernels/fp32_contract_test.cc holds it on the rule's edges):
+//   min_k <= k:  with fewer terms fp32x3's split error (up to ~3 * 2^-24 per
+//                product) is not hidden under SGEMM's accumulation error (k = 16 and
+//                64: 1.1-1.8x cuBLAS's cw; k >= 128: 0.14-0.9x).
+// Where cuBLAS SGEMM splits K (few tiles, long K: sgemm_may_split_k) its sums are
+// short and its error small; there fp32x3 cuts K into slices of at most
+// slice_k_blocks k-blocks of 32 (common/fp32x3_slices.h) and sums them pairwise
+// (unsliced it measured 1.0-4.6x cuBLAS's cw there). What is left is fp32x3's own
+// split error per product, which shows where cuBLAS's sums get very short: cuBLAS
+// cuts K until its tiles fill the GPU, so its sums are about k * tiles / sm_count
+// long (tiles of 128x128). Below min_cublas_sum_k fp32x3 measured 1.13x (512^2 x
+// 2048: sums of about 250); from there on 0.21-0.97x on 22 shapes from 1024^3 and
+// 256^2 x 16384 to 1536^2 x 65536 and 256^2 x 131072, the closest 0.93-0.97x
+// (wide-exponent inputs at 256^2 x 32768, 256x1024x8192, 1024x512x2048).
+// Elsewhere cuBLAS keeps whole K sums and fp32x3 measured 0.13-0.71x.
 struct Fp32x3ContractRule {
   int64_t min_k;
-  int64_t mn_per_k;
-  int64_t any_k_mn;
+  int64_t slice_k_blocks;
+  int64_t min_cublas_sum_k;
 };
 Fp32x3ContractRule fp32x3_contract_rule();
 // Pure: whether fp32x3 keeps the fp32 contract on the product `shape` (the
-// request's whole product: its inputs are what cuBLAS would be given).
-bool fp32x3_keeps_fp32_contract(const GemmShape& shape);
+// request's whole product: its inputs are what cuBLAS would be given) on a GPU of
+// `sm_count` SMs.
+bool fp32x3_keeps_fp32_contract(const GemmShape& shape, int sm_count);
 // Pure: whether fp32x3 runs the launch `shape` faster than the FFMA kernels on a
-// GPU with `sm_count` SMs: no side thinner than 256 and at least half a wave of
-// 128x128 tiles (sgemm-bench, one H100: 126-282% of cuBLAS SGEMM at 64-144 tiles,
-// 230-262% from 2048^3 up; fp32x3 has no split-K or thin tile yet).
+// GPU with `sm_count` SMs: no side thinner than 256, K at least 256, and its work
+// units (128x128 tiles times the slices of K it cuts, common/fp32x3_slices.h) at
+// least a quarter of a wave (sgemm-bench, one H100: 1.1-1.4x cuBLAS SGEMM at 256^2
+// with K 4096-131072, 1.2-2.5x from 512 wide, 2.3-2.6x from 2048^3 up).
 bool fp32x3_outruns_ffma(const GemmShape& shape, int sm_count);
 // Pure: whether cuBLAS SGEMM's own error is what a product's fp32 contract is
-// held to with nothing else measured to meet it: the region where cuBLAS splits K
-// (m, n >= 256, k >= 2048 and the contract rule's K bound fails). An fp32
-// request there runs cuBLAS SGEMM (ping-pong measured 2.6-14x cuBLAS's cw at
-// 1536^2 x 4096 to 65536). Thinner products keep the FFMA table (not measured).
+// held to when fp32x3 does not serve it: the region where cuBLAS splits K
+// (m, n >= 256, k >= 2048, sgemm_may_split_k). An fp32 request there runs cuBLAS
+// SGEMM (ping-pong measured 2.6-14x cuBLAS's cw at 1536^2 x 4096 to 65536).
+// Thinner products keep the FFMA table (not measured).
 bool fp32_needs_cublas(const GemmShape& shape);
 
 struct KernelQuery {

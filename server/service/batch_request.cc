@@ -49,6 +49,10 @@ Status batch_from_proto(const v1::GemmHeader& h, GemmRequest* out) {
       {"c_at", h.has_c_at()},
       {"keep_result", h.keep_result()},
       {"keep_evictable", h.keep_evictable()},
+      {"a_device", h.has_a_device()},
+      {"b_device", h.has_b_device()},
+      {"c_device", h.has_c_device()},
+      {"out_device", h.has_out_device()},
       {"send_c", h.send_c()},
       {"stripes", h.stripes() > 1},
   };

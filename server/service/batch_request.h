@@ -18,7 +18,7 @@ namespace sgemm {
 // Fills out->batch from h.batch / h.group (leaves it null for a single
 // product). INVALID_ARGUMENT naming the field for: batch < 0, batch and group
 // both set, more than kMaxBatchProducts products, m, n or k of the header set
-// with a group, a batch that names a region, a handle, a submatrix offset,
+// with a group, a batch that names a region, a device buffer, a handle, a submatrix offset,
 // keep_result or stripes > 1, and fail_fast or check_finite without a batch.
 // The products' shapes are the engine's to check (check_batch_request).
 Status batch_from_proto(const sgemm::v1::GemmHeader& h, GemmRequest* out);

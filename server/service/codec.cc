@@ -221,6 +221,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       out.header = *converted;
       out.regions = region_operands_from_proto(h);
       out.resident = resident_operands_from_proto(h);
+      out.device = device_refs_from_proto(h);
       out.trace = h.trace();
       out.stripes = h.stripes();
       out.stripe_rows = h.stripe_rows();
@@ -249,6 +250,7 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
       slow.header = *h;
       slow.regions = region_operands_from_proto(req.header());
       slow.resident = resident_operands_from_proto(req.header());
+      slow.device = device_refs_from_proto(req.header());
       slow.trace = req.header().trace();
       slow.stripes = req.header().stripes();
       slow.stripe_rows = req.header().stripe_rows();

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "server/engine/engine.h"
+#include "server/service/device_operands.h"
 #include "server/service/region_operands.h"
 #include "server/service/request_assembly.h"
 #include "server/service/resident_operands.h"
@@ -33,6 +34,7 @@ struct RequestMessage {
   int stripe = 0;                  // kind == kAttach: StripeAttach.stripe
   RegionOperands regions;          // kind == kHeader: shared-memory operands, if any
   ResidentOperands resident;       // kind == kHeader: operands named by handle, keep_result
+  DeviceRefs device;               // kind == kHeader: operands in a caller's device memory (CUDA IPC)
   bool trace = false;              // kind == kHeader: header.trace asks for a trace in the summary
   MatrixId matrix = MatrixId::kA;  // kind == kChunk
   int64_t offset = 0;

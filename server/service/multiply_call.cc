@@ -270,7 +270,12 @@ Status MultiplyCall::on_message(RequestMessage msg) {
                                                 : " with shared-memory regions: a request naming regions has no "
                                                   "upload to spread; leave stripes 0"));
       trace_ = msg.trace;
-      SGEMM_RETURN_IF_ERROR(on_header(msg.header, msg.regions, msg.resident));
+      SGEMM_RETURN_IF_ERROR(check_device_refs(msg.header, msg.device, msg.stripes,
+                                              msg.regions.any()    ? "shared-memory regions (header.a_region ...)"
+                                              : msg.resident.any() ? "resident handles or keep_result"
+                                                                   : "",
+                                              shared_.engine.max_leading_dimension()));
+      SGEMM_RETURN_IF_ERROR(on_header(msg.header, msg.regions, msg.resident, msg.device));
       if (phase_ == Phase::kReceiving && msg.stripes > 1) {
         if (msg.resident.named())
           return InvalidArgument("header.stripes is " + std::to_string(msg.stripes) +

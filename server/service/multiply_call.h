@@ -144,7 +144,8 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status on_message(RequestMessage msg);
   // The header (multiply_call_sources.cc): validates it, makes and binds the
   // request's input rows (input_source.h), sizes the footprint.
-  Status on_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident = {});
+  Status on_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident = {},
+                   const DeviceRefs& device = {});
   // A batch or group's header (multiply_call_batch.cc): the same steps over
   // the concatenated operands, which are always uploaded.
   Status on_batch_header(const GemmRequest& header);
@@ -152,10 +153,11 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status start_without_upload();
   // After a successful run: C becomes a resident matrix (keep_result).
   Status keep_result();
-  // The region row bound: C's destination set up, straight to start_compute(); no receive phase.
-  Status start_from_regions();
-  // C is written into the caller's output region: nothing to send but the summary.
-  bool c_in_region() const { return region_ && region_->bound().out; }
+  // A caller-memory row bound (regions, device buffers): C's destination set
+  // up, straight to start_compute(); no receive phase.
+  Status start_from_caller_memory();
+  // C is written into the caller's output (region or device buffer): nothing to send but the summary.
+  bool c_in_caller_memory() const { return caller_memory_ && caller_memory_->writes_c(); }
   GemmRequest request() const;  // the header as the engine's request
   Status admit_memory(RequestMessage& msg, bool* parked);
   Status on_chunk(RequestMessage& msg);
@@ -247,10 +249,10 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   SentRows sent_rows_;    // rows of C reported so far; after a yield, those not to send again
   Clock::time_point t_first_data_{}, t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{};
   // Where the operands come from (input_source.h): the rows, bound at the
-  // header and released when the engine returns; region_ is the region row
-  // among them (the request uploads nothing), or null.
+  // header and released when the engine returns; caller_memory_ is the region
+  // or device row among them (the request uploads nothing), or null.
   std::vector<std::unique_ptr<InputSource>> sources_;
-  RegionSource* region_ = nullptr;
+  CallerMemorySource* caller_memory_ = nullptr;
   // Where C goes besides the stream (docs/resident.md): kept resident, as the
   // header asked; a kept C's reserved bytes and, once kept, its handle.
   struct KeepResult {

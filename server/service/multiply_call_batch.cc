@@ -17,7 +17,7 @@ Status MultiplyCall::on_batch_header(const GemmRequest& header) {
   const BatchSpec& spec = *header_.batch;
   assembler_.emplace(std::array<int64_t, 3>{spec.a_elements, spec.b_elements, spec.c_elements}, header_.has_c,
                      shared_.options.limits.max_chunk_bytes);
-  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources({}, {}, &*assembler_));
+  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources({}, {}, {}, &*assembler_));
   const SourceContext ctx{shared_, client_, ctx_->peer(), header_};
   for (auto& row : sources_) SGEMM_RETURN_IF_ERROR(row->bind(ctx, job_));
   // Host memory: the concatenated A and B as uploaded, and C (received or computed).

@@ -8,7 +8,7 @@ namespace sgemm {
 
 Status MultiplyCall::start_compute(bool early) {
   const int c_idx = static_cast<int>(MatrixId::kC);
-  if (!region_) {            // the region row and start_from_regions() set the job's matrices
+  if (!caller_memory_) {     // the caller-memory rows and start_from_caller_memory() set the job's matrices
     if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
       const int64_t c_elements = request_matrix_elements(header_, MatrixId::kC);
       auto got = shared_.engine.host_allocator().allocate(std::size_t(c_elements) * sizeof(float));
@@ -78,10 +78,10 @@ void MultiplyCall::run_compute() {
   }
   if (pool_id) shared_.pool.forget(pool_id);
   shared_.pool.release_slot();  // computing is over: the rest only hands C and the summary to gRPC
-  if (region_) {
-    if (Status intact = region_->check_after_run(); !intact.ok()) result = intact;
-    // The engine is done with the regions: an UnregisterRegion waiting on them may answer now.
-    region_->release();
+  if (caller_memory_) {
+    if (Status intact = caller_memory_->check_after_run(); !intact.ok()) result = intact;
+    // The engine is done with the caller's memory: an UnregisterRegion waiting on it may answer now.
+    caller_memory_->release();
   }
   {
     std::unique_lock lock(mu_);
@@ -116,7 +116,7 @@ void MultiplyCall::run_compute() {
 
 void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {
   std::unique_lock lock(mu_);
-  if (c_in_region() || !keep_.send_c) return;  // C is in the caller's region, or kept resident: only the summary
+  if (c_in_caller_memory() || !keep_.send_c) return;  // C is in the caller's memory, or kept resident: only the summary
   sent_rows_.record(row_begin, row_end);
   // After a yield, the new run reports rows the first run already sent: only the rest goes out.
   sent_rows_.for_each_unsent(row_begin, row_end, [this](int64_t b, int64_t e) { route_rows(b, e); });

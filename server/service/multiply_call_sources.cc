@@ -1,8 +1,9 @@
 // MultiplyCall's header and the request's input rows (input_source.h): the
-// header is validated, its rows are made and bound (regions, resident
-// matrices, an upload for the rest), and the footprint is what the rows need
-// plus C when the server holds it. A request whose rows are all ready at the
-// header (every operand in regions or kept resident) computes at once;
+// header is validated, its rows are made and bound (regions, device buffers,
+// resident matrices, an upload for the rest), and the footprint is what the
+// rows need plus C when the server holds it. A request whose rows are all
+// ready at the header (every operand in regions, device buffers or kept
+// resident) computes at once;
 // otherwise it receives. With keep_result C becomes a resident matrix whose
 // handle the summary carries (docs/resident.md).
 #include "server/service/multiply_call.h"
@@ -11,7 +12,7 @@
 namespace sgemm {
 
 Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions,
-                               const ResidentOperands& resident) {
+                               const ResidentOperands& resident, const DeviceRefs& device) {
   if (header.batch) return on_batch_header(header);
   header_ = header;
   if (!resident.c.empty()) header_.has_c = true;  // a C named by handle is an input C
@@ -19,22 +20,22 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   // engine's rules for the request (shape, scalars, kernel, split, precision).
   SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
   SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
-  // A C the server holds is bounded by its inputs; one written into the caller's region costs it nothing.
-  if (!regions.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
+  // A C the server holds is bounded by its inputs; one written into the caller's memory costs it nothing.
+  if (!regions.out && !device.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
   const GemmShape& s = header_.shape;
-  if (!regions.any())
+  if (!regions.any() && !device.any())
     assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes,
                        header_.op_a, header_.op_b);
-  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources(regions, resident, assembler_ ? &*assembler_ : nullptr));
+  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources(regions, resident, device, assembler_ ? &*assembler_ : nullptr));
   ResidentStore* store = shared_.engine.resident_store();
   if (resident.keep && !store)
     return FailedPrecondition("this server's backend keeps no resident matrices (header names handles)");
   const SourceContext ctx{shared_, client_, ctx_->peer(), header_};
   for (auto& row : sources_) {
     SGEMM_RETURN_IF_ERROR(row->bind(ctx, job_));
-    if (auto* region = dynamic_cast<RegionSource*>(row.get())) region_ = region;
+    if (auto* held = dynamic_cast<CallerMemorySource*>(row.get())) caller_memory_ = held;
   }
-  if (region_) return start_from_regions();
+  if (caller_memory_) return start_from_caller_memory();
   keep_ = {resident.keep, resident.keep_evictable, !resident.keep || resident.send_c};
   // The client's quota now; the room itself with the request's memory
   // (reserve_keep), so a header alone holds no resident bytes and evicts nothing.
@@ -55,31 +56,29 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   return start_without_upload();
 }
 
-Status MultiplyCall::start_from_regions() {
-  const BoundOperands& bound = region_->bound();
+Status MultiplyCall::start_from_caller_memory() {
   const GemmShape& s = header_.shape;
-  if (bound.out) {
-    // C in place needs nothing; C from elsewhere is first copied where the result goes.
-    if (bound.c_in && !bound.c_in_place()) copy_matrix(bound.out, bound.ld_out, bound.c_in, bound.ldc_in, s.m, s.n);
-  } else {
+  float* host_c = nullptr;
+  if (!caller_memory_->writes_c()) {
     // C comes back as chunks: a dense buffer from the host-memory budget (no
-    // waiting for it here: the request holds regions, so it is refused instead).
+    // waiting for it here: the request holds the caller's memory, so it is
+    // refused instead).
     footprint_bytes_ = s.m * s.n * int64_t(sizeof(float));
     auto r = shared_.budget.try_reserve(footprint_bytes_);
     if (!r)
       return ResourceExhausted("the host memory budget has no room for C's " + std::to_string(footprint_bytes_) +
                                " bytes (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
                                std::to_string(shared_.budget.in_use()) +
-                               " in use); name an output region (header.out_region) or retry later");
+                               " in use); name an output (header.out_region, header.out_device) or retry later");
     reservation_ = std::move(*r);
     const int c_idx = static_cast<int>(MatrixId::kC);
     auto got = shared_.engine.host_allocator().allocate(std::size_t(footprint_bytes_));
     if (!got.ok()) return got.status().with_context("allocating C");
     buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
-    if (bound.c_in) copy_matrix(buffers_[c_idx]->floats(), s.n, bound.c_in, bound.ldc_in, s.m, s.n);
-    job_.c = buffers_[c_idx]->floats();
-    job_.ldc = 0;
+    host_c = buffers_[c_idx]->floats();
   }
+  job_.request = request();
+  caller_memory_->prepare_c(job_, host_c);
   // Nothing to receive: the upload is complete now, and computing never starts early.
   t_received_ = Clock::now();
   return start_compute(/*early=*/false);

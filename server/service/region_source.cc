@@ -23,6 +23,19 @@ Status RegionSource::bind(const SourceContext& ctx, GemmJob& job) {
   return Status::Ok();
 }
 
+void RegionSource::prepare_c(GemmJob& job, float* host_c) {
+  const GemmShape& s = job.request.shape;
+  if (bound_.out) {
+    // C in place needs nothing; C from elsewhere is first copied where the result goes.
+    if (bound_.c_in && !bound_.c_in_place())
+      copy_matrix(bound_.out, bound_.ld_out, bound_.c_in, bound_.ldc_in, s.m, s.n);
+    return;
+  }
+  if (bound_.c_in) copy_matrix(host_c, s.n, bound_.c_in, bound_.ldc_in, s.m, s.n);
+  job.c = host_c;
+  job.ldc = 0;
+}
+
 Status RegionSource::check_after_run() const {
   for (const auto& region : bound_.held) SGEMM_RETURN_IF_ERROR(region->check_intact());
   return Status::Ok();

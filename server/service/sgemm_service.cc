@@ -57,7 +57,11 @@ SgemmService::SgemmService(Engine& engine, ServiceOptions options, std::shared_p
                            std::shared_ptr<spdlog::logger> timing_log)
     : options_(resolved(std::move(options))),
       regions_(std::make_unique<RegionRegistry>(engine, RegionRegistryOptions{options_.region_bytes})),
-      connections_(std::make_unique<ConnectionTable>([this](uint64_t id) { regions_->drop_connection(id); })),
+      device_handles_(std::make_unique<DeviceHandleRegistry>(engine.device_memory())),
+      connections_(std::make_unique<ConnectionTable>([this](uint64_t id) {
+        regions_->drop_connection(id);
+        device_handles_->drop_connection(id);
+      })),
       shared_(std::make_unique<ServiceShared>(engine, options_, std::move(request_log), std::move(timing_log),
                                               [this](const std::string& peer) {
                                                 if (!connections_->shutdown(peer)) shutdown_peer_socket(peer);
@@ -65,6 +69,7 @@ SgemmService::SgemmService(Engine& engine, ServiceOptions options, std::shared_p
       watchdog_([this] { watchdog(); }) {
   shared_->regions = regions_.get();
   shared_->connections = connections_.get();
+  shared_->device_handles = device_handles_.get();
 }
 
 SgemmService::~SgemmService() {
@@ -82,6 +87,7 @@ SgemmService::~SgemmService() {
   cancel_all(Unavailable("server shutting down"));
   shared_.reset();  // joins the compute pool
   connections_.reset();
+  device_handles_.reset();  // mappings still held by no call: closed now
   regions_.reset();
 }
 

@@ -36,6 +36,7 @@
 #include "server/service/client_auth.h"
 #include "server/service/compute_pool.h"
 #include "server/service/compute_slot_policy.h"
+#include "server/service/device_handles.h"
 #include "server/service/memory_budget.h"
 #include "server/service/rate_limited_log.h"
 #include "server/service/region_registry.h"
@@ -129,6 +130,8 @@ struct ServiceShared {
   // (region_registry.h, unix_connections.h); owned by SgemmService.
   RegionRegistry* regions = nullptr;
   ConnectionTable* connections = nullptr;
+  // CUDA IPC allocations open for callers (device_handles.h); owned by SgemmService.
+  DeviceHandleRegistry* device_handles = nullptr;
 
   // Requests spread over several streams, by token (stripe_group.h).
   StripeRegistry stripes;
@@ -234,7 +237,8 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
 
   const ServiceOptions options_;
   std::unique_ptr<RegionRegistry> regions_;
-  std::unique_ptr<ConnectionTable> connections_;  // drops a closed connection's registrations
+  std::unique_ptr<DeviceHandleRegistry> device_handles_;  // before connections_, whose close drops from it
+  std::unique_ptr<ConnectionTable> connections_;          // drops a closed connection's registrations
   std::unique_ptr<ServiceShared> shared_;
   std::mutex watchdog_mu_;
   std::condition_variable watchdog_cv_;

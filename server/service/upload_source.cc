@@ -24,9 +24,13 @@ int64_t UploadSource::footprint(const GemmShape& shape) const {
 
 StatusOr<std::vector<std::unique_ptr<InputSource>>> make_input_sources(const RegionOperands& regions,
                                                                        const ResidentOperands& resident,
+                                                                       const DeviceRefs& device,
                                                                        MatrixAssembler* assembler) {
   if (regions.any() && resident.any())
     return InvalidArgument("a Multiply header names shared-memory regions and resident handles; use one or the other");
+  if (device.any() && (regions.any() || resident.any()))
+    return InvalidArgument(
+        "a Multiply header names device buffers (header.a_device ...) and regions or resident handles; use one");
   for (auto [at, handle, name] : {std::tuple{bool(resident.a_at), resident.a.empty(), "a"},
                                   std::tuple{bool(resident.b_at), resident.b.empty(), "b"},
                                   std::tuple{bool(resident.c_at), resident.c.empty(), "c"}})
@@ -38,6 +42,10 @@ StatusOr<std::vector<std::unique_ptr<InputSource>>> make_input_sources(const Reg
   if (regions.any()) {
     rows.push_back(std::make_unique<RegionSource>(regions));
     return rows;  // the regions hold A and B (and C when has_c): nothing is uploaded
+  }
+  if (device.any()) {
+    rows.push_back(std::make_unique<DeviceSource>(device));
+    return rows;  // so do device buffers
   }
   if (resident.named()) rows.push_back(std::make_unique<ResidentSource>(resident));
   rows.push_back(std::make_unique<UploadSource>(assembler));

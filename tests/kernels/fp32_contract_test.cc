@@ -3,9 +3,9 @@
 // DGEMM of the same inputs, kernels/gemm_accuracy.h) is no larger than cuBLAS
 // SGEMM's on the same inputs: uniform, wide-exponent ((U - 0.5) * exp(4 N(0,1)))
 // and cancelling inputs, on the edges of the rule (server/planner/kernel_choice.h,
-// fp32x3_contract_rule): its smallest K, and the longest K it admits for m x n
-// (beyond which cuBLAS splits K and its error drops), and a long K where C is
-// large enough for cuBLAS to keep whole K sums. The rule was set from
+// fp32x3_contract_rule): its smallest K; where cuBLAS splits K (and its error
+// drops), the longest K fp32x3 leaves whole and the cuts of longer K into slices;
+// and long K where C is large enough for cuBLAS to keep whole K sums. The rule was set from
 // sgemm-bench --accuracy; this suite holds it there. Each result is also checked
 // bitwise identical run to run. Without an sm_90 GPU the suite skips.
 #include <cuda_runtime_api.h>
@@ -71,14 +71,17 @@ TEST(Fp32Contract, Fp32x3KeepsItWhereverTheSelectionUsesIt) {
   auto fp32x3 = make_gemm_backend(KernelKind::kFp32x3);
   auto cublas = make_gemm_backend(KernelKind::kCublas);
   ASSERT_TRUE(fp32x3.ok() && cublas.ok());
-  // The rule's edges: its smallest K, and K = m * n / mn_per_k on three shapes.
+  // The rule's edges: its smallest K; where cuBLAS splits K, the longest K fp32x3 leaves
+  // whole, the shortest it cuts and long K over few tiles (many slices); and products
+  // where cuBLAS keeps whole K sums.
   const Fp32x3ContractRule rule = fp32x3_contract_rule();
-  const std::vector<GemmShape> shapes = {{1536, 1536, rule.min_k},
-                                         {1536, 1536, 1536 * 1536 / rule.mn_per_k},
-                                         {2048, 2048, 2048 * 2048 / rule.mn_per_k},
-                                         {8192, 2048, 8192 * 2048 / rule.mn_per_k},
-                                         {2048, 2048, 8192},  // from any_k_mn: K beyond m * n / mn_per_k
-                                         {4096, 4096, 16384}};
+  const int64_t whole = rule.slice_k_blocks * 32;
+  // Where cuBLAS's sums are shortest that the rule admits: k * tiles just above
+  // min_cublas_sum_k per SM (132 SMs: 512^2 x 4096 and 256^2 x 16384).
+  const std::vector<GemmShape> shapes = {{1536, 1536, rule.min_k}, {1536, 1536, whole}, {1536, 1536, whole + 32},
+                                         {1024, 1024, 1024},       {512, 512, 4096},    {256, 256, 16384},
+                                         {256, 256, 131072},       {512, 512, 65536},   {1536, 1536, 65536},
+                                         {2048, 2048, 8192},       {4096, 4096, 16384}};
   for (InputDistribution d :
        {InputDistribution::kUniform, InputDistribution::kWideExponent, InputDistribution::kCancelling})
     for (GemmShape s : shapes) {

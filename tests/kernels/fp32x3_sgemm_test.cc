@@ -49,6 +49,7 @@ struct Case {
   int64_t a_off = 0, b_off = 0, c_off = 0;        // pointer offsets in floats
   int variant = -1;                               // -1: the backend's own choice
   Data data = Data::kUniform;
+  int64_t slices = 0;  // > 0: K cut into this many slices, not the rule's
 };
 
 std::string describe(const Case& c) {
@@ -57,7 +58,8 @@ std::string describe(const Case& c) {
          std::to_string(c.lda_pad) + "," + std::to_string(c.ldb_pad) + "," + std::to_string(c.ldc_pad) + ") offs=(" +
          std::to_string(c.a_off) + "," + std::to_string(c.b_off) + "," + std::to_string(c.c_off) +
          ") variant=" + (c.variant < 0 ? std::string("auto") : std::string(fp32x3_variant_name(c.variant))) +
-         (c.data == Data::kWideExponent ? " wide-exponent" : "");
+         (c.data == Data::kWideExponent ? " wide-exponent" : "") +
+         (c.slices > 0 ? " slices=" + std::to_string(c.slices) : std::string());
 }
 
 struct DeviceBuffer {
@@ -130,7 +132,12 @@ Outcome run_one(GemmBackend* backend, const Inputs& in) {
   const GemmArgs g{{cs.m, cs.n, cs.k}, cs.alpha, cs.beta, da.f() + cs.a_off, in.lda, db.f() + cs.b_off, in.ldb,
                    dc.f() + cs.c_off,  in.ldc};
   Outcome out;
-  if (cs.variant >= 0 && backend->kind() == KernelKind::kFp32x3) {
+  if (cs.slices > 0 && backend->kind() == KernelKind::kFp32x3) {
+    const size_t bytes = fp32x3_workspace_bytes(g.shape, cs.slices);
+    DeviceBuffer ws(bytes);
+    out.status = fp32x3_sgemm_sliced(g, cs.slices, ws.p, bytes, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  } else if (cs.variant >= 0 && backend->kind() == KernelKind::kFp32x3) {
     const size_t bytes = fp32x3_workspace_bytes(g.shape);
     DeviceBuffer ws(bytes);
     out.status = fp32x3_sgemm_variant(g, cs.variant, ws.p, bytes, nullptr);
@@ -229,8 +236,26 @@ std::vector<Case> shape_cases() {
           {40, 8193, 24}, {700, 900, 1100}, {4095, 4095, 257}, {1024, 1024, 4095}};
 }
 
+// Long K over few tiles: K is split into slices (fp32x3_k_slices > 1 for each, checked
+// below), with an uneven last slice, alpha/beta, padded leading dimensions and unaligned
+// pointers (both operands then go through the split pass).
 std::vector<Case> long_k_cases() {
-  return {{64, 64, 16384}, {33, 17, 10000}, {128, 256, 32768}, {128, 128, 65536}, {256, 64, 65536}, {130, 129, 65533}};
+  return {{64, 64, 16384},
+          {33, 17, 10000},
+          {128, 256, 32768},
+          {128, 128, 65536},
+          {256, 64, 65536},
+          {130, 129, 65533},
+          {257, 259, 20001, -1.0f, 0.5f, 4, 1, 3},
+          {300, 517, 9001, 0.5f, 2.0f, 1, 3, 5, 1, 2, 3},
+          {1024, 1024, 16384}};
+}
+
+TEST(Fp32x3Slices, LongKOverFewTilesIsSplit) {
+  SGEMM_REQUIRE_SM90();
+  for (const Case& c : long_k_cases()) EXPECT_GT(fp32x3_k_slices({c.m, c.n, c.k}), 1) << describe(c);
+  EXPECT_EQ(fp32x3_k_slices({8192, 8192, 8192}), 1);  // its tiles fill their waves already
+  EXPECT_EQ(fp32x3_k_slices({128, 128, 255}), 1);     // too short to cut
 }
 
 std::vector<Case> alpha_beta_cases() {
@@ -302,13 +327,29 @@ INSTANTIATE_TEST_SUITE_P(Unaligned, Fp32x3Sgemm, ::testing::ValuesIn(unaligned_c
 INSTANTIATE_TEST_SUITE_P(WideExponent, Fp32x3Sgemm, ::testing::ValuesIn(wide_exponent_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Variants, Fp32x3Sgemm, ::testing::ValuesIn(variant_cases()), case_name);
 
+// Any cut of K (the rule's own or named) is within cuBLAS SGEMM's error; more slices than
+// k-blocks are clamped.
+std::vector<Case> slice_cases() {
+  std::vector<Case> v;
+  for (int64_t slices : {1, 2, 3, 7, 64, 1000}) {
+    Case c{257, 130, 4099, -1.0f, 0.5f, 1, 3, 5};
+    c.slices = slices;
+    v.push_back(c);
+  }
+  Case wide{300, 300, 20000};
+  wide.data = Data::kWideExponent;
+  v.push_back(wide);
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Slices, Fp32x3Sgemm, ::testing::ValuesIn(slice_cases()), case_name);
+
 // The same inputs give bit-identical C run after run (no atomics, fixed order).
 TEST(Fp32x3Determinism, RunToRunBitIdentical) {
   SGEMM_REQUIRE_SM90();
   auto f = make_gemm_backend(KernelKind::kFp32x3);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   for (Case cs : {Case{1000, 1000, 3000, 1.0f, 0.5f}, Case{131, 67, 4099, -1.0f, 0.25f, 1, 3, 5, 1, 2, 3},
-                  Case{2048, 2048, 2048}}) {
+                  Case{2048, 2048, 2048}, Case{257, 259, 40000, 1.0f, 0.5f}}) {
     SCOPED_TRACE(describe(cs));
     const Inputs in = make_inputs(cs);
     DeviceBuffer da((in.a.size() + cs.a_off) * 4), db((in.b.size() + cs.b_off) * 4), dc((in.c0.size() + cs.c_off) * 4);

@@ -11,6 +11,7 @@ How the matrices go (one row each of a small table, chosen in `Request.__init__`
 | `regions`  | shared memory is the transport and A, B (and C) lie in regions | none (C too with `out` in a region) |
 | `scratch`  | shared memory is the transport, some operand is ordinary memory | none: copied into the client's kept scratch region and back |
 | `stream`   | TCP (or transport "grpc"), or an operand is a resident handle, or keep | B (and C), then A, in chunks, over 1 or more stripes |
+| `device`   | an operand is a GPU array (`__cuda_array_interface__`): A, B (and C) all are | none (C too with `out` a GPU array): CUDA IPC, cuda_ipc.py |
 
 Threads: a Request belongs to one call. Its Receiver may be fed by several
 stripe threads at once (disjoint rows of C); its counters are guarded by a lock.
@@ -25,7 +26,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import grpc
 import numpy as np
 
-from . import _wire
+from . import _wire, cuda_ipc
 from ._proto import sgemm_pb2 as pb2
 from ._types import Handle, SgemmError
 from .regions import RegionTable, SharedRegion
@@ -126,6 +127,9 @@ class Request:
             raise ValueError("out with keep=True needs send_c=True (otherwise C stays on the server)")
         self.keep, self.send_c = keep, send_c
         self.chunk_elems = max(1, chunk_bytes // 4)
+        if any(cuda_ipc.is_device_array(x) for x in (a, b, c, out)):
+            self._init_device(a, b, c, alpha, beta, out, precision, kernel, split, trace, keep, op_a, op_b, blocks)
+            return
         # op = "t": the operand is stored transposed (a is k x m, b is n x k) and the product uses its
         # transpose; a transposed view is sent as the row-major array under it, op flipped (stored_form).
         op_a, op_b = parse_op("op_a", op_a), parse_op("op_b", op_b)
@@ -250,9 +254,50 @@ class Request:
             else:
                 self.result = np.empty((m, n), dtype=np.float32)
 
+    def _init_device(self, a: Any, b: Any, c: Any, alpha: float, beta: float, out: Any, precision: str,
+                     kernel: Optional[str], split: Optional[str], trace: bool, keep: bool, op_a: str, op_b: str,
+                     blocks: Optional[Dict[str, Optional[Sequence[int]]]]) -> None:
+        """The `device` row: every operand a GPU array, named by CUDA IPC in the header; nothing streamed."""
+        for name, x in (("a", a), ("b", b), ("c", c)):
+            if x is not None and not cuda_ipc.is_device_array(x):
+                raise ValueError(f"{name}: with device arrays every operand must be one (got {type(x).__name__}); "
+                                 "copy it to the GPU, or pass host arrays only")
+        if out is not None and not cuda_ipc.is_device_array(out):
+            raise ValueError("out: with device operands, out must be a device array too (or None: C comes back)")
+        if keep or any(v is not None for v in (blocks or {}).values()):
+            raise ValueError("device arrays cannot be kept (keep) or name resident blocks (a_at, b_at, c_at)")
+        if parse_op("op_a", op_a) != "n" or parse_op("op_b", op_b) != "n":
+            raise ValueError("device arrays are multiplied untransposed: op_a and op_b must be 'n'")
+        h = pb2.GemmHeader(alpha=float(alpha), beta=float(beta), has_c=c is not None, kernel=KERNELS[kernel],
+                           split=SPLITS[split], precision=PRECISIONS[precision], trace=trace)
+        m, k = cuda_ipc.device_ref("a", a, h.a_device)
+        kb, n = cuda_ipc.device_ref("b", b, h.b_device)
+        if kb != k:
+            raise ValueError(f"a is {m}x{k} and b is {kb}x{n}: a's columns must equal b's rows")
+        if c is not None and cuda_ipc.device_ref("c", c, h.c_device) != (m, n):
+            raise ValueError(f"c must be {m}x{n} (rows of a, columns of b)")
+        if out is not None and cuda_ipc.device_ref("out", out, h.out_device) != (m, n):
+            raise ValueError(f"out must be {m}x{n} (rows of a, columns of b)")
+        for x in (a, b, c, out):
+            if x is not None:
+                cuda_ipc.sync(x)
+        h.m, h.n, h.k = m, n, k
+        self.header = h
+        self.m, self.n, self.k, self.has_c = m, n, k, c is not None
+        self.op_a = self.op_b = "n"
+        self.a_dims, self.b_dims = (m, k), (k, n)
+        self.mode = "device"
+        self.out, self.out_ref = out, None
+        self.arrays: Dict[int, np.ndarray] = {}
+        self.skip: set = set()
+        self.plan = _wire.StripePlan(1, 0, [[]])
+        self.scratch_offsets, self.scratch_bytes = (0, 0, 0), 0
+        self.c_comes_back = out is None
+        self.result = np.empty((m, n), dtype=np.float32) if out is None else None
+
     @property
     def transport(self) -> str:
-        return {"stream": "grpc", "regions": "shm", "scratch": "shm-copy"}[self.mode]
+        return {"stream": "grpc", "regions": "shm", "scratch": "shm-copy", "device": "cuda-ipc"}[self.mode]
 
     def use_scratch(self, region: SharedRegion) -> None:
         """Scratch mode: copies the operands into `region` and names it in the header."""

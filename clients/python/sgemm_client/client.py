@@ -208,7 +208,9 @@ class Client(ClientBase):
 
         a (m x k), b (k x n), c (m x n, optional: without it C starts at zero): numpy arrays (anything numpy
         makes a 2-D real array; sent as float32), handles from put() or a kept result, or arrays in this
-        client's shared-memory regions (empty(), register()). op_a, op_b: BLAS's transa / transb, "n" or
+        client's shared-memory regions (empty(), register()), or GPU arrays on the server's host
+        (`__cuda_array_interface__` or a CUDA DLPack export; all operands and `out` then: CUDA IPC,
+        sgemm_client/cuda_ipc.py). op_a, op_b: BLAS's transa / transb, "n" or
         "t"; with "t" the operand given is stored transposed (a is k x m, b is n x k) and the product uses
         its transpose. A float32 array whose transpose is row-major (Fortran order, a `.T` view) is sent as
         that transpose with its op flipped: no copy. a_at, b_at, c_at: (row, col, rows, cols), with a handle:

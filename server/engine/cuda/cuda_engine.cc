@@ -22,6 +22,7 @@
 #include "server/devices/device_pool.h"
 #include "server/devices/pinned_host_pool.h"
 #include "server/engine/cuda/batch_executor.h"
+#include "server/engine/cuda/device_buffer_jobs.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/kernel_tuner.h"
 #include "server/engine/cuda/resident_gpu.h"
@@ -43,7 +44,10 @@ class CudaEngine final : public Engine {
         tuner_(KernelTunerOptions{.max_bytes = options_.autotune_max_bytes}),
         health_(pool_->size()),
         faults_(faults),
-        store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}) {
+        store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}),
+        device_jobs_(std::make_unique<DeviceBufferJobs>(
+            pool_.get(),
+            DeviceBufferJobOptions{default_kind, options_.planner, options_.gpu_tflops, options_.peer_gbps})) {
     batch_ = std::make_unique<BatchExecutor>(pool_.get(), options_.batch_max_pieces);
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
@@ -59,9 +63,10 @@ class CudaEngine final : public Engine {
     watch_cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
     release_spin();
-    batch_.reset();  // its cuBLAS handles while the devices are ours
-    store_.clear();  // resident pieces (device memory) while the devices are ours
-    comm_.reset();   // communicators before the pool's streams
+    batch_.reset();        // its cuBLAS handles while the devices are ours
+    store_.clear();        // resident pieces (device memory) while the devices are ours
+    device_jobs_.reset();  // IPC mappings are held by jobs, not here; its cuBLAS handles go
+    comm_.reset();         // communicators before the pool's streams
     pool_.reset();
     if (spin_flag_) (void)cudaFreeHost(spin_flag_);
   }
@@ -95,6 +100,7 @@ class CudaEngine final : public Engine {
   // cuBLAS (which takes blocks our kernels refuse) indexes with int.
   int64_t max_leading_dimension() const override { return INT32_MAX; }
   ResidentStore* resident_store() override { return &store_; }
+  DeviceMemoryAccess* device_memory() override { return device_jobs_.get(); }
 
   // A new resident matrix goes whole to the GPU its bytes were reserved on
   // (the one with the most room); plans move it as they need (run()).
@@ -159,6 +165,7 @@ class CudaEngine final : public Engine {
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
     if (job.request.batch) return batch_->run(job, healthy_devices());  // batch_executor.h
+    if (job.device) return device_jobs_->run(job);  // operands in a caller's GPU memory: device_buffer_jobs.h
     const GemmRequest& r = job.request;
     // validate() ran before the data moved; here only what run() relies on is
     // re-checked (cheaply), and a miss is our bug. A block the kernel refuses
@@ -390,7 +397,7 @@ class CudaEngine final : public Engine {
   double rate_tflops(Precision p, const GemmShape& shape) const {
     switch (p) {
       case Precision::kFp32:
-        return has_kernel(KernelKind::kFp32x3) && fp32x3_keeps_fp32_contract(shape) &&
+        return has_kernel(KernelKind::kFp32x3) && fp32x3_keeps_fp32_contract(shape, pool_->info(0).sm_count) &&
                        fp32x3_outruns_ffma(shape, pool_->info(0).sm_count)
                    ? options_.fp32x3_tflops
                    : options_.gpu_tflops;
@@ -479,8 +486,16 @@ class CudaEngine final : public Engine {
 
   std::string no_device_left() const {
     std::string msg = "no healthy GPU left on this server:";
-    for (int i = 0; i < pool_->size(); ++i) msg += " " + device_name(i) + ": " + health_.reason(i) + ";";
-    return msg + " restart it (or send requests to another replica)";
+    // Appended piece by piece: GCC 12's -Wrestrict misreads the temporaries of a chained + here.
+    for (int i = 0; i < pool_->size(); ++i) {
+      msg += ' ';
+      msg += device_name(i);
+      msg += ": ";
+      msg += health_.reason(i);
+      msg += ';';
+    }
+    msg += " restart it (or send requests to another replica)";
+    return msg;
   }
 
   // Whether the communicator's ranks are exactly these pool indices, in order.
@@ -665,8 +680,9 @@ class CudaEngine final : public Engine {
   KernelTuner tuner_;  // kernel choice by measurement, per kernel shape and GPU
   DeviceHealth health_;
   const FaultInjection faults_;
-  ResidentStore store_;                   // resident matrices (docs/resident.md); cleared before the pool goes
-  std::unique_ptr<BatchExecutor> batch_;  // batched and grouped products; reset before the pool goes
+  ResidentStore store_;                            // resident matrices (docs/resident.md); cleared before the pool goes
+  std::unique_ptr<DeviceBufferJobs> device_jobs_;  // device-buffer jobs and IPC opening; reset before the pool goes
+  std::unique_ptr<BatchExecutor> batch_;           // batched and grouped products; reset before the pool goes
   std::atomic<bool> trap_fired_{false}, fail_fired_{false}, hang_fired_{false};
   void* spin_flag_ = nullptr;  // host-mapped int releasing the injected hang; allocated on first use
   int rebuilt_for_ = -1;       // guarded by the order mutex: healthy count of the last rebuild attempt

@@ -27,10 +27,8 @@ StatusOr<std::shared_ptr<GpuPiece>> allocate_piece(const Piece& where, int64_t c
   return p;
 }
 
-// Peer access between two GPUs (both ways), once per pair, so their copies go
-// over NVLink (or PCIe peer-to-peer) rather than staged through the host.
-// Where the hardware cannot, the copy still works (staged). NCCL tolerates
-// peer access the application enabled.
+}  // namespace
+
 void enable_peer_access(int a, int b) {
   static std::mutex mu;
   static std::set<std::pair<int, int>> done;
@@ -44,8 +42,6 @@ void enable_peer_access(int a, int b) {
   }
   (void)cudaGetLastError();
 }
-
-}  // namespace
 
 GpuPiece::~GpuPiece() {
   if (data) {

@@ -68,4 +68,10 @@ StatusOr<std::shared_ptr<ResidentData>> upload_resident(const HostBuffer& host, 
 StatusOr<std::shared_ptr<const GpuResident>> ensure_layout(ResidentStore& store, const ResidentMatrix& m,
                                                            const Layout& need, bool additive = false);
 
+// Peer access between two GPUs (both ways), once per pair, so their copies go
+// over NVLink (or PCIe peer-to-peer) rather than staged through the host.
+// Where the hardware cannot, the copy still works (staged). NCCL tolerates
+// peer access the application enabled. Thread-safe.
+void enable_peer_access(int a, int b);
+
 }  // namespace sgemm

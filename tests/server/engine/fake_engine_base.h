@@ -20,6 +20,7 @@ class FakeEngineBase : public Engine {
                                                         int64_t /*cols*/, ResidentBytes /*bytes*/) override {
     return FailedPrecondition("this fake engine keeps no resident matrices");
   }
+  DeviceMemoryAccess* device_memory() override { return nullptr; }
 };
 
 }  // namespace sgemm::testing

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/fp32x3_slices.h"
+
 namespace sgemm {
 namespace {
 
@@ -100,10 +102,14 @@ KernelKind selected(const KernelQuery& q) {
 }
 
 TEST(SelectKernel, Fp32RunsFp32x3WhereItIsFasterAndKeepsTheContract) {
-  // Large products, and half a wave of tiles or more with K short enough for m x n.
+  // Large products; and few tiles with a long K, where fp32x3 cuts K into slices (also
+  // where cuBLAS splits K: the slices keep its sums as short).
   for (GemmShape s : {GemmShape{2048, 2048, 2048}, GemmShape{8192, 8192, 8192}, GemmShape{2048, 8192, 8192},
                       GemmShape{1536, 1536, 1000}, GemmShape{4096, 16384, 16384}, GemmShape{512, 4096, 1024},
-                      GemmShape{1536, 1536, 256}, GemmShape{4096, 4096, 65536}, GemmShape{2048, 2048, 8192}}) {
+                      GemmShape{1536, 1536, 256}, GemmShape{4096, 4096, 65536}, GemmShape{2048, 2048, 8192},
+                      GemmShape{1024, 1024, 16384}, GemmShape{512, 512, 8192}, GemmShape{1536, 1536, 65536},
+                      GemmShape{256, 256, 131072}, GemmShape{256, 1024, 32768}, GemmShape{4096, 256, 16384},
+                      GemmShape{1024, 1024, 1024}, GemmShape{512, 512, 4096}}) {
     auto sel = select_kernel(query(s, Precision::kFp32));
     ASSERT_TRUE(sel.ok());
     EXPECT_EQ(sel->kind, KernelKind::kFp32x3) << gemm_shape_text(s);
@@ -111,31 +117,49 @@ TEST(SelectKernel, Fp32RunsFp32x3WhereItIsFasterAndKeepsTheContract) {
   }
 }
 
+TEST(SelectKernel, Fp32x3CutsKWithinTheContractWhereCublasSplitsK) {
+  const Fp32x3ContractRule rule = fp32x3_contract_rule();
+  for (GemmShape s : {GemmShape{1536, 1536, 65536}, GemmShape{256, 256, 131072}, GemmShape{1024, 1024, 16384},
+                      GemmShape{1536, 1536, 2080}}) {
+    ASSERT_TRUE(sgemm_may_split_k(s)) << gemm_shape_text(s);
+    EXPECT_LE(fp32x3_slices(s, 132).slice_blocks, rule.slice_k_blocks) << gemm_shape_text(s);
+  }
+  EXPECT_FALSE(sgemm_may_split_k({2048, 2048, 8192}));
+  EXPECT_FALSE(sgemm_may_split_k({1536, 1536, 1024}));
+  // Where cuBLAS's own sums get very short (k * tiles below min_cublas_sum_k per SM),
+  // fp32x3's split error shows: the contract is not claimed there.
+  for (GemmShape s : {GemmShape{512, 512, 2048}, GemmShape{256, 256, 4096}, GemmShape{384, 384, 1024}}) {
+    EXPECT_FALSE(fp32x3_keeps_fp32_contract(s, 132)) << gemm_shape_text(s);
+    EXPECT_NE(selected(query(s, Precision::kFp32)), KernelKind::kFp32x3) << gemm_shape_text(s);
+  }
+  EXPECT_TRUE(fp32x3_keeps_fp32_contract({512, 512, 4096}, 132));
+}
+
 TEST(SelectKernel, Fp32FallsBackToFfmaWhereFp32x3IsSlowerOrUnproven) {
   const Fp32x3ContractRule rule = fp32x3_contract_rule();
   ASSERT_GT(rule.min_k, 0);
-  // A thin side, too few tiles, K below the rule, or K too long for m x n (cuBLAS splits K).
-  for (GemmShape s : {GemmShape{1024, 1024, 16384}, GemmShape{128, 8192, 8192}, GemmShape{8192, 128, 8192},
-                      GemmShape{1, 4096, 4096}, GemmShape{4096, 4096, rule.min_k - 1}, GemmShape{512, 512, 8192},
-                      GemmShape{1024, 1024, 1024}, GemmShape{512, 512, 512}}) {
+  // A thin side, too little work, or K below the rule.
+  for (GemmShape s : {GemmShape{128, 8192, 8192}, GemmShape{8192, 128, 8192}, GemmShape{1, 4096, 4096},
+                      GemmShape{4096, 4096, rule.min_k - 1}, GemmShape{512, 512, 512}, GemmShape{256, 256, 256}}) {
     const KernelKind k = selected(query(s, Precision::kFp32));
     EXPECT_TRUE(k == KernelKind::kPingpong || k == KernelKind::kCublas) << gemm_shape_text(s);
     // The FFMA pick is the measured table's, as for fp32-ffma, on these shapes.
     EXPECT_EQ(k, selected(query(s, Precision::kFp32Ffma))) << gemm_shape_text(s);
   }
-  // Where cuBLAS splits K, only cuBLAS SGEMM is held to its own error: fp32 runs it even
-  // where the FFMA table would run ping-pong.
+  // Where cuBLAS splits K and fp32x3 is not offered, only cuBLAS SGEMM is held to its
+  // own error: fp32 runs it even where the FFMA table would run ping-pong.
   for (GemmShape s : {GemmShape{1536, 1536, 4096}, GemmShape{1536, 1536, 65536}, GemmShape{2047, 2048, 2049}}) {
     EXPECT_TRUE(fp32_needs_cublas(s)) << gemm_shape_text(s);
-    EXPECT_EQ(selected(query(s, Precision::kFp32)), KernelKind::kCublas) << gemm_shape_text(s);
+    EXPECT_EQ(selected(query(s, Precision::kFp32, std::nullopt, {KernelKind::kPingpong, KernelKind::kCublas})),
+              KernelKind::kCublas)
+        << gemm_shape_text(s);
   }
   EXPECT_EQ(selected(query({1536, 1536, 65536}, Precision::kFp32Ffma)), KernelKind::kPingpong);
-  // The contract is judged on the request's whole product, speed on the launch's block:
-  // 4096x4096x8192 runs as 512-row blocks (512x4096x8192 alone would be cuBLAS's split-K region).
-  KernelQuery block = query({512, 4096, 8192}, Precision::kFp32);
-  EXPECT_EQ(selected(block), KernelKind::kCublas);
-  block.product = {4096, 4096, 8192};
-  EXPECT_EQ(selected(block), KernelKind::kFp32x3);
+  // The contract is judged on the request's whole product: a launch of a product whose
+  // K is below the rule stays FFMA.
+  KernelQuery block = query({4096, 4096, 4096}, Precision::kFp32);
+  block.product = {4096, 4096, rule.min_k - 1};
+  EXPECT_NE(selected(block), KernelKind::kFp32x3);
   // Without fp32x3 (a GPU that is not sm_90), fp32 is FFMA everywhere.
   EXPECT_EQ(
       selected(query({8192, 8192, 8192}, Precision::kFp32, std::nullopt, {KernelKind::kPingpong, KernelKind::kCublas})),

@@ -119,6 +119,7 @@ TEST(BatchRequest, HeaderFieldsAreRefusedByName) {
       {"header.c_at", [](v1::GemmHeader& h) { h.mutable_c_at()->set_row(1); }},
       {"header.keep_result", [](v1::GemmHeader& h) { h.set_keep_result(true); }},
       {"header.stripes", [](v1::GemmHeader& h) { h.set_stripes(2); }},
+      {"header.a_device", [](v1::GemmHeader& h) { h.mutable_a_device()->set_ld(0); }},
   };
   for (const auto& [field, set] : refused) {
     v1::GemmHeader h = strided(3, 2, 2, 2);

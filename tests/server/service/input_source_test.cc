@@ -40,7 +40,7 @@ class InputSourceTest : public ::testing::Test {
 
 TEST_F(InputSourceTest, AHeaderWithNeitherRegionsNorHandlesIsOneUploadRowOfAAndBAndItsC) {
   MatrixAssembler assembler(header_.shape, header_.has_c, nullptr, nullptr, nullptr, 1 << 20);
-  auto rows = make_input_sources({}, {}, &assembler);
+  auto rows = make_input_sources({}, {}, {}, &assembler);
   ASSERT_TRUE(rows.ok()) << rows.status().message();
   ASSERT_EQ(rows->size(), 1u);
   InputSource& upload = *rows->front();
@@ -76,15 +76,15 @@ TEST_F(InputSourceTest, RegionsAndHandlesTogetherAreRefusedAndHandlesAddAResiden
   regions.a = RegionRef{"r", 0, 0};
   ResidentOperands handles;
   handles.b = "0123456789abcdef0123456789abcdef";
-  auto both = make_input_sources(regions, handles, &assembler);
+  auto both = make_input_sources(regions, handles, {}, &assembler);
   EXPECT_EQ(both.status().code(), StatusCode::kInvalidArgument);
 
-  auto region_rows = make_input_sources(regions, {}, nullptr);
+  auto region_rows = make_input_sources(regions, {}, {}, nullptr);
   ASSERT_TRUE(region_rows.ok());
   ASSERT_EQ(region_rows->size(), 1u) << "regions hold every operand: no upload row";
   EXPECT_STREQ(region_rows->front()->name(), "region");
 
-  auto resident_rows = make_input_sources({}, handles, &assembler);
+  auto resident_rows = make_input_sources({}, handles, {}, &assembler);
   ASSERT_TRUE(resident_rows.ok());
   ASSERT_EQ(resident_rows->size(), 2u);
   EXPECT_STREQ((*resident_rows)[0]->name(), "resident");
