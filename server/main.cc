@@ -179,8 +179,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-resets-per-second", opt.max_resets_per_second,
-                 "HTTP/2 streams one plaintext connection may reset within a second; over it the connection is "
-                 "closed, and an address closed 3 times is refused for 10 s (rapid reset; 0 = no bound)")
+                 "HTTP/2 streams one connection (plaintext or TLS) may reset within a second; over it the connection "
+                 "is closed, and a plaintext address closed 3 times gets 1/20 of the bound for 10 s (rapid reset; "
+                 "0 = no bound)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--max-stripes", opt.service.max_stripes,

@@ -2,27 +2,27 @@
 // where the server's connections are accepted and read (docs/security.md).
 //
 // gRPC 1.51 gives a server no hook on its connections, so the guard sits at
-// the three libc calls gRPC's listeners and endpoints make: sgemm-server
-// defines accept4(), recvmsg() and close() itself (the executable's symbols
+// the libc calls gRPC's listeners and endpoints make: sgemm-server defines
+// accept4(), recvmsg(), sendmsg() and close() itself (the executable's symbols
 // come before libc's; each forwards to the next definition, libc's or a
 // sanitizer's). Everything else passes through untouched.
 //
-// Descriptor reserve. gRPC's listener stops accepting for good after one
-// failed accept4 (EMFILE: "Failed accept4" once, then the port is dead while
-// the process looks healthy). The guard keeps one spare descriptor and never
-// hands out the last `reserve` descriptors below RLIMIT_NOFILE: a connection
-// accepted into them is closed at once (the kernel gives the lowest free
-// descriptor, so its number says how many are left); when accept4 fails with
-// EMFILE or ENFILE, the spare is closed, the waiting connection accepted and
-// closed, and the spare opened again. The caller (gRPC, or the Unix-socket
-// listener) sees only connections it can serve, or EAGAIN; the listener lives.
+// Files: connection_guard.cc (the hooks), tls_inspection.h, descriptor_reserve.h,
+// http2_inspector.h (one connection's HTTP/2 counts, over
+// http2_frame_reader.h), guard_state.h (options, figures, log, cool-down),
+// libc_next.h (the forwarding).
+//
+// Descriptor reserve (descriptor_reserve.h): a new connection never gets the
+// last descriptors below RLIMIT_NOFILE, and a spare descriptor takes a
+// waiting connection off the queue at EMFILE, so no listener ever sees the
+// failure that stops gRPC 1.51's for good.
 //
 // HTTP/2 rapid reset (CVE-2023-44487). On every accepted connection whose
 // client opens with the HTTP/2 preface in the clear (plaintext TCP and the
-// Unix socket; TLS connections are ciphertext and are not inspected), the
-// guard reads the frame headers of what gRPC receives and sends, in place,
-// and counts
-// RST_STREAM frames. A connection that sends more than
+// Unix socket), the guard reads the frame headers of what gRPC receives and
+// sends, in place, and counts RST_STREAM frames. TLS connections are
+// ciphertext at recvmsg(): the guard reads their plaintext at SSL_read() and
+// SSL_write() instead, under the same bounds (tls_inspection.h). A connection that sends more than
 // `max_resets_per_second` within a second is closed: that recvmsg() fails
 // with ECONNRESET (gRPC drops the connection without parsing the batch) and
 // the socket is shut down. An address whose connections were closed so three
@@ -56,8 +56,8 @@
 namespace sgemm {
 
 struct ConnectionGuardOptions {
-  int max_resets_per_second = 200;  // RST_STREAM frames per plaintext connection; 0 = not counted
-  // HTTP/2 streams one plaintext connection may hold open (opened by the
+  int max_resets_per_second = 200;  // RST_STREAM frames per connection a second; 0 = not counted
+  // HTTP/2 streams one connection may hold open (opened by the
   // client, not yet ended by either side), every method counted (health
   // Watch and reflection too); past it the connection is closed. 0 = not counted.
   int max_open_streams = 512;

@@ -63,8 +63,9 @@ struct ServerOptions {
   double feed_wait_budget_s = 1;   // --feed-wait-budget, into service.feed_wait_budget
   double shutdown_grace_s = 30;    // shutdown() without a deadline: how long requests in flight may take
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
-  // HTTP/2 rapid reset (connection_guard.h): RST_STREAM frames one plaintext
-  // connection may send within a second before it is closed; 0 = no bound.
+  // HTTP/2 rapid reset (connection_guard.h): RST_STREAM frames one connection
+  // (plaintext, or TLS read at SSL_read) may send within a second before it
+  // is closed; 0 = no bound.
   int max_resets_per_second = 200;
   // gRPC's own buffers (a grpc::ResourceQuota over every connection): gRPC
   // 1.51 buffers a message whole before --max-message-bytes is checked, even

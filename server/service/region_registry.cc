@@ -113,10 +113,18 @@ RegionRegistry::~RegionRegistry() {
   }
 }
 
-Status check_region_client(const RegionCaller& caller, const std::string& region, const std::string& owner) {
-  if (owner == caller.client) return Status::Ok();
-  return PermissionDenied("region '" + region + "' belongs to client '" + owner + "'; this call is client '" +
-                          caller.client + "' (--auth-tokens)");
+RegionOwner region_owner(const RegionCaller& caller) { return {caller.client, caller.cred.uid}; }
+
+Status check_region_owner(const RegionCaller& caller, const std::string& region, const RegionOwner& owner) {
+  if (!owner.client.empty() || !caller.client.empty()) {
+    if (owner.client == caller.client) return Status::Ok();
+    return PermissionDenied("region '" + region + "' belongs to client '" + owner.client + "'; this call is client '" +
+                            caller.client + "' (--auth-tokens)");
+  }
+  if (owner.uid == caller.cred.uid) return Status::Ok();
+  return PermissionDenied("region '" + region + "' belongs to Unix user " + std::to_string(owner.uid) +
+                          "; this call comes from Unix user " + std::to_string(caller.cred.uid) +
+                          " (without --auth-tokens a region belongs to the uid that registered it)");
 }
 
 StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, const std::string& name,
@@ -199,7 +207,7 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
   r->name_ = name;
   r->shm_name_ = shm_name;
   r->connection_ = caller.connection;
-  r->client_ = caller.client;
+  r->owner_ = region_owner(caller);
   r->st_ = st;
   r->engine_ = &engine_;
   r->fd_ = fd;  // closed by the region's destructor
@@ -234,7 +242,7 @@ Status RegionRegistry::unregister_region(const RegionCaller& caller, const std::
     auto it = regions_.find(name);
     if (it == regions_.end()) return NotFound("no region named '" + name + "' is registered");
     SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
-    SGEMM_RETURN_IF_ERROR(check_region_client(caller, name, it->second->client_));
+    SGEMM_RETURN_IF_ERROR(check_region_owner(caller, name, it->second->owner_));
     r = std::move(it->second);
     regions_.erase(it);
   }
@@ -257,7 +265,7 @@ StatusOr<std::shared_ptr<const MappedRegion>> RegionRegistry::acquire(const Regi
     return NotFound("no region named '" + name +
                     "' is registered (it was never registered, was unregistered, or its connection closed)");
   SGEMM_RETURN_IF_ERROR(check_region_access(caller.cred, it->second->st_));
-  SGEMM_RETURN_IF_ERROR(check_region_client(caller, name, it->second->client_));
+  SGEMM_RETURN_IF_ERROR(check_region_owner(caller, name, it->second->owner_));
   SGEMM_RETURN_IF_ERROR(it->second->check_intact());
   return std::shared_ptr<const MappedRegion>(it->second);
 }
@@ -268,7 +276,7 @@ std::vector<RegionRow> RegionRegistry::list(const RegionCaller& caller) const {
   std::lock_guard lock(mu_);
   for (const auto& [name, r] : regions_) {
     if (!check_region_access(caller.cred, r->st_).ok()) continue;
-    if (!check_region_client(caller, name, r->client_).ok()) continue;
+    if (!check_region_owner(caller, name, r->owner_).ok()) continue;
     rows.push_back({name, r->shm_name(), r->bytes(), int(r.use_count()) - 1, r->connection() == caller.connection});
   }
   return rows;

@@ -20,6 +20,8 @@
 // let it read and write the object by its owner, group or other bits
 // (check_region_access); root gets no exemption, so the server, which often
 // runs as root, never lends a caller bytes the caller could not open itself.
+// And a region is its registering owner's (check_region_owner): its client
+// with tokens, its Unix user without.
 //
 // Truncation: the caller keeps its object and may shrink it (ftruncate) while
 // the server uses it. Every mapping is guarded (region_guard.h): a truncation
@@ -68,9 +70,21 @@ struct RegionCaller {
   bool may_register = true;
 };
 
-// With tokens, a region belongs to the client that registered it: another
-// client may not use, list or unregister it (PERMISSION_DENIED naming both).
-Status check_region_client(const RegionCaller& caller, const std::string& region, const std::string& owner);
+// Whose a region is. With tokens (--auth-tokens), the client that registered
+// it; without, the Unix user that did (its connection's SO_PEERCRED uid).
+// Another owner may not use, list or unregister it, on top of the object's
+// file rights: without tokens, a second local user who may open the object
+// (mode 0666, say) still cannot name a region the first one registered, nor
+// learn its name.
+struct RegionOwner {
+  std::string client;  // the token's client; "" without tokens
+  uid_t uid = 0;       // the registering peer's uid (compared only without tokens)
+};
+RegionOwner region_owner(const RegionCaller& caller);
+
+// OK when `caller` is `owner` by the rule above; PERMISSION_DENIED naming
+// both (the clients, or the uids) otherwise.
+Status check_region_owner(const RegionCaller& caller, const std::string& region, const RegionOwner& owner);
 
 // OK when `cred` may read and write an object with `st`'s owner and mode, by
 // the usual owner / group / other rule, with no exemption for root.
@@ -110,7 +124,7 @@ class MappedRegion {
   int fd_ = -1;          // the object, kept open for check_intact()'s fstat
   int guard_slot_ = -1;  // region_guard.h
   uint64_t connection_ = 0;
-  std::string client_;  // the registering client (tokens), or ""
+  RegionOwner owner_;
   struct stat st_ {};
   Engine* engine_ = nullptr;
   bool engine_registered_ = false;

@@ -4,10 +4,13 @@
 // that a normal request from another client still completes correctly (fp64
 // reference) while or right after it runs.
 #include <fcntl.h>
+#include <grp.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +19,7 @@
 #include <fstream>
 #include <future>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "client/sgemm_client.h"
@@ -74,11 +78,13 @@ void expect_server_serves(const ServerProcess& server, const char* what, const s
 // channel of its own, which it keeps open so the registration lasts.
 class OwnedRegion final : public Region {
  public:
-  OwnedRegion(const std::string& unix_address, int64_t bytes) : bytes_(bytes) {
+  // `mode`: the object's file mode (0666: every local user may open it).
+  OwnedRegion(const std::string& unix_address, int64_t bytes, mode_t mode = 0600) : bytes_(bytes) {
     static std::atomic<int> n{0};
     name_ = "/sgemm-attack-" + std::to_string(getpid()) + "-" + std::to_string(n++);
-    fd_ = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    fd_ = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, mode);
     EXPECT_GE(fd_, 0) << strerror(errno);
+    EXPECT_EQ(fchmod(fd_, mode), 0);  // whatever the umask
     EXPECT_EQ(ftruncate(fd_, bytes), 0);
     data_ = mmap(nullptr, std::size_t(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
     EXPECT_NE(data_, MAP_FAILED);
@@ -520,6 +526,71 @@ TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
   auto again = small->create_region(65536);
   EXPECT_TRUE(again.ok()) << again.status().to_string();
   expect_server_serves(server, "after the region quotas", so.token);
+}
+
+// Without --auth-tokens, a region belongs to the Unix user that registered
+// it: another local user who may open the object (mode 0666), and so passes
+// the file-rights check, can neither name it in a Multiply or a PutMatrix,
+// nor see it listed, nor unregister it. The other user is uid 65534, running
+// e2e-region-probe; the owner (this test's uid) still multiplies from it.
+TEST_F(CallerAttacks, AnotherUnixUserCannotUseSeeOrUnregisterARegion) {
+  if (geteuid() != 0)
+    GTEST_SKIP() << "needs root to run a second Unix user (uid 65534); the rule itself is unit-tested "
+                    "(RegionRegistry.WithoutTokensARegionIsItsUnixUsers)";
+  ASSERT_EQ(chmod(server_->dir().c_str(), 0755), 0) << "the other user must reach the socket (mode 0666)";
+  constexpr int kN = 16;
+  OwnedRegion region(server_->unix_address(), 2 * kN * kN * 4, 0666);
+  const uint64_t seed = fresh_seed();
+  std::vector<float> a(kN * kN), b(kN * kN);
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  std::memcpy(region.data(), a.data(), a.size() * 4);
+  std::memcpy(static_cast<char*>(region.data()) + a.size() * 4, b.data(), b.size() * 4);
+
+  const std::string out = server_->dir() + "/probe.log";
+  const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  const std::string probe = SGEMM_REGION_PROBE_BIN, address = server_->unix_address(), name = region.name();
+  const pid_t pid = fork();  // only async-signal-safe calls in the child until exec
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(126);
+    execl(probe.c_str(), "e2e-region-probe", address.c_str(), name.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fd);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::ifstream f(out);
+  const std::string said{std::istreambuf_iterator<char>(f), {}};
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the probe failed: " << said;
+  const auto line = [&](const std::string& what) {  // the probe's line for `what`
+    std::istringstream lines(said);
+    for (std::string l; std::getline(lines, l);)
+      if (l.rfind(what + " ", 0) == 0) return l;
+    return std::string();
+  };
+  EXPECT_EQ(line("list"), "list 0 0 0") << "another user sees the region: " << said;
+  const std::string denied = " " + std::to_string(int(StatusCode::kPermissionDenied)) + " ";
+  for (const char* what : {"multiply", "put", "unregister"}) {
+    const std::string l = line(what);
+    EXPECT_EQ(l.rfind(what + denied, 0), 0u) << what << " by another user was not refused: " << said;
+    EXPECT_NE(l.find("belongs to Unix user 0"), std::string::npos) << l;
+  }
+  std::printf("[ info ] uid 65534 on the owner's region: %s\n", line("multiply").c_str());
+
+  // The owner, on another connection of its own, still multiplies from it.
+  auto owner = Client::connect(server_->unix_address());
+  const GemmShape s{kN, kN, kN};
+  auto res = owner->multiply_regions(s, RegionMatrix{&region, 0, 0}, RegionMatrix{&region, kN * kN * 4, 0},
+                                     std::nullopt, std::nullopt, {});
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  auto v =
+      verify_gemm(kN, kN, kN, 1.0f, a.data(), b.data(), 0.0f, nullptr, res->c.data(), rows_to_verify(kN, kN, kN, seed));
+  EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+  expect_server_serves(*server_, "after another user tried a region");
 }
 
 // Reflection streams take a thread each and need no token: off unless --reflection.

@@ -4,15 +4,22 @@
 // to SETTINGS_MAX_CONCURRENT_STREAMS. It connects from a loopback address of
 // its own (127.0.0.2, ...), so the server tells it apart from the test's
 // normal client on 127.0.0.1. What the server sends is read and dropped.
+// connect_tls() speaks the same over TLS (ALPN h2, the server's certificate
+// not verified: the attacker needs no trust).
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -29,7 +36,27 @@ class RawH2Client {
 
   // Connects to 127.0.0.1:`port` from `source` and sends the connection
   // preface and an empty SETTINGS frame. False when the server is not there.
-  bool connect(int port, const char* source) {
+  bool connect(int port, const char* source) { return open(port, source, false); }
+  // The same over TLS.
+  bool connect_tls(int port, const char* source) { return open(port, source, true); }
+
+ private:
+  // An OpenSSL client context for every TLS connection of the process.
+  static SSL_CTX* tls_context() {
+    static SSL_CTX* const ctx = [] {
+      OPENSSL_init_ssl(OPENSSL_INIT_NO_ATEXIT, nullptr);  // gRPC's threads may still use OpenSSL at exit
+      signal(SIGPIPE, SIG_IGN);  // OpenSSL writes with write(): a connection the server closed must not end the test
+      SSL_CTX* c = SSL_CTX_new(TLS_client_method());
+      SSL_CTX_set_verify(c, SSL_VERIFY_NONE, nullptr);
+      static const unsigned char kH2[] = {2, 'h', '2'};
+      SSL_CTX_set_alpn_protos(c, kH2, sizeof kH2);
+      SSL_CTX_set_mode(c, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+      return c;
+    }();
+    return ctx;
+  }
+
+  bool open(int port, const char* source, bool tls) {
     close_now();
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) return false;
@@ -49,12 +76,22 @@ class RawH2Client {
       close_now();
       return false;
     }
+    if (tls) {
+      ssl_ = SSL_new(tls_context());
+      SSL_set_fd(ssl_, fd_);
+      if (SSL_connect(ssl_) != 1) {
+        close_now();
+        return false;
+      }
+      fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);  // reads and writes wait in poll()
+    }
     next_id_ = 1;
     std::string out = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     frame(&out, 0x4, 0, 0, "");  // SETTINGS, empty; the server's are never acknowledged
     return send_all(out);
   }
 
+ public:
   // Opens `n` streams on `path` (HEADERS with END_HEADERS) and, with
   // `reset`, resets each at once (RST_STREAM CANCEL), in one write. With
   // `empty_message`, each stream carries one empty gRPC message (a health
@@ -76,6 +113,15 @@ class RawH2Client {
   bool closed_by_server() {
     if (fd_ < 0) return true;
     char buf[16384];
+    if (ssl_) {
+      for (;;) {
+        ERR_clear_error();  // SSL_get_error reads the thread's queue: another connection's error is not ours
+        const int n = SSL_read(ssl_, buf, sizeof buf);
+        if (n > 0) continue;
+        const int e = SSL_get_error(ssl_, n);
+        return e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE;
+      }
+    }
     for (;;) {
       const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
       if (n > 0) continue;
@@ -95,6 +141,8 @@ class RawH2Client {
   }
 
   void close_now() {
+    if (ssl_) SSL_free(ssl_);
+    ssl_ = nullptr;
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
   }
@@ -127,6 +175,7 @@ class RawH2Client {
     return b;
   }
   bool send_all(const std::string& s) {
+    if (ssl_) return send_all_tls(s);
     for (std::size_t sent = 0; sent < s.size();) {
       if (fd_ < 0) return false;
       const ssize_t n = send(fd_, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
@@ -140,7 +189,29 @@ class RawH2Client {
     return true;
   }
 
+  // SSL_write on the non-blocking socket: waits up to 2 s whenever TLS wants
+  // the socket, as the plaintext path's SO_SNDTIMEO does.
+  bool send_all_tls(const std::string& s) {
+    for (std::size_t sent = 0; sent < s.size();) {
+      if (fd_ < 0) return false;
+      ERR_clear_error();
+      const int n = SSL_write(ssl_, s.data() + sent, int(std::min<std::size_t>(s.size() - sent, 1 << 20)));
+      if (n > 0) {
+        sent += std::size_t(n);
+        if (closed_by_server()) return false;
+        continue;
+      }
+      const int e = SSL_get_error(ssl_, n);
+      if (e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ) return false;
+      if (e == SSL_ERROR_WANT_READ && closed_by_server()) return false;
+      pollfd p{fd_, short(e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0};
+      if (poll(&p, 1, 2000) <= 0) return false;
+    }
+    return true;
+  }
+
   int fd_ = -1;
+  SSL* ssl_ = nullptr;
   uint32_t next_id_ = 1;
 };
 

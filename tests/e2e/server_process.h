@@ -99,12 +99,18 @@ class ServerLog {
 class ServerProcess : public ServerLog {
  public:
   // Extra flags after the defaults (127.0.0.1:0, a fresh log dir, SGEMM_E2E_BACKEND or auto).
-  explicit ServerProcess(std::vector<std::string> extra = {}) {
+  // `launcher`: a command that execs the server in its own process, before
+  // the binary (e.g. {"/usr/bin/prlimit", "--nofile=256:256", "--"}): pid()
+  // is still the server's.
+  explicit ServerProcess(std::vector<std::string> extra = {}, std::vector<std::string> launcher = {}) {
     dir_ = make_temp_dir();
     const char* backend = std::getenv("SGEMM_E2E_BACKEND");
-    std::vector<std::string> args = {
-        server_bin(),   "--listen",  "127.0.0.1:0",  "--listen",  "unix:" + dir_ + "/sgemm.sock", "--port-file",
-        dir_ + "/port", "--log-dir", dir_ + "/logs", "--backend", backend ? backend : "auto"};
+    std::vector<std::string> args = launcher;
+    for (std::string a :
+         {server_bin(), std::string("--listen"), std::string("127.0.0.1:0"), std::string("--listen"),
+          "unix:" + dir_ + "/sgemm.sock", std::string("--port-file"), dir_ + "/port", std::string("--log-dir"),
+          dir_ + "/logs", std::string("--backend"), std::string(backend ? backend : "auto")})
+      args.push_back(std::move(a));
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -86,9 +86,10 @@ TEST(CudaEngineGpu, BetaWithC) {
   EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
 }
 
-// Kernel choice by measurement (kernel_tuner.h): the first request of a kernel
-// shape times both fp32 kernels on it; later ones reuse the decision; the result
-// is right whichever runs.
+// Kernel choice by measurement (kernel_tuner.h): the first FFMA request of a
+// kernel shape times both FFMA kernels on it; later ones reuse the decision; the
+// result is right whichever runs. (An fp32 request of this shape runs fp32x3,
+// which the tuner does not time: fp32-ffma asks for the FFMA table.)
 TEST(CudaEngineGpu, KernelTimedOnceForItsBlockShapeAndResultsStayRight) {
   SGEMM_REQUIRE_GPUS(1);
   auto e = make_engine({0});
@@ -99,7 +100,9 @@ TEST(CudaEngineGpu, KernelTimedOnceForItsBlockShapeAndResultsStayRight) {
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);
     reset_c(p);
-    auto r = e->run(job_of(p));
+    GemmJob j = job_of(p);
+    j.request.options.precision = Precision::kFp32Ffma;
+    auto r = e->run(std::move(j));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_NE(r->plan_reason.find("for 512x2000x1500 blocks, timed on GPU 0:"), std::string::npos) << r->plan_reason;
     EXPECT_TRUE(r->kernel == KernelKind::kPingpong || r->kernel == KernelKind::kCublas);
@@ -132,9 +135,12 @@ TEST(CudaEngineGpu, KernelAutotuneOffLeavesTheChoiceToTheTable) {
   auto made = make_cuda_engine(o);
   ASSERT_TRUE(made.ok()) << made.status().to_string();
   auto& e = *made;
-  // 4096 rows -> 512-row blocks of a large product: the table's cuBLAS row.
+  // 4096 rows -> 512-row blocks of a large product: the table's cuBLAS row (fp32-ffma:
+  // an fp32 request of this shape runs fp32x3).
   Problem p = make_problem(*e, {4096, 2048, 1100}, 54);
-  auto r = e->run(job_of(p));
+  GemmJob j = job_of(p);
+  j.request.options.precision = Precision::kFp32Ffma;
+  auto r = e->run(std::move(j));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->kernel, KernelKind::kCublas);
   EXPECT_EQ(r->plan_reason.find("timed on GPU"), std::string::npos) << r->plan_reason;

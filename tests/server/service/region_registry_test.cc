@@ -218,6 +218,39 @@ TEST(RegionRegistry, PeerWithoutRightsIsRefused) {
   EXPECT_TRUE(reg.acquire(owner, "x").ok());
 }
 
+// Without tokens a region belongs to the Unix user that registered it: a
+// second uid that may open the object (mode 0666) still cannot use, see or
+// unregister it. The uids are injected (the peer's SO_PEERCRED in the
+// server), so no second user is needed.
+TEST(RegionRegistry, WithoutTokensARegionIsItsUnixUsers) {
+  RecordingEngine engine;
+  RegionRegistry reg(engine, {1 << 20});
+  ShmObject obj(4096, 0666);
+  RegionCaller alice = unix_caller(1), bob = unix_caller(2), alice_again = unix_caller(3);
+  alice.cred.uid = alice_again.cred.uid = 1000;
+  bob.cred.uid = 1001;
+  ASSERT_TRUE(reg.register_region(alice, "a", obj.name(), 0).ok());
+  const auto denied = reg.acquire(bob, "a");
+  EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(denied.status().message().find("Unix user 1000"), std::string::npos) << denied.status().to_string();
+  EXPECT_NE(denied.status().message().find("Unix user 1001"), std::string::npos) << denied.status().to_string();
+  EXPECT_TRUE(reg.list(bob).empty()) << "another uid sees the region's name";
+  EXPECT_EQ(reg.unregister_region(bob, "a", [](int) {}).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(reg.count(), 1);
+  // The same user on another connection owns it.
+  EXPECT_TRUE(reg.acquire(alice_again, "a").ok());
+  ASSERT_EQ(reg.list(alice_again).size(), 1u);
+  // With tokens the client decides, whatever the uid.
+  RegionCaller alice_token = alice, bob_token = bob, alice_token_elsewhere = bob;
+  alice_token.client = alice_token_elsewhere.client = "alice";
+  bob_token.client = "bob";
+  ShmObject other(4096, 0666);
+  ASSERT_TRUE(reg.register_region(alice_token, "t", other.name(), 0).ok());
+  EXPECT_EQ(reg.acquire(bob_token, "t").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(reg.acquire(alice_token_elsewhere, "t").ok());
+  ASSERT_TRUE(reg.unregister_region(alice_again, "a", [](int) {}).ok());
+}
+
 TEST(RegionRegistry, DropConnectionRemovesOnlyItsRegistrations) {
   RecordingEngine engine;
   RegionRegistry reg(engine, {1 << 20});

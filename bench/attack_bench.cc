@@ -1,0 +1,753 @@
+// sgemm-attack-bench: each attack of docs/security.md against a real
+// sgemm-server, started by this program (a fresh one per attack, CPU backend
+// by default), while a normal client multiplies an odd shape (33 x 17 x 65)
+// over TCP from 127.0.0.1 in a loop, every result checked against the fp64
+// reference. The attackers connect from 127.0.0.2 and 127.0.0.3 (or the Unix
+// socket). For each attack it reports the normal requests' latency (p50, p99,
+// max) before and while the attack runs, their failures and wrong results,
+// and the server's resident set: before, at its peak, and how long after the
+// attack ended it came back within 5% of where it started (watched for 10 s).
+//
+// Targets (docs/security.md): a normal request completes correctly in under
+// 100 ms (under 1 s during a rapid-reset storm), and memory is back within
+// 5% within 10 s. The program prints each figure next to its target and
+// exits 1 when a normal request failed or came back wrong (the latency
+// targets are reported, not enforced: a loaded machine says nothing about
+// the server).
+//
+//   sgemm-attack-bench [--server-bin PATH] [--seconds 5] [--attacks rapid-reset,silent-streams,...]
+//                      [--backend cpu] [--server-flags=--max-resets-per-second,0] [--markdown]
+//
+// --server-flags adds flags to every server (to see an attack with a guard
+// off, say); an attack stops early when the server grows by 2 GiB.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/sgemm_client.h"
+#include "common/reference_gemm.h"
+#include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/raw_h2_client.h"
+
+extern char** environ;
+
+namespace {
+
+namespace v1 = ::sgemm::v1;
+using Clock = std::chrono::steady_clock;
+using sgemm::testing::RawH2Client;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+int64_t rss_bytes(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+
+// The server, started with posix_spawn (through `launcher`, e.g. prlimit),
+// on 127.0.0.1:0 and a Unix socket in a fresh directory; stopped with SIGTERM.
+class Server {
+ public:
+  Server(const std::string& bin, const std::string& backend, std::vector<std::string> extra,
+         std::vector<std::string> launcher = {}) {
+    char tmpl[] = "/tmp/sgemm-attack-XXXXXX";
+    dir_ = mkdtemp(tmpl) ? tmpl : "/tmp";
+    std::vector<std::string> args = launcher;
+    for (const std::string& a : {bin, std::string("--listen"), std::string("127.0.0.1:0"), std::string("--listen"),
+                                 "unix:" + dir_ + "/sgemm.sock", std::string("--port-file"), dir_ + "/port",
+                                 std::string("--log-dir"), dir_ + "/logs", std::string("--backend"), backend})
+      args.push_back(a);
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    const std::string out = dir_ + "/stdout.log";
+    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    const auto give_up = Clock::now() + std::chrono::seconds(60);
+    while (pid_ > 0 && Clock::now() < give_up) {
+      std::ifstream f(dir_ + "/port");
+      if (f >> port_) break;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~Server() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  bool running() const { return pid_ > 0 && port_ > 0 && kill(pid_, 0) == 0; }
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }
+  std::string tcp() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string unix_address() const { return "unix:" + dir_ + "/sgemm.sock"; }
+  const std::string& dir() const { return dir_; }
+  std::string log() const {
+    std::ifstream f(dir_ + "/stdout.log");
+    return {std::istreambuf_iterator<char>(f), {}};
+  }
+  int metrics_port() const {
+    std::smatch m;
+    const std::string l = log();
+    return std::regex_search(l, m, std::regex(R"(/metrics \(port (\d+)\))")) ? std::stoi(m[1]) : 0;
+  }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// What the attack's threads see: the server and when to stop.
+struct AttackContext {
+  AttackContext(const Server& s, const std::atomic<bool>& st) : server(s), stop(st) {}
+  const Server& server;
+  const std::atomic<bool>& stop;
+  std::atomic<int64_t> ops{0};  // attack operations done (a batch of streams, a request, a connection set)
+  std::mutex mu;
+  std::map<std::string, int64_t> statuses;  // what the attacker's requests got
+  void saw(const std::string& status) {
+    std::lock_guard lock(mu);
+    ++statuses[status];
+  }
+};
+
+struct Attack {
+  std::string name, what;
+  std::vector<std::string> flags;     // the server's, beside the defaults
+  std::vector<std::string> launcher;  // e.g. prlimit
+  bool tls = false;                   // the server (and the normal client) speak TLS
+  bool rapid_reset = false;           // the 1 s target instead of 100 ms
+  int threads = 1;
+  std::function<void(AttackContext&, int thread)> body;
+};
+
+// ---- The attacks -------------------------------------------------------------
+
+void reset_storm(AttackContext& c, int t, bool tls) {
+  RawH2Client h2;
+  const char* source = t % 2 ? "127.0.0.3" : "127.0.0.2";
+  while (!c.stop) {
+    if (!h2.connected() && !(tls ? h2.connect_tls(c.server.port(), source) : h2.connect(c.server.port(), source)))
+      continue;
+    if (h2.open_streams("/sgemm.v1.Sgemm/Multiply", 64, true)) {
+      c.ops += 64;
+    } else {
+      c.saw("connection closed by the server");
+      h2.close_now();
+    }
+  }
+}
+
+void silent_streams(AttackContext& c, int) {
+  std::vector<std::unique_ptr<RawH2Client>> conns;
+  for (int i = 0; i < 5 && !c.stop; ++i) {  // 1,250 streams that never send a message, never acknowledging SETTINGS
+    conns.push_back(std::make_unique<RawH2Client>());
+    if (!conns.back()->connect(c.server.port(), "127.0.0.2")) continue;
+    (void)conns.back()->open_streams(i % 2 ? "/sgemm.v1.Sgemm/PutMatrix" : "/sgemm.v1.Sgemm/Multiply", 250, false);
+    c.ops += 250;
+  }
+  while (!c.stop)
+    for (auto& h : conns) (void)h->wait_closed(50);  // keep reading what the server sends
+}
+
+void health_watches(AttackContext& c, int) {
+  RawH2Client h2;
+  while (!c.stop) {
+    if (!h2.connected() && !h2.connect(c.server.port(), "127.0.0.2")) continue;
+    (void)h2.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
+    c.ops += 1000;
+    if (h2.wait_closed(200)) {
+      c.saw("connection closed by the server");
+      h2.close_now();
+    }
+  }
+}
+
+// Connections from 127.0.0.2 that send nothing, `n` at once, then closed.
+void descriptor_flood(AttackContext& c, int) {
+  while (!c.stop) {
+    std::vector<int> fds;
+    for (int i = 0; i < 400 && !c.stop; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in from{}, to{};
+      from.sin_family = to.sin_family = AF_INET;
+      inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
+      inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+      to.sin_port = htons(uint16_t(c.server.port()));
+      if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
+          connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0)
+        fds.push_back(fd);
+      else if (fd >= 0)
+        close(fd);
+    }
+    c.ops += int64_t(fds.size());
+    for (int w = 0; w < 20 && !c.stop; ++w) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int fd : fds) close(fd);
+  }
+}
+
+std::shared_ptr<grpc::Channel> own_channel(const std::string& target, int index) {
+  grpc::ChannelArguments args;
+  args.SetInt("sgemm.attack.channel", index);  // a distinct argument: a connection of its own
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+v1::MultiplyRequest header_msg(int64_t m, int64_t n, int64_t k) {
+  v1::MultiplyRequest r;
+  r.mutable_header()->set_m(m);
+  r.mutable_header()->set_n(n);
+  r.mutable_header()->set_k(k);
+  return r;
+}
+
+// A header whose footprint is 48 MiB, then 4 bytes a second: the memory is
+// reserved at the first chunk and taken back when the upload rate falls
+// behind after the grace (--idle-timeout 2 here). Each thread starts anew.
+void trickler(AttackContext& c, int t) {
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp(), 100 + t));
+  while (!c.stop) {
+    grpc::ClientContext ctx;
+    auto stream = stub->Multiply(&ctx);
+    stream->Write(header_msg(2048, 2048, 2048));
+    v1::MultiplyRequest chunk;
+    chunk.mutable_chunk()->set_matrix(v1::MATRIX_A);
+    const float four_bytes = 0.5f;
+    bool ended_by_server = false;
+    for (int64_t i = 0; !c.stop; ++i) {
+      chunk.mutable_chunk()->set_offset(i);
+      chunk.mutable_chunk()->set_data(reinterpret_cast<const char*>(&four_bytes), 4);
+      if (!stream->Write(chunk)) {
+        ended_by_server = true;
+        break;
+      }
+      ++c.ops;
+      for (int w = 0; w < 20 && !c.stop; ++w) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!ended_by_server) ctx.TryCancel();
+    v1::MultiplyResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    const grpc::Status st = stream->Finish();
+    if (!c.stop) c.saw(std::to_string(int(st.error_code())) + " " + st.error_message().substr(0, 60));
+  }
+}
+
+// m = n = 32768, k = 1: 256 KiB of A and B for 4 GiB of C, sent on a raw
+// stream (the client library would make room for C before sending).
+void output_bomb(AttackContext& c, int) {
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp(), 200));
+  const std::vector<float> column(32768, 1.0f);
+  while (!c.stop) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = stub->Multiply(&ctx);
+    stream->Write(header_msg(32768, 32768, 1));
+    for (const v1::Matrix m : {v1::MATRIX_A, v1::MATRIX_B}) {
+      v1::MultiplyRequest chunk;
+      chunk.mutable_chunk()->set_matrix(m);
+      chunk.mutable_chunk()->set_offset(0);
+      chunk.mutable_chunk()->set_data(reinterpret_cast<const char*>(column.data()), column.size() * 4);
+      if (!stream->Write(chunk)) break;
+    }
+    stream->WritesDone();
+    v1::MultiplyResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    const grpc::Status st = stream->Finish();
+    c.saw(st.ok() ? "OK" : std::to_string(int(st.error_code())) + " " + st.error_message().substr(0, 48));
+    ++c.ops;
+  }
+}
+
+// A region (the caller's own shared-memory object) that the caller shrinks
+// and then names; or names with a leading dimension of 2^31 for one row.
+class OwnedRegion final : public sgemm::Region {
+ public:
+  OwnedRegion(const std::string& name, int64_t bytes) : name_(name), bytes_(bytes) {
+    fd_ = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd_ >= 0 && ftruncate(fd_, bytes) == 0)
+      data_ = mmap(nullptr, std::size_t(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  }
+  ~OwnedRegion() override {
+    if (data_ && data_ != MAP_FAILED) munmap(data_, std::size_t(bytes_));
+    if (fd_ >= 0) close(fd_);
+    shm_unlink(name_.c_str());
+  }
+  const std::string& name() const override { return name_; }
+  void* data() const override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+  sgemm::StatusOr<int> unregister() override { return 0; }
+  void shrink() { (void)!ftruncate(fd_, 0); }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+void region_attack(AttackContext& c, bool shrink) {
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(c.server.unix_address(), grpc::InsecureChannelCredentials()));
+  auto client = sgemm::Client::connect(c.server.unix_address());
+  for (int i = 0; !c.stop; ++i) {
+    OwnedRegion r("/sgemm-attack-bench-" + std::to_string(getpid()) + "-" + std::to_string(i), 1 << 16);
+    if (!r.data() || r.data() == MAP_FAILED) break;
+    std::memset(r.data(), 0, 1 << 16);
+    grpc::ClientContext ctx;
+    v1::RegisterRegionRequest req;
+    req.set_name(r.name());
+    req.set_shm_name(r.name());
+    v1::RegisterRegionResponse resp;
+    if (!stub->RegisterRegion(&ctx, req, &resp).ok()) {
+      c.saw("register refused");
+      continue;
+    }
+    sgemm::StatusOr<sgemm::MultiplyResult> res = sgemm::Internal("not run");
+    if (shrink) {
+      r.shrink();
+      res = client->multiply_regions({64, 64, 64}, sgemm::RegionMatrix{&r, 0, 0}, sgemm::RegionMatrix{&r, 16384, 0},
+                                     std::nullopt, sgemm::RegionMatrix{&r, 32768, 0}, {});
+    } else {
+      res = client->multiply_regions({1, 8, 16}, sgemm::RegionMatrix{&r, 0, int64_t{1} << 31},
+                                     sgemm::RegionMatrix{&r, 4096, 0}, std::nullopt, sgemm::RegionMatrix{&r, 8192, 0},
+                                     {});
+    }
+    c.saw(std::string(sgemm::status_code_name(res.status().code())));
+    ++c.ops;
+    grpc::ClientContext uctx;
+    v1::UnregisterRegionRequest ureq;
+    ureq.set_name(r.name());
+    v1::UnregisterRegionResponse uresp;
+    (void)stub->UnregisterRegion(&uctx, ureq, &uresp);
+  }
+}
+
+// A name with a newline and a quote, named in a Multiply: NOT_FOUND, and a log line that cannot be forged.
+void log_forging(AttackContext& c, int) {
+  auto client = sgemm::Client::connect(c.server.unix_address());
+  class NamedOnly final : public sgemm::Region {
+   public:
+    const std::string& name() const override { return name_; }
+    void* data() const override { return nullptr; }
+    int64_t bytes() const override { return 0; }
+    sgemm::StatusOr<int> unregister() override { return 0; }
+    std::string name_ = "x\n[2026-01-01 00:00:00.000] [sgemm] [info] request id=forged status=OK\" error=\"none";
+  } r;
+  while (!c.stop) {
+    auto res = client->multiply_regions({4, 4, 4}, sgemm::RegionMatrix{&r, 0, 0}, sgemm::RegionMatrix{&r, 64, 0},
+                                        std::nullopt, std::nullopt, {});
+    c.saw(std::string(sgemm::status_code_name(res.status().code())));
+    ++c.ops;
+  }
+}
+
+int connect_loopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(uint16_t(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// 40 metrics connections, one byte each every 200 ms.
+void slowloris(AttackContext& c, int) {
+  const int port = c.server.metrics_port();
+  std::vector<int> fds;
+  const std::string req = "GET /metrics HTTP/1.0\r\n";
+  for (std::size_t sent = 0; !c.stop; ++sent) {
+    while (fds.size() < 40) fds.push_back(connect_loopback(port));
+    for (int& fd : fds)
+      if (fd < 0 || send(fd, req.data() + sent % req.size(), 1, MSG_NOSIGNAL) != 1) {
+        if (fd >= 0) close(fd);
+        fd = connect_loopback(port);
+      }
+    c.ops += 40;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
+}
+
+std::vector<Attack> all_attacks() {
+  std::vector<Attack> a;
+  a.push_back({"rapid-reset",
+               "HEADERS + RST_STREAM, 64 per write, 2 connections reconnecting",
+               {},
+               {},
+               false,
+               true,
+               2,
+               [](AttackContext& c, int t) { reset_storm(c, t, false); }});
+  a.push_back({"rapid-reset-tls", "the same over TLS", {}, {}, true, true, 2, [](AttackContext& c, int t) {
+                 reset_storm(c, t, true);
+               }});
+  a.push_back({"silent-streams",
+               "1,250 Multiply and PutMatrix streams on 5 connections that never ack SETTINGS",
+               {},
+               {},
+               false,
+               false,
+               1,
+               silent_streams});
+  a.push_back({"health-watch",
+               "1,000 health Watch streams per connection, reconnecting",
+               {},
+               {},
+               false,
+               false,
+               1,
+               health_watches});
+  a.push_back({"descriptor-flood",
+               "400 silent connections at a time under an open-files limit of 256",
+               {},
+               {"/usr/bin/prlimit", "--nofile=256:256", "--"},
+               false,
+               false,
+               1,
+               descriptor_flood});
+  a.push_back({"trickle",
+               "4 streams, each a 2048^3 header then 4 bytes a second (--idle-timeout 2)",
+               {"--idle-timeout", "2"},
+               {},
+               false,
+               false,
+               4,
+               trickler});
+  a.push_back({"output-bomb",
+               "m = n = 32768, k = 1: 256 KiB up for 4 GiB of C, in a loop",
+               {},
+               {},
+               false,
+               false,
+               1,
+               output_bomb});
+  a.push_back({"region-shrink",
+               "register a region, ftruncate it to 0, multiply naming it, in a loop",
+               {},
+               {},
+               false,
+               false,
+               1,
+               [](AttackContext& c, int) { region_attack(c, true); }});
+  a.push_back({"huge-ld",
+               "a one-row region operand with ld = 2^31, in a loop",
+               {},
+               {},
+               false,
+               false,
+               1,
+               [](AttackContext& c, int) { region_attack(c, false); }});
+  a.push_back(
+      {"log-forging", "a region name with a newline and a quote, in a loop", {}, {}, false, false, 1, log_forging});
+  a.push_back({"metrics-slowloris",
+               "40 metrics connections sending a byte every 200 ms",
+               {"--metrics-listen", "127.0.0.1:0"},
+               {},
+               false,
+               false,
+               1,
+               slowloris});
+  return a;
+}
+
+// ---- The normal client and the figures ----------------------------------------
+
+struct Latencies {
+  std::vector<double> ms;
+  int64_t failed = 0, wrong = 0;
+  std::string first_error;
+  double pct(double p) const {
+    if (ms.empty()) return 0;
+    std::vector<double> s = ms;
+    std::sort(s.begin(), s.end());
+    return s[std::min(s.size() - 1, std::size_t(p * double(s.size() - 1) + 0.5))];
+  }
+  double max() const { return ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end()); }
+};
+
+// Normal requests until `stop`, one at a time on one connection; the peak
+// resident set sampled after each.
+void normal_requests(sgemm::Client& client, const std::atomic<bool>& stop, pid_t pid, Latencies* out,
+                     int64_t* peak_rss) {
+  const sgemm::GemmShape s{33, 17, 65};
+  std::mt19937_64 seeds(std::random_device{}());
+  std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
+  sgemm::MultiplyOptions opt;
+  opt.alpha = 0.5f;
+  opt.timeout = std::chrono::milliseconds(10000);
+  while (!stop) {
+    const uint64_t seed = seeds();
+    sgemm::fill_random(a, seed);
+    sgemm::fill_random(b, seed + 1);
+    const auto t0 = Clock::now();
+    auto r = client.multiply(s, a.data(), b.data(), nullptr, opt);
+    out->ms.push_back(ms_since(t0));
+    if (!r.ok()) {
+      if (out->failed++ == 0) out->first_error = r.status().to_string();
+    } else if (!sgemm::verify_gemm(s.m, s.n, s.k, opt.alpha, a.data(), b.data(), 0.0f, nullptr, r->c.data(),
+                                   sgemm::rows_to_verify(s.m, s.n, s.k, seed))
+                    .passed(sgemm::kSgemmTolerance)) {
+      ++out->wrong;
+    }
+    if (peak_rss) *peak_rss = std::max(*peak_rss, rss_bytes(pid));
+  }
+}
+
+struct Row {
+  std::string name;
+  Latencies before, during;
+  int64_t rss_start = 0, rss_peak = 0, rss_end = 0;
+  int64_t held_peak = 0;   // request memory the server held (GetInfo host_bytes_in_use), its peak
+  int64_t held_end = 0;    // and after the attack
+  bool cut_short = false;  // stopped when the server grew by 2 GiB
+  double attack_s = 0;
+  double back_s = -1;  // seconds after the attack until within 5%; -1: not within 10 s
+  int64_t ops = 0;
+  std::string statuses;
+  bool survived = false;
+  double target_ms = 100;
+};
+
+struct Args {
+  std::string server_bin = SGEMM_SERVER_BIN;
+  std::string backend = "cpu";
+  double seconds = 5;
+  std::vector<std::string> attacks;
+  std::vector<std::string> server_flags;  // added to every server's flags
+  bool markdown = false;
+};
+
+bool run_attack(const Args& args, const Attack& attack, const std::string& pki_dir, Row* row) {
+  row->name = attack.name;
+  row->target_ms = attack.rapid_reset ? 1000 : 100;
+  std::vector<std::string> flags = attack.flags;
+  flags.insert(flags.end(), args.server_flags.begin(), args.server_flags.end());
+  sgemm::ClientOptions normal_options;
+  if (attack.tls) {
+    for (const std::string& f :
+         {std::string("--tls-cert"), pki_dir + "/server.pem", std::string("--tls-key"), pki_dir + "/server.key"})
+      flags.push_back(f);
+    normal_options.tls.ca_file = pki_dir + "/ca.pem";
+  }
+  Server server(args.server_bin, args.backend, flags, attack.launcher);
+  if (!server.running()) {
+    std::fprintf(stderr, "%s: the server did not start:\n%s\n", attack.name.c_str(), server.log().c_str());
+    return false;
+  }
+  auto client = sgemm::Client::connect(server.tcp(), normal_options);
+  {  // a second of normal requests: the baseline, and the server's one-time costs paid
+    std::atomic<bool> stop{false};
+    std::thread t([&] { normal_requests(*client, stop, server.pid(), &row->before, nullptr); });
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    stop = true;
+    t.join();
+  }
+  row->rss_start = row->rss_peak = rss_bytes(server.pid());
+  std::atomic<bool> stop{false};
+  AttackContext ctx(server, stop);
+  std::vector<std::thread> attackers;
+  for (int t = 0; t < attack.threads; ++t) attackers.emplace_back([&, t] { attack.body(ctx, t); });
+  std::atomic<bool> normal_stop{false};
+  std::thread held([&] {  // the request memory the server holds (its budget), every 50 ms
+    auto watcher = sgemm::Client::connect(server.tcp(), normal_options);
+    while (!normal_stop) {
+      if (auto info = watcher->info(); info.ok()) row->held_peak = std::max(row->held_peak, info->host_bytes_in_use);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::thread normal([&] { normal_requests(*client, normal_stop, server.pid(), &row->during, &row->rss_peak); });
+  // The attack runs its time, or until the server holds 2 GiB more than at
+  // the start (an unguarded storm grows it by gigabytes a second: the bench
+  // must not take the machine down with it).
+  const auto started = Clock::now();
+  while (ms_since(started) < args.seconds * 1000) {
+    if (rss_bytes(server.pid()) > row->rss_start + (int64_t{2} << 30)) {
+      row->cut_short = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  row->attack_s = ms_since(started) / 1000;
+  normal_stop = true;
+  normal.join();
+  held.join();
+  stop = true;
+  for (auto& t : attackers) t.join();
+  const auto ended = Clock::now();
+  const int64_t bound = row->rss_start + row->rss_start / 20;
+  for (;;) {
+    row->rss_end = rss_bytes(server.pid());
+    if (row->rss_end >= 0 && row->rss_end <= bound) {
+      row->back_s = ms_since(ended) / 1000;
+      break;
+    }
+    if (ms_since(ended) > 10000) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  {  // the request memory held once the attack's streams are gone (waited for up to 10 s)
+    auto watcher = sgemm::Client::connect(server.tcp(), normal_options);
+    row->held_end = -1;
+    while (ms_since(ended) < 10000) {
+      auto info = watcher->info();
+      if (info.ok()) row->held_end = info->host_bytes_in_use;
+      if (row->held_end == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  row->survived = server.running();
+  row->ops = ctx.ops;
+  for (const auto& [status, n] : ctx.statuses)
+    row->statuses += (row->statuses.empty() ? "" : "; ") + status + " x" + std::to_string(n);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"sgemm-attack-bench: each attack against a real sgemm-server while a normal client is measured"};
+  app.add_option("--server-bin", args.server_bin, "the sgemm-server binary")->capture_default_str();
+  app.add_option("--backend", args.backend, "the server's --backend")->capture_default_str();
+  app.add_option("--seconds", args.seconds, "how long each attack runs")->capture_default_str();
+  app.add_option("--attacks", args.attacks, "which attacks (default: all)")->delimiter(',');
+  app.add_option("--server-flags", args.server_flags,
+                 "more server flags, comma-separated (e.g. --server-flags=--max-resets-per-second,0)")
+      ->delimiter(',');
+  app.add_flag("--markdown", args.markdown, "print a Markdown table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad argument: 2
+  }
+  std::vector<Attack> chosen;
+  for (const Attack& a : all_attacks())
+    if (args.attacks.empty() || std::find(args.attacks.begin(), args.attacks.end(), a.name) != args.attacks.end())
+      chosen.push_back(a);
+  if (chosen.empty()) {
+    std::fprintf(stderr, "no such attack; the attacks are:");
+    for (const Attack& a : all_attacks()) std::fprintf(stderr, " %s", a.name.c_str());
+    std::fprintf(stderr, "\n");
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  // A CA and a server certificate for 127.0.0.1, for the TLS attacks.
+  char tmpl[] = "/tmp/sgemm-attack-pki-XXXXXX";
+  const std::string pki = mkdtemp(tmpl) ? tmpl : "/tmp";
+  run("cd '" + pki +
+      "' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -keyout ca.key -out "
+      "ca.pem -subj /CN=ca 2>&1 && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "
+      "server.key -out server.csr -subj /CN=server 2>&1 && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > "
+      "server.ext && openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out "
+      "server.pem -extfile server.ext 2>&1");
+  bool all_correct = true;
+  std::vector<Row> rows;
+  for (const Attack& attack : chosen) {
+    std::fprintf(stderr, "%s: %s (%.0f s)...\n", attack.name.c_str(), attack.what.c_str(), args.seconds);
+    Row row;
+    if (!run_attack(args, attack, pki, &row)) {
+      all_correct = false;
+      continue;
+    }
+    all_correct = all_correct && row.survived && row.during.failed == 0 && row.during.wrong == 0;
+    rows.push_back(row);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(pki, ec);
+  const char* head =
+      args.markdown
+          ? "| attack | normal requests | p50 ms before | p50 ms | p99 ms | max ms | target | failed | wrong | RSS "
+            "MiB before | peak | after | back within 5% | request memory held, peak / after, MiB | attack ops | "
+            "attacker saw "
+            "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+          : "";
+  std::printf("%s", head);
+  for (const Row& r : rows) {
+    const auto mib = [](int64_t b) { return double(b) / 1048576.0; };
+    char back[32];
+    if (r.back_s >= 0)
+      std::snprintf(back, sizeof back, "%.2f s", r.back_s);
+    else
+      std::snprintf(back, sizeof back, "not in 10 s");
+    const bool meets = r.during.max() < r.target_ms;
+    const std::string held_end = r.held_end < 0 ? "no answer" : std::to_string(r.held_end >> 20);  // MiB
+    if (args.markdown) {
+      std::printf(
+          "| %s | %zu | %.2f | %.2f | %.2f | %.1f | < %.0f ms: %s | %lld | %lld | %.1f | %.1f | %.1f | %s | %.1f / %s "
+          "| %lld | %s |\n",
+          r.name.c_str(), r.during.ms.size(), r.before.pct(0.5), r.during.pct(0.5), r.during.pct(0.99), r.during.max(),
+          r.target_ms, meets ? "yes" : "NO", (long long)r.during.failed, (long long)r.during.wrong, mib(r.rss_start),
+          mib(r.rss_peak), mib(r.rss_end), back, mib(r.held_peak), held_end.c_str(), (long long)r.ops,
+          r.statuses.c_str());
+    } else {
+      std::printf(
+          "%-18s normal %5zu  p50 %6.2f ms (before %5.2f)  p99 %7.2f ms  max %7.1f ms  target < %.0f ms: %-3s  failed "
+          "%lld  wrong %lld  RSS %.1f -> peak %.1f -> %.1f MiB, back within 5%%: %s  held %.1f MiB, %s after  %s  "
+          "ops %lld  "
+          "attacker saw: %s\n",
+          r.name.c_str(), r.during.ms.size(), r.during.pct(0.5), r.before.pct(0.5), r.during.pct(0.99), r.during.max(),
+          r.target_ms, meets ? "yes" : "NO", (long long)r.during.failed, (long long)r.during.wrong, mib(r.rss_start),
+          mib(r.rss_peak), mib(r.rss_end), back, mib(r.held_peak), held_end.c_str(),
+          r.survived ? "server alive" : "SERVER GONE", (long long)r.ops, r.statuses.c_str());
+    }
+    if (r.cut_short) std::printf("%s: stopped after %.1f s: the server grew by 2 GiB\n", r.name.c_str(), r.attack_s);
+    if (r.during.failed) std::fprintf(stderr, "%s: first failure: %s\n", r.name.c_str(), r.during.first_error.c_str());
+  }
+  return all_correct ? 0 : 1;
+}
