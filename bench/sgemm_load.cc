@@ -21,6 +21,12 @@
 // rest are counted as unverified), so that the client's CPU is not what
 // saturates first on small products.
 //
+// Batched requests: --batch N makes each request a strided batch of N products
+// of the shape (Client::multiply_batch, one stream), --group makes each request
+// one group of every --sizes shape; throughput is then reported in products/s
+// as well as requests/s, and a verified request checks every one of its
+// products (rows sampled as for single products).
+//
 // Exit status: 0 when every normal request succeeded with a correct result,
 // 1 when any result was wrong, 2 when any request failed.
 #include <grpcpp/grpcpp.h>
@@ -38,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/batch_command.h"
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "resident_load.h"
@@ -73,6 +80,29 @@ struct LoadOptions {
   bool json = false;
   int verify_every = 1;       // verify one product in N per client (the first of each shape always)
   bool fresh_inputs = false;  // new random inputs for every product (else once per client and shape)
+  int64_t batch = 0;          // > 0: each request a strided batch of this many products of its shape
+  bool group = false;         // each request one group of every --sizes shape
+};
+
+// One client's batch or group and its concatenated operands, drawn once (or per request with --fresh-inputs).
+struct BatchOperands {
+  sgemm::BatchProducts products;
+  sgemm::BatchLayout layout;
+  uint64_t seed = 0;
+  std::vector<float> a, b, c0;
+  bool verified_once = false;
+  void draw(uint64_t new_seed, bool with_c) {
+    layout = sgemm::batch_layout(products);
+    seed = new_seed;
+    a.resize(std::size_t(layout.a_elements));
+    b.resize(std::size_t(layout.b_elements));
+    sgemm::fill_random(a, seed);
+    sgemm::fill_random(b, seed + 1);
+    if (with_c) {
+      c0.resize(std::size_t(layout.c_elements));
+      sgemm::fill_random(c0, seed + 2);
+    }
+  }
 };
 
 // One client's operands for one shape, drawn once (or per product with --fresh-inputs).
@@ -229,6 +259,8 @@ class Misbehavers {
 struct Sample {
   double ms;
   sgemm::GemmShape shape;
+  int64_t products = 1;  // in the request
+  double flops = 0;      // of its products
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -276,6 +308,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--fresh-inputs", o.fresh_inputs,
                "new random inputs for every product (else once per client and shape)");
+  app.add_option("--batch", o.batch, "each request a strided batch of N products of its --sizes shape")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--group", o.group, "each request one group of every --sizes shape (different shapes in one request)");
   app.add_flag("--reactor-calls", o.reactor_calls,
                "gRPC's callback threads drive each request's stream (the client's default: the calling thread)");
   // --resident: products against a resident B (docs/resident.md), bench/resident_load.h.
@@ -311,6 +346,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sgemm-load: --sizes has no shape\n");
     return 2;
   }
+  if (o.batch > 0 && o.group) {
+    std::fprintf(stderr, "sgemm-load: --batch and --group are two request kinds: give one\n");
+    return 2;
+  }
+  const bool batched = o.batch > 0 || o.group;
 
   double storm_ms = 0;
   if (o.reset_storm > 0) {  // as fast as one client can: open, reset, next
@@ -335,7 +375,7 @@ int main(int argc, char** argv) {
   std::vector<Sample> samples;
   std::map<std::string, int64_t> statuses;
   std::map<std::string, std::string> first_message;
-  std::atomic<int64_t> wrong{0}, retries{0}, unverified{0};
+  std::atomic<int64_t> wrong{0}, retries{0}, unverified{0}, products_failed{0};
   std::atomic<int64_t> peak_held{0};
   const auto t0 = Clock::now();
   const auto end = t0 + std::chrono::milliseconds(int64_t(o.duration_s * 1000));
@@ -359,8 +399,62 @@ int main(int argc, char** argv) {
       auto client = sgemm::Client::connect(o.server, copt);
       std::mt19937_64 rng((uint64_t(std::random_device{}()) << 32) ^ uint64_t(c));
       std::vector<Operands> operands(shapes.size());
+      std::vector<BatchOperands> batches(o.group ? 1 : shapes.size());
       for (int r = 0;; ++r) {
         if (o.duration_s > 0 ? Clock::now() >= end : r >= o.requests) break;
+        if (batched) {
+          // A strided batch of the client's next shape, or the group of every shape.
+          const std::size_t index = o.group ? 0 : (std::size_t(c) + std::size_t(r)) % shapes.size();
+          BatchOperands& in = batches[index];
+          if (in.a.empty() || o.fresh_inputs) {
+            in.products = {};
+            if (o.group) {
+              in.products.group = shapes;
+            } else {
+              in.products.shape = shapes[index];
+              in.products.count = o.batch;
+            }
+            in.draw(rng(), o.with_c);
+          }
+          const bool verify = !in.verified_once || (o.verify_every > 0 && r % o.verify_every == 0);
+          sgemm::MultiplyOptions mo;
+          mo.beta = o.with_c ? 0.5f : 0.0f;
+          mo.timeout = std::chrono::milliseconds(o.timeout_ms);
+          const auto ts = Clock::now();
+          auto res =
+              client->multiply_batch(in.products, in.a.data(), in.b.data(), o.with_c ? in.c0.data() : nullptr, mo);
+          const double ms = std::chrono::duration<double, std::milli>(Clock::now() - ts).count();
+          std::string code = res.ok() ? "OK" : std::string(sgemm::status_code_name(res.status().code()));
+          bool bad_result = false;
+          const int64_t count = int64_t(in.layout.c_offset.size());
+          if (res.ok()) {
+            retries += res->attempts - 1;
+            products_failed += res->products_failed;
+            if (!verify) unverified += count;
+          }
+          if (res.ok() && verify) {
+            in.verified_once = true;
+            for (const sgemm::ProductResult& p : res->products) {
+              if (!p.status.ok()) continue;
+              if (!sgemm::cli::verify_batch_product(in.products, in.layout, std::size_t(p.index), 1.0f, mo.beta,
+                                                    sgemm::Op::kN, sgemm::Op::kN, in.a.data(), in.b.data(),
+                                                    o.with_c ? in.c0.data() : nullptr, res->c.data(), in.seed)
+                       .passed(sgemm::kSgemmTolerance)) {
+                bad_result = true;
+                ++wrong;
+              }
+            }
+          }
+          double flops = 0;
+          for (const sgemm::GemmShape& s : in.products.shapes()) flops += s.flops();
+          std::lock_guard lock(mu);
+          ++statuses[code];
+          if (!res.ok() && !first_message.count(code)) first_message[code] = res.status().message();
+          if (res.ok() && !bad_result)
+            samples.push_back({ms, in.products.group.empty() ? in.products.shape : sgemm::GemmShape{},
+                               count - res->products_failed, flops});
+          continue;
+        }
         const std::size_t shape_index = (std::size_t(c) + std::size_t(r)) % shapes.size();
         const sgemm::GemmShape s = shapes[shape_index];
         Operands& in = operands[shape_index];
@@ -391,7 +485,7 @@ int main(int argc, char** argv) {
         std::lock_guard lock(mu);
         ++statuses[code];
         if (!res.ok() && !first_message.count(code)) first_message[code] = res.status().message();
-        if (res.ok() && !bad_result) samples.push_back({ms, s});
+        if (res.ok() && !bad_result) samples.push_back({ms, s, 1, s.flops()});
       }
     });
   }
@@ -404,9 +498,11 @@ int main(int argc, char** argv) {
 
   std::vector<double> lat;
   double flops = 0;
+  int64_t products_ok = 0;
   for (const auto& s : samples) {
     lat.push_back(s.ms);
-    flops += s.shape.flops();
+    flops += s.flops;
+    products_ok += s.products;
   }
   int64_t total = 0, ok = statuses.count("OK") ? statuses["OK"] : 0;
   for (const auto& [k, v] : statuses) total += v;
@@ -428,7 +524,12 @@ int main(int argc, char** argv) {
   j["statuses"] = statuses;
   j["first_error_message"] = first_message;
   j["wall_s"] = wall_s;
-  j["throughput_rps"] = double(ok) / wall_s;  // products per second (one product per request)
+  j["mode"] = o.group ? "group" : o.batch > 0 ? "batch" : "single";
+  j["batch"] = o.batch;
+  j["products_ok"] = products_ok;  // in requests that succeeded with correct (or unverified) results
+  j["products_failed"] = products_failed.load();
+  j["throughput_rps"] = double(ok) / wall_s;  // requests per second
+  j["products_per_s"] = double(products_ok) / wall_s;
   j["gflops"] = flops / wall_s / 1e9;
   j["latency_ms"] = {{"p50", percentile(lat, 50)},
                      {"p90", percentile(lat, 90)},
@@ -460,7 +561,13 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : statuses)
       std::printf("  %-20s %ld%s%s\n", k.c_str(), long(v), first_message.count(k) ? "  e.g. " : "",
                   first_message.count(k) ? first_message[k].c_str() : "");
-    std::printf("throughput %.1f products/s, %.2f GFLOP/s\n", double(ok) / wall_s, flops / wall_s / 1e9);
+    if (batched)
+      std::printf(
+          "requests: %s; %ld products computed, %ld failed on the server\n",
+          o.group ? "one group of every --sizes shape" : ("strided batches of " + std::to_string(o.batch)).c_str(),
+          long(products_ok), long(products_failed.load()));
+    std::printf("throughput %.1f requests/s, %.1f products/s, %.2f GFLOP/s\n", double(ok) / wall_s,
+                double(products_ok) / wall_s, flops / wall_s / 1e9);
     std::printf("latency ms: min %.2f p50 %.2f p90 %.2f p99 %.2f max %.2f\n", j["latency_ms"]["min"].get<double>(),
                 percentile(lat, 50), percentile(lat, 90), percentile(lat, 99), j["latency_ms"]["max"].get<double>());
     if (before.ok())

@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "client/batch_command.h"
 #include "client/cuda_ipc.h"
 #include "client/matrix_files.h"
 #include "client/resident_commands.h"
@@ -58,8 +59,11 @@ struct SubmitOptions {
   std::string op_a = "n", op_b = "n";            // BLAS transa / transb: "t" = the operand is stored transposed
   std::string a_at, b_at, c_at;                  // "ROW,COL": a submatrix of the resident operand
   bool keep = false, keep_evictable = false, send_c = false;
-  bool discard = false;  // --a/--b without --out: compute and throw C away (timing runs)
-  bool progress = true;  // a progress line on stderr when it is a terminal (--no-progress: never)
+  bool discard = false;    // --a/--b without --out: compute and throw C away (timing runs)
+  bool progress = true;    // a progress line on stderr when it is a terminal (--no-progress: never)
+  int64_t batch = 0;       // --batch N: N products of the shape in one request (client/batch_command.h)
+  std::string group_file;  // --group FILE: a group of shapes in one request
+  bool fail_fast = false, check_finite = false;
 };
 
 constexpr const char* kExitCodes =
@@ -369,6 +373,51 @@ std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t
   return t;
 }
 
+// submit --batch / --group: the products' options from submit's, then batch_command().
+int submit_batch(const std::string& server, int64_t chunk_bytes, bool no_retry, const SubmitOptions& o,
+                 const sgemm::ClientOptions& connection, const sgemm::GemmShape& shape) {
+  if (o.batch > 0 && !o.group_file.empty()) {
+    std::fprintf(stderr, "sgemm-client: --batch and --group are two kinds of request: give one\n");
+    return 2;
+  }
+  if (!o.a_file.empty() || !o.a_handle.empty() || !o.b_handle.empty() || !o.c_handle.empty() || o.keep ||
+      !o.out_file.empty() || o.transport == "shm") {
+    std::fprintf(stderr,
+                 "sgemm-client: --batch/--group send random operands over gRPC: not with --a/--b/--c, handles, "
+                 "--keep, --out or --transport shm\n");
+    return 2;
+  }
+  sgemm::ClientOptions copt = connection;
+  copt.chunk_bytes = chunk_bytes;
+  if (no_retry) copt.retry.max_attempts = 1;
+  std::string note;
+  SubmitOptions grpc_only = o;
+  grpc_only.transport = "grpc";
+  const std::string target = pick_target(server, grpc_only, &copt, &note);
+  auto client = sgemm::Client::connect(target, copt);
+  sgemm::MultiplyOptions mopt;
+  mopt.alpha = o.alpha;
+  mopt.beta = o.beta;
+  if (!o.kernel.empty()) mopt.kernel = sgemm::parse_kernel_kind(o.kernel);
+  mopt.precision = sgemm::parse_precision(o.precision).value_or(sgemm::Precision::kFp32);
+  if (!o.split.empty()) mopt.split = sgemm::parse_split_mode(o.split).value_or(sgemm::SplitMode::kAuto);
+  mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
+  mopt.op_a = sgemm::parse_op(o.op_a).value_or(sgemm::Op::kN);
+  mopt.op_b = sgemm::parse_op(o.op_b).value_or(sgemm::Op::kN);
+  sgemm::cli::BatchArgs args;
+  args.count = o.batch;
+  args.group_file = o.group_file;
+  args.shape = shape;
+  args.fail_fast = o.fail_fast;
+  args.check_finite = o.check_finite;
+  args.with_c = o.with_c || o.beta != 0.0f;
+  args.seed = o.seed;
+  args.repeat = o.repeat;
+  args.verify = o.verify;
+  args.json = o.json;
+  return sgemm::cli::batch_command(*client, args, mopt);
+}
+
 int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o,
            const sgemm::ClientOptions& connection) {
   sgemm::GemmShape s{o.m, o.n, o.k};
@@ -410,6 +459,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
       return 2;
     }
   }
+  if (o.batch > 0 || !o.group_file.empty()) return submit_batch(server, chunk_bytes, no_retry, o, connection, s);
   if (s.m < 1 || s.n < 1 || s.k < 1) {
     std::fprintf(stderr, "sgemm-client: give --size N or all of --m, --n, --k (each >= 1)\n");
     return 2;
@@ -682,6 +732,13 @@ int main(int argc, char** argv) {
   sub->add_flag("--keep", o.keep, "keep C resident on the server and print its handle (C is not sent back)");
   sub->add_flag("--keep-evictable", o.keep_evictable, "with --keep: the kept C may be evicted");
   sub->add_flag("--send-c", o.send_c, "with --keep: send C back as well");
+  sub->add_option("--batch", o.batch, "N products of the --size/--m --n --k shape in one request (strided batch)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--group", o.group_file, "a group of products in one request: shapes 'm n k', one per line")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--fail-fast", o.fail_fast, "with --batch/--group: a failing product fails the whole request");
+  sub->add_flag("--check-finite", o.check_finite,
+                "with --batch/--group: the server skips products whose inputs hold NaN or infinity");
 
   sgemm::cli::PutArgs put_args;
   CLI::App* put = app.add_subcommand("put", "upload a matrix once and print its handle (docs/resident.md)");

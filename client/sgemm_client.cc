@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "client/batch_call.h"
 #include "client/matrix_rpcs.h"
 #include "client/multiply_stream.h"
 #include "client/stripe_plan.h"
@@ -74,6 +75,92 @@ void set_ref(v1::RegionRef* out, const RegionMatrix& m) {
   out->set_region(m.region->name());
   out->set_offset(m.offset);
   out->set_ld(m.ld);
+}
+
+// The header's kernel, precision and split from the options; INVALID_ARGUMENT
+// for a kernel sgemm.v1 cannot name.
+Status set_exec_fields(const MultiplyOptions& opt, v1::GemmHeader* h) {
+  if (opt.kernel) {
+    switch (*opt.kernel) {
+      case KernelKind::kPingpong:
+        h->set_kernel(v1::KERNEL_PINGPONG);
+        break;
+      case KernelKind::kCublas:
+        h->set_kernel(v1::KERNEL_CUBLAS);
+        break;
+      case KernelKind::kTf32:
+      case KernelKind::kFp32x3:
+      case KernelKind::kOpenblas:
+        return InvalidArgument("kernel '" + std::string(kernel_kind_name(*opt.kernel)) +
+                               "' cannot be named in a sgemm.v1 request (pingpong or cublas)");
+    }
+  }
+  switch (opt.precision) {
+    case Precision::kFp32:
+      break;
+    case Precision::kTf32:
+      h->set_precision(v1::PRECISION_TF32);
+      break;
+    case Precision::kFp32x3:
+      h->set_precision(v1::PRECISION_FP32X3);
+      break;
+    case Precision::kFp32Ffma:
+      h->set_precision(v1::PRECISION_FP32_FFMA);
+      break;
+  }
+  switch (opt.split) {
+    case SplitMode::kAuto:
+      break;
+    case SplitMode::kSingle:
+      h->set_split(v1::SPLIT_SINGLE);
+      break;
+    case SplitMode::kRows:
+      h->set_split(v1::SPLIT_ROWS);
+      break;
+    case SplitMode::kK:
+      h->set_split(v1::SPLIT_K);
+      break;
+  }
+  return Status::Ok();
+}
+
+// The client's view of a MultiplySummary.
+MultiplySummary summary_from_proto(const v1::MultiplySummary& s) {
+  MultiplySummary sum;
+  sum.request_id = s.request_id();
+  sum.backend = s.backend();
+  sum.kernel = s.kernel();
+  sum.precision = precision_text(s.precision());
+  switch (s.split()) {
+    case v1::SPLIT_SINGLE:
+      sum.split = "single";
+      break;
+    case v1::SPLIT_ROWS:
+      sum.split = "rows";
+      break;
+    case v1::SPLIT_K:
+      sum.split = "k";
+      break;
+    default:
+      sum.split = "unspecified";
+  }
+  sum.plan_reason = s.plan_reason();
+  sum.queue_ms = s.queue_ms();
+  sum.receive_ms = s.receive_ms();
+  sum.compute_ms = s.compute_ms();
+  sum.total_ms = s.total_ms();
+  sum.send_ms = s.send_ms();
+  sum.bytes_in = s.bytes_received();
+  sum.bytes_out = s.bytes_sent();
+  sum.trace_json = s.trace_json();
+  sum.stripes = std::max(1, s.stripes());
+  sum.result_handle = s.result_handle();
+  for (const auto& d : s.devices()) {
+    sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),
+                           d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(), d.kernel_wait_ms(),
+                           d.reduce_wait_ms(), d.copy_out_wait_ms(), d.order_wait_ms(), d.host()});
+  }
+  return sum;
 }
 
 bool is_unix_target(const std::string& target) { return target.rfind("unix:", 0) == 0; }
@@ -416,7 +503,7 @@ class GrpcClient final : public Client {
   }
 
   template <typename Once>
-  StatusOr<MultiplyResult> with_retries(const MultiplyOptions& opt, Once&& once) {
+  auto with_retries(const MultiplyOptions& opt, Once&& once) -> decltype(once(std::chrono::system_clock::now())) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const auto deadline = opt.timeout.count() > 0 ? std::chrono::system_clock::now() + opt.timeout
@@ -479,47 +566,7 @@ class GrpcClient final : public Client {
         if (regions->c) set_ref(h->mutable_c_region(), *regions->c);
         if (regions->out) set_ref(h->mutable_out_region(), *regions->out);
       }
-      if (opt.kernel) {
-        switch (*opt.kernel) {
-          case KernelKind::kPingpong:
-            h->set_kernel(v1::KERNEL_PINGPONG);
-            break;
-          case KernelKind::kCublas:
-            h->set_kernel(v1::KERNEL_CUBLAS);
-            break;
-          case KernelKind::kTf32:
-          case KernelKind::kFp32x3:
-          case KernelKind::kOpenblas:
-            return InvalidArgument("kernel '" + std::string(kernel_kind_name(*opt.kernel)) +
-                                   "' cannot be named in a sgemm.v1 request (pingpong or cublas)");
-        }
-      }
-      switch (opt.precision) {
-        case Precision::kFp32:
-          break;
-        case Precision::kTf32:
-          h->set_precision(v1::PRECISION_TF32);
-          break;
-        case Precision::kFp32x3:
-          h->set_precision(v1::PRECISION_FP32X3);
-          break;
-        case Precision::kFp32Ffma:
-          h->set_precision(v1::PRECISION_FP32_FFMA);
-          break;
-      }
-      switch (opt.split) {
-        case SplitMode::kAuto:
-          break;
-        case SplitMode::kSingle:
-          h->set_split(v1::SPLIT_SINGLE);
-          break;
-        case SplitMode::kRows:
-          h->set_split(v1::SPLIT_ROWS);
-          break;
-        case SplitMode::kK:
-          h->set_split(v1::SPLIT_K);
-          break;
-      }
+      if (Status st = set_exec_fields(opt, h); !st.ok()) return st;
 
       result = run_stream(ctx, req, shape, a, b, c, regions, opt, deadline, &refs);
     }                  // the call (ClientContext) goes here
@@ -658,43 +705,78 @@ class GrpcClient final : public Client {
     if (result.bytes_received != total * int64_t(sizeof(float)))
       return Internal("the server sent " + std::to_string(result.bytes_received / 4) + " of " + std::to_string(total) +
                       " elements of C");
-    const v1::MultiplySummary& s = p0.summary().summary();
-    MultiplySummary& sum = result.summary;
-    sum.request_id = s.request_id();
-    sum.backend = s.backend();
-    sum.kernel = s.kernel();
-    sum.precision = precision_text(s.precision());
-    switch (s.split()) {
-      case v1::SPLIT_SINGLE:
-        sum.split = "single";
-        break;
-      case v1::SPLIT_ROWS:
-        sum.split = "rows";
-        break;
-      case v1::SPLIT_K:
-        sum.split = "k";
-        break;
-      default:
-        sum.split = "unspecified";
-    }
-    sum.plan_reason = s.plan_reason();
-    sum.queue_ms = s.queue_ms();
-    sum.receive_ms = s.receive_ms();
-    sum.compute_ms = s.compute_ms();
-    sum.total_ms = s.total_ms();
-    sum.send_ms = s.send_ms();
-    sum.bytes_in = s.bytes_received();
-    sum.bytes_out = s.bytes_sent();
-    sum.trace_json = s.trace_json();
-    sum.stripes = std::max(1, s.stripes());
-    sum.result_handle = s.result_handle();
-    for (const auto& d : s.devices()) {
-      sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),
-                             d.kernel_ms(), d.reduce_ms(), d.copy_out_ms(), d.copy_in_wait_ms(), d.kernel_wait_ms(),
-                             d.reduce_wait_ms(), d.copy_out_wait_ms(), d.order_wait_ms(), d.host()});
-    }
+    result.summary = summary_from_proto(p0.summary().summary());
     result.first_c_before_upload_end = first_c_early;
     result.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    return result;
+  }
+
+  StatusOr<BatchResult> multiply_batch(const BatchProducts& batch, const float* a, const float* b, const float* c,
+                                       const MultiplyOptions& opt) override {
+    if (!opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty() || opt.keep_result)
+      return InvalidArgument(
+          "multiply_batch: a batch uploads its operands and returns C; resident handles and "
+          "keep_result apply to single products");
+    if (opt.split == SplitMode::kRows || opt.split == SplitMode::kK)
+      return InvalidArgument("multiply_batch: a batch is split across GPUs by product; split rows or k does not apply");
+    if (!a || !b) return InvalidArgument("multiply_batch: A and B are required");
+    return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
+      return multiply_batch_once(batch, a, b, c, opt, deadline);
+    });
+  }
+
+  StatusOr<BatchResult> multiply_batch_once(const BatchProducts& batch, const float* a, const float* b, const float* c,
+                                            const MultiplyOptions& opt,
+                                            std::chrono::system_clock::time_point deadline) {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    const BatchLayout layout = batch_layout(batch);
+    wire::SliceRefs refs;  // outlives the call: gRPC drops its last slices when the call is destroyed
+    StatusOr<BatchResult> result = Internal("not run");
+    {
+      grpc::ClientContext ctx;
+      prepare(ctx);
+      if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
+      v1::MultiplyRequest req;
+      v1::GemmHeader* h = req.mutable_header();
+      h->set_alpha(opt.alpha);
+      h->set_beta(opt.beta);
+      h->set_has_c(c != nullptr);
+      h->set_trace(opt.trace);
+      matrix_rpcs::set_header_fields(opt, h);  // op_a, op_b (handles were refused above)
+      SGEMM_RETURN_IF_ERROR(set_exec_fields(opt, h));
+      SGEMM_RETURN_IF_ERROR(batch_call::set_batch_fields(batch, h));
+      BatchResult r;
+      float* out = opt.c_out;
+      if (!out) {
+        r.c.assign(std::size_t(layout.c_elements), 0.0f);
+        out = r.c.data();
+      }
+      // B (and C) first, then A, as for one product.
+      std::vector<StreamProtocol::Input> inputs = {{wire::WireMatrix::kB, b, 0, layout.b_elements}};
+      if (c) inputs.push_back({wire::WireMatrix::kC, c, 0, layout.c_elements});
+      inputs.push_back({wire::WireMatrix::kA, a, 0, layout.a_elements});
+      const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
+      StreamProtocol p(req, std::move(inputs), chunk_elems, out, layout.c_elements, opt.on_chunk, &refs, opt.on_sent);
+      const grpc::Status gst = run_on_caller_thread(*generic_, &ctx, p);
+      Status st = p.protocol_error().ok() ? from_grpc(gst) : p.protocol_error();
+      if (st.ok() && !p.have_summary()) st = Internal("the server ended the stream without a summary");
+      if (st.ok()) {
+        const v1::MultiplySummary& s = p.summary().summary();
+        r.summary = summary_from_proto(s);
+        auto products = batch_call::products_from_proto(s, layout, p.bytes_received());
+        if (!products.ok()) {
+          st = products.status();
+        } else {
+          r.products = std::move(products).value();
+          r.products_failed = s.products_failed();
+          r.bytes_sent = p.bytes_sent();
+          r.bytes_received = p.bytes_received();
+          result = std::move(r);
+        }
+      }
+      if (!st.ok()) result = st;
+    }
+    refs.wait_zero();  // gRPC holds no slice of the caller's A, B or C any more
     return result;
   }
 

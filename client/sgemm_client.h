@@ -238,6 +238,52 @@ struct MultiplyResult {
   bool first_c_before_upload_end = false;
 };
 
+// Many products in one request (docs/transport.md, "Batches and groups"): a
+// strided batch of `count` products of `shape`, or a group of products of the
+// shapes in `group` (then count stays 0). Every product shares the options'
+// alpha, beta, op_a, op_b, precision and kernel.
+struct BatchProducts {
+  GemmShape shape{};
+  int64_t count = 0;
+  std::vector<GemmShape> group;
+  // A failing product fails the whole request (its status, naming it);
+  // otherwise it is reported in BatchResult::products and the rest return.
+  bool fail_fast = false;
+  // The server checks each product's inputs for NaN and infinity and does
+  // not compute a product that holds one (INVALID_ARGUMENT in its status).
+  bool check_finite = false;
+  // Every product's shape, in order.
+  std::vector<GemmShape> shapes() const;
+};
+
+// Where each product's operands sit in the concatenated A, B and C that
+// multiply_batch() takes and returns: product i's stored A (m x k, or k x m
+// with op_a = kT) starts at element a_offset[i] of A, and so on; dense, in
+// product order.
+struct BatchLayout {
+  std::vector<int64_t> a_offset, b_offset, c_offset;
+  int64_t a_elements = 0, b_elements = 0, c_elements = 0;
+};
+BatchLayout batch_layout(const BatchProducts& batch);
+
+struct ProductResult {
+  int index = 0;
+  Status status;  // OK: its C is in BatchResult::c; else why it was not computed
+  int64_t c_offset = 0, c_elements = 0;
+};
+
+struct BatchResult {
+  // Every product's C, concatenated as BatchLayout says (empty when
+  // MultiplyOptions::c_out was given). A failed product's elements are 0.
+  std::vector<float> c;
+  std::vector<ProductResult> products;  // one per product, in order
+  int products_failed = 0;
+  MultiplySummary summary;
+  int64_t bytes_sent = 0, bytes_received = 0;
+  double wall_ms = 0;  // as the client saw it, retries included
+  int attempts = 1;
+};
+
 struct ServerInfo {
   struct Device {
     int index = -1;
@@ -289,6 +335,14 @@ class Client {
   // retried per ClientOptions::retry; the timeout covers every attempt.
   virtual StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                             const MultiplyOptions& options) = 0;
+  // Every product of `batch` in one request: `a`, `b` and `c` (null: no
+  // input C) hold each product's operand concatenated densely in product
+  // order (batch_layout()). MultiplyOptions' alpha, beta, ops, precision,
+  // kernel, timeout, trace, on_chunk (offsets into the concatenated C),
+  // on_sent and c_out (c_elements floats) apply; handles and split rows or K
+  // do not (INVALID_ARGUMENT). UNAVAILABLE is retried as for multiply().
+  virtual StatusOr<BatchResult> multiply_batch(const BatchProducts& batch, const float* a, const float* b,
+                                               const float* c, const MultiplyOptions& options) = 0;
   virtual StatusOr<ServerInfo> info(std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) = 0;
   // grpc.health.v1 Check for `service` ("" = the whole server): true when SERVING.
   virtual StatusOr<bool> serving(const std::string& service = "",

@@ -20,31 +20,11 @@
 #include <string>
 
 #include "kernels/backend_factories.h"
+#include "kernels/cublas_status.h"
 #include "kernels/cuda_status.h"
 
 namespace sgemm {
 namespace {
-
-Status cublas_status(cublasStatus_t st, const char* what, const char* file, int line) {
-  if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  (void)cudaGetLastError();  // leave no sticky runtime error behind for the next call
-  std::string msg = std::string(what) + " failed: " + cublasGetStatusName(st) + " (" + cublasGetStatusString(st) +
-                    ") at " + file + ":" + std::to_string(line);
-  switch (st) {
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return ResourceExhausted(std::move(msg));
-    // Requests are validated before they reach cuBLAS: a rejected value is our bug.
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return Internal(std::move(msg));
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return Unavailable(std::move(msg));
-    default:
-      return Internal(std::move(msg));
-  }
-}
-
-#define SGEMM_CUBLAS_TRY(expr) SGEMM_RETURN_IF_ERROR(cublas_status((expr), #expr, __FILE__, __LINE__))
 
 class CublasBackend final : public GemmBackend {
  public:

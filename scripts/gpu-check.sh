@@ -83,7 +83,7 @@ if [ "${1:-}" = "--bundle" ]; then
   b=${SGEMM_BUILD:-build}
   rm -rf "$RT"
   bins=("$b"/bin/sgemm-server "$b"/bin/sgemm-client "$b"/bin/sgemm-bench "$b"/bin/engine-bench "$b"/bin/sgemm-load
-        "$b"/bin/transport-bench "$b"/bin/grpc-transport-bench)
+        "$b"/bin/transport-bench "$b"/bin/grpc-transport-bench "$b"/bin/batch-bench)
   for t in "$b"/tests/*; do [ -f "$t" ] && [ -x "$t" ] && bins+=("$t"); done
   scripts/bundle-runtime.sh "$RT" "${bins[@]}"
   if [ "$(du -sm "$RT" | cut -f1)" -gt 60 ]; then
@@ -119,7 +119,8 @@ has() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; r
 if has tests; then
   for t in kernels_can_implement_test fp32x3_can_implement_test pingpong_sgemm_test fp32x3_sgemm_test \
            fp32_contract_test cuda_engine_gpu_test cuda_engine_region_gpu_test cuda_engine_multigpu_test \
-           transpose_test cuda_engine_ops_gpu_test cuda_engine_ops_multigpu_test; do
+           transpose_test cuda_engine_ops_gpu_test cuda_engine_ops_multigpu_test cuda_engine_batch_gpu_test \
+           cuda_engine_batch_multigpu_test; do
     [ -x "$BIN/$t" ] && step "$t" 580 "$BIN/$t" --gtest_brief=1
   done
 fi
@@ -148,7 +149,7 @@ if has sanitize; then
 fi
 if has e2e; then
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test e2e_shm_test \
-    e2e_observability_test e2e_stripes_test e2e_auth_test e2e_tls_test e2e_ops_test; do
+    e2e_observability_test e2e_stripes_test e2e_auth_test e2e_tls_test e2e_ops_test e2e_batch_test; do
     SGEMM_E2E_BACKEND=cuda step "$t" 300 "$BIN/$t" --gtest_brief=1
   done
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test; do  # over shared memory

@@ -52,7 +52,8 @@ class ClusterEngine final : public Engine {
     // The cluster runs fp32 with the default or a named fp32 kernel; a request
     // that names split K may run as the cluster K split, one that names rows
     // or nothing as either cluster split.
-    if (coord_.member_count() == 0 || r.options.precision != Precision::kFp32 || r.options.split == SplitMode::kSingle)
+    if (coord_.member_count() == 0 || r.options.precision != Precision::kFp32 ||
+        r.options.split == SplitMode::kSingle || r.batch)  // a batch runs on this host's GPUs, split by product
       return local_->run(job);
     // The cluster's data plane moves dense host matrices: operands kept on
     // this host's GPUs, or strided views of a larger region, run here.

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/engine/cpu_batch.h"
+
 namespace sgemm {
 namespace {
 
@@ -111,6 +113,7 @@ class CpuEngine final : public Engine {
   }
 
   Status validate(const GemmRequest& r) const override {
+    if (r.batch) return validate_cpu_batch(r, kMaxBlasInt);
     SGEMM_RETURN_IF_ERROR(check_gemm_request(r));
     const ExecOptions& options = r.options;
     if (options.kernel && *options.kernel != KernelKind::kOpenblas)
@@ -131,6 +134,15 @@ class CpuEngine final : public Engine {
   StatusOr<GemmReport> run(const GemmJob& job) override {
     if (Status v = validate(job.request); !v.ok())
       return Internal("a request that was not validated reached run(): " + v.to_string());
+    if (job.request.batch) {  // every input is present: the service never starts a batch early
+      std::unique_lock lock(mu_, std::defer_lock);
+      while (!lock.try_lock_for(std::chrono::milliseconds(10)))
+        if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
+      busy_.store(true, std::memory_order_relaxed);
+      StatusOr<GemmReport> report = run_cpu_batch(job, name_);
+      busy_.store(false, std::memory_order_relaxed);
+      return report;
+    }
     const GemmRequest& r = job.request;
     const GemmShape s = r.shape;
     using Clock = std::chrono::steady_clock;
@@ -248,7 +260,8 @@ class CpuEngine final : public Engine {
   // no estimate while a product runs (a job would wait for it).
   double estimate_ms(const GemmJob& job) const override {
     if (busy_.load(std::memory_order_relaxed)) return -1;
-    return job.request.shape.flops() / (gflops_.load(std::memory_order_relaxed) * 1e6);
+    const double flops = job.request.batch ? job.request.batch->flops() : job.request.shape.flops();
+    return flops / (gflops_.load(std::memory_order_relaxed) * 1e6);
   }
 
  private:

@@ -25,6 +25,7 @@
 #include "common/gemm_types.h"
 #include "common/host_buffer.h"
 #include "common/status.h"
+#include "server/engine/batch.h"
 #include "server/engine/device_memory.h"
 #include "server/engine/resident_store.h"
 #include "server/planner/plan.h"
@@ -68,6 +69,10 @@ struct GemmRequest {
   Op op_a = Op::kN;
   Op op_b = Op::kN;
   ExecOptions options;
+  // Many products in one request (server/engine/batch.h); null: the one
+  // product `shape`. With a batch, `shape` is the strided batch's shape, or a
+  // group's first product's, and A, B and C are the concatenated operands.
+  std::shared_ptr<const BatchSpec> batch;
   MatrixDims a_dims() const { return stored_a_dims(shape, op_a); }
   MatrixDims b_dims() const { return stored_b_dims(shape, op_b); }
 };
@@ -187,6 +192,8 @@ struct GemmReport {
   // The engine's own host time by step, in order, in ms (docs/observability.md,
   // "engine_host_ms"): where a small request's compute phase goes besides the GPU.
   std::vector<std::pair<std::string, double>> host_ms;
+  // A batch (GemmRequest::batch): each product's outcome, in product order.
+  std::vector<Status> product_status;
 };
 
 // One precision this backend offers and the kernel families that may serve it

@@ -127,4 +127,42 @@ StatusOr<KernelSelection> select_kernel(const KernelQuery& query);
 // (GetInfo's contracts).
 std::vector<KernelKind> kernels_serving(Precision p, const std::vector<KernelKind>& available);
 
+// ---- Batched and grouped products (server/engine/batch.h) -----------------
+//
+// A batch runs as one batched launch per GPU, chosen here as a row of
+// batch_kernel_table() (implemented in batch_kernel_choice.cc): a strided batch
+// (every product one shape) or a group (shapes of their own), in the arithmetic
+// of the request's precision. The summary's kernel names the row.
+enum class BatchLaunch { kStridedBatched, kGrouped };
+
+struct BatchKernelRow {
+  const char* name;    // "cublas_sgemm_strided_batched": the summary's kernel
+  BatchLaunch launch;  // which layout it runs
+  ArithmeticClass
+      arithmetic;     // kFfma: CUBLAS_COMPUTE_32F (cuBLAS SGEMM's own arithmetic); kTf32: the TF32 compute type
+  KernelKind family;  // the backend kind the devices must offer for it (kCublas or kTf32)
+};
+std::span<const BatchKernelRow> batch_kernel_table();
+
+struct BatchKernelQuery {
+  BatchLaunch launch = BatchLaunch::kStridedBatched;
+  Precision precision = Precision::kFp32;  // the request's contract
+  std::optional<KernelKind> named;         // the kernel the request names, if any
+  std::vector<KernelKind> available;       // what the devices offer
+};
+
+struct BatchKernelSelection {
+  const BatchKernelRow* row = nullptr;
+  std::string reason;  // for the plan's reason: why this row keeps the precision's contract
+};
+
+// The one choice for a batch. Pure.
+//   fp32, fp32-ffma: cuBLAS SGEMM's batched arithmetic (CUBLAS_COMPUTE_32F), which is
+//                    the fp32 contract's own reference and fp32 FMAs only;
+//   tf32:            the same launches with the TF32 compute type;
+//   fp32x3:          FAILED_PRECONDITION (no batched 3xTF32 kernel: send its products singly).
+// A named kernel must be cublas (fp32, fp32-ffma): INVALID_ARGUMENT naming `kernel`
+// otherwise; FAILED_PRECONDITION when the row's family is not available.
+StatusOr<BatchKernelSelection> select_batch_kernel(const BatchKernelQuery& query);
+
 }  // namespace sgemm

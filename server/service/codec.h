@@ -78,9 +78,10 @@ struct SummaryFigures {
   double queue_ms = 0, receive_ms = 0, compute_ms = 0, total_ms = 0;
   int64_t bytes_received = 0, bytes_sent = 0;
   double send_ms = 0;
-  std::string trace_json;     // "" unless the request asked for a trace
-  int stripes = 0;            // streams the request used (GemmHeader.stripes); 0 = one
-  std::string result_handle;  // header.keep_result: the kept C's handle
+  std::string trace_json;                  // "" unless the request asked for a trace
+  int stripes = 0;                         // streams the request used (GemmHeader.stripes); 0 = one
+  std::string result_handle;               // header.keep_result: the kept C's handle
+  std::shared_ptr<const BatchSpec> batch;  // a batch or group: its products, for their statuses
 };
 grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& figures);
 

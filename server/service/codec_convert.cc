@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "common/chunk_wire.h"
+#include "server/service/batch_request.h"
 #include "server/service/codec.h"
 
 namespace sgemm {
@@ -83,6 +84,7 @@ StatusOr<GemmRequest> header_from_proto(const v1::GemmHeader& h) {
     default:
       return InvalidArgument("header.split has unknown value " + std::to_string(int(h.split())));
   }
+  SGEMM_RETURN_IF_ERROR(batch_from_proto(h, &out));  // batch_request.h: a batch or group, if any
   return out;
 }
 
@@ -206,6 +208,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
     t->set_host(d.host);
   }
   sum->set_send_ms(f.send_ms);
+  products_to_proto(report, f.batch.get(), sum);
   if (!f.result_handle.empty()) sum->set_result_handle(f.result_handle);
   if (!f.trace_json.empty()) sum->set_trace_json(f.trace_json);
   sum->set_queue_ms(f.queue_ms);

@@ -71,6 +71,7 @@
 #include <vector>
 
 #include "server/engine/resident_store.h"
+#include "server/service/batch_request.h"
 #include "server/service/codec.h"
 #include "server/service/compute_slot_policy.h"
 #include "server/service/input_source.h"
@@ -145,6 +146,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   // request's input rows (input_source.h), sizes the footprint.
   Status on_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident = {},
                    const DeviceRefs& device = {});
+  // A batch or group's header (multiply_call_batch.cc): the same steps over
+  // the concatenated operands, which are always uploaded.
+  Status on_batch_header(const GemmRequest& header);
   // Every row ready at the header and no chunk to come: reserve C, compute.
   Status start_without_upload();
   // After a successful run: C becomes a resident matrix (keep_result).

@@ -7,11 +7,11 @@
 namespace sgemm {
 
 Status MultiplyCall::start_compute(bool early) {
-  const GemmShape& s = header_.shape;
   const int c_idx = static_cast<int>(MatrixId::kC);
   if (!caller_memory_) {     // the caller-memory rows and start_from_caller_memory() set the job's matrices
     if (!buffers_[c_idx]) {  // C is output only: its memory was reserved with the rest
-      auto got = shared_.engine.host_allocator().allocate(std::size_t(s.m * s.n) * sizeof(float));
+      const int64_t c_elements = request_matrix_elements(header_, MatrixId::kC);
+      auto got = shared_.engine.host_allocator().allocate(std::size_t(c_elements) * sizeof(float));
       if (!got.ok()) return got.status().with_context("allocating C");
       buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
     }

@@ -22,7 +22,7 @@ double ms_between(MultiplyCall::Clock::time_point a, MultiplyCall::Clock::time_p
 
 void MultiplyCall::send_more() {
   if (done() || writing_) return;
-  const int64_t n = header_.shape.n;
+  const int64_t n = c_row_elements(header_);  // elements per reported row of C
   if (!rows_.empty()) {
     const auto [r0, r1] = rows_.front();
     if (send_next_ < 0) send_next_ = r0 * n;
@@ -80,6 +80,7 @@ void MultiplyCall::send_more() {
   f.stripes = assembler_ ? assembler_->stripes() : 0;
   if (trace_) f.trace_json = trace_json_;
   f.result_handle = result_handle_;
+  f.batch = header_.batch;
   out_ = encode_summary(*result_, f);
   final_status_ = Status::Ok();
   set_finished();
@@ -131,14 +132,15 @@ void MultiplyCall::log_outcome(const Status& st) {
       "bytes_out={} gflops={:.1f} devices={} early_start={} yields={} plan=\"{}\"",
       id_, ctx_->peer(), client_name(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
       report_kernel_name(r), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
-      request_bytes_out(), s.flops() / (total_ms * 1e6), r.devices.size(), early_starts_ > 0, yields_, r.plan_reason);
+      request_bytes_out(), (header_.batch ? header_.batch->flops() : s.flops()) / (total_ms * 1e6), r.devices.size(),
+      early_starts_ > 0, yields_, r.plan_reason);
   TimingRecord record = timing_record_of(facts_, r);
   if (client_) record.caller = client_->name();
   if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, request_bytes_out(), &record);
   if (shared_.timing_log)
     shared_.timing_log->info(
         timing_record_json(record, "{\"early_start\":" + std::string(early_starts_ > 0 ? "true" : "false") +
-                                       ",\"yields\":" + std::to_string(yields_) + "}"));
+                                       ",\"yields\":" + std::to_string(yields_) + batch_timing_json(header_, r) + "}"));
   if (!shared_.options.trace_dir.empty()) {
     const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";
     std::FILE* file = std::fopen(path.c_str(), "w");

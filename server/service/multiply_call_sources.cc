@@ -13,6 +13,7 @@ namespace sgemm {
 
 Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions,
                                const ResidentOperands& resident, const DeviceRefs& device) {
+  if (header.batch) return on_batch_header(header);
   header_ = header;
   if (!resident.c.empty()) header_.has_c = true;  // a C named by handle is an input C
   // One validation, before any data: the service's size limits, then the

@@ -106,7 +106,7 @@ Status MultiplyCall::on_chunk(RequestMessage& msg) {
 Status MultiplyCall::ensure_buffer(MatrixId matrix, int64_t offset, std::size_t bytes, int stripe) {
   const int idx = static_cast<int>(matrix);
   if (buffers_[idx]) return Status::Ok();
-  const int64_t elements = matrix_elements(header_.shape, matrix);
+  const int64_t elements = request_matrix_elements(header_, matrix);
   // The check before allocating: a chunk that would be refused costs nothing.
   SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(matrix, offset, bytes, stripe));
   auto got = shared_.engine.host_allocator().allocate(std::size_t(elements) * sizeof(float));
@@ -146,6 +146,8 @@ bool MultiplyCall::may_start_early() const {
   // With op(A) = A^T every row of C needs every row of the stored A: nothing
   // could be computed before A is complete.
   if (header_.op_a == Op::kT) return false;
+  // A batch's products are launched together once every operand is in.
+  if (header_.batch) return false;
   const GemmShape& s = header_.shape;
   UploadFacts f;
   f.uploads_a = buffers_[0] != nullptr;

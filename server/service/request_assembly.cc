@@ -100,6 +100,13 @@ MatrixAssembler::MatrixAssembler(const GemmShape& shape, bool has_c, float* a, f
   for (int i = 0; i < 3; ++i) next_[i] = {0};
 }
 
+MatrixAssembler::MatrixAssembler(const std::array<int64_t, 3>& elements, bool has_c, int64_t max_chunk_bytes)
+    : has_c_(has_c), max_chunk_bytes_(max_chunk_bytes) {
+  expected_ = {elements[0], elements[1], has_c ? elements[2] : 0};
+  width_ = {elements[0], elements[1], elements[2]};
+  for (int i = 0; i < 3; ++i) next_[i] = {0};
+}
+
 void MatrixAssembler::set_destination(MatrixId matrix, float* dst) {
   std::lock_guard lock(mu_);
   dst_[static_cast<int>(matrix)] = dst;

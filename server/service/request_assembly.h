@@ -78,6 +78,11 @@ class MatrixAssembler final : public InputFeed {
   MatrixAssembler(const GemmShape& shape, bool has_c, float* a, float* b, float* c, int64_t max_chunk_bytes,
                   Op op_a = Op::kN, Op op_b = Op::kN);
 
+  // A batch's concatenated operands (server/engine/batch.h): `elements` of A,
+  // B and C (C's ignored without has_c), each one stored row of that many
+  // elements, so chunks need only be in order; set_stripes() does not apply.
+  MatrixAssembler(const std::array<int64_t, 3>& elements, bool has_c, int64_t max_chunk_bytes);
+
   void set_destination(MatrixId matrix, float* dst);
 
   // One request over several streams (GemmHeader.stripes, docs/transport.md):

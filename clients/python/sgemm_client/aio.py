@@ -24,6 +24,7 @@ import numpy as np
 from . import _channel, _wire
 from ._proto import health_pb2
 from ._proto import sgemm_pb2 as pb2
+from ._batch import BatchRequest
 from ._request import Matrix, Receiver, Request, first_failure, handles_without_shape, put_messages
 from ._types import Handle, SgemmError, Summary, error_of
 from .client import ClientBase, Shape, _timeout_within, deadline_of, remaining, resolve_transport, shape_tuple
@@ -108,6 +109,30 @@ class Client(ClientBase):
             await asyncio.sleep(pause)
         if keep:
             self._handle_shapes[receiver.summary.result_handle] = (req.m, req.n)
+        return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempt + 1)
+
+    async def multiply_batch(self, a_list: Sequence[Matrix], b_list: Sequence[Matrix],
+                             c_list: Optional[Sequence[Matrix]] = None, alpha: float = 1.0, beta: float = 0.0, *,
+                             precision: str = "fp32", kernel: Optional[str] = None, split: Optional[str] = None,
+                             op_a: str = "n", op_b: str = "n", fail_fast: bool = False, check_finite: bool = False,
+                             trace: bool = False, timeout: Optional[float] = None
+                             ) -> Tuple[List[Optional[np.ndarray]], Summary]:
+        """Many products in one request; returns (list of C, summary). See sgemm_client.Client.multiply_batch."""
+        t0 = time.monotonic()
+        deadline = deadline_of(timeout)
+        req = BatchRequest(a_list, b_list, c_list, alpha, beta, precision=precision, kernel=kernel, split=split,
+                           op_a=op_a, op_b=op_b, fail_fast=fail_fast, check_finite=check_finite, trace=trace,
+                           chunk_bytes=self.chunk_bytes)
+        attempt = 0
+        while True:
+            try:
+                receiver = await self._stream(req, deadline)
+                break
+            except SgemmError as e:
+                pause = self.retry.pause(e, attempt, deadline)
+            attempt += 1
+            self.unavailable_retries += 1
+            await asyncio.sleep(pause)
         return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempt + 1)
 
     def _multiply_rpc(self, stripe: int):

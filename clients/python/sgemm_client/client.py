@@ -33,6 +33,7 @@ from . import _channel, _wire
 from ._proto import health_pb2, health_pb2_grpc
 from ._proto import sgemm_pb2 as pb2
 from ._proto import sgemm_pb2_grpc as pb2_grpc
+from ._batch import BatchRequest
 from ._request import Matrix, Receiver, Request, first_failure, handles_without_shape, put_messages
 from ._types import Handle, SgemmError, Summary, error_of
 from .regions import RegionTable, SharedRegion
@@ -240,6 +241,31 @@ class Client(ClientBase):
         if keep:
             with self._lock:
                 self._handle_shapes[receiver.summary.result_handle] = (req.m, req.n)
+        return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempts)
+
+    def multiply_batch(self, a_list: Sequence[Matrix], b_list: Sequence[Matrix],
+                       c_list: Optional[Sequence[Matrix]] = None, alpha: float = 1.0, beta: float = 0.0, *,
+                       precision: str = "fp32", kernel: Optional[str] = None, split: Optional[str] = None,
+                       op_a: str = "n", op_b: str = "n", fail_fast: bool = False, check_finite: bool = False,
+                       trace: bool = False, timeout: Optional[float] = None
+                       ) -> Tuple[List[Optional[np.ndarray]], Summary]:
+        """Many products in ONE request: C_i = alpha*op(A_i)*op(B_i) + beta*C_i for every i; returns
+        (list of C, summary).
+
+        a_list, b_list (and c_list, optional): one matrix per product, as multiply() takes them (numpy arrays;
+        resident handles and regions are not taken here). Products of one shape go as a strided batch, others
+        as a group; op_a, op_b, alpha, beta, precision and kernel apply to every product; split: None/"auto"
+        (the server spreads the products over its GPUs) or "single". The list holds product i's C, or None
+        when product i failed on the server (its status in summary.products[i]: code, message; e.g. with
+        check_finite=True, a product whose inputs hold NaN or infinity is not computed). fail_fast=True: the
+        first failing product fails the whole call (SgemmError naming it). timeout: seconds for the whole call.
+        """
+        t0 = time.monotonic()
+        deadline = deadline_of(timeout)
+        req = BatchRequest(a_list, b_list, c_list, alpha, beta, precision=precision, kernel=kernel, split=split,
+                           op_a=op_a, op_b=op_b, fail_fast=fail_fast, check_finite=check_finite, trace=trace,
+                           chunk_bytes=self.chunk_bytes)
+        receiver, attempts = self._with_retries(lambda: self._stream(req, deadline), deadline)
         return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempts)
 
     def _with_retries(self, once: Callable[[], T], deadline: Optional[float]) -> Tuple[T, int]:

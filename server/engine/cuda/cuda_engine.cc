@@ -21,6 +21,7 @@
 #include "server/devices/device_health.h"
 #include "server/devices/device_pool.h"
 #include "server/devices/pinned_host_pool.h"
+#include "server/engine/cuda/batch_executor.h"
 #include "server/engine/cuda/device_buffer_jobs.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/kernel_tuner.h"
@@ -47,6 +48,7 @@ class CudaEngine final : public Engine {
         device_jobs_(std::make_unique<DeviceBufferJobs>(
             pool_.get(),
             DeviceBufferJobOptions{default_kind, options_.planner, options_.gpu_tflops, options_.peer_gbps})) {
+    batch_ = std::make_unique<BatchExecutor>(pool_.get(), options_.batch_max_pieces);
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
       watchdog_ = std::thread([this] { watch_collectives(); });
@@ -61,6 +63,7 @@ class CudaEngine final : public Engine {
     watch_cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
     release_spin();
+    batch_.reset();        // its cuBLAS handles while the devices are ours
     store_.clear();        // resident pieces (device memory) while the devices are ours
     device_jobs_.reset();  // IPC mappings are held by jobs, not here; its cuBLAS handles go
     comm_.reset();         // communicators before the pool's streams
@@ -144,6 +147,7 @@ class CudaEngine final : public Engine {
   }
 
   Status validate(const GemmRequest& r) const override {
+    if (r.batch) return batch_->validate(r);  // batch_executor.h
     SGEMM_RETURN_IF_ERROR(check_gemm_request(r));
     // Forced kRows/kK on a one-GPU pool is accepted and runs on that GPU (the
     // plan reason says so); see docs/engine.md.
@@ -160,6 +164,7 @@ class CudaEngine final : public Engine {
   }
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
+    if (job.request.batch) return batch_->run(job, healthy_devices());  // batch_executor.h
     if (job.device) return device_jobs_->run(job);  // operands in a caller's GPU memory: device_buffer_jobs.h
     const GemmRequest& r = job.request;
     // validate() ran before the data moved; here only what run() relies on is
@@ -327,6 +332,7 @@ class CudaEngine final : public Engine {
 
   // No estimate while any GPU's lanes are in use: a job would wait for them.
   double estimate_ms(const GemmJob& job) const override {
+    if (job.request.batch) return -1;  // no cost model for batches: computed on the pool
     const std::vector<int> healthy = healthy_devices();
     if (healthy.empty() || !check_gemm_request(job.request).ok()) return -1;
     for (int i : healthy)
@@ -480,8 +486,16 @@ class CudaEngine final : public Engine {
 
   std::string no_device_left() const {
     std::string msg = "no healthy GPU left on this server:";
-    for (int i = 0; i < pool_->size(); ++i) msg += " " + device_name(i) + ": " + health_.reason(i) + ";";
-    return msg + " restart it (or send requests to another replica)";
+    // Appended piece by piece: GCC 12's -Wrestrict misreads the temporaries of a chained + here.
+    for (int i = 0; i < pool_->size(); ++i) {
+      msg += ' ';
+      msg += device_name(i);
+      msg += ": ";
+      msg += health_.reason(i);
+      msg += ';';
+    }
+    msg += " restart it (or send requests to another replica)";
+    return msg;
   }
 
   // Whether the communicator's ranks are exactly these pool indices, in order.
@@ -668,6 +682,7 @@ class CudaEngine final : public Engine {
   const FaultInjection faults_;
   ResidentStore store_;                            // resident matrices (docs/resident.md); cleared before the pool goes
   std::unique_ptr<DeviceBufferJobs> device_jobs_;  // device-buffer jobs and IPC opening; reset before the pool goes
+  std::unique_ptr<BatchExecutor> batch_;           // batched and grouped products; reset before the pool goes
   std::atomic<bool> trap_fired_{false}, fail_fired_{false}, hang_fired_{false};
   void* spin_flag_ = nullptr;  // host-mapped int releasing the injected hang; allocated on first use
   int rebuilt_for_ = -1;       // guarded by the order mutex: healthy count of the last rebuild attempt

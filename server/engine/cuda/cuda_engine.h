@@ -79,6 +79,11 @@ struct CudaEngineOptions {
   // running. 3 keeps copies and kernels overlapped; a cancelled request or one
   // past its deadline stops after at most this many more blocks per device.
   int blocks_ahead = 3;
+  // A batch (server/engine/batch.h) runs on each GPU in at most this many
+  // pieces of its products (about 4 MiB of operands each), so one piece's
+  // copies overlap another's launch; 1: one batched launch per GPU, after
+  // every copy in (server/engine/cuda/batch_executor.h).
+  int batch_max_pieces = 4;
 
   // Cost-model capabilities given to the planner for every device, measured by
   // engine-bench on 2 x H200 and sgemm-bench on H100 (docs/engine.md, 2026-11-22):

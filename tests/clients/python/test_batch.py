@@ -1,0 +1,109 @@
+"""Batched and grouped products from Python against the real sgemm-server (cpu
+backend): multiply_batch(list_of_a, list_of_b) as a strided batch (7 products
+of 33x17x29) and as a group of odd shapes from 1x1x1 to 129x65x257, every
+op(A)/op(B) with alpha, beta and C, each product against a float64 numpy
+reference; a product with a NaN input comes back None with its status
+(check_finite), or fails the call (fail_fast); bad lists are refused before
+anything is sent; the asyncio client on the same request."""
+
+import asyncio
+import os
+import unittest
+
+import grpc
+import numpy as np
+
+import sgemm_client
+import sgemm_client.aio
+from checks import TOLERANCE, max_error, random
+from server_process import ServerProcess
+
+STRIDED = [(33, 17, 29)] * 7
+GROUP = [(1, 1, 1), (1, 65, 33), (47, 1, 19), (33, 17, 29), (7, 129, 3), (3, 5, 1), (129, 65, 257), (64, 64, 64)]
+SCALARS = ((1.0, 0.0, False), (-1.5, 0.75, True))
+
+
+def stored(x, op):
+    return np.ascontiguousarray(x.T) if op == "t" else x
+
+
+class Batch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--cpu-threads", "1")
+        cls.client = sgemm_client.Client(cls.server.address, chunk_bytes=4096)
+        cls.rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        assert cls.server.stop() == 0, cls.server.log()
+
+    def operands(self, shapes):
+        a = [random(self.rng, m, k) for m, n, k in shapes]
+        b = [random(self.rng, k, n) for m, n, k in shapes]
+        c = [random(self.rng, m, n) for m, n, k in shapes]
+        return a, b, c
+
+    def test_strided_batch_and_group_every_op_with_alpha_beta_and_c(self):
+        for name, shapes in (("strided", STRIDED), ("group", GROUP)):
+            for op_a in "nt":
+                for op_b in "nt":
+                    for alpha, beta, with_c in SCALARS:
+                        with self.subTest(kind=name, op_a=op_a, op_b=op_b, alpha=alpha, with_c=with_c):
+                            a, b, c0 = self.operands(shapes)
+                            got, summary = self.client.multiply_batch(
+                                [stored(x, op_a) for x in a], [stored(x, op_b) for x in b],
+                                c0 if with_c else None, alpha, beta, op_a=op_a, op_b=op_b, timeout=60)
+                            self.assertEqual(len(got), len(shapes))
+                            self.assertEqual(summary.products_failed, 0)
+                            self.assertEqual(len(summary.products), len(shapes))
+                            self.assertIn("strided batch of 7" if name == "strided" else "group of 8",
+                                          summary.plan_reason)
+                            for i, (m, n, k) in enumerate(shapes):
+                                self.assertEqual(got[i].shape, (m, n))
+                                self.assertLessEqual(
+                                    max_error(got[i], a[i], b[i], c0[i] if with_c else None, alpha, beta), TOLERANCE)
+
+    def test_a_non_finite_product_is_reported_alone_or_fails_the_call(self):
+        a, b, c0 = self.operands(GROUP)
+        a[3][2, 5] = np.nan
+        got, summary = self.client.multiply_batch(a, b, c0, 0.5, 2.0, check_finite=True, timeout=60)
+        self.assertIsNone(got[3])
+        self.assertEqual(summary.products_failed, 1)
+        self.assertEqual(summary.products[3].code, grpc.StatusCode.INVALID_ARGUMENT.value[0])
+        self.assertIn("product 3 (33x17x29): A holds a non-finite value", summary.products[3].message)
+        for i in range(len(GROUP)):
+            if i != 3:
+                self.assertLessEqual(max_error(got[i], a[i], b[i], c0[i], 0.5, 2.0), TOLERANCE)
+        with self.assertRaises(sgemm_client.SgemmError) as err:
+            self.client.multiply_batch(a, b, c0, check_finite=True, fail_fast=True, timeout=60)
+        self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("product 3", err.exception.details)
+
+    def test_bad_lists_are_refused_before_sending(self):
+        a, b, _ = self.operands(GROUP[:3])
+        with self.assertRaisesRegex(ValueError, "3 A matrices and 2 B matrices"):
+            self.client.multiply_batch(a, b[:2])
+        with self.assertRaisesRegex(ValueError, "product 1: op\\(a\\) is 1x33"):
+            self.client.multiply_batch(a, [b[0], b[0], b[2]])
+        with self.assertRaisesRegex(ValueError, "split must be"):
+            self.client.multiply_batch(a, b, split="rows")
+        with self.assertRaisesRegex(ValueError, "at least one product"):
+            self.client.multiply_batch([], [])
+
+    def test_asyncio_client_runs_the_same_group(self):
+        a, b, c0 = self.operands(GROUP)
+
+        async def run():
+            async with sgemm_client.aio.Client(self.server.address) as cl:
+                return await cl.multiply_batch(a, b, c0, 2.0, -1.0, op_a="n", timeout=60)
+
+        got, summary = asyncio.run(run())
+        self.assertEqual(summary.products_failed, 0)
+        for i in range(len(GROUP)):
+            self.assertLessEqual(max_error(got[i], a[i], b[i], c0[i], 2.0, -1.0), TOLERANCE)
+
+
+if __name__ == "__main__":
+    unittest.main()
