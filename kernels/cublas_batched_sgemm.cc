@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "kernels/cublas_status.h"
 #include "kernels/cuda_status.h"
@@ -128,6 +129,7 @@ StatusOr<CublasBatchedGemm::GroupLaunch> CublasBatchedGemm::stage_group(const st
   SGEMM_CUDA_TRY(
       cudaMemcpyAsync(workspace, pointers.data(), pointers.size() * sizeof(void*), cudaMemcpyHostToDevice, stream));
   g.pointers = static_cast<const void* const*>(workspace);
+  g.host_pointers = std::move(pointers);
   return g;
 }
 
@@ -148,11 +150,18 @@ Status CublasBatchedGemm::grouped(const GroupLaunch& g, float alpha, float beta,
                                                g.ldc.data(), int(groups), g.size.data()));
     return Status::Ok();
   }
-  SGEMM_CUBLAS_TRY(cublasGemmGroupedBatchedEx(as_handle(handle_), trans_b.data(), trans_a.data(), g.m.data(),
-                                              g.n.data(), g.k.data(), alphas.data(), dev, CUDA_R_32F, g.ldb.data(),
-                                              dev + g.count, CUDA_R_32F, g.lda.data(), betas.data(),
-                                              const_cast<void* const*>(dev + 2 * g.count), CUDA_R_32F, g.ldc.data(),
-                                              int(groups), g.size.data(), compute_type(arithmetic)));
+  // TF32: one cublasGemmEx per product. The grouped entry point with the TF32 compute type
+  // failed on an H100 (CUDA 13.0) with a misaligned address on products whose pointers are
+  // only 4-byte aligned (operands concatenated densely), and left the context unusable; it
+  // sees the pointers only on the device, where a single launch can check their alignment.
+  const auto& hp = g.host_pointers;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < groups; ++i)
+    for (int j = 0; j < g.size[i]; ++j, ++at)
+      SGEMM_CUBLAS_TRY(cublasGemmEx(as_handle(handle_), trans_b[i], trans_a[i], g.m[i], g.n[i], g.k[i], &alpha, hp[at],
+                                    CUDA_R_32F, g.ldb[i], hp[g.count + at], CUDA_R_32F, g.lda[i], &beta,
+                                    const_cast<void*>(hp[2 * g.count + at]), CUDA_R_32F, g.ldc[i],
+                                    compute_type(arithmetic), CUBLAS_GEMM_DEFAULT));
   return Status::Ok();
 }
 

@@ -81,6 +81,7 @@ class CublasBatchedGemm {
     Op op_a = Op::kN, op_b = Op::kN;
     std::vector<int> m, n, k, lda, ldb, ldc, size;  // per group, as cuBLAS is asked (C^T = op(B)^T op(A)^T)
     const void* const* pointers = nullptr;          // device: B's, then A's, then C's, group by group
+    std::vector<const void*> host_pointers;         // the same, on the host
   };
   static StatusOr<GroupLaunch> stage_group(const std::vector<BatchedProduct>& products, Op op_a, Op op_b,
                                            void* workspace, cudaStream_t stream);

@@ -13,7 +13,8 @@ constexpr BatchKernelRow kBatchRows[] = {
     {"cublas_sgemm_strided_batched", BatchLaunch::kStridedBatched, ArithmeticClass::kFfma, KernelKind::kCublas},
     {"cublas_sgemm_grouped", BatchLaunch::kGrouped, ArithmeticClass::kFfma, KernelKind::kCublas},
     {"cublas_tf32_strided_batched", BatchLaunch::kStridedBatched, ArithmeticClass::kTf32, KernelKind::kTf32},
-    {"cublas_tf32_grouped", BatchLaunch::kGrouped, ArithmeticClass::kTf32, KernelKind::kTf32},
+    // A TF32 group runs one cublasGemmEx per product (kernels/cublas_batched_sgemm.cc says why).
+    {"cublas_tf32_per_product", BatchLaunch::kGrouped, ArithmeticClass::kTf32, KernelKind::kTf32},
 };
 
 bool has(const std::vector<KernelKind>& v, KernelKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }

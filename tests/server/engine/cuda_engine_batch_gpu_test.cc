@@ -71,7 +71,7 @@ TEST(CudaEngineBatchGpu, Tf32RunsTheTf32ComputeType) {
     ASSERT_TRUE(v.ok()) << v.to_string();
     auto r = e->run(run.job());
     ASSERT_TRUE(r.ok()) << r.status().to_string();
-    EXPECT_EQ(r->kernel_row, kind == BatchKind::kStrided ? "cublas_tf32_strided_batched" : "cublas_tf32_grouped");
+    EXPECT_EQ(r->kernel_row, kind == BatchKind::kStrided ? "cublas_tf32_strided_batched" : "cublas_tf32_per_product");
     EXPECT_EQ(r->precision, Precision::kTf32);
     run.expect_all_correct(*r, /*tolerance=*/1e-2);  // tf32 is documented as less accurate (about 1e-4)
   }

@@ -79,7 +79,7 @@ TEST(BatchKernelChoice, PrecisionDecidesTheRow) {
       {BatchLaunch::kStridedBatched, Precision::kFp32Ffma, "cublas_sgemm_strided_batched"},
       {BatchLaunch::kGrouped, Precision::kFp32, "cublas_sgemm_grouped"},
       {BatchLaunch::kStridedBatched, Precision::kTf32, "cublas_tf32_strided_batched"},
-      {BatchLaunch::kGrouped, Precision::kTf32, "cublas_tf32_grouped"},
+      {BatchLaunch::kGrouped, Precision::kTf32, "cublas_tf32_per_product"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.row);
