@@ -47,15 +47,11 @@ struct Operands {
   }
 };
 
-class BatchE2E : public ::testing::Test {
+class BatchE2E : public testing::SuiteServer<BatchE2E> {
+ public:
+  static void configure(ServerOptions& o, EngineOptions&) { o.service.log_lines_per_second = 0; }
+
  protected:
-  static void SetUpTestSuite() {
-    server_ = new InProcessServer([](ServerOptions& o, EngineOptions&) { o.service.log_lines_per_second = 0; });
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0);
-    delete server_;
-  }
   void SetUp() override {
     ASSERT_TRUE(server_->running()) << server_->log();
     ClientOptions o;
@@ -119,10 +115,8 @@ class BatchE2E : public ::testing::Test {
     EXPECT_NE(s.message().find(words), std::string::npos) << "'" << words << "' not in " << s.to_string();
   }
 
-  static InProcessServer* server_;
   std::unique_ptr<Client> client_;
 };
-InProcessServer* BatchE2E::server_ = nullptr;
 
 TEST_F(BatchE2E, StridedBatchOfOddShapesEveryOpAndScalars) {
   BatchProducts batch;

@@ -18,19 +18,7 @@ namespace {
 
 using testing::InProcessServer;
 
-class DeviceBuffersE2E : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    server_ = new InProcessServer();
-    ASSERT_TRUE(server_->running()) << server_->log();
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0) << "server did not shut down cleanly";
-    delete server_;
-  }
-  static InProcessServer* server_;
-};
-InProcessServer* DeviceBuffersE2E::server_ = nullptr;
+class DeviceBuffersE2E : public testing::SuiteServer<DeviceBuffersE2E> {};
 
 DeviceBufferMatrix buffer(std::string handle = std::string(64, '\x01')) {
   return DeviceBufferMatrix{std::move(handle), "0000:00:00.0", 0, 0, false};

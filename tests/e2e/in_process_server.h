@@ -10,6 +10,7 @@
 // makes address() the Unix socket.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -101,6 +102,30 @@ class InProcessServer : public ServerLog {
  private:
   Status status_;
   std::unique_ptr<Server> server_;
+};
+
+// A suite whose tests share one in-process server, started before the suite's first test
+// and stopped as SIGTERM would stop it after its last (a stop that is not clean fails the
+// suite). The suite may define
+//   static void configure(ServerOptions& o, EngineOptions& e);
+// (public) to set the server's options, as in_process_options' `configure` does.
+template <class Suite>
+class SuiteServer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if constexpr (requires(ServerOptions & o, EngineOptions & e) { Suite::configure(o, e); }) {
+      server_ = new InProcessServer([](ServerOptions& o, EngineOptions& e) { Suite::configure(o, e); });
+    } else {
+      server_ = new InProcessServer();
+    }
+    ASSERT_TRUE(server_->running()) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << "server did not shut down cleanly";
+    delete server_;
+    server_ = nullptr;
+  }
+  static inline InProcessServer* server_ = nullptr;
 };
 
 }  // namespace sgemm::testing

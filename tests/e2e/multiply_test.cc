@@ -83,19 +83,7 @@ bool product_is_right(Client& client, const GemmShape& s, float alpha, float bet
   return true;
 }
 
-class MultiplyE2E : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    server_ = new InProcessServer();
-    ASSERT_TRUE(server_->running()) << server_->log();
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0) << "server did not shut down cleanly";
-    delete server_;
-  }
-  static InProcessServer* server_;
-};
-InProcessServer* MultiplyE2E::server_ = nullptr;
+class MultiplyE2E : public testing::SuiteServer<MultiplyE2E> {};
 
 TEST_F(MultiplyE2E, OddAndRoundShapesAgainstFp64Reference) {
   auto client = Client::connect(server_->address());

@@ -60,15 +60,11 @@ void expect_product(const GemmShape& s, const Scalars& sc, const std::vector<flo
                                          << v.worst_col << "), nonfinite mismatches " << v.mismatched_nonfinite;
 }
 
-class OpsE2E : public ::testing::Test {
+class OpsE2E : public testing::SuiteServer<OpsE2E> {
+ public:
+  static void configure(ServerOptions& o, EngineOptions&) { o.service.log_lines_per_second = 0; }
+
  protected:
-  static void SetUpTestSuite() {
-    server_ = new InProcessServer([](ServerOptions& o, EngineOptions&) { o.service.log_lines_per_second = 0; });
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0);
-    delete server_;
-  }
   void SetUp() override {
     ASSERT_TRUE(server_->running()) << server_->log();
     ClientOptions o;
@@ -94,10 +90,8 @@ class OpsE2E : public ::testing::Test {
     EXPECT_NE(s.message().find(words), std::string::npos) << s.to_string();
   }
 
-  static InProcessServer* server_;
   std::unique_ptr<Client> tcp_;
 };
-InProcessServer* OpsE2E::server_ = nullptr;
 
 // Chunks over TCP: A and B sent as stored (k x m under op_a = t), dense.
 TEST_F(OpsE2E, EveryOpCombinationSentAsChunks) {

@@ -43,15 +43,11 @@ std::vector<double> gemm_fp64(const std::vector<double>& a, const std::vector<do
   return c;
 }
 
-class ResidentE2E : public ::testing::Test {
+class ResidentE2E : public testing::SuiteServer<ResidentE2E> {
+ public:
+  static void configure(ServerOptions& o, EngineOptions&) { o.service.log_lines_per_second = 0; }
+
  protected:
-  static void SetUpTestSuite() {
-    server_ = new InProcessServer([](ServerOptions& o, EngineOptions&) { o.service.log_lines_per_second = 0; });
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0);
-    delete server_;
-  }
   void SetUp() override {
     ASSERT_TRUE(server_->running()) << server_->log();
     ClientOptions o;
@@ -69,10 +65,8 @@ class ResidentE2E : public ::testing::Test {
     return r->handle;
   }
 
-  static InProcessServer* server_;
   std::unique_ptr<Client> client_;
 };
-InProcessServer* ResidentE2E::server_ = nullptr;
 
 // A, B and C each sent or named by handle: all 8 combinations with an input C
 // and the 4 without, on an odd shape and a round one.

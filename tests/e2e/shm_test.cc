@@ -27,20 +27,11 @@ namespace sgemm {
 namespace {
 
 namespace v1 = ::sgemm::v1;
-using testing::InProcessServer;
 
 uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 
-class ShmE2E : public ::testing::Test {
+class ShmE2E : public testing::SuiteServer<ShmE2E> {
  protected:
-  static void SetUpTestSuite() {
-    server_ = new InProcessServer();
-    ASSERT_TRUE(server_->running()) << server_->log();
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(server_->stop(), 0) << "server did not shut down cleanly";
-    delete server_;
-  }
   static std::unique_ptr<v1::Sgemm::Stub> raw_stub(const std::string& target) {
     return v1::Sgemm::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   }
@@ -51,9 +42,7 @@ class ShmE2E : public ::testing::Test {
     EXPECT_TRUE(stub.ListRegions(&ctx, req, &resp).ok());
     return {resp.regions().begin(), resp.regions().end()};
   }
-  static InProcessServer* server_;
 };
-InProcessServer* ShmE2E::server_ = nullptr;
 
 // A strided matrix in a region: rows x cols with leading dimension ld, at
 // `offset`; the padding between rows holds a sentinel that must survive.
