@@ -144,6 +144,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->envname("SGEMM_REGION_BYTES")
       ->capture_default_str();
+  app.add_option("--region-bytes-per-user", opt.service.region_bytes_per_user,
+                 "without --auth-tokens, the regions one Unix user may register at once, all its connections "
+                 "together (0 = a quarter of --region-bytes; with tokens the token file's max_region_bytes applies)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--idle-timeout", opt.idle_timeout_s,
                  "seconds a stream may make no progress (client silent or not reading) before it is ended")
       ->check(CLI::PositiveNumber)

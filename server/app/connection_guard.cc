@@ -38,6 +38,7 @@ struct FdState {
   std::atomic_flag lock;
   Http2Inspector h2;
   sockaddr_storage peer{};
+  int max_streams = 0;  // this connection's bound on open streams: lower while its address cools down
 };
 
 // Descriptors past this are forwarded untouched (never inspected or counted).
@@ -50,28 +51,30 @@ bool tracked(int fd) { return fd >= 0 && fd < kTracked; }
 // A connection just accepted into `fd` from `peer`.
 void track(int fd, const sockaddr_storage& peer) {
   int max_resets = guard().max_resets.load(std::memory_order_relaxed);
-  if (max_resets > 0 && cooling_down(peer)) {
-    max_resets = std::max(1, max_resets / kCoolDownDivisor);
+  int max_streams = guard().max_streams.load(std::memory_order_relaxed);
+  if ((max_resets > 0 || max_streams > 0) && cooling_down(peer)) {
+    if (max_resets > 0) max_resets = std::max(1, max_resets / kCoolDownDivisor);
+    if (max_streams > 0) max_streams = std::max(1, max_streams / kCoolDownDivisor);
     guard().refused.fetch_add(1, std::memory_order_relaxed);
   }
   if (!tracked(fd)) return;
   FdState& s = g_fds[fd];
   SpinLock lock(s.lock);
   s.h2.start(max_resets);
+  s.max_streams = max_streams;
   s.peer = peer;
   s.stage.store(kPreface, std::memory_order_relaxed);
 }
 
 // The client's bytes that one recvmsg() brought; the verdict on the connection.
 Http2Verdict inspect_read(FdState& s, const msghdr* msg, std::size_t n, sockaddr_storage* peer, int* open,
-                          int* max_resets) {
+                          int* max_resets, int* max_streams) {
   const int64_t now = now_ms();
-  const int max_streams = guard().max_streams.load(std::memory_order_relaxed);
   SpinLock lock(s.lock);
   Http2Verdict v = Http2Verdict::kKeep;
   for (std::size_t i = 0; i < msg->msg_iovlen && n > 0 && v == Http2Verdict::kKeep; ++i) {
     const std::size_t k = std::min(n, msg->msg_iov[i].iov_len);
-    v = s.h2.client_sent(static_cast<const uint8_t*>(msg->msg_iov[i].iov_base), k, now, max_streams);
+    v = s.h2.client_sent(static_cast<const uint8_t*>(msg->msg_iov[i].iov_base), k, now, s.max_streams);
     n -= k;
   }
   if (!s.h2.inspecting()) {
@@ -81,6 +84,7 @@ Http2Verdict inspect_read(FdState& s, const msghdr* msg, std::size_t n, sockaddr
     *peer = s.peer;
     *open = s.h2.open_streams();
     *max_resets = s.h2.max_resets();
+    *max_streams = s.max_streams;
     s.h2.forget();
   } else if (s.h2.past_preface()) {
     s.stage.store(kFrames, std::memory_order_relaxed);
@@ -137,17 +141,19 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   const uint8_t stage = s.stage.load(std::memory_order_relaxed);
   if (stage != sgemm::kPreface && stage != sgemm::kFrames) return n;
   sockaddr_storage peer{};
-  int open = 0, max_resets = 0;
-  const sgemm::Http2Verdict v = sgemm::inspect_read(s, msg, std::size_t(n), &peer, &open, &max_resets);
+  int open = 0, max_resets = 0, max_streams = 0;
+  const sgemm::Http2Verdict v = sgemm::inspect_read(s, msg, std::size_t(n), &peer, &open, &max_resets, &max_streams);
   if (v == sgemm::Http2Verdict::kKeep) return n;
+  // Counted toward the address's cool-down before the client can see the
+  // close, so that its next connection is already held to the lower bounds.
+  sgemm::closed_by_guard(peer);
   shutdown(fd, SHUT_RDWR);
   if (v == sgemm::Http2Verdict::kResets) {
     guard().closed.fetch_add(1, std::memory_order_relaxed);
-    sgemm::closed_for_resets(peer);
     sgemm::guard_log(sgemm::reset_close_text(peer, max_resets));
   } else {
     guard().closed_for_streams.fetch_add(1, std::memory_order_relaxed);
-    sgemm::guard_log(sgemm::streams_close_text(peer, open));
+    sgemm::guard_log(sgemm::streams_close_text(peer, open, max_streams));
   }
   errno = ECONNRESET;
   return -1;

@@ -41,6 +41,11 @@
 // either), and closes a connection that holds more than `max_open_streams`
 // (sgemm-server: twice --max-streams-per-connection, the limit the client
 // was told) open at once. A health Watch stream a client never ends counts.
+// Such closes count toward the address's cool-down like closes for resets:
+// while it cools down, a new connection from it is closed past
+// 1/kCoolDownDivisor of that bound too, so a client that floods streams
+// gRPC serves itself (health Watch) and reconnects has far fewer of them
+// started per connection.
 //
 // Threads: the hooks run on whichever thread calls them; per-descriptor state
 // is atomics (gRPC reads one descriptor from one thread at a time); the
@@ -62,7 +67,7 @@ struct ConnectionGuardOptions {
   // Watch and reflection too); past it the connection is closed. 0 = not counted.
   int max_open_streams = 512;
   std::chrono::milliseconds cool_down{10000};
-  int closes_before_cool_down = 3;  // an address's connections closed this often within cool_down
+  int closes_before_cool_down = 3;  // an address's connections closed this often (resets or streams) within cool_down
   // Descriptors never handed to a new connection: the last `reserve` below
   // the soft RLIMIT_NOFILE (or 1/16 of it, whichever is larger).
   int reserve = 32;

@@ -71,7 +71,7 @@ bool cooling_down(const sockaddr_storage& peer) {
   return false;
 }
 
-void closed_for_resets(const sockaddr_storage& peer) {
+void closed_by_guard(const sockaddr_storage& peer) {
   std::lock_guard lock(guard().mu);
   const int64_t now = now_ms();
   const int64_t span = guard().options.cool_down.count();
@@ -88,7 +88,9 @@ void closed_for_resets(const sockaddr_storage& peer) {
   guard().cooling_n.store(int(guard().cooling.size()), std::memory_order_relaxed);
 }
 
-std::string reset_close_text(const sockaddr_storage& peer, int max_resets) {
+namespace {
+
+std::string cool_down_text() {
   int closes = 0;
   int64_t cool_down_s = 0;
   {
@@ -96,15 +98,23 @@ std::string reset_close_text(const sockaddr_storage& peer, int max_resets) {
     closes = guard().options.closes_before_cool_down;
     cool_down_s = guard().options.cool_down.count() / 1000;
   }
-  return "connection from " + address_text(peer) + " reset more than " + std::to_string(max_resets) +
-         " HTTP/2 streams within 1 s (rapid reset, --max-resets-per-second): closed; an address closed " +
-         std::to_string(closes) + " times gets 1/" + std::to_string(kCoolDownDivisor) +
-         " of the bound on its new connections for " + std::to_string(cool_down_s) + " s";
+  return "an address whose connections were closed " + std::to_string(closes) + " times within " +
+         std::to_string(cool_down_s) + " s gets 1/" + std::to_string(kCoolDownDivisor) +
+         " of the bounds on its new connections for " + std::to_string(cool_down_s) + " s";
 }
 
-std::string streams_close_text(const sockaddr_storage& peer, int open) {
+}  // namespace
+
+std::string reset_close_text(const sockaddr_storage& peer, int max_resets) {
+  return "connection from " + address_text(peer) + " reset more than " + std::to_string(max_resets) +
+         " HTTP/2 streams within 1 s (rapid reset, --max-resets-per-second): closed; " + cool_down_text();
+}
+
+std::string streams_close_text(const sockaddr_storage& peer, int open, int max_streams) {
   return "connection from " + address_text(peer) + " opened " + std::to_string(open) +
-         " HTTP/2 streams at once, past twice --max-streams-per-connection (which it was told in SETTINGS): closed";
+         " HTTP/2 streams at once, past " + std::to_string(max_streams) +
+         " (twice --max-streams-per-connection, which it was told in SETTINGS, or 1/" +
+         std::to_string(kCoolDownDivisor) + " of that while its address cools down): closed; " + cool_down_text();
 }
 
 }  // namespace sgemm

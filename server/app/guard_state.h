@@ -1,6 +1,6 @@
 // The transport guard's process-wide state (connection_guard.h): its options,
 // its figures, its rate-limited log, and the addresses cooling down after
-// their connections were closed for rapid reset.
+// their connections were closed (for rapid reset or for open streams).
 //
 // Never destroyed: gRPC's threads may still read and close connections while
 // the process's static objects are being destroyed at exit.
@@ -22,7 +22,8 @@
 
 namespace sgemm {
 
-// A connection from an address that is cooling down may reset this many times fewer streams.
+// A connection from an address that is cooling down may reset, and hold open,
+// this many times fewer streams.
 inline constexpr int kCoolDownDivisor = 20;
 
 struct CoolDown {
@@ -40,7 +41,7 @@ struct GuardState {
   std::mutex mu;                             // guards what follows
   ConnectionGuardOptions options;
   int spare = -1;                 // kept open, closed to accept and drop a connection at EMFILE
-  std::vector<CoolDown> cooling;  // addresses whose connections were closed for resets
+  std::vector<CoolDown> cooling;  // addresses whose connections the guard closed
   std::atomic<int> cooling_n{0};  // cooling.size(), read without the lock
   int64_t last_log_ms = -1000;    // the log says at most one line per second...
   int64_t unlogged = 0;           // ... and how many it left out
@@ -74,15 +75,15 @@ std::string address_text(const sockaddr_storage& a);  // "127.0.0.1", "::1", or 
 void guard_log(const std::string& line);
 
 // Whether `peer`'s address is cooling down (its new connections get
-// 1/kCoolDownDivisor of the reset bound).
+// 1/kCoolDownDivisor of the reset bound and of the open-stream bound).
 bool cooling_down(const sockaddr_storage& peer);
-// A connection from `peer` was closed for resets: counts toward its address's
-// cool-down. Unix peers (and peers unknown to the guard) have no address to
-// refuse: their connections are closed one by one.
-void closed_for_resets(const sockaddr_storage& peer);
+// A connection from `peer` was closed for resets or for open streams: counts
+// toward its address's cool-down. Unix peers (and peers unknown to the guard)
+// have no address to refuse: their connections are closed one by one.
+void closed_by_guard(const sockaddr_storage& peer);
 
 // The log lines for a connection closed for resets or for open streams.
 std::string reset_close_text(const sockaddr_storage& peer, int max_resets);
-std::string streams_close_text(const sockaddr_storage& peer, int open);
+std::string streams_close_text(const sockaddr_storage& peer, int open, int max_streams);
 
 }  // namespace sgemm

@@ -76,6 +76,7 @@ Status validate(const ServerOptions& opt) {
   if (s.max_queued < 0) return InvalidArgument("--max-queued must not be negative");
   if (s.host_memory_bytes < 0) return InvalidArgument("--host-memory-bytes must not be negative");
   if (s.region_bytes < 0) return InvalidArgument("--region-bytes must not be negative");
+  if (s.region_bytes_per_user < 0) return InvalidArgument("--region-bytes-per-user must not be negative");
   if (s.inline_compute_ms < 0) return InvalidArgument("--inline-compute-ms must not be negative");
   if (s.max_open_streams <= 0) return InvalidArgument("--max-open-streams must be positive");
   if (s.max_stripes <= 0) return InvalidArgument("--max-stripes must be positive");

@@ -103,6 +103,7 @@ RegionRegistry::RegionRegistry(Engine& engine, RegionRegistryOptions options)
       max_regions_(regions_within_descriptors(options.max_regions)),
       in_use_(std::make_shared<int64_t>(0)),
       client_bytes_(std::make_shared<std::map<std::string, int64_t>>()),
+      user_bytes_(std::make_shared<std::map<uid_t, int64_t>>()),
       in_use_mu_(std::make_shared<std::mutex>()) {}
 
 RegionRegistry::~RegionRegistry() {
@@ -191,17 +192,38 @@ StatusOr<int64_t> RegionRegistry::register_region(const RegionCaller& caller, co
                               " more would exceed its quota of " + std::to_string(caller.max_region_bytes) +
                               " (max_region_bytes); unregister regions first");
     }
+    // Without tokens the Unix user is the account: its regions on every
+    // connection count together against its share of the budget.
+    const bool per_user = caller.client.empty();
+    const int64_t user_held = per_user && user_bytes_->count(caller.cred.uid) ? user_bytes_->at(caller.cred.uid) : 0;
+    if (per_user && options_.max_bytes_per_user > 0 && user_held + size > options_.max_bytes_per_user) {
+      close(fd);
+      return ResourceExhausted("Unix user " + std::to_string(caller.cred.uid) + " has " + std::to_string(user_held) +
+                               " bytes of regions registered; " + std::to_string(size) +
+                               " more would exceed its share of " + std::to_string(options_.max_bytes_per_user) +
+                               " (--region-bytes-per-user: without --auth-tokens each Unix user's regions count "
+                               "together, all its connections); unregister regions first");
+    }
     *in_use_ += size;
-    (*client_bytes_)[caller.client] += size;
+    if (per_user)
+      (*user_bytes_)[caller.cred.uid] += size;
+    else
+      (*client_bytes_)[caller.client] += size;
   }
   auto in_use = in_use_;
   auto in_use_mu = in_use_mu_;
   auto client_bytes = client_bytes_;
+  auto user_bytes = user_bytes_;
   std::shared_ptr<MappedRegion> r(new MappedRegion());
-  r->give_back_ = [in_use, in_use_mu, client_bytes, client = caller.client](int64_t bytes) {
+  r->give_back_ = [in_use, in_use_mu, client_bytes, user_bytes, client = caller.client,
+                   uid = caller.cred.uid](int64_t bytes) {
     std::lock_guard lock(*in_use_mu);
     *in_use -= bytes;
-    if (((*client_bytes)[client] -= bytes) <= 0) client_bytes->erase(client);
+    if (client.empty()) {
+      if (((*user_bytes)[uid] -= bytes) <= 0) user_bytes->erase(uid);
+    } else if (((*client_bytes)[client] -= bytes) <= 0) {
+      client_bytes->erase(client);
+    }
   };
   r->bytes_ = size;
   r->name_ = name;

@@ -147,6 +147,11 @@ struct RegionRegistryOptions {
   // the process's open-files limit, whichever is smaller: regions can never
   // exhaust the descriptors the listeners and connections need.
   int max_regions = 4096;
+  // Without tokens, one Unix user's registered bytes, all its connections
+  // together (with tokens the client's max_region_bytes bounds them instead),
+  // so that one local user cannot take the whole budget from the others;
+  // 0 = no bound of its own (capacity_bytes only).
+  int64_t max_bytes_per_user = 0;
 };
 
 class RegionRegistry {
@@ -159,7 +164,9 @@ class RegionRegistry {
   // size); NOT_FOUND (no such object); PERMISSION_DENIED; ALREADY_EXISTS;
   // RESOURCE_EXHAUSTED (budget, count, page-locking); PERMISSION_DENIED over
   // the client's max_region_bytes (its registrations on every connection
-  // counted). Returns the bytes mapped.
+  // counted); RESOURCE_EXHAUSTED, without tokens, over the Unix user's
+  // max_bytes_per_user (its registrations on every connection counted).
+  // Returns the bytes mapped.
   StatusOr<int64_t> register_region(const RegionCaller& caller, const std::string& name, const std::string& shm_name,
                                     int64_t byte_size);
 
@@ -189,6 +196,7 @@ class RegionRegistry {
   std::map<std::string, std::shared_ptr<MappedRegion>> regions_;  // guarded by mu_
   std::shared_ptr<int64_t> in_use_;                               // guarded by *in_use_mu_; outlives the registry
   std::shared_ptr<std::map<std::string, int64_t>> client_bytes_;  // per client (tokens); likewise
+  std::shared_ptr<std::map<uid_t, int64_t>> user_bytes_;          // per Unix user (no tokens); likewise
   std::shared_ptr<std::mutex> in_use_mu_;
 };
 

@@ -24,6 +24,7 @@ ServiceOptions resolved(ServiceOptions o) {
   if (o.max_queued < 0) o.max_queued = 0;
   if (o.max_stripes < 1) o.max_stripes = 1;
   if (o.region_bytes <= 0) o.region_bytes = default_host_memory_bytes() / 2;
+  if (o.region_bytes_per_user <= 0) o.region_bytes_per_user = std::max<int64_t>(1, o.region_bytes / 4);
   if (o.max_streams_per_connection < 1) o.max_streams_per_connection = 1;
   if (o.max_streams_per_address > 0) o.max_streams_per_address = std::max(o.max_streams_per_address, o.max_stripes);
   return o;
@@ -56,7 +57,9 @@ ServiceShared::ServiceShared(Engine& e, const ServiceOptions& o, std::shared_ptr
 SgemmService::SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,
                            std::shared_ptr<spdlog::logger> timing_log)
     : options_(resolved(std::move(options))),
-      regions_(std::make_unique<RegionRegistry>(engine, RegionRegistryOptions{options_.region_bytes})),
+      regions_(std::make_unique<RegionRegistry>(
+          engine, RegionRegistryOptions{options_.region_bytes, RegionRegistryOptions{}.max_regions,
+                                        options_.region_bytes_per_user})),
       device_handles_(std::make_unique<DeviceHandleRegistry>(engine.device_memory())),
       connections_(std::make_unique<ConnectionTable>([this](uint64_t id) {
         regions_->drop_connection(id);

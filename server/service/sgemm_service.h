@@ -89,6 +89,10 @@ struct ServiceOptions {
   // memory the callers own); 0 = a quarter of min(physical memory, the cgroup's
   // limit) (docs/transport.md).
   int64_t region_bytes = 0;
+  // Without tokens, one Unix user's registered regions, all its connections
+  // together (RESOURCE_EXHAUSTED past it); 0 = a quarter of region_bytes. With
+  // tokens the token file's max_region_bytes bounds each client instead.
+  int64_t region_bytes_per_user = 0;
   std::string trace_dir;  // write a Chrome trace of every request here (trace-<id>.json); "" = only on request
   std::shared_ptr<const ClientAuth> auth;  // bearer tokens and per-client quotas (--auth-tokens);
                                            // null = calls need no token

@@ -22,6 +22,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
@@ -500,6 +501,55 @@ TEST_F(CallerAttacks, ClientStringsCannotForgeLogLines) {
   expect_server_serves(*server_, "after a forged log line");
 }
 
+// e2e-region-probe run as uid 65534 with `args`, its output collected.
+struct ProbeRun {
+  bool ran = false;  // it exited 0
+  std::string skip;  // why the host could not run it as that user ("" when it could)
+  std::string said;  // its stdout and stderr
+};
+ProbeRun run_probe_as_nobody(const ServerProcess& server, const std::vector<std::string>& args) {
+  ProbeRun run;
+  if (chmod(server.dir().c_str(), 0755) != 0) {  // the other user must reach the socket (mode 0666)
+    run.said = std::string("chmod: ") + strerror(errno);
+    return run;
+  }
+  const std::string out = server.dir() + "/probe.log";
+  const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    run.said = std::string("open: ") + strerror(errno);
+    return run;
+  }
+  // The probe beside the other binaries of a build carried to another host (as SGEMM_SERVER_BIN).
+  const char* probe_env = std::getenv("SGEMM_REGION_PROBE_BIN");
+  const std::string probe = probe_env ? probe_env : SGEMM_REGION_PROBE_BIN;
+  std::vector<char*> argv{const_cast<char*>("e2e-region-probe")};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();  // only async-signal-safe calls in the child until exec
+  if (pid == 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(126);
+    execv(probe.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fd);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+    run.said = std::string("fork/waitpid: ") + strerror(errno);
+    return run;
+  }
+  std::ifstream f(out);
+  run.said.assign(std::istreambuf_iterator<char>(f), {});
+  // 126: the child could not become uid 65534; 127: that user could not execute the probe
+  // (a path it cannot reach): the host's setup, not the rule under test.
+  if (WIFEXITED(status) && (WEXITSTATUS(status) == 126 || WEXITSTATUS(status) == 127))
+    run.skip = "uid 65534 could not run " + probe + " (exit " + std::to_string(WEXITSTATUS(status)) +
+               "); set SGEMM_REGION_PROBE_BIN to a copy that user can reach";
+  run.ran = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return run;
+}
+
 TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
   const std::string dir = testing::make_temp_dir();
   const std::string file = dir + "/tokens.json";
@@ -529,6 +579,49 @@ TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
   expect_server_serves(server, "after the region quotas", so.token);
 }
 
+// Without tokens the Unix user is the account: its regions on every
+// connection count against --region-bytes-per-user, so one local user cannot
+// take the whole --region-bytes from the others. A second user (uid 65534,
+// e2e-region-probe, when the test runs as root) still registers within its own share.
+TEST(RegionQuotaAttack, WithoutTokensEachUnixUserHasItsShareOfTheRegionBudget) {
+  ServerProcess server({"--region-bytes", std::to_string(1 << 20), "--region-bytes-per-user", "131072"});
+  ASSERT_TRUE(server.running()) << server.log();
+  auto one = Client::connect(server.unix_address());
+  auto other_connection = Client::connect(server.unix_address());
+  auto first = one->create_region(65536);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto second = other_connection->create_region(65536);
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  auto third = one->create_region(4096);  // over 128 KiB, both connections together
+  ASSERT_EQ(third.status().code(), StatusCode::kResourceExhausted) << third.status().to_string();
+  const std::string user = "Unix user " + std::to_string(geteuid());
+  EXPECT_NE(third.status().message().find(user), std::string::npos) << third.status().to_string();
+  EXPECT_NE(third.status().message().find("--region-bytes-per-user"), std::string::npos) << third.status().to_string();
+  std::printf("[ info ] a third region of the same user: %s\n", third.status().message().c_str());
+  if (geteuid() == 0) {
+    const ProbeRun probe = run_probe_as_nobody(server, {server.unix_address(), "--register", "65536", "131072"});
+    if (probe.skip.empty()) {
+      ASSERT_TRUE(probe.ran) << "the probe failed: " << probe.said;
+      EXPECT_NE(probe.said.find("register 65536 0 "), std::string::npos)
+          << "uid 65534 was refused its own share: " << probe.said;
+      const std::string over = "register 131072 " + std::to_string(int(StatusCode::kResourceExhausted)) + " ";
+      EXPECT_NE(probe.said.find(over), std::string::npos) << "uid 65534 got past its share: " << probe.said;
+      EXPECT_NE(probe.said.find("Unix user 65534"), std::string::npos) << probe.said;
+      std::printf("[ info ] uid 65534 beside it:\n%s", probe.said.c_str());
+    } else {
+      std::printf("[ skip ] the second user's share: %s\n", probe.skip.c_str());
+    }
+  } else {
+    std::printf(
+        "[ skip ] the second user's share needs root to run uid 65534; RegionRegistry."
+        "WithoutTokensAUnixUsersRegionBytesAreCapped checks it with injected uids\n");
+  }
+  ASSERT_TRUE((*first)->unregister().ok());  // its bytes come back to the user
+  auto again = other_connection->create_region(65536);
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
+  expect_server_serves(server, "after the Unix users' region shares");
+}
+
 // Without --auth-tokens, a region belongs to the Unix user that registered
 // it: another local user who may open the object (mode 0666), and so passes
 // the file-rights check, can neither name it in a Multiply or a PutMatrix,
@@ -538,7 +631,6 @@ TEST_F(CallerAttacks, AnotherUnixUserCannotUseSeeOrUnregisterARegion) {
   if (geteuid() != 0)
     GTEST_SKIP() << "needs root to run a second Unix user (uid 65534); the rule itself is unit-tested "
                     "(RegionRegistry.WithoutTokensARegionIsItsUnixUsers)";
-  ASSERT_EQ(chmod(server_->dir().c_str(), 0755), 0) << "the other user must reach the socket (mode 0666)";
   constexpr int kN = 16;
   OwnedRegion region(server_->unix_address(), 2 * kN * kN * 4, 0666);
   const uint64_t seed = fresh_seed();
@@ -548,33 +640,10 @@ TEST_F(CallerAttacks, AnotherUnixUserCannotUseSeeOrUnregisterARegion) {
   std::memcpy(region.data(), a.data(), a.size() * 4);
   std::memcpy(static_cast<char*>(region.data()) + a.size() * 4, b.data(), b.size() * 4);
 
-  const std::string out = server_->dir() + "/probe.log";
-  const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ASSERT_GE(fd, 0) << strerror(errno);
-  // The probe beside the other binaries of a build carried to another host (as SGEMM_SERVER_BIN).
-  const char* probe_env = std::getenv("SGEMM_REGION_PROBE_BIN");
-  const std::string probe = probe_env ? probe_env : SGEMM_REGION_PROBE_BIN;
-  const std::string address = server_->unix_address(), name = region.name();
-  const pid_t pid = fork();  // only async-signal-safe calls in the child until exec
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(126);
-    execl(probe.c_str(), "e2e-region-probe", address.c_str(), name.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(fd);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  std::ifstream f(out);
-  const std::string said{std::istreambuf_iterator<char>(f), {}};
-  // 126: the child could not become uid 65534; 127: that user could not execute the probe
-  // (a path it cannot reach): the host's setup, not the rule under test.
-  if (WIFEXITED(status) && (WEXITSTATUS(status) == 126 || WEXITSTATUS(status) == 127))
-    GTEST_SKIP() << "uid 65534 could not run " << probe << " (exit " << WEXITSTATUS(status)
-                 << "); set SGEMM_REGION_PROBE_BIN to a copy that user can reach";
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the probe failed: " << said;
+  const ProbeRun probe = run_probe_as_nobody(*server_, {server_->unix_address(), region.name()});
+  if (!probe.skip.empty()) GTEST_SKIP() << probe.skip;
+  ASSERT_TRUE(probe.ran) << "the probe failed: " << probe.said;
+  const std::string& said = probe.said;
   const auto line = [&](const std::string& what) {  // the probe's line for `what`
     std::istringstream lines(said);
     for (std::string l; std::getline(lines, l);)

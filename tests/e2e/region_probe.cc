@@ -4,11 +4,17 @@
 // from it, and unregisters it, and prints one line per try:
 //   list <regions it sees> <whether the named one is among them>
 //   multiply|put|unregister <status code number> <message>
-// Usage: e2e-region-probe unix:PATH REGION. Exit 0 once every try was made.
+// Or, with --register, it creates and registers regions of its own of the
+// given sizes, one after the other and all held until it exits, and prints
+//   register <bytes> <status code number> <message>
+// Usage: e2e-region-probe unix:PATH REGION | e2e-region-probe unix:PATH
+// --register BYTES... Exit 0 once every try was made.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "client/sgemm_client.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
@@ -37,12 +43,25 @@ std::string one_line(std::string s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* usage = "usage: e2e-region-probe unix:PATH REGION | e2e-region-probe unix:PATH --register BYTES...\n";
   if (argc == 2 && std::string(argv[1]) == "--help") {
-    std::printf("usage: e2e-region-probe unix:PATH REGION\n");
+    std::printf("%s", usage);
+    return 0;
+  }
+  if (argc >= 4 && std::string(argv[2]) == "--register") {
+    sgemm::ClientOptions options;
+    options.retry.max_attempts = 1;
+    auto client = sgemm::Client::connect(argv[1], options);
+    std::vector<std::unique_ptr<sgemm::Region>> held;  // registered until the probe exits
+    for (int i = 3; i < argc; ++i) {
+      auto r = client->create_region(std::stoll(argv[i]));
+      std::printf("register %s %d %s\n", argv[i], int(r.status().code()), one_line(r.status().message()).c_str());
+      if (r.ok()) held.push_back(std::move(*r));
+    }
     return 0;
   }
   if (argc != 3) {
-    std::fprintf(stderr, "usage: e2e-region-probe unix:PATH REGION\n");
+    std::fprintf(stderr, "%s", usage);
     return 2;
   }
   const std::string address = argv[1], region = argv[2];

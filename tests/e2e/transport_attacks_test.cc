@@ -627,11 +627,40 @@ TEST(TransportAttacks, HealthWatchStreamsAreBounded) {
   ASSERT_TRUE(over.connect(port_of(server), "127.0.0.3"));
   (void)over.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
   EXPECT_TRUE(over.wait_closed(20000)) << "a connection holding 1,000 health watches was not closed";
-  EXPECT_TRUE(server.log_has("past twice --max-streams-per-connection")) << "the log does not say why";
+  EXPECT_TRUE(server.log_has("past 200 (twice --max-streams-per-connection")) << "the log does not say why";
   EXPECT_FALSE(within.closed_by_server()) << "a connection within the bound was closed";
   expect_served(server, "beside 150 health watches, after 1,000 on one connection");
   within.close_now();
   testing::expect_rss_back(server.pid(), rss_start, "after the health watches");
+}
+
+// A client that floods health watches and reconnects each time it is closed
+// costs the server the watches gRPC starts on every connection. After three
+// such closes within 10 s its address cools down: a new connection from it
+// is closed past 1/20 of the bound (10 of 200 here), while a connection from
+// another address keeps 150 watches and a normal request is served.
+TEST(TransportAttacks, AnAddressFloodingWatchesCoolsDown) {
+  ServerProcess server({"--max-streams-per-connection", "100"});
+  ASSERT_TRUE(server.running()) << server.log();
+  expect_served(server, "before the watch floods");
+  RawH2Client other;
+  ASSERT_TRUE(other.connect(port_of(server), "127.0.0.3"));
+  ASSERT_TRUE(other.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
+  for (int i = 0; i < 3; ++i) {
+    RawH2Client flood;
+    ASSERT_TRUE(flood.connect(port_of(server), "127.0.0.2"));
+    (void)flood.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
+    ASSERT_TRUE(flood.wait_closed(20000)) << "flood " << i << " was not closed";
+  }
+  RawH2Client cooling;  // 30 watches: under the bound, past 1/20 of it
+  ASSERT_TRUE(cooling.connect(port_of(server), "127.0.0.2"));
+  (void)cooling.open_streams("/grpc.health.v1.Health/Watch", 30, false, true);
+  EXPECT_TRUE(cooling.wait_closed(20000))
+      << "a cooling address's connection kept 30 watches: " << server.log().substr(0, 6000);
+  // The log says so (its lines are rate-limited: this one may be folded into a count).
+  EXPECT_TRUE(server.log_has("while its address cools down")) << server.log().substr(0, 4000);
+  EXPECT_FALSE(other.closed_by_server()) << "another address's connection within the bound was closed";
+  expect_served(server, "beside a cooling address");
 }
 
 // Over TLS the guard reads the streams at SSL_read(): a connection holding

@@ -251,6 +251,51 @@ TEST(RegionRegistry, WithoutTokensARegionIsItsUnixUsers) {
   ASSERT_TRUE(reg.unregister_region(alice_again, "a", [](int) {}).ok());
 }
 
+// Without tokens each Unix user's regions, on every connection, count
+// against its share of the budget: one local user cannot take it all. The
+// uids are injected as above.
+TEST(RegionRegistry, WithoutTokensAUnixUsersRegionBytesAreCapped) {
+  RecordingEngine engine;
+  RegionRegistryOptions options;
+  options.capacity_bytes = 5 * 4096;
+  options.max_bytes_per_user = 2 * 4096;
+  RegionRegistry reg(engine, options);
+  ShmObject a1(4096, 0666), a2(4096, 0666), a3(4096, 0666), b1(8192, 0666), t1(8192, 0666);
+  RegionCaller alice = unix_caller(1), alice_elsewhere = unix_caller(2), bob = unix_caller(3);
+  alice.cred.uid = alice_elsewhere.cred.uid = 1000;
+  bob.cred.uid = 1001;
+  ASSERT_TRUE(reg.register_region(alice, "a1", a1.name(), 0).ok());
+  ASSERT_TRUE(reg.register_region(alice_elsewhere, "a2", a2.name(), 0).ok());
+  // Its third page, on either connection, is past its share.
+  const auto refused = reg.register_region(alice, "a3", a3.name(), 0);
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().to_string();
+  const std::string& why = refused.status().message();
+  EXPECT_NE(why.find("Unix user 1000"), std::string::npos) << why;
+  EXPECT_NE(why.find("8192 bytes of regions registered"), std::string::npos) << why;
+  EXPECT_NE(why.find("share of 8192"), std::string::npos) << why;
+  EXPECT_NE(why.find("--region-bytes-per-user"), std::string::npos) << why;
+  EXPECT_EQ(reg.register_region(alice_elsewhere, "a3", a3.name(), 0).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(reg.bytes_in_use(), 2 * 4096);
+  EXPECT_EQ(engine.registered(), 2u);
+  // Another user still has its own share.
+  ASSERT_TRUE(reg.register_region(bob, "b1", b1.name(), 0).ok());
+  EXPECT_EQ(reg.bytes_in_use(), 4 * 4096);
+  // A token's client is bounded by its max_region_bytes, not by its uid's share.
+  RegionCaller alice_token = alice;
+  alice_token.client = "alice";
+  const auto server_full = reg.register_region(alice_token, "t1", t1.name(), 0);
+  EXPECT_EQ(server_full.status().code(), StatusCode::kResourceExhausted) << "over --region-bytes, not the share";
+  EXPECT_NE(server_full.status().message().find("--region-bytes)"), std::string::npos)
+      << server_full.status().to_string();
+  ASSERT_TRUE(reg.register_region(alice_token, "t1", t1.name(), 4096).ok()) << "the uid's share does not bind a token";
+  // The share comes back when a region goes: by unregistering, or with its connection.
+  ASSERT_TRUE(reg.unregister_region(alice, "a1", [](int) {}).ok());
+  ASSERT_TRUE(reg.register_region(alice, "a3", a3.name(), 0).ok());
+  reg.drop_connection(2);  // a2
+  ASSERT_TRUE(reg.register_region(alice, "a1", a1.name(), 0).ok());
+  EXPECT_EQ(reg.bytes_in_use(), 5 * 4096);
+}
+
 TEST(RegionRegistry, DropConnectionRemovesOnlyItsRegistrations) {
   RecordingEngine engine;
   RegionRegistry reg(engine, {1 << 20});
