@@ -13,9 +13,11 @@ sgemm-client --verify), then timed: per round and configuration a warm-up
 request, then --repeat timed ones (median); the rounds alternate Python and
 C++ so that both see the same load. Client CPU per request: the Python
 process's CPU time (all its threads) over the timed requests; for sgemm-client,
-see cpp_runs.
+see cpp_runs. Page faults per request (minor: fresh pages the allocator maps
+and the kernel zeroes) are counted the same way for both.
 
     client_rates.py --server HOST:PORT --unix PATH --cli build/bin/sgemm-client [--size 2048] [--repeat 3] [--rounds 2]
+                    [--kinds up,down,e2e]
 """
 
 import argparse
@@ -49,23 +51,26 @@ def check(c, a, b, rng):
 
 
 def python_runs(client, a, b, repeat, out=None):
-    """Median wall ms and CPU ms per request of `repeat` timed requests after one warm-up, and how many of
-    them had rows of C back before their upload ended."""
+    """Median wall ms, CPU ms and page faults per request of `repeat` timed requests after one warm-up, and how
+    many of them had rows of C back before their upload ended."""
     client.multiply(a, b, out=out, timeout=600)
     walls, early = [], 0
+    faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     cpu0 = time.process_time()
     for _ in range(repeat):
         t0 = time.perf_counter()
         _, summary = client.multiply(a, b, out=out, timeout=600)
         walls.append((time.perf_counter() - t0) * 1e3)
         early += summary.first_c_before_upload_end
-    return statistics.median(walls), (time.process_time() - cpu0) * 1e3 / repeat, early
+    cpu = (time.process_time() - cpu0) * 1e3 / repeat
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0) / repeat
+    return statistics.median(walls), cpu, faults, early
 
 
 def cpp_runs(cli, target_args, m, n, k, connections, repeat):
     """Median client wall ms of `repeat` requests after one warm-up, from sgemm-client submit --json, and
-    its CPU ms per request: the CPU time of a run of 1 + repeat requests less that of a run of 1 (which
-    takes away start-up and making the random matrices), over repeat."""
+    its CPU ms and page faults per request: those of a run of 1 + repeat requests less those of a run of 1
+    (which takes away start-up and making the random matrices), over repeat."""
 
     def run(count):
         cmd = [cli, "submit", *target_args, "--m", str(m), "--n", str(n), "--k", str(k), "--repeat", str(count),
@@ -78,11 +83,13 @@ def cpp_runs(cli, target_args, m, n, k, connections, repeat):
         if done.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed: {done.stderr}")
         cpu_ms = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e3
-        return json.loads(done.stdout.strip().splitlines()[-1])["client"], cpu_ms
+        faults = after.ru_minflt - before.ru_minflt
+        return json.loads(done.stdout.strip().splitlines()[-1])["client"], cpu_ms, faults
 
-    _, base_cpu = run(1)
-    out, cpu = run(repeat + 1)
-    return statistics.median(out["total_ms_all"][1:]), max(0.0, cpu - base_cpu) / repeat
+    _, base_cpu, base_faults = run(1)
+    out, cpu, faults = run(repeat + 1)
+    return (statistics.median(out["total_ms_all"][1:]), max(0.0, cpu - base_cpu) / repeat,
+            max(0, faults - base_faults) / repeat)
 
 
 def main():
@@ -93,8 +100,12 @@ def main():
     p.add_argument("--size", type=int, default=2048)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--kinds", default=",".join(SHAPES), help="shapes to time, comma-separated (of up, down, e2e)")
     p.add_argument("--json", help="write every figure here")
     args = p.parse_args()
+    kinds = args.kinds.split(",")
+    if not kinds or any(kind not in SHAPES for kind in kinds):
+        p.error(f"--kinds takes a comma-separated list of {', '.join(SHAPES)}, got {args.kinds!r}")
     n0 = args.size
     rng = np.random.default_rng(1)
     tcp = {c: sgemm_client.Client(args.server, connections=c) for c in (1, 4)}
@@ -121,31 +132,32 @@ def main():
             sys.exit(f"sgemm-client --verify failed: {run.stdout}{run.stderr}")
     print("verified: Python (1 and 4 connections, shm scratch, shm regions) and sgemm-client --verify", flush=True)
 
-    results = []  # (kind, client, path, round, wall_ms, cpu_ms)
+    results = []  # (kind, client, path, round, wall_ms, cpu_ms, faults)
     early_c = {}  # (kind, connections): Python requests whose first rows of C came before their upload ended
     for rnd in range(args.rounds):
-        for kind, shape in SHAPES.items():
-            m, n, k = shape(n0)
+        for kind in kinds:
+            m, n, k = SHAPES[kind](n0)
             a, b = mats[kind]
             for c in (1, 4):
-                wall, cpu, early = python_runs(tcp[c], a, b, args.repeat)
-                results.append((kind, "python", f"grpc {c}", rnd, wall, cpu))
+                wall, cpu, faults, early = python_runs(tcp[c], a, b, args.repeat)
+                results.append((kind, "python", f"grpc {c}", rnd, wall, cpu, faults))
                 early_c[(kind, c)] = early_c.get((kind, c), 0) + early
-                wall, cpu = cpp_runs(args.cli, ["--server", args.server, "--transport", "grpc"], m, n, k, c,
-                                     args.repeat)
-                results.append((kind, "c++", f"grpc {c}", rnd, wall, cpu))
+                wall, cpu, faults = cpp_runs(args.cli, ["--server", args.server, "--transport", "grpc"], m, n, k,
+                                             c, args.repeat)
+                results.append((kind, "c++", f"grpc {c}", rnd, wall, cpu, faults))
             if kind == "e2e":
-                wall, cpu, _ = python_runs(unix, a, b, args.repeat)
-                results.append((kind, "python", "shm scratch (copies)", rnd, wall, cpu))
-                wall, cpu, _ = python_runs(unix, x, y, args.repeat, out=z)
-                results.append((kind, "python", "shm regions (no copy)", rnd, wall, cpu))
-                wall, cpu = cpp_runs(args.cli, ["--unix", args.unix], m, n, k, 0, args.repeat)
-                results.append((kind, "c++", "shm scratch (copies)", rnd, wall, cpu))
+                wall, cpu, faults, _ = python_runs(unix, a, b, args.repeat)
+                results.append((kind, "python", "shm scratch (copies)", rnd, wall, cpu, faults))
+                wall, cpu, faults, _ = python_runs(unix, x, y, args.repeat, out=z)
+                results.append((kind, "python", "shm regions (no copy)", rnd, wall, cpu, faults))
+                wall, cpu, faults = cpp_runs(args.cli, ["--unix", args.unix], m, n, k, 0, args.repeat)
+                results.append((kind, "c++", "shm scratch (copies)", rnd, wall, cpu, faults))
             for r in results[-6 if kind == "e2e" else -4:]:
                 print(r, flush=True)
 
-    print("\n| shape | path | client | wall ms (median per round) | MB/s | client CPU ms/request |")
-    print("|---|---|---|---|---|---|")
+    print("\n| shape | path | client | wall ms (median per round) | MB/s | client CPU ms/request "
+          "| page faults/request |")
+    print("|---|---|---|---|---|---|---|")
     keys = []
     for r in results:
         if (r[0], r[2], r[1]) not in keys:
@@ -155,16 +167,18 @@ def main():
         walls = [r[4] for r in rows]
         m, n, k = SHAPES[kind](n0)
         rates = [payload(kind, m, n, k) / (w * 1e3) for w in walls]
-        cpu = [r[5] for r in rows if r[5] is not None]
+        cpu = [r[5] for r in rows]
+        faults = [r[6] for r in rows]
         print(f"| {kind} {m}x{n}x{k} | {path} | {client} | {', '.join(f'{w:.1f}' for w in walls)} | "
-              f"{min(rates):.0f}-{max(rates):.0f} | {'-' if not cpu else f'{min(cpu):.1f}-{max(cpu):.1f}'} |")
+              f"{min(rates):.0f}-{max(rates):.0f} | {min(cpu):.1f}-{max(cpu):.1f} | "
+              f"{min(faults):.0f}-{max(faults):.0f} |")
     for (kind, c), count in early_c.items():
         print(f"python {kind} over {c} connection(s): {count} of {args.rounds * args.repeat} timed requests had "
               "rows of C back before their upload ended")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([dict(zip(("shape", "client", "path", "round", "wall_ms", "cpu_ms"), r)) for r in results], f,
-                      indent=1)
+            fields = ("shape", "client", "path", "round", "wall_ms", "cpu_ms", "faults")
+            json.dump([dict(zip(fields, r)) for r in results], f, indent=1)
 
 
 if __name__ == "__main__":

@@ -158,8 +158,10 @@ class ClientAgainstServer(unittest.TestCase):
         self.assertGreaterEqual(info.load.requests_total, 2)
 
     def test_the_timeout_covers_the_call(self):
+        # The product (32 MiB to send, 2048^3 to compute) takes hundreds of times the timeout, so it cannot
+        # finish first even when a loaded host delays gRPC's deadline timer.
         with self.assertRaises(sgemm_client.SgemmError) as e:
-            self.client.multiply(self.random(512, 512), self.random(512, 512), timeout=0.001)
+            self.client.multiply(self.random(2048, 2048), self.random(2048, 2048), timeout=0.001)
         self.assertEqual(e.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
         with self.assertRaisesRegex(ValueError, "timeout"):
             self.client.multiply(self.random(2, 2), self.random(2, 2), timeout=0)
