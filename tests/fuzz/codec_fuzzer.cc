@@ -66,9 +66,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       break;
     case sgemm::RequestMessage::Kind::kHeader: {
       check(req.has_header(), "a header, but protobuf sees none");
-      check(msg.header.shape.m == req.header().m() && msg.header.shape.n == req.header().n() &&
-                msg.header.shape.k == req.header().k(),
+      // A group's header has no shape of its own (m, n, k are 0): the request carries its
+      // first product's, and every product is in its batch spec.
+      const sgemm::v1::GemmHeader& h = req.header();
+      const bool group = h.group_size() > 0;
+      const int64_t m = group ? h.group(0).m() : h.m(), n = group ? h.group(0).n() : h.n(),
+                    k = group ? h.group(0).k() : h.k();
+      check(msg.header.shape.m == m && msg.header.shape.n == n && msg.header.shape.k == k,
             "the header's shape differs from protobuf's");
+      check(!group || (msg.header.batch && msg.header.batch->count() == h.group_size()),
+            "a group whose products differ in number from protobuf's");
       sgemm::RequestLimits limits;
       (void)sgemm::check_limits(msg.header, limits);
       break;
