@@ -42,10 +42,11 @@ void MemberReactor::finish(grpc::Status s) {
 
 void MemberReactor::OnReadDone(bool ok) {
   v1::ClusterMemberMessage msg;
-  bool parsed = false;
+  bool parsed = false, finishing = false;
   {
     MutexLock lock(mu_);
-    if (ok) parsed = grpc::SerializationTraits<v1::ClusterMemberMessage>::Deserialize(&in_, &msg).ok();
+    finishing = finishing_;
+    if (ok && !finishing) parsed = grpc::SerializationTraits<v1::ClusterMemberMessage>::Deserialize(&in_, &msg).ok();
     in_.Clear();
   }
   if (!ok) {
@@ -53,6 +54,9 @@ void MemberReactor::OnReadDone(bool ok) {
     finish(grpc::Status::OK);
     return;
   }
+  // A stream being finished (a Join refused when it opened, before its hello was read, or
+  // a member the coordinator ends) is not acted on: its hello must not make it a member.
+  if (finishing) return;
   if (!parsed) {
     c_->on_left(this, "sent a message that does not parse");
     finish(to_grpc(InvalidArgument("a Join message does not parse as ClusterMemberMessage")));
