@@ -720,7 +720,12 @@ TEST(ShutdownE2E, SigtermWithIdleClientsAttachedExitsZeroWithinTheGrace) {
   ASSERT_TRUE(header_only.stream->Write(chunk_msg(v1::MATRIX_A, 0, 1000)));
   {
     auto probe = Client::connect(addr);
-    ASSERT_GE(testing::info_when(*probe, [](const ServerInfo& i) { return i.open_streams >= 6; }).open_streams, 6);
+    // Six streams open, and the header-only one's header read (its request holds host memory): before
+    // that the server has no request on it to give the grace to.
+    const ServerInfo i =
+        testing::info_when(*probe, [](const ServerInfo& x) { return x.open_streams >= 6 && x.host_bytes_in_use > 0; });
+    ASSERT_GE(i.open_streams, 6);
+    ASSERT_GT(i.host_bytes_in_use, 0);
   }
   const auto t0 = Clock::now();
   kill(server.pid(), SIGTERM);
