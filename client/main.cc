@@ -374,6 +374,21 @@ std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t
 }
 
 // submit --batch / --group: the products' options from submit's, then batch_command().
+// The options every submit mode takes from the command line as they are
+// (the flags were validated when parsed).
+sgemm::MultiplyOptions multiply_options(const SubmitOptions& o) {
+  sgemm::MultiplyOptions mopt;
+  mopt.alpha = o.alpha;
+  mopt.beta = o.beta;
+  if (!o.kernel.empty()) mopt.kernel = sgemm::parse_kernel_kind(o.kernel);
+  mopt.precision = sgemm::parse_precision(o.precision).value_or(sgemm::Precision::kFp32);
+  if (!o.split.empty()) mopt.split = sgemm::parse_split_mode(o.split).value_or(sgemm::SplitMode::kAuto);
+  mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
+  mopt.op_a = sgemm::parse_op(o.op_a).value_or(sgemm::Op::kN);
+  mopt.op_b = sgemm::parse_op(o.op_b).value_or(sgemm::Op::kN);
+  return mopt;
+}
+
 int submit_batch(const std::string& server, int64_t chunk_bytes, bool no_retry, const SubmitOptions& o,
                  const sgemm::ClientOptions& connection, const sgemm::GemmShape& shape) {
   if (o.batch > 0 && !o.group_file.empty()) {
@@ -395,15 +410,7 @@ int submit_batch(const std::string& server, int64_t chunk_bytes, bool no_retry, 
   grpc_only.transport = "grpc";
   const std::string target = pick_target(server, grpc_only, &copt, &note);
   auto client = sgemm::Client::connect(target, copt);
-  sgemm::MultiplyOptions mopt;
-  mopt.alpha = o.alpha;
-  mopt.beta = o.beta;
-  if (!o.kernel.empty()) mopt.kernel = sgemm::parse_kernel_kind(o.kernel);
-  mopt.precision = sgemm::parse_precision(o.precision).value_or(sgemm::Precision::kFp32);
-  if (!o.split.empty()) mopt.split = sgemm::parse_split_mode(o.split).value_or(sgemm::SplitMode::kAuto);
-  mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
-  mopt.op_a = sgemm::parse_op(o.op_a).value_or(sgemm::Op::kN);
-  mopt.op_b = sgemm::parse_op(o.op_b).value_or(sgemm::Op::kN);
+  const sgemm::MultiplyOptions mopt = multiply_options(o);
   sgemm::cli::BatchArgs args;
   args.count = o.batch;
   args.group_file = o.group_file;
@@ -494,13 +501,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   const bool cuda_ipc = o.transport == "cuda-ipc";
   if (!o.json)
     std::printf("transport: %s (%s)\n", cuda_ipc ? "cuda-ipc" : sgemm::transport_name(*transport), target.c_str());
-  sgemm::MultiplyOptions mopt;
-  mopt.alpha = o.alpha;
-  mopt.beta = o.beta;
-  if (!o.kernel.empty()) mopt.kernel = sgemm::parse_kernel_kind(o.kernel);
-  mopt.precision = sgemm::parse_precision(o.precision).value_or(sgemm::Precision::kFp32);
-  if (!o.split.empty()) mopt.split = sgemm::parse_split_mode(o.split).value_or(sgemm::SplitMode::kAuto);
-  mopt.timeout = std::chrono::milliseconds(o.timeout_ms);
+  sgemm::MultiplyOptions mopt = multiply_options(o);
   mopt.trace = !o.trace_file.empty();
   mopt.op_a = op_a;
   mopt.op_b = op_b;

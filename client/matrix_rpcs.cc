@@ -85,6 +85,16 @@ class PutStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::B
   grpc::Status status_;
 };
 
+// The header of a PutMatrix stream: the matrix's shape and how it is kept.
+v1::PutMatrixHeader* put_header(int64_t rows, int64_t cols, const PutOptions& options, v1::PutMatrixRequest* req) {
+  v1::PutMatrixHeader* h = req->mutable_header();
+  h->set_rows(rows);
+  h->set_cols(cols);
+  h->set_evictable(options.evictable);
+  h->set_label(options.label);
+  return h;
+}
+
 }  // namespace
 
 StatusOr<PutResult> put(const std::shared_ptr<grpc::Channel>& channel, const Prepare& prepare, int64_t chunk_bytes,
@@ -93,11 +103,7 @@ StatusOr<PutResult> put(const std::shared_ptr<grpc::Channel>& channel, const Pre
   if (!data) return InvalidArgument("put: no data");
   const auto t0 = std::chrono::steady_clock::now();
   v1::PutMatrixRequest req;
-  v1::PutMatrixHeader* h = req.mutable_header();
-  h->set_rows(rows);
-  h->set_cols(cols);
-  h->set_evictable(options.evictable);
-  h->set_label(options.label);
+  put_header(rows, cols, options, &req);
   wire::SliceRefs refs;  // outlives the call: gRPC may drop the last payload slice after it ends
   grpc::Status gst;
   PutResult out;
@@ -136,11 +142,7 @@ StatusOr<PutResult> put_region(const std::shared_ptr<grpc::Channel>& channel, co
   v1::PutMatrixResponse resp;
   auto writer = stub->PutMatrix(&ctx, &resp);
   v1::PutMatrixRequest req;
-  v1::PutMatrixHeader* h = req.mutable_header();
-  h->set_rows(rows);
-  h->set_cols(cols);
-  h->set_evictable(options.evictable);
-  h->set_label(options.label);
+  v1::PutMatrixHeader* h = put_header(rows, cols, options, &req);
   h->mutable_region()->set_region(matrix.region->name());
   h->mutable_region()->set_offset(matrix.offset);
   h->mutable_region()->set_ld(matrix.ld);

@@ -950,7 +950,7 @@ TEST(LoadE2E, SixtyFourConcurrentClientsGetNoWrongResultAndNoRefusal) {
   const char* load_bin = std::getenv("SGEMM_LOAD_BIN");  // a build carried to another host
   auto r = testing::run_command(std::string(load_bin ? load_bin : SGEMM_LOAD_BIN) + " --server " + server.address() +
                                 " --clients 64 --requests 3 --sizes 64,100x37x250,256 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output << "\nthe server's log:\n" << server.log();
   auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["wrong_results"], 0);
   EXPECT_EQ(j["ok"], 64 * 3);
