@@ -6,7 +6,7 @@
 //
 //   transport-bench --server 127.0.0.1:50051 [--direction up|down] [google-benchmark flags]
 //
-// End-to-end mode (issue 10): square products of each size through one
+// End-to-end mode: square products of each size through one
 // transport, timed from the caller's side, to set beside engine-bench's
 // device-side time (pinned host in, pinned host out) taken in the same run:
 //

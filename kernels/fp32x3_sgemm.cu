@@ -292,7 +292,7 @@ std::string_view fp32x3_variant_name(int variant) {
 
 int fp32x3_pick_variant(const GemmArgs& args) {
   // Promoted every k-block only (accuracy for any K). Measured on H100 (docs/kernels.md,
-  // bench/results/fp32x3-*): splitting A in the kernel saves the split pass's A share;
+  // bench/results/2026-11-22_h100_fp32x3*): splitting A in the kernel saves the split pass's A share;
   // with the integer rounding of its fragments (2026-11-22, fp32x3b) it is the fastest
   // promoted kernel at every measured shape, 8192 included (118-121 vs 114-118 TFLOP/s
   // for all-shared-memory). Where TMA cannot read A in place (unaligned a or

@@ -6,7 +6,7 @@
 //   TMA        cp.async.bulk.tensor 2D/3D loads completing on an mbarrier (and the
 //              multicast form), tensor-map prefetch;
 //   cp.async   4-byte copies (zero-filled past src-size) and the mbarrier arrive that
-//              fires when the thread's earlier cp.async have landed (issue 14, sixth pass);
+//              fires when the thread's earlier cp.async have landed;
 //   warps      named barriers, setmaxnreg (register hand-over between warp groups),
 //              cluster rank and barrier.
 // Only translation units built for sm_90a may include it (kernels/CMakeLists.txt).

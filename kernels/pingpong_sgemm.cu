@@ -30,11 +30,11 @@ using SmallWide = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 3, 4>;   // 128 
 using SmallWide4 = PingpongConfig<64, 128, 16, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
 using SmallWideK8 = PingpongConfig<64, 128, 8, 2, 2, 4, 8, 8, 8, 4, 4>;  // 128 thr, warp 32x64
 using Mini = PingpongConfig<64, 64, 16, 2, 1, 4, 8, 8, 8, 4, 8>;         // 64 thr, warp 32x64
-// Thin classes (issue 14): tiles shaped to the thin side of C, split-K to fill the device.
+// Thin classes: tiles shaped to the thin side of C, split-K to fill the device.
 using Tall = PingpongConfig<256, 32, 16, 4, 1, 8, 4, 8, 8, 3, 3>;     // 128 thr, warp 64x32, for n <= 32
 using Flat = PingpongConfig<32, 128, 16, 2, 2, 4, 8, 4, 8, 4, 4>;     // 128 thr, warp 16x64, for m <= 32
 using TallK32 = PingpongConfig<128, 32, 32, 4, 1, 8, 4, 4, 8, 3, 3>;  // 128 thr, warp 32x32, BK 32
-// BK 32 with 4x8 thread tiles (K-major A candidates, bench/results/2026-11-22-h100-kernel2/).
+// BK 32 with 4x8 thread tiles (K-major A candidates, bench/results/2026-11-22_h100_thin-kmajor-a/).
 using Small32 = PingpongConfig<64, 64, 32, 2, 2, 8, 4, 4, 8, 3, 4>;        // 128 thr, warp 32x32
 using Medium32 = PingpongConfig<128, 64, 32, 4, 2, 8, 4, 4, 8, 3, 2>;      // 256 thr, warp 32x32
 using Wide32 = PingpongConfig<64, 128, 32, 2, 4, 8, 4, 4, 8, 3, 2>;        // 256 thr, warp 32x32
@@ -308,7 +308,7 @@ Status run_tma_simt_stream_k(const GemmArgs& g, Workspace ws, cudaStream_t strea
   return run_config_by_alignment<SmallWide4, SmallWide>(g, ws, stream);
 }
 
-// ... with its stages filled by cp.async instead of TMA (issue 14, sixth pass): any alignment
+// ... with its stages filled by cp.async instead of TMA: any alignment
 // and leading dimension of A and B (the shapes TMA cannot read); the 64x128 tiles where the
 // GPU is not an sm_90 one.
 template <TmaSimtTile kTile, CpAsyncFeed kFeed = CpAsyncFeed::k4Byte>
@@ -344,15 +344,15 @@ constexpr Variant kVariants[] = {
      no_workspace, any_shape},
     {"32x128x16_w16x64_t4x8_s4_splitk512", run_config_split_k<Flat, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<Flat, kThinMinK>, any_shape},
-    // Issue 14, kernel3: the TMA producer / LDS+FFMA consumer kernel (tma_simt_sgemm.cuh),
+    // The TMA producer / LDS+FFMA consumer kernel (tma_simt_sgemm.cuh),
     // falling back to the two variants above where TMA cannot read A and B.
     {"tma_128x256x32_w64x64_t8x16_s4", run_tma_simt<TmaSimtTile::k128x256T8x16>, no_workspace, any_shape},
     {"tma_192x128x32_w64x32_t8x8_s5", run_tma_simt<TmaSimtTile::k192x128T8x8>, no_workspace, any_shape},
     {"tma_128x256x32_w64x64_t8x16_s4_splitk", run_tma_simt_split_k<TmaSimtTile::k128x256T8x16>,
      tma_simt_split_k_workspace<TmaSimtTile::k128x256T8x16>, any_shape},
-    // Issue 14, fourth pass: stream-K for the last partial wave (the 128x256 one picked since
-    // the fifth pass where every whole-tile schedule fills the last wave poorly), and two
-    // consumer warp groups each on its own tile and ring (picked since the fourth pass).
+    // Stream-K for the last partial wave (the 128x256 one picked where every whole-tile
+    // schedule fills the last wave poorly), and two consumer warp groups each on its own
+    // tile and ring.
     {"tma_128x256x32_w64x64_t8x16_s4_streamk", run_tma_simt_stream_k<TmaSimtTile::k128x256T8x16>,
      tma_simt_stream_k_workspace<TmaSimtTile::k128x256T8x16>, any_shape},
     {"tma_192x128x32_w64x32_t8x8_s5_streamk", run_tma_simt_stream_k<TmaSimtTile::k192x128T8x8>,
@@ -362,8 +362,9 @@ constexpr Variant kVariants[] = {
     {"tma_2x128x128x32_w64x64_t8x16_s3_rings_streamk", run_tma_simt_stream_k<TmaSimtTile::kRings2x128x128T8x16>,
      tma_simt_stream_k_workspace<TmaSimtTile::kRings2x128x128T8x16>, any_shape},
 #ifdef SGEMM_KERNEL_TUNING
-    // Issue 14, sixth pass: the ring and 192x128 tiles fed by cp.async (any A, B layout):
-    // correct, 60-70% of cuBLAS where the 64x128 tile runs 81-95% (bench/results/2026-11-23-h100-kernel6/).
+    // The ring and 192x128 tiles fed by cp.async (any A, B layout):
+    // correct, 60-70% of cuBLAS where the 64x128 tile runs 81-95%
+    // (bench/results/2026-11-23_h100_cpasync-warp-specialized/).
     {"cpasync_2x128x128x32_w64x64_t8x16_s3_rings", run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16>, no_workspace,
      any_shape},
     {"cpasync_192x128x32_w64x32_t8x8_s5", run_cp_async_simt<TmaSimtTile::k192x128T8x8>, no_workspace, any_shape},
@@ -375,7 +376,7 @@ constexpr Variant kVariants[] = {
     // ... A by TMA where it can read A, B by 4-byte copies (else both by copies).
     {"cpasyncb_2x128x128x32_w64x64_t8x16_s3_rings",
      run_cp_async_simt<TmaSimtTile::kRings2x128x128T8x16, CpAsyncFeed::kTmaA4ByteB>, no_workspace, any_shape},
-    // The kernel3 TMA tiles' measured alternatives (bench/results/2026-11-22-h100-kernel3/).
+    // The TMA tiles' measured alternatives (bench/results/2026-11-22_h100_tma-warp-specialized/).
     {"tma_192x128x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k192x128T8x8>,
      tma_simt_split_k_workspace<TmaSimtTile::k192x128T8x8>, any_shape},
     {"tma_128x192x32_w64x32_t8x8_s5_splitk", run_tma_simt_split_k<TmaSimtTile::k128x192T8x8>,
@@ -390,7 +391,7 @@ constexpr Variant kVariants[] = {
      any_shape},
     {"tma_256x128x32_w64x64_t8x16_s4_splitk", run_tma_simt_split_k<TmaSimtTile::k256x128T8x16>,
      tma_simt_split_k_workspace<TmaSimtTile::k256x128T8x16>, any_shape},
-    // K-major A (16-byte copies of A) candidates (bench/results/2026-11-22-h100-kernel2/) and the
+    // K-major A (16-byte copies of A) candidates (bench/results/2026-11-22_h100_thin-kmajor-a/) and the
     // transposed thin tiles the picker used before them.
     {"64x128x16_w32x64_t8x8_s4_b3_akm-aligned_s3-unaligned", run_config_by_alignment<SmallWide4B3, SmallWide, kAKM>,
      no_workspace, any_shape},
@@ -438,7 +439,7 @@ constexpr Variant kVariants[] = {
     {"64x64x16_w32x64_t8x8_s4_64thr", run_config<Mini>, no_workspace, any_shape},
     {"64x128x16_w32x64_t8x8_s4_splitk_atomic", run_config_split_k<SmallWide4, SplitReduce::kAtomic>, no_workspace,
      any_shape},
-    // Issue 14's measured alternatives (bench/results/2026-11-22-h100-kernel-thin/, calls 2-4).
+    // Measured alternatives (bench/results/2026-11-22_h100_thin-gemv-tiles/, calls 2-4).
     {"gemv_row32warps", run_gemv<GemvRowBlock::k32Warps>, gemv_workspace<GemvRowBlock::k32Warps>, gemv_shape},
     {"64x64x16_w32x32_t8x4_s4_splitk512", run_config_split_k<Small, SplitReduce::kWorkspace, kThinMinK>,
      split_k_workspace<Small, kThinMinK>, any_shape},
@@ -523,17 +524,17 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // 1024 to 8192 (before the TMA-fed kernel), with 4 stages when B and C allow 16-byte
   // copies and 3 otherwise; shapes with too few tiles for a wave split K (deterministically)
   // or take smaller tiles (the rules below).
-  // Thin C (issue 14, bench/results/2026-11-22-h100-kernel-thin/): a single row or
+  // Thin C (bench/results/2026-11-22_h100_thin-gemv-tiles/): a single row or
   // column is a memory-bound GEMV; C at most 32 rows high takes the 32x128 tile,
-  // splitting K down to 512 per split. C at most 32 or 64 columns wide (issue 14,
-  // bench/results/2026-11-22-h100-kernel2/): the 128x32x32 or 64x64x32 tile with A
+  // splitting K down to 512 per split. C at most 32 or 64 columns wide
+  // (bench/results/2026-11-22_h100_thin-kmajor-a/): the 128x32x32 or 64x64x32 tile with A
   // K-major in shared memory (16-byte copies of A, the heavy operand there) when A's
   // rows are 16-byte aligned, else the transposed 256x32x16 or 128x64x16 tile.
   if (gemv_shape(s)) return kGemv;
   const auto tiles_of = [&](int64_t bm, int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
   // The K-major thin tiles also from 256 rows when K >= 2048 (the engine's 512-row
-  // blocks of thin products; issue 14, ninth session, bench/results/2026-11-23-h100-
-  // session9-thin512/): 512x32x8192 135% of cuBLAS, 512x64x8192 138%, 512x32x2048 71%,
+  // blocks of thin products; bench/results/2026-11-23_h100_thin-kmajor-256-rows/):
+  // 512x32x8192 135% of cuBLAS, 512x64x8192 138%, 512x32x2048 71%,
   // where the 64x128 split-K tile ran 29-58% (few tiles, K split no finer than 1024).
   const bool thin_from_256 = s.m >= 256 && s.k >= 2048;
   if (s.n <= 32 && (s.m >= 1024 || thin_from_256)) return kThinN32SplitK;
@@ -545,17 +546,17 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   if (s.m <= 32 && s.n >= 1024) return kFlatSplitK;
   // C 65 to 96 columns wide: the 128x32 K-major tile (three column tiles) split down to 512 of
   // K; 104.5% of cuBLAS at 4096x96x4096 and 99.6% at 8192x96x8192, where the 64x128 split-K
-  // tile ran 94.0% and 88.0% (issue 14, tenth session, bench/results/2026-11-23-h100-session10-picker/).
+  // tile ran 94.0% and 88.0% (bench/results/2026-11-23_h100_picker-splitk/).
   if (s.n <= 96 && s.m >= 1024 && s.k >= 2048) return kThinN32SplitK;
   // Where the 64x128 tile splits K (few tiles, long K), three tiles, each taken only where it
   // fills its wave (90% of a wave of its (tile, split) units) and pads C no more than the
   // smaller tiles (its share of C's padded area within 0.05 of theirs):
   //   - the TMA-fed kernel's 128x256 tile with split-K, with C more than 64 rows and 128
-  //     columns (issue 14, kernel3: 92.9% vs 90.2% at 1024x1024x16384, 91.7% vs 89.2% at
+  //     columns (92.9% vs 90.2% at 1024x1024x16384, 91.7% vs 89.2% at
   //     128x8192x8192);
   //   - the 64x128 tile with split-K (always for C at most 64 columns);
   //   - else the 64x64 K-major tile, whose K splits down to 512.
-  // Issue 14, tenth session (bench/results/2026-11-23-h100-session10-picker/): with fewer units
+  // Measured (bench/results/2026-11-23_h100_picker-splitk/): with fewer units
   // the 128x256 tile had run 34-56% (64x4096x4096, 128x4096x4096, 512x512x8192, 256x256x16384),
   // the 64x64 K-major tile 86-116%; half-padded, 64x8192x8192 51.8% against 98.5% (64x128);
   // padded to 256 columns or rows, 8192x192x4096 90.7% against 105.9% (64x64) and 192x4096x8192
@@ -580,7 +581,7 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // Few tiles and a short K (K < 2048: the 64x128 tile does not split it), C more than 64
   // columns wide and A's rows 16-byte multiples: where the 64x128 tiles fill less than 60% of
   // a wave of 4 per SM, the 64x64 K-major tile (twice the tiles; K split down to 512 from
-  // K = 1024). Issue 14, tenth session, same directory, two rounds against main's pick: 256^3
+  // K = 1024). Measured in the same directory, two rounds against the previous pick: 256^3
   // 120-146% of cuBLAS against 90-91%, 512^3 113-114% against 69-74%, 1024x512x1024 101-102%
   // against 64%, 768x1536x1024 92-95% against 70-71%, 1536^3 95-104% against 88-90%; it lost
   // at 768^3 (83-90% against 91-92%) and 896^3 (85-90% against 90-95%), and at 777x555x333
@@ -594,11 +595,10 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
   // warp groups, each its own tile and ring: 2 x #SMs tiles at once) or its 192x128 tile,
   // whichever fills the last wave best (128x256 where it fills it as well as the rings: for
   // n % 256 == 0 they fill it alike), when that fill is at least the 64x128 tile's (4 blocks
-  // per SM). The ring tile had replaced the 128x256 tile in the fourth pass, measured against
-  // the 128x256 kernel as the general kernel compiled it; kernel3's kernel, back for whole
-  // tiles, ran 128x256 above the rings in one call (issue 14, eighth session: 2.914 vs
+  // per SM). With the whole-tile kernel compiled from its own source, 128x256 ran above the
+  // rings (2.914 vs
   // 2.945-2.960 ms at 4096, 0.375 vs 0.379-0.382 ms at 2048, 3.141-3.154 vs 3.143-3.146 ms at
-  // 4095; bench/results/2026-11-23-h100-session8-compare/).
+  // 4095; bench/results/2026-11-23_h100_whole-tile-regression/).
   if (s.k >= 2048) {
     const auto fill = [&](int64_t bm, int64_t bn, int64_t slots) {
       const int64_t tiles = tiles_of(bm, bn);
@@ -609,7 +609,7 @@ int pingpong_pick_variant(const GemmShape& s, int sm_count) {
     const double f64 = fill(SmallWide4::BM, SmallWide4::BN, int64_t(sm_count) * SmallWide4::MIN_BLOCKS);
     // Where every whole-tile schedule leaves the last wave poorly filled (best fill below
     // 0.92) and the 128x256 tile's stream-K schedule runs (its last wave at most 60% full;
-    // a workspace is then needed), that tile with stream-K (issue 14, fifth pass, same run:
+    // a workspace is then needed), that tile with stream-K (measured in the same run:
     // 98.5% vs 79.3% for the rings at 2560, 100.9% vs 94.4% for 192x128 at 5120).
     if (std::max({f_rings, f192, f64}) < 0.92 &&
         tma_simt_stream_k_workspace_bytes(s, TmaSimtTile::k128x256T8x16, sm_count) > 0)

@@ -20,11 +20,11 @@ using tma_simt::TmaSimtConfig;
 //                                WARPS_M WARPS_N TWM TWN TM TN STAGES CONSUMER_REGS PRODUCER_REGS GROUP_M
 using Tile128x256 = TmaSimtConfig<2, 4, 8, 4, 8, 16, 4, 232, 40, 16>;  // 384 threads, 192 KB ring
 using Tile192x128 = TmaSimtConfig<3, 4, 8, 4, 8, 8, 5, 160, 24, 8>;    // 512 threads, 200 KB ring
-// Issue 14, fourth pass: two consumer warp groups, each with its own 128x128 tile (4 warps of
+// Two consumer warp groups, each with its own 128x128 tile (4 warps of
 // 64x64, 8x16 per thread) and its own ring of 3 stages of 32 KB, one producer thread each.
 using Rings2x128x128 = TmaSimtConfig<2, 2, 8, 4, 8, 16, 3, 232, 40, 16, 8, 4, 2>;  // 384 threads, 2 x 96 KB
 #ifdef SGEMM_KERNEL_TUNING
-// Measured alternatives (docs/kernels.md, kernel3).
+// Measured alternatives (docs/kernels.md).
 using Tile128x192 = TmaSimtConfig<2, 6, 8, 4, 8, 8, 5, 160, 24, 8>;
 using Tile256x128 = TmaSimtConfig<4, 2, 8, 4, 8, 16, 4, 232, 40, 8>;
 using Tile128x256W32x128 = TmaSimtConfig<4, 2, 4, 8, 8, 16, 4, 232, 40, 16>;  // warp 32x128
@@ -85,7 +85,7 @@ Schedule stream_k_schedule(const GemmShape& s, int sm_count) {
   const int64_t head = (left * k_blocks + vctas - 1) / vctas;
   // Whole tiles when they fill whole waves, when the last wave is more than 60% full, or the
   // owners would run whole tiles anyway (and when the tails' iterations would pass 2^31: the
-  // kernel counts them in int). The 60%: on one H100 (issue 14, fifth pass) stream-K gained
+  // kernel counts them in int). The 60%: on one H100 stream-K gained
   // where the last wave was 33-52% full and lost 1-6 points where it was 64-97% full (its
   // owners wait for helpers that cut the tails into short pieces, each with a partial store).
   if (left == 0 || left * 5 > vctas * 3 || head >= k_blocks || left * k_blocks > INT_MAX / 2)
@@ -117,8 +117,8 @@ template <class Cfg, bool kCpAsync = false, int kCpBytes = 4>
 Status launch(const GemmArgs& g, const Schedule& sc, int splits, int per_split, float* workspace, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_raised{0};
   static std::atomic<uint64_t> smem_raised_sk{0};
-  // One ring fed by TMA: whole tiles (and split K) run tma_simt_whole_tile_kernel (kernel3's
-  // kernel: tma_simt_sgemm.cuh says why), stream-K the general kernel.
+  // One ring fed by TMA: whole tiles (and split K) run tma_simt_whole_tile_kernel
+  // (tma_simt_sgemm.cuh says why), stream-K the general kernel.
   constexpr bool kWholeTileKernel = !kCpAsync && Cfg::RINGS == 1;
   CUtensorMap map_a{}, map_b{};
   if constexpr (kCpAsync && kCpBytes == 1) {
@@ -289,7 +289,7 @@ Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, CpAsyncFe
   if (args.shape.m > INT_MAX || args.shape.n > INT_MAX || args.shape.k > INT_MAX)
     return InvalidArgument("shape: m, n and k must be below 2^31");
 #ifndef SGEMM_KERNEL_TUNING
-  // Measured slower than the 64x128 tile on every shape (sixth pass): built for tuning only.
+  // Measured slower than the 64x128 tile on every shape: built for tuning only.
   (void)tile;
   (void)stream;
   return FailedPrecondition("tile: the cp.async-fed kernel is built only with -DSGEMM_KERNEL_TUNING=ON");

@@ -1,4 +1,4 @@
-// TMA-fed SIMT SGEMM (issue 14): fp32 FFMA, no tensor cores, C = alpha*A*B + beta*C for
+// TMA-fed SIMT SGEMM: fp32 FFMA, no tensor cores, C = alpha*A*B + beta*C for
 // row-major A (m x k), B (k x n), C (m x n) with leading dimensions, the same product as
 // the ping-pong kernel (pingpong_sgemm.cuh) with the copies taken off the math warps.
 //
@@ -33,7 +33,7 @@
 //   k_blocks_per_split k-blocks of one tile; it stores alpha * partial into its slice of a
 //   splits x m x ldw workspace, and the launcher's reduction kernel adds the slices in
 //   slice order (bitwise reproducible run to run).
-// Rings (RINGS > 1, issue 14 fourth pass, CUTLASS's "pingpong" idea for SIMT): each
+// Rings (RINGS > 1, CUTLASS's "pingpong" idea for SIMT): each
 //   consumer warp group owns its own output tiles and its own ring of STAGES stages with
 //   its own full/empty mbarriers, fed by its own producer thread (lane 0 of producer warp
 //   r): a group never waits for another group's warps, and one group's epilogue overlaps
@@ -157,11 +157,10 @@ struct Piece {
 // Piece i (i = 0, 1, ...) of virtual CTA v; false past its last. Whole units v, v + V, ...
 // < dp_units first, then (kStreamK) its stream-K work: an owner's head, or a helper's run of
 // tails, tile by tile. The producer and the consumers of a ring ask for the same pieces.
-// Stateless on purpose (issue 14, fifth pass): the consumers keep only i live across the
-// mainloop and ask again for the epilogue, so the stream-K and whole-tile instantiations
-// carry the same registers through the FFMA stream (the fourth pass's walker object kept
-// its cursor, tile, slot and flags live there, and the stream-K kernel's mainloop ran ~4%
-// slower).
+// Stateless on purpose: the consumers keep only i live across the mainloop and ask again
+// for the epilogue, so the stream-K and whole-tile instantiations carry the same registers
+// through the FFMA stream (a walker object that kept its cursor, tile, slot and flags live
+// there made the stream-K kernel's mainloop ~4% slower).
 template <bool kStreamK>
 __device__ __forceinline__ bool piece_at(int v, int i, int vctas, int tiles, int k_blocks, int k_blocks_per_split,
                                          const StreamK& sk, Piece& p) {
@@ -211,14 +210,14 @@ __device__ __forceinline__ int opaque(int x) {
   return x;
 }
 
-// The whole-tile (and split-K) kernel, one ring: kernel3's kernel as it was (issue 14,
-// eighth session). tma_simt_sgemm_kernel below does the same work for RINGS == 1 and
-// !kStreamK, but ptxas compiles that more general source 1.5-2.5 points slower on one H100
+// The whole-tile (and split-K) kernel, one ring, kept as its own source:
+// tma_simt_sgemm_kernel below does the same work for RINGS == 1 and !kStreamK, but
+// ptxas compiles that more general source 1.5-2.5 points slower on one H100
 // (8192: 22.56 vs 22.92 ms for 192x128; 4096: 2.914 vs 2.962 ms for 128x256; the same
-// call, bench/results/2026-11-23-h100-session8-compare/), and neither the mainloop's
+// call, bench/results/2026-11-23_h100_whole-tile-regression/), and neither the mainloop's
 // register banks nor its LDS latencies tell the two apart (tools/sass_stats.py). This copy
-// compiles to kernel3's SASS byte for byte (checked on the cubins): change it only with a
-// side-by-side run against that build (scripts/gpu-check.sh compare-builds). It is a copy on
+// compiles to the measured whole-tile kernel's SASS byte for byte (checked on the cubins):
+// change it only with a side-by-side run against that build (scripts/gpu-check.sh compare-builds). It is a copy on
 // purpose: moving the mainloop, or only the epilogue, into inline functions both kernels call
 // changed the SASS of all six production kernels.
 template <class Cfg>
@@ -554,7 +553,7 @@ __device__ __forceinline__ void cp_async16_fill_stage(uint32_t stage, const floa
 // kStreamK: whether the launch may carry stream-K work (sk.owners > 0); without it (and
 // without kCpAsync) the kernel does what tma_simt_whole_tile_kernel does, which is launched
 // instead for one ring.
-// kCpAsync (issue 14, sixth pass): the producer warp group fills the stages with 4-byte
+// kCpAsync: the producer warp group fills the stages with 4-byte
 // cp.async from a, lda and b, ldb instead of TMA (any alignment and leading dimension; the
 // tensor maps are then unused): all of its 128 / RINGS threads per ring copy, and each
 // signals the stage's full barrier with cp.async.mbarrier.arrive.noinc (the barrier expects

@@ -18,7 +18,7 @@ enum class TmaSimtTile {
   // Production (picked by pingpong_pick_variant):
   k128x256T8x16,  // 8 consumer warps of 64x64 (8x16 per thread, 2 x 4 warps), 4 stages
   k192x128T8x8,   // 12 consumer warps of 64x32 (8x8 per thread, 3 x 4 warps), 5 stages
-  // Issue 14, fourth pass (picked where the 128x256 tile was):
+  // Picked where the 128x256 tile fills the last wave less well:
   kRings2x128x128T8x16,  // 2 consumer warp groups, each its own 128x128 tile and 3-stage ring
   // Measured alternatives (-DSGEMM_KERNEL_TUNING=ON builds only):
   k128x192T8x8,           // k192x128T8x8's warps 2 x 6
@@ -51,7 +51,7 @@ TmaSimtTileShape tma_simt_tile_shape(TmaSimtTile tile);
 Status tma_simt_sgemm(const GemmArgs& args, TmaSimtTile tile, int splits, float* workspace, cudaStream_t stream);
 
 // The same kernel with its stages filled by cp.async from the producer warp group instead of
-// TMA (issue 14, sixth pass), whole tiles only, tiles kRings2x128x128T8x16 (every feed) and
+// TMA, whole tiles only, tiles kRings2x128x128T8x16 (every feed) and
 // k192x128T8x8 (k4Byte). FAILED_PRECONDITION without an sm_90 GPU or where `feed` needs a
 // layout that args lacks.
 enum class CpAsyncFeed {
@@ -62,7 +62,7 @@ enum class CpAsyncFeed {
 };
 Status tma_simt_sgemm_cp_async(const GemmArgs& args, TmaSimtTile tile, CpAsyncFeed feed, cudaStream_t stream);
 
-// Stream-K (docs/kernels.md, fourth and fifth passes): whole waves of tiles, then the last
+// Stream-K (docs/kernels.md): whole waves of tiles, then the last
 // partial wave's tiles: their first k-blocks on one persistent CTA each, their remaining
 // k-blocks cut evenly over the other CTAs; the pieces meet through `workspace` in a fixed order
 // (bitwise reproducible run to run). Whole tiles when that wave is more than 60% full (measured

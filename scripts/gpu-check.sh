@@ -58,7 +58,7 @@
 #                  of A (1, 64, 1024 rows) against a resident 4096^2 and 8192^2 B vs sending B, 1 client
 #                  (latency) and 4 (throughput), and a kept 4096^3 result vs the upload of A alone;
 #                  writes bench-resident-*.json and bench-resident.txt (SGEMM_RESIDENT_ARGS adds arguments)
-#   profile-resident  where a small resident request's time goes (issue 11): 1x4096 x a resident 4096^2,
+#   profile-resident  where a small resident request's time goes: 1x4096 x a resident 4096^2,
 #                  1 client, 3000 products (SGEMM_PROFILE_ARGS adds sgemm-load arguments), with and without
 #                  each hand-off between threads (--inline-compute-ms 0, sgemm-load --reactor-calls); the
 #                  server's phases and the engine's host steps from timings.jsonl; profile-resident/summary.txt

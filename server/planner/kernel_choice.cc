@@ -42,10 +42,10 @@ bool large(const GemmShape& s) { return s.m >= 512 && s.n >= 2048 && s.k >= 1000
 bool few_tiles_long_k(const GemmShape& s) { return s.m * s.n <= int64_t{2048} * 1024 && s.k >= 8192; }
 
 // A class goes to the kernel measured faster there (sgemm-bench, one H100, the
-// same run as cuBLAS; bench/results/2026-11-22-h100-kernel-thin/call3 and
-// bench/results/2026-11-22-h100-kernel2/), so that
-// the default is at least 98% of the better of the two on every measured class
-// (issue 14). Shapes no row covers run the engine's configured default
+// same run as cuBLAS; bench/results/2026-11-22_h100_thin-gemv-tiles/call3 and
+// bench/results/2026-11-22_h100_thin-kmajor-a/), so that
+// the default is at least 98% of the better of the two on every measured class.
+// Shapes no row covers run the engine's configured default
 // (ping-pong: 103-109% of cuBLAS at 1024, 100.9% at 8192x64x1024).
 constexpr KernelChoiceRow kTable[] = {
     {"m = 1 or n = 1", single_row_or_column, KernelKind::kPingpong,
@@ -56,11 +56,11 @@ constexpr KernelChoiceRow kTable[] = {
     {"n <= 32 with m >= 1024, k >= 2048", narrow32, KernelKind::kPingpong,
      "ping-pong (K-major 128x32x32) 109.6-110.7% of cuBLAS at 8192x32x8192, 107.0-108.9% at 4096x32x4096 (H100, "
      "2026-11-22); 142.2% at 1024x32x8192, 113% at 1024x32x8191 with A's rows padded as the engine pads them "
-     "(H100, 2026-11-23, bench/results/2026-11-23-h100-session9-kernel-choice/)"},
+     "(H100, 2026-11-23, bench/results/2026-11-23_h100_kernel-choice-timed/)"},
     {"32 < n <= 64 with 1024 <= m <= 4096, 2048 <= k <= 8192", narrow64_mid, KernelKind::kPingpong,
      "ping-pong (K-major 64x64x32) 98.5-109.5% of cuBLAS at 4096x64x4096 (H100, 2026-11-22, "
-     "bench/results/2026-11-22-h100-kernel2/), 121.8% at 1024x64x4096, 113.1% at 1024x64x8192 (H100, 2026-11-23, "
-     "bench/results/2026-11-23-h100-session9-blocks/)"},
+     "bench/results/2026-11-22_h100_thin-kmajor-a/), 121.8% at 1024x64x4096, 113.1% at 1024x64x8192 (H100, 2026-11-23, "
+     "bench/results/2026-11-23_h100_engine-blocks/)"},
     {"n <= 128 with m >= 512, k >= 2048", narrow, KernelKind::kCublas,
      "ping-pong 93.1-96.5% of cuBLAS at 8192x64x8192, 89.2-90.6% at 8192x128x8192 (H100, 2026-11-22); 26.1-73.1% on "
      "512-row blocks (512x32x2048 to 512x64x16384), 96.1% at 1024x128x8192 (H100, 2026-11-23); the rows above take "
@@ -70,7 +70,7 @@ constexpr KernelChoiceRow kTable[] = {
     {"m >= 512, n >= 2048 with k >= 1000", large, KernelKind::kCublas,
      "ping-pong 93.4% of cuBLAS at 2048, 93.1% at 4096, 94.7% at 8192, 94.9% at 8192x8192x1024, 89.4% at 4095, "
      "90.7% at 8191x8193x1000; below the better on 26 of 37 pipeline-block shapes 512-1536 rows high, 83.7-108.2% "
-     "(H100, 2026-11-23, bench/results/2026-11-23-h100-session9-blocks/)"},
+     "(H100, 2026-11-23, bench/results/2026-11-23_h100_engine-blocks/)"},
     {"m * n <= 2048 * 1024 with k >= 8192", few_tiles_long_k, KernelKind::kCublas,
      "ping-pong 90.1% of cuBLAS at 1024x1024x16384 (H100, 2026-11-22)"},
 };

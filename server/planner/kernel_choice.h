@@ -11,7 +11,7 @@
 // of C, C at most 64 rows high, and what no row covers (1024-sized and smaller
 // products, short K); cuBLAS takes the classes where ping-pong measured below 98%
 // of it: large C (90-96%), thin C with a long K (84-93%), few tiles with a very
-// long K (90%) (docs/kernels.md, issue 14).
+// long K (90%) (docs/kernels.md).
 #pragma once
 
 #include <optional>
