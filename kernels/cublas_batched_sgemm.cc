@@ -10,6 +10,7 @@
 
 #include "kernels/cublas_status.h"
 #include "kernels/cuda_status.h"
+#include "kernels/gemm_args.h"
 
 namespace sgemm {
 namespace {
@@ -26,31 +27,17 @@ Status check_int(const char* field, int64_t v) {
   return Status::Ok();
 }
 
-Status check_shape(const GemmShape& s) {
-  SGEMM_RETURN_IF_ERROR(check_int("shape.m", s.m));
-  SGEMM_RETURN_IF_ERROR(check_int("shape.n", s.n));
-  return check_int("shape.k", s.k);
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<CublasBatchedGemm>> CublasBatchedGemm::create() {
-  cublasHandle_t handle = nullptr;
-  SGEMM_CUBLAS_TRY(cublasCreate(&handle));
-  // The default math mode: TF32 comes only from the compute type.
-  const Status st =
-      cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode", __FILE__, __LINE__);
-  if (!st.ok()) {
-    cublasDestroy(handle);
-    return st;
-  }
+  SGEMM_ASSIGN_OR_RETURN(cublasHandle_t handle, make_cublas_handle());
   return std::unique_ptr<CublasBatchedGemm>(new CublasBatchedGemm(handle));
 }
 
 CublasBatchedGemm::~CublasBatchedGemm() { cublasDestroy(as_handle(handle_)); }
 
 Status CublasBatchedGemm::can_implement_strided(const GemmShape& shape, int64_t count) {
-  SGEMM_RETURN_IF_ERROR(check_shape(shape));
+  SGEMM_RETURN_IF_ERROR(check_gemm_shape(shape));
   SGEMM_RETURN_IF_ERROR(check_int("count", count));
   // Strides are long long in cuBLAS; the element counts of one product must fit int for the leading dimensions only.
   return Status::Ok();
@@ -59,7 +46,7 @@ Status CublasBatchedGemm::can_implement_strided(const GemmShape& shape, int64_t 
 Status CublasBatchedGemm::can_implement_group(const std::vector<GemmShape>& shapes) {
   if (shapes.empty()) return InvalidArgument("products: none");
   SGEMM_RETURN_IF_ERROR(check_int("count", int64_t(shapes.size())));
-  for (const GemmShape& s : shapes) SGEMM_RETURN_IF_ERROR(check_shape(s));
+  for (const GemmShape& s : shapes) SGEMM_RETURN_IF_ERROR(check_gemm_shape(s));
   return Status::Ok();
 }
 

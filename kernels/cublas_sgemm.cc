@@ -55,35 +55,14 @@ class CublasBackend final : public GemmBackend {
   const cublasComputeType_t compute_;
 };
 
-// A handle in the default math mode (no TF32 shortcut, whatever
-// NVIDIA_TF32_OVERRIDE says elsewhere: TF32 comes only from the compute type).
 StatusOr<std::unique_ptr<GemmBackend>> make_backend(KernelKind kind, cublasComputeType_t compute) {
-  cublasHandle_t handle = nullptr;
-  SGEMM_CUBLAS_TRY(cublasCreate(&handle));
-  const Status st =
-      cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode", __FILE__, __LINE__);
-  if (!st.ok()) {
-    cublasDestroy(handle);
-    return st;
-  }
+  SGEMM_ASSIGN_OR_RETURN(cublasHandle_t handle, make_cublas_handle());
   return std::unique_ptr<GemmBackend>(std::make_unique<CublasBackend>(handle, kind, compute));
 }
 
 }  // namespace
 
-Status cublas_can_implement(const GemmArgs& g) {
-  const GemmShape& s = g.shape;
-  if (s.m < 1 || s.m > INT_MAX) return InvalidArgument("shape.m: must be in [1, 2^31), got " + std::to_string(s.m));
-  if (s.n < 1 || s.n > INT_MAX) return InvalidArgument("shape.n: must be in [1, 2^31), got " + std::to_string(s.n));
-  if (s.k < 1 || s.k > INT_MAX) return InvalidArgument("shape.k: must be in [1, 2^31), got " + std::to_string(s.k));
-  if (g.a == nullptr) return InvalidArgument("a: null pointer");
-  if (g.b == nullptr) return InvalidArgument("b: null pointer");
-  if (g.c == nullptr) return InvalidArgument("c: null pointer");
-  if (g.lda < s.k || g.lda > INT_MAX) return InvalidArgument("lda: must be in [k, 2^31), got " + std::to_string(g.lda));
-  if (g.ldb < s.n || g.ldb > INT_MAX) return InvalidArgument("ldb: must be in [n, 2^31), got " + std::to_string(g.ldb));
-  if (g.ldc < s.n || g.ldc > INT_MAX) return InvalidArgument("ldc: must be in [n, 2^31), got " + std::to_string(g.ldc));
-  return Status::Ok();
-}
+Status cublas_can_implement(const GemmArgs& g) { return check_gemm_args(g, {.max_ld = INT_MAX}); }
 
 StatusOr<std::unique_ptr<GemmBackend>> make_cublas_backend() {
   return make_backend(KernelKind::kCublas, CUBLAS_COMPUTE_32F);

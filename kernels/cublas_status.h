@@ -30,6 +30,20 @@ inline Status cublas_status(cublasStatus_t st, const char* what, const char* fil
   }
 }
 
+// A new handle in the default math mode: TF32 comes only from a call's compute
+// type, whatever NVIDIA_TF32_OVERRIDE says elsewhere.
+inline StatusOr<cublasHandle_t> make_cublas_handle() {
+  cublasHandle_t handle = nullptr;
+  SGEMM_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate", __FILE__, __LINE__));
+  const Status st =
+      cublas_status(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode", __FILE__, __LINE__);
+  if (!st.ok()) {
+    cublasDestroy(handle);
+    return st;
+  }
+  return handle;
+}
+
 }  // namespace sgemm
 
 #define SGEMM_CUBLAS_TRY(expr) SGEMM_RETURN_IF_ERROR(::sgemm::cublas_status((expr), #expr, __FILE__, __LINE__))

@@ -249,19 +249,7 @@ static_assert(kCoopPromote2SplitAGroup16 + 1 == kNumVariants, "VariantId must li
 
 Status fp32x3_can_implement(const GemmArgs& g) {
   const GemmShape& s = g.shape;
-  if (s.m < 1 || s.m > INT_MAX) return InvalidArgument("shape.m: must be in [1, 2^31), got " + std::to_string(s.m));
-  if (s.n < 1 || s.n > INT_MAX) return InvalidArgument("shape.n: must be in [1, 2^31), got " + std::to_string(s.n));
-  if (s.k < 1 || s.k > INT_MAX - 3)
-    return InvalidArgument("shape.k: must be in [1, 2^31 - 3), got " + std::to_string(s.k));
-  if (g.a == nullptr) return InvalidArgument("a: null pointer");
-  if (g.b == nullptr) return InvalidArgument("b: null pointer");
-  if (g.c == nullptr) return InvalidArgument("c: null pointer");
-  if (g.lda < s.k)
-    return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
-  if (g.ldb < s.n)
-    return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
-  if (g.ldc < s.n)
-    return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
+  SGEMM_RETURN_IF_ERROR(check_gemm_args(g, {.max_k = INT_MAX - 3}));
   // TMA: a plane's byte stride must stay below 2^40; the tile count must fit an int.
   const int64_t kp = padded_k(s.k);
   if (s.m * kp * 4 >= (int64_t{1} << 40)) return InvalidArgument("shape.m: m * k too large for the tensor-copy unit");

@@ -6,9 +6,11 @@
 // the old C is never read, so NaN in it does not propagate).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "common/gemm_types.h"
+#include "common/status.h"
 
 namespace sgemm {
 
@@ -28,5 +30,19 @@ struct GemmArgs {
 inline GemmArgs dense_gemm_args(GemmShape s, float alpha, const float* a, const float* b, float beta, float* c) {
   return GemmArgs{s, alpha, beta, a, s.k, b, s.n, c, s.n};
 }
+
+// What a backend can index: its largest k, and its largest leading dimension
+// (cuBLAS takes int). Every dimension is at least 1 and m, n below 2^31.
+struct GemmArgBounds {
+  int64_t max_k = INT_MAX;
+  int64_t max_ld = INT64_MAX;
+};
+
+// The check every backend's can_implement starts with: the shape within
+// `bounds`, no null pointer, leading dimensions of at least a row. The message
+// names the field that is wrong. A backend adds only what is its own (tiles,
+// TMA strides, GEMV shapes).
+Status check_gemm_shape(const GemmShape& s, GemmArgBounds bounds = {});
+Status check_gemm_args(const GemmArgs& g, GemmArgBounds bounds = {});
 
 }  // namespace sgemm

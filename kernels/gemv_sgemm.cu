@@ -121,19 +121,7 @@ Status gemv_can_implement(const GemmArgs& g) {
   if (s.m != 1 && s.n != 1)
     return InvalidArgument("shape: the GEMV kernel needs m == 1 or n == 1, got " + std::to_string(s.m) + "x" +
                            std::to_string(s.n));
-  if (s.m < 1 || s.m > INT_MAX) return InvalidArgument("shape.m: must be in [1, 2^31), got " + std::to_string(s.m));
-  if (s.n < 1 || s.n > INT_MAX) return InvalidArgument("shape.n: must be in [1, 2^31), got " + std::to_string(s.n));
-  if (s.k < 1 || s.k > INT_MAX) return InvalidArgument("shape.k: must be in [1, 2^31), got " + std::to_string(s.k));
-  if (g.a == nullptr) return InvalidArgument("a: null pointer");
-  if (g.b == nullptr) return InvalidArgument("b: null pointer");
-  if (g.c == nullptr) return InvalidArgument("c: null pointer");
-  if (g.lda < s.k)
-    return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
-  if (g.ldb < s.n)
-    return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
-  if (g.ldc < s.n)
-    return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
-  return Status::Ok();
+  return check_gemm_args(g);
 }
 
 std::size_t gemv_workspace_bytes(const GemmShape& s, int sm_count, GemvRowBlock block) {

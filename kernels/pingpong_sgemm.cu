@@ -490,21 +490,7 @@ int sm_count_of_current_device() {
 
 Status pingpong_can_implement(const GemmArgs& g) {
   const GemmShape& s = g.shape;
-  if (s.m < 1) return InvalidArgument("shape.m: must be >= 1, got " + std::to_string(s.m));
-  if (s.n < 1) return InvalidArgument("shape.n: must be >= 1, got " + std::to_string(s.n));
-  if (s.k < 1) return InvalidArgument("shape.k: must be >= 1, got " + std::to_string(s.k));
-  if (s.m > INT_MAX) return InvalidArgument("shape.m: must be < 2^31, got " + std::to_string(s.m));
-  if (s.n > INT_MAX) return InvalidArgument("shape.n: must be < 2^31, got " + std::to_string(s.n));
-  if (s.k > INT_MAX) return InvalidArgument("shape.k: must be < 2^31, got " + std::to_string(s.k));
-  if (g.a == nullptr) return InvalidArgument("a: null pointer");
-  if (g.b == nullptr) return InvalidArgument("b: null pointer");
-  if (g.c == nullptr) return InvalidArgument("c: null pointer");
-  if (g.lda < s.k)
-    return InvalidArgument("lda: must be >= k (" + std::to_string(s.k) + "), got " + std::to_string(g.lda));
-  if (g.ldb < s.n)
-    return InvalidArgument("ldb: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldb));
-  if (g.ldc < s.n)
-    return InvalidArgument("ldc: must be >= n (" + std::to_string(s.n) + "), got " + std::to_string(g.ldc));
+  SGEMM_RETURN_IF_ERROR(check_gemm_args(g));
   // The smallest tile is 64 x 64: the 1-D grid of tiles must fit a launch.
   const int64_t tiles = ((s.m + 63) / 64) * ((s.n + 63) / 64);
   if (tiles > INT_MAX) return InvalidArgument("shape: m x n needs more than 2^31-1 thread blocks");
