@@ -53,8 +53,8 @@ PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext*
 }
 
 void PutMatrixCall::finish(const Status& st) {
-  if (finished_) return;
-  finished_ = true;
+  if (phase_ == Phase::kFinished) return;
+  phase_ = Phase::kFinished;
   stream_ticket_.reset();
   if (!st.ok()) {
     // Nothing is kept: the buffer, the host bytes and the resident bytes go back.
@@ -72,10 +72,10 @@ void PutMatrixCall::finish(const Status& st) {
 
 void PutMatrixCall::OnReadDone(bool ok) {
   std::lock_guard lock(mu_);
-  if (finished_) return;
+  if (phase_ == Phase::kFinished) return;
   if (!ok) {
     if (ctx_->IsCancelled()) return finish(Cancelled("client cancelled or went away during PutMatrix"));
-    if (!have_header_) return finish(InvalidArgument("the PutMatrix stream ended before its header"));
+    if (phase_ == Phase::kHeader) return finish(InvalidArgument("the PutMatrix stream ended before its header"));
     if (received_ < rows_ * cols_)
       return finish(InvalidArgument("the PutMatrix stream ended after " + std::to_string(received_) + " of " +
                                     std::to_string(rows_ * cols_) + " elements"));
@@ -86,26 +86,27 @@ void PutMatrixCall::OnReadDone(bool ok) {
   Status st = msg.status();
   if (st.ok()) {
     if (msg->is_header) {
-      st = have_header_ ? InvalidArgument("a PutMatrix stream carries one header; message " +
-                                          std::to_string(messages_) + " is a second `header`")
-                        : on_header(msg->header);
+      st = phase_ != Phase::kHeader ? InvalidArgument("a PutMatrix stream carries one header; message " +
+                                                      std::to_string(messages_) + " is a second `header`")
+                                    : on_header(msg->header);
     } else if (msg->chunk.kind == RequestMessage::Kind::kChunk) {
-      st = have_header_ ? on_chunk(msg->chunk)
-                        : InvalidArgument("the first message of a PutMatrix stream must carry `header`, not `chunk`");
+      st = phase_ != Phase::kHeader
+               ? on_chunk(msg->chunk)
+               : InvalidArgument("the first message of a PutMatrix stream must carry `header`, not `chunk`");
     } else {
       st = InvalidArgument("message " + std::to_string(messages_) +
                            " of the stream is an empty PutMatrixRequest: it carries neither `header` nor `chunk`");
     }
   }
   if (!st.ok()) return finish(st);
-  if (finished_) return;  // a region's matrix: already complete
+  if (phase_ == Phase::kFinished) return;  // a region's matrix: already complete
   read_since_ = Clock::now();
   in_.Clear();
   StartRead(&in_);
 }
 
 Status PutMatrixCall::on_header(const v1::PutMatrixHeader& h) {
-  have_header_ = true;
+  phase_ = Phase::kChunks;
   rows_ = h.rows();
   cols_ = h.cols();
   evictable_ = h.evictable();
@@ -215,7 +216,7 @@ void PutMatrixCall::OnCancel() {
 
 void PutMatrixCall::check_idle(Clock::time_point now) {
   std::lock_guard lock(mu_);
-  if (finished_) return;
+  if (phase_ == Phase::kFinished) return;
   const auto idle = shared_.options.idle_timeout;
   if (now - read_since_ >= idle) {
     finish(DeadlineExceeded("no message from the client for " + std::to_string(idle.count()) +
@@ -234,7 +235,7 @@ void PutMatrixCall::abort(const Status& why) {
 
 void PutMatrixCall::abort_if_no_header(const Status& why) {
   std::lock_guard lock(mu_);
-  if (!have_header_) finish(why);
+  if (phase_ == Phase::kHeader) finish(why);
 }
 
 void PutMatrixCall::OnDone() {

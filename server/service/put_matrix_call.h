@@ -70,9 +70,12 @@ class PutMatrixCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   const RegionCaller caller_;
   const Clock::time_point t_start_;
 
+  // The call's phase (the stages listed at the top): kHeader until the header
+  // is read, kChunks until it ends, kFinished once Finish was called.
+  enum class Phase { kHeader, kChunks, kFinished };
+
   std::mutex mu_;
-  bool finished_ = false;  // guarded by mu_, as is everything below
-  bool have_header_ = false;
+  Phase phase_ = Phase::kHeader;  // guarded by mu_, as is everything below
   int64_t messages_ = 0;
   Clock::time_point read_since_;
   grpc::ByteBuffer in_;
