@@ -20,10 +20,13 @@ How (no matrix byte is pickled or sent through the control socket):
   C, A into it in that order, in segments, and tells the workers how far it
   has got; each stripe sends a chunk once it is written, so the copy runs
   under the upload rather than before it.
-- C comes back into a memfd made for the request: each worker writes its
-  rows in place, and the array returned is that mapping (no copy; with `out`
-  it is copied into out). memfds have no name, so nothing can be left in
-  /dev/shm, and their memory goes with the last mapping.
+- C comes back into a memfd that every worker keeps mapped: each writes its
+  rows in place, and the array returned is a view of that mapping (no copy;
+  with `out` it is copied into out). The next request reuses it once the
+  caller holds no view of it (a weak reference says so), so its pages are not
+  faulted in again; while the caller still holds one, the request gets a new
+  memfd, and the old memory goes with the caller's last view. memfds have no
+  name, so nothing can be left in /dev/shm.
 - Workers start on the first striped request and are reused; close(), the
   client's collection and interpreter exit stop them (weakref.finalize). A
   worker sees end of file when the client dies and leaves.
@@ -51,6 +54,7 @@ import sys
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import send_handle
 from typing import Any, Dict, List, Optional, Tuple
@@ -90,6 +94,16 @@ def available() -> Optional[str]:
     return None
 
 
+@dataclass
+class _CBuffer:
+    """A memfd that C is written into, mapped here and by the workers (which keep it until the next one)."""
+
+    id: int
+    fd: int
+    map: mmap.mmap
+    nbytes: int
+
+
 class _Worker:
     """One worker process and its end of the socket pair."""
 
@@ -111,6 +125,7 @@ class _Worker:
         self.conn.send(("hello", stripe, channel_args))
         self.up = False
         self.inputs_id = 0  # which inputs memfd it has mapped
+        self.c_id = 0  # which C memfd it has mapped
         self.job = 0  # the job it runs (0: idle)
 
     @property
@@ -153,6 +168,9 @@ class _Pool:
         self._inputs: Optional[mmap.mmap] = None  # guarded by _lock
         self._inputs_fd = -1
         self._inputs_id = 0
+        self._c: Optional[_CBuffer] = None  # guarded by _lock
+        self._c_ids = 0
+        self._c_view: Optional[weakref.ref] = None  # the array over _c last handed out; None: none is
         self._job = 0
         self._closed = False
         self.jobs_started = 0  # stripes handed to workers so far (tests wait on it)
@@ -173,12 +191,35 @@ class _Pool:
                 if w is not None:
                     w.stop(5.0)
             self._drop_inputs()
+            self._drop_c()
 
     def _drop_inputs(self) -> None:
         if self._inputs_fd >= 0:
             os.close(self._inputs_fd)
             self._inputs_fd = -1
         self._inputs = None  # unmapped with its last view
+
+    def _drop_c(self) -> None:
+        if self._c is not None:
+            os.close(self._c.fd)
+            self._c = None  # unmapped here with the caller's last view of it
+        self._c_view = None
+
+    def _c_for(self, nbytes: int) -> _CBuffer:
+        """A C memfd of at least nbytes that no array handed out still views."""
+        held = self._c_view is not None and self._c_view() is not None
+        if self._c is None or self._c.nbytes < nbytes or held:
+            self._drop_c()
+            fd = os.memfd_create("sgemm-stripe-c", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, nbytes)
+                buf = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._c_ids += 1
+            self._c = _CBuffer(self._c_ids, fd, buf, nbytes)
+        return self._c
 
     # ---- one request ----
     def run(self, req, receiver, deadline: Optional[float]):
@@ -271,11 +312,7 @@ class _Pool:
             total = _align(total + req.arrays[matrix].size * 4)
         inputs = self._inputs_for(total, workers)
         c_elems = m * n if req.c_comes_back else 0
-        c_fd, c_map = -1, None
-        if c_elems:
-            c_fd = os.memfd_create("sgemm-stripe-c", os.MFD_CLOEXEC)
-            os.ftruncate(c_fd, c_elems * 4)
-            c_map = mmap.mmap(c_fd, c_elems * 4, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        c_buf = self._c_for(c_elems * 4) if c_elems else None
         self._job += 1
         job = self._job
         copied = 0
@@ -289,10 +326,12 @@ class _Pool:
             ranges = [(r.matrix, r.begin, r.end) for r in req.plan.per_stripe[s]]
             spec = {"stripe": s, "first": first, "ranges": ranges,
                     "base": base, "chunk_elems": req.chunk_elems, "ready": copied, "c_elems": c_elems,
+                    "c_bytes": c_buf.nbytes if c_buf is not None and w.c_id != c_buf.id else 0,
                     "timeout": None if deadline is None else max(0.001, deadline - time.monotonic())}
             w.conn.send(("job", job, spec))
-            if c_elems:
-                send_handle(w.conn, c_fd, w.pid)
+            if spec["c_bytes"]:
+                send_handle(w.conn, c_buf.fd, w.pid)
+                w.c_id = c_buf.id
             w.job = job
             started.append(w)
             self.jobs_started += 1
@@ -370,9 +409,11 @@ class _Pool:
                 except OSError:
                     pass
             # Wait for every started stripe's end, or for a stripe that fails, or for the deadline.
+            cancel_by: Optional[float] = None  # set once, when the first failure is seen
             while pending():
                 if errors:
-                    give_up = time.monotonic() + CANCEL_GRACE_S
+                    cancel_by = cancel_by if cancel_by is not None else time.monotonic() + CANCEL_GRACE_S
+                    give_up = cancel_by if deadline is None else min(cancel_by, deadline + DEADLINE_GRACE_S)
                 elif deadline is not None:
                     give_up = deadline + DEADLINE_GRACE_S
                 else:
@@ -395,13 +436,13 @@ class _Pool:
                 if w.stripe not in results:
                     self._replace(w)
             raise
-        finally:
-            if c_fd >= 0:
-                os.close(c_fd)
         if errors:
             from ._request import first_failure
 
-            raise first_failure(errors)
+            # A worker's death is the cause of what the others saw (the server aborts the request when its
+            # connection drops), whichever was read first.
+            died = [e for _, e in errors if isinstance(e, WorkerError)]
+            raise died[0] if died else first_failure(errors)
         if stripes > 1 and grant is None:
             raise SgemmError(grpc.StatusCode.INTERNAL, f"the server answered a request over {stripes} stripes "
                              "without a StripeGrant (does it predate GemmHeader.stripes? use connections=1)")
@@ -414,9 +455,12 @@ class _Pool:
         ends = [r["t_upload_done"] for r in results.values() if r["t_upload_done"] is not None]
         receiver.first_c_early = bool(firsts and ends and min(firsts) < max(ends))
         receiver.expected = c_elems
-        if c_map is None:
+        if c_buf is None:
             return None
-        return np.frombuffer(c_map, dtype=np.float32, count=c_elems).reshape(m, n)
+        flat = np.frombuffer(c_buf.map, dtype=np.float32, count=c_elems)
+        # Every view the caller makes of C has `flat` as its base: while it lives, C is not reused.
+        self._c_view = weakref.ref(flat)
+        return flat.reshape(m, n)
 
 
 class StripeWorkers:

@@ -11,7 +11,7 @@ small pickled messages and file descriptors, never a matrix byte:
 |-------------------------------------|---------|
 | ("hello", stripe, channel_args)     | first: the channel to open (make_config's arguments) |
 | ("inputs", size) + an fd            | a memfd holding the inputs (B, C, A), mapped here until the next one |
-| ("job", id, spec) [+ an fd]         | run one stripe; the fd (when spec["c_elems"]) is C's memfd, written in place |
+| ("job", id, spec) [+ an fd]         | run one stripe; the fd (when spec["c_bytes"]) is a new memfd for C, kept |
 | ("ready", id, nbytes)               | the first nbytes of the inputs are written: chunks below it may go |
 | ("cancel", id)                      | cancel that job's call |
 | ("exit",)                           | leave |
@@ -55,10 +55,9 @@ class _Job:
     """One stripe of one request, as the client described it; `ready` and `cancelled` are set by the reader
     thread, under `cond`."""
 
-    def __init__(self, job_id: int, spec: Dict[str, Any], c_map: Optional[mmap.mmap]):
+    def __init__(self, job_id: int, spec: Dict[str, Any]):
         self.id = job_id
         self.spec = spec
-        self.c_map = c_map
         self.cond = threading.Condition()
         self.ready = spec["ready"]  # guarded by cond
         self.cancelled = False  # guarded by cond
@@ -71,7 +70,10 @@ class Worker:
     def __init__(self, conn: Connection):
         self.conn = conn
         self.jobs: "queue.Queue[Optional[_Job]]" = queue.Queue()
-        self.inputs: Optional[mmap.mmap] = None  # replaced only between jobs (the client waits for each job)
+        # The inputs and C memfds, mapped until the client sends others; replaced only between jobs (the client
+        # waits for each job's end before the next).
+        self.inputs: Optional[mmap.mmap] = None
+        self.c_map: Optional[mmap.mmap] = None
         self.lock = threading.Lock()
         self.current: Optional[_Job] = None  # guarded by lock
 
@@ -89,9 +91,12 @@ class Worker:
             job = self.jobs.get()
             if job is None:
                 break
-            self.conn.send(self._run(job))
+            result = self._run(job)
             with self.lock:
-                self.current = None
+                # Before the result goes: once the client has it, the next job's messages may follow at once.
+                if self.current is job:
+                    self.current = None
+            self.conn.send(result)
         channel.close()
 
     def _read_messages(self) -> None:
@@ -108,15 +113,14 @@ class Worker:
                         os.close(fd)
                 elif tag == "job":
                     spec = msg[2]
-                    c_map = None
-                    if spec["c_elems"]:
+                    if spec["c_bytes"]:
                         fd = recv_handle(self.conn)
                         try:
-                            c_map = mmap.mmap(fd, spec["c_elems"] * 4, mmap.MAP_SHARED,
-                                              mmap.PROT_READ | mmap.PROT_WRITE)
+                            self.c_map = mmap.mmap(fd, spec["c_bytes"], mmap.MAP_SHARED,
+                                                   mmap.PROT_READ | mmap.PROT_WRITE)
                         finally:
                             os.close(fd)
-                    job = _Job(msg[1], spec, c_map)
+                    job = _Job(msg[1], spec)
                     with self.lock:
                         self.current = job
                     self.jobs.put(job)
@@ -164,7 +168,7 @@ class Worker:
 
     def _run(self, job: _Job):
         spec = job.spec
-        c = np.frombuffer(job.c_map, dtype=_wire.FP32) if job.c_map is not None else None
+        c = np.frombuffer(self.c_map, dtype=_wire.FP32, count=spec["c_elems"]) if spec["c_elems"] else None
         summary: Optional[bytes] = None
         received = 0
         t_first_c: Optional[float] = None
@@ -195,8 +199,7 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - reported to the client, which raises it
             return ("error", job.id, "INTERNAL", f"stripe {spec['stripe']} worker: {e!r}")
         finally:
-            del c
-            job.c_map = None  # unmapped when the last view goes
+            del c  # the mapping itself is kept for the next job
         return ("done", job.id, {"summary": summary, "bytes_sent": job.bytes_sent, "received": received,
                                  "t_first_c": t_first_c, "t_upload_done": job.t_upload_done})
 

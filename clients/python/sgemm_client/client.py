@@ -323,8 +323,10 @@ class Client(ClientBase):
                 rpc = self._multiply_rpcs[stripe] = self._multiply_rpc(ch)
             return rpc
 
-    def _uses_processes(self, req: Request) -> bool:
-        if req.mode != "stream" or req.plan.stripes < 2 or self.stripe_workers == "threads":
+    def _uses_processes(self, req: Union[Request, BatchRequest]) -> bool:
+        if not isinstance(req, Request) or req.mode != "stream" or req.plan.stripes < 2:
+            return False
+        if self.stripe_workers == "threads":
             return False
         if self.stripe_workers == "processes":
             return True
@@ -343,7 +345,7 @@ class Client(ClientBase):
         receiver.check()
         return receiver
 
-    def _stream(self, req: Request, deadline: Optional[float]) -> Receiver:
+    def _stream(self, req: Union[Request, BatchRequest], deadline: Optional[float]) -> Receiver:
         """One attempt: stripe 0 on this thread; once the server's grant comes, the other stripes, each read
         on a thread of its own. The first stripe to fail cancels the rest."""
         if self._uses_processes(req):

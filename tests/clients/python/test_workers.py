@@ -1,0 +1,248 @@
+"""Stripe worker processes (Client(stripe_workers="processes"): a process per
+connection of a striped request) against the real sgemm-server over TCP:
+results against a float64 reference on odd shapes over 1 to 4 connections,
+with C and alpha/beta, into `out`; the workers are started once and reused;
+their channels carry the client's token; a worker killed mid-request fails
+that request with WorkerError well within its deadline and the next request
+runs on a replacement; a stopped worker ends in DEADLINE_EXCEEDED, not a
+hang; close(), interpreter exit and the client's own death leave no worker
+process, no shared memory in /dev/shm and no memfd mapped behind."""
+
+import concurrent.futures
+import gc
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import grpc
+import numpy as np
+
+import sgemm_client
+from checks import TOLERANCE, max_error, random
+from server_process import ServerProcess
+
+
+def gone(pid):
+    """The process has exited (a zombie left to another parent counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_for(predicate, timeout_s, what):
+    give_up = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.01)
+
+
+def stripe_memfds():
+    """This process's memfds of stripe workers, open or mapped."""
+    fds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds += "memfd:sgemm-stripe" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass  # closed meanwhile
+    with open("/proc/self/maps") as f:
+        maps = sum("memfd:sgemm-stripe" in line for line in f)
+    return fds, maps
+
+
+def shm_names():
+    return set(os.listdir("/dev/shm"))
+
+
+class StripeWorkers(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--cpu-threads", "1")
+        cls.rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.server.stop()
+        assert code == 0, f"sgemm-server exited {code}:\n{cls.server.log()}"
+
+    def client(self, **kw):
+        # Small chunks: the stripe plan cuts blocks of one chunk, so small shapes still spread over 4 stripes.
+        return sgemm_client.Client(self.server.address, stripe_workers="processes", chunk_bytes=kw.pop("chunk", 4096),
+                                   **kw)
+
+    def test_results_over_1_to_4_connections(self):
+        shm_before = shm_names()
+        with self.client() as cl:
+            for connections in (1, 2, 3, 4):
+                m, n, k = (int(x) for x in self.rng.integers(20, 300, 3) | 1)
+                a, b, c0 = random(self.rng, m, k), random(self.rng, k, n), random(self.rng, m, n)
+                with self.subTest(connections=connections, m=m, n=n, k=k):
+                    got, summary = cl.multiply(a, b, c0, -0.75, 1.5, connections=connections, timeout=60)
+                    self.assertEqual((got.shape, got.dtype), ((m, n), np.float32))
+                    self.assertLessEqual(max_error(got, a, b, c0, -0.75, 1.5), TOLERANCE)
+                    self.assertEqual(summary.stripes, connections if connections > 1 else 0)
+                    self.assertEqual(summary.bytes_sent, (m * k + k * n + m * n) * 4)
+                    self.assertEqual(summary.bytes_received, m * n * 4)
+                    # One connection has nothing to spread: no worker is needed for it.
+                    self.assertEqual(len(cl.worker_pids()), 0 if connections == 1 else connections)
+            # Without C, alpha 1; the 1 x 1 x 1 product and a single row over 4 connections (one block: 1 stripe).
+            for m, n, k in ((777, 3, 5), (1, 1, 1), (1, 513, 129)):
+                a, b = random(self.rng, m, k), random(self.rng, k, n)
+                got, _ = cl.multiply(a, b, connections=4, timeout=60)
+                self.assertLessEqual(max_error(got, a, b), TOLERANCE, f"{m}x{n}x{k}")
+        self.assertEqual(shm_names() - shm_before, set())
+
+    def test_out_dense_and_strided(self):
+        m, n, k = 301, 67, 129
+        a, b, c0 = random(self.rng, m, k), random(self.rng, k, n), random(self.rng, m, n)
+        with self.client() as cl:
+            out = np.full((m, n), np.nan, np.float32)
+            got, _ = cl.multiply(a, b, c0, 2.0, 0.5, out=out, connections=4, timeout=60)
+            self.assertIs(got, out)
+            self.assertLessEqual(max_error(out, a, b, c0, 2.0, 0.5), TOLERANCE)
+            wide = np.full((m, n + 10), np.nan, np.float32)
+            got, _ = cl.multiply(a, b, out=wide[:, 5:5 + n], connections=3, timeout=60)
+            self.assertLessEqual(max_error(wide[:, 5:5 + n], a, b), TOLERANCE)
+            self.assertTrue(np.isnan(wide[:, :5]).all() and np.isnan(wide[:, 5 + n:]).all())
+
+    def test_workers_are_reused_and_stopped_by_close(self):
+        a, b = random(self.rng, 200, 100), random(self.rng, 100, 150)
+        cl = self.client()
+        cl.multiply(a, b, connections=4, timeout=60)
+        pids = cl.worker_pids()
+        self.assertEqual(len(pids), 4)
+        for _ in range(3):
+            got, _ = cl.multiply(a, b, connections=4, timeout=60)
+            self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+        self.assertEqual(cl.worker_pids(), pids)
+        self.assertGreater(stripe_memfds()[1], 0)  # the kept inputs, and C's mapping while `got` lives
+        cl.close()
+        self.assertTrue(all(gone(p) for p in pids), pids)
+        self.assertEqual(cl.worker_pids(), [])
+        del got
+        gc.collect()
+        self.assertEqual(stripe_memfds(), (0, 0))
+
+    def _in_flight(self, cl, a, b, timeout):
+        """Starts a 4-stripe multiply on another thread; returns (future, the pool) once every stripe has its job."""
+        pool_before = cl._workers.pool.jobs_started if cl._workers else 0
+        ex = concurrent.futures.ThreadPoolExecutor(1)
+        fut = ex.submit(cl.multiply, a, b, connections=4, timeout=timeout)
+        ex.shutdown(wait=False)
+        wait_for(lambda: cl._workers is not None and cl._workers.pool.jobs_started >= pool_before + 4, 60,
+                 "the 4 stripes started")
+        return fut
+
+    def test_a_worker_killed_mid_request_fails_it_and_the_next_runs(self):
+        # Large enough that the server (1 CPU thread) is still at it when the worker dies; the worker is stopped
+        # first, so the request cannot end before the kill whatever the timing.
+        a, b = random(self.rng, 1024, 2048), random(self.rng, 2048, 1024)
+        with self.client(chunk=1 << 20) as cl:
+            cl.multiply(a[:512], b, connections=4, timeout=60)  # workers up (4 blocks of 128 rows)
+            pids = cl.worker_pids()
+            fut = self._in_flight(cl, a, b, timeout=120)
+            os.kill(pids[2], signal.SIGSTOP)
+            self.assertFalse(fut.done())
+            t0 = time.monotonic()
+            os.kill(pids[2], signal.SIGKILL)
+            with self.assertRaises(sgemm_client.WorkerError) as e:
+                fut.result(timeout=60)
+            self.assertLess(time.monotonic() - t0, 30)
+            self.assertEqual(e.exception.code, grpc.StatusCode.ABORTED)
+            self.assertIn("stripe 2", e.exception.details)
+            self.assertIn("signal 9", e.exception.details)
+            # Usable: the next request starts a replacement for stripe 2 and keeps the others.
+            got, _ = cl.multiply(a[:300], b, connections=4, timeout=120)
+            self.assertLessEqual(max_error(got, a[:300], b), TOLERANCE)
+            now = cl.worker_pids()
+            self.assertEqual(len(now), 4)
+            self.assertNotIn(pids[2], now)
+            self.assertTrue(gone(pids[2]))
+
+    def test_a_stopped_worker_ends_in_deadline_exceeded(self):
+        a, b = random(self.rng, 1024, 2048), random(self.rng, 2048, 1024)
+        with self.client(chunk=1 << 20) as cl:
+            cl.multiply(a[:512], b, connections=4, timeout=60)
+            pids = cl.worker_pids()
+            fut = self._in_flight(cl, a, b, timeout=3)
+            os.kill(pids[1], signal.SIGSTOP)
+            t0 = time.monotonic()
+            with self.assertRaises(sgemm_client.SgemmError) as e:
+                fut.result(timeout=60)
+            self.assertLess(time.monotonic() - t0, 3 + 2 + 10)  # the deadline, the grace, a loaded host
+            self.assertEqual(e.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+            wait_for(lambda: gone(pids[1]), 10, "the stopped worker killed")
+            got, _ = cl.multiply(a[:200], b, connections=4, timeout=120)
+            self.assertLessEqual(max_error(got, a[:200], b), TOLERANCE)
+
+    def _script(self, body):
+        """Runs `body` in a fresh interpreter with this client; returns the pids it printed on its last line."""
+        code = textwrap.dedent(f"""
+            import os, signal, sys, numpy as np, sgemm_client
+            cl = sgemm_client.Client({self.server.address!r}, stripe_workers="processes", chunk_bytes=4096)
+            a = np.ones((300, 70), np.float32); b = np.ones((70, 90), np.float32)
+            c, _ = cl.multiply(a, b, connections=4, timeout=60)
+            assert (c == 70).all()
+            print(" ".join(map(str, cl.worker_pids())), flush=True)
+        """) + textwrap.dedent(body)
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        pids = [int(p) for p in run.stdout.split()]
+        self.assertEqual(len(pids), 4, run.stdout + run.stderr)
+        return run, pids
+
+    def test_interpreter_exit_stops_the_workers(self):
+        shm_before = shm_names()
+        run, pids = self._script("")  # no close(): the finalizer at exit stops them
+        self.assertEqual(run.returncode, 0, run.stderr)
+        wait_for(lambda: all(gone(p) for p in pids), 30, f"workers {pids} gone")
+        self.assertEqual(shm_names() - shm_before, set())
+
+    def test_a_killed_client_leaves_no_worker(self):
+        shm_before = shm_names()
+        run, pids = self._script("os.kill(os.getpid(), signal.SIGKILL)")
+        self.assertEqual(run.returncode, -signal.SIGKILL)
+        wait_for(lambda: all(gone(p) for p in pids), 30, f"workers {pids} gone")
+        self.assertEqual(shm_names() - shm_before, set())
+
+    def test_bad_options_name_the_field(self):
+        with self.assertRaises(ValueError) as e:
+            sgemm_client.Client(self.server.address, stripe_workers="fork")
+        self.assertIn("stripe_workers", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            sgemm_client.aio.Client(self.server.address, stripe_workers="processes")
+        self.assertIn("stripe_workers", str(e.exception))
+
+
+class StripeWorkersWithAToken(unittest.TestCase):
+    def test_every_worker_sends_the_token(self):
+        d = tempfile.mkdtemp(prefix="sgemm-py-token-")
+        tokens = os.path.join(d, "tokens.json")
+        with open(tokens, "w") as f:
+            f.write('{"clients": [{"name": "py", "token": "python-token-0123456789"}]}')
+        server = ServerProcess("--cpu-threads", "1", "--auth-tokens", tokens)
+        rng = np.random.default_rng(7)
+        a, b = random(rng, 257, 65), random(rng, 65, 33)
+        try:
+            with sgemm_client.Client(server.address, stripe_workers="processes", chunk_bytes=4096,
+                                     token="python-token-0123456789") as cl:
+                got, summary = cl.multiply(a, b, connections=4, timeout=60)
+                self.assertEqual(summary.stripes, 4)
+                self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+            with sgemm_client.Client(server.address, stripe_workers="processes", chunk_bytes=4096,
+                                     retries=0) as anonymous:
+                with self.assertRaises(sgemm_client.SgemmError) as e:
+                    anonymous.multiply(a, b, connections=4, timeout=60)
+                self.assertEqual(e.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
