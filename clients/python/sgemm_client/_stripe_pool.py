@@ -22,11 +22,13 @@ How (no matrix byte is pickled or sent through the control socket):
   under the upload rather than before it.
 - C comes back into a memfd that every worker keeps mapped: each writes its
   rows in place, and the array returned is a view of that mapping (no copy;
-  with `out` it is copied into out). The next request reuses it once the
-  caller holds no view of it (a weak reference says so), so its pages are not
-  faulted in again; while the caller still holds one, the request gets a new
-  memfd, and the old memory goes with the caller's last view. memfds have no
-  name, so nothing can be left in /dev/shm.
+  with `out` it is copied into out). The pool keeps two such memfds and
+  gives a request one the caller holds no view of (a weak reference says
+  so), so `c, _ = cl.multiply(a, b)` in a loop, which holds the last C while
+  the next is made, alternates between them and faults no page in again;
+  when both are held a new one replaces the older, whose memory goes with
+  the caller's last view. memfds have no name, so nothing can be left in
+  /dev/shm.
 - Workers start on the first striped request and are reused; close(), the
   client's collection and interpreter exit stop them (weakref.finalize). A
   worker sees end of file when the client dies and leaves.
@@ -78,6 +80,9 @@ DEADLINE_GRACE_S = 2.0
 # 32 MiB from the heap (docs/python.md, "Allocator").
 ALLOCATOR_ENV = {"MALLOC_TRIM_THRESHOLD_": str(256 << 20), "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}
 
+# C memfds a pool keeps (see above: a loop holds one C while the next is made).
+C_BUFFERS = 2
+
 _ALIGN = 64
 
 
@@ -102,6 +107,10 @@ class _CBuffer:
     fd: int
     map: mmap.mmap
     nbytes: int
+    view: Optional[weakref.ref] = None  # the array over it last handed out
+
+    def held(self) -> bool:
+        return self.view is not None and self.view() is not None
 
 
 class _Worker:
@@ -125,7 +134,7 @@ class _Worker:
         self.conn.send(("hello", stripe, channel_args))
         self.up = False
         self.inputs_id = 0  # which inputs memfd it has mapped
-        self.c_id = 0  # which C memfd it has mapped
+        self.c_ids: set = set()  # which C memfds it has mapped
         self.job = 0  # the job it runs (0: idle)
 
     @property
@@ -168,9 +177,8 @@ class _Pool:
         self._inputs: Optional[mmap.mmap] = None  # guarded by _lock
         self._inputs_fd = -1
         self._inputs_id = 0
-        self._c: Optional[_CBuffer] = None  # guarded by _lock
+        self._cs: List[_CBuffer] = []  # guarded by _lock; at most C_BUFFERS, oldest first
         self._c_ids = 0
-        self._c_view: Optional[weakref.ref] = None  # the array over _c last handed out; None: none is
         self._job = 0
         self._closed = False
         self.jobs_started = 0  # stripes handed to workers so far (tests wait on it)
@@ -200,26 +208,31 @@ class _Pool:
         self._inputs = None  # unmapped with its last view
 
     def _drop_c(self) -> None:
-        if self._c is not None:
-            os.close(self._c.fd)
-            self._c = None  # unmapped here with the caller's last view of it
-        self._c_view = None
+        for buf in self._cs:
+            os.close(buf.fd)  # unmapped here with the caller's last view of it
+        self._cs = []
 
     def _c_for(self, nbytes: int) -> _CBuffer:
-        """A C memfd of at least nbytes that no array handed out still views."""
-        held = self._c_view is not None and self._c_view() is not None
-        if self._c is None or self._c.nbytes < nbytes or held:
-            self._drop_c()
-            fd = os.memfd_create("sgemm-stripe-c", os.MFD_CLOEXEC)
-            try:
-                os.ftruncate(fd, nbytes)
-                buf = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            except BaseException:
-                os.close(fd)
-                raise
-            self._c_ids += 1
-            self._c = _CBuffer(self._c_ids, fd, buf, nbytes)
-        return self._c
+        """A C memfd of at least nbytes that no array handed out still views (the newest such)."""
+        for buf in reversed(self._cs):
+            if buf.nbytes >= nbytes and not buf.held():
+                self._cs.remove(buf)
+                self._cs.append(buf)
+                return buf
+        if len(self._cs) >= C_BUFFERS:
+            old = next((b for b in self._cs if not b.held()), self._cs[0])  # a free one too small, else the oldest
+            self._cs.remove(old)
+            os.close(old.fd)
+        fd = os.memfd_create("sgemm-stripe-c", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, nbytes)
+            mapping = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._c_ids += 1
+        self._cs.append(_CBuffer(self._c_ids, fd, mapping, nbytes))
+        return self._cs[-1]
 
     # ---- one request ----
     def run(self, req, receiver, deadline: Optional[float]):
@@ -326,12 +339,14 @@ class _Pool:
             ranges = [(r.matrix, r.begin, r.end) for r in req.plan.per_stripe[s]]
             spec = {"stripe": s, "first": first, "ranges": ranges,
                     "base": base, "chunk_elems": req.chunk_elems, "ready": copied, "c_elems": c_elems,
-                    "c_bytes": c_buf.nbytes if c_buf is not None and w.c_id != c_buf.id else 0,
+                    "c_id": c_buf.id if c_buf is not None else 0, "c_keep": [b.id for b in self._cs],
+                    "c_bytes": c_buf.nbytes if c_buf is not None and c_buf.id not in w.c_ids else 0,
                     "timeout": None if deadline is None else max(0.001, deadline - time.monotonic())}
             w.conn.send(("job", job, spec))
             if spec["c_bytes"]:
                 send_handle(w.conn, c_buf.fd, w.pid)
-                w.c_id = c_buf.id
+                w.c_ids.add(c_buf.id)
+            w.c_ids &= set(spec["c_keep"])  # what it unmaps on reading the job
             w.job = job
             started.append(w)
             self.jobs_started += 1
@@ -459,7 +474,7 @@ class _Pool:
             return None
         flat = np.frombuffer(c_buf.map, dtype=np.float32, count=c_elems)
         # Every view the caller makes of C has `flat` as its base: while it lives, C is not reused.
-        self._c_view = weakref.ref(flat)
+        c_buf.view = weakref.ref(flat)
         return flat.reshape(m, n)
 
 

@@ -11,7 +11,7 @@ small pickled messages and file descriptors, never a matrix byte:
 |-------------------------------------|---------|
 | ("hello", stripe, channel_args)     | first: the channel to open (make_config's arguments) |
 | ("inputs", size) + an fd            | a memfd holding the inputs (B, C, A), mapped here until the next one |
-| ("job", id, spec) [+ an fd]         | run one stripe; the fd (when spec["c_bytes"]) is a new memfd for C, kept |
+| ("job", id, spec) [+ an fd]         | run one stripe; the fd (when spec["c_bytes"]) is a new memfd for C |
 | ("ready", id, nbytes)               | the first nbytes of the inputs are written: chunks below it may go |
 | ("cancel", id)                      | cancel that job's call |
 | ("exit",)                           | leave |
@@ -73,7 +73,7 @@ class Worker:
         # The inputs and C memfds, mapped until the client sends others; replaced only between jobs (the client
         # waits for each job's end before the next).
         self.inputs: Optional[mmap.mmap] = None
-        self.c_map: Optional[mmap.mmap] = None
+        self.c_maps: Dict[int, mmap.mmap] = {}  # C memfds by id: those the client keeps (spec["c_keep"])
         self.lock = threading.Lock()
         self.current: Optional[_Job] = None  # guarded by lock
 
@@ -116,10 +116,12 @@ class Worker:
                     if spec["c_bytes"]:
                         fd = recv_handle(self.conn)
                         try:
-                            self.c_map = mmap.mmap(fd, spec["c_bytes"], mmap.MAP_SHARED,
-                                                   mmap.PROT_READ | mmap.PROT_WRITE)
+                            self.c_maps[spec["c_id"]] = mmap.mmap(fd, spec["c_bytes"], mmap.MAP_SHARED,
+                                                                  mmap.PROT_READ | mmap.PROT_WRITE)
                         finally:
                             os.close(fd)
+                    for gone in set(self.c_maps) - set(spec["c_keep"]):
+                        del self.c_maps[gone]  # unmapped: the client dropped it
                     job = _Job(msg[1], spec)
                     with self.lock:
                         self.current = job
@@ -168,7 +170,8 @@ class Worker:
 
     def _run(self, job: _Job):
         spec = job.spec
-        c = np.frombuffer(self.c_map, dtype=_wire.FP32, count=spec["c_elems"]) if spec["c_elems"] else None
+        c = np.frombuffer(self.c_maps[spec["c_id"]], dtype=_wire.FP32, count=spec["c_elems"]) if spec["c_elems"] \
+            else None
         summary: Optional[bytes] = None
         received = 0
         t_first_c: Optional[float] = None

@@ -57,8 +57,10 @@ def stripe_memfds():
     return fds, maps
 
 
-def shm_names():
-    return set(os.listdir("/dev/shm"))
+def shm_names(*pids):
+    """Names in /dev/shm that this process or `pids` could have made (others on the host come and go)."""
+    mine = [str(p) for p in (os.getpid(), *pids)]
+    return {n for n in os.listdir("/dev/shm") if "sgemm" in n and any(p in n.split("-") for p in mine)}
 
 
 class StripeWorkers(unittest.TestCase):
@@ -97,7 +99,8 @@ class StripeWorkers(unittest.TestCase):
                 a, b = random(self.rng, m, k), random(self.rng, k, n)
                 got, _ = cl.multiply(a, b, connections=4, timeout=60)
                 self.assertLessEqual(max_error(got, a, b), TOLERANCE, f"{m}x{n}x{k}")
-        self.assertEqual(shm_names() - shm_before, set())
+            pids = cl.worker_pids()
+        self.assertEqual(shm_names(*pids) - shm_before, set())
 
     def test_out_dense_and_strided(self):
         m, n, k = 301, 67, 129
@@ -183,7 +186,8 @@ class StripeWorkers(unittest.TestCase):
             self.assertLessEqual(max_error(got, a[:200], b), TOLERANCE)
 
     def _script(self, body):
-        """Runs `body` in a fresh interpreter with this client; returns the pids it printed on its last line."""
+        """Runs `body` in a fresh interpreter with this client; returns the run and the workers' pids (the line
+        before `body`'s own, which prints the script's pid)."""
         code = textwrap.dedent(f"""
             import os, signal, sys, numpy as np, sgemm_client
             cl = sgemm_client.Client({self.server.address!r}, stripe_workers="processes", chunk_bytes=4096)
@@ -193,23 +197,25 @@ class StripeWorkers(unittest.TestCase):
             print(" ".join(map(str, cl.worker_pids())), flush=True)
         """) + textwrap.dedent(body)
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        pids = [int(p) for p in run.stdout.split()]
+        lines = run.stdout.splitlines()
+        self.assertEqual(len(lines), 2, run.stdout + run.stderr)
+        pids = [int(p) for p in lines[0].split()]
         self.assertEqual(len(pids), 4, run.stdout + run.stderr)
         return run, pids
 
     def test_interpreter_exit_stops_the_workers(self):
         shm_before = shm_names()
-        run, pids = self._script("")  # no close(): the finalizer at exit stops them
+        run, pids = self._script("print(os.getpid())")  # no close(): the finalizer at exit stops them
         self.assertEqual(run.returncode, 0, run.stderr)
         wait_for(lambda: all(gone(p) for p in pids), 30, f"workers {pids} gone")
-        self.assertEqual(shm_names() - shm_before, set())
+        self.assertEqual(shm_names(*pids, int(run.stdout.split()[-1])) - shm_before, set())
 
     def test_a_killed_client_leaves_no_worker(self):
         shm_before = shm_names()
-        run, pids = self._script("os.kill(os.getpid(), signal.SIGKILL)")
+        run, pids = self._script("print(os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGKILL)")
         self.assertEqual(run.returncode, -signal.SIGKILL)
         wait_for(lambda: all(gone(p) for p in pids), 30, f"workers {pids} gone")
-        self.assertEqual(shm_names() - shm_before, set())
+        self.assertEqual(shm_names(*pids, int(run.stdout.split()[-1])) - shm_before, set())
 
     def test_bad_options_name_the_field(self):
         with self.assertRaises(ValueError) as e:
