@@ -16,7 +16,9 @@ exponential backoff; `timeout` bounds a whole call, retries included.
 
 Threads: a Client may serve many threads at once (gRPC channels are
 thread-safe; the client's own state is behind locks). A multiply over several
-connections reads each stripe's stream on a thread of its own.
+connections reads each stripe's stream on a thread of its own, or has a
+worker process drive it (stripe_workers, _stripe_pool.py); the workers run one
+request at a time.
 """
 
 from __future__ import annotations
