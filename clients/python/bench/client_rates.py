@@ -12,7 +12,8 @@ Results are checked first (sampled rows of C against float64 numpy, and
 sgemm-client --verify), then timed: per round and configuration a warm-up
 request, then --repeat timed ones (median); the rounds alternate Python and
 C++ so that both see the same load. Client CPU per request: the Python
-process's CPU time (all its threads, and its stripe worker processes) over the timed requests; for sgemm-client,
+process's CPU time (all its threads, and its stripe worker processes) over the timed requests, and that of
+the busiest of those processes (what one interpreter lock carries); for sgemm-client,
 see cpp_runs. Page faults per request (minor: fresh pages the allocator maps
 and the kernel zeroes) are counted the same way for both.
 
@@ -57,35 +58,44 @@ def check(c, a, b, rng):
 
 
 def worker_usage(client):
-    """(CPU seconds, minor page faults) of the client's stripe worker processes so far (/proc/PID/stat)."""
-    cpu = faults = 0
-    pids = client.worker_pids() if hasattr(client, "worker_pids") else []
-    for pid in pids:
+    """{pid: (CPU seconds, minor page faults)} of the client's stripe worker processes so far: CPU from
+    /proc/PID/schedstat (nanoseconds; /proc/PID/stat's ticks where it is missing or 0), faults from
+    /proc/PID/stat."""
+    usage = {}
+    for pid in client.worker_pids():
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        faults += int(fields[7])  # minflt
-        cpu += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-    return cpu, faults
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                cpu = int(f.read().split()[0]) / 1e9 or cpu  # 0: the kernel keeps no schedstats
+        except OSError:
+            pass
+        usage[pid] = (cpu, int(fields[7]))  # minflt
+    return usage
 
 
 def python_runs(client, a, b, repeat, out=None):
     """Median wall ms, CPU ms and page faults per request (the client's process and its stripe workers) of
-    `repeat` timed requests after one warm-up, and how many of them had rows of C back before their upload
-    ended."""
+    `repeat` timed requests after one warm-up, how many of them had rows of C back before their upload
+    ended, and the CPU ms per request of the busiest process (what one interpreter lock has to carry)."""
     client.multiply(a, b, out=out, timeout=600)
     walls, early = [], 0
     faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     cpu0 = time.process_time()
-    wcpu0, wfaults0 = worker_usage(client)
+    workers0 = worker_usage(client)
     for _ in range(repeat):
         t0 = time.perf_counter()
         _, summary = client.multiply(a, b, out=out, timeout=600)
         walls.append((time.perf_counter() - t0) * 1e3)
         early += summary.first_c_before_upload_end
-    wcpu, wfaults = worker_usage(client)
-    cpu = (time.process_time() - cpu0 + wcpu - wcpu0) * 1e3 / repeat
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0 + wfaults - wfaults0) / repeat
-    return statistics.median(walls), cpu, faults, early
+    workers = worker_usage(client)
+    own = time.process_time() - cpu0
+    wcpu = [workers[p][0] - workers0[p][0] for p in workers if p in workers0]
+    wfaults = sum(workers[p][1] - workers0[p][1] for p in workers if p in workers0)
+    cpu = (own + sum(wcpu)) * 1e3 / repeat
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0 + wfaults) / repeat
+    return statistics.median(walls), cpu, faults, early, max([own, *wcpu]) * 1e3 / repeat
 
 
 def cpp_runs(cli, target_args, m, n, k, connections, repeat):
@@ -176,26 +186,26 @@ def main():
                 for (cc, mode), client in tcp.items():
                     if cc != c:
                         continue
-                    wall, cpu, faults, early = python_runs(client, a, b, args.repeat)
+                    wall, cpu, faults, early, busiest = python_runs(client, a, b, args.repeat)
                     path = f"grpc {c}" + (f" {mode}" if c > 1 else "")
-                    results.append((kind, "python", path, rnd, wall, cpu, faults))
+                    results.append((kind, "python", path, rnd, wall, cpu, faults, busiest))
                     early_c[(kind, path)] = early_c.get((kind, path), 0) + early
                 wall, cpu, faults = cpp_runs(args.cli, ["--server", args.server, "--transport", "grpc"], m, n, k,
                                              c, args.repeat)
-                results.append((kind, "c++", f"grpc {c}", rnd, wall, cpu, faults))
+                results.append((kind, "c++", f"grpc {c}", rnd, wall, cpu, faults, None))
             if kind == "e2e" and not args.no_shm:
-                wall, cpu, faults, _ = python_runs(unix, a, b, args.repeat)
-                results.append((kind, "python", "shm scratch (copies)", rnd, wall, cpu, faults))
-                wall, cpu, faults, _ = python_runs(unix, x, y, args.repeat, out=z)
-                results.append((kind, "python", "shm regions (no copy)", rnd, wall, cpu, faults))
+                wall, cpu, faults, _, busiest = python_runs(unix, a, b, args.repeat)
+                results.append((kind, "python", "shm scratch (copies)", rnd, wall, cpu, faults, busiest))
+                wall, cpu, faults, _, busiest = python_runs(unix, x, y, args.repeat, out=z)
+                results.append((kind, "python", "shm regions (no copy)", rnd, wall, cpu, faults, busiest))
                 wall, cpu, faults = cpp_runs(args.cli, ["--unix", args.unix], m, n, k, 0, args.repeat)
-                results.append((kind, "c++", "shm scratch (copies)", rnd, wall, cpu, faults))
+                results.append((kind, "c++", "shm scratch (copies)", rnd, wall, cpu, faults, None))
             for r in results[before:]:
                 print(r, flush=True)
 
     print("\n| shape | path | client | wall ms (median per round) | MB/s | client CPU ms/request "
-          "| page faults/request |")
-    print("|---|---|---|---|---|---|---|")
+          "| busiest process CPU ms/request | page faults/request |")
+    print("|---|---|---|---|---|---|---|---|")
     keys = []
     for r in results:
         if (r[0], r[2], r[1]) not in keys:
@@ -207,8 +217,10 @@ def main():
         rates = [payload(kind, m, n, k) / (w * 1e3) for w in walls]
         cpu = [r[5] for r in rows]
         faults = [r[6] for r in rows]
+        busiest = [r[7] for r in rows if r[7] is not None]
+        busy = f"{min(busiest):.1f}-{max(busiest):.1f}" if busiest else ""
         print(f"| {kind} {m}x{n}x{k} | {path} | {client} | {', '.join(f'{w:.1f}' for w in walls)} | "
-              f"{min(rates):.0f}-{max(rates):.0f} | {min(cpu):.1f}-{max(cpu):.1f} | "
+              f"{min(rates):.0f}-{max(rates):.0f} | {min(cpu):.1f}-{max(cpu):.1f} | {busy} | "
               f"{min(faults):.0f}-{max(faults):.0f} |")
     for (kind, path), count in early_c.items():
         print(f"python {kind} {path}: {count} of {args.rounds * args.repeat} timed requests had "
@@ -230,7 +242,7 @@ def main():
         print(f"| {kind} {m}x{n}x{k} | {path} | {', '.join(f'{x:.2f}' for x in ratios)} |")
     if args.json:
         with open(args.json, "w") as f:
-            fields = ("shape", "client", "path", "round", "wall_ms", "cpu_ms", "faults")
+            fields = ("shape", "client", "path", "round", "wall_ms", "cpu_ms", "faults", "busiest_process_cpu_ms")
             json.dump([dict(zip(fields, r)) for r in results], f, indent=1)
 
 
