@@ -58,20 +58,13 @@ def check(c, a, b, rng):
 
 
 def worker_usage(client):
-    """{pid: (CPU seconds, minor page faults)} of the client's stripe worker processes so far: CPU from
-    /proc/PID/schedstat (nanoseconds; /proc/PID/stat's ticks where it is missing or 0), faults from
-    /proc/PID/stat."""
+    """{pid: (CPU seconds, minor page faults)} of the client's stripe worker processes so far, all their threads
+    (/proc/PID/stat: utime + stime in clock ticks, minflt; /proc/PID/schedstat would count the main thread only)."""
     usage = {}
     for pid in client.worker_pids():
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-        try:
-            with open(f"/proc/{pid}/schedstat") as f:
-                cpu = int(f.read().split()[0]) / 1e9 or cpu  # 0: the kernel keeps no schedstats
-        except OSError:
-            pass
-        usage[pid] = (cpu, int(fields[7]))  # minflt
+        usage[pid] = ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7]))
     return usage
 
 
