@@ -134,7 +134,7 @@ class StripeWorkers(unittest.TestCase):
         self.assertEqual(stripe_memfds(), (0, 0))
 
     def _in_flight(self, cl, a, b, timeout):
-        """Starts a 4-stripe multiply on another thread; returns (future, the pool) once every stripe has its job."""
+        """Starts a 4-stripe multiply on another thread; returns its future once every stripe has its job."""
         pool_before = cl._workers.pool.jobs_started if cl._workers else 0
         ex = concurrent.futures.ThreadPoolExecutor(1)
         fut = ex.submit(cl.multiply, a, b, connections=4, timeout=timeout)
@@ -144,14 +144,14 @@ class StripeWorkers(unittest.TestCase):
         return fut
 
     def test_a_worker_killed_mid_request_fails_it_and_the_next_runs(self):
-        # Large enough that the server (1 CPU thread) is still at it when the worker dies; the worker is stopped
-        # first, so the request cannot end before the kill whatever the timing.
+        # Stripe 2's worker is stopped before the request, so the request cannot end before the kill whatever
+        # the timing: it is killed once every stripe has its job (stripes 0, 1 and 3 streaming).
         a, b = random(self.rng, 1024, 2048), random(self.rng, 2048, 1024)
         with self.client(chunk=1 << 20) as cl:
             cl.multiply(a[:512], b, connections=4, timeout=60)  # workers up (4 blocks of 128 rows)
             pids = cl.worker_pids()
-            fut = self._in_flight(cl, a, b, timeout=120)
             os.kill(pids[2], signal.SIGSTOP)
+            fut = self._in_flight(cl, a, b, timeout=120)
             self.assertFalse(fut.done())
             t0 = time.monotonic()
             os.kill(pids[2], signal.SIGKILL)
@@ -174,9 +174,9 @@ class StripeWorkers(unittest.TestCase):
         with self.client(chunk=1 << 20) as cl:
             cl.multiply(a[:512], b, connections=4, timeout=60)
             pids = cl.worker_pids()
-            fut = self._in_flight(cl, a, b, timeout=3)
             os.kill(pids[1], signal.SIGSTOP)
             t0 = time.monotonic()
+            fut = self._in_flight(cl, a, b, timeout=3)
             with self.assertRaises(sgemm_client.SgemmError) as e:
                 fut.result(timeout=60)
             self.assertLess(time.monotonic() - t0, 3 + 2 + 10)  # the deadline, the grace, a loaded host
