@@ -184,12 +184,9 @@ class _Pool:
         self.jobs_started = 0  # stripes handed to workers so far (tests wait on it)
 
     def pids(self) -> List[int]:
-        with self._lock:
-            return [w.pid for w in self._workers if w is not None]
-
-    def worker_pids(self) -> List[Optional[int]]:
-        """Without the lock: the pids by stripe now (a test's view while a request runs)."""
-        return [w.pid if w is not None else None for w in list(self._workers)]
+        """The workers' pids by stripe, now. Without the lock, so that it answers while a request runs (a copy
+        of the list is taken at once under the interpreter lock)."""
+        return [w.pid for w in list(self._workers) if w is not None]
 
     def close(self) -> None:
         with self._lock:

@@ -188,7 +188,8 @@ class Client(ClientBase):
     def worker_pids(self) -> List[int]:
         """The process ids of this client's stripe workers (empty until a request has needed them)."""
         with self._lock:
-            return self._workers.pids() if self._workers is not None else []
+            workers = self._workers
+        return workers.pids() if workers is not None else []
 
     def __enter__(self) -> "Client":
         return self
