@@ -1,7 +1,9 @@
 """Stripe worker processes (Client(stripe_workers="processes"): a process per
 connection of a striped request) against the real sgemm-server over TCP:
 results against a float64 reference on odd shapes over 1 to 4 connections,
-with C and alpha/beta, into `out`; the workers are started once and reused;
+with C and alpha/beta, into `out`; kept results; every C handed out stays
+valid while later requests write theirs; over the Unix socket with transport
+"grpc"; the workers are started once and reused;
 their channels carry the client's token; a worker killed mid-request fails
 that request with WorkerError well within its deadline and the next request
 runs on a replacement; a stopped worker ends in DEADLINE_EXCEEDED, not a
@@ -115,6 +117,32 @@ class StripeWorkers(unittest.TestCase):
             self.assertLessEqual(max_error(wide[:, 5:5 + n], a, b), TOLERANCE)
             self.assertTrue(np.isnan(wide[:, :5]).all() and np.isnan(wide[:, 5 + n:]).all())
 
+    def test_a_kept_result_and_a_loop_that_holds_each_c(self):
+        m, n, k = 257, 129, 65
+        a, b = random(self.rng, m, k), random(self.rng, k, n)
+        with self.client() as cl:
+            # keep: C stays on the server (send_c: and comes back too); the handle then feeds a product.
+            c, summary = cl.multiply(a, b, keep=True, send_c=True, connections=4, timeout=60)
+            self.assertEqual(summary.stripes, 4)
+            self.assertLessEqual(max_error(c, a, b), TOLERANCE)
+            h = summary.result_handle
+            got, _ = cl.multiply(np.eye(m, dtype=np.float32), h, connections=1, timeout=60)
+            self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+            cl.delete(h)
+            h, summary = cl.multiply(a, b, keep=True, connections=4, timeout=60)  # no C comes back
+            self.assertIsInstance(h, sgemm_client.Handle)
+            self.assertEqual((h.shape, summary.bytes_received), ((m, n), 0))
+            cl.delete(h)
+            # Each C handed out stays valid while the next requests write theirs (the client alternates
+            # between its C memfds only once a C is no longer viewed).
+            results = []
+            for i in range(4):
+                c0 = np.full((m, n), float(i), np.float32)
+                c, _ = cl.multiply(a, b, c0, 1.0, 1.0, connections=4, timeout=60)
+                results.append((c, c0))
+            for c, c0 in results:
+                self.assertLessEqual(max_error(c, a, b, c0, 1.0, 1.0), TOLERANCE)
+
     def test_workers_are_reused_and_stopped_by_close(self):
         a, b = random(self.rng, 200, 100), random(self.rng, 100, 150)
         cl = self.client()
@@ -224,6 +252,22 @@ class StripeWorkers(unittest.TestCase):
         with self.assertRaises(ValueError) as e:
             sgemm_client.aio.Client(self.server.address, stripe_workers="processes")
         self.assertIn("stripe_workers", str(e.exception))
+
+
+class StripeWorkersOnTheUnixSocket(unittest.TestCase):
+    def test_grpc_transport_over_the_unix_socket(self):
+        server = ServerProcess("--cpu-threads", "1", unix=True)
+        rng = np.random.default_rng(11)
+        a, b, c0 = random(rng, 333, 97), random(rng, 97, 55), random(rng, 333, 55)
+        try:
+            with sgemm_client.Client(server.unix_target, transport="grpc", stripe_workers="processes",
+                                     chunk_bytes=4096) as cl:
+                got, summary = cl.multiply(a, b, c0, 0.5, 2.0, connections=4, timeout=60)
+                self.assertEqual((summary.stripes, summary.transport), (4, "grpc"))
+                self.assertLessEqual(max_error(got, a, b, c0, 0.5, 2.0), TOLERANCE)
+                self.assertEqual(len(cl.worker_pids()), 4)
+        finally:
+            self.assertEqual(server.stop(), 0)
 
 
 class StripeWorkersWithAToken(unittest.TestCase):
