@@ -20,6 +20,14 @@ class SgemmError(Exception):
         self.details = details
 
 
+class WorkerError(SgemmError):
+    """A stripe's worker process (Client(stripe_workers="processes")) died or stopped answering during a
+    request (code ABORTED; not retried). The client replaces the worker on its next request."""
+
+    def __init__(self, details: str):
+        super().__init__(grpc.StatusCode.ABORTED, details)
+
+
 def error_of(e: grpc.RpcError) -> SgemmError:
     return SgemmError(e.code(), e.details() or "")
 

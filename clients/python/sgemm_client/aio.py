@@ -40,6 +40,9 @@ class Client(ClientBase):
     _make_channel = staticmethod(_channel.aio_channel)
 
     def _own_state(self) -> None:
+        if self.stripe_workers == "processes":
+            raise ValueError("stripe_workers='processes' is the blocking client's: the asyncio client drives a "
+                             "request's stripes as tasks on its event loop")
         self._stripe_channels: Dict[int, Any] = {}
 
     async def close(self) -> None:

@@ -16,11 +16,14 @@ exponential backoff; `timeout` bounds a whole call, retries included.
 
 Threads: a Client may serve many threads at once (gRPC channels are
 thread-safe; the client's own state is behind locks). A multiply over several
-connections reads each stripe's stream on a thread of its own.
+connections reads each stripe's stream on a thread of its own, or has a
+worker process drive it (stripe_workers, _stripe_pool.py); the workers run one
+request at a time.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -29,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 import grpc
 import numpy as np
 
-from . import _channel, _wire
+from . import _channel, _stripe_pool, _wire
 from ._proto import health_pb2, health_pb2_grpc
 from ._proto import sgemm_pb2 as pb2
 from ._proto import sgemm_pb2_grpc as pb2_grpc
@@ -41,6 +44,12 @@ from .regions import RegionTable, SharedRegion
 T = TypeVar("T")
 Shape = Union[int, Tuple[int, ...]]
 TRANSPORTS = ("auto", "grpc", "shm")
+# Who drives the streams of a request spread over several connections: "threads" (one per stripe, in this
+# interpreter), "processes" (a worker process per stripe, _stripe_pool.py) or "auto" (processes where they win).
+STRIPE_WORKERS = ("auto", "threads", "processes")
+# "auto" takes processes when this process may run on at least this many CPUs: below it the workers' copies
+# and the client share too few cores to gain on the threads (docs/python.md, "Several connections").
+AUTO_PROCESSES_MIN_CPUS = 4
 
 
 class Retry:
@@ -99,21 +108,26 @@ class ClientBase:
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None, chunk_bytes: int = 1 << 20, connections: int = 0,
                  retries: int = 5, backoff_s: float = 0.05, max_backoff_s: float = 2.0, transport: str = "auto",
-                 channel_options: Sequence[Tuple[str, Any]] = ()):
+                 channel_options: Sequence[Tuple[str, Any]] = (), stripe_workers: str = "auto"):
         if not 4 <= chunk_bytes <= _wire.MAX_CHUNK_BYTES:
             raise ValueError(f"chunk_bytes must be in [4, {_wire.MAX_CHUNK_BYTES}], got {chunk_bytes}")
         if connections < 0:
             raise ValueError(f"connections must be >= 0 (0 = by size), got {connections}")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        if stripe_workers not in STRIPE_WORKERS:
+            raise ValueError(f"stripe_workers must be one of {', '.join(STRIPE_WORKERS)}, got {stripe_workers!r}")
         self.target = target
         self.chunk_bytes = chunk_bytes
+        self.stripe_workers = stripe_workers
         self.connections = connections
         self.retry = Retry(retries, backoff_s, max_backoff_s)
         self._want_transport = transport
-        self._cfg = _channel.make_config(target, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
-                                         tls_key=tls_key, tls_server_name=tls_server_name,
-                                         channel_options=channel_options)
+        # make_config's arguments, kept for the stripe workers (each makes its own channel from them).
+        self._channel_args = dict(target=target, token=token, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                  tls_key=tls_key, tls_server_name=tls_server_name,
+                                  channel_options=tuple(channel_options))
+        self._cfg = _channel.make_config(**self._channel_args)
         self._metadata = self._cfg.metadata
         self._channel = self._make_channel(self._cfg)
         self._stub = pb2_grpc.SgemmStub(self._channel)
@@ -141,12 +155,21 @@ class Client(ClientBase):
     retries, backoff_s, max_backoff_s: UNAVAILABLE retried `retries` times (Retry).
     transport: "auto" (shared memory on a unix: target whose server offers it, else gRPC), "grpc", "shm".
     channel_options: extra gRPC channel arguments, (name, value) pairs.
+    stripe_workers: who drives the streams of a request over several connections: "processes" (a worker
+      process per stripe, started on the first such request and kept; matrices pass through shared memory),
+      "threads" (a thread per stripe in this process, under its one interpreter lock), or "auto" (processes
+      when this process may use at least AUTO_PROCESSES_MIN_CPUS CPUs, else threads).
     """
 
     def _own_state(self) -> None:
         self._lock = threading.Lock()
         self._multiply_rpcs: Dict[int, Any] = {0: self._multiply_rpc(self._channel)}  # guarded by _lock
         self._stripe_channels: List[grpc.Channel] = []  # guarded by _lock
+        self._workers: Optional[_stripe_pool.StripeWorkers] = None  # guarded by _lock; made on first use
+        if self.stripe_workers == "processes":
+            why_not = _stripe_pool.available()
+            if why_not:
+                raise ValueError(f"stripe_workers='processes' cannot be used here: {why_not}")
         # _transport (resolved once), _scratch (the kept scratch region) and _handle_shapes: guarded by _lock
 
     # ---- lifetime ----
@@ -156,8 +179,17 @@ class Client(ClientBase):
         with self._lock:
             channels = [self._channel, *self._stripe_channels]
             self._stripe_channels = []
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
         for ch in channels:
             ch.close()
+
+    def worker_pids(self) -> List[int]:
+        """The process ids of this client's stripe workers (empty until a request has needed them)."""
+        with self._lock:
+            workers = self._workers
+        return workers.pids() if workers is not None else []
 
     def __enter__(self) -> "Client":
         return self
@@ -294,9 +326,33 @@ class Client(ClientBase):
                 rpc = self._multiply_rpcs[stripe] = self._multiply_rpc(ch)
             return rpc
 
-    def _stream(self, req: Request, deadline: Optional[float]) -> Receiver:
+    def _uses_processes(self, req: Union[Request, BatchRequest]) -> bool:
+        if not isinstance(req, Request) or req.mode != "stream" or req.plan.stripes < 2:
+            return False
+        if self.stripe_workers == "threads":
+            return False
+        if self.stripe_workers == "processes":
+            return True
+        return _stripe_pool.available() is None and len(os.sched_getaffinity(0)) >= AUTO_PROCESSES_MIN_CPUS
+
+    def _stream_in_workers(self, req: Request, deadline: Optional[float]) -> Receiver:
+        """One attempt with a worker process per stripe (_stripe_pool.py); C is the mapping they wrote."""
+        with self._lock:
+            if self._workers is None:
+                self._workers = _stripe_pool.StripeWorkers(self._channel_args)
+            workers = self._workers
+        receiver = req.new_receiver()
+        c = workers.run(req, receiver, deadline)
+        if c is not None:
+            req.result = c
+        receiver.check()
+        return receiver
+
+    def _stream(self, req: Union[Request, BatchRequest], deadline: Optional[float]) -> Receiver:
         """One attempt: stripe 0 on this thread; once the server's grant comes, the other stripes, each read
         on a thread of its own. The first stripe to fail cancels the rest."""
+        if self._uses_processes(req):
+            return self._stream_in_workers(req, deadline)
         receiver = req.new_receiver()
         lock = threading.Lock()
         calls: List[Any] = []

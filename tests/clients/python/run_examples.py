@@ -40,7 +40,7 @@ runs = {
     "resident.py": ["--server", server.address, "--size", "129"],
     "shared_memory.py": ["--server", server.unix_target, "--m", "211", "--n", "67", "--k", "143"],
     "asyncio_multiply.py": ["--server", server.address, "--count", "3", "--size", "101"],
-    "connections.py": ["--server", server.address, "--size", "1100", "--connections", "4"],
+    "connections.py": ["--server", server.address, "--size", "1100", "--connections", "4", "--workers", "processes"],
     "observe.py": ["--server", server.address, "--trace-file", str(tmp / "trace.json")],
     "tls_token.py": ["--server", secure.address, "--tls-ca", str(tmp / "pki" / "ca.pem"), "--token",
                      "example-token-0123456789"],

@@ -130,7 +130,9 @@ class ClientAgainstServer(unittest.TestCase):
     def test_one_request_over_several_connections(self):
         m, n, k = 515, 203, 389
         a, b, c0 = self.random(m, k), self.random(k, n), self.random(m, n)
-        with sgemm_client.Client(self.server.address, chunk_bytes=32 << 10, connections=4) as client:
+        # A thread per stripe: the connections are this process's (test_workers.py covers worker processes).
+        with sgemm_client.Client(self.server.address, chunk_bytes=32 << 10, connections=4,
+                                 stripe_workers="threads") as client:
             client.info()  # the first connection
             before = open_sockets()
             got, summary = client.multiply(a, b, c0, 1.5, -0.5, timeout=60)

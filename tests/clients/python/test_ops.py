@@ -56,8 +56,10 @@ class Ops(unittest.TestCase):
     def test_every_op_combination_striped_over_two_to_four_connections(self):
         # Each stripe carries blocks of the stored rows: with op_a = "t" A's 300 stored rows of
         # 64 x 7 x 300 make other blocks than C's 64.
-        for connections in (2, 3, 4):
-            client = sgemm_client.Client(self.server.address, connections=connections, chunk_bytes=2048)
+        # Over 2 and 4 connections with a thread per stripe, over 3 with a worker process per stripe.
+        for connections, workers in ((2, "threads"), (3, "processes"), (4, "threads")):
+            client = sgemm_client.Client(self.server.address, connections=connections, chunk_bytes=2048,
+                                         stripe_workers=workers)
             try:
                 for m, n, k in ((301, 131, 67), (64, 7, 300), (150, 41, 9)):
                     for op_a in "nt":
