@@ -263,7 +263,9 @@ TEST(TransportAttacks, RapidResetOverTlsClosesTheConnection) {
       rss_start / 1048576.0);
   EXPECT_LT(worst, kNormalRequestBoundMs) << "a normal request took " << worst << " ms during the storm";
   EXPECT_GE(closed.load(), 2) << "the server never closed a resetting TLS connection";
-  EXPECT_TRUE(server.log_has("a TLS connection reset more than")) << server.log().substr(0, 4000);
+  EXPECT_TRUE(server.log_has("(rapid reset, --max-resets-per-second)")) << server.log().substr(0, 4000);
+  EXPECT_TRUE(server.log_has_any({"TLS connection from 127.0.0.2 reset", "TLS connection from 127.0.0.3 reset"}))
+      << "the close does not name the TLS connection's address: " << server.log().substr(0, 4000);
   served_ms();
   testing::expect_rss_back(server.pid(), rss_start, "after the rapid reset over TLS");
 }
@@ -679,13 +681,56 @@ TEST(TransportAttacks, HealthWatchStreamsAreBoundedOverTls) {
   ASSERT_TRUE(over.connect_tls(port_of(server), "127.0.0.3"));
   (void)over.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
   EXPECT_TRUE(over.wait_closed(20000)) << "a TLS connection holding 1,000 health watches was not closed";
-  EXPECT_TRUE(server.log_has("a TLS connection opened")) << server.log().substr(0, 4000);
+  EXPECT_TRUE(server.log_has("TLS connection from 127.0.0.3 opened")) << server.log().substr(0, 4000);
   EXPECT_FALSE(within.closed_by_server()) << "a TLS connection within the bound was closed";
   ClientOptions tls;
   tls.tls.ca_file = pki.path("ca.pem");
   auto client = Client::connect(server.tcp_address(), tls);
   const Status st = testing::multiply_verified(*client, {33, 17, 65});
   EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+// Over TLS too, an address whose connections were closed three times within
+// 10 s cools down: the guard learns a TLS connection's address from the
+// read that brought its first records, so a new TLS connection from it is
+// closed past 1/20 of the bound (10 watches of 200), while a TLS connection
+// from another address keeps 150 and a normal TLS request is served.
+TEST(TransportAttacks, AnAddressFloodingWatchesOverTlsCoolsDown) {
+  testing::TestPki pki{testing::make_temp_dir()};
+  std::string error;
+  ASSERT_TRUE(pki.make_ca("ca", &error) && pki.make_leaf("ca", "server", &error)) << error;
+  ServerProcess server({"--tls-cert", pki.path("server.pem"), "--tls-key", pki.path("server.key"),
+                        "--max-streams-per-connection", "100"});
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions tls;
+  tls.tls.ca_file = pki.path("ca.pem");
+  auto client = Client::connect(server.tcp_address(), tls);
+  ASSERT_TRUE(testing::multiply_verified(*client, {33, 17, 65}).ok());  // one-time costs paid before the baseline
+  const int64_t rss_start = testing::rss_bytes(server.pid());
+  RawH2Client other;
+  ASSERT_TRUE(other.connect_tls(port_of(server), "127.0.0.3"));
+  ASSERT_TRUE(other.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
+  for (int i = 0; i < 3; ++i) {
+    RawH2Client flood;
+    ASSERT_TRUE(flood.connect_tls(port_of(server), "127.0.0.2"));
+    (void)flood.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
+    ASSERT_TRUE(flood.wait_closed(20000)) << "TLS flood " << i << " was not closed";
+  }
+  EXPECT_TRUE(server.log_has("TLS connection from 127.0.0.2 opened")) << server.log().substr(0, 4000);
+  RawH2Client cooling;  // 30 watches: under the bound, past 1/20 of it
+  ASSERT_TRUE(cooling.connect_tls(port_of(server), "127.0.0.2"));
+  (void)cooling.open_streams("/grpc.health.v1.Health/Watch", 30, false, true);
+  EXPECT_TRUE(cooling.wait_closed(20000))
+      << "a cooling address's TLS connection kept 30 watches: " << server.log().substr(0, 6000);
+  EXPECT_FALSE(other.closed_by_server()) << "another address's TLS connection within the bound was closed";
+  const auto t0 = Clock::now();
+  const Status st = testing::multiply_verified(*client, {33, 17, 65});
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  const double ms = ms_since(t0);
+  EXPECT_LT(ms, kNormalRequestBoundMs) << "a normal TLS request took " << ms << " ms beside a cooling address";
+  std::printf("[ info ] beside a cooling TLS address: a normal TLS request took %.1f ms\n", ms);
+  other.close_now();
+  testing::expect_rss_back(server.pid(), rss_start, "after the TLS watch floods");
 }
 
 }  // namespace
