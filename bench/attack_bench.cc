@@ -25,10 +25,8 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -44,7 +42,6 @@
 #include <memory>
 #include <mutex>
 #include <random>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,9 +49,9 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/normal_traffic.h"
 #include "tests/e2e/raw_h2_client.h"
-
-extern char** environ;
+#include "tests/e2e/server_spawn.h"
 
 namespace {
 
@@ -64,90 +61,13 @@ using sgemm::testing::RawH2Client;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-int64_t rss_bytes(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
+std::string run(const std::string& cmd) { return sgemm::testing::run_command(cmd).output; }
 
-std::string run(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    pclose(p);
-  }
-  return out;
-}
-
-// The server, started with posix_spawn (through `launcher`, e.g. prlimit),
-// on 127.0.0.1:0 and a Unix socket in a fresh directory; stopped with SIGTERM.
-class Server {
- public:
-  Server(const std::string& bin, const std::string& backend, std::vector<std::string> extra,
-         std::vector<std::string> launcher = {}) {
-    char tmpl[] = "/tmp/sgemm-attack-XXXXXX";
-    dir_ = mkdtemp(tmpl) ? tmpl : "/tmp";
-    std::vector<std::string> args = launcher;
-    for (const std::string& a : {bin, std::string("--listen"), std::string("127.0.0.1:0"), std::string("--listen"),
-                                 "unix:" + dir_ + "/sgemm.sock", std::string("--port-file"), dir_ + "/port",
-                                 std::string("--log-dir"), dir_ + "/logs", std::string("--backend"), backend})
-      args.push_back(a);
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    const std::string out = dir_ + "/stdout.log";
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    const auto give_up = Clock::now() + std::chrono::seconds(60);
-    while (pid_ > 0 && Clock::now() < give_up) {
-      std::ifstream f(dir_ + "/port");
-      if (f >> port_) break;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  ~Server() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  bool running() const { return pid_ > 0 && port_ > 0 && kill(pid_, 0) == 0; }
-  pid_t pid() const { return pid_; }
-  int port() const { return port_; }
-  std::string tcp() const { return "127.0.0.1:" + std::to_string(port_); }
-  std::string unix_address() const { return "unix:" + dir_ + "/sgemm.sock"; }
-  const std::string& dir() const { return dir_; }
-  std::string log() const {
-    std::ifstream f(dir_ + "/stdout.log");
-    return {std::istreambuf_iterator<char>(f), {}};
-  }
-  int metrics_port() const {
-    std::smatch m;
-    const std::string l = log();
-    return std::regex_search(l, m, std::regex(R"(/metrics \(port (\d+)\))")) ? std::stoi(m[1]) : 0;
-  }
-
- private:
-  std::string dir_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
+// The server under attack (tests/e2e/server_spawn.h): started with
+// posix_spawn (through a launcher such as prlimit) on 127.0.0.1:0 and a Unix
+// socket in a fresh directory, stopped with SIGTERM.
+using Server = sgemm::testing::ServerProcess;
+using sgemm::testing::rss_bytes;
 
 // What the attack's threads see: the server and when to stop.
 struct AttackContext {
@@ -256,7 +176,7 @@ v1::MultiplyRequest header_msg(int64_t m, int64_t n, int64_t k) {
 // reserved at the first chunk and taken back when the upload rate falls
 // behind after the grace (--idle-timeout 2 here). Each thread starts anew.
 void trickler(AttackContext& c, int t) {
-  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp(), 100 + t));
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp_address(), 100 + t));
   while (!c.stop) {
     grpc::ClientContext ctx;
     auto stream = stub->Multiply(&ctx);
@@ -287,7 +207,7 @@ void trickler(AttackContext& c, int t) {
 // m = n = 32768, k = 1: 256 KiB of A and B for 4 GiB of C, sent on a raw
 // stream (the client library would make room for C before sending).
 void output_bomb(AttackContext& c, int) {
-  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp(), 200));
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp_address(), 200));
   const std::vector<float> column(32768, 1.0f);
   while (!c.stop) {
     grpc::ClientContext ctx;
@@ -408,7 +328,7 @@ int connect_loopback(int port) {
 
 // 40 metrics connections, one byte each every 200 ms.
 void slowloris(AttackContext& c, int) {
-  const int port = c.server.metrics_port();
+  const int port = sgemm::testing::metrics_port(c.server);
   std::vector<int> fds;
   const std::string req = "GET /metrics HTTP/1.0\r\n";
   for (std::size_t sent = 0; !c.stop; ++sent) {
@@ -509,46 +429,7 @@ std::vector<Attack> all_attacks() {
 
 // ---- The normal client and the figures ----------------------------------------
 
-struct Latencies {
-  std::vector<double> ms;
-  int64_t failed = 0, wrong = 0;
-  std::string first_error;
-  double pct(double p) const {
-    if (ms.empty()) return 0;
-    std::vector<double> s = ms;
-    std::sort(s.begin(), s.end());
-    return s[std::min(s.size() - 1, std::size_t(p * double(s.size() - 1) + 0.5))];
-  }
-  double max() const { return ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end()); }
-};
-
-// Normal requests until `stop`, one at a time on one connection; the peak
-// resident set sampled after each.
-void normal_requests(sgemm::Client& client, const std::atomic<bool>& stop, pid_t pid, Latencies* out,
-                     int64_t* peak_rss) {
-  const sgemm::GemmShape s{33, 17, 65};
-  std::mt19937_64 seeds(std::random_device{}());
-  std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
-  sgemm::MultiplyOptions opt;
-  opt.alpha = 0.5f;
-  opt.timeout = std::chrono::milliseconds(10000);
-  while (!stop) {
-    const uint64_t seed = seeds();
-    sgemm::fill_random(a, seed);
-    sgemm::fill_random(b, seed + 1);
-    const auto t0 = Clock::now();
-    auto r = client.multiply(s, a.data(), b.data(), nullptr, opt);
-    out->ms.push_back(ms_since(t0));
-    if (!r.ok()) {
-      if (out->failed++ == 0) out->first_error = r.status().to_string();
-    } else if (!sgemm::verify_gemm(s.m, s.n, s.k, opt.alpha, a.data(), b.data(), 0.0f, nullptr, r->c.data(),
-                                   sgemm::rows_to_verify(s.m, s.n, s.k, seed))
-                    .passed(sgemm::kSgemmTolerance)) {
-      ++out->wrong;
-    }
-    if (peak_rss) *peak_rss = std::max(*peak_rss, rss_bytes(pid));
-  }
-}
+using Latencies = sgemm::testing::NormalTraffic;
 
 struct Row {
   std::string name;
@@ -586,15 +467,15 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
       flags.push_back(f);
     normal_options.tls.ca_file = pki_dir + "/ca.pem";
   }
-  Server server(args.server_bin, args.backend, flags, attack.launcher);
+  Server server(flags, attack.launcher, args.server_bin, args.backend);
   if (!server.running()) {
     std::fprintf(stderr, "%s: the server did not start:\n%s\n", attack.name.c_str(), server.log().c_str());
     return false;
   }
-  auto client = sgemm::Client::connect(server.tcp(), normal_options);
+  auto client = sgemm::Client::connect(server.tcp_address(), normal_options);
   {  // a second of normal requests: the baseline, and the server's one-time costs paid
     std::atomic<bool> stop{false};
-    std::thread t([&] { normal_requests(*client, stop, server.pid(), &row->before, nullptr); });
+    std::thread t([&] { sgemm::testing::run_normal_traffic(*client, stop, &row->before); });
     std::this_thread::sleep_for(std::chrono::seconds(1));
     stop = true;
     t.join();
@@ -606,13 +487,16 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
   for (int t = 0; t < attack.threads; ++t) attackers.emplace_back([&, t] { attack.body(ctx, t); });
   std::atomic<bool> normal_stop{false};
   std::thread held([&] {  // the request memory the server holds (its budget), every 50 ms
-    auto watcher = sgemm::Client::connect(server.tcp(), normal_options);
+    auto watcher = sgemm::Client::connect(server.tcp_address(), normal_options);
     while (!normal_stop) {
       if (auto info = watcher->info(); info.ok()) row->held_peak = std::max(row->held_peak, info->host_bytes_in_use);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
-  std::thread normal([&] { normal_requests(*client, normal_stop, server.pid(), &row->during, &row->rss_peak); });
+  std::thread normal([&] {  // the peak resident set sampled after each normal request
+    sgemm::testing::run_normal_traffic(*client, normal_stop, &row->during,
+                                       [&] { row->rss_peak = std::max(row->rss_peak, rss_bytes(server.pid())); });
+  });
   // The attack runs its time, or until the server holds 2 GiB more than at
   // the start (an unguarded storm grows it by gigabytes a second: the bench
   // must not take the machine down with it).
@@ -631,18 +515,12 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
   stop = true;
   for (auto& t : attackers) t.join();
   const auto ended = Clock::now();
-  const int64_t bound = row->rss_start + row->rss_start / 20;
-  for (;;) {
-    row->rss_end = rss_bytes(server.pid());
-    if (row->rss_end >= 0 && row->rss_end <= bound) {
-      row->back_s = ms_since(ended) / 1000;
-      break;
-    }
-    if (ms_since(ended) > 10000) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const sgemm::testing::RssRecovery back =
+      sgemm::testing::wait_rss_at_most(server.pid(), row->rss_start + row->rss_start / 20);
+  row->rss_end = back.rss;
+  row->back_s = back.back ? back.after_s : -1;
   {  // the request memory held once the attack's streams are gone (waited for up to 10 s)
-    auto watcher = sgemm::Client::connect(server.tcp(), normal_options);
+    auto watcher = sgemm::Client::connect(server.tcp_address(), normal_options);
     row->held_end = -1;
     while (ms_since(ended) < 10000) {
       auto info = watcher->info();
@@ -651,7 +529,7 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  row->survived = server.running();
+  row->survived = server.running() && server.alive();
   row->ops = ctx.ops;
   for (const auto& [status, n] : ctx.statuses)
     row->statuses += (row->statuses.empty() ? "" : "; ") + status + " x" + std::to_string(n);
@@ -731,7 +609,7 @@ int main(int argc, char** argv) {
       std::printf(
           "| %s | %zu | %.2f | %.2f | %.2f | %.1f | < %.0f ms: %s | %lld | %lld | %.1f | %.1f | %.1f | %s | %.1f / %s "
           "| %lld | %s |\n",
-          r.name.c_str(), r.during.ms.size(), r.before.pct(0.5), r.during.pct(0.5), r.during.pct(0.99), r.during.max(),
+          r.name.c_str(), r.during.count(), r.before.pct(0.5), r.during.pct(0.5), r.during.pct(0.99), r.during.max(),
           r.target_ms, meets ? "yes" : "NO", (long long)r.during.failed, (long long)r.during.wrong, mib(r.rss_start),
           mib(r.rss_peak), mib(r.rss_end), back, mib(r.held_peak), held_end.c_str(), (long long)r.ops,
           r.statuses.c_str());
@@ -741,7 +619,7 @@ int main(int argc, char** argv) {
           "%lld  wrong %lld  RSS %.1f -> peak %.1f -> %.1f MiB, back within 5%%: %s  held %.1f MiB, %s after  %s  "
           "ops %lld  "
           "attacker saw: %s\n",
-          r.name.c_str(), r.during.ms.size(), r.during.pct(0.5), r.before.pct(0.5), r.during.pct(0.99), r.during.max(),
+          r.name.c_str(), r.during.count(), r.during.pct(0.5), r.before.pct(0.5), r.during.pct(0.99), r.during.max(),
           r.target_ms, meets ? "yes" : "NO", (long long)r.during.failed, (long long)r.during.wrong, mib(r.rss_start),
           mib(r.rss_peak), mib(r.rss_end), back, mib(r.held_peak), held_end.c_str(),
           r.survived ? "server alive" : "SERVER GONE", (long long)r.ops, r.statuses.c_str());
