@@ -50,6 +50,7 @@
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 #include "tests/e2e/normal_traffic.h"
+#include "tests/e2e/raw_connections.h"
 #include "tests/e2e/raw_h2_client.h"
 #include "tests/e2e/server_spawn.h"
 
@@ -135,23 +136,10 @@ void health_watches(AttackContext& c, int) {
   }
 }
 
-// Connections from 127.0.0.2 that send nothing, `n` at once, then closed.
+// Connections from 127.0.0.2 that send nothing, 400 at once, held a second, then closed.
 void descriptor_flood(AttackContext& c, int) {
   while (!c.stop) {
-    std::vector<int> fds;
-    for (int i = 0; i < 400 && !c.stop; ++i) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in from{}, to{};
-      from.sin_family = to.sin_family = AF_INET;
-      inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
-      inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-      to.sin_port = htons(uint16_t(c.server.port()));
-      if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
-          connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0)
-        fds.push_back(fd);
-      else if (fd >= 0)
-        close(fd);
-    }
+    const std::vector<int> fds = sgemm::testing::hold_connections(c.server.port(), 400);
     c.ops += int64_t(fds.size());
     for (int w = 0; w < 20 && !c.stop; ++w) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (int fd : fds) close(fd);
@@ -313,36 +301,9 @@ void log_forging(AttackContext& c, int) {
   }
 }
 
-int connect_loopback(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(uint16_t(port));
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // 40 metrics connections, one byte each every 200 ms.
 void slowloris(AttackContext& c, int) {
-  const int port = sgemm::testing::metrics_port(c.server);
-  std::vector<int> fds;
-  const std::string req = "GET /metrics HTTP/1.0\r\n";
-  for (std::size_t sent = 0; !c.stop; ++sent) {
-    while (fds.size() < 40) fds.push_back(connect_loopback(port));
-    for (int& fd : fds)
-      if (fd < 0 || send(fd, req.data() + sent % req.size(), 1, MSG_NOSIGNAL) != 1) {
-        if (fd >= 0) close(fd);
-        fd = connect_loopback(port);
-      }
-    c.ops += 40;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  for (int fd : fds)
-    if (fd >= 0) close(fd);
+  c.ops += sgemm::testing::metrics_slowloris(sgemm::testing::metrics_port(c.server), 40, c.stop);
 }
 
 std::vector<Attack> all_attacks() {

@@ -45,8 +45,7 @@ inline double expect_served(const ServerProcess& server, const char* what, const
 
 // The normal requests sent while an attack ran (NormalTrafficThread::stop()):
 // at least one, none failed or wrong, the slowest within `bound_ms`.
-inline void expect_traffic_served(const NormalTraffic& t, const char* what,
-                                  double bound_ms = kNormalRequestBoundMs) {
+inline void expect_traffic_served(const NormalTraffic& t, const char* what, double bound_ms = kNormalRequestBoundMs) {
   EXPECT_GE(t.count(), 1u) << what << ": no normal request ran during the attack";
   EXPECT_EQ(t.failed, 0) << what << ": normal requests failed, the first: " << t.first_error;
   EXPECT_EQ(t.wrong, 0) << what << ": normal requests came back wrong";

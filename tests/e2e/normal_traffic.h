@@ -48,10 +48,10 @@ inline NormalOutcome normal_request(Client& client, uint64_t seed,
     out.status = res.status();
     return out;
   }
-  out.correct = int64_t(res->c.size()) == s.m * s.n &&
-                verify_gemm(s.m, s.n, s.k, opt.alpha, a.data(), b.data(), 0.0f, nullptr, res->c.data(),
-                            rows_to_verify(s.m, s.n, s.k, seed))
-                    .passed(kSgemmTolerance);
+  out.correct =
+      int64_t(res->c.size()) == s.m * s.n && verify_gemm(s.m, s.n, s.k, opt.alpha, a.data(), b.data(), 0.0f, nullptr,
+                                                         res->c.data(), rows_to_verify(s.m, s.n, s.k, seed))
+                                                 .passed(kSgemmTolerance);
   return out;
 }
 

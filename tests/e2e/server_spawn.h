@@ -29,7 +29,6 @@ extern char** environ;
 
 namespace sgemm::testing {
 
-
 // The binaries under test: compiled-in build paths, overridable at run time
 // (SGEMM_SERVER_BIN / SGEMM_CLIENT_BIN) for builds carried to another host.
 inline std::string server_bin() {

@@ -29,6 +29,7 @@
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 #include "tests/e2e/attack_checks.h"
+#include "tests/e2e/raw_connections.h"
 #include "tests/e2e/raw_h2_client.h"
 #include "tests/e2e/server_process.h"
 #include "tests/e2e/trust_helpers.h"
@@ -198,26 +199,6 @@ TEST(TransportAttacks, RapidResetOverTlsClosesTheConnection) {
 
 // ---- Descriptor exhaustion -------------------------------------------------
 
-// Connections from 127.0.0.2 that send nothing, held open.
-std::vector<int> hold_connections(int port, int n) {
-  std::vector<int> fds;
-  for (int i = 0; i < n; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in from{}, to{};
-    from.sin_family = to.sin_family = AF_INET;
-    inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
-    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-    to.sin_port = htons(uint16_t(port));
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
-        connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-      if (fd >= 0) close(fd);
-      continue;
-    }
-    fds.push_back(fd);
-  }
-  return fds;
-}
-
 int open_descriptors(pid_t pid) {
   int n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
@@ -252,7 +233,7 @@ TEST(TransportAttacks, DescriptorExhaustionDoesNotKillTheListener) {
   expect_served(server, "before the descriptor flood");
   const int fds_start = open_descriptors(server.pid());
   const int64_t rss_start = testing::rss_bytes(server.pid());
-  auto flood = hold_connections(port_of(server), 400);
+  auto flood = testing::hold_connections(port_of(server), 400);
   std::printf("[ info ] %zu connections held; the server had %d descriptors open before\n", flood.size(), fds_start);
   ASSERT_TRUE(server.log_has("descriptor reserve reached", 20000)) << "the flood never reached the reserve";
   ASSERT_EQ(kill(server.pid(), 0), 0) << "the server process is gone: " << server.log();
@@ -307,7 +288,7 @@ TEST(TransportAttacks, AcceptAtEmfileDropsTheConnectionAndTheListenerLives) {
   ASSERT_TRUE(register_until_refused(*owner, 1, &names).ok()) << "the Unix connection does not register regions";
 
   // Connections up to the reserve (those past it are closed at once).
-  auto flood = hold_connections(port_of(server), kLimit);
+  auto flood = testing::hold_connections(port_of(server), kLimit);
   ASSERT_TRUE(server.log_has("descriptor reserve reached", 20000)) << "the flood never reached the reserve";
   // Regions take the reserve, until the server has no descriptor left.
   const grpc::Status refused = register_until_refused(*owner, kLimit / 4, &names);
@@ -321,7 +302,7 @@ TEST(TransportAttacks, AcceptAtEmfileDropsTheConnectionAndTheListenerLives) {
   const auto t0 = Clock::now();
   std::vector<int> late;
   while (!server.log_has("out of descriptors", 50) && ms_since(t0) < 20000) {
-    auto one = hold_connections(port_of(server), 1);
+    auto one = testing::hold_connections(port_of(server), 1);
     late.insert(late.end(), one.begin(), one.end());
   }
   ASSERT_TRUE(server.log_has("out of descriptors", 0)) << "accept4 never met EMFILE: " << server.log();
@@ -442,22 +423,9 @@ TEST(TransportAttacks, APutUnderWayGetsTheShutdownGrace) {
 
 // ---- The metrics endpoint --------------------------------------------------
 
-int connect_loopback(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(uint16_t(port));
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // GET /metrics; the whole answer ("" when the connection failed).
 std::string scrape(int port) {
-  const int fd = connect_loopback(port);
+  const int fd = testing::connect_tcp(port);
   if (fd < 0) return "";
   const timeval t{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
@@ -485,23 +453,7 @@ TEST(TransportAttacks, SlowlorisDoesNotTimeOutScrapes) {
   expect_served(server, "before the slowloris connections");
   const int64_t rss_start = testing::rss_bytes(server.pid());
   std::atomic<bool> stop{false};
-  auto slowloris = std::async(std::launch::async, [&] {
-    std::vector<int> fds;
-    const std::string req = "GET /metrics HTTP/1.0\r\n";
-    std::size_t sent = 0;
-    while (!stop) {
-      while (fds.size() < 40) fds.push_back(connect_loopback(port));
-      for (int& fd : fds)  // one byte each, then again; a connection the server closed is opened anew
-        if (fd < 0 || send(fd, req.data() + sent % req.size(), 1, MSG_NOSIGNAL) != 1) {
-          if (fd >= 0) close(fd);
-          fd = connect_loopback(port);
-        }
-      ++sent;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    for (int fd : fds)
-      if (fd >= 0) close(fd);
-  });
+  auto slowloris = std::async(std::launch::async, [&] { return testing::metrics_slowloris(port, 40, stop); });
   double worst = 0;
   for (int i = 0; i < 10; ++i) {
     const auto t0 = Clock::now();
@@ -541,125 +493,114 @@ TEST(TransportAttacks, MetricsStayOnLoopbackUnderTls) {
 
 // ---- Health Watch --------------------------------------------------------------
 
+// A server with --max-streams-per-connection 100 (the guard's bound: 200
+// streams a connection), over TLS when `tls`, and its raw and normal clients.
+class WatchServer {
+ public:
+  explicit WatchServer(bool tls) : tls_(tls) {
+    std::vector<std::string> flags = {"--max-streams-per-connection", "100"};
+    if (tls) {
+      pki_.dir = testing::make_temp_dir();
+      std::string error;
+      EXPECT_TRUE(pki_.make_ca("ca", &error) && pki_.make_leaf("ca", "server", &error)) << error;
+      for (const std::string& f :
+           {std::string("--tls-cert"), pki_.path("server.pem"), std::string("--tls-key"), pki_.path("server.key")})
+        flags.push_back(f);
+      options_.tls.ca_file = pki_.path("ca.pem");
+    }
+    server_ = std::make_unique<ServerProcess>(flags);
+  }
+  ServerProcess& server() { return *server_; }
+  // A raw HTTP/2 connection from `source` (over TLS when the server speaks it).
+  bool connect(RawH2Client& c, const char* source) const {
+    return tls_ ? c.connect_tls(port_of(*server_), source) : c.connect(port_of(*server_), source);
+  }
+  // `what`, saying whether over TLS.
+  std::string say(const std::string& what) const { return tls_ ? what + " (TLS)" : what; }
+  double expect_served(const std::string& what) {
+    return testing::expect_served(*server_, say(what).c_str(), options_);
+  }
+  // The start of the guard's log line for a connection from `source`.
+  std::string close_line(const std::string& source) const {
+    return (tls_ ? "TLS connection from " : "connection from ") + source + " opened";
+  }
+
+ private:
+  bool tls_;
+  testing::TestPki pki_;
+  ClientOptions options_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
 // gRPC's health service keeps a Watch stream open until its client ends it,
 // outside the service's stream counts. A client that never acknowledges
 // SETTINGS opened thousands on one connection; the transport guard counts
-// every stream of a plaintext connection and closes one that holds more
-// than twice --max-streams-per-connection.
-TEST(TransportAttacks, HealthWatchStreamsAreBounded) {
-  ServerProcess server({"--max-streams-per-connection", "100"});
+// every stream of a connection (in the clear at recvmsg, over TLS at
+// SSL_read) and closes one that holds more than twice
+// --max-streams-per-connection.
+void expect_watches_bounded(bool tls) {
+  WatchServer w(tls);
+  ServerProcess& server = w.server();
   ASSERT_TRUE(server.running()) << server.log();
-  expect_served(server, "before the health watches");
+  w.expect_served("before the health watches");
   const int64_t rss_start = testing::rss_bytes(server.pid());
   RawH2Client within;  // 150 watches: under twice the bound, kept
-  ASSERT_TRUE(within.connect(port_of(server), "127.0.0.2"));
+  ASSERT_TRUE(w.connect(within, "127.0.0.2"));
   ASSERT_TRUE(within.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
   RawH2Client over;
-  ASSERT_TRUE(over.connect(port_of(server), "127.0.0.3"));
+  ASSERT_TRUE(w.connect(over, "127.0.0.3"));
   (void)over.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
-  EXPECT_TRUE(over.wait_closed(20000)) << "a connection holding 1,000 health watches was not closed";
+  EXPECT_TRUE(over.wait_closed(20000)) << w.say("a connection holding 1,000 health watches was not closed");
+  EXPECT_TRUE(server.log_has(w.close_line("127.0.0.3")))
+      << "the log does not say which: " << server.log().substr(0, 4000);
   EXPECT_TRUE(server.log_has("past 200 (twice --max-streams-per-connection")) << "the log does not say why";
-  EXPECT_FALSE(within.closed_by_server()) << "a connection within the bound was closed";
-  expect_served(server, "beside 150 health watches, after 1,000 on one connection");
+  EXPECT_FALSE(within.closed_by_server()) << w.say("a connection within the bound was closed");
+  w.expect_served("beside 150 health watches, after 1,000 on one connection");
   within.close_now();
-  testing::expect_rss_back(server.pid(), rss_start, "after the health watches");
+  testing::expect_rss_back(server.pid(), rss_start, w.say("after the health watches").c_str());
 }
+
+TEST(TransportAttacks, HealthWatchStreamsAreBounded) { expect_watches_bounded(false); }
+TEST(TransportAttacks, HealthWatchStreamsAreBoundedOverTls) { expect_watches_bounded(true); }
 
 // A client that floods health watches and reconnects each time it is closed
 // costs the server the watches gRPC starts on every connection. After three
 // such closes within 10 s its address cools down: a new connection from it
 // is closed past 1/20 of the bound (10 of 200 here), while a connection from
-// another address keeps 150 watches and a normal request is served.
-TEST(TransportAttacks, AnAddressFloodingWatchesCoolsDown) {
-  ServerProcess server({"--max-streams-per-connection", "100"});
+// another address keeps 150 watches and a normal request is served. Over TLS
+// the guard learns a connection's address from the read that brought its
+// first records, and cools it down the same way.
+void expect_flooding_address_cools_down(bool tls) {
+  WatchServer w(tls);
+  ServerProcess& server = w.server();
   ASSERT_TRUE(server.running()) << server.log();
-  expect_served(server, "before the watch floods");
+  w.expect_served("before the watch floods");
   const int64_t rss_start = testing::rss_bytes(server.pid());
   RawH2Client other;
-  ASSERT_TRUE(other.connect(port_of(server), "127.0.0.3"));
+  ASSERT_TRUE(w.connect(other, "127.0.0.3"));
   ASSERT_TRUE(other.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
   for (int i = 0; i < 3; ++i) {
     RawH2Client flood;
-    ASSERT_TRUE(flood.connect(port_of(server), "127.0.0.2"));
+    ASSERT_TRUE(w.connect(flood, "127.0.0.2"));
     (void)flood.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
-    ASSERT_TRUE(flood.wait_closed(20000)) << "flood " << i << " was not closed";
+    ASSERT_TRUE(flood.wait_closed(20000)) << w.say("flood " + std::to_string(i) + " was not closed");
   }
   RawH2Client cooling;  // 30 watches: under the bound, past 1/20 of it
-  ASSERT_TRUE(cooling.connect(port_of(server), "127.0.0.2"));
+  ASSERT_TRUE(w.connect(cooling, "127.0.0.2"));
   (void)cooling.open_streams("/grpc.health.v1.Health/Watch", 30, false, true);
   EXPECT_TRUE(cooling.wait_closed(20000))
-      << "a cooling address's connection kept 30 watches: " << server.log().substr(0, 6000);
+      << w.say("a cooling address's connection kept 30 watches: ") << server.log().substr(0, 6000);
   // The log says so (its lines are rate-limited: this one may be folded into a count).
+  EXPECT_TRUE(server.log_has(w.close_line("127.0.0.2"))) << server.log().substr(0, 4000);
   EXPECT_TRUE(server.log_has("while its address cools down")) << server.log().substr(0, 4000);
-  EXPECT_FALSE(other.closed_by_server()) << "another address's connection within the bound was closed";
-  expect_served(server, "beside a cooling address");
+  EXPECT_FALSE(other.closed_by_server()) << w.say("another address's connection within the bound was closed");
+  w.expect_served("beside a cooling address");
   other.close_now();
-  testing::expect_rss_back(server.pid(), rss_start, "after the watch floods");
+  testing::expect_rss_back(server.pid(), rss_start, w.say("after the watch floods").c_str());
 }
 
-// Over TLS the guard reads the streams at SSL_read(): a connection holding
-// more than twice --max-streams-per-connection health watches is closed
-// there too.
-TEST(TransportAttacks, HealthWatchStreamsAreBoundedOverTls) {
-  testing::TestPki pki{testing::make_temp_dir()};
-  std::string error;
-  ASSERT_TRUE(pki.make_ca("ca", &error) && pki.make_leaf("ca", "server", &error)) << error;
-  ServerProcess server({"--tls-cert", pki.path("server.pem"), "--tls-key", pki.path("server.key"),
-                        "--max-streams-per-connection", "100"});
-  ASSERT_TRUE(server.running()) << server.log();
-  ClientOptions tls;
-  tls.tls.ca_file = pki.path("ca.pem");
-  expect_served(server, "before the TLS health watches", tls);
-  const int64_t rss_start = testing::rss_bytes(server.pid());
-  RawH2Client within, over;
-  ASSERT_TRUE(within.connect_tls(port_of(server), "127.0.0.2"));
-  ASSERT_TRUE(within.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
-  ASSERT_TRUE(over.connect_tls(port_of(server), "127.0.0.3"));
-  (void)over.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
-  EXPECT_TRUE(over.wait_closed(20000)) << "a TLS connection holding 1,000 health watches was not closed";
-  EXPECT_TRUE(server.log_has("TLS connection from 127.0.0.3 opened")) << server.log().substr(0, 4000);
-  EXPECT_FALSE(within.closed_by_server()) << "a TLS connection within the bound was closed";
-  expect_served(server, "beside 150 TLS health watches, after 1,000 on one TLS connection", tls);
-  within.close_now();
-  testing::expect_rss_back(server.pid(), rss_start, "after the TLS health watches");
-}
-
-// Over TLS too, an address whose connections were closed three times within
-// 10 s cools down: the guard learns a TLS connection's address from the
-// read that brought its first records, so a new TLS connection from it is
-// closed past 1/20 of the bound (10 watches of 200), while a TLS connection
-// from another address keeps 150 and a normal TLS request is served.
-TEST(TransportAttacks, AnAddressFloodingWatchesOverTlsCoolsDown) {
-  testing::TestPki pki{testing::make_temp_dir()};
-  std::string error;
-  ASSERT_TRUE(pki.make_ca("ca", &error) && pki.make_leaf("ca", "server", &error)) << error;
-  ServerProcess server({"--tls-cert", pki.path("server.pem"), "--tls-key", pki.path("server.key"),
-                        "--max-streams-per-connection", "100"});
-  ASSERT_TRUE(server.running()) << server.log();
-  ClientOptions tls;
-  tls.tls.ca_file = pki.path("ca.pem");
-  expect_served(server, "before the TLS watch floods", tls);  // one-time costs paid before the baseline
-  const int64_t rss_start = testing::rss_bytes(server.pid());
-  RawH2Client other;
-  ASSERT_TRUE(other.connect_tls(port_of(server), "127.0.0.3"));
-  ASSERT_TRUE(other.open_streams("/grpc.health.v1.Health/Watch", 150, false, true));
-  for (int i = 0; i < 3; ++i) {
-    RawH2Client flood;
-    ASSERT_TRUE(flood.connect_tls(port_of(server), "127.0.0.2"));
-    (void)flood.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
-    ASSERT_TRUE(flood.wait_closed(20000)) << "TLS flood " << i << " was not closed";
-  }
-  EXPECT_TRUE(server.log_has("TLS connection from 127.0.0.2 opened")) << server.log().substr(0, 4000);
-  RawH2Client cooling;  // 30 watches: under the bound, past 1/20 of it
-  ASSERT_TRUE(cooling.connect_tls(port_of(server), "127.0.0.2"));
-  (void)cooling.open_streams("/grpc.health.v1.Health/Watch", 30, false, true);
-  EXPECT_TRUE(cooling.wait_closed(20000))
-      << "a cooling address's TLS connection kept 30 watches: " << server.log().substr(0, 6000);
-  EXPECT_FALSE(other.closed_by_server()) << "another address's TLS connection within the bound was closed";
-  expect_served(server, "beside a cooling TLS address", tls);
-  other.close_now();
-  testing::expect_rss_back(server.pid(), rss_start, "after the TLS watch floods");
-}
+TEST(TransportAttacks, AnAddressFloodingWatchesCoolsDown) { expect_flooding_address_cools_down(false); }
+TEST(TransportAttacks, AnAddressFloodingWatchesOverTlsCoolsDown) { expect_flooding_address_cools_down(true); }
 
 }  // namespace
 }  // namespace sgemm
