@@ -20,6 +20,13 @@
 //
 // --server-flags adds flags to every server (to see an attack with a guard
 // off, say); an attack stops early when the server grows by 2 GiB.
+//
+// The cluster rows (cluster-*) start the server as a cluster coordinator
+// (--cluster-listen, a cluster token, --cluster-always, so that every normal
+// request runs over the cluster) and attack its listener: Joins without the
+// token or with another, hellos whose fields are out of range, a member that
+// never answers ready. Cluster mode needs GPUs; on a machine without them
+// these rows say "not run".
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -42,12 +49,14 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
+#include "sgemm/v1/cluster.grpc.pb.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 #include "tests/e2e/normal_traffic.h"
 #include "tests/e2e/raw_connections.h"
@@ -75,6 +84,8 @@ struct AttackContext {
   AttackContext(const Server& s, const std::atomic<bool>& st) : server(s), stop(st) {}
   const Server& server;
   const std::atomic<bool>& stop;
+  int cluster_port = 0;         // the coordinator's cluster listener (cluster attacks)
+  std::string cluster_token;    // the cluster's secret (cluster attacks)
   std::atomic<int64_t> ops{0};  // attack operations done (a batch of streams, a request, a connection set)
   std::mutex mu;
   std::map<std::string, int64_t> statuses;  // what the attacker's requests got
@@ -92,6 +103,10 @@ struct Attack {
   bool rapid_reset = false;           // the 1 s target instead of 100 ms
   int threads = 1;
   std::function<void(AttackContext&, int thread)> body;
+  // The server coordinates a cluster (--cluster-listen on 127.0.0.1, a
+  // cluster token, --cluster-always: every normal request runs over the
+  // cluster). Cluster mode needs GPUs: elsewhere the row says it did not run.
+  bool cluster = false;
 };
 
 // ---- The attacks -------------------------------------------------------------
@@ -306,6 +321,74 @@ void slowloris(AttackContext& c, int) {
   c.ops += sgemm::testing::metrics_slowloris(sgemm::testing::metrics_port(c.server), 40, c.stop);
 }
 
+// ---- The cluster listener ------------------------------------------------------
+
+v1::ClusterHello member_hello() {
+  v1::ClusterHello h;
+  h.set_host("attack-member");
+  h.add_devices("NVIDIA H100 80GB HBM3");
+  return h;
+}
+
+// One Join on the coordinator's cluster listener with `hello`, under `token`
+// ("" = none). Without `stay` it leaves once welcomed; with it, it stays and
+// never answers `ready`, until the coordinator ends the stream or the attack
+// ends. The status the coordinator gave, as a short line.
+std::string cluster_join(AttackContext& c, v1::Cluster::Stub& stub, const v1::ClusterHello& hello,
+                         const std::string& token, bool stay) {
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  auto stream = stub.Join(&ctx);
+  v1::ClusterMemberMessage m;
+  *m.mutable_hello() = hello;
+  stream->Write(m);
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {  // the attack's end cancels a stream the coordinator keeps
+    while (!done && !c.stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!done) ctx.TryCancel();
+  });
+  v1::ClusterCoordinatorMessage in;
+  while (stream->Read(&in)) {
+    if (in.has_welcome() && !stay) ctx.TryCancel();
+    if (in.has_comm()) c.saw("asked for ready, never answered");
+  }
+  done = true;
+  stopper.join();
+  const grpc::Status st = stream->Finish();
+  ++c.ops;
+  return st.ok() ? "OK" : std::to_string(int(st.error_code())) + " " + st.error_message().substr(0, 56);
+}
+
+std::unique_ptr<v1::Cluster::Stub> cluster_stub(const AttackContext& c) {
+  return v1::Cluster::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(c.cluster_port), grpc::InsecureChannelCredentials()));
+}
+
+// Joins without the cluster token, or with another, in a loop.
+void cluster_join_refused(AttackContext& c, const std::string& token) {
+  auto stub = cluster_stub(c);
+  while (!c.stop) c.saw(cluster_join(c, *stub, member_hello(), token, false));
+}
+
+// Hellos (with the token) whose fields are out of range: a newline in the
+// host, more devices than a member may have, none, a device name of 200 bytes.
+void cluster_bad_hellos(AttackContext& c, int) {
+  auto stub = cluster_stub(c);
+  std::vector<v1::ClusterHello> bad(4, member_hello());
+  bad[0].set_host("node\n[2026-01-01] [sgemm] [info] forged");
+  for (int i = 0; i < 64; ++i) bad[1].add_devices("GPU");
+  bad[2].clear_devices();
+  bad[3].set_devices(0, std::string(200, 'x'));
+  for (std::size_t i = 0; !c.stop; ++i) c.saw(cluster_join(c, *stub, bad[i % bad.size()], c.cluster_token, false));
+}
+
+// A member with the token that joins and never answers `ready`, joining again
+// each time it is dropped.
+void cluster_never_ready(AttackContext& c, int) {
+  auto stub = cluster_stub(c);
+  while (!c.stop) c.saw(cluster_join(c, *stub, member_hello(), c.cluster_token, true));
+}
+
 std::vector<Attack> all_attacks() {
   std::vector<Attack> a;
   a.push_back({"rapid-reset",
@@ -385,6 +468,35 @@ std::vector<Attack> all_attacks() {
                false,
                1,
                slowloris});
+  a.push_back({"cluster-no-token",
+               "Join the cluster listener without the cluster token, in a loop",
+               {},
+               {},
+               false,
+               false,
+               1,
+               [](AttackContext& c, int) { cluster_join_refused(c, ""); }});
+  a.push_back(
+      {"cluster-wrong-token", "Join with another token, in a loop", {}, {}, false, false, 1, [](AttackContext& c, int) {
+         cluster_join_refused(c, "not-the-secret-0123456789abcdef");
+       }});
+  a.push_back({"cluster-bad-hello",
+               "hellos with fields out of range (a newline, 64 devices, none, a 200-byte name)",
+               {},
+               {},
+               false,
+               false,
+               1,
+               cluster_bad_hellos});
+  a.push_back({"cluster-never-ready",
+               "a member with the token that never answers ready, rejoining",
+               {"--cluster-timeout", "2"},
+               {},
+               false,
+               false,
+               1,
+               cluster_never_ready});
+  for (Attack& row : a) row.cluster = row.name.rfind("cluster-", 0) == 0;
   return a;
 }
 
@@ -394,6 +506,7 @@ using Latencies = sgemm::testing::NormalTraffic;
 
 struct Row {
   std::string name;
+  std::string not_run;  // why the attack did not run ("" when it did)
   Latencies before, during;
   int64_t rss_start = 0, rss_peak = 0, rss_end = 0;
   int64_t held_peak = 0;   // request memory the server held (GetInfo host_bytes_in_use), its peak
@@ -428,8 +541,20 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
       flags.push_back(f);
     normal_options.tls.ca_file = pki_dir + "/ca.pem";
   }
+  const std::string cluster_token = "cluster-secret-0123456789abcdef";
+  if (attack.cluster) {
+    std::ofstream(pki_dir + "/cluster.token") << cluster_token << "\n";
+    for (const std::string& f :
+         {std::string("--cluster-listen"), std::string("127.0.0.1:0"), std::string("--cluster-token-file"),
+          pki_dir + "/cluster.token", std::string("--cluster-always")})
+      flags.push_back(f);
+  }
   Server server(flags, attack.launcher, args.server_bin, args.backend);
   if (!server.running()) {
+    if (attack.cluster && server.log().find("cluster mode needs GPUs") != std::string::npos) {
+      row->not_run = "cluster mode needs GPUs";
+      return true;
+    }
     std::fprintf(stderr, "%s: the server did not start:\n%s\n", attack.name.c_str(), server.log().c_str());
     return false;
   }
@@ -444,6 +569,12 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
   row->rss_start = row->rss_peak = rss_bytes(server.pid());
   std::atomic<bool> stop{false};
   AttackContext ctx(server, stop);
+  if (attack.cluster) {
+    std::smatch m;
+    const std::string log = server.log();
+    if (std::regex_search(log, m, std::regex(R"(\(port (\d+)\): members join)"))) ctx.cluster_port = std::stoi(m[1]);
+    ctx.cluster_token = cluster_token;
+  }
   std::vector<std::thread> attackers;
   for (int t = 0; t < attack.threads; ++t) attackers.emplace_back([&, t] { attack.body(ctx, t); });
   std::atomic<bool> normal_stop{false};
@@ -544,7 +675,8 @@ int main(int argc, char** argv) {
       all_correct = false;
       continue;
     }
-    all_correct = all_correct && row.survived && row.during.failed == 0 && row.during.wrong == 0;
+    all_correct =
+        all_correct && (!row.not_run.empty() || (row.survived && row.during.failed == 0 && row.during.wrong == 0));
     rows.push_back(row);
   }
   std::error_code ec;
@@ -558,6 +690,11 @@ int main(int argc, char** argv) {
           : "";
   std::printf("%s", head);
   for (const Row& r : rows) {
+    if (!r.not_run.empty()) {
+      std::printf(args.markdown ? "| %s | not run: %s |||||||||||||||\n" : "%-18s not run: %s\n", r.name.c_str(),
+                  r.not_run.c_str());
+      continue;
+    }
     const auto mib = [](int64_t b) { return double(b) / 1048576.0; };
     char back[32];
     if (r.back_s >= 0)
