@@ -17,6 +17,8 @@
 
 namespace sgemm::testing {
 
+// sgemm-client under test: the compiled-in build path, or SGEMM_CLIENT_BIN at
+// run time (a build carried to another host), as server_bin() is for the server.
 inline std::string client_bin() {
   const char* e = std::getenv("SGEMM_CLIENT_BIN");
   return e ? e : SGEMM_CLIENT_BIN;
