@@ -20,15 +20,20 @@
 //
 // --server-flags adds flags to every server (to see an attack with a guard
 // off, say); an attack stops early when the server grows by 2 GiB.
+//
+// The cluster rows (cluster-*) start the server as a cluster coordinator
+// (--cluster-listen, a cluster token, --cluster-always, so that every normal
+// request runs over the cluster) and attack its listener: Joins without the
+// token or with another, hellos whose fields are out of range, a member that
+// never answers ready. Cluster mode needs GPUs; on a machine without them
+// these rows say "not run".
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -51,10 +56,12 @@
 
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
+#include "sgemm/v1/cluster.grpc.pb.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/normal_traffic.h"
+#include "tests/e2e/raw_connections.h"
 #include "tests/e2e/raw_h2_client.h"
-
-extern char** environ;
+#include "tests/e2e/server_spawn.h"
 
 namespace {
 
@@ -64,96 +71,21 @@ using sgemm::testing::RawH2Client;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-int64_t rss_bytes(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
+std::string run(const std::string& cmd) { return sgemm::testing::run_command(cmd).output; }
 
-std::string run(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    for (std::size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    pclose(p);
-  }
-  return out;
-}
-
-// The server, started with posix_spawn (through `launcher`, e.g. prlimit),
-// on 127.0.0.1:0 and a Unix socket in a fresh directory; stopped with SIGTERM.
-class Server {
- public:
-  Server(const std::string& bin, const std::string& backend, std::vector<std::string> extra,
-         std::vector<std::string> launcher = {}) {
-    char tmpl[] = "/tmp/sgemm-attack-XXXXXX";
-    dir_ = mkdtemp(tmpl) ? tmpl : "/tmp";
-    std::vector<std::string> args = launcher;
-    for (const std::string& a : {bin, std::string("--listen"), std::string("127.0.0.1:0"), std::string("--listen"),
-                                 "unix:" + dir_ + "/sgemm.sock", std::string("--port-file"), dir_ + "/port",
-                                 std::string("--log-dir"), dir_ + "/logs", std::string("--backend"), backend})
-      args.push_back(a);
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    const std::string out = dir_ + "/stdout.log";
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    const auto give_up = Clock::now() + std::chrono::seconds(60);
-    while (pid_ > 0 && Clock::now() < give_up) {
-      std::ifstream f(dir_ + "/port");
-      if (f >> port_) break;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  ~Server() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  bool running() const { return pid_ > 0 && port_ > 0 && kill(pid_, 0) == 0; }
-  pid_t pid() const { return pid_; }
-  int port() const { return port_; }
-  std::string tcp() const { return "127.0.0.1:" + std::to_string(port_); }
-  std::string unix_address() const { return "unix:" + dir_ + "/sgemm.sock"; }
-  const std::string& dir() const { return dir_; }
-  std::string log() const {
-    std::ifstream f(dir_ + "/stdout.log");
-    return {std::istreambuf_iterator<char>(f), {}};
-  }
-  int metrics_port() const {
-    std::smatch m;
-    const std::string l = log();
-    return std::regex_search(l, m, std::regex(R"(/metrics \(port (\d+)\))")) ? std::stoi(m[1]) : 0;
-  }
-
- private:
-  std::string dir_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
+// The server under attack (tests/e2e/server_spawn.h): started with
+// posix_spawn (through a launcher such as prlimit) on 127.0.0.1:0 and a Unix
+// socket in a fresh directory, stopped with SIGTERM.
+using Server = sgemm::testing::ServerProcess;
+using sgemm::testing::rss_bytes;
 
 // What the attack's threads see: the server and when to stop.
 struct AttackContext {
   AttackContext(const Server& s, const std::atomic<bool>& st) : server(s), stop(st) {}
   const Server& server;
   const std::atomic<bool>& stop;
+  int cluster_port = 0;         // the coordinator's cluster listener (cluster attacks)
+  std::string cluster_token;    // the cluster's secret (cluster attacks)
   std::atomic<int64_t> ops{0};  // attack operations done (a batch of streams, a request, a connection set)
   std::mutex mu;
   std::map<std::string, int64_t> statuses;  // what the attacker's requests got
@@ -171,6 +103,10 @@ struct Attack {
   bool rapid_reset = false;           // the 1 s target instead of 100 ms
   int threads = 1;
   std::function<void(AttackContext&, int thread)> body;
+  // The server coordinates a cluster (--cluster-listen on 127.0.0.1, a
+  // cluster token, --cluster-always: every normal request runs over the
+  // cluster). Cluster mode needs GPUs: elsewhere the row says it did not run.
+  bool cluster = false;
 };
 
 // ---- The attacks -------------------------------------------------------------
@@ -215,23 +151,10 @@ void health_watches(AttackContext& c, int) {
   }
 }
 
-// Connections from 127.0.0.2 that send nothing, `n` at once, then closed.
+// Connections from 127.0.0.2 that send nothing, 400 at once, held a second, then closed.
 void descriptor_flood(AttackContext& c, int) {
   while (!c.stop) {
-    std::vector<int> fds;
-    for (int i = 0; i < 400 && !c.stop; ++i) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in from{}, to{};
-      from.sin_family = to.sin_family = AF_INET;
-      inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
-      inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-      to.sin_port = htons(uint16_t(c.server.port()));
-      if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
-          connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0)
-        fds.push_back(fd);
-      else if (fd >= 0)
-        close(fd);
-    }
+    const std::vector<int> fds = sgemm::testing::hold_connections(c.server.port(), 400);
     c.ops += int64_t(fds.size());
     for (int w = 0; w < 20 && !c.stop; ++w) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (int fd : fds) close(fd);
@@ -256,7 +179,7 @@ v1::MultiplyRequest header_msg(int64_t m, int64_t n, int64_t k) {
 // reserved at the first chunk and taken back when the upload rate falls
 // behind after the grace (--idle-timeout 2 here). Each thread starts anew.
 void trickler(AttackContext& c, int t) {
-  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp(), 100 + t));
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp_address(), 100 + t));
   while (!c.stop) {
     grpc::ClientContext ctx;
     auto stream = stub->Multiply(&ctx);
@@ -287,7 +210,7 @@ void trickler(AttackContext& c, int t) {
 // m = n = 32768, k = 1: 256 KiB of A and B for 4 GiB of C, sent on a raw
 // stream (the client library would make room for C before sending).
 void output_bomb(AttackContext& c, int) {
-  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp(), 200));
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp_address(), 200));
   const std::vector<float> column(32768, 1.0f);
   while (!c.stop) {
     grpc::ClientContext ctx;
@@ -393,36 +316,77 @@ void log_forging(AttackContext& c, int) {
   }
 }
 
-int connect_loopback(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(uint16_t(port));
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // 40 metrics connections, one byte each every 200 ms.
 void slowloris(AttackContext& c, int) {
-  const int port = c.server.metrics_port();
-  std::vector<int> fds;
-  const std::string req = "GET /metrics HTTP/1.0\r\n";
-  for (std::size_t sent = 0; !c.stop; ++sent) {
-    while (fds.size() < 40) fds.push_back(connect_loopback(port));
-    for (int& fd : fds)
-      if (fd < 0 || send(fd, req.data() + sent % req.size(), 1, MSG_NOSIGNAL) != 1) {
-        if (fd >= 0) close(fd);
-        fd = connect_loopback(port);
-      }
-    c.ops += 40;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  c.ops += sgemm::testing::metrics_slowloris(sgemm::testing::metrics_port(c.server), 40, c.stop);
+}
+
+// ---- The cluster listener ------------------------------------------------------
+
+v1::ClusterHello member_hello() {
+  v1::ClusterHello h;
+  h.set_host("attack-member");
+  h.add_devices("NVIDIA H100 80GB HBM3");
+  return h;
+}
+
+// One Join on the coordinator's cluster listener with `hello`, under `token`
+// ("" = none). Without `stay` it leaves once welcomed; with it, it stays and
+// never answers `ready`, until the coordinator ends the stream or the attack
+// ends. The status the coordinator gave, as a short line.
+std::string cluster_join(AttackContext& c, v1::Cluster::Stub& stub, const v1::ClusterHello& hello,
+                         const std::string& token, bool stay) {
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  auto stream = stub.Join(&ctx);
+  v1::ClusterMemberMessage m;
+  *m.mutable_hello() = hello;
+  stream->Write(m);
+  std::atomic<bool> done{false};
+  std::thread stopper([&] {  // the attack's end cancels a stream the coordinator keeps
+    while (!done && !c.stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!done) ctx.TryCancel();
+  });
+  v1::ClusterCoordinatorMessage in;
+  while (stream->Read(&in)) {
+    if (in.has_welcome() && !stay) ctx.TryCancel();
+    if (in.has_comm()) c.saw("asked for ready, never answered");
   }
-  for (int fd : fds)
-    if (fd >= 0) close(fd);
+  done = true;
+  stopper.join();
+  const grpc::Status st = stream->Finish();
+  ++c.ops;
+  return st.ok() ? "OK" : std::to_string(int(st.error_code())) + " " + st.error_message().substr(0, 56);
+}
+
+std::unique_ptr<v1::Cluster::Stub> cluster_stub(const AttackContext& c) {
+  return v1::Cluster::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(c.cluster_port), grpc::InsecureChannelCredentials()));
+}
+
+// Joins without the cluster token, or with another, in a loop.
+void cluster_join_refused(AttackContext& c, const std::string& token) {
+  auto stub = cluster_stub(c);
+  while (!c.stop) c.saw(cluster_join(c, *stub, member_hello(), token, false));
+}
+
+// Hellos (with the token) whose fields are out of range: a newline in the
+// host, more devices than a member may have, none, a device name of 200 bytes.
+void cluster_bad_hellos(AttackContext& c, int) {
+  auto stub = cluster_stub(c);
+  std::vector<v1::ClusterHello> bad(4, member_hello());
+  bad[0].set_host("node\n[2026-01-01] [sgemm] [info] forged");
+  for (int i = 0; i < 64; ++i) bad[1].add_devices("GPU");
+  bad[2].clear_devices();
+  bad[3].set_devices(0, std::string(200, 'x'));
+  for (std::size_t i = 0; !c.stop; ++i) c.saw(cluster_join(c, *stub, bad[i % bad.size()], c.cluster_token, false));
+}
+
+// A member with the token that joins and never answers `ready`, joining again
+// each time it is dropped.
+void cluster_never_ready(AttackContext& c, int) {
+  auto stub = cluster_stub(c);
+  while (!c.stop) c.saw(cluster_join(c, *stub, member_hello(), c.cluster_token, true));
 }
 
 std::vector<Attack> all_attacks() {
@@ -504,54 +468,45 @@ std::vector<Attack> all_attacks() {
                false,
                1,
                slowloris});
+  a.push_back({"cluster-no-token",
+               "Join the cluster listener without the cluster token, in a loop",
+               {},
+               {},
+               false,
+               false,
+               1,
+               [](AttackContext& c, int) { cluster_join_refused(c, ""); }});
+  a.push_back(
+      {"cluster-wrong-token", "Join with another token, in a loop", {}, {}, false, false, 1, [](AttackContext& c, int) {
+         cluster_join_refused(c, "not-the-secret-0123456789abcdef");
+       }});
+  a.push_back({"cluster-bad-hello",
+               "hellos with fields out of range (a newline, 64 devices, none, a 200-byte name)",
+               {},
+               {},
+               false,
+               false,
+               1,
+               cluster_bad_hellos});
+  a.push_back({"cluster-never-ready",
+               "a member with the token that never answers ready, rejoining",
+               {"--cluster-timeout", "2"},
+               {},
+               false,
+               false,
+               1,
+               cluster_never_ready});
+  for (Attack& row : a) row.cluster = row.name.rfind("cluster-", 0) == 0;
   return a;
 }
 
 // ---- The normal client and the figures ----------------------------------------
 
-struct Latencies {
-  std::vector<double> ms;
-  int64_t failed = 0, wrong = 0;
-  std::string first_error;
-  double pct(double p) const {
-    if (ms.empty()) return 0;
-    std::vector<double> s = ms;
-    std::sort(s.begin(), s.end());
-    return s[std::min(s.size() - 1, std::size_t(p * double(s.size() - 1) + 0.5))];
-  }
-  double max() const { return ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end()); }
-};
-
-// Normal requests until `stop`, one at a time on one connection; the peak
-// resident set sampled after each.
-void normal_requests(sgemm::Client& client, const std::atomic<bool>& stop, pid_t pid, Latencies* out,
-                     int64_t* peak_rss) {
-  const sgemm::GemmShape s{33, 17, 65};
-  std::mt19937_64 seeds(std::random_device{}());
-  std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
-  sgemm::MultiplyOptions opt;
-  opt.alpha = 0.5f;
-  opt.timeout = std::chrono::milliseconds(10000);
-  while (!stop) {
-    const uint64_t seed = seeds();
-    sgemm::fill_random(a, seed);
-    sgemm::fill_random(b, seed + 1);
-    const auto t0 = Clock::now();
-    auto r = client.multiply(s, a.data(), b.data(), nullptr, opt);
-    out->ms.push_back(ms_since(t0));
-    if (!r.ok()) {
-      if (out->failed++ == 0) out->first_error = r.status().to_string();
-    } else if (!sgemm::verify_gemm(s.m, s.n, s.k, opt.alpha, a.data(), b.data(), 0.0f, nullptr, r->c.data(),
-                                   sgemm::rows_to_verify(s.m, s.n, s.k, seed))
-                    .passed(sgemm::kSgemmTolerance)) {
-      ++out->wrong;
-    }
-    if (peak_rss) *peak_rss = std::max(*peak_rss, rss_bytes(pid));
-  }
-}
+using Latencies = sgemm::testing::NormalTraffic;
 
 struct Row {
   std::string name;
+  std::string not_run;  // why the attack did not run ("" when it did)
   Latencies before, during;
   int64_t rss_start = 0, rss_peak = 0, rss_end = 0;
   int64_t held_peak = 0;   // request memory the server held (GetInfo host_bytes_in_use), its peak
@@ -586,15 +541,27 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
       flags.push_back(f);
     normal_options.tls.ca_file = pki_dir + "/ca.pem";
   }
-  Server server(args.server_bin, args.backend, flags, attack.launcher);
+  const std::string cluster_token = "cluster-secret-0123456789abcdef";
+  if (attack.cluster) {
+    std::ofstream(pki_dir + "/cluster.token") << cluster_token << "\n";
+    for (const std::string& f :
+         {std::string("--cluster-listen"), std::string("127.0.0.1:0"), std::string("--cluster-token-file"),
+          pki_dir + "/cluster.token", std::string("--cluster-always")})
+      flags.push_back(f);
+  }
+  Server server(flags, attack.launcher, args.server_bin, args.backend);
   if (!server.running()) {
+    if (attack.cluster && server.log().find("cluster mode needs GPUs") != std::string::npos) {
+      row->not_run = "cluster mode needs GPUs";
+      return true;
+    }
     std::fprintf(stderr, "%s: the server did not start:\n%s\n", attack.name.c_str(), server.log().c_str());
     return false;
   }
-  auto client = sgemm::Client::connect(server.tcp(), normal_options);
+  auto client = sgemm::Client::connect(server.tcp_address(), normal_options);
   {  // a second of normal requests: the baseline, and the server's one-time costs paid
     std::atomic<bool> stop{false};
-    std::thread t([&] { normal_requests(*client, stop, server.pid(), &row->before, nullptr); });
+    std::thread t([&] { sgemm::testing::run_normal_traffic(*client, stop, &row->before); });
     std::this_thread::sleep_for(std::chrono::seconds(1));
     stop = true;
     t.join();
@@ -602,17 +569,26 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
   row->rss_start = row->rss_peak = rss_bytes(server.pid());
   std::atomic<bool> stop{false};
   AttackContext ctx(server, stop);
+  if (attack.cluster) {
+    std::smatch m;
+    const std::string log = server.log();
+    if (std::regex_search(log, m, std::regex(R"(\(port (\d+)\): members join)"))) ctx.cluster_port = std::stoi(m[1]);
+    ctx.cluster_token = cluster_token;
+  }
   std::vector<std::thread> attackers;
   for (int t = 0; t < attack.threads; ++t) attackers.emplace_back([&, t] { attack.body(ctx, t); });
   std::atomic<bool> normal_stop{false};
   std::thread held([&] {  // the request memory the server holds (its budget), every 50 ms
-    auto watcher = sgemm::Client::connect(server.tcp(), normal_options);
+    auto watcher = sgemm::Client::connect(server.tcp_address(), normal_options);
     while (!normal_stop) {
       if (auto info = watcher->info(); info.ok()) row->held_peak = std::max(row->held_peak, info->host_bytes_in_use);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
-  std::thread normal([&] { normal_requests(*client, normal_stop, server.pid(), &row->during, &row->rss_peak); });
+  std::thread normal([&] {  // the peak resident set sampled after each normal request
+    sgemm::testing::run_normal_traffic(*client, normal_stop, &row->during,
+                                       [&] { row->rss_peak = std::max(row->rss_peak, rss_bytes(server.pid())); });
+  });
   // The attack runs its time, or until the server holds 2 GiB more than at
   // the start (an unguarded storm grows it by gigabytes a second: the bench
   // must not take the machine down with it).
@@ -631,18 +607,12 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
   stop = true;
   for (auto& t : attackers) t.join();
   const auto ended = Clock::now();
-  const int64_t bound = row->rss_start + row->rss_start / 20;
-  for (;;) {
-    row->rss_end = rss_bytes(server.pid());
-    if (row->rss_end >= 0 && row->rss_end <= bound) {
-      row->back_s = ms_since(ended) / 1000;
-      break;
-    }
-    if (ms_since(ended) > 10000) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const sgemm::testing::RssRecovery back =
+      sgemm::testing::wait_rss_at_most(server.pid(), row->rss_start + row->rss_start / 20);
+  row->rss_end = back.rss;
+  row->back_s = back.back ? back.after_s : -1;
   {  // the request memory held once the attack's streams are gone (waited for up to 10 s)
-    auto watcher = sgemm::Client::connect(server.tcp(), normal_options);
+    auto watcher = sgemm::Client::connect(server.tcp_address(), normal_options);
     row->held_end = -1;
     while (ms_since(ended) < 10000) {
       auto info = watcher->info();
@@ -651,7 +621,7 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  row->survived = server.running();
+  row->survived = server.running() && server.alive();
   row->ops = ctx.ops;
   for (const auto& [status, n] : ctx.statuses)
     row->statuses += (row->statuses.empty() ? "" : "; ") + status + " x" + std::to_string(n);
@@ -705,7 +675,8 @@ int main(int argc, char** argv) {
       all_correct = false;
       continue;
     }
-    all_correct = all_correct && row.survived && row.during.failed == 0 && row.during.wrong == 0;
+    all_correct =
+        all_correct && (!row.not_run.empty() || (row.survived && row.during.failed == 0 && row.during.wrong == 0));
     rows.push_back(row);
   }
   std::error_code ec;
@@ -719,6 +690,11 @@ int main(int argc, char** argv) {
           : "";
   std::printf("%s", head);
   for (const Row& r : rows) {
+    if (!r.not_run.empty()) {
+      std::printf(args.markdown ? "| %s | not run: %s |||||||||||||||\n" : "%-18s not run: %s\n", r.name.c_str(),
+                  r.not_run.c_str());
+      continue;
+    }
     const auto mib = [](int64_t b) { return double(b) / 1048576.0; };
     char back[32];
     if (r.back_s >= 0)
@@ -731,7 +707,7 @@ int main(int argc, char** argv) {
       std::printf(
           "| %s | %zu | %.2f | %.2f | %.2f | %.1f | < %.0f ms: %s | %lld | %lld | %.1f | %.1f | %.1f | %s | %.1f / %s "
           "| %lld | %s |\n",
-          r.name.c_str(), r.during.ms.size(), r.before.pct(0.5), r.during.pct(0.5), r.during.pct(0.99), r.during.max(),
+          r.name.c_str(), r.during.count(), r.before.pct(0.5), r.during.pct(0.5), r.during.pct(0.99), r.during.max(),
           r.target_ms, meets ? "yes" : "NO", (long long)r.during.failed, (long long)r.during.wrong, mib(r.rss_start),
           mib(r.rss_peak), mib(r.rss_end), back, mib(r.held_peak), held_end.c_str(), (long long)r.ops,
           r.statuses.c_str());
@@ -741,7 +717,7 @@ int main(int argc, char** argv) {
           "%lld  wrong %lld  RSS %.1f -> peak %.1f -> %.1f MiB, back within 5%%: %s  held %.1f MiB, %s after  %s  "
           "ops %lld  "
           "attacker saw: %s\n",
-          r.name.c_str(), r.during.ms.size(), r.during.pct(0.5), r.before.pct(0.5), r.during.pct(0.99), r.during.max(),
+          r.name.c_str(), r.during.count(), r.during.pct(0.5), r.before.pct(0.5), r.during.pct(0.99), r.during.max(),
           r.target_ms, meets ? "yes" : "NO", (long long)r.during.failed, (long long)r.during.wrong, mib(r.rss_start),
           mib(r.rss_peak), mib(r.rss_end), back, mib(r.held_peak), held_end.c_str(),
           r.survived ? "server alive" : "SERVER GONE", (long long)r.ops, r.statuses.c_str());

@@ -28,6 +28,8 @@ enum Stage : uint8_t {
   kPreface = 1,  // accepted: its first bytes say whether it is plaintext HTTP/2
   kFrames = 2,   // reading frame headers
   kClosed = 3,   // closed by the guard: every read fails
+  kOpaque = 4,   // accepted, not HTTP/2 in the clear (TLS): read at SSL_read() (tls_inspection.h), which
+                 // learns its peer from the recvmsg() before it
 };
 
 // One accepted connection. `stage` is read without the lock (the fast path
@@ -78,7 +80,8 @@ Http2Verdict inspect_read(FdState& s, const msghdr* msg, std::size_t n, sockaddr
     n -= k;
   }
   if (!s.h2.inspecting()) {
-    s.stage.store(kIdle, std::memory_order_relaxed);  // TLS, or not HTTP/2: not ours to read
+    s.stage.store(kOpaque, std::memory_order_relaxed);  // TLS, or not HTTP/2: not ours to read
+    note_tls_read(s.peer);
   } else if (v != Http2Verdict::kKeep) {
     s.stage.store(kClosed, std::memory_order_relaxed);
     *peer = s.peer;
@@ -139,6 +142,12 @@ extern "C" ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   if (n <= 0 || !sgemm::tracked(fd) || (flags & (MSG_PEEK | MSG_ERRQUEUE))) return n;
   sgemm::FdState& s = g_fds[fd];
   const uint8_t stage = s.stage.load(std::memory_order_relaxed);
+  if (stage == sgemm::kOpaque) {
+    sgemm::SpinLock lock(s.lock);
+    sgemm::note_tls_read(s.peer);
+    return n;
+  }
+  sgemm::forget_tls_read();
   if (stage != sgemm::kPreface && stage != sgemm::kFrames) return n;
   sockaddr_storage peer{};
   int open = 0, max_resets = 0, max_streams = 0;

@@ -39,8 +39,13 @@ bool same_address(const sockaddr_storage& a, const sockaddr_storage& b) {
 std::string address_text(const sockaddr_storage& a) {
   char buf[64] = "unix";
   if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
-  if (a.ss_family == AF_INET6)
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+  if (a.ss_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&v6))  // an IPv4 client of a dual-stack listener: written as IPv4
+      inet_ntop(AF_INET, &v6.s6_addr[12], buf, sizeof buf);
+    else
+      inet_ntop(AF_INET6, &v6, buf, sizeof buf);
+  }
   return buf;
 }
 
@@ -61,6 +66,14 @@ void guard_log(const std::string& line) {
   }
   log(left_out ? line + " (and " + std::to_string(left_out) + " such events not logged)" : line);
 }
+
+namespace {
+thread_local sockaddr_storage t_tls_peer{};
+}  // namespace
+
+void note_tls_read(const sockaddr_storage& peer) { t_tls_peer = peer; }
+void forget_tls_read() { t_tls_peer.ss_family = AF_UNSPEC; }
+sockaddr_storage last_tls_read() { return t_tls_peer; }
 
 bool cooling_down(const sockaddr_storage& peer) {
   if (guard().cooling_n.load(std::memory_order_relaxed) == 0) return false;
@@ -105,15 +118,20 @@ std::string cool_down_text() {
 
 }  // namespace
 
-std::string reset_close_text(const sockaddr_storage& peer, int max_resets) {
-  return "connection from " + address_text(peer) + " reset more than " + std::to_string(max_resets) +
+namespace {
+std::string connection_text(const sockaddr_storage& peer, bool tls) {
+  return std::string(tls ? "TLS connection from " : "connection from ") + address_text(peer);
+}
+}  // namespace
+
+std::string reset_close_text(const sockaddr_storage& peer, int max_resets, bool tls) {
+  return connection_text(peer, tls) + " reset more than " + std::to_string(max_resets) +
          " HTTP/2 streams within 1 s (rapid reset, --max-resets-per-second): closed; " + cool_down_text();
 }
 
-std::string streams_close_text(const sockaddr_storage& peer, int open, int max_streams) {
-  return "connection from " + address_text(peer) + " opened " + std::to_string(open) +
-         " HTTP/2 streams at once, past " + std::to_string(max_streams) +
-         " (twice --max-streams-per-connection, which it was told in SETTINGS, or 1/" +
+std::string streams_close_text(const sockaddr_storage& peer, int open, int max_streams, bool tls) {
+  return connection_text(peer, tls) + " opened " + std::to_string(open) + " HTTP/2 streams at once, past " +
+         std::to_string(max_streams) + " (twice --max-streams-per-connection, which it was told in SETTINGS, or 1/" +
          std::to_string(kCoolDownDivisor) + " of that while its address cools down): closed; " + cool_down_text();
 }
 

@@ -68,7 +68,7 @@ class SpinLock {
   std::atomic_flag& f_;
 };
 
-std::string address_text(const sockaddr_storage& a);  // "127.0.0.1", "::1", or "unix"
+std::string address_text(const sockaddr_storage& a);  // "127.0.0.1" (also when IPv4-mapped), "::1", or "unix"
 
 // A line for the server's log, at most one a second (the rest are counted
 // into the next one); called on the thread that saw the event.
@@ -77,13 +77,24 @@ void guard_log(const std::string& line);
 // Whether `peer`'s address is cooling down (its new connections get
 // 1/kCoolDownDivisor of the reset bound and of the open-stream bound).
 bool cooling_down(const sockaddr_storage& peer);
+// The peer of the accepted TLS connection this thread last read from
+// (recvmsg), for the TLS hooks: gRPC 1.51 decrypts what a read brought on the
+// thread that read it, before that thread reads another connection, so the
+// first SSL_read() of a connection follows its own recvmsg(). Set by
+// note_tls_read(); AF_UNSPEC when this thread's last read was not from such a
+// connection.
+void note_tls_read(const sockaddr_storage& peer);
+void forget_tls_read();
+sockaddr_storage last_tls_read();
+
 // A connection from `peer` was closed for resets or for open streams: counts
 // toward its address's cool-down. Unix peers (and peers unknown to the guard)
 // have no address to refuse: their connections are closed one by one.
 void closed_by_guard(const sockaddr_storage& peer);
 
-// The log lines for a connection closed for resets or for open streams.
-std::string reset_close_text(const sockaddr_storage& peer, int max_resets);
-std::string streams_close_text(const sockaddr_storage& peer, int open, int max_streams);
+// The log lines for a connection (`tls`: a TLS connection) closed for resets
+// or for open streams.
+std::string reset_close_text(const sockaddr_storage& peer, int max_resets, bool tls = false);
+std::string streams_close_text(const sockaddr_storage& peer, int open, int max_streams, bool tls = false);
 
 }  // namespace sgemm

@@ -1,7 +1,9 @@
 #include "server/app/tls_inspection.h"
 
 #include <dlfcn.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -42,6 +44,8 @@ struct TlsConn {
   std::atomic<bool> closed{false};
   bool ignored = false;  // its peer did not open with the HTTP/2 preface: not ours
   Http2Inspector h2;
+  sockaddr_storage peer{};  // AF_UNSPEC when unknown (then no address cools down)
+  int max_streams = 0;      // this connection's bound on open streams: lower while its address cools down
 };
 
 struct TlsTable {
@@ -54,25 +58,35 @@ TlsTable& table() {
   return *t;
 }
 
-// The state of `ssl`, made on its first read; nullptr while inspection is off.
+// The state of `ssl`, made on its first read (which follows the recvmsg() of
+// its connection on this thread: guard_state.h, last_tls_read()) with its
+// peer's address and the bounds for it, lower while that address cools down
+// (connection_guard.h); nullptr while inspection is off.
 TlsConn* conn_of(const ssl_st* ssl, bool make) {
   if (!g_inspecting.load(std::memory_order_acquire)) return nullptr;
-  std::lock_guard lock(table().mu);
-  auto it = table().conns.find(ssl);
-  if (it != table().conns.end()) return it->second;
+  {
+    std::lock_guard lock(table().mu);
+    auto it = table().conns.find(ssl);
+    if (it != table().conns.end()) return it->second;
+  }
   if (!make) return nullptr;
   auto* c = new TlsConn();
-  c->h2.start(guard().max_resets.load(std::memory_order_relaxed));
-  table().conns.emplace(ssl, c);
-  return c;
-}
-
-std::string tls_close_text(Http2Verdict v, int max_resets, int open) {
-  if (v == Http2Verdict::kResets)
-    return "a TLS connection reset more than " + std::to_string(max_resets) +
-           " HTTP/2 streams within 1 s (rapid reset, --max-resets-per-second): closed";
-  return "a TLS connection opened " + std::to_string(open) +
-         " HTTP/2 streams at once, past twice --max-streams-per-connection (which it was told in SETTINGS): closed";
+  c->peer = last_tls_read();
+  int max_resets = guard().max_resets.load(std::memory_order_relaxed);
+  c->max_streams = guard().max_streams.load(std::memory_order_relaxed);
+  if ((max_resets > 0 || c->max_streams > 0) && cooling_down(c->peer)) {
+    if (max_resets > 0) max_resets = std::max(1, max_resets / kCoolDownDivisor);
+    if (c->max_streams > 0) c->max_streams = std::max(1, c->max_streams / kCoolDownDivisor);
+    guard().refused.fetch_add(1, std::memory_order_relaxed);
+  }
+  c->h2.start(max_resets);
+  std::lock_guard lock(table().mu);
+  auto [it, made] = table().conns.emplace(ssl, c);
+  if (!made) {  // gRPC reads one connection on one thread at a time: not expected, but harmless
+    c->h2.forget();
+    delete c;
+  }
+  return it->second;
 }
 
 }  // namespace
@@ -94,12 +108,12 @@ extern "C" int SSL_read(ssl_st* ssl, void* buf, int num) {
   const int n = next(ssl, buf, num);
   if (n <= 0 || !c) return n;
   sgemm::Http2Verdict v = sgemm::Http2Verdict::kKeep;
-  int max_resets = 0, open = 0;
+  int max_resets = 0, open = 0, max_streams = 0;
+  sockaddr_storage peer{};
   {
     sgemm::SpinLock lock(c->lock);
     if (c->ignored) return n;
-    v = c->h2.client_sent(static_cast<const uint8_t*>(buf), std::size_t(n), sgemm::now_ms(),
-                          sgemm::guard().max_streams.load(std::memory_order_relaxed));
+    v = c->h2.client_sent(static_cast<const uint8_t*>(buf), std::size_t(n), sgemm::now_ms(), c->max_streams);
     if (!c->h2.inspecting()) {
       c->ignored = true;
       return n;
@@ -107,12 +121,21 @@ extern "C" int SSL_read(ssl_st* ssl, void* buf, int num) {
     if (v == sgemm::Http2Verdict::kKeep) return n;
     max_resets = c->h2.max_resets();
     open = c->h2.open_streams();
+    max_streams = c->max_streams;
+    peer = c->peer;
     c->h2.forget();
     c->closed.store(true, std::memory_order_relaxed);
   }
-  auto& counter = v == sgemm::Http2Verdict::kResets ? sgemm::guard().closed : sgemm::guard().closed_for_streams;
-  counter.fetch_add(1, std::memory_order_relaxed);
-  sgemm::guard_log(sgemm::tls_close_text(v, max_resets, open));
+  // Counted toward the address's cool-down before the client can see the
+  // close, as for a plaintext connection (connection_guard.cc).
+  sgemm::closed_by_guard(peer);
+  if (v == sgemm::Http2Verdict::kResets) {
+    sgemm::guard().closed.fetch_add(1, std::memory_order_relaxed);
+    sgemm::guard_log(sgemm::reset_close_text(peer, max_resets, true));
+  } else {
+    sgemm::guard().closed_for_streams.fetch_add(1, std::memory_order_relaxed);
+    sgemm::guard_log(sgemm::streams_close_text(peer, open, max_streams, true));
+  }
   return -1;  // SSL_get_error says SSL_ERROR_SYSCALL: gRPC fails the read and drops the connection
 }
 

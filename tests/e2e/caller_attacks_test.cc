@@ -2,7 +2,8 @@
 // (docs/security.md). Each test runs an attack against the real server and
 // asserts that the server survives, that the attack gets a clear status, and
 // that a normal request from another client still completes correctly (fp64
-// reference) while or right after it runs.
+// reference) while or right after it runs, and that its resident set comes
+// back after it (attack_checks.h).
 #include <fcntl.h>
 #include <grp.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -27,6 +28,8 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/attack_checks.h"
+#include "tests/e2e/raw_h2_client.h"
 #include "tests/e2e/server_process.h"
 
 namespace sgemm {
@@ -36,43 +39,15 @@ namespace v1 = ::sgemm::v1;
 using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
 
-uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
+using testing::fresh_seed;
 
-// One normal request from a fresh client over TCP: an odd shape, checked
-// against the fp64 reference. Returns its latency as the client saw it.
-double normal_request_ms(const ServerProcess& server, const std::string& token) {
+// The server is alive and a normal request from a fresh client over TCP
+// completes correctly (attack_checks.h). `token`: the normal client's, with
+// --auth-tokens.
+void expect_server_serves(const ServerProcess& server, const char* what, const std::string& token = "") {
   ClientOptions options;
   options.token = token;
-  auto client = Client::connect(server.tcp_address(), options);
-  const GemmShape s{33, 17, 65};
-  const uint64_t seed = fresh_seed();
-  std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
-  fill_random(a, seed);
-  fill_random(b, seed + 1);
-  MultiplyOptions opt;
-  opt.alpha = 0.5f;
-  opt.timeout = std::chrono::milliseconds(20000);
-  const auto t0 = Clock::now();
-  auto res = client->multiply(s, a.data(), b.data(), nullptr, opt);
-  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  EXPECT_TRUE(res.ok()) << res.status().to_string();
-  if (!res.ok()) return ms;
-  auto v = verify_gemm(s.m, s.n, s.k, opt.alpha, a.data(), b.data(), 0.0f, nullptr, res->c.data(),
-                       rows_to_verify(s.m, s.n, s.k, seed));
-  EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
-  return ms;
-}
-
-// The server answers, computes correctly and quickly. The bound is loose: the
-// machines that run this suite are shared (the first request of a fresh
-// client also pays for its connection).
-// `token`: the normal client's, with --auth-tokens.
-void expect_server_serves(const ServerProcess& server, const char* what, const std::string& token = "") {
-  SCOPED_TRACE(what);
-  ASSERT_EQ(kill(server.pid(), 0), 0) << "the server process is gone: " << server.log();
-  const double ms = normal_request_ms(server, token);
-  EXPECT_LT(ms, 1000.0) << "a normal request took " << ms << " ms";
-  std::printf("[ info ] %s: a normal request took %.1f ms\n", what, ms);
+  testing::expect_served(server, what, options);
 }
 
 // A region as an attacker makes it: its own shared-memory object, kept open
@@ -156,6 +131,8 @@ ServerProcess* CallerAttacks::server_ = nullptr;
 // server used to die of SIGBUS on the first access.
 TEST_F(CallerAttacks, ShrunkRegionIsRefusedNotFatal) {
   auto client = Client::connect(server_->unix_address());
+  expect_server_serves(*server_, "before a shrunk region");
+  const int64_t rss_start = testing::rss_bytes(server_->pid());
   const GemmShape s{64, 48, 80};
   const int64_t a_bytes = 4 * s.m * s.k, b_bytes = 4 * s.k * s.n;
   auto owned = std::make_unique<OwnedRegion>(server_->unix_address(), a_bytes + b_bytes + (1 << 16));
@@ -177,6 +154,8 @@ TEST_F(CallerAttacks, ShrunkRegionIsRefusedNotFatal) {
   auto put = client->put_region(s.m, s.k, ra);
   EXPECT_EQ(put.status().code(), StatusCode::kFailedPrecondition) << put.status().to_string();
   expect_server_serves(*server_, "after a shrunk region was named");
+  owned.reset();
+  testing::expect_rss_back(server_->pid(), rss_start, "after a shrunk region was named");
 }
 
 // The owner shrinks the region while the engine reads it: the request fails
@@ -187,6 +166,8 @@ TEST_F(CallerAttacks, RegionShrunkDuringComputeFailsOnlyItsRequest) {
   ASSERT_TRUE(info.ok()) << info.status().to_string();
   const int64_t n = info->backend == "cpu" ? 1024 : 8192;
   const GemmShape s{n, n, n};
+  expect_server_serves(*server_, "before regions shrink under running products");
+  const int64_t rss_start = testing::rss_bytes(server_->pid());
   int failed = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto owned = std::make_unique<OwnedRegion>(server_->unix_address(), 8 * n * n);
@@ -219,6 +200,7 @@ TEST_F(CallerAttacks, RegionShrunkDuringComputeFailsOnlyItsRequest) {
     if (held) break;
   }
   std::printf("[ info ] %d of the attempts failed their request (the rest finished first)\n", failed);
+  testing::expect_rss_back(server_->pid(), rss_start, "after regions shrank under running products");
 }
 
 // A one-row operand with a leading dimension past 2^31 passes the span check
@@ -226,6 +208,8 @@ TEST_F(CallerAttacks, RegionShrunkDuringComputeFailsOnlyItsRequest) {
 // with OpenBLAS refusing on stderr and the request answering OK with C unwritten.
 TEST_F(CallerAttacks, LeadingDimensionPastTheEnginesIntegerIsRefused) {
   auto client = Client::connect(server_->unix_address());
+  expect_server_serves(*server_, "before leading dimensions past 2^31");
+  const int64_t rss_start = testing::rss_bytes(server_->pid());
   const GemmShape s{1, 8, 16};
   auto region = client->create_region(1 << 16);
   ASSERT_TRUE(region.ok()) << region.status().to_string();
@@ -242,6 +226,7 @@ TEST_F(CallerAttacks, LeadingDimensionPastTheEnginesIntegerIsRefused) {
   auto put = client->put_region(1, 16, RegionMatrix{r, 0, int64_t{1} << 31});
   EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status().to_string();
   expect_server_serves(*server_, "after leading dimensions past 2^31");
+  testing::expect_rss_back(server_->pid(), rss_start, "after leading dimensions past 2^31");
 }
 
 // ---- Memory held in proportion to data received ---------------------------
@@ -394,6 +379,8 @@ TEST_F(MemoryAttacks, TricklingPutLosesItsMemoryAfterTheGrace) {
 // hold 4 GiB; it is refused at the header, before any memory is reserved.
 TEST_F(MemoryAttacks, OutputsAreBoundedByTheirInputs) {
   auto client = Client::connect(server_->tcp_address());
+  expect_server_serves(*server_, "before the outer product");
+  const int64_t rss_start = testing::rss_bytes(server_->pid());
   auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   auto stream = stub->Multiply(&ctx);
@@ -415,6 +402,7 @@ TEST_F(MemoryAttacks, OutputsAreBoundedByTheirInputs) {
   auto res = client->multiply(s, a.data(), b.data(), nullptr, {});
   ASSERT_TRUE(res.ok()) << res.status().to_string();
   EXPECT_TRUE(verify_gemm(300, 200, 1, 1.0f, a.data(), b.data(), 0.0f, nullptr, res->c.data()).passed(kSgemmTolerance));
+  testing::expect_rss_back(server_->pid(), rss_start, "after the outer products");
 }
 
 // Sixteen concurrent puts of one client, each within its resident quota
@@ -429,6 +417,8 @@ TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
                       << 2 * kBytes << "}]}";
   ServerProcess server({"--auth-tokens", file});
   ASSERT_TRUE(server.running()) << server.log();
+  expect_server_serves(server, "before sixteen concurrent puts", "dave-token-0123456789abcdef");
+  const int64_t rss_start = testing::rss_bytes(server.pid());
   auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
   struct Put {
     grpc::ClientContext ctx;
@@ -468,6 +458,7 @@ TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
   ASSERT_TRUE(info.ok()) << info.status().to_string();
   EXPECT_EQ(info->resident_bytes_in_use, 2 * kBytes);
   expect_server_serves(server, "after sixteen concurrent puts", o.token);
+  testing::expect_rss_back(server.pid(), rss_start, "after sixteen concurrent puts");
 }
 
 // ---- Smaller ones: forged log lines, regions under quotas, reflection --------
@@ -704,6 +695,43 @@ TEST_F(CallerAttacks, ReflectionIsOffUnlessAskedFor) {
   EXPECT_NE(on.error_code(), grpc::StatusCode::UNIMPLEMENTED) << on.error_message();
 }
 
+int thread_count(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// Reflection streams, once asked for, took an OS thread each (2,000 streams:
+// 2,024 threads). The transport guard counts them as any stream: a
+// connection that opens 1,000 is closed past twice
+// --max-streams-per-connection, the server's threads stay bounded, a normal
+// request is served meanwhile, and the memory comes back.
+TEST(ReflectionAttack, AThousandReflectionStreamsOnOneConnectionAreClosed) {
+  ServerProcess server({"--reflection", "--max-streams-per-connection", "100"});
+  ASSERT_TRUE(server.running()) << server.log();
+  expect_server_serves(server, "before the reflection streams");
+  const int64_t rss_start = testing::rss_bytes(server.pid());
+  const int threads_start = thread_count(server.pid());
+  auto normal = Client::connect(server.tcp_address());
+  testing::NormalTrafficThread traffic(*normal);
+  testing::RawH2Client flood;
+  ASSERT_TRUE(flood.connect(server.port(), "127.0.0.2"));
+  (void)flood.open_streams("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", 1000, false);
+  EXPECT_TRUE(flood.wait_closed(20000)) << "a connection holding 1,000 reflection streams was not closed";
+  const int threads_peak = thread_count(server.pid());
+  testing::expect_traffic_served(traffic.stop(), "beside 1,000 reflection streams");
+  EXPECT_TRUE(server.log_has("past 200 (twice --max-streams-per-connection")) << server.log().substr(0, 4000);
+  // gRPC's sync server keeps a pool of threads: bounded well below one a stream.
+  EXPECT_LT(threads_peak, threads_start + 300) << threads_start << " threads before";
+  std::printf("[ info ] 1,000 reflection streams on one connection: %d threads (%d before)\n", threads_peak,
+              threads_start);
+  flood.close_now();
+  expect_server_serves(server, "after the reflection streams");
+  testing::expect_rss_back(server.pid(), rss_start, "after the reflection streams");
+}
+
 // One client used to fill --max-open-streams with silent streams (and
 // PutMatrix streams were outside it): every other caller got UNAVAILABLE.
 // With tokens each client holds at most its share of the open streams.
@@ -717,6 +745,8 @@ TEST(StreamShareAttack, OneClientCannotTakeEveryStream) {
   ClientOptions fo;
   fo.token = "fair-token-0123456789abcdef0";
   auto fair = Client::connect(server.tcp_address(), fo);
+  expect_server_serves(server, "before the hog's streams", fo.token);
+  const int64_t rss_start = testing::rss_bytes(server.pid());
   auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
   struct Held {
     grpc::ClientContext ctx;
@@ -751,6 +781,8 @@ TEST(StreamShareAttack, OneClientCannotTakeEveryStream) {
   // The other client is served while the hog holds its share.
   expect_server_serves(server, "while another client holds its whole share of streams", fo.token);
   for (auto& h : held) h->ctx.TryCancel();
+  testing::expect_released(*fair, "after the hog's streams were cancelled");
+  testing::expect_rss_back(server.pid(), rss_start, "after the hog's streams");
 }
 
 }  // namespace

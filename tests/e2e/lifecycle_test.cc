@@ -433,6 +433,8 @@ TEST(StallingClientsE2E, IdleTimeoutEndsSilentStalledAndNonReadingStreamsAndFree
   ServerProcess server({"--idle-timeout", "1"});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
+  normal_request(addr);  // one-time costs paid before the baseline
+  const int64_t rss_start = testing::rss_bytes(server.pid());
   auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
   HeldStream silent(*stub), header_only(*stub), stalled(*stub), no_reader(*stub);
   ASSERT_TRUE(header_only.stream->Write(header_msg(64, 64, 64)));
@@ -474,6 +476,7 @@ TEST(StallingClientsE2E, IdleTimeoutEndsSilentStalledAndNonReadingStreamsAndFree
   no_reader.finish();
   normal_request(addr);
   expect_all_freed(addr);
+  testing::expect_rss_back(server.pid(), rss_start, "after the silent, stalled and non-reading streams");
   EXPECT_EQ(server.stop(), 0);
 }
 
@@ -654,6 +657,8 @@ TEST(StreamLimitsE2E, OpenStreamCapRefusesBeyondItAndAResetStormStaysCheap) {
   ServerProcess server({"--max-open-streams", "20", "--log-lines-per-second", "5"});
   ASSERT_TRUE(server.running()) << server.log();
   const std::string addr = server.address();
+  normal_request(addr);  // one-time costs paid before the baseline
+  const int64_t rss_start = testing::rss_bytes(server.pid());
   auto stub = v1::Sgemm::NewStub(own_channel(addr, 0));
   {
     std::vector<std::unique_ptr<HeldStream>> held;
@@ -702,6 +707,7 @@ TEST(StreamLimitsE2E, OpenStreamCapRefusesBeyondItAndAResetStormStaysCheap) {
   // --log-lines-per-second 5: at most 5 lines, and one line counting those
   // dropped, for each second the storm lasted; not a line per stream.
   EXPECT_LE(lines, 2 * 5 * (int(storm_ms / 1000) + 2) + 5);
+  testing::expect_rss_back(server.pid(), rss_start, "after the stream cap and the reset storm");
   EXPECT_EQ(server.stop(), 0);
 }
 
