@@ -70,9 +70,12 @@ RequestCoalescer::RequestCoalescer(Engine& engine, CoalesceOptions options, int 
 RequestCoalescer::~RequestCoalescer() = default;
 
 bool RequestCoalescer::eligible(const GemmJob& job, int64_t footprint_bytes) const {
-  return options_.max_products > 1 && footprint_bytes <= options_.max_bytes && !job.request.batch && job.a && job.b &&
-         job.c && !job.a_resident && !job.b_resident && !job.c_resident && !job.device && !job.feed && job.lda == 0 &&
-         job.ldb == 0 && job.ldc == 0;
+  const ExecOptions& exec = job.request.options;
+  // A request naming a kernel or a split asks for how it runs: it runs alone.
+  const bool engine_chooses = !exec.kernel && (exec.split == SplitMode::kAuto || exec.split == SplitMode::kSingle);
+  return options_.max_products > 1 && engine_chooses && footprint_bytes <= options_.max_bytes && !job.request.batch &&
+         job.a && job.b && job.c && !job.a_resident && !job.b_resident && !job.c_resident && !job.device && !job.feed &&
+         job.lda == 0 && job.ldb == 0 && job.ldc == 0;
 }
 
 int RequestCoalescer::waiting() const {
@@ -209,10 +212,13 @@ void RequestCoalescer::run_group(std::vector<CoalescedRequest*>& requests, Compu
   }
   if (!arena) arena = std::make_unique<Arena>();
   const int64_t elements[3] = {spec->a_elements, spec->b_elements, spec->c_elements};
-  Status ready = engine_.validate(group.request);
-  if (ready.ok()) ready = arena->fit(engine_.host_allocator(), elements);
-  StatusOr<GemmReport> result = ready;
-  if (ready.ok()) {
+  // An engine that cannot run these products as one group (its own limits
+  // on a launch) is no failure: they run alone, as they came.
+  const bool groupable = engine_.validate(group.request).ok();
+  StatusOr<GemmReport> result = Internal("the engine would not run these products as one group");
+  Status ready = groupable ? arena->fit(engine_.host_allocator(), elements) : Status::Ok();
+  if (!ready.ok()) result = ready;
+  if (groupable && ready.ok()) {
     float* a = arena->m[0]->floats();
     float* b = arena->m[1]->floats();
     float* c = arena->m[2]->floats();
@@ -231,7 +237,7 @@ void RequestCoalescer::run_group(std::vector<CoalescedRequest*>& requests, Compu
   if (!result.ok()) {
     // The launch failed as a whole: each request runs again alone, so a
     // request that fails on its own fails alone.
-    if (warn_)
+    if (warn_ && groupable)
       warn_("a coalesced launch of " + std::to_string(n) + " requests failed (" + result.status().to_string() +
             "); each runs alone");
     {

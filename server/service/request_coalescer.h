@@ -18,8 +18,9 @@
 // request's buffer. Each request keeps its own status: one cancelled before
 // the launch is not computed; one cancelled during it gets its cancellation;
 // a product the engine reports failed fails only its request; and when the
-// group launch itself fails, each of its requests is run again alone, so that
-// only a request that fails on its own fails.
+// group launch itself fails (logged), or the engine would refuse the group
+// (Engine::validate: its own limits on a launch), each of its requests runs
+// alone, so that only a request that fails on its own fails.
 //
 // Threads: submit() from gRPC's threads (any thread); launches run on the
 // compute pool's threads, or on the submitting thread when the caller runs
@@ -86,7 +87,8 @@ class RequestCoalescer {
   const CoalesceOptions& options() const { return options_; }
   // Whether a request with `job` and `footprint_bytes` of host memory may
   // wait here: coalescing on, one product, every operand in dense host
-  // memory, nothing fed while computing, no caller or resident memory.
+  // memory, nothing fed while computing, no caller or resident memory, no
+  // kernel or split named (the engine chooses how a group runs).
   bool eligible(const GemmJob& job, int64_t footprint_bytes) const;
 
   enum class Start {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <memory>
@@ -39,6 +40,7 @@ class GatedEngine final : public testing::FakeEngineBase {
   }
   HostAllocator& host_allocator() override { return alloc_; }
   Status validate(const GemmRequest& r) const override {
+    if (r.batch && refuse_groups_) return InvalidArgument("no groups on this engine (fake)");
     return r.batch ? check_batch_request(r) : check_gemm_request(r);
   }
   StatusOr<GemmReport> run(const GemmJob& job) override {
@@ -89,8 +91,9 @@ class GatedEngine final : public testing::FakeEngineBase {
     std::lock_guard lock(mu_);
     return launches_;
   }
-  bool fail_groups_ = false;  // set before the runs
-  int fail_product_ = -1;     // set before the runs
+  bool fail_groups_ = false;    // set before the runs
+  bool refuse_groups_ = false;  // set before the runs
+  int fail_product_ = -1;       // set before the runs
 
  private:
   static void multiply(const GemmRequest& r, const float* a, const float* b, float* c) {
@@ -183,7 +186,8 @@ class TestRequest final : public CoalescedRequest {
 };
 
 struct Fixture {
-  explicit Fixture(CoalesceOptions o) : coalescer(engine, o, 64, nullptr, nullptr), pool(1, 64) {}
+  explicit Fixture(CoalesceOptions o)
+      : coalescer(engine, o, 64, nullptr, [this](const std::string&) { ++warnings; }), pool(1, 64) {}
   // Submits `r` and expects it queued (never on the test's own thread).
   void submit(TestRequest& r) {
     auto start = coalescer.submit(&r, pool, /*may_run_here=*/false);
@@ -197,6 +201,7 @@ struct Fixture {
     ASSERT_TRUE(engine.wait_entered(1));
   }
   GatedEngine engine;
+  std::atomic<int> warnings{0};  // lines the coalescer logged
   RequestCoalescer coalescer;
   ComputePool pool;  // after the coalescer: its destructor runs the queued launches
 };
@@ -297,6 +302,26 @@ TEST(RequestCoalescer, WhenTheGroupLaunchFailsEachRequestRunsAgainAlone) {
     EXPECT_LT(r->error(), 1e-5);
   }
   EXPECT_EQ(f.engine.launches(), (std::vector<int>{1, 2, 1, 1}));
+  EXPECT_EQ(f.warnings.load(), 1) << "a failed group launch is logged";
+}
+
+TEST(RequestCoalescer, AGroupTheEngineWouldRefuseRunsAloneWithoutAWarning) {
+  Fixture f(options(16));
+  f.engine.refuse_groups_ = true;
+  TestRequest first({4, 4, 4}, 1.0f, 0.0f, false, Op::kN, Op::kN, 1);
+  f.hold_busy(first);
+  TestRequest x1({3, 5, 7}, 1.0f, 0.0f, false, Op::kN, Op::kN, 2), x2({6, 2, 9}, 1.0f, 0.0f, false, Op::kN, Op::kN, 3);
+  f.submit(x1);
+  f.submit(x2);
+  f.engine.open();
+  for (TestRequest* r : {&x1, &x2}) {
+    ASSERT_TRUE(r->wait_done());
+    EXPECT_TRUE(r->status().ok()) << r->status().to_string();
+    EXPECT_EQ(r->launch_products(), 1);
+    EXPECT_LT(r->error(), 1e-5);
+  }
+  EXPECT_EQ(f.engine.launches(), (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(f.warnings.load(), 0);
 }
 
 TEST(RequestCoalescer, TheWindowWaitsForMoreAtMostItsLengthAndAFullBatchGoesAtOnce) {
@@ -343,6 +368,12 @@ TEST(RequestCoalescer, OnlySmallSingleProductRequestsInHostMemoryAreEligible) {
   EXPECT_TRUE(on.eligible(job, o.max_bytes));
   EXPECT_FALSE(on.eligible(job, o.max_bytes + 1)) << "past --coalesce-max-bytes";
   EXPECT_FALSE(off.eligible(job, 16)) << "--coalesce-max-products 1: off";
+  GemmJob named = job;
+  named.request.options.kernel = KernelKind::kOpenblas;
+  EXPECT_FALSE(on.eligible(named, 16)) << "a kernel named";
+  GemmJob split = job;
+  split.request.options.split = SplitMode::kRows;
+  EXPECT_FALSE(on.eligible(split, 16)) << "a split named";
   GemmJob strided = job;
   strided.lda = 32;
   EXPECT_FALSE(on.eligible(strided, 16)) << "a submatrix";
