@@ -83,6 +83,11 @@ int RequestCoalescer::waiting() const {
   return int(waiting_.size());
 }
 
+int RequestCoalescer::queued_beyond_pool() const {
+  std::lock_guard lock(mu_);
+  return std::max(0, int(waiting_.size()) - (scheduled_ ? 1 : 0));
+}
+
 StatusOr<RequestCoalescer::Start> RequestCoalescer::submit(CoalescedRequest* request, ComputePool& pool,
                                                            bool may_run_here) {
   std::lock_guard lock(mu_);

@@ -103,6 +103,9 @@ class RequestCoalescer {
   void run_here(ComputePool& pool);
 
   int waiting() const;
+  // What the service's `queued` gauge adds for the coalescer: the waiting
+  // requests, less the one launch task of theirs the pool's queue counts.
+  int queued_beyond_pool() const;
 
  private:
   struct Arena;  // a launch's concatenated operands

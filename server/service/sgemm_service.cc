@@ -155,7 +155,7 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   f.max_queued = options_.max_queued;
   f.max_stripes = options_.max_stripes;
   f.in_flight = shared_->pool.running();
-  f.queued = shared_->pool.queued() + shared_->budget.waiters() + shared_->coalescer.waiting();
+  f.queued = shared_->pool.queued() + shared_->budget.waiters() + shared_->coalescer.queued_beyond_pool();
   f.open_streams = shared_->admission.open_streams();
   f.requests_total = shared_->requests_total.load();
   f.requests_failed = shared_->requests_failed.load();
@@ -183,7 +183,7 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
 LoadGauges SgemmService::load() const {
   LoadGauges g;
   g.in_flight = shared_->pool.running();
-  g.queued = shared_->pool.queued() + shared_->budget.waiters() + shared_->coalescer.waiting();
+  g.queued = shared_->pool.queued() + shared_->budget.waiters() + shared_->coalescer.queued_beyond_pool();
   g.open_streams = shared_->admission.open_streams();
   g.host_bytes_in_use = shared_->budget.in_use();
   g.host_bytes_budget = shared_->budget.capacity();
