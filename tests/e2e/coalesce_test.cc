@@ -3,7 +3,8 @@
 // and a window, many clients on their own connections sending odd small
 // shapes at once with alpha, beta, C in and out, op(A) and op(B); every
 // result against the fp64 reference; the summary and timings.jsonl say how
-// many products shared each launch; a request whose deadline passes fails
+// many products shared each launch (and the sgemm_launch_products
+// histogram); a request whose deadline passes fails
 // alone; bad flag values stop the start naming the flag. That requests which
 // wait while the engine is busy share one launch, each with its own status,
 // is shown deterministically against a held engine in
@@ -20,6 +21,7 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "tests/e2e/in_process_server.h"
+#include "tests/e2e/metrics_scrape.h"
 
 namespace sgemm {
 namespace {
@@ -78,6 +80,7 @@ class CoalesceE2E : public testing::SuiteServer<CoalesceE2E> {
     o.service.max_in_flight = 1;  // one compute slot: requests that arrive while it computes wait together
     o.service.coalesce.max_products = 8;
     o.coalesce_window_us = 20000;  // a burst's requests find each other even on a loaded machine
+    o.metrics_listen = "127.0.0.1:0";
   }
 
  protected:
@@ -144,6 +147,10 @@ TEST_F(CoalesceE2E, ConcurrentRequestsShareALaunchAndTheSummarySaysSo) {
   }
   EXPECT_GT(best, 1) << "no launch was shared within " << kDeadline.count() << " s";
   EXPECT_LE(best, 8) << "--coalesce-max-products bounds a launch";
+  // The histogram of products per launch saw that launch: more products than launches.
+  const auto m = testing::samples(testing::scrape(server_->server().metrics_port()));
+  EXPECT_GE(testing::value(m, "sgemm_launch_products_count"), 1.0);
+  EXPECT_GT(testing::value(m, "sgemm_launch_products_sum"), testing::value(m, "sgemm_launch_products_count"));
 }
 
 TEST_F(CoalesceE2E, ARequestWhoseDeadlinePassesFailsAloneAmongOthers) {
