@@ -3,6 +3,10 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include "proto/grpc_status.h"
 #include "server/service/codec.h"
 #include "server/service/host_memory.h"
@@ -48,7 +52,8 @@ ServiceShared::ServiceShared(Engine& e, const ServiceOptions& o, std::shared_ptr
       options(o),
       budget(o.host_memory_bytes, o.max_queued),
       coalescer(
-          e, o.coalesce, (o.max_queued + o.max_in_flight) * o.coalesce.max_products,
+          e, o.coalesce,
+          int(std::min<int64_t>(INT32_MAX, (int64_t(o.max_queued) + o.max_in_flight) * o.coalesce.max_products)),
           [this](int products) {
             if (metrics) metrics->record_launch(products);
           },
