@@ -259,8 +259,9 @@ class Misbehavers {
 struct Sample {
   double ms;
   sgemm::GemmShape shape;
-  int64_t products = 1;  // in the request
-  double flops = 0;      // of its products
+  int64_t products = 1;     // in the request
+  double flops = 0;         // of its products
+  int launch_products = 1;  // products that shared its engine launch (the server's coalescing); 0: a batch request
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -452,7 +453,7 @@ int main(int argc, char** argv) {
           if (!res.ok() && !first_message.count(code)) first_message[code] = res.status().message();
           if (res.ok() && !bad_result)
             samples.push_back({ms, in.products.group.empty() ? in.products.shape : sgemm::GemmShape{},
-                               count - res->products_failed, flops});
+                               count - res->products_failed, flops, 0});
           continue;
         }
         const std::size_t shape_index = (std::size_t(c) + std::size_t(r)) % shapes.size();
@@ -485,7 +486,7 @@ int main(int argc, char** argv) {
         std::lock_guard lock(mu);
         ++statuses[code];
         if (!res.ok() && !first_message.count(code)) first_message[code] = res.status().message();
-        if (res.ok() && !bad_result) samples.push_back({ms, s, 1, s.flops()});
+        if (res.ok() && !bad_result) samples.push_back({ms, s, 1, s.flops(), res->summary.launch_products});
       }
     });
   }
@@ -499,10 +500,12 @@ int main(int argc, char** argv) {
   std::vector<double> lat;
   double flops = 0;
   int64_t products_ok = 0;
+  std::map<int, int64_t> launch_products;  // requests by the products that shared their launch
   for (const auto& s : samples) {
     lat.push_back(s.ms);
     flops += s.flops;
     products_ok += s.products;
+    if (s.launch_products > 0) ++launch_products[s.launch_products];
   }
   int64_t total = 0, ok = statuses.count("OK") ? statuses["OK"] : 0;
   for (const auto& [k, v] : statuses) total += v;
@@ -531,6 +534,10 @@ int main(int argc, char** argv) {
   j["throughput_rps"] = double(ok) / wall_s;  // requests per second
   j["products_per_s"] = double(products_ok) / wall_s;
   j["gflops"] = flops / wall_s / 1e9;
+  // Single-product requests by how many products shared their launch (--coalesce-max-products): "1" ran alone.
+  nlohmann::json shared = nlohmann::json::object();
+  for (const auto& [n, requests] : launch_products) shared[std::to_string(n)] = requests;
+  j["launch_products"] = shared;
   j["latency_ms"] = {{"p50", percentile(lat, 50)},
                      {"p90", percentile(lat, 90)},
                      {"p99", percentile(lat, 99)},

@@ -154,6 +154,7 @@ MultiplySummary summary_from_proto(const v1::MultiplySummary& s) {
   sum.bytes_out = s.bytes_sent();
   sum.trace_json = s.trace_json();
   sum.stripes = std::max(1, s.stripes());
+  sum.launch_products = std::max(1, s.launch_products());
   sum.result_handle = s.result_handle();
   for (const auto& d : s.devices()) {
     sum.devices.push_back({d.index(), d.name(), d.row_begin(), d.row_end(), d.k_begin(), d.k_end(), d.copy_in_ms(),

@@ -223,6 +223,7 @@ struct MultiplySummary {
   std::string trace_json;               // Chrome trace-event JSON when MultiplyOptions::trace
   int stripes = 1;                      // connections the request used (ClientOptions::connections)
   std::string result_handle;            // MultiplyOptions::keep_result: the kept C's handle
+  int launch_products = 1;              // products that shared the request's engine launch (server coalescing)
 };
 
 struct MultiplyResult {

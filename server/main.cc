@@ -169,6 +169,20 @@ int main(int argc, char** argv) {
                  "(docs/lifecycle.md)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  // Their bounds are checked at start-up (Server::start), naming the flag.
+  app.add_option("--coalesce-window-us", opt.coalesce_window_us,
+                 "microseconds a launch of small requests waits for more to share it when it found fewer than "
+                 "--coalesce-max-products, counted from the oldest's arrival; 0 = take what waits (no wait added "
+                 "to an idle server); at most 100000 (docs/lifecycle.md)")
+      ->capture_default_str();
+  app.add_option("--coalesce-max-products", opt.service.coalesce.max_products,
+                 "most small requests the server runs as one group launch (natural batching: those that waited "
+                 "while the compute slots were busy); 1 = no coalescing (docs/lifecycle.md)")
+      ->capture_default_str();
+  app.add_option("--coalesce-max-bytes", opt.service.coalesce.max_bytes,
+                 "a single-product request with every operand in its messages is small enough to coalesce when its "
+                 "A + B + C take at most this many bytes")
+      ->capture_default_str();
   app.add_option("--shutdown-grace", opt.shutdown_grace_s,
                  "on SIGTERM, seconds requests in flight may take to finish before they are cancelled")
       ->check(CLI::NonNegativeNumber)

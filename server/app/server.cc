@@ -78,6 +78,11 @@ Status validate(const ServerOptions& opt) {
   if (s.region_bytes < 0) return InvalidArgument("--region-bytes must not be negative");
   if (s.region_bytes_per_user < 0) return InvalidArgument("--region-bytes-per-user must not be negative");
   if (s.inline_compute_ms < 0) return InvalidArgument("--inline-compute-ms must not be negative");
+  {
+    CoalesceOptions coalesce = s.coalesce;
+    coalesce.window = std::chrono::microseconds(opt.coalesce_window_us);
+    SGEMM_RETURN_IF_ERROR(check_coalesce_options(coalesce));
+  }
   if (s.max_open_streams <= 0) return InvalidArgument("--max-open-streams must be positive");
   if (s.max_stripes <= 0) return InvalidArgument("--max-stripes must be positive");
   if (s.max_streams_per_address < 0) return InvalidArgument("--max-streams-per-address must not be negative");
@@ -175,6 +180,7 @@ Status Server::build() {
   ServiceOptions& sopt = opt_.service;
   sopt.idle_timeout = std::chrono::milliseconds(int64_t(opt_.idle_timeout_s * 1000));
   sopt.feed_wait_budget = std::chrono::milliseconds(int64_t(opt_.feed_wait_budget_s * 1000));
+  sopt.coalesce.window = std::chrono::microseconds(opt_.coalesce_window_us);
   sopt.max_streams_per_connection = opt_.max_streams_per_connection;  // gRPC's HTTP/2 limit, and the service's own
   // The budgets' defaults are shares of what this process may use: half for
   // requests' buffers, a quarter for shared-memory regions.

@@ -82,6 +82,7 @@ struct SummaryFigures {
   int stripes = 0;                         // streams the request used (GemmHeader.stripes); 0 = one
   std::string result_handle;               // header.keep_result: the kept C's handle
   std::shared_ptr<const BatchSpec> batch;  // a batch or group: its products, for their statuses
+  int launch_products = 1;                 // products that shared the request's engine launch (coalescing)
 };
 grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& figures);
 

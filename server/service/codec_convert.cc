@@ -218,6 +218,7 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
   sum->set_bytes_received(f.bytes_received);
   sum->set_bytes_sent(f.bytes_sent);
   if (f.stripes > 1) sum->set_stripes(f.stripes);
+  sum->set_launch_products(f.launch_products);
   return serialize(last);
 }
 

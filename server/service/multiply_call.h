@@ -75,6 +75,7 @@
 #include "server/service/codec.h"
 #include "server/service/compute_slot_policy.h"
 #include "server/service/input_source.h"
+#include "server/service/request_coalescer.h"
 #include "server/service/request_phase.h"
 #include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
@@ -82,7 +83,9 @@
 
 namespace sgemm {
 
-class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>, private OutputSink {
+class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                           private OutputSink,
+                           private CoalescedRequest {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -173,6 +176,14 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
   // Off the reactor.
   void run_compute();
+  // The engine has returned `result` (run_compute, or a coalesced launch):
+  // the rows are released and the outcome goes out. Ends the task's reference.
+  void computed(StatusOr<GemmReport> result);
+  // A small request waits in the coalescer (request_coalescer.h) instead of
+  // on the pool: its job, the launch's start and end (the launch's thread).
+  const GemmJob& coalesced_job() const override { return job_; }
+  void coalesced_started() override;
+  void coalesced_done(StatusOr<GemmReport> result, int launch_products) override;
   void on_memory_granted(MemoryBudget::Reservation reservation);
   void rows_ready(int64_t row_begin, int64_t row_end) override;
 
@@ -243,10 +254,11 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   std::deque<std::pair<int64_t, int64_t>> rows_;  // finished rows of C not yet sent
   int64_t send_next_ = -1;                        // next element to send of rows_.front()
   int64_t bytes_in_ = 0, bytes_out_ = 0;
-  uint64_t pool_id_ = 0;  // kEarly: the pool's id for the preemptible task
-  int early_starts_ = 0;  // times computing started before the upload ended (for the log)
-  int yields_ = 0;        // times computing gave its slot back to wait for A
-  SentRows sent_rows_;    // rows of C reported so far; after a yield, those not to send again
+  uint64_t pool_id_ = 0;     // kEarly: the pool's id for the preemptible task
+  int early_starts_ = 0;     // times computing started before the upload ended (for the log)
+  int yields_ = 0;           // times computing gave its slot back to wait for A
+  int launch_products_ = 1;  // products that shared the request's engine launch (coalescing)
+  SentRows sent_rows_;       // rows of C reported so far; after a yield, those not to send again
   Clock::time_point t_first_data_{}, t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{};
   // Where the operands come from (input_source.h): the rows, bound at the
   // header and released when the engine returns; caller_memory_ is the region

@@ -35,6 +35,18 @@ Status MultiplyCall::start_compute(bool early) {
       return Status::Ok();  // no idle slot: compute once the upload is complete
     }
     ++early_starts_;
+  } else if (!group_ && !keep_.keep && shared_.coalescer.eligible(job_, footprint_bytes_)) {
+    // A small request: it waits in the coalescer, which may run it with others in one launch.
+    const bool here = shared_.slot_policy.complete(may_compute_here_, false, [this] {
+      return shared_.engine.estimate_ms(job_);
+    }) == ComputeSlotPolicy::Way::kHere;
+    auto start = shared_.coalescer.submit(this, shared_.pool, here);
+    if (!start.ok()) {
+      --refs_;
+      return start.status();
+    }
+    if (*start == RequestCoalescer::Start::kHere)
+      run_here_ = [coalescer = &shared_.coalescer, pool = &shared_.pool] { coalescer->run_here(*pool); };
   } else if (shared_.slot_policy.complete(may_compute_here_, group_ != nullptr,
                                           [this] { return shared_.engine.estimate_ms(job_); }) ==
                  ComputeSlotPolicy::Way::kHere &&
@@ -103,6 +115,13 @@ void MultiplyCall::run_compute() {
       unref();
       return;
     }
+  }
+  computed(std::move(result));
+}
+
+void MultiplyCall::computed(StatusOr<GemmReport> result) {
+  {
+    std::unique_lock lock(mu_);
     t_compute_end_ = Clock::now();
     for (auto& row : sources_) row->release();  // pins and mappings go (a deleted resident matrix is freed here)
     result_ = std::move(result);
@@ -112,6 +131,24 @@ void MultiplyCall::run_compute() {
     after_unlock(lock);
   }
   unref();
+}
+
+void MultiplyCall::coalesced_started() {
+  std::lock_guard lock(mu_);
+  t_compute_start_ = Clock::now();
+  if (phase_ == Phase::kQueued) move_to(Phase::kComputing);
+}
+
+void MultiplyCall::coalesced_done(StatusOr<GemmReport> result, int launch_products) {
+  {
+    std::lock_guard lock(mu_);
+    launch_products_ = launch_products;
+    // Answered without a launch (cancelled while waiting, or refused): the outcome goes out from computing.
+    if (phase_ == Phase::kQueued) move_to(Phase::kComputing);
+  }
+  // A shared launch wrote C whole and reported no rows: all of them are final now.
+  if (result.ok() && launch_products > 1) rows_ready(0, header_.shape.m);
+  computed(std::move(result));
 }
 
 void MultiplyCall::rows_ready(int64_t row_begin, int64_t row_end) {

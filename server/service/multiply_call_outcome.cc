@@ -81,6 +81,7 @@ void MultiplyCall::send_more() {
   if (trace_) f.trace_json = trace_json_;
   f.result_handle = result_handle_;
   f.batch = header_.batch;
+  f.launch_products = launch_products_;
   out_ = encode_summary(*result_, f);
   final_status_ = Status::Ok();
   set_finished();
@@ -138,9 +139,10 @@ void MultiplyCall::log_outcome(const Status& st) {
   if (client_) record.caller = client_->name();
   if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, request_bytes_out(), &record);
   if (shared_.timing_log)
-    shared_.timing_log->info(
-        timing_record_json(record, "{\"early_start\":" + std::string(early_starts_ > 0 ? "true" : "false") +
-                                       ",\"yields\":" + std::to_string(yields_) + batch_timing_json(header_, r) + "}"));
+    shared_.timing_log->info(timing_record_json(
+        record, "{\"early_start\":" + std::string(early_starts_ > 0 ? "true" : "false") +
+                    ",\"yields\":" + std::to_string(yields_) +
+                    ",\"launch_products\":" + std::to_string(launch_products_) + batch_timing_json(header_, r) + "}"));
   if (!shared_.options.trace_dir.empty()) {
     const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";
     std::FILE* file = std::fopen(path.c_str(), "w");

@@ -267,6 +267,7 @@ struct ServiceMetrics::Impl {
   prometheus::Counter* bytes_out = nullptr;
   prometheus::Family<prometheus::Counter>* busy = nullptr;
   prometheus::Family<prometheus::Counter>* wait = nullptr;
+  prometheus::Histogram* launch_products = nullptr;
 };
 
 StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::start(const std::string& listen, const BuildInfo& build,
@@ -304,6 +305,11 @@ StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::start(const std::strin
                         "Device phases waiting: copy_in (for input), kernel (for copies), reduce (for peers), "
                         "copy_out (for kernels), order (for the NCCL order)")
                     .Register(reg);
+  impl->launch_products = &prometheus::BuildHistogram()
+                               .Name("sgemm_launch_products")
+                               .Help("Products per engine launch of small requests (coalescing; 1: ran alone)")
+                               .Register(reg)
+                               .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256});
   impl->load = std::make_shared<LoadCollectable>(std::move(load));
   Impl* raw = impl.get();
   SGEMM_ASSIGN_OR_RETURN(impl->endpoint, MetricsEndpoint::listen(listen, [raw] {
@@ -321,6 +327,8 @@ ServiceMetrics::~ServiceMetrics() {
 }
 
 int ServiceMetrics::port() const { return impl_->endpoint->port(); }
+
+void ServiceMetrics::record_launch(int products) { impl_->launch_products->Observe(double(products)); }
 
 void ServiceMetrics::record(StatusCode code, const std::string& client, int64_t bytes_in, int64_t bytes_out,
                             const TimingRecord* t) {

@@ -13,6 +13,8 @@
 //   sgemm_resident_bytes_in_use{device}, sgemm_resident_budget_bytes, sgemm_resident_matrices,
 //   sgemm_device_healthy{device,name}, sgemm_device_memory_bytes{device,name}   gauges, read at scrape time
 //   sgemm_build_info{version,commit}             always 1: which build is running
+//   sgemm_launch_products                        histogram: products per launch of small requests that
+//                                                went through the coalescer (1: ran alone)
 //
 // Threads: record() may be called from any thread; the gauges' source is
 // called on the HTTP server's threads at each scrape.
@@ -68,6 +70,8 @@ class ServiceMetrics {
   // and per-device figures), null for a failure.
   void record(StatusCode code, const std::string& client, int64_t bytes_in, int64_t bytes_out,
               const TimingRecord* timings);
+  // One engine launch of coalesced requests (request_coalescer.h): how many products it ran.
+  void record_launch(int products);
 
  private:
   struct Impl;

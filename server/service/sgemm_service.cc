@@ -3,6 +3,10 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 #include "proto/grpc_status.h"
 #include "server/service/codec.h"
 #include "server/service/host_memory.h"
@@ -47,6 +51,13 @@ ServiceShared::ServiceShared(Engine& e, const ServiceOptions& o, std::shared_ptr
     : engine(e),
       options(o),
       budget(o.host_memory_bytes, o.max_queued),
+      coalescer(
+          e, o.coalesce,
+          int(std::min<int64_t>(INT32_MAX, (int64_t(o.max_queued) + o.max_in_flight) * o.coalesce.max_products)),
+          [this](int products) {
+            if (metrics) metrics->record_launch(products);
+          },
+          [this](const std::string& line) { log.write(spdlog::level::warn, line); }),
       pool(o.max_in_flight, o.max_queued),
       slot_policy(o.feed_wait_budget, o.inline_compute_ms),
       log(std::move(request_log), o.log_lines_per_second),
@@ -149,7 +160,7 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
   f.max_queued = options_.max_queued;
   f.max_stripes = options_.max_stripes;
   f.in_flight = shared_->pool.running();
-  f.queued = shared_->pool.queued() + shared_->budget.waiters();
+  f.queued = shared_->pool.queued() + shared_->budget.waiters() + shared_->coalescer.queued_beyond_pool();
   f.open_streams = shared_->admission.open_streams();
   f.requests_total = shared_->requests_total.load();
   f.requests_failed = shared_->requests_failed.load();
@@ -177,7 +188,7 @@ grpc::ServerUnaryReactor* SgemmService::GetInfo(grpc::CallbackServerContext* ctx
 LoadGauges SgemmService::load() const {
   LoadGauges g;
   g.in_flight = shared_->pool.running();
-  g.queued = shared_->pool.queued() + shared_->budget.waiters();
+  g.queued = shared_->pool.queued() + shared_->budget.waiters() + shared_->coalescer.queued_beyond_pool();
   g.open_streams = shared_->admission.open_streams();
   g.host_bytes_in_use = shared_->budget.in_use();
   g.host_bytes_budget = shared_->budget.capacity();

@@ -41,6 +41,7 @@
 #include "server/service/rate_limited_log.h"
 #include "server/service/region_registry.h"
 #include "server/service/request_assembly.h"
+#include "server/service/request_coalescer.h"
 #include "server/service/service_metrics.h"
 #include "server/service/stream_admission.h"
 #include "server/service/stripe_group.h"
@@ -70,6 +71,10 @@ struct ServiceOptions {
   // compute thread (docs/lifecycle.md). 0: always hand over (the default: on
   // the H100 it saved no time next to the client's own-thread calls).
   double inline_compute_ms = 0;
+  // Coalescing of small requests into one engine launch (request_coalescer.h,
+  // docs/lifecycle.md): --coalesce-window-us, --coalesce-max-products (1: off),
+  // --coalesce-max-bytes.
+  CoalesceOptions coalesce;
   int max_open_streams = 1024;  // Multiply and PutMatrix streams open and not yet answered (a
                                 // striped request's every stream counts); more are refused (UNAVAILABLE)
   // The service's own bounds on open streams (stream_admission.h): gRPC
@@ -118,6 +123,9 @@ struct ServiceShared {
   Engine& engine;
   const ServiceOptions& options;
   MemoryBudget budget;
+  // Small requests waiting to share a launch; before the pool, which runs its
+  // queued launches as it goes.
+  RequestCoalescer coalescer;
   ComputePool pool;
   ComputeSlotPolicy slot_policy;               // early, here or queued (compute_slot_policy.h), from the options
   RateLimitedLog log;                          // per-request lines; failures rate-limited

@@ -8,7 +8,9 @@
 #include <spdlog/sinks/null_sink.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "sgemm/v1/sgemm.grpc.pb.h"
@@ -257,6 +259,139 @@ TEST(SgemmService, RowsFinishedOutOfOrderArriveAsCorrectChunksAndASummary) {
       EXPECT_EQ(c[i * n + j], ref);
       EXPECT_EQ(seen[i * n + j], 1);
     }
+}
+
+// Computes single products and groups exactly (small integers) and, while
+// closed, holds each run at its gate: the test keeps the engine busy.
+class GatedGroupEngine final : public FakeEngine {
+ public:
+  Status validate(const GemmRequest& r) const override {
+    return r.batch ? check_batch_request(r) : check_gemm_request(r);
+  }
+  StatusOr<GemmReport> run(const GemmJob& job) override {
+    {
+      std::unique_lock lock(mu_);
+      ++entered;
+      if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return open_; })) return Internal("gate never opened");
+    }
+    std::vector<BatchProduct> products;
+    if (job.request.batch)
+      products = job.request.batch->products;
+    else
+      products.push_back(BatchProduct{job.request.shape});
+    GemmReport r;
+    r.backend = "fake";
+    r.kernel = KernelKind::kOpenblas;
+    for (const BatchProduct& p : products) {
+      const GemmShape& s = p.shape;
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < s.n; ++j) {
+          float acc = 0;
+          for (int64_t q = 0; q < s.k; ++q) acc += job.a[p.a_offset + i * s.k + q] * job.b[p.b_offset + q * s.n + j];
+          job.c[p.c_offset + i * s.n + j] = acc;
+        }
+      if (job.request.batch) r.product_status.push_back(Status::Ok());
+    }
+    if (!job.request.batch && job.sink) job.sink->rows_ready(0, job.request.shape.m);
+    return r;
+  }
+  void set_open(bool open) {
+    std::lock_guard lock(mu_);
+    open_ = open;
+    cv_.notify_all();
+  }
+  std::atomic<int> entered{0};
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+};
+
+// One m x n x k product over `stub`: C and the summary's launch_products (0 on a failure).
+struct Answer {
+  grpc::Status status;
+  std::vector<float> c;
+  int launch_products = 0;
+};
+Answer multiply_small(v1::Sgemm::Stub& stub, int64_t m, int64_t n, int64_t k, const std::vector<float>& a,
+                      const std::vector<float>& b) {
+  Answer out;
+  out.c.assign(std::size_t(m * n), std::nanf(""));
+  grpc::ClientContext ctx;
+  auto stream = stub.Multiply(&ctx);
+  stream->Write(header(m, n, k));
+  stream->Write(chunk(v1::MATRIX_A, 0, a.data(), m * k));
+  stream->Write(chunk(v1::MATRIX_B, 0, b.data(), k * n));
+  stream->WritesDone();
+  v1::MultiplyResponse resp;
+  while (stream->Read(&resp)) {
+    if (resp.has_summary()) {
+      out.launch_products = resp.summary().launch_products();
+      continue;
+    }
+    std::memcpy(out.c.data() + resp.chunk().offset(), resp.chunk().data().data(), resp.chunk().data().size());
+  }
+  out.status = stream->Finish();
+  return out;
+}
+
+TEST(SgemmService, SmallRequestsThatWaitWhileTheEngineIsBusyShareOneLaunchAndEachSummarySaysSo) {
+  GatedGroupEngine engine;
+  ServiceOptions opt;
+  opt.max_in_flight = 1;
+  opt.feed_wait_budget = std::chrono::milliseconds(0);  // complete uploads only: none starts early
+  opt.coalesce.max_products = 8;
+  InProcessServer srv(engine, opt);
+  auto operands = [](int64_t rows, int64_t cols, int salt) {
+    std::vector<float> x(std::size_t(rows * cols));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7 + salt) % 9) - 4;
+    return x;
+  };
+  // The first request takes the one compute slot and is held there.
+  engine.set_open(false);
+  const std::vector<float> a0 = operands(4, 4, 0), b0 = operands(4, 4, 1);
+  Answer first;
+  std::thread first_thread([&] { first = multiply_small(*srv.stub, 4, 4, 4, a0, b0); });
+  if (!eventually([&] { return engine.entered.load() == 1; })) {
+    engine.set_open(true);
+    first_thread.join();
+    FAIL() << "the first request never reached the engine";
+  }
+  // Three more of odd shapes wait meanwhile: the coalescer's waiting requests count as queued.
+  const int64_t shapes[3][3] = {{3, 5, 7}, {9, 1, 2}, {6, 6, 5}};
+  std::vector<std::vector<float>> as, bs;
+  for (int i = 0; i < 3; ++i) {
+    as.push_back(operands(shapes[i][0], shapes[i][2], 10 + i));
+    bs.push_back(operands(shapes[i][2], shapes[i][1], 20 + i));
+  }
+  std::vector<Answer> answers(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      answers[std::size_t(i)] =
+          multiply_small(*srv.stub, shapes[i][0], shapes[i][1], shapes[i][2], as[std::size_t(i)], bs[std::size_t(i)]);
+    });
+  const bool all_waiting = eventually([&] { return srv.service->load().queued == 3; });
+  engine.set_open(true);
+  first_thread.join();
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(all_waiting) << "the three requests did not all wait while the engine was held";
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_EQ(first.launch_products, 1);
+  EXPECT_EQ(engine.entered.load(), 2) << "the three waiting requests went in one launch";
+  for (int i = 0; i < 3; ++i) {
+    const Answer& got = answers[std::size_t(i)];
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    EXPECT_EQ(got.launch_products, 3);
+    const int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        float ref = 0;
+        for (int64_t q = 0; q < k; ++q) ref += as[std::size_t(i)][r * k + q] * bs[std::size_t(i)][q * n + j];
+        EXPECT_EQ(got.c[std::size_t(r * n + j)], ref) << "request " << i << " (" << r << ", " << j << ")";
+      }
+  }
 }
 
 }  // namespace
