@@ -36,19 +36,21 @@ PutMatrixCall::PutMatrixCall(ServiceShared& shared, grpc::CallbackServerContext*
       client_(client),
       owner_(client ? client->name() : std::string()),
       caller_(std::move(caller)),
-      t_start_(Clock::now()) {
+      t_start_(Clock::now()),
+      read_since_(t_start_),
+      stream_ticket_(std::move(ticket)) {
+  // Every member is set before the call is published to the watchdog (which
+  // then reads them under mu_): a put is an open stream like a Multiply, under
+  // the same bounds (stream_admission.h), and idle from its start.
   {
     std::lock_guard lock(shared_.calls_mu);
     shared_.puts.insert(this);
   }
-  // A put is an open stream like a Multiply, under the same bounds (stream_admission.h).
-  stream_ticket_ = std::move(ticket);
   std::lock_guard lock(mu_);
   if (!refuse.ok()) {
     finish(refuse);
     return;
   }
-  read_since_ = Clock::now();
   StartRead(&in_);
 }
 
