@@ -162,7 +162,12 @@ extern "C" void SSL_free(ssl_st* ssl) {
     }
   }
   if (c) {
-    c->h2.forget();
+    {
+      // The last SSL_read or SSL_write on another thread released this lock:
+      // taking it orders their updates before the state goes.
+      sgemm::SpinLock lock(c->lock);
+      c->h2.forget();
+    }
     delete c;
   }
   if (const auto next = sgemm::next_ssl(sgemm::g_ssl_free, "SSL_free")) next(ssl);

@@ -212,7 +212,7 @@ class ClientAgainstServer(unittest.TestCase):
                     anonymous.multiply(a, b, timeout=30)
                 self.assertEqual(e.exception.code, grpc.StatusCode.UNAUTHENTICATED)
         finally:
-            self.assertEqual(secure.stop(), 0)
+            self.assertEqual(secure.stop(), 0, secure.log())
 
     def test_over_the_size_limit_is_resource_exhausted(self):
         small = ServerProcess("--max-matrix-elements", "1000")
