@@ -41,7 +41,9 @@ Status MultiplyCall::on_batch_header(const GemmRequest& header, const RegionOper
     SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
   }
   if (!move_to(Phase::kReceiving)) return Status::Ok();
-  return Status::Ok();  // chunks follow: every product has an uploaded A or B
+  for (const auto& row : sources_)
+    if (!row->ready()) return Status::Ok();  // chunks follow
+  return start_without_upload();             // A and B resident, no C: nothing to receive
 }
 
 }  // namespace sgemm

@@ -271,6 +271,35 @@ TEST_F(BatchSourcesE2E, ResidentOperandSharedByEveryProductOfAStridedBatch) {
           auto removed = alice_->remove(put->handle);
           EXPECT_TRUE(removed.ok()) << removed.status().to_string();
         }
+  // A and B both resident: nothing but C (when given) is uploaded, and every product is the same A B + beta C_i.
+  if (backend_ != "cuda") {
+    std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n)), c0(std::size_t(6 * s.m * s.n));
+    fill_random(a, 31);
+    fill_random(b, 32);
+    fill_random(c0, 33);
+    auto pa = alice_->put(s.m, s.k, a.data());
+    auto pb = alice_->put(s.k, s.n, b.data());
+    ASSERT_TRUE(pa.ok() && pb.ok());
+    BatchLayout l = batch_layout(batch);
+    std::fill(l.a_offset.begin(), l.a_offset.end(), 0);
+    std::fill(l.b_offset.begin(), l.b_offset.end(), 0);
+    MultiplyOptions opt;
+    opt.a_handle = pa->handle;
+    opt.b_handle = pb->handle;
+    opt.beta = 0.5f;
+    for (bool has_c : {false, true}) {
+      SCOPED_TRACE(has_c ? "with C" : "without C");
+      auto r = alice_->multiply_batch(batch, nullptr, nullptr, has_c ? c0.data() : nullptr, opt);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(r->bytes_sent, has_c ? l.c_elements * 4 : 0);
+      for (std::size_t i = 0; i < 6; ++i)
+        EXPECT_TRUE(cli::verify_batch_product(batch, l, i, 1, 0.5f, Op::kN, Op::kN, a.data(), b.data(),
+                                              has_c ? c0.data() : nullptr, r->c.data(), 34)
+                        .passed(kSgemmTolerance));
+    }
+    EXPECT_TRUE(alice_->remove(pa->handle).ok());
+    EXPECT_TRUE(alice_->remove(pb->handle).ok());
+  }
   // A handle of the wrong shape names the field and the shape it must have.
   std::vector<float> wrong(std::size_t(s.k * (s.n + 1)), 1.0f);
   auto put = alice_->put(s.k, s.n + 1, wrong.data());
