@@ -86,18 +86,23 @@ StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, con
   b.c_rows = cd.rows;
   b.c_cols = cd.cols;
   char* p = nullptr;
-  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "a_region", *ops.a, ad.rows, ad.cols, max_ld, &b.held, &p, &b.lda));
+  // For a batch the message says what the "1 x N matrix" is.
+  auto bind = [&](const char* field, const RegionRef& ref, const MatrixDims& d, int64_t* ld) -> Status {
+    Status st = bind_one(registry, caller, field, ref, d.rows, d.cols, max_ld, &b.held, &p, ld);
+    if (st.ok() || !request.batch) return st;
+    return Status(st.code(), st.message() + " (a batch's operand: its " + std::to_string(request.batch->count()) +
+                                 " products' matrices concatenated, " + std::to_string(d.cols) + " elements)");
+  };
+  SGEMM_RETURN_IF_ERROR(bind("a_region", *ops.a, ad, &b.lda));
   b.a = reinterpret_cast<const float*>(p);
-  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "b_region", *ops.b, bd.rows, bd.cols, max_ld, &b.held, &p, &b.ldb));
+  SGEMM_RETURN_IF_ERROR(bind("b_region", *ops.b, bd, &b.ldb));
   b.b = reinterpret_cast<const float*>(p);
   if (ops.c) {
-    SGEMM_RETURN_IF_ERROR(
-        bind_one(registry, caller, "c_region", *ops.c, cd.rows, cd.cols, max_ld, &b.held, &p, &b.ldc_in));
+    SGEMM_RETURN_IF_ERROR(bind("c_region", *ops.c, cd, &b.ldc_in));
     b.c_in = reinterpret_cast<const float*>(p);
   }
   if (ops.out) {
-    SGEMM_RETURN_IF_ERROR(
-        bind_one(registry, caller, "out_region", *ops.out, cd.rows, cd.cols, max_ld, &b.held, &p, &b.ld_out));
+    SGEMM_RETURN_IF_ERROR(bind("out_region", *ops.out, cd, &b.ld_out));
     b.out = reinterpret_cast<float*>(p);
     // C in place is fine (each element is read once before it is written); a
     // partial overlap of the output with an input is not.

@@ -331,6 +331,7 @@ TEST_F(BatchSourcesE2E, BadReferencesAreRefusedNamingTheFieldAndTheServerServesO
   // The concatenated B one element past the region's end.
   auto over = alice_->multiply_batch_regions(batch, {ri, 0}, {ri, b_off + 4}, std::nullopt, std::nullopt, {});
   expect_error(over.status(), StatusCode::kInvalidArgument, "header.b_region");
+  expect_error(over.status(), StatusCode::kInvalidArgument, "its 4 products' matrices concatenated, 308 elements");
   // Forty products: the concatenated A overruns the region.
   BatchProducts more = batch;
   more.count = 40;
