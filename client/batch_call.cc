@@ -52,7 +52,7 @@ Status set_batch_fields(const BatchProducts& batch, v1::GemmHeader* h) {
 }
 
 StatusOr<std::vector<ProductResult>> products_from_proto(const v1::MultiplySummary& s, const BatchLayout& layout,
-                                                         int64_t c_bytes_received) {
+                                                         int64_t c_bytes_received, bool c_sent) {
   const std::size_t count = layout.c_offset.size();
   if (std::size_t(s.products_size()) != count)
     return Internal("the server reported " + std::to_string(s.products_size()) + " product statuses for " +
@@ -76,7 +76,7 @@ StatusOr<std::vector<ProductResult>> products_from_proto(const v1::MultiplySumma
     if (r.status.ok()) ok_elements += c_elements;
     out.push_back(std::move(r));
   }
-  if (c_bytes_received != ok_elements * int64_t(sizeof(float)))
+  if (c_bytes_received != (c_sent ? ok_elements : 0) * int64_t(sizeof(float)))
     return Internal("the server sent " + std::to_string(c_bytes_received / 4) +
                     " elements of C; its products that "
                     "succeeded hold " +

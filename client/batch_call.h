@@ -17,8 +17,9 @@ Status set_batch_fields(const BatchProducts& batch, v1::GemmHeader* h);
 
 // One ProductResult per product from the summary, checked against the layout:
 // every product reported once, at its own offset, and the C bytes received
-// exactly those of the products that succeeded (INTERNAL otherwise: a server bug).
+// exactly those of the products that succeeded, or none when !c_sent (C went
+// to an output region) (INTERNAL otherwise: a server bug).
 StatusOr<std::vector<ProductResult>> products_from_proto(const v1::MultiplySummary& s, const BatchLayout& layout,
-                                                         int64_t c_bytes_received);
+                                                         int64_t c_bytes_received, bool c_sent);
 
 }  // namespace sgemm::batch_call

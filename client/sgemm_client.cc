@@ -714,20 +714,47 @@ class GrpcClient final : public Client {
 
   StatusOr<BatchResult> multiply_batch(const BatchProducts& batch, const float* a, const float* b, const float* c,
                                        const MultiplyOptions& opt) override {
-    if (!opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty() || opt.keep_result)
+    if (!opt.c_handle.empty() || opt.keep_result)
       return InvalidArgument(
-          "multiply_batch: a batch uploads its operands and returns C; resident handles and "
-          "keep_result apply to single products");
+          "multiply_batch: a batch returns its C; a C handle and keep_result apply to single products");
+    if ((!opt.a_handle.empty() || !opt.b_handle.empty()) && !batch.group.empty())
+      return InvalidArgument(
+          "multiply_batch: a resident A or B is shared by every product of a strided batch (count), not a group");
     if (opt.split == SplitMode::kRows || opt.split == SplitMode::kK)
       return InvalidArgument("multiply_batch: a batch is split across GPUs by product; split rows or k does not apply");
-    if (!a || !b) return InvalidArgument("multiply_batch: A and B are required");
+    if ((!a && opt.a_handle.empty()) || (!b && opt.b_handle.empty()))
+      return InvalidArgument("multiply_batch: A and B are required (as data or as a handle in the options)");
     return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
-      return multiply_batch_once(batch, a, b, c, opt, deadline);
+      return multiply_batch_once(batch, a, b, c, nullptr, opt, deadline);
     });
   }
 
+  StatusOr<BatchResult> multiply_batch_regions(const BatchProducts& batch, const RegionMatrix& a, const RegionMatrix& b,
+                                               const std::optional<RegionMatrix>& c,
+                                               const std::optional<RegionMatrix>& out,
+                                               const MultiplyOptions& opt) override {
+    if (!opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty() || opt.keep_result)
+      return InvalidArgument("multiply_batch_regions: the regions hold every operand; handles do not apply");
+    if (opt.split == SplitMode::kRows || opt.split == SplitMode::kK)
+      return InvalidArgument(
+          "multiply_batch_regions: a batch is split across GPUs by product; split rows or k does not apply");
+    if (!a.region || !b.region || (c && !c->region) || (out && !out->region))
+      return InvalidArgument("multiply_batch_regions: every RegionMatrix given needs its region");
+    for (const RegionMatrix* m : {&a, &b, c ? &*c : nullptr, out ? &*out : nullptr})
+      if (m && m->ld != 0)
+        return InvalidArgument(
+            "multiply_batch_regions: a batch's operand is every product's matrix, dense, one after another (ld 0)");
+    const RegionRefs refs{a, b, c, out};
+    return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
+      return multiply_batch_once(batch, nullptr, nullptr, nullptr, &refs, opt, deadline);
+    });
+  }
+
+  // One batch call: operands streamed from `a`, `b`, `c` (an operand named by
+  // handle is not), or named in `regions`; C comes back unless it goes to an
+  // output region.
   StatusOr<BatchResult> multiply_batch_once(const BatchProducts& batch, const float* a, const float* b, const float* c,
-                                            const MultiplyOptions& opt,
+                                            const RegionRefs* regions, const MultiplyOptions& opt,
                                             std::chrono::system_clock::time_point deadline) {
     SGEMM_RETURN_IF_ERROR(setup_);
     const BatchLayout layout = batch_layout(batch);
@@ -741,30 +768,41 @@ class GrpcClient final : public Client {
       v1::GemmHeader* h = req.mutable_header();
       h->set_alpha(opt.alpha);
       h->set_beta(opt.beta);
-      h->set_has_c(c != nullptr);
+      h->set_has_c(regions ? regions->has_c() : c != nullptr);
       h->set_trace(opt.trace);
-      matrix_rpcs::set_header_fields(opt, h);  // op_a, op_b (handles were refused above)
+      matrix_rpcs::set_header_fields(opt, h);  // op_a, op_b, a shared A or B handle
       SGEMM_RETURN_IF_ERROR(set_exec_fields(opt, h));
       SGEMM_RETURN_IF_ERROR(batch_call::set_batch_fields(batch, h));
+      if (regions) {
+        set_ref(h->mutable_a_region(), regions->a);
+        set_ref(h->mutable_b_region(), regions->b);
+        if (regions->c) set_ref(h->mutable_c_region(), *regions->c);
+        if (regions->out) set_ref(h->mutable_out_region(), *regions->out);
+      }
+      const bool c_in_region = regions && regions->out;
       BatchResult r;
       float* out = opt.c_out;
-      if (!out) {
+      if (!out && !c_in_region) {
         r.c.assign(std::size_t(layout.c_elements), 0.0f);
         out = r.c.data();
       }
-      // B (and C) first, then A, as for one product.
-      std::vector<StreamProtocol::Input> inputs = {{wire::WireMatrix::kB, b, 0, layout.b_elements}};
-      if (c) inputs.push_back({wire::WireMatrix::kC, c, 0, layout.c_elements});
-      inputs.push_back({wire::WireMatrix::kA, a, 0, layout.a_elements});
+      // B (and C) first, then A, as for one product; nothing with regions, nor an operand named by handle.
+      std::vector<StreamProtocol::Input> inputs;
+      if (!regions) {
+        if (opt.b_handle.empty()) inputs.push_back({wire::WireMatrix::kB, b, 0, layout.b_elements});
+        if (c) inputs.push_back({wire::WireMatrix::kC, c, 0, layout.c_elements});
+        if (opt.a_handle.empty()) inputs.push_back({wire::WireMatrix::kA, a, 0, layout.a_elements});
+      }
       const int64_t chunk_elems = std::max<int64_t>(1, options_.chunk_bytes / int64_t(sizeof(float)));
-      StreamProtocol p(req, std::move(inputs), chunk_elems, out, layout.c_elements, opt.on_chunk, &refs, opt.on_sent);
+      StreamProtocol p(req, std::move(inputs), chunk_elems, c_in_region ? nullptr : out,
+                       c_in_region ? 0 : layout.c_elements, opt.on_chunk, &refs, opt.on_sent);
       const grpc::Status gst = run_on_caller_thread(*generic_, &ctx, p);
       Status st = p.protocol_error().ok() ? from_grpc(gst) : p.protocol_error();
       if (st.ok() && !p.have_summary()) st = Internal("the server ended the stream without a summary");
       if (st.ok()) {
         const v1::MultiplySummary& s = p.summary().summary();
         r.summary = summary_from_proto(s);
-        auto products = batch_call::products_from_proto(s, layout, p.bytes_received());
+        auto products = batch_call::products_from_proto(s, layout, p.bytes_received(), !c_in_region);
         if (!products.ok()) {
           st = products.status();
         } else {

@@ -340,10 +340,22 @@ class Client {
   // input C) hold each product's operand concatenated densely in product
   // order (batch_layout()). MultiplyOptions' alpha, beta, ops, precision,
   // kernel, timeout, trace, on_chunk (offsets into the concatenated C),
-  // on_sent and c_out (c_elements floats) apply; handles and split rows or K
-  // do not (INVALID_ARGUMENT). UNAVAILABLE is retried as for multiply().
+  // on_sent and c_out (c_elements floats) apply; so do a_handle or b_handle
+  // on a strided batch: that operand is one resident matrix (m x k or k x n
+  // as stored) every product reads, and its pointer may be null. A C handle,
+  // keep_result and split rows or K do not apply (INVALID_ARGUMENT).
+  // UNAVAILABLE is retried as for multiply().
   virtual StatusOr<BatchResult> multiply_batch(const BatchProducts& batch, const float* a, const float* b,
                                                const float* c, const MultiplyOptions& options) = 0;
+  // The same with every operand in shared-memory regions (the server's Unix
+  // socket only): each RegionMatrix is where the concatenated operand starts
+  // (batch_layout(); dense, ld 0). `c` is the input C (nullopt: none); `out`
+  // is where the concatenated C goes (may be `c` itself: in place); without
+  // `out` C comes back in BatchResult::c.
+  virtual StatusOr<BatchResult> multiply_batch_regions(const BatchProducts& batch, const RegionMatrix& a,
+                                                       const RegionMatrix& b, const std::optional<RegionMatrix>& c,
+                                                       const std::optional<RegionMatrix>& out,
+                                                       const MultiplyOptions& options) = 0;
   virtual StatusOr<ServerInfo> info(std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) = 0;
   // grpc.health.v1 Check for `service` ("" = the whole server): true when SERVING.
   virtual StatusOr<bool> serving(const std::string& service = "",

@@ -48,6 +48,20 @@ BatchSpec make_batch_spec(BatchKind kind, const std::vector<GemmShape>& shapes, 
   return spec;
 }
 
+void share_batch_operand(BatchSpec& spec, MatrixId matrix) {
+  if (spec.products.empty() || matrix == MatrixId::kC) return;
+  const GemmShape& s = spec.products.front().shape;
+  if (matrix == MatrixId::kA) {
+    spec.shared_a = true;
+    spec.a_elements = mul_saturating(s.m, s.k);
+    for (BatchProduct& p : spec.products) p.a_offset = 0;
+  } else {
+    spec.shared_b = true;
+    spec.b_elements = mul_saturating(s.k, s.n);
+    for (BatchProduct& p : spec.products) p.b_offset = 0;
+  }
+}
+
 std::string batch_shape_field(const BatchSpec& spec, std::size_t index, char dim) {
   if (spec.kind == BatchKind::kStrided) return std::string("header.") + dim;
   return "header.group[" + std::to_string(index) + "]." + dim;
@@ -72,6 +86,10 @@ Status check_batch_request(const GemmRequest& r) {
       if (v < 1) return InvalidArgument(batch_shape_field(spec, i, dim) + " must be >= 1, got " + std::to_string(v));
     if (spec.kind == BatchKind::kStrided) break;  // every product has the header's shape
   }
+  if (spec.kind == BatchKind::kGroup && (spec.shared_a || spec.shared_b))
+    return InvalidArgument(std::string("header.") + (spec.shared_a ? "a_handle" : "b_handle") +
+                           " names one matrix for every product of a group, whose shapes differ: a shared "
+                           "operand applies to a strided batch (header.batch)");
   if (!std::isfinite(r.alpha)) return InvalidArgument("header.alpha must be finite, got " + std::to_string(r.alpha));
   if (!std::isfinite(r.beta)) return InvalidArgument("header.beta must be finite, got " + std::to_string(r.beta));
   if (r.options.split == SplitMode::kRows || r.options.split == SplitMode::kK)

@@ -29,6 +29,7 @@ namespace sgemm {
 
 struct GemmRequest;
 struct GemmJob;
+enum class MatrixId;  // engine.h
 
 // The most products one request may carry (GemmHeader.batch, group): bounds the
 // per-product arrays the engines build and the summary's size.
@@ -52,6 +53,10 @@ struct BatchSpec {
   std::vector<BatchProduct> products;
   bool fail_fast = false;     // the first failing product fails the request
   bool check_finite = false;  // products with a non-finite input are not computed
+  // A strided batch whose products all read one stored A (B): a resident
+  // matrix named by handle (GemmHeader.a_handle / b_handle). Every product's
+  // offset into it is 0 (stride 0) and the operand holds one product's matrix.
+  bool shared_a = false, shared_b = false;
   // Elements of each concatenated matrix (C counted even without has_c).
   int64_t a_elements = 0, b_elements = 0, c_elements = 0;
   int64_t count() const { return int64_t(products.size()); }
@@ -63,6 +68,11 @@ struct BatchSpec {
 // given (check_batch_request() checks them); offsets saturate rather than
 // overflow, so an absurd shape is refused by the size checks, not wrapped.
 BatchSpec make_batch_spec(BatchKind kind, const std::vector<GemmShape>& shapes, Op op_a, Op op_b);
+
+// Makes `matrix` (A or B) of a strided batch one matrix that every product
+// reads (stride 0): each product's offset becomes 0 and the operand's element
+// count that of one product. A group's products differ in shape and never share.
+void share_batch_operand(BatchSpec& spec, MatrixId matrix);
 
 // The rules every engine shares for a batch: between 1 and kMaxBatchProducts
 // products, each m, n, k >= 1 (a strided batch's shape is the header's:

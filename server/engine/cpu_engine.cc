@@ -135,11 +135,20 @@ class CpuEngine final : public Engine {
     if (Status v = validate(job.request); !v.ok())
       return Internal("a request that was not validated reached run(): " + v.to_string());
     if (job.request.batch) {  // every input is present: the service never starts a batch early
+      // A resident operand shared by every product (stride 0, batch.h) is
+      // read where it is kept: the whole matrix, dense.
+      GemmJob batch_job = job;
+      std::shared_ptr<ResidentData> held[2];
+      int64_t resident_ld = 0;
+      if (job.a_resident) batch_job.a = host_matrix(job.a_resident, MatrixOffset{}, &held[0], &resident_ld);
+      if (job.b_resident) batch_job.b = host_matrix(job.b_resident, MatrixOffset{}, &held[1], &resident_ld);
+      if ((job.a_resident && !batch_job.a) || (job.b_resident && !batch_job.b))
+        return Internal("a resident operand of a batch is not held in host memory");
       std::unique_lock lock(mu_, std::defer_lock);
       while (!lock.try_lock_for(std::chrono::milliseconds(10)))
         if (job.cancel) SGEMM_RETURN_IF_ERROR(job.cancel->status());
       busy_.store(true, std::memory_order_relaxed);
-      StatusOr<GemmReport> report = run_cpu_batch(job, name_);
+      StatusOr<GemmReport> report = run_cpu_batch(batch_job, name_);
       busy_.store(false, std::memory_order_relaxed);
       return report;
     }

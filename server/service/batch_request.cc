@@ -35,14 +35,10 @@ Status batch_from_proto(const v1::GemmHeader& h, GemmRequest* out) {
         return InvalidArgument(std::string("header.") + name + " is " + std::to_string(v) +
                                " with header.group: a group's shapes are its entries (header.group[i]); leave "
                                "header.m, n and k 0");
-  // What a batch cannot carry: its operands are uploaded, its C comes back.
+  // What a batch cannot carry: submatrix offsets, a kept C, device buffers,
+  // stripes. Its operands are uploaded, in regions, or (A or B of a strided
+  // batch) one resident matrix every product reads.
   const std::pair<const char*, bool> refused[] = {
-      {"a_region", h.has_a_region()},
-      {"b_region", h.has_b_region()},
-      {"c_region", h.has_c_region()},
-      {"out_region", h.has_out_region()},
-      {"a_handle", !h.a_handle().empty()},
-      {"b_handle", !h.b_handle().empty()},
       {"c_handle", !h.c_handle().empty()},
       {"a_at", h.has_a_at()},
       {"b_at", h.has_b_at()},
@@ -59,9 +55,29 @@ Status batch_from_proto(const v1::GemmHeader& h, GemmRequest* out) {
   for (const auto& [field, set] : refused)
     if (set)
       return InvalidArgument(std::string("header.") + field + " is set on a " + (group ? "group" : "strided batch") +
-                             ": a batch's operands are uploaded as chunks on one stream and its C comes back; "
-                             "send this product alone to use " +
+                             ": a batch's operands are uploaded, in shared-memory regions, or (A or B of a strided "
+                             "batch) one resident matrix; send this product alone to use " +
                              field);
+  // A batch's region operand is its products' operands concatenated densely (batch.h).
+  const std::pair<const char*, const v1::RegionRef*> regions[] = {
+      {"a_region", h.has_a_region() ? &h.a_region() : nullptr},
+      {"b_region", h.has_b_region() ? &h.b_region() : nullptr},
+      {"c_region", h.has_c_region() ? &h.c_region() : nullptr},
+      {"out_region", h.has_out_region() ? &h.out_region() : nullptr},
+  };
+  for (const auto& [field, ref] : regions)
+    if (ref && ref->ld() != 0)
+      return InvalidArgument(std::string("header.") + field + ".ld is " + std::to_string(ref->ld()) + " on a " +
+                             (group ? "group" : "strided batch") +
+                             ": a batch's operand in a region is every product's matrix, dense, one after "
+                             "another; leave ld 0");
+  if (group)
+    for (auto [field, set] :
+         {std::pair{"a_handle", !h.a_handle().empty()}, std::pair{"b_handle", !h.b_handle().empty()}})
+      if (set)
+        return InvalidArgument(std::string("header.") + field +
+                               " is set on a group: one resident matrix shared by every product applies to a "
+                               "strided batch (header.batch), whose products have one shape");
   std::vector<GemmShape> shapes;
   if (group) {
     shapes.reserve(std::size_t(count));
@@ -71,6 +87,8 @@ Status batch_from_proto(const v1::GemmHeader& h, GemmRequest* out) {
   }
   auto spec = std::make_shared<BatchSpec>(
       make_batch_spec(group ? BatchKind::kGroup : BatchKind::kStrided, shapes, out->op_a, out->op_b));
+  if (!h.a_handle().empty()) share_batch_operand(*spec, MatrixId::kA);
+  if (!h.b_handle().empty()) share_batch_operand(*spec, MatrixId::kB);
   spec->fail_fast = h.fail_fast();
   spec->check_finite = h.check_finite();
   if (group) out->shape = shapes.front();  // the first product's, for logs; every product is in the spec
@@ -78,7 +96,7 @@ Status batch_from_proto(const v1::GemmHeader& h, GemmRequest* out) {
   return Status::Ok();
 }
 
-Status check_batch_limits(const GemmRequest& r, const RequestLimits& limits) {
+Status check_batch_limits(const GemmRequest& r, const RequestLimits& limits, bool c_in_caller_memory) {
   const BatchSpec& spec = *r.batch;
   const std::string products = std::to_string(spec.count()) + " products";
   const std::pair<const char*, int64_t> operands[] = {
@@ -89,7 +107,8 @@ Status check_batch_limits(const GemmRequest& r, const RequestLimits& limits) {
                                std::to_string(elements) + " elements, over the server's limit of " +
                                std::to_string(limits.max_matrix_elements) +
                                " per matrix (--max-matrix-elements); send fewer products per request");
-  if (limits.max_output_ratio <= 0) return Status::Ok();
+  // A C written into the caller's region costs the server nothing.
+  if (limits.max_output_ratio <= 0 || c_in_caller_memory) return Status::Ok();
   const __int128 c_bytes = __int128(spec.c_elements) * 4;
   const __int128 in_bytes = (__int128(spec.a_elements) + spec.b_elements + (r.has_c ? spec.c_elements : 0)) * 4;
   if (c_bytes <= limits.output_floor_bytes || c_bytes <= in_bytes * limits.max_output_ratio) return Status::Ok();

@@ -18,16 +18,19 @@ namespace sgemm {
 // Fills out->batch from h.batch / h.group (leaves it null for a single
 // product). INVALID_ARGUMENT naming the field for: batch < 0, batch and group
 // both set, more than kMaxBatchProducts products, m, n or k of the header set
-// with a group, a batch that names a region, a device buffer, a handle, a submatrix offset,
-// keep_result or stripes > 1, and fail_fast or check_finite without a batch.
+// with a group, a batch that names a device buffer, a C handle, a submatrix
+// offset, keep_result or stripes > 1, a region ref with an ld, an A or B
+// handle on a group, and fail_fast or check_finite without a batch. An A or B
+// handle on a strided batch makes that operand shared (share_batch_operand);
+// regions hold the concatenated operands (region_operands.h).
 // The products' shapes are the engine's to check (check_batch_request).
 Status batch_from_proto(const sgemm::v1::GemmHeader& h, GemmRequest* out);
 
 // The service's limits on a batch: each concatenated operand within
 // --max-matrix-elements (RESOURCE_EXHAUSTED naming it and the product count)
 // and C within the output bound of its inputs (check_output_bound's rule,
-// summed over the products).
-Status check_batch_limits(const GemmRequest& request, const RequestLimits& limits);
+// summed over the products) unless `c_in_caller_memory` (an out region).
+Status check_batch_limits(const GemmRequest& request, const RequestLimits& limits, bool c_in_caller_memory);
 
 // Elements of `matrix` the request holds on the server: the concatenated
 // operand for a batch, else matrix_elements(request.shape, matrix).

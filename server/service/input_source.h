@@ -14,6 +14,10 @@
 //                                  buffers"); A, B, and C when has_c; the
 //                                  engine reads and writes them on the GPU
 //
+// A batch or group (server/engine/batch.h) has the same rows: its region refs
+// cover the products' concatenated operands, and a resident A or B of a
+// strided batch is one matrix every product reads (multiply_call_batch.cc).
+//
 // A request's rows are made at its header (make_input_sources): the region
 // row, the device row or the resident row when the header names them, then
 // the upload row for the rest (none when regions or device buffers hold every

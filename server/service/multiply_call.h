@@ -150,8 +150,8 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   Status on_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident = {},
                    const DeviceRefs& device = {});
   // A batch or group's header (multiply_call_batch.cc): the same steps over
-  // the concatenated operands, which are always uploaded.
-  Status on_batch_header(const GemmRequest& header);
+  // the concatenated operands, from the same input rows.
+  Status on_batch_header(const GemmRequest& header, const RegionOperands& regions, const ResidentOperands& resident);
   // Every row ready at the header and no chunk to come: reserve C, compute.
   Status start_without_upload();
   // After a successful run: C becomes a resident matrix (keep_result).

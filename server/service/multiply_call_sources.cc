@@ -13,7 +13,7 @@ namespace sgemm {
 
 Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& regions,
                                const ResidentOperands& resident, const DeviceRefs& device) {
-  if (header.batch) return on_batch_header(header);
+  if (header.batch) return on_batch_header(header, regions, resident);
   header_ = header;
   if (!resident.c.empty()) header_.has_c = true;  // a C named by handle is an input C
   // One validation, before any data: the service's size limits, then the
@@ -57,13 +57,12 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
 }
 
 Status MultiplyCall::start_from_caller_memory() {
-  const GemmShape& s = header_.shape;
   float* host_c = nullptr;
   if (!caller_memory_->writes_c()) {
     // C comes back as chunks: a dense buffer from the host-memory budget (no
     // waiting for it here: the request holds the caller's memory, so it is
     // refused instead).
-    footprint_bytes_ = s.m * s.n * int64_t(sizeof(float));
+    footprint_bytes_ = request_matrix_elements(header_, MatrixId::kC) * int64_t(sizeof(float));
     auto r = shared_.budget.try_reserve(footprint_bytes_);
     if (!r)
       return ResourceExhausted("the host memory budget has no room for C's " + std::to_string(footprint_bytes_) +

@@ -1,6 +1,7 @@
 #include "server/service/region_operands.h"
 
 #include <cstring>
+#include <limits>
 
 namespace sgemm {
 
@@ -17,7 +18,9 @@ Status bind_one(const RegionRegistry& registry, const RegionCaller& caller, cons
                 char** ptr, int64_t* ld) {
   const std::string f = std::string("header.") + field;
   if (ref.region.empty()) return InvalidArgument(f + ".region is empty: name a registered region");
-  SGEMM_ASSIGN_OR_RETURN(std::shared_ptr<const MappedRegion> r, registry.acquire(caller, ref.region));
+  auto acquired = registry.acquire(caller, ref.region);
+  if (!acquired.ok()) return acquired.status().with_context(f);  // which operand names the region
+  std::shared_ptr<const MappedRegion> r = std::move(acquired).value();
   SGEMM_ASSIGN_OR_RETURN(*ld, check_region_layout(f, ref.region, r->bytes(), rows, cols, ref.offset, ref.ld, max_ld));
   *ptr = r->data() + ref.offset;
   held->push_back(std::move(r));
@@ -69,26 +72,42 @@ StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, con
     return InvalidArgument("header.has_c is set with A and B in regions: name C's region in header.c_region");
   if (!request.has_c && ops.c)
     return InvalidArgument("header.c_region is set but header.has_c is not (set has_c to use C as input)");
-  const GemmShape& s = request.shape;
   // A and B as stored: transposed under op = t (their widths bound the ld).
-  const MatrixDims ad = request.a_dims(), bd = request.b_dims();
+  // A batch's operand is every product's matrix, dense, one after another
+  // (batch.h): one row of that many elements, which no ld indexes.
+  MatrixDims ad = request.a_dims(), bd = request.b_dims(), cd{request.shape.m, request.shape.n};
+  if (request.batch) {
+    ad = {1, request.batch->a_elements};
+    bd = {1, request.batch->b_elements};
+    cd = {1, request.batch->c_elements};
+    max_ld = std::numeric_limits<int64_t>::max();
+  }
   BoundOperands b;
+  b.c_rows = cd.rows;
+  b.c_cols = cd.cols;
   char* p = nullptr;
-  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "a_region", *ops.a, ad.rows, ad.cols, max_ld, &b.held, &p, &b.lda));
+  // For a batch the message says what the "1 x N matrix" is.
+  auto bind = [&](const char* field, const RegionRef& ref, const MatrixDims& d, int64_t* ld) -> Status {
+    Status st = bind_one(registry, caller, field, ref, d.rows, d.cols, max_ld, &b.held, &p, ld);
+    if (st.ok() || !request.batch) return st;
+    return Status(st.code(), st.message() + " (a batch's operand: its " + std::to_string(request.batch->count()) +
+                                 " products' matrices concatenated, " + std::to_string(d.cols) + " elements)");
+  };
+  SGEMM_RETURN_IF_ERROR(bind("a_region", *ops.a, ad, &b.lda));
   b.a = reinterpret_cast<const float*>(p);
-  SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "b_region", *ops.b, bd.rows, bd.cols, max_ld, &b.held, &p, &b.ldb));
+  SGEMM_RETURN_IF_ERROR(bind("b_region", *ops.b, bd, &b.ldb));
   b.b = reinterpret_cast<const float*>(p);
   if (ops.c) {
-    SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "c_region", *ops.c, s.m, s.n, max_ld, &b.held, &p, &b.ldc_in));
+    SGEMM_RETURN_IF_ERROR(bind("c_region", *ops.c, cd, &b.ldc_in));
     b.c_in = reinterpret_cast<const float*>(p);
   }
   if (ops.out) {
-    SGEMM_RETURN_IF_ERROR(bind_one(registry, caller, "out_region", *ops.out, s.m, s.n, max_ld, &b.held, &p, &b.ld_out));
+    SGEMM_RETURN_IF_ERROR(bind("out_region", *ops.out, cd, &b.ld_out));
     b.out = reinterpret_cast<float*>(p);
     // C in place is fine (each element is read once before it is written); a
     // partial overlap of the output with an input is not.
     const char* o0 = p;
-    const char* o1 = p + 4 * ((s.m - 1) * b.ld_out + s.n);
+    const char* o1 = p + 4 * ((cd.rows - 1) * b.ld_out + cd.cols);
     auto overlaps = [&](const float* x, int64_t rows, int64_t ld, int64_t cols) {
       const char* x0 = reinterpret_cast<const char*>(x);
       const char* x1 = x0 + 4 * ((rows - 1) * ld + cols);
@@ -96,7 +115,7 @@ StatusOr<BoundOperands> bind_region_operands(const RegionRegistry& registry, con
     };
     if (overlaps(b.a, ad.rows, b.lda, ad.cols) || overlaps(b.b, bd.rows, b.ldb, bd.cols))
       return InvalidArgument("header.out_region overlaps A or B: the output may share bytes only with C (in place)");
-    if (b.c_in && !b.c_in_place() && overlaps(b.c_in, s.m, b.ldc_in, s.n))
+    if (b.c_in && !b.c_in_place() && overlaps(b.c_in, cd.rows, b.ldc_in, cd.cols))
       return InvalidArgument(
           "header.out_region overlaps C without being exactly C (same region, offset and ld): C in place must "
           "name the same bytes");

@@ -9,7 +9,9 @@
 // of 4; ld is 0 (dense) or at least the matrix's width and at most the
 // engine's max_leading_dimension() (the integer its libraries index with);
 // each matrix must lie inside its region (computed without overflow, for any
-// int64 the wire can carry). The output may be C's own bytes (C in place) or another
+// int64 the wire can carry). For a batch (GemmRequest::batch) each ref covers
+// the products' concatenated operand, dense (one row of that many elements).
+// The output may be C's own bytes (C in place) or another
 // region, or absent (C then comes back as chunks).
 //
 // Threads: pure functions plus the registry's own locking.
@@ -48,6 +50,7 @@ struct BoundOperands {
   const float* c_in = nullptr;                       // null without has_c
   float* out = nullptr;                              // null: C goes back as chunks
   int64_t lda = 0, ldb = 0, ldc_in = 0, ld_out = 0;  // resolved (never 0)
+  int64_t c_rows = 0, c_cols = 0;                    // C's extent: m x n, or 1 x elements for a batch
   bool c_in_place() const { return c_in && c_in == out && ldc_in == ld_out; }
 };
 

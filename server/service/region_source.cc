@@ -12,26 +12,29 @@ Status RegionSource::bind(const SourceContext& ctx, GemmJob& job) {
     return regions_need_unix_socket("a Multiply naming shared-memory regions");
   SGEMM_ASSIGN_OR_RETURN(
       bound_, bind_region_operands(*shared.regions, caller, ctx.header, refs_, shared.engine.max_leading_dimension()));
+  // A batch's operands are dense (its engine path takes no ld).
+  const bool batch = bool(ctx.header.batch);
   job.a = bound_.a;
-  job.lda = bound_.lda;
+  job.lda = batch ? 0 : bound_.lda;
   job.b = bound_.b;
-  job.ldb = bound_.ldb;
+  job.ldb = batch ? 0 : bound_.ldb;
   if (bound_.out) {
     job.c = bound_.out;
-    job.ldc = bound_.ld_out;
+    job.ldc = batch ? 0 : bound_.ld_out;
   }
   return Status::Ok();
 }
 
 void RegionSource::prepare_c(GemmJob& job, float* host_c) {
-  const GemmShape& s = job.request.shape;
+  // C's extent: m x n, or a batch's concatenated C as one row.
+  const int64_t rows = bound_.c_rows, cols = bound_.c_cols;
   if (bound_.out) {
     // C in place needs nothing; C from elsewhere is first copied where the result goes.
     if (bound_.c_in && !bound_.c_in_place())
-      copy_matrix(bound_.out, bound_.ld_out, bound_.c_in, bound_.ldc_in, s.m, s.n);
+      copy_matrix(bound_.out, bound_.ld_out, bound_.c_in, bound_.ldc_in, rows, cols);
     return;
   }
-  if (bound_.c_in) copy_matrix(host_c, s.n, bound_.c_in, bound_.ldc_in, s.m, s.n);
+  if (bound_.c_in) copy_matrix(host_c, cols, bound_.c_in, bound_.ldc_in, rows, cols);
   job.c = host_c;
   job.ldc = 0;
 }

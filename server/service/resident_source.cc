@@ -51,7 +51,9 @@ Status ResidentSource::bind(const SourceContext& ctx, GemmJob& job) {
   MatrixOffset* offsets[3] = {&job.a_at, &job.b_at, &job.c_at};
   for (int i = 0; i < 3; ++i) {
     if (named[i].handle.empty()) continue;
-    SGEMM_ASSIGN_OR_RETURN(leases_[i], store->acquire(named[i].handle, owner));
+    auto lease = store->acquire(named[i].handle, owner);
+    if (!lease.ok()) return lease.status().with_context(std::string("header.") + named[i].field);
+    leases_[i] = std::move(lease).value();
     SGEMM_RETURN_IF_ERROR(check_block(*leases_[i].get(), named[i].field, named[i].at_field, named[i].what, named[i].at,
                                       named[i].rows, named[i].cols));
     *offsets[i] = named[i].at.value_or(MatrixOffset{});

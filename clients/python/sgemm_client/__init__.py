@@ -12,10 +12,11 @@ generated when the package is built (sgemm_client/_protogen.py).
 __version__ = "0.2.0"
 
 from . import aio
+from ._batch import regions_of
 from ._proto import sgemm_pb2 as pb2
 from ._types import Handle, SgemmError, Summary, WorkerError
 from ._wire import MAX_CHUNK_BYTES
 from .client import Client, Retry, multiply
 
 __all__ = ["Client", "Handle", "SgemmError", "Summary", "WorkerError", "Retry", "multiply", "aio", "pb2",
-           "MAX_CHUNK_BYTES", "__version__"]
+           "MAX_CHUNK_BYTES", "regions_of", "__version__"]

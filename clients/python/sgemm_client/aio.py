@@ -118,14 +118,18 @@ class Client(ClientBase):
                              c_list: Optional[Sequence[Matrix]] = None, alpha: float = 1.0, beta: float = 0.0, *,
                              precision: str = "fp32", kernel: Optional[str] = None, split: Optional[str] = None,
                              op_a: str = "n", op_b: str = "n", fail_fast: bool = False, check_finite: bool = False,
-                             trace: bool = False, timeout: Optional[float] = None
+                             trace: bool = False, timeout: Optional[float] = None,
+                             out: Optional[Sequence[np.ndarray]] = None
                              ) -> Tuple[List[Optional[np.ndarray]], Summary]:
         """Many products in one request; returns (list of C, summary). See sgemm_client.Client.multiply_batch."""
         t0 = time.monotonic()
         deadline = deadline_of(timeout)
+        if handles_without_shape((a_list, b_list), self._handle_shapes):
+            await self.list(timeout=_timeout_within(deadline))
         req = BatchRequest(a_list, b_list, c_list, alpha, beta, precision=precision, kernel=kernel, split=split,
                            op_a=op_a, op_b=op_b, fail_fast=fail_fast, check_finite=check_finite, trace=trace,
-                           chunk_bytes=self.chunk_bytes)
+                           chunk_bytes=self.chunk_bytes, regions=self._regions,
+                           handle_shapes=dict(self._handle_shapes), out=out)
         attempt = 0
         while True:
             try:

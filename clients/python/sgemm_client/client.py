@@ -279,14 +279,19 @@ class Client(ClientBase):
                        c_list: Optional[Sequence[Matrix]] = None, alpha: float = 1.0, beta: float = 0.0, *,
                        precision: str = "fp32", kernel: Optional[str] = None, split: Optional[str] = None,
                        op_a: str = "n", op_b: str = "n", fail_fast: bool = False, check_finite: bool = False,
-                       trace: bool = False, timeout: Optional[float] = None
+                       trace: bool = False, timeout: Optional[float] = None,
+                       out: Optional[Sequence[np.ndarray]] = None
                        ) -> Tuple[List[Optional[np.ndarray]], Summary]:
         """Many products in ONE request: C_i = alpha*op(A_i)*op(B_i) + beta*C_i for every i; returns
         (list of C, summary).
 
-        a_list, b_list (and c_list, optional): one matrix per product, as multiply() takes them (numpy arrays;
-        resident handles and regions are not taken here). Products of one shape go as a strided batch, others
-        as a group; op_a, op_b, alpha, beta, precision and kernel apply to every product; split: None/"auto"
+        a_list, b_list (and c_list, optional): one matrix per product (numpy arrays). Either of a_list and
+        b_list may instead be a handle from put(): one resident matrix every product reads, not sent (a
+        strided batch: every product one shape; the cpu backend). Lists of arrays in this client's
+        regions, one after another in product order (regions_of(client.empty, shapes)), are named in place:
+        no operand byte crosses gRPC, and `out` (such a list, one m x n array per product) receives every C
+        instead of chunks. Products of one shape go as a strided batch, others as a group; op_a, op_b,
+        alpha, beta, precision and kernel apply to every product; split: None/"auto"
         (the server spreads the products over its GPUs) or "single". The list holds product i's C, or None
         when product i failed on the server (its status in summary.products[i]: code, message; e.g. with
         check_finite=True, a product whose inputs hold NaN or infinity is not computed). fail_fast=True: the
@@ -294,9 +299,11 @@ class Client(ClientBase):
         """
         t0 = time.monotonic()
         deadline = deadline_of(timeout)
+        self._learn_shapes((a_list, b_list), deadline)
         req = BatchRequest(a_list, b_list, c_list, alpha, beta, precision=precision, kernel=kernel, split=split,
                            op_a=op_a, op_b=op_b, fail_fast=fail_fast, check_finite=check_finite, trace=trace,
-                           chunk_bytes=self.chunk_bytes)
+                           chunk_bytes=self.chunk_bytes, regions=self._regions, handle_shapes=self._shapes(),
+                           out=out)
         receiver, attempts = self._with_retries(lambda: self._stream(req, deadline), deadline)
         return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempts)
 

@@ -65,8 +65,16 @@ StatusOr<BatchKernelSelection> BatchExecutor::select(const GemmRequest& r) const
 
 Status BatchExecutor::validate(const GemmRequest& r) const {
   SGEMM_RETURN_IF_ERROR(check_batch_request(r));
-  SGEMM_RETURN_IF_ERROR(select(r).status());
   const BatchSpec& spec = *r.batch;
+  // A resident operand lives on the GPUs in the resident store's layout, and
+  // the strided launch steps every operand by one product's matrix: a shared
+  // (stride 0) operand is the cpu backend's for now.
+  if (spec.shared_a || spec.shared_b)
+    return FailedPrecondition(std::string("header.") + (spec.shared_a ? "a_handle" : "b_handle") +
+                              ": a resident matrix shared by every product of a batch needs the cpu backend; on "
+                              "the cuda backend send that operand with the batch (or multiply one product per "
+                              "request with the handle)");
+  SGEMM_RETURN_IF_ERROR(select(r).status());
   for (std::size_t i = 0; i < spec.products.size(); ++i) {
     const GemmShape& s = spec.products[i].shape;
     for (auto [dim, v] : {std::pair{'m', s.m}, std::pair{'n', s.n}, std::pair{'k', s.k}})

@@ -4,10 +4,14 @@ of 33x17x29) and as a group of odd shapes from 1x1x1 to 129x65x257, every
 op(A)/op(B) with alpha, beta and C, each product against a float64 numpy
 reference; a product with a NaN input comes back None with its status
 (check_finite), or fails the call (fail_fast); bad lists are refused before
-anything is sent; the asyncio client on the same request."""
+anything is sent; the asyncio client on the same request. Over the Unix
+socket: lists of arrays in regions named in place (C back as chunks or into
+`out` arrays in a region), and one resident B or A shared by every product of
+a strided batch; a missing handle refused naming its field."""
 
 import asyncio
 import os
+import time
 import unittest
 
 import grpc
@@ -103,6 +107,87 @@ class Batch(unittest.TestCase):
         self.assertEqual(summary.products_failed, 0)
         for i in range(len(GROUP)):
             self.assertLessEqual(max_error(got[i], a[i], b[i], c0[i], 2.0, -1.0), TOLERANCE)
+
+
+class BatchSources(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--cpu-threads", "1", unix=True)
+        cls.client = sgemm_client.Client(cls.server.unix_target, chunk_bytes=4096)
+        cls.rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        assert cls.server.stop() == 0, cls.server.log()
+
+    def tearDown(self):
+        # Every request's host memory is back in the server's budget, within a deadline.
+        deadline = time.monotonic() + 10
+        while self.client.info().load.host_bytes_in_use != 0:
+            self.assertLess(time.monotonic(), deadline, "host memory still in use")
+            time.sleep(0.005)
+
+    def test_region_lists_are_named_in_place(self):
+        cl = self.client
+        for name, shapes in (("strided", STRIDED[:5]), ("group", GROUP[:6])):
+            for op_a, op_b in (("n", "n"), ("t", "t")):
+                with self.subTest(name=name, op_a=op_a, op_b=op_b):
+                    a = sgemm_client.regions_of(cl.empty, [(m, k) if op_a == "n" else (k, m) for m, n, k in shapes])
+                    b = sgemm_client.regions_of(cl.empty, [(k, n) if op_b == "n" else (n, k) for m, n, k in shapes])
+                    c = sgemm_client.regions_of(cl.empty, [(m, n) for m, n, k in shapes])
+                    out = sgemm_client.regions_of(cl.empty, [(m, n) for m, n, k in shapes])
+                    for x in a + b + c:
+                        x[...] = random(self.rng, *x.shape)
+                    ref_a = [x.T if op_a == "t" else x for x in a]
+                    ref_b = [x.T if op_b == "t" else x for x in b]
+                    got, summary = cl.multiply_batch(a, b, c, -1.5, 0.75, op_a=op_a, op_b=op_b, out=out, timeout=60)
+                    self.assertEqual((summary.transport, summary.bytes_sent, summary.bytes_received), ("shm", 0, 0))
+                    for i in range(len(shapes)):
+                        self.assertIs(got[i], out[i])
+                        self.assertLessEqual(max_error(got[i], ref_a[i], ref_b[i], c[i], -1.5, 0.75), TOLERANCE)
+                    # Without out, C comes back as chunks.
+                    got, summary = cl.multiply_batch(a, b, op_a=op_a, op_b=op_b, timeout=60)
+                    self.assertEqual(summary.bytes_sent, 0)
+                    self.assertEqual(summary.bytes_received, sum(m * n for m, n, _ in shapes) * 4)
+                    for i in range(len(shapes)):
+                        self.assertLessEqual(max_error(got[i], ref_a[i], ref_b[i]), TOLERANCE)
+
+    def test_one_resident_b_or_a_for_every_product(self):
+        cl = self.client
+        m, n, k = 37, 23, 19
+        if cl.info().backend == "cuda":  # a shared resident operand is the cpu backend's
+            h = cl.put(random(self.rng, k, n))
+            with self.assertRaises(sgemm_client.SgemmError) as e:
+                cl.multiply_batch([random(self.rng, m, k)] * 3, h, timeout=60)
+            self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("header.b_handle", e.exception.details)
+            cl.delete(h)
+            return
+        for op_b in "nt":
+            weights = random(self.rng, k, n)
+            h = cl.put(stored(weights, op_b))
+            a = [random(self.rng, m, k) for _ in range(6)]
+            c0 = [random(self.rng, m, n) for _ in range(6)]
+            got, summary = cl.multiply_batch(a, h, c0, 2.0, -0.5, op_b=op_b, timeout=60)
+            self.assertEqual(summary.bytes_sent, (6 * m * k + 6 * m * n) * 4)  # B is not sent
+            for i in range(6):
+                self.assertLessEqual(max_error(got[i], a[i], weights, c0[i], 2.0, -0.5), TOLERANCE)
+            cl.delete(h)
+        shared_a = random(self.rng, m, k)
+        h = cl.put(shared_a)
+        b = [random(self.rng, k, n) for _ in range(4)]
+        got, _ = cl.multiply_batch(h, b, timeout=60)
+        for i in range(4):
+            self.assertLessEqual(max_error(got[i], shared_a, b[i]), TOLERANCE)
+        with self.assertRaises(ValueError):  # a shared operand needs one shape for every product
+            cl.multiply_batch(h, [random(self.rng, k, n), random(self.rng, k, n + 1)])
+        cl.delete(h)
+        missing = sgemm_client.Handle("0123456789abcdef0123456789abcdef", (k, n))
+        with self.assertRaises(sgemm_client.SgemmError) as e:
+            cl.multiply_batch(a, missing, timeout=60)
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("header.b_handle", e.exception.details)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 // Batched and grouped products on the CPU engine (OpenBLAS): a strided batch
 // and a group of odd shapes with every op(A)/op(B), alpha, beta and C against
 // the fp64 reference; per-product errors (check_finite) reported without
-// failing the batch, or failing it with fail_fast; validation by field.
+// failing the batch, or failing it with fail_fast; validation by field; a
+// resident A or B read by every product of a strided batch (stride 0).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "server/engine/cpu_engine.h"
 #include "tests/server/engine/batch_cases.h"
+#include "tests/server/engine/resident_test_util.h"
 
 namespace sgemm::testing {
 namespace {
@@ -83,6 +85,43 @@ TEST(CpuEngineBatch, ValidationNamesTheField) {
   BatchRun named(BatchKind::kStrided, {{2, 2, 2}}, Op::kN, Op::kN, 1.0f, 0.0f, false, 1);
   named.request.options.kernel = KernelKind::kCublas;
   EXPECT_EQ(e->validate(named.request).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(CpuEngineBatch, OneResidentOperandForEveryProduct) {
+  auto e = make_cpu_engine({});
+  uint64_t seed = 900;
+  for (MatrixId shared : {MatrixId::kA, MatrixId::kB})
+    for (Op op_a : {Op::kN, Op::kT})
+      for (Op op_b : {Op::kN, Op::kT})
+        for (const Scalars& sc : kScalars) {
+          const GemmShape s{37, 23, 19};
+          BatchRun run(BatchKind::kStrided, std::vector<GemmShape>(5, s), op_a, op_b, sc.alpha, sc.beta, sc.has_c,
+                       seed += 5);
+          SCOPED_TRACE(run.name + (shared == MatrixId::kA ? " A shared" : " B shared"));
+          // The shared operand is product 0's; the reference (run.verify) reads it at offset 0 for every product.
+          auto spec = std::make_shared<BatchSpec>(run.spec());
+          share_batch_operand(*spec, shared);
+          run.request.batch = spec;
+          ASSERT_TRUE(e->validate(run.request).ok());
+          const MatrixDims dims = shared == MatrixId::kA ? stored_a_dims(s, op_a) : stored_b_dims(s, op_b);
+          ResidentStore::Lease lease =
+              put_resident(*e, (shared == MatrixId::kA ? run.a : run.b).data(), dims.rows, dims.cols);
+          ASSERT_TRUE(lease);
+          GemmJob job = run.job();
+          (shared == MatrixId::kA ? job.a : job.b) = nullptr;
+          (shared == MatrixId::kA ? job.a_resident : job.b_resident) = lease.get();
+          auto r = e->run(job);
+          ASSERT_TRUE(r.ok()) << r.status().to_string();
+          run.expect_all_correct(*r);
+        }
+  // A group's products differ in shape: none is shared.
+  BatchRun group(BatchKind::kGroup, {{2, 2, 2}, {3, 2, 2}}, Op::kN, Op::kN, 1.0f, 0.0f, false, 1);
+  auto spec = std::make_shared<BatchSpec>(group.spec());
+  share_batch_operand(*spec, MatrixId::kB);
+  group.request.batch = spec;
+  const Status st = e->validate(group.request);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("header.b_handle"), std::string::npos) << st.to_string();
 }
 
 }  // namespace

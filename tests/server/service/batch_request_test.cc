@@ -113,9 +113,9 @@ TEST(BatchRequest, HeaderFieldsAreRefusedByName) {
     expect_error(header_from_proto(h).status(), StatusCode::kInvalidArgument, "header.check_finite");
   }
   const std::pair<const char*, std::function<void(v1::GemmHeader&)>> refused[] = {
-      {"header.a_region", [](v1::GemmHeader& h) { h.mutable_a_region()->set_region("r"); }},
-      {"header.out_region", [](v1::GemmHeader& h) { h.mutable_out_region()->set_region("r"); }},
-      {"header.b_handle", [](v1::GemmHeader& h) { h.set_b_handle("00"); }},
+      {"header.a_region.ld", [](v1::GemmHeader& h) { h.mutable_a_region()->set_ld(7); }},
+      {"header.out_region.ld", [](v1::GemmHeader& h) { h.mutable_out_region()->set_ld(2); }},
+      {"header.c_handle", [](v1::GemmHeader& h) { h.set_c_handle("00"); }},
       {"header.c_at", [](v1::GemmHeader& h) { h.mutable_c_at()->set_row(1); }},
       {"header.keep_result", [](v1::GemmHeader& h) { h.set_keep_result(true); }},
       {"header.stripes", [](v1::GemmHeader& h) { h.set_stripes(2); }},
@@ -125,6 +125,36 @@ TEST(BatchRequest, HeaderFieldsAreRefusedByName) {
     v1::GemmHeader h = strided(3, 2, 2, 2);
     set(h);
     expect_error(header_from_proto(h).status(), StatusCode::kInvalidArgument, field);
+  }
+}
+
+TEST(BatchRequest, RegionsAndASharedHandleAreAccepted) {
+  {
+    v1::GemmHeader h = strided(3, 2, 5, 4);
+    h.mutable_a_region()->set_region("a");
+    h.mutable_b_region()->set_region("b");
+    h.mutable_out_region()->set_region("c");
+    auto r = header_from_proto(h);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->batch->a_elements, 3 * 2 * 4);
+    EXPECT_FALSE(r->batch->shared_b);
+  }
+  {
+    // One resident B (4 x 5) for every product: stride 0.
+    v1::GemmHeader h = strided(3, 2, 5, 4);
+    h.set_b_handle("00");
+    auto r = header_from_proto(h);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(r->batch->shared_b);
+    EXPECT_EQ(r->batch->b_elements, 4 * 5);
+    for (const BatchProduct& p : r->batch->products) EXPECT_EQ(p.b_offset, 0);
+    EXPECT_EQ(r->batch->products[2].a_offset, 2 * 2 * 4);
+    EXPECT_TRUE(check_batch_request(*r).ok());
+  }
+  {
+    v1::GemmHeader h = group({{2, 2, 2}, {3, 2, 2}});
+    h.set_a_handle("00");
+    expect_error(header_from_proto(h).status(), StatusCode::kInvalidArgument, "header.a_handle is set on a group");
   }
 }
 
@@ -160,17 +190,17 @@ TEST(BatchRequest, LimitsApplyToTheConcatenatedOperands) {
   limits.max_matrix_elements = 1000;
   auto fits = header_from_proto(strided(10, 10, 10, 10));  // 1000 elements each
   ASSERT_TRUE(fits.ok());
-  EXPECT_TRUE(check_batch_limits(*fits, limits).ok());
+  EXPECT_TRUE(check_batch_limits(*fits, limits, false).ok());
   auto over = header_from_proto(group({{20, 10, 25}, {20, 10, 25}, {1, 1, 1}}));  // A: 1001 elements
   ASSERT_TRUE(over.ok());
-  expect_error(check_batch_limits(*over, limits), StatusCode::kResourceExhausted,
+  expect_error(check_batch_limits(*over, limits, false), StatusCode::kResourceExhausted,
                "the concatenated A of the 3 products");
   // An output many times its inputs is bounded as for one product.
   limits.max_matrix_elements = int64_t{1} << 40;
   limits.output_floor_bytes = 1 << 20;
   auto wide = header_from_proto(strided(4, 4096, 4096, 1));
   ASSERT_TRUE(wide.ok());
-  expect_error(check_batch_limits(*wide, limits), StatusCode::kResourceExhausted, "--max-output-ratio");
+  expect_error(check_batch_limits(*wide, limits, false), StatusCode::kResourceExhausted, "--max-output-ratio");
 }
 
 TEST(BatchRequest, SummaryCarriesEachProductsStatus) {
