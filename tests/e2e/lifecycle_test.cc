@@ -740,7 +740,12 @@ TEST(StreamLimitsE2E, UnderTheOpenStreamCapOneClientHoldsOnlyItsShare) {
   testing::expect_served(server, "before the hog's streams", fo);  // one-time costs paid before the baseline
   const int64_t rss_start = testing::rss_bytes(server.pid());
   auto watcher = Client::connect(server.tcp_address(), fo);
+  testing::expect_released(*watcher, "before the hog's streams");  // the share is counted from nothing
+  // The held streams on one connection, the streams past the share on
+  // another: a connection refused more than --max-streams-per-connection
+  // times in a second is closed, which must not end the held ones.
   auto stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 0));
+  auto over_stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 1));
   std::vector<std::unique_ptr<HeldStream>> held;
   for (int i = 0; i < 16; ++i) held.push_back(std::make_unique<HeldStream>(*stub, hog));
   const auto seen = testing::info_when(*watcher, [](const ServerInfo& i) { return i.open_streams >= 16; });
@@ -749,7 +754,7 @@ TEST(StreamLimitsE2E, UnderTheOpenStreamCapOneClientHoldsOnlyItsShare) {
   testing::attack_beside_traffic(
       *normal,
       [&] {
-        HeldStream over(*stub, hog);
+        HeldStream over(*over_stub, hog);
         const grpc::Status st = over.finish();
         EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
         EXPECT_NE(st.error_message().find("max_open_streams"), std::string::npos) << st.error_message();
@@ -777,7 +782,10 @@ TEST(StreamLimitsE2E, UnderTheOpenStreamCapOneAddressHoldsOnlyItsShare) {
   }
   const int64_t rss_start = testing::rss_bytes(server.pid());
   auto watcher = Client::connect(server.unix_address());
+  testing::expect_released(*watcher, "before the hog's streams");  // the share is counted from nothing
+  // Held streams and streams past the share on connections of their own (as above).
   auto stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 0));
+  auto over_stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 1));
   std::vector<std::unique_ptr<HeldStream>> held;
   for (int i = 0; i < 16; ++i) held.push_back(std::make_unique<HeldStream>(*stub));
   const auto seen = testing::info_when(*watcher, [](const ServerInfo& i) { return i.open_streams >= 16; });
@@ -785,7 +793,7 @@ TEST(StreamLimitsE2E, UnderTheOpenStreamCapOneAddressHoldsOnlyItsShare) {
   testing::attack_beside_traffic(
       *normal,
       [&] {
-        HeldStream over(*stub);
+        HeldStream over(*over_stub);
         const grpc::Status st = over.finish();
         EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
         EXPECT_NE(st.error_message().find("--max-streams-per-address 16"), std::string::npos) << st.error_message();
