@@ -455,11 +455,16 @@ TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
   constexpr int64_t kRows = 64, kCols = 64, kBytes = kRows * kCols * 4;  // 16 KiB each
   std::ofstream(file) << R"({"clients": [{"name": "dave", "token": "dave-token-0123456789abcdef",
                                           "max_resident_bytes": )"
-                      << 2 * kBytes << "}]}";
+                      << 2 * kBytes << R"(},
+                                         {"name": "erin", "token": "erin-token-0123456789abcdef"}]})";
   ServerProcess server({"--auth-tokens", file});
   ASSERT_TRUE(server.running()) << server.log();
   expect_server_serves(server, "before sixteen concurrent puts", "dave-token-0123456789abcdef");
   const int64_t rss_start = testing::rss_bytes(server.pid());
+  ClientOptions eo;
+  eo.token = "erin-token-0123456789abcdef";
+  auto erin = Client::connect(server.tcp_address(), eo);
+  testing::NormalTrafficThread traffic(*erin);  // another client, beside the puts
   auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
   struct Put {
     grpc::ClientContext ctx;
@@ -490,6 +495,7 @@ TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
     else
       ADD_FAILURE() << st.error_message();
   }
+  testing::expect_traffic_served(traffic.stop(), "beside sixteen concurrent puts");
   EXPECT_EQ(stored, 2);
   EXPECT_EQ(denied, 14);
   ClientOptions o;
@@ -607,6 +613,8 @@ TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
   auto viewer = Client::connect(server.unix_address(), vo);
   expect_server_serves(server, "before the region quotas", so.token);  // one-time costs paid before the baseline
   const int64_t rss_start = testing::rss_bytes(server.pid());
+  auto normal = Client::connect(server.tcp_address(), so);
+  testing::NormalTrafficThread traffic(*normal);  // beside the registrations and refusals
   auto denied = viewer->create_region(4096);
   EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied) << denied.status().to_string();
   EXPECT_NE(denied.status().message().find("multiply: false"), std::string::npos) << denied.status().to_string();
@@ -620,6 +628,7 @@ TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
   ASSERT_TRUE((*first)->unregister().ok());  // its bytes come back to the client
   auto again = small->create_region(65536);
   EXPECT_TRUE(again.ok()) << again.status().to_string();
+  testing::expect_traffic_served(traffic.stop(), "beside the region quotas");
   expect_server_serves(server, "after the region quotas", so.token);
   ASSERT_TRUE((*second)->unregister().ok());
   if (again.ok()) {
@@ -639,6 +648,8 @@ TEST(RegionQuotaAttack, WithoutTokensEachUnixUserHasItsShareOfTheRegionBudget) {
   auto other_connection = Client::connect(server.unix_address());
   expect_server_serves(server, "before the Unix users' region shares");  // one-time costs paid before the baseline
   const int64_t rss_start = testing::rss_bytes(server.pid());
+  auto normal = Client::connect(server.tcp_address());
+  testing::NormalTrafficThread traffic(*normal);  // beside the registrations and refusals
   auto first = one->create_region(65536);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   auto second = other_connection->create_region(65536);
@@ -670,6 +681,7 @@ TEST(RegionQuotaAttack, WithoutTokensEachUnixUserHasItsShareOfTheRegionBudget) {
   ASSERT_TRUE((*first)->unregister().ok());  // its bytes come back to the user
   auto again = other_connection->create_region(65536);
   EXPECT_TRUE(again.ok()) << again.status().to_string();
+  testing::expect_traffic_served(traffic.stop(), "beside the Unix users' region shares");
   expect_server_serves(server, "after the Unix users' region shares");
   ASSERT_TRUE((*second)->unregister().ok());
   if (again.ok()) {
@@ -826,25 +838,36 @@ TEST(StreamShareAttack, OneClientCannotTakeEveryStream) {
   }
   auto seen = testing::info_when(*fair, [](const ServerInfo& i) { return i.open_streams >= 20; });
   ASSERT_GE(seen.open_streams, 20);
-  // The hog's 21st stream, and a put, are refused; its streams so far stay.
-  grpc::ClientContext extra;
-  extra.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
-  auto s = stub->Multiply(&extra);
-  v1::MultiplyResponse resp;
-  while (s->Read(&resp)) {
-  }
-  const grpc::Status st = s->Finish();
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
-  EXPECT_NE(st.error_message().find("max_open_streams"), std::string::npos) << st.error_message();
-  grpc::ClientContext put_ctx;
-  put_ctx.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
-  v1::PutMatrixResponse put_resp;
-  auto w = stub->PutMatrix(&put_ctx, &put_resp);
-  w->WritesDone();
-  const grpc::Status put_st = w->Finish();
-  EXPECT_EQ(put_st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << put_st.error_message();
-  // The other client is served while the hog holds its share.
-  expect_server_serves(server, "while another client holds its whole share of streams", fo.token);
+  // The hog's 21st stream, and a put, are refused, again and again, while the
+  // other client's normal requests run; its streams so far stay. They go on a
+  // connection of their own: one refused too often is closed, which must not
+  // end the held streams.
+  grpc::ChannelArguments own;
+  own.SetInt("sgemm.test.channel", 1);
+  auto over_stub =
+      v1::Sgemm::NewStub(grpc::CreateCustomChannel(server.tcp_address(), grpc::InsecureChannelCredentials(), own));
+  auto normal = Client::connect(server.tcp_address(), fo);
+  testing::attack_beside_traffic(
+      *normal,
+      [&] {
+        grpc::ClientContext extra;
+        extra.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+        auto s = over_stub->Multiply(&extra);
+        v1::MultiplyResponse resp;
+        while (s->Read(&resp)) {
+        }
+        const grpc::Status st = s->Finish();
+        EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+        EXPECT_NE(st.error_message().find("max_open_streams"), std::string::npos) << st.error_message();
+        grpc::ClientContext put_ctx;
+        put_ctx.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+        v1::PutMatrixResponse put_resp;
+        auto w = over_stub->PutMatrix(&put_ctx, &put_resp);
+        w->WritesDone();
+        const grpc::Status put_st = w->Finish();
+        EXPECT_EQ(put_st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << put_st.error_message();
+      },
+      "while another client holds its whole share of streams");
   for (auto& h : held) h->ctx.TryCancel();
   testing::expect_released(*fair, "after the hog's streams were cancelled");
   testing::expect_rss_back(server.pid(), rss_start, "after the hog's streams");
