@@ -21,6 +21,11 @@
 // --server-flags adds flags to every server (to see an attack with a guard
 // off, say); an attack stops early when the server grows by 2 GiB.
 //
+// The rows marked with tokens (stream-share, resident-puts, region-quota)
+// start the server with --auth-tokens and two clients: the attacker, with
+// quotas (max_resident_bytes 32 KiB, max_region_bytes 128 KiB), and the
+// normal client.
+//
 // The cluster rows (cluster-*) start the server as a cluster coordinator
 // (--cluster-listen, a cluster token, --cluster-always, so that every normal
 // request runs over the cluster) and attack its listener: Joins without the
@@ -84,6 +89,7 @@ struct AttackContext {
   AttackContext(const Server& s, const std::atomic<bool>& st) : server(s), stop(st) {}
   const Server& server;
   const std::atomic<bool>& stop;
+  std::string attacker_token;   // the attacker's bearer token (attacks with tokens)
   int cluster_port = 0;         // the coordinator's cluster listener (cluster attacks)
   std::string cluster_token;    // the cluster's secret (cluster attacks)
   std::atomic<int64_t> ops{0};  // attack operations done (a batch of streams, a request, a connection set)
@@ -103,6 +109,9 @@ struct Attack {
   bool rapid_reset = false;           // the 1 s target instead of 100 ms
   int threads = 1;
   std::function<void(AttackContext&, int thread)> body;
+  // The server runs with --auth-tokens: the attacker and the normal client
+  // each have a token (the attacker's with the quotas the header comment names).
+  bool tokens = false;
   // The server coordinates a cluster (--cluster-listen on 127.0.0.1, a
   // cluster token, --cluster-always: every normal request runs over the
   // cluster). Cluster mode needs GPUs: elsewhere the row says it did not run.
@@ -138,11 +147,14 @@ void silent_streams(AttackContext& c, int) {
     for (auto& h : conns) (void)h->wait_closed(50);  // keep reading what the server sends
 }
 
-void health_watches(AttackContext& c, int) {
+// 1,000 streams on `path` per connection from 127.0.0.2, reconnecting when
+// the server closes it (`empty_message`: each carries an empty message, as a
+// health Watch request does).
+void stream_flood(AttackContext& c, const std::string& path, bool empty_message) {
   RawH2Client h2;
   while (!c.stop) {
     if (!h2.connected() && !h2.connect(c.server.port(), "127.0.0.2")) continue;
-    (void)h2.open_streams("/grpc.health.v1.Health/Watch", 1000, false, true);
+    (void)h2.open_streams(path, 1000, false, empty_message);
     c.ops += 1000;
     if (h2.wait_closed(200)) {
       c.saw("connection closed by the server");
@@ -230,6 +242,137 @@ void output_bomb(AttackContext& c, int) {
     }
     const grpc::Status st = stream->Finish();
     c.saw(st.ok() ? "OK" : std::to_string(int(st.error_code())) + " " + st.error_message().substr(0, 48));
+    ++c.ops;
+  }
+}
+
+// The same trickle against a PutMatrix: a 2048 x 2048 header (16 MiB of
+// resident room), then 4 bytes a second.
+void put_trickler(AttackContext& c, int t) {
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp_address(), 300 + t));
+  while (!c.stop) {
+    grpc::ClientContext ctx;
+    v1::PutMatrixResponse resp;
+    auto w = stub->PutMatrix(&ctx, &resp);
+    v1::PutMatrixRequest h;
+    h.mutable_header()->set_rows(2048);
+    h.mutable_header()->set_cols(2048);
+    w->Write(h);
+    const float four_bytes = 0.5f;
+    bool ended_by_server = false;
+    for (int64_t i = 0; !c.stop; ++i) {
+      v1::PutMatrixRequest chunk;
+      chunk.mutable_chunk()->set_offset(i);
+      chunk.mutable_chunk()->set_data(reinterpret_cast<const char*>(&four_bytes), 4);
+      if (!w->Write(chunk)) {
+        ended_by_server = true;
+        break;
+      }
+      ++c.ops;
+      for (int k = 0; k < 20 && !c.stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!ended_by_server) ctx.TryCancel();
+    const grpc::Status st = w->Finish();
+    if (!c.stop) c.saw(std::to_string(int(st.error_code())) + " " + st.error_message().substr(0, 60));
+  }
+}
+
+// The attacker's streams with its token: its whole share of --max-open-streams
+// (20 of 40, two clients) held open, and one more tried over and over.
+void stream_share_hog(AttackContext& c, int) {
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp_address(), 400));
+  struct Held {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::MultiplyRequest, v1::MultiplyResponse>> stream;
+  };
+  std::vector<std::unique_ptr<Held>> held;
+  for (int i = 0; i < 20; ++i) {
+    held.push_back(std::make_unique<Held>());
+    held.back()->ctx.AddMetadata("authorization", "Bearer " + c.attacker_token);
+    held.back()->stream = stub->Multiply(&held.back()->ctx);
+  }
+  c.ops += 20;
+  while (!c.stop) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + c.attacker_token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto over = stub->Multiply(&ctx);
+    over->WritesDone();
+    v1::MultiplyResponse resp;
+    while (over->Read(&resp)) {
+    }
+    const grpc::Status st = over->Finish();
+    c.saw(std::to_string(int(st.error_code())) + " " + st.error_message().substr(0, 60));
+    ++c.ops;
+  }
+  for (auto& h : held) h->ctx.TryCancel();
+  for (auto& h : held) (void)h->stream->Finish();
+}
+
+// Sixteen PutMatrix of 16 KiB at once, each alone within the attacker's
+// max_resident_bytes (32 KiB), every header and first chunk sent before any
+// completes; the stored ones are deleted, and again.
+void resident_puts(AttackContext& c, int) {
+  auto stub = v1::Sgemm::NewStub(own_channel(c.server.tcp_address(), 500));
+  sgemm::ClientOptions o;
+  o.token = c.attacker_token;
+  auto client = sgemm::Client::connect(c.server.tcp_address(), o);
+  constexpr int64_t kRows = 64, kCols = 64;
+  const std::vector<float> data(std::size_t(kRows * kCols), 0.5f);
+  while (!c.stop) {
+    struct Put {
+      grpc::ClientContext ctx;
+      v1::PutMatrixResponse resp;
+      std::unique_ptr<grpc::ClientWriter<v1::PutMatrixRequest>> w;
+    };
+    std::vector<std::unique_ptr<Put>> puts;
+    for (int i = 0; i < 16; ++i) {
+      auto p = std::make_unique<Put>();
+      p->ctx.AddMetadata("authorization", "Bearer " + c.attacker_token);
+      p->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      p->w = stub->PutMatrix(&p->ctx, &p->resp);
+      v1::PutMatrixRequest h;
+      h.mutable_header()->set_rows(kRows);
+      h.mutable_header()->set_cols(kCols);
+      p->w->Write(h);
+      v1::PutMatrixRequest first;
+      first.mutable_chunk()->set_offset(0);
+      first.mutable_chunk()->set_data(reinterpret_cast<const char*>(data.data()), 16 * 4);
+      p->w->Write(first);
+      puts.push_back(std::move(p));
+    }
+    for (auto& p : puts) {
+      v1::PutMatrixRequest rest;
+      rest.mutable_chunk()->set_offset(16);
+      rest.mutable_chunk()->set_data(reinterpret_cast<const char*>(data.data() + 16), (data.size() - 16) * 4);
+      p->w->Write(rest);
+      p->w->WritesDone();
+      const grpc::Status st = p->w->Finish();
+      c.saw(st.ok() ? "stored" : std::to_string(int(st.error_code())) + " " + st.error_message().substr(0, 48));
+      if (st.ok()) (void)client->remove(p->resp.handle());
+    }
+    ++c.ops;
+  }
+}
+
+// Regions of 64 KiB registered with the attacker's token until one is
+// refused (max_region_bytes 128 KiB), then unregistered, and again.
+void region_quota(AttackContext& c, int) {
+  sgemm::ClientOptions o;
+  o.token = c.attacker_token;
+  auto client = sgemm::Client::connect(c.server.unix_address(), o);
+  while (!c.stop) {
+    std::vector<std::unique_ptr<sgemm::Region>> regions;
+    for (int i = 0; i < 4 && !c.stop; ++i) {
+      auto r = client->create_region(65536);
+      if (!r.ok()) {
+        c.saw(std::string(sgemm::status_code_name(r.status().code())));
+        break;
+      }
+      regions.push_back(std::move(r).value());
+      c.saw("registered");
+    }
+    for (auto& r : regions) (void)r->unregister();
     ++c.ops;
   }
 }
@@ -410,6 +553,15 @@ std::vector<Attack> all_attacks() {
                false,
                1,
                silent_streams});
+  a.push_back({"stream-share",
+               "a client (token) holding its share of --max-open-streams 40 and asking for more, in a loop",
+               {"--max-open-streams", "40"},
+               {},
+               false,
+               false,
+               1,
+               stream_share_hog});
+  a.back().tokens = true;
   a.push_back({"health-watch",
                "1,000 health Watch streams per connection, reconnecting",
                {},
@@ -417,7 +569,17 @@ std::vector<Attack> all_attacks() {
                false,
                false,
                1,
-               health_watches});
+               [](AttackContext& c, int) { stream_flood(c, "/grpc.health.v1.Health/Watch", true); }});
+  a.push_back({"reflection-streams",
+               "1,000 reflection streams per connection (--reflection), reconnecting",
+               {"--reflection"},
+               {},
+               false,
+               false,
+               1,
+               [](AttackContext& c, int) {
+                 stream_flood(c, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", false);
+               }});
   a.push_back({"descriptor-flood",
                "400 silent connections at a time under an open-files limit of 256",
                {},
@@ -434,6 +596,23 @@ std::vector<Attack> all_attacks() {
                false,
                4,
                trickler});
+  a.push_back({"put-trickle",
+               "4 PutMatrix streams, each a 2048 x 2048 header then 4 bytes a second (--idle-timeout 2)",
+               {"--idle-timeout", "2"},
+               {},
+               false,
+               false,
+               4,
+               put_trickler});
+  a.push_back({"resident-puts",
+               "16 concurrent 16 KiB puts of a client whose max_resident_bytes is 32 KiB, in a loop",
+               {},
+               {},
+               false,
+               false,
+               1,
+               resident_puts});
+  a.back().tokens = true;
   a.push_back({"output-bomb",
                "m = n = 32768, k = 1: 256 KiB up for 4 GiB of C, in a loop",
                {},
@@ -460,6 +639,15 @@ std::vector<Attack> all_attacks() {
                [](AttackContext& c, int) { region_attack(c, false); }});
   a.push_back(
       {"log-forging", "a region name with a newline and a quote, in a loop", {}, {}, false, false, 1, log_forging});
+  a.push_back({"region-quota",
+               "64 KiB regions registered by a client (token) until its max_region_bytes (128 KiB) refuses, in a loop",
+               {},
+               {},
+               false,
+               false,
+               1,
+               region_quota});
+  a.back().tokens = true;
   a.push_back({"metrics-slowloris",
                "40 metrics connections sending a byte every 200 ms",
                {"--metrics-listen", "127.0.0.1:0"},
@@ -541,6 +729,16 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
       flags.push_back(f);
     normal_options.tls.ca_file = pki_dir + "/ca.pem";
   }
+  const std::string attacker_token = "attacker-token-0123456789abcdef", normal_token = "normal-token-0123456789abcdef";
+  if (attack.tokens) {
+    std::ofstream(pki_dir + "/tokens.json") << R"({"clients": [{"name": "attacker", "token": ")" << attacker_token
+                                            << R"(", "max_resident_bytes": 32768, "max_region_bytes": 131072},
+                           {"name": "normal", "token": ")"
+                                            << normal_token << R"("}]})";
+    flags.push_back("--auth-tokens");
+    flags.push_back(pki_dir + "/tokens.json");
+    normal_options.token = normal_token;
+  }
   const std::string cluster_token = "cluster-secret-0123456789abcdef";
   if (attack.cluster) {
     std::ofstream(pki_dir + "/cluster.token") << cluster_token << "\n";
@@ -569,6 +767,7 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
   row->rss_start = row->rss_peak = rss_bytes(server.pid());
   std::atomic<bool> stop{false};
   AttackContext ctx(server, stop);
+  ctx.attacker_token = attacker_token;
   if (attack.cluster) {
     std::smatch m;
     const std::string log = server.log();
@@ -611,13 +810,13 @@ bool run_attack(const Args& args, const Attack& attack, const std::string& pki_d
       sgemm::testing::wait_rss_at_most(server.pid(), row->rss_start + row->rss_start / 20);
   row->rss_end = back.rss;
   row->back_s = back.back ? back.after_s : -1;
-  {  // the request memory held once the attack's streams are gone (waited for up to 10 s)
+  {  // the request memory held once the attack's streams are gone (waited for up to 10 s; asked at least once)
     auto watcher = sgemm::Client::connect(server.tcp_address(), normal_options);
     row->held_end = -1;
-    while (ms_since(ended) < 10000) {
+    for (;;) {
       auto info = watcher->info();
       if (info.ok()) row->held_end = info->host_bytes_in_use;
-      if (row->held_end == 0) break;
+      if (row->held_end == 0 || ms_since(ended) >= 10000) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }

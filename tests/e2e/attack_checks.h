@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
+#include <functional>
 
 #include "client/sgemm_client.h"
 #include "tests/e2e/normal_traffic.h"
@@ -52,6 +54,34 @@ inline void expect_traffic_served(const NormalTraffic& t, const char* what, doub
   EXPECT_LT(t.max(), bound_ms) << what << ": the slowest normal request took " << t.max() << " ms";
   std::printf("[ info ] %s: %zu normal requests, p50 %.1f ms, the slowest %.1f ms\n", what, t.count(), t.pct(0.5),
               t.max());
+}
+
+// An attack made of single requests, repeated so that it is in flight while
+// normal requests run: `attack` (one round, checking what the attacker got)
+// runs over and over while a NormalTrafficThread on `normal` sends normal
+// requests, until at least `min_rounds` rounds have run and `min_normal`
+// normal requests have completed beside them (or ServerLog::kEventWaitMs
+// passed, or a round failed a check). Then the
+// normal requests are checked (expect_traffic_served). Returns the rounds run.
+inline int attack_beside_traffic(Client& normal, const std::function<void()>& attack, const char* what,
+                                 int min_rounds = 3, std::size_t min_normal = 3,
+                                 double bound_ms = kNormalRequestBoundMs) {
+  const bool failed_before = ::testing::Test::HasFailure();
+  NormalTrafficThread traffic(normal);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(ServerLog::kEventWaitMs);
+  int rounds = 0;
+  for (;;) {
+    attack();
+    ++rounds;
+    if (!failed_before && ::testing::Test::HasFailure()) break;
+    if (rounds >= min_rounds && traffic.completed() >= min_normal) break;
+    if (std::chrono::steady_clock::now() >= give_up) break;
+  }
+  const NormalTraffic& t = traffic.stop();
+  EXPECT_GE(t.count(), min_normal) << what << ": fewer normal requests than asked for ran beside the attack";
+  expect_traffic_served(t, what, bound_ms);
+  std::printf("[ info ] %s: %d rounds of the attack\n", what, rounds);
+  return rounds;
 }
 
 }  // namespace sgemm::testing

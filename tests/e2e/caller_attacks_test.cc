@@ -128,33 +128,48 @@ class CallerAttacks : public ::testing::Test {
 ServerProcess* CallerAttacks::server_ = nullptr;
 
 // The owner of a region shrinks it (ftruncate) and then names it: the
-// server used to die of SIGBUS on the first access.
+// server used to die of SIGBUS on the first access. The attack is repeated
+// (a fresh region each round, shrunk, then named in a Multiply and a
+// PutMatrix) while another client's normal requests run beside it.
 TEST_F(CallerAttacks, ShrunkRegionIsRefusedNotFatal) {
   auto client = Client::connect(server_->unix_address());
   expect_server_serves(*server_, "before a shrunk region");
   const int64_t rss_start = testing::rss_bytes(server_->pid());
   const GemmShape s{64, 48, 80};
   const int64_t a_bytes = 4 * s.m * s.k, b_bytes = 4 * s.k * s.n;
-  auto owned = std::make_unique<OwnedRegion>(server_->unix_address(), a_bytes + b_bytes + (1 << 16));
-  const Region* r = owned.get();
   const uint64_t seed = fresh_seed();
   std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
   fill_random(a, seed);
   fill_random(b, seed + 1);
-  std::memcpy(r->floats(), a.data(), std::size_t(a_bytes));
-  std::memcpy(r->floats() + s.m * s.k, b.data(), std::size_t(b_bytes));
-  const RegionMatrix ra{r, 0, 0}, rb{r, a_bytes, 0};
-  auto ok = client->multiply_regions(s, ra, rb, std::nullopt, std::nullopt, {});
-  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
-
-  owned->shrink();
-  auto res = client->multiply_regions(s, ra, rb, std::nullopt, std::nullopt, {});
-  EXPECT_EQ(res.status().code(), StatusCode::kFailedPrecondition) << res.status().to_string();
-  EXPECT_NE(res.status().message().find(r->name()), std::string::npos) << res.status().to_string();
-  auto put = client->put_region(s.m, s.k, ra);
-  EXPECT_EQ(put.status().code(), StatusCode::kFailedPrecondition) << put.status().to_string();
+  // A region of the attacker's, filled with A and B.
+  const auto filled_region = [&] {
+    auto owned = std::make_unique<OwnedRegion>(server_->unix_address(), a_bytes + b_bytes + (1 << 16));
+    std::memcpy(owned->floats(), a.data(), std::size_t(a_bytes));
+    std::memcpy(owned->floats() + s.m * s.k, b.data(), std::size_t(b_bytes));
+    return owned;
+  };
+  {  // whole, the region serves
+    auto owned = filled_region();
+    auto ok = client->multiply_regions(s, RegionMatrix{owned.get(), 0, 0}, RegionMatrix{owned.get(), a_bytes, 0},
+                                       std::nullopt, std::nullopt, {});
+    ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  }
+  auto normal = Client::connect(server_->tcp_address());
+  testing::attack_beside_traffic(
+      *normal,
+      [&] {
+        auto owned = filled_region();
+        const Region* r = owned.get();
+        const RegionMatrix ra{r, 0, 0}, rb{r, a_bytes, 0};
+        owned->shrink();
+        auto res = client->multiply_regions(s, ra, rb, std::nullopt, std::nullopt, {});
+        EXPECT_EQ(res.status().code(), StatusCode::kFailedPrecondition) << res.status().to_string();
+        EXPECT_NE(res.status().message().find(r->name()), std::string::npos) << res.status().to_string();
+        auto put = client->put_region(s.m, s.k, ra);
+        EXPECT_EQ(put.status().code(), StatusCode::kFailedPrecondition) << put.status().to_string();
+      },
+      "beside shrunk regions named in products and puts");
   expect_server_serves(*server_, "after a shrunk region was named");
-  owned.reset();
   testing::expect_rss_back(server_->pid(), rss_start, "after a shrunk region was named");
 }
 
@@ -168,6 +183,8 @@ TEST_F(CallerAttacks, RegionShrunkDuringComputeFailsOnlyItsRequest) {
   const GemmShape s{n, n, n};
   expect_server_serves(*server_, "before regions shrink under running products");
   const int64_t rss_start = testing::rss_bytes(server_->pid());
+  auto normal = Client::connect(server_->tcp_address());
+  testing::NormalTrafficThread traffic(*normal);
   int failed = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto owned = std::make_unique<OwnedRegion>(server_->unix_address(), 8 * n * n);
@@ -199,13 +216,16 @@ TEST_F(CallerAttacks, RegionShrunkDuringComputeFailsOnlyItsRequest) {
     expect_server_serves(*server_, "after a region shrank under a running product");
     if (held) break;
   }
+  testing::expect_traffic_served(traffic.stop(), "beside regions shrunk under running products");
   std::printf("[ info ] %d of the attempts failed their request (the rest finished first)\n", failed);
   testing::expect_rss_back(server_->pid(), rss_start, "after regions shrank under running products");
 }
 
 // A one-row operand with a leading dimension past 2^31 passes the span check
 // (its ld never moves the span) but not the engine's integer: it used to run
-// with OpenBLAS refusing on stderr and the request answering OK with C unwritten.
+// with OpenBLAS refusing on stderr and the request answering OK with C
+// unwritten. The refused requests are repeated while another client's
+// normal requests run beside them.
 TEST_F(CallerAttacks, LeadingDimensionPastTheEnginesIntegerIsRefused) {
   auto client = Client::connect(server_->unix_address());
   expect_server_serves(*server_, "before leading dimensions past 2^31");
@@ -216,16 +236,23 @@ TEST_F(CallerAttacks, LeadingDimensionPastTheEnginesIntegerIsRefused) {
   const Region* r = region->get();
   std::memset(r->data(), 0, 1 << 16);
   const RegionMatrix ra{r, 0, int64_t{1} << 31}, rb{r, 4096, 0}, rc{r, 8192, 0};
-  auto res = client->multiply_regions(s, ra, rb, std::nullopt, rc, {});
-  EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument) << res.status().to_string();
-  EXPECT_NE(res.status().message().find("header.a_region.ld"), std::string::npos) << res.status().to_string();
   const RegionMatrix wide_c{r, 8192, int64_t{1} << 32};
-  res = client->multiply_regions(s, RegionMatrix{r, 0, 0}, rb, std::nullopt, wide_c, {});
-  EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument) << res.status().to_string();
-  EXPECT_NE(res.status().message().find("header.out_region.ld"), std::string::npos) << res.status().to_string();
-  auto put = client->put_region(1, 16, RegionMatrix{r, 0, int64_t{1} << 31});
-  EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status().to_string();
+  auto normal = Client::connect(server_->tcp_address());
+  testing::attack_beside_traffic(
+      *normal,
+      [&] {
+        auto res = client->multiply_regions(s, ra, rb, std::nullopt, rc, {});
+        EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument) << res.status().to_string();
+        EXPECT_NE(res.status().message().find("header.a_region.ld"), std::string::npos) << res.status().to_string();
+        res = client->multiply_regions(s, RegionMatrix{r, 0, 0}, rb, std::nullopt, wide_c, {});
+        EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument) << res.status().to_string();
+        EXPECT_NE(res.status().message().find("header.out_region.ld"), std::string::npos) << res.status().to_string();
+        auto put = client->put_region(1, 16, RegionMatrix{r, 0, int64_t{1} << 31});
+        EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status().to_string();
+      },
+      "beside leading dimensions past 2^31");
   expect_server_serves(*server_, "after leading dimensions past 2^31");
+  ASSERT_TRUE((*region)->unregister().ok());
   testing::expect_rss_back(server_->pid(), rss_start, "after leading dimensions past 2^31");
 }
 
@@ -375,24 +402,38 @@ TEST_F(MemoryAttacks, TricklingPutLosesItsMemoryAfterTheGrace) {
   testing::expect_rss_back(server_->pid(), rss_start, "after the trickling put was dropped");
 }
 
+// The outer-product bomb: a header of m = n = 32768, k = 1 (256 KiB of A and
+// B for 4 GiB of C); the status it gets, naming the flag.
+grpc::Status send_output_bomb(v1::Sgemm::Stub& stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ServerProcess::kEventWaitMs));
+  auto stream = stub.Multiply(&ctx);
+  (void)stream->Write(header_msg(32768, 32768, 1));
+  stream->WritesDone();
+  v1::MultiplyResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  return stream->Finish();
+}
+
 // 256 KiB of upload (m = n = 32768, k = 1) asked the server to compute and
-// hold 4 GiB; it is refused at the header, before any memory is reserved.
+// hold 4 GiB; it is refused at the header, before any memory is reserved,
+// again and again while another client's normal requests run beside it.
 TEST_F(MemoryAttacks, OutputsAreBoundedByTheirInputs) {
   auto client = Client::connect(server_->tcp_address());
   expect_server_serves(*server_, "before the outer product");
   const int64_t rss_start = testing::rss_bytes(server_->pid());
   auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->tcp_address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  auto stream = stub->Multiply(&ctx);
-  ASSERT_TRUE(stream->Write(header_msg(32768, 32768, 1)));
-  stream->WritesDone();
-  v1::MultiplyResponse resp;
-  while (stream->Read(&resp)) {
-  }
-  const grpc::Status st = stream->Finish();
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
-  EXPECT_NE(st.error_message().find("--max-output-ratio"), std::string::npos) << st.error_message();
-  testing::expect_released(*client, "after the refused outer product");
+  auto normal = Client::connect(server_->tcp_address());
+  testing::attack_beside_traffic(
+      *normal,
+      [&] {
+        const grpc::Status st = send_output_bomb(*stub);
+        EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+        EXPECT_NE(st.error_message().find("--max-output-ratio"), std::string::npos) << st.error_message();
+      },
+      "beside outer-product bombs");
+  testing::expect_released(*client, "after the refused outer products");
   // An outer product within the bound (C of 256 MiB at most, or 64x its inputs) is computed.
   const GemmShape s{300, 200, 1};
   const uint64_t seed = fresh_seed();
@@ -414,11 +455,16 @@ TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
   constexpr int64_t kRows = 64, kCols = 64, kBytes = kRows * kCols * 4;  // 16 KiB each
   std::ofstream(file) << R"({"clients": [{"name": "dave", "token": "dave-token-0123456789abcdef",
                                           "max_resident_bytes": )"
-                      << 2 * kBytes << "}]}";
+                      << 2 * kBytes << R"(},
+                                         {"name": "erin", "token": "erin-token-0123456789abcdef"}]})";
   ServerProcess server({"--auth-tokens", file});
   ASSERT_TRUE(server.running()) << server.log();
   expect_server_serves(server, "before sixteen concurrent puts", "dave-token-0123456789abcdef");
   const int64_t rss_start = testing::rss_bytes(server.pid());
+  ClientOptions eo;
+  eo.token = "erin-token-0123456789abcdef";
+  auto erin = Client::connect(server.tcp_address(), eo);
+  testing::NormalTrafficThread traffic(*erin);  // another client, beside the puts
   auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server.tcp_address(), grpc::InsecureChannelCredentials()));
   struct Put {
     grpc::ClientContext ctx;
@@ -449,6 +495,7 @@ TEST(ResidentQuotaAttack, ConcurrentPutsCannotTogetherExceedTheQuota) {
     else
       ADD_FAILURE() << st.error_message();
   }
+  testing::expect_traffic_served(traffic.stop(), "beside sixteen concurrent puts");
   EXPECT_EQ(stored, 2);
   EXPECT_EQ(denied, 14);
   ClientOptions o;
@@ -478,18 +525,28 @@ class NamedOnly final : public Region {
 
 // Client strings reach the log inside error messages (a region's name here):
 // a newline in one must not start a forged line, nor a quote end the field.
+// The forging request is repeated while another client's normal requests run.
 TEST_F(CallerAttacks, ClientStringsCannotForgeLogLines) {
   auto client = Client::connect(server_->unix_address());
+  expect_server_serves(*server_, "before forged log lines");
+  const int64_t rss_start = testing::rss_bytes(server_->pid());
   const std::string forged = "[2026-01-01 00:00:00.000] [sgemm] [info] request id=forged status=OK";
   const NamedOnly r("x\n" + forged + "\" error=\"none");
-  auto res = client->multiply_regions({4, 4, 4}, RegionMatrix{&r, 0, 0}, RegionMatrix{&r, 64, 0}, std::nullopt,
-                                      std::nullopt, {});
-  EXPECT_EQ(res.status().code(), StatusCode::kNotFound) << res.status().to_string();
+  auto normal = Client::connect(server_->tcp_address());
+  testing::attack_beside_traffic(
+      *normal,
+      [&] {
+        auto res = client->multiply_regions({4, 4, 4}, RegionMatrix{&r, 0, 0}, RegionMatrix{&r, 64, 0}, std::nullopt,
+                                            std::nullopt, {});
+        EXPECT_EQ(res.status().code(), StatusCode::kNotFound) << res.status().to_string();
+      },
+      "beside forged log lines");
   ASSERT_TRUE(server_->log_has("\\n" + forged)) << "the failure was not logged with its newline escaped";
   const std::string log = server_->log();
   EXPECT_EQ(log.find("\n" + forged), std::string::npos) << "a client's newline started a log line";
   EXPECT_NE(log.find("\\\" error=\\\"none"), std::string::npos) << "a client's quote was not escaped";
   expect_server_serves(*server_, "after a forged log line");
+  testing::expect_rss_back(server_->pid(), rss_start, "after forged log lines");
 }
 
 // e2e-region-probe run as uid 65534 with `args`, its output collected.
@@ -554,6 +611,10 @@ TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
   vo.token = "viewer-token-0123456789abcdef";
   auto small = Client::connect(server.unix_address(), so);
   auto viewer = Client::connect(server.unix_address(), vo);
+  expect_server_serves(server, "before the region quotas", so.token);  // one-time costs paid before the baseline
+  const int64_t rss_start = testing::rss_bytes(server.pid());
+  auto normal = Client::connect(server.tcp_address(), so);
+  testing::NormalTrafficThread traffic(*normal);  // beside the registrations and refusals
   auto denied = viewer->create_region(4096);
   EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied) << denied.status().to_string();
   EXPECT_NE(denied.status().message().find("multiply: false"), std::string::npos) << denied.status().to_string();
@@ -567,7 +628,13 @@ TEST(RegionQuotaAttack, RegionsCountAgainstTheClientAndNeedTheMultiplyRight) {
   ASSERT_TRUE((*first)->unregister().ok());  // its bytes come back to the client
   auto again = small->create_region(65536);
   EXPECT_TRUE(again.ok()) << again.status().to_string();
+  testing::expect_traffic_served(traffic.stop(), "beside the region quotas");
   expect_server_serves(server, "after the region quotas", so.token);
+  ASSERT_TRUE((*second)->unregister().ok());
+  if (again.ok()) {
+    ASSERT_TRUE((*again)->unregister().ok());
+  }
+  testing::expect_rss_back(server.pid(), rss_start, "after the region quotas");
 }
 
 // Without tokens the Unix user is the account: its regions on every
@@ -579,6 +646,10 @@ TEST(RegionQuotaAttack, WithoutTokensEachUnixUserHasItsShareOfTheRegionBudget) {
   ASSERT_TRUE(server.running()) << server.log();
   auto one = Client::connect(server.unix_address());
   auto other_connection = Client::connect(server.unix_address());
+  expect_server_serves(server, "before the Unix users' region shares");  // one-time costs paid before the baseline
+  const int64_t rss_start = testing::rss_bytes(server.pid());
+  auto normal = Client::connect(server.tcp_address());
+  testing::NormalTrafficThread traffic(*normal);  // beside the registrations and refusals
   auto first = one->create_region(65536);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   auto second = other_connection->create_region(65536);
@@ -610,7 +681,13 @@ TEST(RegionQuotaAttack, WithoutTokensEachUnixUserHasItsShareOfTheRegionBudget) {
   ASSERT_TRUE((*first)->unregister().ok());  // its bytes come back to the user
   auto again = other_connection->create_region(65536);
   EXPECT_TRUE(again.ok()) << again.status().to_string();
+  testing::expect_traffic_served(traffic.stop(), "beside the Unix users' region shares");
   expect_server_serves(server, "after the Unix users' region shares");
+  ASSERT_TRUE((*second)->unregister().ok());
+  if (again.ok()) {
+    ASSERT_TRUE((*again)->unregister().ok());
+  }
+  testing::expect_rss_back(server.pid(), rss_start, "after the Unix users' region shares");
 }
 
 // Without --auth-tokens, a region belongs to the Unix user that registered
@@ -761,25 +838,36 @@ TEST(StreamShareAttack, OneClientCannotTakeEveryStream) {
   }
   auto seen = testing::info_when(*fair, [](const ServerInfo& i) { return i.open_streams >= 20; });
   ASSERT_GE(seen.open_streams, 20);
-  // The hog's 21st stream, and a put, are refused; its streams so far stay.
-  grpc::ClientContext extra;
-  extra.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
-  auto s = stub->Multiply(&extra);
-  v1::MultiplyResponse resp;
-  while (s->Read(&resp)) {
-  }
-  const grpc::Status st = s->Finish();
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
-  EXPECT_NE(st.error_message().find("max_open_streams"), std::string::npos) << st.error_message();
-  grpc::ClientContext put_ctx;
-  put_ctx.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
-  v1::PutMatrixResponse put_resp;
-  auto w = stub->PutMatrix(&put_ctx, &put_resp);
-  w->WritesDone();
-  const grpc::Status put_st = w->Finish();
-  EXPECT_EQ(put_st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << put_st.error_message();
-  // The other client is served while the hog holds its share.
-  expect_server_serves(server, "while another client holds its whole share of streams", fo.token);
+  // The hog's 21st stream, and a put, are refused, again and again, while the
+  // other client's normal requests run; its streams so far stay. They go on a
+  // connection of their own: one refused too often is closed, which must not
+  // end the held streams.
+  grpc::ChannelArguments own;
+  own.SetInt("sgemm.test.channel", 1);
+  auto over_stub =
+      v1::Sgemm::NewStub(grpc::CreateCustomChannel(server.tcp_address(), grpc::InsecureChannelCredentials(), own));
+  auto normal = Client::connect(server.tcp_address(), fo);
+  testing::attack_beside_traffic(
+      *normal,
+      [&] {
+        grpc::ClientContext extra;
+        extra.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+        auto s = over_stub->Multiply(&extra);
+        v1::MultiplyResponse resp;
+        while (s->Read(&resp)) {
+        }
+        const grpc::Status st = s->Finish();
+        EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+        EXPECT_NE(st.error_message().find("max_open_streams"), std::string::npos) << st.error_message();
+        grpc::ClientContext put_ctx;
+        put_ctx.AddMetadata("authorization", "Bearer hog-token-0123456789abcdef00");
+        v1::PutMatrixResponse put_resp;
+        auto w = over_stub->PutMatrix(&put_ctx, &put_resp);
+        w->WritesDone();
+        const grpc::Status put_st = w->Finish();
+        EXPECT_EQ(put_st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << put_st.error_message();
+      },
+      "while another client holds its whole share of streams");
   for (auto& h : held) h->ctx.TryCancel();
   testing::expect_released(*fair, "after the hog's streams were cancelled");
   testing::expect_rss_back(server.pid(), rss_start, "after the hog's streams");

@@ -21,6 +21,7 @@
 #include "client/sgemm_client.h"
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
+#include "tests/e2e/attack_checks.h"
 #include "tests/e2e/server_process.h"
 
 namespace sgemm {
@@ -59,8 +60,16 @@ std::shared_ptr<grpc::Channel> own_channel(const std::string& address, int index
 }
 
 // A stream held open by the test, cancelled when it goes.
+// A call's context, with `token` as its bearer ("" = none).
+std::unique_ptr<grpc::ClientContext> context_with_token(const std::string& token) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  return ctx;
+}
+
 struct HeldStream {
-  HeldStream(v1::Sgemm::Stub& stub) : ctx(std::make_unique<grpc::ClientContext>()), stream(stub.Multiply(ctx.get())) {}
+  explicit HeldStream(v1::Sgemm::Stub& stub, const std::string& token = "")
+      : ctx(context_with_token(token)), stream(stub.Multiply(ctx.get())) {}
   ~HeldStream() {
     if (!finished) {
       ctx->TryCancel();
@@ -708,6 +717,91 @@ TEST(StreamLimitsE2E, OpenStreamCapRefusesBeyondItAndAResetStormStaysCheap) {
   // dropped, for each second the storm lasted; not a line per stream.
   EXPECT_LE(lines, 2 * 5 * (int(storm_ms / 1000) + 2) + 5);
   testing::expect_rss_back(server.pid(), rss_start, "after the stream cap and the reset storm");
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// The open-stream cap above refuses everyone once one caller holds it all.
+// Shared out, it cannot be taken by one: with tokens each client's share is
+// an even part of --max-open-streams, never below one striped request (16
+// streams). With two clients and a cap of 20 the hog holds 16 and is refused
+// past them (PERMISSION_DENIED, naming max_open_streams), again and again,
+// while the other client's normal requests are served beside it.
+TEST(StreamLimitsE2E, UnderTheOpenStreamCapOneClientHoldsOnlyItsShare) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string file = dir + "/tokens.json";
+  const std::string hog = "hog-token-0123456789abcdef00", fair = "fair-token-0123456789abcdef0";
+  std::ofstream(file) << R"({"clients": [{"name": "hog", "token": ")" << hog << R"("},
+                                         {"name": "fair", "token": ")"
+                      << fair << R"("}]})";
+  ServerProcess server({"--auth-tokens", file, "--max-open-streams", "20"});
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions fo;
+  fo.token = fair;
+  testing::expect_served(server, "before the hog's streams", fo);  // one-time costs paid before the baseline
+  const int64_t rss_start = testing::rss_bytes(server.pid());
+  auto watcher = Client::connect(server.tcp_address(), fo);
+  testing::expect_released(*watcher, "before the hog's streams");  // the share is counted from nothing
+  // The held streams on one connection, the streams past the share on
+  // another: a connection refused more than --max-streams-per-connection
+  // times in a second is closed, which must not end the held ones.
+  auto stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 0));
+  auto over_stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 1));
+  std::vector<std::unique_ptr<HeldStream>> held;
+  for (int i = 0; i < 16; ++i) held.push_back(std::make_unique<HeldStream>(*stub, hog));
+  const auto seen = testing::info_when(*watcher, [](const ServerInfo& i) { return i.open_streams >= 16; });
+  ASSERT_EQ(seen.open_streams, 16) << "the hog's share of the cap was never held";
+  auto normal = Client::connect(server.tcp_address(), fo);
+  testing::attack_beside_traffic(
+      *normal,
+      [&] {
+        HeldStream over(*over_stub, hog);
+        const grpc::Status st = over.finish();
+        EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+        EXPECT_NE(st.error_message().find("max_open_streams"), std::string::npos) << st.error_message();
+      },
+      "beside a client holding its whole share of --max-open-streams 20");
+  held.clear();
+  testing::expect_released(*watcher, "after the hog's streams were cancelled");
+  testing::expect_rss_back(server.pid(), rss_start, "after the hog's share of the stream cap");
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// The same without tokens: the service knows a caller by its address (a
+// remote IP, or the Unix user on the socket), and no address holds more than
+// --max-streams-per-address (never below one striped request, 16 streams).
+// The hog on TCP holds its 16 of the cap of 20 and is refused past them
+// (RESOURCE_EXHAUSTED, naming the flag), while a caller on the Unix socket is
+// served beside it.
+TEST(StreamLimitsE2E, UnderTheOpenStreamCapOneAddressHoldsOnlyItsShare) {
+  ServerProcess server({"--max-open-streams", "20", "--max-streams-per-address", "16"});
+  ASSERT_TRUE(server.running()) << server.log();
+  auto normal = Client::connect(server.unix_address());
+  {  // one-time costs paid before the baseline
+    const testing::NormalOutcome o = testing::normal_request(*normal, testing::fresh_seed());
+    ASSERT_TRUE(o.status.ok() && o.correct) << o.status.to_string();
+  }
+  const int64_t rss_start = testing::rss_bytes(server.pid());
+  auto watcher = Client::connect(server.unix_address());
+  testing::expect_released(*watcher, "before the hog's streams");  // the share is counted from nothing
+  // Held streams and streams past the share on connections of their own (as above).
+  auto stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 0));
+  auto over_stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 1));
+  std::vector<std::unique_ptr<HeldStream>> held;
+  for (int i = 0; i < 16; ++i) held.push_back(std::make_unique<HeldStream>(*stub));
+  const auto seen = testing::info_when(*watcher, [](const ServerInfo& i) { return i.open_streams >= 16; });
+  ASSERT_EQ(seen.open_streams, 16) << "the hog's share of the cap was never held";
+  testing::attack_beside_traffic(
+      *normal,
+      [&] {
+        HeldStream over(*over_stub);
+        const grpc::Status st = over.finish();
+        EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+        EXPECT_NE(st.error_message().find("--max-streams-per-address 16"), std::string::npos) << st.error_message();
+      },
+      "beside an address holding its whole share of --max-open-streams 20");
+  held.clear();
+  testing::expect_released(*watcher, "after the hog's streams were cancelled");
+  testing::expect_rss_back(server.pid(), rss_start, "after the address's share of the stream cap");
   EXPECT_EQ(server.stop(), 0);
 }
 

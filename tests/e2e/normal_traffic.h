@@ -98,11 +98,17 @@ class NormalTrafficThread {
  public:
   explicit NormalTrafficThread(Client& client, std::function<void()> after_each = {})
       : thread_([this, &client, after_each = std::move(after_each)] {
-          run_normal_traffic(client, stop_, &traffic_, after_each);
+          run_normal_traffic(client, stop_, &traffic_, [this, &after_each] {
+            if (after_each) after_each();
+            ++completed_;
+          });
         }) {}
   ~NormalTrafficThread() { (void)stop(); }
   NormalTrafficThread(const NormalTrafficThread&) = delete;
   NormalTrafficThread& operator=(const NormalTrafficThread&) = delete;
+
+  // How many normal requests have completed so far (readable while it runs).
+  std::size_t completed() const { return completed_; }
 
   // Ends the traffic (after the request under way) and returns its figures.
   const NormalTraffic& stop() {
@@ -113,6 +119,7 @@ class NormalTrafficThread {
 
  private:
   std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> completed_{0};
   NormalTraffic traffic_;  // written by the thread until stop() joins it
   std::thread thread_;     // last: starts once the members above exist
 };
