@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "common/kernel_registry.h"
 #include "kernels/backend_factories.h"
 #include "kernels/cuda_status.h"
 #include "kernels/fp32x3_sgemm.h"
@@ -16,30 +17,34 @@ namespace {
 
 class Fp32x3Backend final : public GemmBackend {
  public:
+  explicit Fp32x3Backend(int sm_count) : sm_count_(sm_count) {}
   KernelKind kind() const override { return KernelKind::kFp32x3; }
   Status can_implement(const GemmArgs& args) const override { return fp32x3_can_implement(args); }
   std::size_t workspace_bytes(const GemmArgs& args) const override { return fp32x3_workspace_bytes(args.shape); }
   Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
     return fp32x3_sgemm(args, workspace, workspace_bytes, stream);
   }
+  // The registry row fp32x3_sgemm runs, with "_splitkN" where it cuts K in N slices.
   std::string kernel_name(const GemmArgs& args) const override {
-    const int64_t slices = fp32x3_k_slices(args.shape);
-    return "fp32x3_wgmma_" + std::string(fp32x3_variant_name(fp32x3_pick_variant(args))) +
-           (slices > 1 ? "_splitk" + std::to_string(slices) : "");
+    return select_kernel_row_of(KernelKind::kFp32x3, args.shape, kernel_layout(args), sm_count_).name();
   }
+
+ private:
+  const int sm_count_;
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<GemmBackend>> make_fp32x3_backend() {
-  int device = 0, major = 0, minor = 0;
+  int device = 0, major = 0, minor = 0, sm_count = 0;
   SGEMM_CUDA_TRY(cudaGetDevice(&device));
+  SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   SGEMM_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   if (major != 9 || minor != 0)
     return Unavailable("fp32x3: needs an sm_90 (Hopper) GPU, CUDA device " + std::to_string(device) + " is sm_" +
                        std::to_string(major) + std::to_string(minor));
-  return std::unique_ptr<GemmBackend>(std::make_unique<Fp32x3Backend>());
+  return std::unique_ptr<GemmBackend>(std::make_unique<Fp32x3Backend>(sm_count));
 }
 
 }  // namespace sgemm

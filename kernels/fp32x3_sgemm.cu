@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/fp32x3_slices.h"
+#include "common/kernel_registry.h"
 #include "kernels/cuda_status.h"
 #include "kernels/fp32x3_sgemm.cuh"
 #include "kernels/fp32x3_sgemm.h"
@@ -279,13 +280,8 @@ std::string_view fp32x3_variant_name(int variant) {
 }
 
 int fp32x3_pick_variant(const GemmArgs& args) {
-  // Promoted every k-block only (accuracy for any K). Measured on H100 (docs/kernels.md,
-  // bench/results/2026-11-22_h100_fp32x3*): splitting A in the kernel saves the split pass's A share;
-  // with the integer rounding of its fragments (2026-11-22, fp32x3b) it is the fastest
-  // promoted kernel at every measured shape, 8192 included (118-121 vs 114-118 TFLOP/s
-  // for all-shared-memory). Where TMA cannot read A in place (unaligned a or
-  // lda % 4 != 0), both operands go through the split pass.
-  return a_tma_describable(args) ? kCoopPromote1SplitAGroup16 : kCoopPromote1;
+  // The registry's row (common/kernel_registry.h); the SM count does not change the variant.
+  return select_kernel_row_of(KernelKind::kFp32x3, args.shape, kernel_layout(args), 1).row->variant;
 }
 
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t bytes,

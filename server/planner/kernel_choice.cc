@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/fp32x3_slices.h"
 
@@ -195,6 +196,14 @@ StatusOr<KernelSelection> select_kernel(const KernelQuery& q) {
   sel.kind = choose_kernel(q.shape, fallback, ffma);
   sel.reason += kernel_choice_reason(q.shape, sel.kind, fallback);
   return sel;
+}
+
+StatusOr<KernelRowSelection> select_kernel_row(const KernelQuery& q) {
+  SGEMM_ASSIGN_OR_RETURN(KernelSelection sel, select_kernel(q));
+  KernelRowSelection out;
+  out.pick = select_kernel_row_of(sel.kind, q.shape, q.layout, q.sm_count);
+  out.reason = std::move(sel.reason);
+  return out;
 }
 
 std::vector<KernelKind> kernels_serving(Precision p, const std::vector<KernelKind>& av) {

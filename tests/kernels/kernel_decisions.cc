@@ -6,10 +6,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "common/fp32x3_slices.h"
-#include "kernels/fp32x3_sgemm.h"
+#include "common/kernel_registry.h"
 #include "kernels/gemm_args.h"
-#include "kernels/pingpong_sgemm.h"
 #include "server/planner/kernel_choice.h"
 
 namespace sgemm {
@@ -28,30 +26,13 @@ GemmArgs layout_args(const GemmShape& s, float beta, const float* a, int64_t lda
   return g;
 }
 
-// The concrete row a kernel family runs for `args` on a GPU of `sm_count` SMs.
+// The concrete row a kernel family runs for `args` on a GPU of `sm_count` SMs: the
+// registry's choice, as the launchers and the backends' kernel_name() ask it.
 std::string row_name(KernelKind kind, const GemmArgs& args, int sm_count) {
-  switch (kind) {
-    case KernelKind::kPingpong: {
-      const std::string v(pingpong_variant_name(pingpong_pick_variant(args.shape, sm_count)));
-      if (v == "gemv") return v;
-      if (v.rfind("tma_", 0) == 0) return "simt_" + v;
-      return "simt_cpasync_" + v;
-    }
-    case KernelKind::kFp32x3: {
-      const int64_t slices = fp32x3_slices(args.shape, sm_count).count;
-      return "fp32x3_wgmma_" + std::string(fp32x3_variant_name(fp32x3_pick_variant(args))) +
-             (slices > 1 ? "_splitk" + std::to_string(slices) : "");
-    }
-    case KernelKind::kCublas:
-      return "cublas_sgemm";
-    case KernelKind::kTf32:
-      return "cublas_tf32";
-    case KernelKind::kOpenblas:
-      break;
-  }
-  return "openblas_sgemm";
+  return select_kernel_row_of(kind, args.shape, kernel_layout(args), sm_count).name();
 }
 
+// The planner's one choice (select_kernel_row) for `args`' shape and layout.
 std::string selected_row(const GemmArgs& args, Precision p, int sm_count, const std::vector<KernelKind>& available) {
   KernelQuery q;
   q.shape = args.shape;
@@ -59,9 +40,11 @@ std::string selected_row(const GemmArgs& args, Precision p, int sm_count, const 
   q.precision = p;
   q.available = available;
   q.sm_count = sm_count;
-  StatusOr<KernelSelection> sel = select_kernel(q);
+  q.beta = args.beta;
+  q.layout = kernel_layout(args);
+  StatusOr<KernelRowSelection> sel = select_kernel_row(q);
   if (!sel.ok()) return "error:" + std::string(status_code_name(sel.status().code()));
-  return row_name(sel->kind, args, sm_count);
+  return sel->pick.name();
 }
 
 }  // namespace
