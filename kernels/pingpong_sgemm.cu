@@ -320,7 +320,7 @@ struct Variant {
   bool (*accepts)(const GemmShape&);  // shapes it runs; run() refuses the others
 };
 
-// Production builds carry the variants pingpong_pick_variant() chooses from;
+// Production builds carry the variants the registry has rows for (common/kernel_registry.cc);
 // the tile configurations measured against them (docs/kernels.md) and the
 // atomic split-K compile only with -DSGEMM_KERNEL_TUNING=ON.
 constexpr Variant kVariants[] = {
