@@ -104,7 +104,7 @@ RowId select_simt(const GemmShape& s, int sm_count) {
   // (bench/results/2026-11-22_h100_thin-kmajor-a/): the 128x32x32 or 64x64x32 tile with A
   // K-major in shared memory (16-byte copies of A, the heavy operand there) when A's
   // rows are 16-byte aligned, else the transposed 256x32x16 or 128x64x16 tile.
-  if (s.m == 1 || s.n == 1) return kGemv;
+  if (one_row_or_column(s)) return kGemv;
   // The K-major thin tiles also from 256 rows when K >= 2048 (the engine's 512-row
   // blocks of thin products; bench/results/2026-11-23_h100_thin-kmajor-256-rows/):
   // 512x32x8192 135% of cuBLAS, 512x64x8192 138%, 512x32x2048 71%,
@@ -197,12 +197,17 @@ RowId select_simt(const GemmShape& s, int sm_count) {
 // all-shared-memory). Where TMA cannot read A in place (A not 16-byte aligned, lda % 4 != 0,
 // or a row stride of 2^40 bytes or more), both operands go through the split pass.
 RowId select_fp32x3(const GemmShape& s, const KernelLayout& layout) {
-  const int64_t lda = layout.lda > 0 ? layout.lda : (s.k + 3) / 4 * 4;
-  const bool a_tma_describable = layout.a_16byte_aligned && lda % 4 == 0 && lda * 4 < (int64_t{1} << 40);
-  return a_tma_describable ? kFp32x3SplitA : kFp32x3Planes;
+  return a_tma_readable(s, layout) ? kFp32x3SplitA : kFp32x3Planes;
 }
 
 }  // namespace
+
+bool one_row_or_column(const GemmShape& s) { return s.m == 1 || s.n == 1; }
+
+bool a_tma_readable(const GemmShape& s, const KernelLayout& layout) {
+  const int64_t lda = layout.lda > 0 ? layout.lda : (s.k + 3) / 4 * 4;
+  return layout.a_16byte_aligned && lda % 4 == 0 && lda * 4 < (int64_t{1} << 40);
+}
 
 std::string_view kernel_arch_name(KernelArch arch) {
   switch (arch) {
@@ -228,7 +233,7 @@ const KernelRow* find_kernel_row(std::string_view name) {
 
 bool kernel_row_accepts(const KernelRow& r, const GemmShape& s) {
   if (s.m < 1 || s.n < 1 || s.k < 1) return false;
-  return !r.one_row_or_column_only || s.m == 1 || s.n == 1;
+  return !r.one_row_or_column_only || one_row_or_column(s);
 }
 
 std::string KernelPick::name() const {

@@ -62,12 +62,20 @@ const KernelRow* find_kernel_row(std::string_view name);
 // Pointer and leading-dimension checks are kernels/'s can_implement.
 bool kernel_row_accepts(const KernelRow& row, const GemmShape& shape);
 
+// Pure: whether C is one row or one column (m == 1 or n == 1): the memory-bound GEMV
+// shapes, which the GEMV rows alone take and the SIMT family always runs as GEMV.
+bool one_row_or_column(const GemmShape& shape);
+
 // What a row choice may read of the operands' layout (kernels/ derives it from
 // GemmArgs; the planner assumes the engine's own staging, the default).
 struct KernelLayout {
   bool a_16byte_aligned = true;  // A's base address
   int64_t lda = 0;               // A's leading dimension; 0: round_up(k, 4), as the engine pads A's rows
 };
+
+// Pure: whether TMA can read A of `shape` in place with `layout`: a 16-byte aligned base,
+// lda % 4 == 0 and a row stride below 2^40 bytes (fp32x3 then splits A in the kernel).
+bool a_tma_readable(const GemmShape& shape, const KernelLayout& layout);
 
 // A chosen row and what it runs with.
 struct KernelPick {

@@ -66,9 +66,8 @@ Status make_raw_map(CUtensorMap* map, const float* a, int64_t rows, int64_t k, i
 }
 
 // Whether the bulk tensor copy can read A in place: 16-byte aligned base and rows.
-bool a_tma_describable(const GemmArgs& g) {
-  return (reinterpret_cast<uintptr_t>(g.a) & 15u) == 0 && g.lda % 4 == 0 && g.lda * 4 < (int64_t{1} << 40);
-}
+// The registry's rule (common/kernel_registry.h), which also chooses fp32x3's row by it.
+bool a_tma_describable(const GemmArgs& g) { return a_tma_readable(g.shape, kernel_layout(g)); }
 
 struct DeviceInfo {
   int sm_count = 0;

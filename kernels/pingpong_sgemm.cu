@@ -255,7 +255,7 @@ template <class CfgKMajor, class CfgTransposed>
 std::size_t split_k_workspace_either(const GemmShape& s) {
   return std::max(split_k_workspace<CfgKMajor, kThinMinK>(s), split_k_workspace<CfgTransposed, kThinMinK>(s));
 }
-bool gemv_shape(const GemmShape& s) { return s.m == 1 || s.n == 1; }
+bool gemv_shape(const GemmShape& s) { return one_row_or_column(s); }
 
 // The TMA-fed warp-specialized SIMT kernel (tma_simt_sgemm.h) where TMA can read A and B
 // on this device, else the 64x128 tiles above (the same results: every unsplit kernel

@@ -14,7 +14,8 @@ namespace {
 constexpr int64_t kFp32x3ContractMinK = 256;
 constexpr int64_t kFp32x3ContractMinCublasSumK = 400;
 
-bool single_row_or_column(const GemmShape& s) { return s.m == 1 || s.n == 1; }
+// The registry's GEMV shapes (common/kernel_registry.h).
+bool single_row_or_column(const GemmShape& s) { return one_row_or_column(s); }
 // C at most 64 rows high, wide, with a long K: ping-pong's 32x128 and 64x128
 // tiles with split-K.
 bool few_rows(const GemmShape& s) { return s.m <= 64 && s.n >= 1024 && s.k >= 2048; }
