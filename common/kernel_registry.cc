@@ -45,7 +45,8 @@ constexpr KernelTile kFlat{32, 128, 16, 4};        // the SIMT 32x128 tile
 constexpr KernelTile kTma128x256Tile{128, 256, 32, 1};
 constexpr KernelTile kTma192x128Tile{192, 128, 32, 1};
 constexpr KernelTile kTmaRingsTile{128, 128, 32, 2};  // two rings (consumer warp groups) per CTA, one CTA per SM
-constexpr KernelTile kFp32x3Tile{128, 128, 32, 1};
+// fp32x3's tile and k-block are common/fp32x3_slices.h's (its cut of K counts them).
+constexpr KernelTile kFp32x3Tile{int(kFp32x3TileEdge), int(kFp32x3TileEdge), int(kFp32x3KBlock), 1};
 constexpr KernelTile kNoTile{};
 
 // `variant` indexes the family's launcher table: kVariants of kernels/pingpong_sgemm.cu
