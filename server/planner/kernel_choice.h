@@ -107,7 +107,7 @@ struct KernelQuery {
   KernelKind ffma_default = KernelKind::kPingpong;  // the engine's configured FFMA kernel
   std::vector<KernelKind> available;                // what the devices offer
   int sm_count = 132;                               // SMs of the GPU that runs it
-  float beta = 0.0f;                                // the request's beta (no measured rule reads it yet)
+  float beta = 0.0f;                                // the request's beta (no rule reads it)
   KernelLayout layout;                              // A's alignment and lda (default: the engine's staging)
 };
 
