@@ -4,6 +4,8 @@
 // caller's, as for every backend (gemm_backend.h); the engine's lane owns it.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -24,9 +26,17 @@ class Fp32x3Backend final : public GemmBackend {
   Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
     return fp32x3_sgemm(args, workspace, workspace_bytes, stream);
   }
-  // The registry row fp32x3_sgemm runs, with "_splitkN" where it cuts K in N slices.
-  std::string kernel_name(const GemmArgs& args) const override {
-    return select_kernel_row_of(KernelKind::kFp32x3, args.shape, kernel_layout(args), sm_count_).name();
+  // The registry row fp32x3_sgemm runs and its cut of K (the name's "_splitkN").
+  KernelPick row(const GemmArgs& args) const override {
+    return select_kernel_row_of(KernelKind::kFp32x3, args.shape, kernel_layout(args), sm_count_);
+  }
+  std::size_t row_workspace_bytes(const KernelPick& pick, const GemmArgs& args) const override {
+    return fp32x3_workspace_bytes(args.shape, std::max<int64_t>(pick.k_slices, 1));
+  }
+  Status run_row(const KernelPick& pick, const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
+                 cudaStream_t stream) override {
+    SGEMM_RETURN_IF_ERROR(check_row(pick));
+    return fp32x3_sgemm_variant_sliced(args, pick.row->variant, pick.k_slices, workspace, workspace_bytes, stream);
   }
 
  private:

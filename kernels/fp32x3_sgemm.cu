@@ -292,6 +292,16 @@ Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, 
   return kVariants[variant].run(args, fp32x3_slices(args.shape, current_sm_count()), workspace, bytes, stream);
 }
 
+Status fp32x3_sgemm_variant_sliced(const GemmArgs& args, int variant, int64_t slices, void* workspace,
+                                   std::size_t bytes, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  if (variant < 0 || variant >= kNumVariants)
+    return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
+                           std::to_string(variant));
+  if (slices < 1) return InvalidArgument("slices: must be >= 1, got " + std::to_string(slices));
+  return kVariants[variant].run(args, fp32x3_slices_of_count(args.shape, slices), workspace, bytes, stream);
+}
+
 Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
   SGEMM_RETURN_IF_ERROR(check_workspace(args, fp32x3_slices_of_count(args.shape, 1), workspace, bytes));

@@ -60,5 +60,9 @@ std::string_view fp32x3_variant_name(int variant);
 int fp32x3_pick_variant(const GemmArgs& args);
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,
                             cudaStream_t stream);
+// One variant with K cut into `slices` (a registry row and its cut, as the planner chose
+// them); the workspace must hold fp32x3_workspace_bytes(shape, slices) bytes.
+Status fp32x3_sgemm_variant_sliced(const GemmArgs& args, int variant, int64_t slices, void* workspace,
+                                   std::size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace sgemm

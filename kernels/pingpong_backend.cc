@@ -25,8 +25,17 @@ class PingpongBackend final : public GemmBackend {
   // The registry row pingpong_sgemm runs (common/kernel_registry.h): "simt_tma_..." for
   // the TMA-fed kernels (which take the cp.async tile where TMA cannot read A or B),
   // "simt_cpasync_..." for the multistage cp.async tiles, "gemv" for one row or column.
-  std::string kernel_name(const GemmArgs& args) const override {
-    return select_kernel_row_of(KernelKind::kPingpong, args.shape, kernel_layout(args), sm_count_).name();
+  KernelPick row(const GemmArgs& args) const override {
+    return select_kernel_row_of(KernelKind::kPingpong, args.shape, kernel_layout(args), sm_count_);
+  }
+  std::size_t row_workspace_bytes(const KernelPick& pick, const GemmArgs& args) const override {
+    if (!check_row(pick).ok()) return 0;
+    return pingpong_variant_workspace_bytes(args.shape, pick.row->variant);
+  }
+  Status run_row(const KernelPick& pick, const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
+                 cudaStream_t stream) override {
+    SGEMM_RETURN_IF_ERROR(check_row(pick));
+    return pingpong_sgemm_variant(args, pick.row->variant, workspace, workspace_bytes, stream);
   }
 
  private:

@@ -1,7 +1,7 @@
 // The registry row on the GPU (label gpu; skips without one): each backend's
 // kernel_name() is the name of the row the planner's select_kernel_row returns for
-// the engine's layout, and a launcher given that row's variant computes bit for bit
-// what the launcher without a row computes.
+// the engine's layout, and a launcher or backend given that row computes bit for bit
+// what the launcher or backend without one computes.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/kernel_registry.h"
@@ -74,6 +75,8 @@ TEST(KernelRowNames, BackendsNameTheRowThePlannerSelects) {
       StatusOr<KernelRowSelection> sel = select_kernel_row(q);
       ASSERT_TRUE(sel.ok()) << sel.status().to_string();
       EXPECT_EQ((*be)->kernel_name(g), sel->pick.name()) << gemm_shape_text(s);
+      EXPECT_EQ((*be)->row(g).row, sel->pick.row) << gemm_shape_text(s);
+      EXPECT_EQ((*be)->row(g).k_slices, sel->pick.k_slices) << gemm_shape_text(s);
     }
   }
 }
@@ -106,6 +109,46 @@ TEST(KernelRowNames, TheChosenVariantComputesWhatTheLauncherWithoutARowComputes)
     ASSERT_EQ(cudaMemcpy(r1.data(), dc1.p, r1.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(r2.data(), dc2.p, r2.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(std::memcmp(r1.data(), r2.data(), r1.size() * 4), 0) << pick.name() << " at " << gemm_shape_text(s);
+  }
+}
+
+// run_row with the planner's row computes what run() computes, for every GPU family;
+// a row of another family is refused, naming `kernel`.
+TEST(KernelRowNames, RunRowMatchesRunBitForBit) {
+  SGEMM_REQUIRE_GPUS(1);
+  const GemmShape s{640, 520, 4096};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> ha(size_t(s.m * s.k)), hb(size_t(s.k * s.n)), hc(size_t(s.m * s.n));
+  for (float& x : ha) x = u(rng);
+  for (float& x : hb) x = u(rng);
+  for (float& x : hc) x = u(rng);
+  DeviceFloats da(ha), db(hb);
+  ASSERT_TRUE(da.ok() && db.ok());
+  for (KernelKind kind : {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kTf32, KernelKind::kFp32x3}) {
+    StatusOr<std::unique_ptr<GemmBackend>> be = make_gemm_backend(kind);
+    if (!be.ok()) continue;  // fp32x3 off Hopper
+    DeviceFloats dc1(hc), dc2(hc);
+    ASSERT_TRUE(dc1.ok() && dc2.ok());
+    const GemmArgs g1 = dense_gemm_args(s, 1.0f, da.p, db.p, 0.25f, dc1.p);
+    const GemmArgs g2 = dense_gemm_args(s, 1.0f, da.p, db.p, 0.25f, dc2.p);
+    const KernelPick pick = (*be)->row(g1);
+    const std::size_t ws_bytes = std::max((*be)->workspace_bytes(g1), (*be)->row_workspace_bytes(pick, g2));
+    DeviceFloats workspace(std::vector<float>((ws_bytes + 3) / 4));
+    void* ws = ws_bytes > 0 ? workspace.p : nullptr;
+    ASSERT_TRUE((*be)->run(g1, ws, ws_bytes, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_TRUE((*be)->run_row(pick, g2, ws, ws_bytes, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> r1(hc.size()), r2(hc.size());
+    ASSERT_EQ(cudaMemcpy(r1.data(), dc1.p, r1.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(r2.data(), dc2.p, r2.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(r1.data(), r2.data(), r1.size() * 4), 0) << pick.name();
+    const KernelKind other = kind == KernelKind::kCublas ? KernelKind::kPingpong : KernelKind::kCublas;
+    const Status refused =
+        (*be)->run_row(select_kernel_row_of(other, s, KernelLayout{}, 132), g2, ws, ws_bytes, nullptr);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find("kernel"), std::string::npos) << refused.message();
   }
 }
 
