@@ -453,11 +453,17 @@ constexpr Variant kVariants[] = {
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 
-// The tiles the registry's row choice reasons about (common/kernel_registry.cc) are these.
+// The registry's rows (common/kernel_registry.cc) describe these tiles.
 static_assert(SmallWide4::BM == 64 && SmallWide4::BN == 128 && SmallWide4::BK == 16 && SmallWide4::MIN_BLOCKS == 4,
               "the registry's SIMT 64x128 tile (kernel_registry.cc, kSmallWide4) must match SmallWide4");
 static_assert(Small32::BM == 64 && Small32::BN == 64 && Small32::BK == 32 && Small32::MIN_BLOCKS == 4,
               "the registry's K-major 64x64 tile (kernel_registry.cc, kSmall32) must match Small32");
+static_assert(TallK32::BM == 128 && TallK32::BN == 32 && TallK32::BK == 32 && TallK32::MIN_BLOCKS == 3,
+              "the registry's K-major 128x32 tile (kernel_registry.cc, kTallK32) must match TallK32");
+static_assert(Medium::BM == 128 && Medium::BN == 64 && Medium::BK == 16 && Medium::MIN_BLOCKS == 4,
+              "the registry's 128x64 tile (kernel_registry.cc, kMedium) must match Medium");
+static_assert(Flat::BM == 32 && Flat::BN == 128 && Flat::BK == 16 && Flat::MIN_BLOCKS == 4,
+              "the registry's 32x128 tile (kernel_registry.cc, kFlat) must match Flat");
 
 // The row the registry chooses for `args` in the SIMT family (its variant indexes kVariants).
 int chosen_variant(const GemmArgs& args, int sm_count) {
