@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "common/kernel_registry.h"
 #include "kernels/backend_factories.h"
 #include "kernels/cublas_status.h"
 #include "kernels/cuda_status.h"
@@ -45,8 +46,8 @@ class CublasBackend final : public GemmBackend {
                                   CUDA_R_32F, int(g.ldc), compute_, CUBLAS_GEMM_DEFAULT));
     return Status::Ok();
   }
-  std::string kernel_name(const GemmArgs& /*args*/) const override {
-    return kind_ == KernelKind::kTf32 ? "cublas_tf32" : "cublas_sgemm";
+  KernelPick row(const GemmArgs& args) const override {
+    return select_kernel_row_of(kind_, args.shape, kernel_layout(args), 0);  // one row per kind
   }
 
  private:

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/fp32x3_slices.h"
+#include "common/kernel_registry.h"
 #include "kernels/cuda_status.h"
 #include "kernels/fp32x3_sgemm.cuh"
 #include "kernels/fp32x3_sgemm.h"
@@ -65,9 +66,8 @@ Status make_raw_map(CUtensorMap* map, const float* a, int64_t rows, int64_t k, i
 }
 
 // Whether the bulk tensor copy can read A in place: 16-byte aligned base and rows.
-bool a_tma_describable(const GemmArgs& g) {
-  return (reinterpret_cast<uintptr_t>(g.a) & 15u) == 0 && g.lda % 4 == 0 && g.lda * 4 < (int64_t{1} << 40);
-}
+// The registry's rule (common/kernel_registry.h), which also chooses fp32x3's row by it.
+bool a_tma_describable(const GemmArgs& g) { return a_tma_readable(g.shape, kernel_layout(g)); }
 
 struct DeviceInfo {
   int sm_count = 0;
@@ -279,13 +279,8 @@ std::string_view fp32x3_variant_name(int variant) {
 }
 
 int fp32x3_pick_variant(const GemmArgs& args) {
-  // Promoted every k-block only (accuracy for any K). Measured on H100 (docs/kernels.md,
-  // bench/results/2026-11-22_h100_fp32x3*): splitting A in the kernel saves the split pass's A share;
-  // with the integer rounding of its fragments (2026-11-22, fp32x3b) it is the fastest
-  // promoted kernel at every measured shape, 8192 included (118-121 vs 114-118 TFLOP/s
-  // for all-shared-memory). Where TMA cannot read A in place (unaligned a or
-  // lda % 4 != 0), both operands go through the split pass.
-  return a_tma_describable(args) ? kCoopPromote1SplitAGroup16 : kCoopPromote1;
+  // The registry's row (common/kernel_registry.h); the SM count does not change the variant.
+  return select_kernel_row_of(KernelKind::kFp32x3, args.shape, kernel_layout(args), 1).row->variant;
 }
 
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t bytes,
@@ -295,6 +290,16 @@ Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, 
     return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
                            std::to_string(variant));
   return kVariants[variant].run(args, fp32x3_slices(args.shape, current_sm_count()), workspace, bytes, stream);
+}
+
+Status fp32x3_sgemm_variant_sliced(const GemmArgs& args, int variant, int64_t slices, void* workspace,
+                                   std::size_t bytes, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  if (variant < 0 || variant >= kNumVariants)
+    return InvalidArgument("variant: must be in [0, " + std::to_string(kNumVariants) + "), got " +
+                           std::to_string(variant));
+  if (slices < 1) return InvalidArgument("slices: must be >= 1, got " + std::to_string(slices));
+  return kVariants[variant].run(args, fp32x3_slices_of_count(args.shape, slices), workspace, bytes, stream);
 }
 
 Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {

@@ -55,9 +55,14 @@ Status fp32x3_sgemm_sliced(const GemmArgs& args, int64_t slices, void* workspace
 
 int fp32x3_variant_count();
 std::string_view fp32x3_variant_name(int variant);
-// The variant fp32x3_sgemm() uses for `args` (its shape and the alignment of A).
+// The variant fp32x3_sgemm() uses for `args` (its shape and the alignment of A): the
+// registry row's (common/kernel_registry.h, select_kernel_row_of).
 int fp32x3_pick_variant(const GemmArgs& args);
 Status fp32x3_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,
                             cudaStream_t stream);
+// One variant with K cut into `slices` (a registry row and its cut, as the planner chose
+// them); the workspace must hold fp32x3_workspace_bytes(shape, slices) bytes.
+Status fp32x3_sgemm_variant_sliced(const GemmArgs& args, int variant, int64_t slices, void* workspace,
+                                   std::size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace sgemm

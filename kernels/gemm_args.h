@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/gemm_types.h"
+#include "common/kernel_registry.h"
 #include "common/status.h"
 
 namespace sgemm {
@@ -44,5 +45,10 @@ struct GemmArgBounds {
 // TMA strides, GEMV shapes).
 Status check_gemm_shape(const GemmShape& s, GemmArgBounds bounds = {});
 Status check_gemm_args(const GemmArgs& g, GemmArgBounds bounds = {});
+
+// What the registry's row choice (common/kernel_registry.h) reads of `args`' layout.
+inline KernelLayout kernel_layout(const GemmArgs& args) {
+  return {.a_16byte_aligned = (reinterpret_cast<uintptr_t>(args.a) & 15u) == 0, .lda = args.lda};
+}
 
 }  // namespace sgemm

@@ -6,6 +6,25 @@
 
 namespace sgemm {
 
+Status GemmBackend::check_row(const KernelPick& pick) const {
+  if (pick.row == nullptr) return InvalidArgument("kernel: no row given");
+  if (pick.row->family != kind())
+    return InvalidArgument("kernel: row '" + std::string(pick.row->name) + "' is not of the " +
+                           std::string(kernel_kind_name(kind())) + " family");
+  return Status::Ok();
+}
+
+// A family with one row (cuBLAS) runs it as run() does.
+std::size_t GemmBackend::row_workspace_bytes(const KernelPick& /*pick*/, const GemmArgs& args) const {
+  return workspace_bytes(args);
+}
+
+Status GemmBackend::run_row(const KernelPick& pick, const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
+                            cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(check_row(pick));
+  return run(args, workspace, workspace_bytes, stream);
+}
+
 StatusOr<std::unique_ptr<GemmBackend>> make_gemm_backend(KernelKind kind) {
   switch (kind) {
     case KernelKind::kPingpong:

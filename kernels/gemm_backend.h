@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/gemm_types.h"
+#include "common/kernel_registry.h"
 #include "common/status.h"
 #include "kernels/gemm_args.h"
 
@@ -41,12 +42,27 @@ class GemmBackend {
   // must stay valid until the work on `stream` is done.
   virtual Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) = 0;
 
-  // Pure: the name of the concrete kernel run() launches for `args` on this
-  // backend's device, saying what it is: the arithmetic, the data path and the
-  // tile ("simt_tma_128x256x32_w64x64_t8x16_s4", "simt_cpasync_64x128x16_...",
-  // "gemv", "fp32x3_wgmma_coop_128x128_s4_promote1_splitA_group16",
+  // Pure: the kernel registry's row run() launches for `args` on this backend's
+  // device (common/kernel_registry.h, select_kernel_row_of: the choice the planner's
+  // select_kernel_row makes for the engine's layout).
+  virtual KernelPick row(const GemmArgs& args) const = 0;
+
+  // Pure: the name of that row, saying what it is: the arithmetic, the data path and
+  // the tile ("simt_tma_128x256x32_w64x64_t8x16_s4", "simt_cpasync_64x128x16_...",
+  // "gemv", "fp32x3_wgmma_coop_128x128_s4_promote1_splitA_group16_splitk4",
   // "cublas_sgemm", "cublas_tf32"). Summaries, timings.jsonl and traces name it.
-  virtual std::string kernel_name(const GemmArgs& args) const = 0;
+  std::string kernel_name(const GemmArgs& args) const { return row(args).name(); }
+
+  // The scratch and the launch of a given row of this backend's family (the planner's
+  // select_kernel_row, say) in place of the backend's own choice. INVALID_ARGUMENT
+  // naming `kernel` when `pick` is not a row of kind().
+  virtual std::size_t row_workspace_bytes(const KernelPick& pick, const GemmArgs& args) const;
+  virtual Status run_row(const KernelPick& pick, const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
+                         cudaStream_t stream);
+
+ protected:
+  // OK when `pick` is a row of this backend's family.
+  Status check_row(const KernelPick& pick) const;
 };
 
 // Makes a backend for the current device.

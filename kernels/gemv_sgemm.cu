@@ -118,7 +118,7 @@ Status launch_col(const GemmArgs& g, int sm_count, cudaStream_t stream) {
 
 Status gemv_can_implement(const GemmArgs& g) {
   const GemmShape& s = g.shape;
-  if (s.m != 1 && s.n != 1)
+  if (!one_row_or_column(s))
     return InvalidArgument("shape: the GEMV kernel needs m == 1 or n == 1, got " + std::to_string(s.m) + "x" +
                            std::to_string(s.n));
   return check_gemm_args(g);

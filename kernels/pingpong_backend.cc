@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "common/kernel_registry.h"
 #include "kernels/backend_factories.h"
 #include "kernels/cuda_status.h"
 #include "kernels/pingpong_sgemm.h"
@@ -21,14 +22,20 @@ class PingpongBackend final : public GemmBackend {
   Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
     return pingpong_sgemm(args, workspace, workspace_bytes, stream);
   }
-  // The variant pingpong_sgemm picks, prefixed by its data path: "simt_tma_" for the
-  // TMA-fed kernels (which take the cp.async tile where TMA cannot read A or B),
-  // "simt_cpasync_" for the multistage cp.async tiles, "gemv" for one row or column.
-  std::string kernel_name(const GemmArgs& args) const override {
-    const std::string v(pingpong_variant_name(pingpong_pick_variant(args.shape, sm_count_)));
-    if (v == "gemv") return v;
-    if (v.rfind("tma_", 0) == 0) return "simt_" + v;
-    return "simt_cpasync_" + v;
+  // The registry row pingpong_sgemm runs (common/kernel_registry.h): "simt_tma_..." for
+  // the TMA-fed kernels (which take the cp.async tile where TMA cannot read A or B),
+  // "simt_cpasync_..." for the multistage cp.async tiles, "gemv" for one row or column.
+  KernelPick row(const GemmArgs& args) const override {
+    return select_kernel_row_of(KernelKind::kPingpong, args.shape, kernel_layout(args), sm_count_);
+  }
+  std::size_t row_workspace_bytes(const KernelPick& pick, const GemmArgs& args) const override {
+    if (!check_row(pick).ok()) return 0;
+    return pingpong_variant_workspace_bytes(args.shape, pick.row->variant);
+  }
+  Status run_row(const KernelPick& pick, const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
+                 cudaStream_t stream) override {
+    SGEMM_RETURN_IF_ERROR(check_row(pick));
+    return pingpong_sgemm_variant(args, pick.row->variant, workspace, workspace_bytes, stream);
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/kernel_registry.h"
 #include "kernels/cuda_status.h"
 #include "kernels/gemv_sgemm.h"
 #include "kernels/launch_util.h"
@@ -97,13 +98,9 @@ Status check_splitk_workspace(const GemmShape& s, int splits, const Workspace& w
   return Status::Ok();
 }
 
-// The split count launch() really uses: clamped to [1, min(k tiles, 64)], no empty split.
-int effective_splits(const GemmShape& s, int bk, int splits) {
-  const int k_tiles = int((s.k + bk - 1) / bk);
-  splits = std::clamp(splits, 1, std::max(1, std::min(k_tiles, 64)));
-  const int per_split = (k_tiles + splits - 1) / splits;
-  return (k_tiles + per_split - 1) / per_split;
-}
+// The split count launch() really uses (common/kernel_registry.h: the row choice counts
+// work units with the same arithmetic).
+int effective_splits(const GemmShape& s, int bk, int splits) { return simt_effective_splits(s, bk, splits); }
 
 template <class Cfg, bool kVectorized, bool kAKMajor>
 Status launch_cluster_reduce(const GemmArgs& g, cudaStream_t stream, dim3 grid, int per_split) {
@@ -207,15 +204,10 @@ Status run_config_by_alignment(const GemmArgs& g, Workspace ws, cudaStream_t str
 
 int sm_count_of_current_device();
 
-// Split-K count for a shape: enough (tile, split) blocks for one full wave of
-// `per_sm` resident blocks, each split keeping at least `min_k` of K.
+// Split-K count for a shape (common/kernel_registry.h, simt_split_k_count: the row
+// choice reads the same count).
 int pick_splits(const GemmShape& s, int64_t bm, int64_t bn, int sm_count, int per_sm, int64_t min_k = 1024) {
-  const int64_t tiles = ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn);
-  const int64_t slots = int64_t(sm_count) * per_sm;
-  if (tiles >= slots || s.k < 2 * min_k) return 1;
-  const int64_t by_slots = slots / tiles;
-  const int64_t by_k = s.k / min_k;
-  return int(std::max<int64_t>(1, std::min(by_slots, by_k)));
+  return simt_split_k_count(s, bm, bn, sm_count, per_sm, min_k);
 }
 
 // Thin tiles split K down to 512 per split: with m or n <= 128 there are few tiles
@@ -263,7 +255,7 @@ template <class CfgKMajor, class CfgTransposed>
 std::size_t split_k_workspace_either(const GemmShape& s) {
   return std::max(split_k_workspace<CfgKMajor, kThinMinK>(s), split_k_workspace<CfgTransposed, kThinMinK>(s));
 }
-bool gemv_shape(const GemmShape& s) { return s.m == 1 || s.n == 1; }
+bool gemv_shape(const GemmShape& s) { return one_row_or_column(s); }
 
 // The TMA-fed warp-specialized SIMT kernel (tma_simt_sgemm.h) where TMA can read A and B
 // on this device, else the 64x128 tiles above (the same results: every unsplit kernel
@@ -328,7 +320,7 @@ struct Variant {
   bool (*accepts)(const GemmShape&);  // shapes it runs; run() refuses the others
 };
 
-// Production builds carry the variants pingpong_pick_variant() chooses from;
+// Production builds carry the variants the registry has rows for (common/kernel_registry.cc);
 // the tile configurations measured against them (docs/kernels.md) and the
 // atomic split-K compile only with -DSGEMM_KERNEL_TUNING=ON.
 constexpr Variant kVariants[] = {
@@ -460,21 +452,23 @@ constexpr Variant kVariants[] = {
 #endif
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
-// The production variants, in kVariants order (PingpongVariants.PicksNameTheMeasuredTiles checks the names).
-enum VariantId {
-  kSmallWideByAlignment = 0,
-  kSmallWide4SplitK = 1,
-  kGemv = 2,
-  kThinN32SplitK = 3,
-  kThinN64SplitK = 4,
-  kMediumSplitKCluster = 5,
-  kFlatSplitK = 6,
-  kTma128x256 = 7,
-  kTma192x128 = 8,
-  kTma128x256SplitK = 9,
-  kTma128x256StreamK = 10,
-  kTmaRings2x128x128 = 12,
-};
+
+// The registry's rows (common/kernel_registry.cc) describe these tiles.
+static_assert(SmallWide4::BM == 64 && SmallWide4::BN == 128 && SmallWide4::BK == 16 && SmallWide4::MIN_BLOCKS == 4,
+              "the registry's SIMT 64x128 tile (kernel_registry.cc, kSmallWide4) must match SmallWide4");
+static_assert(Small32::BM == 64 && Small32::BN == 64 && Small32::BK == 32 && Small32::MIN_BLOCKS == 4,
+              "the registry's K-major 64x64 tile (kernel_registry.cc, kSmall32) must match Small32");
+static_assert(TallK32::BM == 128 && TallK32::BN == 32 && TallK32::BK == 32 && TallK32::MIN_BLOCKS == 3,
+              "the registry's K-major 128x32 tile (kernel_registry.cc, kTallK32) must match TallK32");
+static_assert(Medium::BM == 128 && Medium::BN == 64 && Medium::BK == 16 && Medium::MIN_BLOCKS == 4,
+              "the registry's 128x64 tile (kernel_registry.cc, kMedium) must match Medium");
+static_assert(Flat::BM == 32 && Flat::BN == 128 && Flat::BK == 16 && Flat::MIN_BLOCKS == 4,
+              "the registry's 32x128 tile (kernel_registry.cc, kFlat) must match Flat");
+
+// The row the registry chooses for `args` in the SIMT family (its variant indexes kVariants).
+int chosen_variant(const GemmArgs& args, int sm_count) {
+  return select_kernel_row_of(KernelKind::kPingpong, args.shape, kernel_layout(args), sm_count).row->variant;
+}
 
 int sm_count_of_current_device() {
   int device = 0, sms = 0;
@@ -504,108 +498,8 @@ std::string_view pingpong_variant_name(int variant) {
   return kVariants[variant].name;
 }
 
-int pingpong_pick_variant(const GemmShape& s, int sm_count) {
-  // Measured on H100 (docs/kernels.md, bench/results/): the 64x128x16 tile with 4
-  // resident blocks per SM was the best or within 2% of the best on every shape from
-  // 1024 to 8192 (before the TMA-fed kernel), with 4 stages when B and C allow 16-byte
-  // copies and 3 otherwise; shapes with too few tiles for a wave split K (deterministically)
-  // or take smaller tiles (the rules below).
-  // Thin C (bench/results/2026-11-22_h100_thin-gemv-tiles/): a single row or
-  // column is a memory-bound GEMV; C at most 32 rows high takes the 32x128 tile,
-  // splitting K down to 512 per split. C at most 32 or 64 columns wide
-  // (bench/results/2026-11-22_h100_thin-kmajor-a/): the 128x32x32 or 64x64x32 tile with A
-  // K-major in shared memory (16-byte copies of A, the heavy operand there) when A's
-  // rows are 16-byte aligned, else the transposed 256x32x16 or 128x64x16 tile.
-  if (gemv_shape(s)) return kGemv;
-  const auto tiles_of = [&](int64_t bm, int64_t bn) { return ((s.m + bm - 1) / bm) * ((s.n + bn - 1) / bn); };
-  // The K-major thin tiles also from 256 rows when K >= 2048 (the engine's 512-row
-  // blocks of thin products; bench/results/2026-11-23_h100_thin-kmajor-256-rows/):
-  // 512x32x8192 135% of cuBLAS, 512x64x8192 138%, 512x32x2048 71%,
-  // where the 64x128 split-K tile ran 29-58% (few tiles, K split no finer than 1024).
-  const bool thin_from_256 = s.m >= 256 && s.k >= 2048;
-  if (s.n <= 32 && (s.m >= 1024 || thin_from_256)) return kThinN32SplitK;
-  // With K < 2048 the 128x64 tile splits K at most 3 ways: its splits meet in a
-  // cluster (no workspace pass): 8192x64x1024 114.5% of cuBLAS against 99.6% with
-  // the workspace; with more splits the cluster reduction lost (73.6% at 8192x64x8192).
-  if (s.n <= 64 && s.m >= 1024) return s.k < 2048 ? kMediumSplitKCluster : kThinN64SplitK;
-  if (s.n <= 64 && thin_from_256) return kThinN64SplitK;
-  if (s.m <= 32 && s.n >= 1024) return kFlatSplitK;
-  // C 65 to 96 columns wide: the 128x32 K-major tile (three column tiles) split down to 512 of
-  // K; 104.5% of cuBLAS at 4096x96x4096 and 99.6% at 8192x96x8192, where the 64x128 split-K
-  // tile ran 94.0% and 88.0% (bench/results/2026-11-23_h100_picker-splitk/).
-  if (s.n <= 96 && s.m >= 1024 && s.k >= 2048) return kThinN32SplitK;
-  // Where the 64x128 tile splits K (few tiles, long K), three tiles, each taken only where it
-  // fills its wave (90% of a wave of its (tile, split) units) and pads C no more than the
-  // smaller tiles (its share of C's padded area within 0.05 of theirs):
-  //   - the TMA-fed kernel's 128x256 tile with split-K, with C more than 64 rows and 128
-  //     columns (92.9% vs 90.2% at 1024x1024x16384, 91.7% vs 89.2% at
-  //     128x8192x8192);
-  //   - the 64x128 tile with split-K (always for C at most 64 columns);
-  //   - else the 64x64 K-major tile, whose K splits down to 512.
-  // Measured (bench/results/2026-11-23_h100_picker-splitk/): with fewer units
-  // the 128x256 tile had run 34-56% (64x4096x4096, 128x4096x4096, 512x512x8192, 256x256x16384),
-  // the 64x64 K-major tile 86-116%; half-padded, 64x8192x8192 51.8% against 98.5% (64x128);
-  // padded to 256 columns or rows, 8192x192x4096 90.7% against 105.9% (64x64) and 192x4096x8192
-  // 79.2% against 95.3% (64x128).
-  if (pick_splits(s, SmallWide4::BM, SmallWide4::BN, sm_count, SmallWide4::MIN_BLOCKS) > 1) {
-    const auto units = [&](int64_t bm, int64_t bn, int bk, int per_sm) {  // as the launchers split
-      return tiles_of(bm, bn) * effective_splits(s, bk, pick_splits(s, bm, bn, sm_count, per_sm));
-    };
-    const auto used = [&](int64_t bm, int64_t bn) {  // C's share of the tiles' area
-      return double(s.m) / double((s.m + bm - 1) / bm * bm) * double(s.n) / double((s.n + bn - 1) / bn * bn);
-    };
-    const double used_k = used(64, 64), used_w = used(SmallWide4::BM, SmallWide4::BN);
-    if (s.n > 128 && s.m > 64 && units(128, 256, 32, 1) * 10 >= int64_t(sm_count) * 9 &&
-        used(128, 256) + 0.05 >= std::max(used_w, used_k))
-      return kTma128x256SplitK;
-    const int64_t slots = int64_t(sm_count) * SmallWide4::MIN_BLOCKS;
-    if (s.n <= 64 || (units(SmallWide4::BM, SmallWide4::BN, SmallWide4::BK, SmallWide4::MIN_BLOCKS) * 10 >= slots * 9 &&
-                      used_w + 0.05 >= used_k))
-      return kSmallWide4SplitK;
-    return kThinN64SplitK;
-  }
-  // Few tiles and a short K (K < 2048: the 64x128 tile does not split it), C more than 64
-  // columns wide and A's rows 16-byte multiples: where the 64x128 tiles fill less than 60% of
-  // a wave of 4 per SM, the 64x64 K-major tile (twice the tiles; K split down to 512 from
-  // K = 1024). Measured in the same directory, two rounds against the previous pick: 256^3
-  // 120-146% of cuBLAS against 90-91%, 512^3 113-114% against 69-74%, 1024x512x1024 101-102%
-  // against 64%, 768x1536x1024 92-95% against 70-71%, 1536^3 95-104% against 88-90%; it lost
-  // at 768^3 (83-90% against 91-92%) and 896^3 (85-90% against 90-95%), and at 777x555x333
-  // (77% against 92-93%: A's rows not 16-byte multiples, the tile's transposed fallback).
-  if (s.n > 64 && s.k % 4 == 0 &&
-      tiles_of(SmallWide4::BM, SmallWide4::BN) * 10 < int64_t(sm_count) * SmallWide4::MIN_BLOCKS * 6)
-    return kThinN64SplitK;
-  // Otherwise, with K >= 2048 (at K = 1024 the 64x128 tile measured 2-3 points better), the
-  // TMA-fed kernel's per-SM rate was 1-3% above the 64x128 tile's; it runs one CTA per SM,
-  // so the last wave decides: take its 128x256 tile, its 128x128-per-ring tile (two consumer
-  // warp groups, each its own tile and ring: 2 x #SMs tiles at once) or its 192x128 tile,
-  // whichever fills the last wave best (128x256 where it fills it as well as the rings: for
-  // n % 256 == 0 they fill it alike), when that fill is at least the 64x128 tile's (4 blocks
-  // per SM). With the whole-tile kernel compiled from its own source, 128x256 ran above the
-  // rings (2.914 vs
-  // 2.945-2.960 ms at 4096, 0.375 vs 0.379-0.382 ms at 2048, 3.141-3.154 vs 3.143-3.146 ms at
-  // 4095; bench/results/2026-11-23_h100_whole-tile-regression/).
-  if (s.k >= 2048) {
-    const auto fill = [&](int64_t bm, int64_t bn, int64_t slots) {
-      const int64_t tiles = tiles_of(bm, bn);
-      return double(tiles) / double((tiles + slots - 1) / slots * slots);
-    };
-    const double f256 = fill(128, 256, sm_count), f_rings = fill(128, 128, 2 * int64_t(sm_count));
-    const double f192 = fill(192, 128, sm_count);
-    const double f64 = fill(SmallWide4::BM, SmallWide4::BN, int64_t(sm_count) * SmallWide4::MIN_BLOCKS);
-    // Where every whole-tile schedule leaves the last wave poorly filled (best fill below
-    // 0.92) and the 128x256 tile's stream-K schedule runs (its last wave at most 60% full;
-    // a workspace is then needed), that tile with stream-K (measured in the same run:
-    // 98.5% vs 79.3% for the rings at 2560, 100.9% vs 94.4% for 192x128 at 5120).
-    if (std::max({f_rings, f192, f64}) < 0.92 &&
-        tma_simt_stream_k_workspace_bytes(s, TmaSimtTile::k128x256T8x16, sm_count) > 0)
-      return kTma128x256StreamK;
-    if (std::max({f256, f_rings, f192}) >= f64) {
-      if (f192 > std::max(f256, f_rings)) return kTma192x128;
-      return f_rings > f256 ? kTmaRings2x128x128 : kTma128x256;
-    }
-  }
-  return kSmallWideByAlignment;
+int pingpong_pick_variant(const GemmShape& shape, int sm_count) {
+  return select_kernel_row_of(KernelKind::kPingpong, shape, KernelLayout{}, sm_count).row->variant;
 }
 
 bool pingpong_variant_accepts(const GemmShape& shape, int variant) {
@@ -618,7 +512,7 @@ std::size_t pingpong_variant_workspace_bytes(const GemmShape& shape, int variant
 }
 
 std::size_t pingpong_workspace_bytes(const GemmArgs& args) {
-  return pingpong_variant_workspace_bytes(args.shape, pingpong_pick_variant(args.shape, sm_count_of_current_device()));
+  return pingpong_variant_workspace_bytes(args.shape, chosen_variant(args, sm_count_of_current_device()));
 }
 
 Status pingpong_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,
@@ -634,8 +528,8 @@ Status pingpong_sgemm_variant(const GemmArgs& args, int variant, void* workspace
 
 Status pingpong_sgemm(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(pingpong_can_implement(args));
-  return kVariants[pingpong_pick_variant(args.shape, sm_count_of_current_device())].run(
-      args, Workspace{workspace, workspace_bytes}, stream);
+  return kVariants[chosen_variant(args, sm_count_of_current_device())].run(args, Workspace{workspace, workspace_bytes},
+                                                                           stream);
 }
 
 }  // namespace sgemm

@@ -4,10 +4,10 @@
 // belongs to the caller (CUTLASS's get_workspace_size / initialize): ask
 // pingpong_workspace_bytes(args) and pass that many bytes of device memory.
 //
-// The kernel comes in tile configurations ("variants"); pingpong_sgemm() picks
-// one per class of shape (see pingpong_pick_variant). Production builds carry
-// the two it picks from; -DSGEMM_KERNEL_TUNING=ON adds the measured
-// alternatives (docs/kernels.md) for benchmarks to run by index.
+// The kernel comes in tile configurations ("variants"); each production variant
+// is a row of the kernel registry (common/kernel_registry.h), whose one choice
+// (select_kernel_row_of) pingpong_sgemm() asks. -DSGEMM_KERNEL_TUNING=ON adds
+// the measured alternatives (docs/kernels.md) for benchmarks to run by index.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,14 +38,16 @@ Status pingpong_sgemm(const GemmArgs& args, void* workspace, std::size_t workspa
 // Tile-configuration variants, for tuning and benchmarks.
 int pingpong_variant_count();
 std::string_view pingpong_variant_name(int variant);
-// The variant pingpong_sgemm() uses for `shape` on a device with `sm_count` SMs.
+// The variant pingpong_sgemm() uses for `shape` on a device with `sm_count` SMs: the
+// registry row's (select_kernel_row_of; the SIMT choice reads no layout).
 int pingpong_pick_variant(const GemmShape& shape, int sm_count);
 // Whether `variant` runs `shape` at all (the GEMV variant needs m == 1 or n == 1;
 // every tile variant runs every shape). Pure.
 bool pingpong_variant_accepts(const GemmShape& shape, int variant);
 // Scratch bytes of one variant for `shape` on the current device.
 std::size_t pingpong_variant_workspace_bytes(const GemmShape& shape, int variant);
-// Enqueues the product with one given variant (0 <= variant < pingpong_variant_count()).
+// Enqueues the product with one given variant (0 <= variant < pingpong_variant_count()),
+// e.g. the `variant` of the registry row the planner chose.
 Status pingpong_sgemm_variant(const GemmArgs& args, int variant, void* workspace, std::size_t workspace_bytes,
                               cudaStream_t stream);
 

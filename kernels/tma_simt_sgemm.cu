@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/kernel_registry.h"
 #include "kernels/cuda_status.h"
 #include "kernels/launch_util.h"
 #include "kernels/tensor_map.h"
@@ -54,6 +55,14 @@ Status current_device(Device* d) {
   return Status::Ok();
 }
 
+// The tiles the registry's row choice reasons about (common/kernel_registry.cc) are these.
+static_assert(Tile128x256::BM == 128 && Tile128x256::BN == 256 && Tile128x256::RINGS == 1 && tma_simt::kBK == 32,
+              "the registry's TMA 128x256 tile (kernel_registry.cc, kTma128x256Tile) must match Tile128x256");
+static_assert(Tile192x128::BM == 192 && Tile192x128::BN == 128 && Tile192x128::RINGS == 1,
+              "the registry's TMA 192x128 tile (kernel_registry.cc, kTma192x128Tile) must match Tile192x128");
+static_assert(Rings2x128x128::BM == 128 && Rings2x128x128::BN == 128 && Rings2x128x128::RINGS == 2,
+              "the registry's ring tile (kernel_registry.cc, kTmaRingsTile) must match Rings2x128x128");
+
 // Stream-K never cuts a segment shorter than this many k-blocks (128 of K) when it can help it.
 constexpr int64_t kMinStreamKIters = 4;
 
@@ -83,12 +92,9 @@ Schedule stream_k_schedule(const GemmShape& s, int sm_count) {
   const int64_t dp_tiles = tiles / vctas * vctas;
   const int64_t left = tiles - dp_tiles;
   const int64_t head = (left * k_blocks + vctas - 1) / vctas;
-  // Whole tiles when they fill whole waves, when the last wave is more than 60% full, or the
-  // owners would run whole tiles anyway (and when the tails' iterations would pass 2^31: the
-  // kernel counts them in int). The 60%: on one H100 stream-K gained
-  // where the last wave was 33-52% full and lost 1-6 points where it was 64-97% full (its
-  // owners wait for helpers that cut the tails into short pieces, each with a partial store).
-  if (left == 0 || left * 5 > vctas * 3 || head >= k_blocks || left * k_blocks > INT_MAX / 2)
+  // Whole tiles unless the rule the registry's row choice also reads says stream-K
+  // (common/kernel_registry.h, tma_simt_stream_k_applies).
+  if (!tma_simt_stream_k_applies(s, KernelTile{Cfg::BM, Cfg::BN, tma_simt::kBK, Cfg::RINGS}, sm_count))
     return whole_tiles<Cfg>(tiles, sm_count);
   Schedule sc;
   sc.sk.dp_units = int(dp_tiles);

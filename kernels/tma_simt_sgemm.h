@@ -15,7 +15,7 @@ namespace sgemm {
 
 // The tile configurations (tma_simt_sgemm.cu has their constants).
 enum class TmaSimtTile {
-  // Production (picked by pingpong_pick_variant):
+  // Production (rows of the kernel registry, common/kernel_registry.h):
   k128x256T8x16,  // 8 consumer warps of 64x64 (8x16 per thread, 2 x 4 warps), 4 stages
   k192x128T8x8,   // 12 consumer warps of 64x32 (8x8 per thread, 3 x 4 warps), 5 stages
   // Picked where the 128x256 tile fills the last wave less well:

@@ -18,6 +18,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev nlohmann-json3-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format clang-tidy   # clang-tidy: scripts/tidy.sh
+  liblzma-dev                                         # the golden kernel-decision record (tests/kernels)
   clang-14 libfuzzer-14-dev openssl                   # fuzz targets (scripts/fuzz.sh); TLS tests make certificates
   python3 python3-grpcio python3-numpy python3-yaml   # Python client tests, manifest checks
   python3-kubernetes                                  # the manifests against the Kubernetes API schema

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/fp32x3_slices.h"
 
@@ -13,7 +14,8 @@ namespace {
 constexpr int64_t kFp32x3ContractMinK = 256;
 constexpr int64_t kFp32x3ContractMinCublasSumK = 400;
 
-bool single_row_or_column(const GemmShape& s) { return s.m == 1 || s.n == 1; }
+// The registry's GEMV shapes (common/kernel_registry.h).
+bool single_row_or_column(const GemmShape& s) { return one_row_or_column(s); }
 // C at most 64 rows high, wide, with a long K: ping-pong's 32x128 and 64x128
 // tiles with split-K.
 bool few_rows(const GemmShape& s) { return s.m <= 64 && s.n >= 1024 && s.k >= 2048; }
@@ -195,6 +197,14 @@ StatusOr<KernelSelection> select_kernel(const KernelQuery& q) {
   sel.kind = choose_kernel(q.shape, fallback, ffma);
   sel.reason += kernel_choice_reason(q.shape, sel.kind, fallback);
   return sel;
+}
+
+StatusOr<KernelRowSelection> select_kernel_row(const KernelQuery& q) {
+  SGEMM_ASSIGN_OR_RETURN(KernelSelection sel, select_kernel(q));
+  KernelRowSelection out;
+  out.pick = select_kernel_row_of(sel.kind, q.shape, q.layout, q.sm_count);
+  out.reason = std::move(sel.reason);
+  return out;
 }
 
 std::vector<KernelKind> kernels_serving(Precision p, const std::vector<KernelKind>& av) {

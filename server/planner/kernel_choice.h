@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/gemm_types.h"
+#include "common/kernel_registry.h"
 #include "common/status.h"
 
 namespace sgemm {
@@ -106,6 +107,8 @@ struct KernelQuery {
   KernelKind ffma_default = KernelKind::kPingpong;  // the engine's configured FFMA kernel
   std::vector<KernelKind> available;                // what the devices offer
   int sm_count = 132;                               // SMs of the GPU that runs it
+  float beta = 0.0f;                                // the request's beta (no rule reads it)
+  KernelLayout layout;                              // A's alignment and lda (default: the engine's staging)
 };
 
 struct KernelSelection {
@@ -122,6 +125,17 @@ struct KernelSelection {
 //                  keeps the contract, else cuBLAS SGEMM where fp32_needs_cublas, else as
 //                  fp32-ffma.
 StatusOr<KernelSelection> select_kernel(const KernelQuery& query);
+
+// The one choice of the concrete kernel: select_kernel's family for the query, then
+// the registry's row within it (common/kernel_registry.h, select_kernel_row_of: the
+// same function the launchers in kernels/ ask when given no row, so each threshold is
+// written once). The row's name is what summaries, timings and traces report.
+struct KernelRowSelection {
+  KernelPick pick;     // the concrete row and its cut of K
+  std::string reason;  // as KernelSelection::reason
+  KernelKind kind() const { return pick.row->family; }
+};
+StatusOr<KernelRowSelection> select_kernel_row(const KernelQuery& query);
 
 // The kernel families that may serve `p` among `available`, fastest class first
 // (GetInfo's contracts).

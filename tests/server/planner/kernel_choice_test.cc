@@ -206,5 +206,39 @@ TEST(SelectKernel, ContractsListTheKernelsBehindThem) {
   EXPECT_EQ(parse_precision("fp32-ffma"), Precision::kFp32Ffma);
 }
 
+// select_kernel_row: select_kernel's family, then the registry's concrete row in it.
+TEST(SelectKernelRow, ReturnsTheConcreteRegistryRow) {
+  const auto row = [](GemmShape s, Precision p, KernelLayout layout = {}) {
+    KernelQuery q = query(s, p);
+    q.layout = layout;
+    StatusOr<KernelRowSelection> sel = select_kernel_row(q);
+    EXPECT_TRUE(sel.ok()) << sel.status().to_string();
+    return sel.ok() ? sel->pick.name() : std::string();
+  };
+  // fp32 on a large product: fp32x3, A split in the kernel where TMA reads A in place...
+  EXPECT_EQ(row({4096, 4096, 4096}, Precision::kFp32), "fp32x3_wgmma_coop_128x128_s4_promote1_splitA_group16");
+  // ... else both operands through the split pass; K cut where few tiles meet a long K.
+  EXPECT_EQ(row({4096, 4096, 4096}, Precision::kFp32, {.a_16byte_aligned = false}),
+            "fp32x3_wgmma_coop_128x128_s3_promote1");
+  EXPECT_EQ(row({4096, 4096, 4095}, Precision::kFp32, {.lda = 4095}), "fp32x3_wgmma_coop_128x128_s3_promote1");
+  EXPECT_EQ(row({1024, 1024, 16384}, Precision::kFp32), "fp32x3_wgmma_coop_128x128_s4_promote1_splitA_group16_splitk8");
+  // FFMA: the measured table's family, then the SIMT family's tile.
+  EXPECT_EQ(row({4096, 4096, 4096}, Precision::kFp32Ffma), "cublas_sgemm");
+  EXPECT_EQ(row({8191, 2047, 4096}, Precision::kFp32Ffma), "simt_tma_128x256x32_w64x64_t8x16_s4");
+  EXPECT_EQ(row({1, 4096, 4096}, Precision::kFp32), "gemv");
+  EXPECT_EQ(row({4096, 4096, 4096}, Precision::kTf32), "cublas_tf32");
+}
+
+TEST(SelectKernelRow, KeepsSelectKernelsReasonAndErrors) {
+  KernelQuery q = query({4096, 4096, 4096}, Precision::kFp32);
+  StatusOr<KernelRowSelection> sel = select_kernel_row(q);
+  ASSERT_TRUE(sel.ok());
+  EXPECT_EQ(sel->kind(), KernelKind::kFp32x3);
+  EXPECT_EQ(sel->reason, select_kernel(q)->reason);
+  q.precision = Precision::kTf32;
+  q.named = KernelKind::kPingpong;
+  EXPECT_EQ(select_kernel_row(q).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace sgemm
