@@ -142,7 +142,8 @@ RowId select_simt(const GemmShape& s, int sm_count) {
              simt_effective_splits(s, t.bk, simt_split_k_count(s, t.bm, t.bn, sm_count, t.per_sm));
     };
     const auto used = [&](int64_t bm, int64_t bn) {  // C's share of the tiles' area
-      return double(s.m) / double((s.m + bm - 1) / bm * bm) * double(s.n) / double((s.n + bn - 1) / bn * bn);
+      const int64_t padded_m = (s.m + bm - 1) / bm * bm, padded_n = (s.n + bn - 1) / bn * bn;
+      return double(s.m) / double(padded_m) * double(s.n) / double(padded_n);
     };
     const double used_k = used(kSmall32.bm, kSmall32.bn), used_w = used(w.bm, w.bn);
     if (s.n > 128 && s.m > 64 && units(t256) * 10 >= int64_t(sm_count) * 9 &&
@@ -174,7 +175,8 @@ RowId select_simt(const GemmShape& s, int sm_count) {
   if (s.k >= 2048) {
     const auto fill = [&](const KernelTile& t) {
       const int64_t tiles = tiles_of(s, t.bm, t.bn), slots = int64_t(sm_count) * t.per_sm;
-      return double(tiles) / double((tiles + slots - 1) / slots * slots);
+      const int64_t padded = (tiles + slots - 1) / slots * slots;  // whole waves
+      return double(tiles) / double(padded);
     };
     const double f256 = fill(t256), f_rings = fill(kTmaRingsTile), f192 = fill(kTma192x128Tile), f64 = fill(w);
     // Where every whole-tile schedule leaves the last wave poorly filled (best fill below
