@@ -48,7 +48,8 @@ v1::MultiplyRequest batch_header() {
 v1::MultiplyRequest group_header(int64_t* a_elements, int64_t* b_elements) {
   v1::MultiplyRequest r;
   *a_elements = *b_elements = 0;
-  for (const GemmShape& s : {GemmShape{1024, 1024, 16}, GemmShape{512, 1024, 8}, GemmShape{77, 33, 5}}) {
+  for (const GemmShape& s :
+       {GemmShape{1024, 1024, 16}, GemmShape{512, 1024, 8}, GemmShape{77, 33, 5}, GemmShape{2048, 2048, 4}}) {
     v1::ProductShape* p = r.mutable_header()->add_group();
     p->set_m(s.m);
     p->set_n(s.n);
@@ -157,8 +158,14 @@ TEST_F(BatchAttacks, ABatchHeaderAloneHoldsNothingAndIsEnded) {
 TEST_F(BatchAttacks, AGroupWhoseResultsAreNeverReadIsEnded) {
   int64_t a_elements = 0, b_elements = 0;
   const v1::MultiplyRequest header = group_header(&a_elements, &b_elements);
+  // The client's receive window stays at its initial size (no BDP probing grows it while
+  // nothing is read), so the server cannot push C's 22 MiB into the client's buffers.
+  grpc::ChannelArguments no_growth;
+  no_growth.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  auto reader = v1::Sgemm::NewStub(
+      grpc::CreateCustomChannel(server_->tcp_address(), grpc::InsecureChannelCredentials(), no_growth));
   grpc::ClientContext ctx;
-  auto stream = stub_->Multiply(&ctx);
+  auto stream = reader->Multiply(&ctx);
   ASSERT_TRUE(stream->Write(header));
   ASSERT_TRUE(stream->Write(chunk(v1::MATRIX_B, 0, b_elements)));
   ASSERT_TRUE(stream->Write(chunk(v1::MATRIX_A, 0, a_elements)));
