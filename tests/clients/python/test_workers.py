@@ -65,6 +65,11 @@ def shm_names(*pids):
     return {n for n in os.listdir("/dev/shm") if "sgemm" in n and any(p in n.split("-") for p in mine)}
 
 
+def shm_before_test():
+    """Every sgemm name in /dev/shm now: one left by another program may carry a pid a worker gets later."""
+    return {n for n in os.listdir("/dev/shm") if "sgemm" in n}
+
+
 class StripeWorkers(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -82,7 +87,7 @@ class StripeWorkers(unittest.TestCase):
                                    **kw)
 
     def test_results_over_1_to_4_connections(self):
-        shm_before = shm_names()
+        shm_before = shm_before_test()
         with self.client() as cl:
             for connections in (1, 2, 3, 4):
                 m, n, k = (int(x) for x in self.rng.integers(20, 300, 3) | 1)
@@ -232,14 +237,14 @@ class StripeWorkers(unittest.TestCase):
         return run, pids
 
     def test_interpreter_exit_stops_the_workers(self):
-        shm_before = shm_names()
+        shm_before = shm_before_test()
         run, pids = self._script("print(os.getpid())")  # no close(): the finalizer at exit stops them
         self.assertEqual(run.returncode, 0, run.stderr)
         wait_for(lambda: all(gone(p) for p in pids), 30, f"workers {pids} gone")
         self.assertEqual(shm_names(*pids, int(run.stdout.split()[-1])) - shm_before, set())
 
     def test_a_killed_client_leaves_no_worker(self):
-        shm_before = shm_names()
+        shm_before = shm_before_test()
         run, pids = self._script("print(os.getpid(), flush=True); os.kill(os.getpid(), signal.SIGKILL)")
         self.assertEqual(run.returncode, -signal.SIGKILL)
         wait_for(lambda: all(gone(p) for p in pids), 30, f"workers {pids} gone")
