@@ -85,7 +85,7 @@ Status device_info(DeviceInfo* info) {
 
 // Kernel 1: A -> planes [2][m][kp] (unless a_planes is null: A is split in kernel 2);
 // B -> Bt planes [2][n][kp]; one launch.
-Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, cudaStream_t stream) {
+Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, unsigned* inf_flag, cudaStream_t stream) {
   const int64_t kp = padded_k(g.shape.k);
   const bool with_a = a_planes != nullptr;
   const int64_t tiles_c = std::max(with_a ? (g.shape.k + 31) / 32 : 0, (g.shape.n + 31) / 32);
@@ -93,14 +93,22 @@ Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, cudaStr
   const dim3 grid(unsigned(std::min<int64_t>(tiles_c, INT_MAX)), unsigned(std::min<int64_t>(tiles_r, 65535)),
                   with_a ? 2 : 1);
   fp32x3::fp32x3_split_kernel<<<grid, dim3(32, 8), 0, stream>>>(g.a, g.lda, int(g.shape.m), g.b, g.ldb, int(g.shape.n),
-                                                                int(g.shape.k), a_planes, b_planes, kp, with_a ? 0 : 1);
+                                                                int(g.shape.k), a_planes, b_planes, kp, with_a ? 0 : 1,
+                                                                inf_flag);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
+// Workspace: A's planes, B's planes, the slices' partial products (split K), the
+// infinity flag (one word in its own aligned slot, last).
 std::size_t workspace_bytes_for(const GemmShape& s, const Fp32x3Slices& slices) {
   const int64_t kp = padded_k(std::max<int64_t>(s.k, 1));
   const int64_t partials = slices.count > 1 ? align_up(slices.count * s.m * s.n * 4, kAlignBytes) : 0;
-  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes) + partials);
+  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes) + partials +
+                     kAlignBytes);
+}
+
+unsigned* inf_flag_of(void* workspace, const GemmShape& s, const Fp32x3Slices& slices) {
+  return reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + workspace_bytes_for(s, slices) - kAlignBytes);
 }
 
 // SMs of the current device, looked up once per device.
@@ -152,7 +160,16 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
     return InvalidArgument("a: this variant reads A with TMA: needs a 16-byte aligned a and lda % 4 == 0");
   float* a_planes = Cfg::kSplitAInKernel ? nullptr : a_planes_of(workspace);
   float* b_planes = b_planes_of(workspace, g.shape);
-  SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, stream));
+  // Infinities in A or B: the kernels below step aside for the FFMA fallback (fp32x3_sgemm.cuh).
+  unsigned* const inf_flag = inf_flag_of(workspace, g.shape, slices);
+  SGEMM_CUDA_TRY(cudaMemsetAsync(inf_flag, 0, sizeof(unsigned), stream));
+  if (Cfg::kSplitAInKernel) {
+    const int64_t blocks = std::min<int64_t>((g.shape.m * g.shape.k + 255) / 256, int64_t(dev.sm_count) * 8);
+    fp32x3::fp32x3_find_inf_kernel<<<unsigned(blocks), 256, 0, stream>>>(g.a, g.lda, int(g.shape.m), int(g.shape.k),
+                                                                         inf_flag);
+    SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
+  }
+  SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, inf_flag, stream));
 
   constexpr int kCl = Cfg::kClusterM;
   CUtensorMap map_a, map_b;
@@ -175,19 +192,26 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
   const int64_t split_stride = split ? g.shape.m * g.shape.n : 0;
   const float alpha = split ? 1.0f : g.alpha, beta = split ? 0.0f : g.beta;
   const bool c_pairs = (reinterpret_cast<uintptr_t>(out) & 7u) == 0 && ld_out % 2 == 0;
-  auto reduce = [&]() -> Status {
-    if (!split) return Status::Ok();
-    const int64_t blocks = std::min<int64_t>((g.shape.m * g.shape.n + 255) / 256, int64_t(dev.sm_count) * 8);
-    fp32x3::fp32x3_reduce_splits_kernel<<<unsigned(blocks), 256, 0, stream>>>(out, int(slices.count), split_stride, m,
-                                                                              n, g.alpha, g.beta, g.c, g.ldc);
+  // After the GEMM kernel: the slices' sum (split K), then the fallback for infinities.
+  auto finish = [&]() -> Status {
+    if (split) {
+      const int64_t blocks = std::min<int64_t>((g.shape.m * g.shape.n + 255) / 256, int64_t(dev.sm_count) * 8);
+      fp32x3::fp32x3_reduce_splits_kernel<<<unsigned(blocks), 256, 0, stream>>>(
+          out, int(slices.count), split_stride, m, n, g.alpha, g.beta, g.c, g.ldc, inf_flag);
+      SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
+    }
+    const int64_t tiles = ((g.shape.m + 63) / 64) * ((g.shape.n + 63) / 64);
+    fp32x3::
+        fp32x3_ffma_fallback_kernel<<<unsigned(std::min<int64_t>(tiles, int64_t(dev.sm_count) * 4)), 256, 0, stream>>>(
+            g.a, g.lda, g.b, g.ldb, g.c, g.ldc, m, n, int(g.shape.k), g.alpha, g.beta, inf_flag);
     return SGEMM_CUDA_STATUS(cudaGetLastError());
   };
   if constexpr (kCl == 1) {
     const unsigned grid = unsigned(std::min<int64_t>(units, dev.sm_count));
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, int(slices.slice_blocks),
-                                                             split_stride, alpha, beta, out, ld_out, c_pairs);
+                                                             split_stride, alpha, beta, out, ld_out, c_pairs, inf_flag);
     SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
-    return reduce();
+    return finish();
   } else {
     cudaLaunchConfig_t config{};
     cudaLaunchAttribute attr{};
@@ -206,9 +230,9 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
     if (clusters < 1) return Internal("fp32x3: no cluster of " + std::to_string(kCl) + " CTAs fits on this device");
     config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * kCl));
     SGEMM_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, int(slices.slice_blocks),
-                                      split_stride, alpha, beta, out, ld_out, c_pairs));
+                                      split_stride, alpha, beta, out, ld_out, c_pairs, inf_flag));
     SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
-    return reduce();
+    return finish();
   }
 }
 
@@ -304,8 +328,10 @@ Status fp32x3_sgemm_variant_sliced(const GemmArgs& args, int variant, int64_t sl
 
 Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {
   SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
-  SGEMM_RETURN_IF_ERROR(check_workspace(args, fp32x3_slices_of_count(args.shape, 1), workspace, bytes));
-  return launch_split(args, a_planes_of(workspace), b_planes_of(workspace, args.shape), stream);
+  const Fp32x3Slices whole = fp32x3_slices_of_count(args.shape, 1);
+  SGEMM_RETURN_IF_ERROR(check_workspace(args, whole, workspace, bytes));
+  return launch_split(args, a_planes_of(workspace), b_planes_of(workspace, args.shape),
+                      inf_flag_of(workspace, args.shape, whole), stream);
 }
 
 Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {

@@ -144,7 +144,7 @@ __device__ __forceinline__ void tf32_split_alu(float x, uint32_t& hi, uint32_t& 
 // shared tile, so that both the reads and the writes are coalesced). 32 x 8 threads.
 __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t ldx, int rows, int cols, int r0, int c0,
                                            bool transpose, float* __restrict__ out, int64_t ldo, int64_t plane,
-                                           float (&tile)[32][33]) {
+                                           float (&tile)[32][33], bool& saw_inf) {
   if (!transpose) {
     const int c = c0 + threadIdx.x;
 #pragma unroll
@@ -152,6 +152,7 @@ __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t 
       const int r = r0 + i;
       if (r < rows && c < cols) {
         const float v = x[int64_t(r) * ldx + c];
+        saw_inf |= isinf(v);
         const float hi = tf32_round_nearest(v);
         const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
         out[int64_t(r) * ldo + c] = hi;
@@ -171,6 +172,7 @@ __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t 
     const int c = c0 + i, r = r0 + threadIdx.x;  // output row c, column r
     if (r < rows && c < cols) {
       const float v = tile[threadIdx.x][i];
+      saw_inf |= isinf(v);
       const float hi = tf32_round_nearest(v);
       const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
       out[int64_t(c) * ldo + r] = hi;
@@ -187,8 +189,9 @@ __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t 
 __global__ void __launch_bounds__(256)
     fp32x3_split_kernel(const float* __restrict__ a, int64_t lda, int m, const float* __restrict__ b, int64_t ldb,
                         int n, int k, float* __restrict__ a_planes, float* __restrict__ b_planes, int64_t kp,
-                        int first_operand) {
+                        int first_operand, unsigned* __restrict__ inf_flag) {
   __shared__ float tile[32][33];
+  bool saw_inf = false;
   const bool is_b = blockIdx.z + first_operand == 1;
   const float* x = is_b ? b : a;
   const int64_t ldx = is_b ? ldb : lda;
@@ -198,7 +201,68 @@ __global__ void __launch_bounds__(256)
   const int tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32;
   for (int tc = blockIdx.x; tc < tiles_c; tc += gridDim.x)
     for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y)
-      split_tile(x, ldx, rows, cols, tr * 32, tc * 32, is_b, out, kp, plane, tile);
+      split_tile(x, ldx, rows, cols, tr * 32, tc * 32, is_b, out, kp, plane, tile, saw_inf);
+  if (saw_inf) *inf_flag = 1u;
+}
+
+// ---------------------------------------------------------------------------------
+// Infinities. 3xTF32 multiplies A_lo * B_hi: where B holds an infinity and A a value that
+// TF32 represents exactly (A_lo = 0), that term is 0 * inf = NaN, where SGEMM's a * inf is
+// an infinity. So the passes that read the operands raise *inf_flag when either holds an
+// infinity (the split pass for what it splits, fp32x3_find_inf_kernel for an A split in
+// the GEMM kernel); the GEMM and reduction kernels then return at once, leaving C as it
+// was, and fp32x3_ffma_fallback_kernel computes the product with fp32 FMAs (IEEE
+// propagation of infinities and NaNs, as SGEMM). It returns at once when the flag is clear.
+// NaN inputs need no fallback: every term with a NaN is a NaN in both schemes.
+__global__ void __launch_bounds__(256) fp32x3_find_inf_kernel(const float* __restrict__ x, int64_t ldx, int rows,
+                                                              int cols, unsigned* __restrict__ inf_flag) {
+  bool saw_inf = false;
+  const int64_t total = int64_t(rows) * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    saw_inf |= isinf(x[(i / cols) * ldx + i % cols]);
+  if (saw_inf) *inf_flag = 1u;
+}
+
+// C = alpha * A * B + beta * C in fp32 FMAs, k in order, for inputs holding an infinity
+// (see above); 64 x 64 tiles of C, 16 x 16 threads of 4 x 4 elements each.
+__global__ void __launch_bounds__(256)
+    fp32x3_ffma_fallback_kernel(const float* __restrict__ a, int64_t lda, const float* __restrict__ b, int64_t ldb,
+                                float* __restrict__ c, int64_t ldc, int m, int n, int k, float alpha, float beta,
+                                const unsigned* __restrict__ inf_flag) {
+  if (*inf_flag == 0u) return;
+  __shared__ float as[16][65], bs[16][65];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int tiles_n = (n + 63) / 64, tiles = ((m + 63) / 64) * tiles_n;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int row0 = (t / tiles_n) * 64, col0 = (t % tiles_n) * 64;
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < k; k0 += 16) {
+      for (int i = threadIdx.x; i < 16 * 64; i += 256) {
+        const int kk = i / 64, rc = i % 64;
+        const int ar = row0 + rc, bc = col0 + rc, kx = k0 + kk;
+        as[kk][rc] = (ar < m && kx < k) ? a[int64_t(ar) * lda + kx] : 0.0f;
+        bs[kk][rc] = (bc < n && kx < k) ? b[int64_t(kx) * ldb + bc] : 0.0f;
+      }
+      __syncthreads();
+      const int kn = min(16, k - k0);
+      for (int kk = 0; kk < kn; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(as[kk][ty * 4 + i], bs[kk][tx * 4 + j], acc[i][j]);
+      __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int r = row0 + ty * 4 + i, col = col0 + tx * 4 + j;
+        if (r >= m || col >= n) continue;
+        float* out = c + int64_t(r) * ldc + col;
+        const float v = alpha * acc[i][j];
+        *out = beta != 0.0f ? fmaf(beta, *out, v) : v;
+      }
+  }
 }
 
 // Split K: C = alpha * (P[0] + P[1] + ... + P[splits-1]) + beta * C over the slices'
@@ -208,7 +272,9 @@ __global__ void __launch_bounds__(256)
 // so results are identical run to run; C is read only when beta != 0.
 __global__ void __launch_bounds__(256)
     fp32x3_reduce_splits_kernel(const float* __restrict__ partials, int splits, int64_t split_stride, int m, int n,
-                                float alpha, float beta, float* __restrict__ c, int64_t ldc) {
+                                float alpha, float beta, float* __restrict__ c, int64_t ldc,
+                                const unsigned* __restrict__ inf_flag) {
+  if (*inf_flag != 0u) return;    // the fallback computes C (infinities, above)
   constexpr int kMaxLevels = 32;  // a count below 2^32 slices
   const int64_t total = int64_t(m) * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -375,7 +441,9 @@ template <class Cfg>
 __global__ void __launch_bounds__(384, 1)
     fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
                        int n, int k_blocks, int kb_per_split, int64_t split_stride, float alpha, float beta,
-                       float* __restrict__ c, int64_t ldc, bool c_pairs) {
+                       float* __restrict__ c, int64_t ldc, bool c_pairs, const unsigned* __restrict__ inf_flag) {
+  // Every CTA of a cluster reads the same flag (written by an earlier launch), so all return.
+  if (*inf_flag != 0u) return;  // the fallback computes C (infinities, above)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;                      // stage s at ring + s * kStageBytes

@@ -6,7 +6,10 @@
 //
 // Scratch memory is the caller's: fp32x3_workspace_bytes(shape) bytes (the tf32 hi/lo
 // planes of A and of B transposed: 2 * (m + n) * round_up(k, 4) floats, plus the
-// partial products where K is split, plus alignment), passed to fp32x3_sgemm. The workspace may be reused as soon as
+// partial products where K is split, plus a flag word and alignment), passed to
+// fp32x3_sgemm. Inputs holding an infinity are multiplied by an FFMA fallback kernel on
+// the same stream (3xTF32 would turn a TF32-exact value times infinity into NaN;
+// fp32x3_sgemm.cuh), so infinities and NaNs propagate as in SGEMM. The workspace may be reused as soon as
 // the enqueued work is done (stream order).
 #pragma once
 

@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -40,7 +41,9 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kErrorFloor = 16.0 / (1 << 24);
 constexpr double kTf32Tolerance = 4e-3;
 
-enum class Data { kUniform, kWideExponent };
+// kInfinities: small integers (exact in TF32, so their lo parts are 0) with a +inf, a -inf
+// and a NaN placed in each operand: SGEMM's IEEE propagation is the reference.
+enum class Data { kUniform, kWideExponent, kInfinities };
 
 struct Case {
   int64_t m, n, k;
@@ -58,7 +61,7 @@ std::string describe(const Case& c) {
          std::to_string(c.lda_pad) + "," + std::to_string(c.ldb_pad) + "," + std::to_string(c.ldc_pad) + ") offs=(" +
          std::to_string(c.a_off) + "," + std::to_string(c.b_off) + "," + std::to_string(c.c_off) +
          ") variant=" + (c.variant < 0 ? std::string("auto") : std::string(fp32x3_variant_name(c.variant))) +
-         (c.data == Data::kWideExponent ? " wide-exponent" : "") +
+         (c.data == Data::kWideExponent ? " wide-exponent" : "") + (c.data == Data::kInfinities ? " infinities" : "") +
          (c.slices > 0 ? " slices=" + std::to_string(c.slices) : std::string());
 }
 
@@ -83,6 +86,15 @@ std::vector<float> strided_random(int64_t rows, int64_t cols, int64_t ld, uint64
     std::mt19937_64 gen(seed ^ 0x9e3779b97f4a7c15ull);
     std::uniform_int_distribution<int> e(-16, 16);
     for (float& v : dense) v = std::ldexp(v, e(gen));
+  }
+  if (data == Data::kInfinities) {
+    std::mt19937_64 gen(seed ^ 0x51ed27ull);
+    std::uniform_int_distribution<int> small(-4, 4);
+    for (float& v : dense) v = float(small(gen));
+    const float inf = std::numeric_limits<float>::infinity();
+    dense[size_t(std::min<int64_t>(1, rows - 1) * cols + std::min<int64_t>(2, cols - 1))] = inf;
+    dense[size_t((rows / 2) * cols + cols / 2)] = -inf;
+    dense[size_t((rows - 1) * cols + (cols - 1) / 3)] = kNaN;
   }
   std::vector<float> out(size_t(rows * ld), kNaN);
   for (int64_t r = 0; r < rows; ++r) std::memcpy(&out[r * ld], &dense[r * cols], cols * sizeof(float));
@@ -342,6 +354,19 @@ std::vector<Case> slice_cases() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Slices, Fp32x3Sgemm, ::testing::ValuesIn(slice_cases()), case_name);
+
+// Infinities and NaNs propagate as in SGEMM (the FFMA fallback, fp32x3_sgemm.cuh): A split in
+// the kernel and in the split pass (unaligned), K whole and cut into slices, alpha/beta and C.
+std::vector<Case> infinity_cases() {
+  std::vector<Case> v;
+  for (Case c : {Case{300, 200, 77}, Case{257, 259, 20001, -1.0f, 0.5f}, Case{129, 131, 37, 1.0f, 0.5f, 1, 3, 1},
+                 Case{64, 64, 16384}, Case{1024, 1024, 1024}, Case{7, 9, 5}}) {
+    c.data = Data::kInfinities;
+    v.push_back(c);
+  }
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Infinities, Fp32x3Sgemm, ::testing::ValuesIn(infinity_cases()), case_name);
 
 // The same inputs give bit-identical C run after run (no atomics, fixed order).
 TEST(Fp32x3Determinism, RunToRunBitIdentical) {
