@@ -38,11 +38,10 @@ class Client(ClientBase):
     since they register with the server)."""
 
     _make_channel = staticmethod(_channel.aio_channel)
+    _refused_stripe_workers = {"processes": "worker processes are the blocking client's: the asyncio client "
+                                            "drives a request's stripes as tasks on its event loop"}
 
     def _own_state(self) -> None:
-        if self.stripe_workers == "processes":
-            raise ValueError("stripe_workers='processes' is the blocking client's: the asyncio client drives a "
-                             "request's stripes as tasks on its event loop")
         self._stripe_channels: Dict[int, Any] = {}
 
     async def close(self) -> None:

@@ -103,6 +103,8 @@ class ClientBase:
     per-client state both keep. `_own_state()` adds what only the subclass keeps."""
 
     _make_channel: Callable[..., Any] = staticmethod(_channel.sync_channel)
+    # stripe_workers values this client refuses, with the reason (checked before any channel exists).
+    _refused_stripe_workers: Dict[str, str] = {}
 
     def __init__(self, target: str = "localhost:50051", *, token: Optional[str] = None, tls: bool = False,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
@@ -117,6 +119,8 @@ class ClientBase:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if stripe_workers not in STRIPE_WORKERS:
             raise ValueError(f"stripe_workers must be one of {', '.join(STRIPE_WORKERS)}, got {stripe_workers!r}")
+        if stripe_workers in self._refused_stripe_workers:
+            raise ValueError(f"stripe_workers={stripe_workers!r}: {self._refused_stripe_workers[stripe_workers]}")
         self.target = target
         self.chunk_bytes = chunk_bytes
         self.stripe_workers = stripe_workers
