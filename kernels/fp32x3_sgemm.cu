@@ -7,6 +7,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <random>
 #include <string>
 
 #include "common/fp32x3_slices.h"
@@ -83,34 +84,6 @@ Status device_info(DeviceInfo* info) {
   return Status::Ok();
 }
 
-// Kernel 1: A -> planes [2][m][kp] (unless a_planes is null: A is split in kernel 2);
-// B -> Bt planes [2][n][kp]; one launch.
-Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, unsigned* inf_flag, cudaStream_t stream) {
-  const int64_t kp = padded_k(g.shape.k);
-  const bool with_a = a_planes != nullptr;
-  const int64_t tiles_c = std::max(with_a ? (g.shape.k + 31) / 32 : 0, (g.shape.n + 31) / 32);
-  const int64_t tiles_r = std::max(with_a ? (g.shape.m + 31) / 32 : 0, (g.shape.k + 31) / 32);
-  const dim3 grid(unsigned(std::min<int64_t>(tiles_c, INT_MAX)), unsigned(std::min<int64_t>(tiles_r, 65535)),
-                  with_a ? 2 : 1);
-  fp32x3::fp32x3_split_kernel<<<grid, dim3(32, 8), 0, stream>>>(g.a, g.lda, int(g.shape.m), g.b, g.ldb, int(g.shape.n),
-                                                                int(g.shape.k), a_planes, b_planes, kp, with_a ? 0 : 1,
-                                                                inf_flag);
-  return SGEMM_CUDA_STATUS(cudaGetLastError());
-}
-
-// Workspace: A's planes, B's planes, the slices' partial products (split K), the
-// infinity flag (one word in its own aligned slot, last).
-std::size_t workspace_bytes_for(const GemmShape& s, const Fp32x3Slices& slices) {
-  const int64_t kp = padded_k(std::max<int64_t>(s.k, 1));
-  const int64_t partials = slices.count > 1 ? align_up(slices.count * s.m * s.n * 4, kAlignBytes) : 0;
-  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes) + partials +
-                     kAlignBytes);
-}
-
-unsigned* inf_flag_of(void* workspace, const GemmShape& s, const Fp32x3Slices& slices) {
-  return reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + workspace_bytes_for(s, slices) - kAlignBytes);
-}
-
 // SMs of the current device, looked up once per device.
 int current_sm_count() {
   constexpr int kMaxDevices = 64;
@@ -123,6 +96,38 @@ int current_sm_count() {
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) return 1;
   if (device < kMaxDevices) cached[device].store(sms, std::memory_order_relaxed);
   return sms;
+}
+
+// Kernel 1: A -> planes [2][m][kp] (where a_planes is null, A is split in kernel 2 and
+// this launch only looks for infinities in it); B -> Bt planes [2][n][kp]; one launch.
+Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, fp32x3::InfMark inf, cudaStream_t stream) {
+  const int64_t kp = padded_k(g.shape.k);
+  const int64_t k_tiles = (g.shape.k + 31) / 32;
+  const int64_t tiles = std::max((g.shape.m + 31) / 32, (g.shape.n + 31) / 32) * k_tiles;  // the larger operand's
+  const dim3 grid(unsigned(std::min<int64_t>(tiles, int64_t(current_sm_count()) * 16)), 1, 2);
+  fp32x3::fp32x3_split_kernel<<<grid, dim3(32, 8), 0, stream>>>(g.a, g.lda, int(g.shape.m), g.b, g.ldb, int(g.shape.n),
+                                                                int(g.shape.k), a_planes, b_planes, kp, inf);
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
+// Workspace: A's planes, B's planes, the slices' partial products (split K), the
+// infinity mark's word (in its own aligned slot, last).
+std::size_t workspace_bytes_for(const GemmShape& s, const Fp32x3Slices& slices) {
+  const int64_t kp = padded_k(std::max<int64_t>(s.k, 1));
+  const int64_t partials = slices.count > 1 ? align_up(slices.count * s.m * s.n * 4, kAlignBytes) : 0;
+  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes) + partials +
+                     kAlignBytes);
+}
+
+// This launch's InfMark (fp32x3_sgemm.cuh): the workspace's last slot, and a value no
+// earlier launch of this process wrote there (a counter from a random start, so that a
+// word another process left is unlikely to match either).
+fp32x3::InfMark inf_mark_of(void* workspace, const GemmShape& s, const Fp32x3Slices& slices) {
+  static std::atomic<unsigned long long> next{(static_cast<unsigned long long>(std::random_device{}()) << 32) ^
+                                              std::random_device{}()};
+  auto* word = reinterpret_cast<unsigned long long*>(static_cast<char*>(workspace) + workspace_bytes_for(s, slices) -
+                                                     kAlignBytes);
+  return fp32x3::InfMark{word, next.fetch_add(1, std::memory_order_relaxed)};
 }
 
 Status check_workspace(const GemmArgs& g, const Fp32x3Slices& slices, const void* workspace, std::size_t bytes) {
@@ -161,15 +166,8 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
   float* a_planes = Cfg::kSplitAInKernel ? nullptr : a_planes_of(workspace);
   float* b_planes = b_planes_of(workspace, g.shape);
   // Infinities in A or B: the kernels below step aside for the FFMA fallback (fp32x3_sgemm.cuh).
-  unsigned* const inf_flag = inf_flag_of(workspace, g.shape, slices);
-  SGEMM_CUDA_TRY(cudaMemsetAsync(inf_flag, 0, sizeof(unsigned), stream));
-  if (Cfg::kSplitAInKernel) {
-    const int64_t blocks = std::min<int64_t>((g.shape.m * g.shape.k + 255) / 256, int64_t(dev.sm_count) * 8);
-    fp32x3::fp32x3_find_inf_kernel<<<unsigned(blocks), 256, 0, stream>>>(g.a, g.lda, int(g.shape.m), int(g.shape.k),
-                                                                         inf_flag);
-    SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
-  }
-  SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, inf_flag, stream));
+  const fp32x3::InfMark inf = inf_mark_of(workspace, g.shape, slices);
+  SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, inf, stream));
 
   constexpr int kCl = Cfg::kClusterM;
   CUtensorMap map_a, map_b;
@@ -196,20 +194,20 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
   auto finish = [&]() -> Status {
     if (split) {
       const int64_t blocks = std::min<int64_t>((g.shape.m * g.shape.n + 255) / 256, int64_t(dev.sm_count) * 8);
-      fp32x3::fp32x3_reduce_splits_kernel<<<unsigned(blocks), 256, 0, stream>>>(
-          out, int(slices.count), split_stride, m, n, g.alpha, g.beta, g.c, g.ldc, inf_flag);
+      fp32x3::fp32x3_reduce_splits_kernel<<<unsigned(blocks), 256, 0, stream>>>(out, int(slices.count), split_stride, m,
+                                                                                n, g.alpha, g.beta, g.c, g.ldc, inf);
       SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
     }
     const int64_t tiles = ((g.shape.m + 63) / 64) * ((g.shape.n + 63) / 64);
     fp32x3::
         fp32x3_ffma_fallback_kernel<<<unsigned(std::min<int64_t>(tiles, int64_t(dev.sm_count) * 4)), 256, 0, stream>>>(
-            g.a, g.lda, g.b, g.ldb, g.c, g.ldc, m, n, int(g.shape.k), g.alpha, g.beta, inf_flag);
+            g.a, g.lda, g.b, g.ldb, g.c, g.ldc, m, n, int(g.shape.k), g.alpha, g.beta, inf);
     return SGEMM_CUDA_STATUS(cudaGetLastError());
   };
   if constexpr (kCl == 1) {
     const unsigned grid = unsigned(std::min<int64_t>(units, dev.sm_count));
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, int(slices.slice_blocks),
-                                                             split_stride, alpha, beta, out, ld_out, c_pairs, inf_flag);
+                                                             split_stride, alpha, beta, out, ld_out, c_pairs, inf);
     SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
     return finish();
   } else {
@@ -230,7 +228,7 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
     if (clusters < 1) return Internal("fp32x3: no cluster of " + std::to_string(kCl) + " CTAs fits on this device");
     config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * kCl));
     SGEMM_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, int(slices.slice_blocks),
-                                      split_stride, alpha, beta, out, ld_out, c_pairs, inf_flag));
+                                      split_stride, alpha, beta, out, ld_out, c_pairs, inf));
     SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
     return finish();
   }
@@ -331,7 +329,7 @@ Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t 
   const Fp32x3Slices whole = fp32x3_slices_of_count(args.shape, 1);
   SGEMM_RETURN_IF_ERROR(check_workspace(args, whole, workspace, bytes));
   return launch_split(args, a_planes_of(workspace), b_planes_of(workspace, args.shape),
-                      inf_flag_of(workspace, args.shape, whole), stream);
+                      inf_mark_of(workspace, args.shape, whole), stream);
 }
 
 Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t bytes, cudaStream_t stream) {

@@ -153,6 +153,7 @@ __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t 
       if (r < rows && c < cols) {
         const float v = x[int64_t(r) * ldx + c];
         saw_inf |= isinf(v);
+        if (out == nullptr) continue;  // only looking for infinities
         const float hi = tf32_round_nearest(v);
         const float lo = isfinite(hi) ? tf32_round_nearest(v - hi) : 0.0f;
         out[int64_t(r) * ldo + c] = hi;
@@ -182,54 +183,59 @@ __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t 
   __syncthreads();
 }
 
-// One launch for both operands: blockIdx.z + first_operand == 0 splits A (m x k) into
-// [2][m][kp]; == 1 splits B (k x n) into Bt planes [2][n][kp] (first_operand = 1 and one
-// z slice: B only). Tiles are walked with
-// grid strides (the y dimension of a grid is limited to 65535).
+// Infinities in the operands (see "Infinities" below) are reported through an InfMark:
+// a word in the workspace and this launch's value for it. A pass that sees an infinity
+// writes the value; a later pass reads "raised" when the word holds it. A word left by an
+// earlier launch holds another value, so the word needs no clearing (no extra launch); a
+// word that held this value by chance would only send the product to the fallback, which
+// computes it correctly.
+struct InfMark {
+  unsigned long long* word;
+  unsigned long long value;
+  __device__ __forceinline__ void raise() const { *word = value; }
+  __device__ __forceinline__ bool raised() const { return *word == value; }
+};
+
+// One launch for both operands: blockIdx.z == 0 splits A (m x k) into [2][m][kp], or where
+// a_planes is null (A is split in the GEMM kernel) only looks for infinities in it;
+// blockIdx.z == 1 splits B (k x n) into Bt planes [2][n][kp]. Each operand's 32 x 32 tiles
+// are numbered row by row and walked with a grid stride (one grid serves both operands,
+// whatever their shapes).
 __global__ void __launch_bounds__(256)
     fp32x3_split_kernel(const float* __restrict__ a, int64_t lda, int m, const float* __restrict__ b, int64_t ldb,
                         int n, int k, float* __restrict__ a_planes, float* __restrict__ b_planes, int64_t kp,
-                        int first_operand, unsigned* __restrict__ inf_flag) {
+                        InfMark inf) {
   __shared__ float tile[32][33];
   bool saw_inf = false;
-  const bool is_b = blockIdx.z + first_operand == 1;
+  const bool is_b = blockIdx.z == 1;
   const float* x = is_b ? b : a;
   const int64_t ldx = is_b ? ldb : lda;
   const int rows = is_b ? k : m, cols = is_b ? n : k;
   float* out = is_b ? b_planes : a_planes;
   const int64_t plane = int64_t(is_b ? n : m) * kp;
-  const int tiles_r = (rows + 31) / 32, tiles_c = (cols + 31) / 32;
-  for (int tc = blockIdx.x; tc < tiles_c; tc += gridDim.x)
-    for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y)
-      split_tile(x, ldx, rows, cols, tr * 32, tc * 32, is_b, out, kp, plane, tile, saw_inf);
-  if (saw_inf) *inf_flag = 1u;
+  const int64_t tiles_c = (cols + 31) / 32, tiles = ((rows + 31) / 32) * tiles_c;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x)
+    split_tile(x, ldx, rows, cols, int(t / tiles_c) * 32, int(t % tiles_c) * 32, is_b, out, kp, plane, tile, saw_inf);
+  if (saw_inf) inf.raise();
 }
 
 // ---------------------------------------------------------------------------------
 // Infinities. 3xTF32 multiplies A_lo * B_hi: where B holds an infinity and A a value that
 // TF32 represents exactly (A_lo = 0), that term is 0 * inf = NaN, where SGEMM's a * inf is
-// an infinity. So the passes that read the operands raise *inf_flag when either holds an
-// infinity (the split pass for what it splits, fp32x3_find_inf_kernel for an A split in
-// the GEMM kernel); the GEMM and reduction kernels then return at once, leaving C as it
-// was, and fp32x3_ffma_fallback_kernel computes the product with fp32 FMAs (IEEE
-// propagation of infinities and NaNs, as SGEMM). It returns at once when the flag is clear.
+// an infinity. So the split pass raises the launch's InfMark when either operand holds an
+// infinity (it reads all of A and B, also where the GEMM kernel splits A); the GEMM and
+// reduction kernels then return at once, leaving C as it was, and
+// fp32x3_ffma_fallback_kernel computes the product with fp32 FMAs (IEEE propagation of
+// infinities and NaNs, as SGEMM). It returns at once when the mark is not raised.
 // NaN inputs need no fallback: every term with a NaN is a NaN in both schemes.
-__global__ void __launch_bounds__(256) fp32x3_find_inf_kernel(const float* __restrict__ x, int64_t ldx, int rows,
-                                                              int cols, unsigned* __restrict__ inf_flag) {
-  bool saw_inf = false;
-  const int64_t total = int64_t(rows) * cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
-    saw_inf |= isinf(x[(i / cols) * ldx + i % cols]);
-  if (saw_inf) *inf_flag = 1u;
-}
 
 // C = alpha * A * B + beta * C in fp32 FMAs, k in order, for inputs holding an infinity
 // (see above); 64 x 64 tiles of C, 16 x 16 threads of 4 x 4 elements each.
 __global__ void __launch_bounds__(256)
     fp32x3_ffma_fallback_kernel(const float* __restrict__ a, int64_t lda, const float* __restrict__ b, int64_t ldb,
                                 float* __restrict__ c, int64_t ldc, int m, int n, int k, float alpha, float beta,
-                                const unsigned* __restrict__ inf_flag) {
-  if (*inf_flag == 0u) return;
+                                InfMark inf) {
+  if (!inf.raised()) return;
   __shared__ float as[16][65], bs[16][65];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int tiles_n = (n + 63) / 64, tiles = ((m + 63) / 64) * tiles_n;
@@ -272,9 +278,8 @@ __global__ void __launch_bounds__(256)
 // so results are identical run to run; C is read only when beta != 0.
 __global__ void __launch_bounds__(256)
     fp32x3_reduce_splits_kernel(const float* __restrict__ partials, int splits, int64_t split_stride, int m, int n,
-                                float alpha, float beta, float* __restrict__ c, int64_t ldc,
-                                const unsigned* __restrict__ inf_flag) {
-  if (*inf_flag != 0u) return;    // the fallback computes C (infinities, above)
+                                float alpha, float beta, float* __restrict__ c, int64_t ldc, InfMark inf) {
+  if (inf.raised()) return;       // the fallback computes C (infinities, above)
   constexpr int kMaxLevels = 32;  // a count below 2^32 slices
   const int64_t total = int64_t(m) * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -441,9 +446,9 @@ template <class Cfg>
 __global__ void __launch_bounds__(384, 1)
     fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
                        int n, int k_blocks, int kb_per_split, int64_t split_stride, float alpha, float beta,
-                       float* __restrict__ c, int64_t ldc, bool c_pairs, const unsigned* __restrict__ inf_flag) {
+                       float* __restrict__ c, int64_t ldc, bool c_pairs, InfMark inf) {
   // Every CTA of a cluster reads the same flag (written by an earlier launch), so all return.
-  if (*inf_flag != 0u) return;  // the fallback computes C (infinities, above)
+  if (inf.raised()) return;  // the fallback computes C (infinities, above)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;                      // stage s at ring + s * kStageBytes

@@ -43,7 +43,10 @@ constexpr double kTf32Tolerance = 4e-3;
 
 // kInfinities: small integers (exact in TF32, so their lo parts are 0) with a +inf, a -inf
 // and a NaN placed in each operand: SGEMM's IEEE propagation is the reference.
-enum class Data { kUniform, kWideExponent, kInfinities };
+// kInfinitiesInA / kInfinitiesInB: small integers, the infinities and the NaN in one operand.
+enum class Data { kUniform, kWideExponent, kInfinities, kInfinitiesInA, kInfinitiesInB };
+
+bool small_integers(Data d) { return d == Data::kInfinities || d == Data::kInfinitiesInA || d == Data::kInfinitiesInB; }
 
 struct Case {
   int64_t m, n, k;
@@ -62,6 +65,8 @@ std::string describe(const Case& c) {
          std::to_string(c.a_off) + "," + std::to_string(c.b_off) + "," + std::to_string(c.c_off) +
          ") variant=" + (c.variant < 0 ? std::string("auto") : std::string(fp32x3_variant_name(c.variant))) +
          (c.data == Data::kWideExponent ? " wide-exponent" : "") + (c.data == Data::kInfinities ? " infinities" : "") +
+         (c.data == Data::kInfinitiesInA ? " infinities-in-a" : "") +
+         (c.data == Data::kInfinitiesInB ? " infinities-in-b" : "") +
          (c.slices > 0 ? " slices=" + std::to_string(c.slices) : std::string());
 }
 
@@ -79,7 +84,9 @@ uint64_t fresh_seed() {
   return (uint64_t(rd()) << 32) ^ rd();
 }
 
-std::vector<float> strided_random(int64_t rows, int64_t cols, int64_t ld, uint64_t seed, Data data) {
+// `infinities`: with small_integers(data), place the infinities and the NaN in this operand.
+std::vector<float> strided_random(int64_t rows, int64_t cols, int64_t ld, uint64_t seed, Data data,
+                                  bool infinities = false) {
   std::vector<float> dense(size_t(rows * cols));
   fill_random(dense, seed);
   if (data == Data::kWideExponent) {
@@ -87,10 +94,12 @@ std::vector<float> strided_random(int64_t rows, int64_t cols, int64_t ld, uint64
     std::uniform_int_distribution<int> e(-16, 16);
     for (float& v : dense) v = std::ldexp(v, e(gen));
   }
-  if (data == Data::kInfinities) {
+  if (small_integers(data)) {
     std::mt19937_64 gen(seed ^ 0x51ed27ull);
     std::uniform_int_distribution<int> small(-4, 4);
     for (float& v : dense) v = float(small(gen));
+  }
+  if (small_integers(data) && infinities) {
     const float inf = std::numeric_limits<float>::infinity();
     dense[size_t(std::min<int64_t>(1, rows - 1) * cols + std::min<int64_t>(2, cols - 1))] = inf;
     dense[size_t((rows / 2) * cols + cols / 2)] = -inf;
@@ -116,8 +125,8 @@ struct Inputs {
 
 Inputs make_inputs(const Case& cs) {
   Inputs in{cs, cs.k + cs.lda_pad, cs.n + cs.ldb_pad, cs.n + cs.ldc_pad, {}, {}, {}, fresh_seed()};
-  in.a = strided_random(cs.m, cs.k, in.lda, in.seed, cs.data);
-  in.b = strided_random(cs.k, cs.n, in.ldb, in.seed + 1, cs.data);
+  in.a = strided_random(cs.m, cs.k, in.lda, in.seed, cs.data, cs.data != Data::kInfinitiesInB);
+  in.b = strided_random(cs.k, cs.n, in.ldb, in.seed + 1, cs.data, cs.data != Data::kInfinitiesInA);
   in.c0 = strided_random(cs.m, cs.n, in.ldc, in.seed + 2, Data::kUniform);
   return in;
 }
@@ -129,8 +138,9 @@ struct Outcome {
   std::vector<float> c;  // the whole strided C
 };
 
-// Runs `backend` (or, for fp32x3 with cs.variant >= 0, that variant) and verifies.
-Outcome run_one(GemmBackend* backend, const Inputs& in) {
+// Runs `backend` (or, for fp32x3 with cs.variant >= 0, that variant) and verifies; in
+// `workspace` where given (large enough), else in a workspace of its own.
+Outcome run_one(GemmBackend* backend, const Inputs& in, void* workspace = nullptr) {
   const Case& cs = in.cs;
   DeviceBuffer da((in.a.size() + cs.a_off) * 4), db((in.b.size() + cs.b_off) * 4), dc((in.c0.size() + cs.c_off) * 4);
   EXPECT_EQ(cudaMemcpy(da.f() + cs.a_off, in.a.data(), in.a.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
@@ -156,8 +166,8 @@ Outcome run_one(GemmBackend* backend, const Inputs& in) {
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   } else {
     const size_t bytes = backend->workspace_bytes(g);  // the caller owns the scratch
-    DeviceBuffer ws(bytes);
-    out.status = backend->run(g, bytes ? ws.p : nullptr, bytes, nullptr);
+    DeviceBuffer ws(workspace ? 0 : bytes);
+    out.status = backend->run(g, workspace ? workspace : bytes ? ws.p : nullptr, bytes, nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   EXPECT_TRUE(out.status.ok()) << out.status.to_string();
@@ -168,8 +178,14 @@ Outcome run_one(GemmBackend* backend, const Inputs& in) {
       if (std::memcmp(&out.c[r * in.ldc + j], &c_in[r * in.ldc + j], 4) != 0) out.padding_intact = false;
   const auto a = compact(in.a, cs.m, cs.k, in.lda), b = compact(in.b, cs.k, cs.n, in.ldb);
   const auto c0 = compact(in.c0, cs.m, cs.n, in.ldc), c = compact(out.c, cs.m, cs.n, in.ldc);
-  out.verify = verify_gemm(cs.m, cs.n, cs.k, cs.alpha, a.data(), b.data(), cs.beta, c0.data(), c.data(),
-                           rows_to_verify(cs.m, cs.n, cs.k, in.seed, 48));
+  std::vector<int64_t> rows = rows_to_verify(cs.m, cs.n, cs.k, in.seed, 48);
+  if (small_integers(cs.data)) {  // the rows of A's infinities (strided_random) among them
+    rows.push_back(std::min<int64_t>(1, cs.m - 1));
+    rows.push_back(cs.m / 2);
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  }
+  out.verify = verify_gemm(cs.m, cs.n, cs.k, cs.alpha, a.data(), b.data(), cs.beta, c0.data(), c.data(), rows);
   return out;
 }
 
@@ -364,9 +380,39 @@ std::vector<Case> infinity_cases() {
     c.data = Data::kInfinities;
     v.push_back(c);
   }
+  // One operand only: A (also where the GEMM kernel splits A itself) or B.
+  for (Data d : {Data::kInfinitiesInA, Data::kInfinitiesInB})
+    for (Case c : {Case{1024, 1024, 1024}, Case{2048, 512, 4096, 1.0f, 0.5f}, Case{257, 259, 20001}, Case{33, 65, 7}}) {
+      c.data = d;
+      v.push_back(c);
+    }
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Infinities, Fp32x3Sgemm, ::testing::ValuesIn(infinity_cases()), case_name);
+
+// One workspace for products with and without infinities, in turn: each is right (a mark
+// left in the workspace by a product with infinities does not send the next one to the
+// fallback, nor hide the next product's infinities).
+TEST(Fp32x3Infinities, OneWorkspaceForProductsWithAndWithout) {
+  SGEMM_REQUIRE_SM90();
+  auto f = make_gemm_backend(KernelKind::kFp32x3);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  const Case shapes[] = {Case{1024, 1024, 1024}, Case{300, 200, 77, 1.0f, 0.5f}};
+  for (const Case& shape : shapes) {
+    const GemmArgs probe{{shape.m, shape.n, shape.k}, 1.0f, 0.0f, nullptr, shape.k, nullptr, shape.n, nullptr, shape.n};
+    DeviceBuffer ws(f.value()->workspace_bytes(probe));
+    for (Data d : {Data::kInfinitiesInA, Data::kUniform, Data::kInfinitiesInB, Data::kInfinities, Data::kUniform}) {
+      Case cs = shape;
+      cs.data = d;
+      const Inputs in = make_inputs(cs);
+      SCOPED_TRACE(describe(cs) + " seed " + std::to_string(in.seed));
+      const Outcome o = run_one(f.value().get(), in, ws.p);
+      EXPECT_EQ(o.verify.mismatched_nonfinite, 0)
+          << "non-finite output first at row " << o.verify.worst_row << " col " << o.verify.worst_col;
+      EXPECT_TRUE(o.verify.passed(kSgemmTolerance)) << "error " << o.verify.max_rel_error;
+    }
+  }
+}
 
 // The same inputs give bit-identical C run after run (no atomics, fixed order).
 TEST(Fp32x3Determinism, RunToRunBitIdentical) {
