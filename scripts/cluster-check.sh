@@ -90,6 +90,10 @@ for i in $(seq 1 $((n - 1))); do
   pids+=($!)
 done
 for _ in $(seq 300); do [ "$(grep -c "' joined with" "$log/coord.log")" -ge $((n - 1)) ] && break; sleep 0.1; done
+# Requests run on the coordinator alone while the communicator forms (a request
+# starts it): one small product, then the coordinator's word that it is ready.
+timeout 30 "$BIN/sgemm-client" submit --server "$addr" --size 64 --no-retry >"$log/warm-up.log" 2>&1
+for _ in $(seq 600); do grep -q " ready: $n ranks" "$log/coord.log" && break; sleep 0.1; done
 
 # bench NAME LABEL SPLIT CLIENT-ARGS...: the product twice over the cluster (the
 # second warm) and once on the coordinator's GPU alone; the kernel phase (the

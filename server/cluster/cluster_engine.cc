@@ -63,8 +63,17 @@ class ClusterEngine final : public Engine {
         rep->plan_reason += "; cluster not used: resident or strided operands (or device buffers) run on this host";
       return rep;
     }
+    // No request waits for a communicator to form (a member that is slow or
+    // never answers ready would hold it up to the connect timeout): while one
+    // forms, requests run here. Asked again under the job lock, since a
+    // member may have joined or left while this request waited for it.
+    if (StatusOr<ClusterView> formed = coord_.current_view(); !formed.ok()) {
+      StatusOr<GemmReport> rep = local_->run(job);
+      if (rep.ok()) rep->plan_reason += "; cluster not used: " + formed.status().message();
+      return rep;
+    }
     MutexLock jobs(coord_.job_mutex());
-    StatusOr<ClusterView> view = coord_.prepare();
+    StatusOr<ClusterView> view = coord_.current_view();
     if (!view.ok()) {
       jobs.unlock();
       StatusOr<GemmReport> rep = local_->run(job);

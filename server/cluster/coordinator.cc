@@ -84,7 +84,7 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
     welcome.mutable_welcome()->set_member_id(nm.id);
     r->send(welcome);
     log("member " + std::to_string(nm.id) + " '" + nm.host + "' joined with " + std::to_string(nm.devices) +
-        " GPU(s); the communicator is rebuilt before the next cluster request");
+        " GPU(s); a communicator over the members forms at the next cluster request");
     members_.emplace(nm.id, std::move(nm));
     ++generation_;
   } else if (!m) {
@@ -126,11 +126,39 @@ void ClusterCoordinator::forget(MemberReactor* r) {
 }
 
 void ClusterCoordinator::shutdown() {
+  std::thread builder;
+  {
+    MutexLock lock(mu_);
+    shut_down_ = true;
+    if (abort_) abort_->cancel(Unavailable("the coordinator is shutting down"));
+    for (auto& [id, m] : members_) m.reactor->finish(to_grpc(Unavailable("the coordinator is shutting down")));
+    cv_.notify_all();
+    builder = std::move(builder_);
+  }
+  if (builder.joinable()) builder.join();  // its prepare() returns at once now
+}
+
+StatusOr<ClusterView> ClusterCoordinator::current_view() {
   MutexLock lock(mu_);
-  shut_down_ = true;
-  if (abort_) abort_->cancel(Unavailable("the coordinator is shutting down"));
-  for (auto& [id, m] : members_) m.reactor->finish(to_grpc(Unavailable("the coordinator is shutting down")));
-  cv_.notify_all();
+  if (shut_down_) return Unavailable("the coordinator is shutting down");
+  if (built_generation_ == generation_ && !building_) return view_;
+  if (!building_) start_build_locked();
+  return Unavailable("the cluster's communicator is forming over its " + std::to_string(members_.size()) +
+                     " member(s); requests run on this host until it is ready");
+}
+
+void ClusterCoordinator::start_build_locked() {
+  building_ = true;
+  // The last builder has set building_ = false, its last step under mu_.
+  if (builder_.joinable()) builder_.join();
+  builder_ = std::thread([this] {
+    {
+      MutexLock jobs(job_mu_);
+      (void)prepare();  // logs what it built, or why it failed
+    }
+    MutexLock lock(mu_);
+    building_ = false;
+  });
 }
 
 Status ClusterCoordinator::wait_members_locked(MutexLock& lock, const std::vector<uint64_t>& ids,

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -69,12 +70,20 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
   Mutex& job_mutex() SGEMM_RETURN_CAPABILITY(job_mu_) { return job_mu_; }
   // Brings the communicator up to date with the membership (a new epoch and
   // a link measurement when members joined or left, or the last job failed).
+  // It waits for every member to join the communicator (up to
+  // connect_timeout_ms); requests use current_view() instead.
   StatusOr<ClusterView> prepare() SGEMM_REQUIRES(job_mu_) SGEMM_EXCLUDES(mu_);
+  // The communicator's view when it is built over the current members; never
+  // waits. Otherwise a builder thread runs prepare() (unless one is running)
+  // and this answers UNAVAILABLE saying the communicator is forming: the
+  // caller runs the request on this host, so that no request waits on a
+  // member that is slow or never answers ready.
+  StatusOr<ClusterView> current_view() SGEMM_EXCLUDES(mu_);
   // Runs `spec` (ranks filled by the caller from the view prepare() returned)
   // with `job`'s matrices: sends it to every member, runs rank 0's part, waits
   // for every member's answer. Timings carry each rank's host.
   StatusOr<ClusterRunResult> run(ClusterJobSpec spec, const GemmJob& job) SGEMM_REQUIRES(job_mu_) SGEMM_EXCLUDES(mu_);
-  // Ends every member's stream (server shutdown).
+  // Ends every member's stream and waits for the builder thread (server shutdown).
   void shutdown() SGEMM_EXCLUDES(mu_);
 
  private:
@@ -109,6 +118,8 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
   StatusOr<ClusterRunResult> run_locked_job(MutexLock& lock, ClusterJobSpec spec, const GemmJob* job)
       SGEMM_REQUIRES(job_mu_, mu_);
   void log(const std::string& msg) const;
+  // Starts builder_ (prepare() under job_mu_); building_ is false.
+  void start_build_locked() SGEMM_REQUIRES(mu_);
 
   ClusterDataPlane& plane_;
   const ClusterOptions options_;
@@ -128,6 +139,8 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
   std::shared_ptr<CancelToken> abort_ SGEMM_GUARDED_BY(mu_);   // the job or rebuild under way
   std::vector<uint64_t> abort_members_ SGEMM_GUARDED_BY(mu_);  // the members it includes
   bool shut_down_ SGEMM_GUARDED_BY(mu_) = false;
+  bool building_ SGEMM_GUARDED_BY(mu_) = false;  // builder_ is running prepare()
+  std::thread builder_ SGEMM_GUARDED_BY(mu_);
   // Members dropped for not answering `ready`, by host name: when they may join again.
   std::map<std::string, std::chrono::steady_clock::time_point> banned_ SGEMM_GUARDED_BY(mu_);
 };

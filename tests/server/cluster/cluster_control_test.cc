@@ -21,6 +21,7 @@
 namespace sgemm {
 namespace {
 
+using testing::cluster_ready;
 using testing::ClusterFixture;
 using testing::eventually;
 using testing::FakeFabric;
@@ -33,6 +34,12 @@ using namespace std::chrono_literals;
 class ClusterControl : public ClusterFixture {
  protected:
   void SetUp() override { start(test_cluster_options("coordinator")); }
+  // A coordinator with options `o` in place of SetUp's (its members gone).
+  void restart(ClusterOptions o) {
+    TearDown();
+    start(std::move(o));
+  }
+  LogLines coord_log_;  // for restart()'s options: outlives the coordinator (TearDown)
   FakePlane& add_member(const std::string& name, int gpus) {
     return ClusterFixture::add_member(test_cluster_options(name), gpus);
   }
@@ -290,6 +297,7 @@ TEST_F(ClusterControl, TheEngineRunsLocallyUntilTheClusterPaysAndOverItWhenAsked
   EXPECT_EQ(local_ptr->runs, 1);
   add_member("host-a", 1);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  ASSERT_TRUE(cluster_ready(*coord_, 1));  // requests run here while it forms
   // A member, but a small product over a 67 GB/s link: the cost model keeps it local.
   r = engine->run(job);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -382,6 +390,7 @@ TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
   AlwaysCluster cluster(fabric_, *root_plane_);
   ASSERT_TRUE(cluster.server);
   ASSERT_TRUE(eventually([&] { return cluster.coordinator->member_count() == 1; }));
+  ASSERT_TRUE(cluster_ready(*cluster.coordinator, 1));  // requests run here while it forms
   Product p({77, 33, 19}, 2.0f, 0.5f, 4);
   StatusOr<GemmReport> r = cluster.engine->run(p.job);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -400,6 +409,7 @@ TEST_F(ClusterControl, StridedOrResidentOperandsRunLocallyEvenWhenToldAlways) {
   AlwaysCluster cluster(fabric_, *root_plane_);
   ASSERT_TRUE(cluster.server);
   ASSERT_TRUE(eventually([&] { return cluster.coordinator->member_count() == 1; }));
+  ASSERT_TRUE(cluster_ready(*cluster.coordinator, 1));  // requests run here while it forms
   Product p({37, 29, 23}, 1.0f, 0.0f, 11);
   p.job.lda = p.shape.k + 5;  // a submatrix of a wider region
   StatusOr<GemmReport> r = cluster.engine->run(p.job);
@@ -418,7 +428,8 @@ TEST_F(ClusterControl, SplitKRequestsRunAsTheClusterKSplitWhenToldAlwaysAndStayL
   AlwaysCluster cluster(fabric_, *root_plane_);
   ASSERT_TRUE(cluster.server);
   ASSERT_TRUE(eventually([&] { return cluster.coordinator->member_count() == 1; }));
-  Product p({21, 13, 301}, -1.25f, 0.75f, 7);  // small m x n, long K, nothing a multiple of anything
+  ASSERT_TRUE(cluster_ready(*cluster.coordinator, 1));  // requests run here while it forms
+  Product p({21, 13, 301}, -1.25f, 0.75f, 7);           // small m x n, long K, nothing a multiple of anything
   p.job.request.options.split = SplitMode::kK;
   StatusOr<GemmReport> r = cluster.engine->run(p.job);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -450,6 +461,7 @@ TEST_F(ClusterControl, ASmallSplitKRequestStaysLocalWithTheClusterKSplitInItsRea
   std::unique_ptr<Engine> engine = make_cluster_engine(std::move(local), *coord_);
   add_member("host-a", 1);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  ASSERT_TRUE(cluster_ready(*coord_, 1));  // requests run here while it forms
   const GemmShape s{32, 24, 400};
   std::vector<float> a(size_t(s.m * s.k)), b(size_t(s.k * s.n)), c(size_t(s.m * s.n));
   GemmJob job;
@@ -464,6 +476,41 @@ TEST_F(ClusterControl, ASmallSplitKRequestStaysLocalWithTheClusterKSplitInItsRea
   EXPECT_EQ(r->split, SplitMode::kK);  // the local engine ran the split it was asked for
   EXPECT_NE(r->plan_reason.find("cluster K split: 2 GPUs on 2 hosts"), std::string::npos) << r->plan_reason;
   EXPECT_EQ(r->plan_reason.find("cluster rows"), std::string::npos) << r->plan_reason;
+}
+
+// A member that joined but never answers ready holds no request: requests run
+// here while the communicator forms; after the connect timeout the member is
+// dropped and the communicator forms over the rest, which the next request uses.
+TEST_F(ClusterControl, AMemberThatNeverAnswersReadyHoldsNoRequest) {
+  ClusterOptions co = test_cluster_options("coordinator", &coord_log_);
+  co.connect_timeout_ms = 2000;
+  co.always = true;
+  restart(co);
+  auto owned = std::make_unique<LocalEngine>();
+  LocalEngine* local = owned.get();
+  std::unique_ptr<Engine> engine = make_cluster_engine(std::move(owned), *coord_);
+  add_member("steady", 1);
+  add_member("silent", 1).set_hang_connect(true);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  Product p({77, 33, 19}, 2.0f, 0.5f, 4);
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StatusOr<GemmReport> r = engine->run(p.job);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    // Far below the connect timeout, with room for a loaded machine.
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms) << "request " << i << " waited for the communicator";
+    EXPECT_NE(r->plan_reason.find("communicator is forming"), std::string::npos) << r->plan_reason;
+  }
+  EXPECT_EQ(local->runs, 3);
+  ASSERT_TRUE(eventually([&] { return coord_log_.has("member 'silent' did not answer ready"); })) << coord_log_.all();
+  ASSERT_TRUE(cluster_ready(*coord_, 1)) << coord_log_.all();
+  Product q({65, 31, 23}, -1.0f, 0.25f, 8);
+  StatusOr<GemmReport> r = engine->run(q.job);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(local->runs, 3);
+  ASSERT_EQ(r->devices.size(), 2u);
+  EXPECT_EQ(r->devices[1].host, "steady");
+  q.right();
 }
 
 }  // namespace

@@ -33,6 +33,15 @@ bool eventually(Pred p, std::chrono::milliseconds limit = std::chrono::seconds(1
   return p();
 }
 
+// Whether `coordinator`'s communicator is ready over `members` members within
+// 10 s; current_view() starts forming it, as a request does.
+inline bool cluster_ready(ClusterCoordinator& coordinator, int members) {
+  return eventually([&] {
+    StatusOr<ClusterView> v = coordinator.current_view();
+    return v.ok() && v->members == members;
+  });
+}
+
 // Log lines of one process, for waiting on an event by what it logged.
 struct LogLines {
   std::mutex mu;
