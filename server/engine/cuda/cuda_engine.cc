@@ -300,7 +300,8 @@ class CudaEngine final : public Engine {
     }
     if (jr.fallback_used()) {
       report.kernel = KernelKind::kCublas;
-      report.kernel_row = "cublas_sgemm";
+      if (const GemmBackend* be = leases[0]->backend(KernelKind::kCublas))
+        report.kernel_row = be->kernel_name(engine_probe_args(block, r.alpha, r.beta));
       report.precision = Precision::kFp32Ffma;
       report.plan_reason += "; " + std::string(kernel_kind_name(kind)) + " refused some blocks: cublas ran them";
       if (options_.log) options_.log("cuda engine: " + report.plan_reason);
