@@ -6,7 +6,9 @@
 The same requests as sgemm_client.Client (sgemm_client/_request.py decides
 what each sends and expects; this module only drives it), the same options,
 errors, retries and deadlines; every method that talks to the server is a
-coroutine. Stripes of a large request run as tasks on the caller's loop.
+coroutine. Stripes of a large request run as tasks on the caller's loop, or in
+the client's stripe worker processes (stripe_workers, as for the blocking
+client), awaited through the loop's default executor.
 
 Threads: one event loop. A Client belongs to the loop it was first used on
 (grpc.aio's rule for channels).
@@ -21,13 +23,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 
-from . import _channel, _wire
+from . import _channel, _stripe_pool, _wire
 from ._proto import health_pb2
 from ._proto import sgemm_pb2 as pb2
 from ._batch import BatchRequest
 from ._request import Matrix, Receiver, Request, first_failure, handles_without_shape, put_messages
 from ._types import Handle, SgemmError, Summary, error_of
-from .client import ClientBase, Shape, _timeout_within, deadline_of, remaining, resolve_transport, shape_tuple
+from .client import (ClientBase, Shape, _timeout_within, deadline_of, remaining, resolve_transport, shape_tuple,
+                     uses_processes)
 from .regions import SharedRegion
 
 __all__ = ["Client"]
@@ -38,17 +41,25 @@ class Client(ClientBase):
     since they register with the server)."""
 
     _make_channel = staticmethod(_channel.aio_channel)
-    _refused_stripe_workers = {"processes": "worker processes are the blocking client's: the asyncio client "
-                                            "drives a request's stripes as tasks on its event loop"}
 
     def _own_state(self) -> None:
         self._stripe_channels: Dict[int, Any] = {}
+        # The stripe worker processes (stripe_workers, _stripe_pool.py), made on first use; a request on them
+        # waits in a thread of the event loop's executor, as the pool's calls block.
+        self._workers: Optional[_stripe_pool.StripeWorkers] = None
 
     async def close(self) -> None:
         channels = [self._channel, *self._stripe_channels.values()]
         self._stripe_channels = {}
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            await asyncio.get_running_loop().run_in_executor(None, workers.close)
         for ch in channels:
             await ch.close()
+
+    def worker_pids(self) -> List[int]:
+        """The process ids of this client's stripe workers (empty until a request has needed them)."""
+        return self._workers.pids() if self._workers is not None else []
 
     async def __aenter__(self) -> "Client":
         return self
@@ -151,9 +162,23 @@ class Client(ClientBase):
         return ch.stream_stream("/sgemm.v1.Sgemm/Multiply", request_serializer=None,
                                 response_deserializer=_wire.decode_response)
 
+    async def _stream_in_workers(self, req: Request, deadline: Optional[float]) -> Receiver:
+        """One attempt with a worker process per stripe; C is the mapping they wrote. A cancelled caller stops
+        waiting; the request itself runs on to its end or its deadline."""
+        if self._workers is None:
+            self._workers = _stripe_pool.StripeWorkers(self._channel_args)
+        receiver = req.new_receiver()
+        c = await asyncio.get_running_loop().run_in_executor(None, self._workers.run, req, receiver, deadline)
+        if c is not None:
+            req.result = c
+        receiver.check()
+        return receiver
+
     async def _stream(self, req: Request, deadline: Optional[float]) -> Receiver:
         """One attempt: each stripe's stream read by a task; stripes 1.. start once stripe 0 has the grant.
-        The first stripe to fail cancels the others."""
+        The first stripe to fail cancels the others. Stripes in worker processes where stripe_workers says."""
+        if uses_processes(self.stripe_workers, req):
+            return await self._stream_in_workers(req, deadline)
         receiver = req.new_receiver()
         calls: List[Any] = []
         errors: List[Tuple[int, SgemmError]] = []

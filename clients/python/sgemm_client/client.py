@@ -103,8 +103,6 @@ class ClientBase:
     per-client state both keep. `_own_state()` adds what only the subclass keeps."""
 
     _make_channel: Callable[..., Any] = staticmethod(_channel.sync_channel)
-    # stripe_workers values this client refuses, with the reason (checked before any channel exists).
-    _refused_stripe_workers: Dict[str, str] = {}
 
     def __init__(self, target: str = "localhost:50051", *, token: Optional[str] = None, tls: bool = False,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
@@ -119,8 +117,10 @@ class ClientBase:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if stripe_workers not in STRIPE_WORKERS:
             raise ValueError(f"stripe_workers must be one of {', '.join(STRIPE_WORKERS)}, got {stripe_workers!r}")
-        if stripe_workers in self._refused_stripe_workers:
-            raise ValueError(f"stripe_workers={stripe_workers!r}: {self._refused_stripe_workers[stripe_workers]}")
+        if stripe_workers == "processes":  # checked before any channel exists
+            why_not = _stripe_pool.available()
+            if why_not:
+                raise ValueError(f"stripe_workers='processes' cannot be used here: {why_not}")
         self.target = target
         self.chunk_bytes = chunk_bytes
         self.stripe_workers = stripe_workers
@@ -147,6 +147,17 @@ class ClientBase:
         """The subclass's own state, made at the end of __init__."""
 
 
+def uses_processes(stripe_workers: str, req: Union[Request, BatchRequest]) -> bool:
+    """Whether a client with `stripe_workers` drives `req`'s stripes in worker processes (_stripe_pool.py)."""
+    if not isinstance(req, Request) or req.mode != "stream" or req.plan.stripes < 2:
+        return False
+    if stripe_workers == "threads":
+        return False
+    if stripe_workers == "processes":
+        return True
+    return _stripe_pool.available() is None and len(os.sched_getaffinity(0)) >= AUTO_PROCESSES_MIN_CPUS
+
+
 class Client(ClientBase):
     """A connection to one sgemm-server.
 
@@ -170,10 +181,6 @@ class Client(ClientBase):
         self._multiply_rpcs: Dict[int, Any] = {0: self._multiply_rpc(self._channel)}  # guarded by _lock
         self._stripe_channels: List[grpc.Channel] = []  # guarded by _lock
         self._workers: Optional[_stripe_pool.StripeWorkers] = None  # guarded by _lock; made on first use
-        if self.stripe_workers == "processes":
-            why_not = _stripe_pool.available()
-            if why_not:
-                raise ValueError(f"stripe_workers='processes' cannot be used here: {why_not}")
         # _transport (resolved once), _scratch (the kept scratch region) and _handle_shapes: guarded by _lock
 
     # ---- lifetime ----
@@ -337,15 +344,6 @@ class Client(ClientBase):
                 rpc = self._multiply_rpcs[stripe] = self._multiply_rpc(ch)
             return rpc
 
-    def _uses_processes(self, req: Union[Request, BatchRequest]) -> bool:
-        if not isinstance(req, Request) or req.mode != "stream" or req.plan.stripes < 2:
-            return False
-        if self.stripe_workers == "threads":
-            return False
-        if self.stripe_workers == "processes":
-            return True
-        return _stripe_pool.available() is None and len(os.sched_getaffinity(0)) >= AUTO_PROCESSES_MIN_CPUS
-
     def _stream_in_workers(self, req: Request, deadline: Optional[float]) -> Receiver:
         """One attempt with a worker process per stripe (_stripe_pool.py); C is the mapping they wrote."""
         with self._lock:
@@ -362,7 +360,7 @@ class Client(ClientBase):
     def _stream(self, req: Union[Request, BatchRequest], deadline: Optional[float]) -> Receiver:
         """One attempt: stripe 0 on this thread; once the server's grant comes, the other stripes, each read
         on a thread of its own. The first stripe to fail cancels the rest."""
-        if self._uses_processes(req):
+        if uses_processes(self.stripe_workers, req):
             return self._stream_in_workers(req, deadline)
         receiver = req.new_receiver()
         lock = threading.Lock()

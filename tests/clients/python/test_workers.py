@@ -3,13 +3,15 @@ connection of a striped request) against the real sgemm-server over TCP:
 results against a float64 reference on odd shapes over 1 to 4 connections,
 with C and alpha/beta, into `out`; kept results; every C handed out stays
 valid while later requests write theirs; over the Unix socket with transport
-"grpc"; the workers are started once and reused;
+"grpc"; the workers are started once and reused; the asyncio client's
+requests on them, two at once;
 their channels carry the client's token; a worker killed mid-request fails
 that request with WorkerError well within its deadline and the next request
 runs on a replacement; a stopped worker ends in DEADLINE_EXCEEDED, not a
 hang; close(), interpreter exit and the client's own death leave no worker
 process, no shared memory in /dev/shm and no memfd mapped behind."""
 
+import asyncio
 import concurrent.futures
 import gc
 import os
@@ -255,8 +257,32 @@ class StripeWorkers(unittest.TestCase):
             sgemm_client.Client(self.server.address, stripe_workers="fork")
         self.assertIn("stripe_workers", str(e.exception))
         with self.assertRaises(ValueError) as e:
-            sgemm_client.aio.Client(self.server.address, stripe_workers="processes")
+            sgemm_client.aio.Client(self.server.address, stripe_workers="fork")
         self.assertIn("stripe_workers", str(e.exception))
+
+    def test_asyncio_client_runs_stripes_in_workers(self):
+        shm_before = shm_before_test()
+
+        async def run():
+            async with sgemm_client.aio.Client(self.server.address, stripe_workers="processes", chunk_bytes=4096) as cl:
+                for m, n, k in ((301, 67, 129), (77, 513, 33)):
+                    a, b, c0 = random(self.rng, m, k), random(self.rng, k, n), random(self.rng, m, n)
+                    got, summary = await cl.multiply(a, b, c0, 1.25, -0.5, connections=4, timeout=60)
+                    self.assertLessEqual(max_error(got, a, b, c0, 1.25, -0.5), TOLERANCE, f"{m}x{n}x{k}")
+                    self.assertEqual(summary.stripes, 4)
+                pids = cl.worker_pids()
+                self.assertEqual(len(pids), 4)
+                # Two requests at once on one loop: the pool takes them in turn, both right.
+                a, b = random(self.rng, 129, 65), random(self.rng, 65, 257)
+                both = await asyncio.gather(cl.multiply(a, b, connections=4, timeout=60),
+                                            cl.multiply(b.T.copy(), a.T.copy(), connections=4, timeout=60))
+                self.assertLessEqual(max_error(both[0][0], a, b), TOLERANCE)
+                self.assertLessEqual(max_error(both[1][0], b.T.copy(), a.T.copy()), TOLERANCE)
+            return pids
+
+        pids = asyncio.run(run())
+        wait_for(lambda: all(gone(p) for p in pids), 30, f"workers {pids} gone after close()")
+        self.assertEqual(shm_names(*pids) - shm_before, set())
 
 
 class StripeWorkersOnTheUnixSocket(unittest.TestCase):
