@@ -1,9 +1,10 @@
 """Device arrays (CUDA IPC) against the real sgemm-server on a GPU, driving the
-CUDA runtime through ctypes (no CuPy or PyTorch): device memory allocated here,
+CUDA runtime through ctypes (no CuPy or PyTorch needed): device memory allocated here,
 wrapped in a minimal `__cuda_array_interface__` object, multiplied by the server
 in place on odd shapes with strided layouts, C written into a device array or
 returned as numpy, by the blocking and the asyncio client, checked against a
-float64 numpy reference; an allocation open for one token is refused to another. Skips, saying why, without a GPU."""
+float64 numpy reference; an allocation open for one token is refused to another; PyTorch tensors given through
+DLPack alone, where PyTorch is installed. Skips, saying why, without a GPU."""
 
 import asyncio
 import ctypes
@@ -146,6 +147,65 @@ class CudaIpc(unittest.TestCase):
                 self.assertIn("header.a_device", str(e.exception))
         finally:
             assert server.stop() == 0, server.log()
+
+
+def torch_cuda():
+    """torch where it is installed with a CUDA device, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+class DLPackOnly:
+    """A tensor seen only through the DLPack protocol (no __cuda_array_interface__), as JAX hands arrays out."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, stream=None):
+        return self.tensor.__dlpack__() if stream is None else self.tensor.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+
+@unittest.skipUnless(gpu_count() >= 1 and torch_cuda() is not None, "needs a CUDA GPU and PyTorch with CUDA")
+class DLPackDeviceArrays(unittest.TestCase):
+    """PyTorch tensors on the GPU given to the client through DLPack alone: odd shapes, a strided C view
+    written in place, C back as numpy, after the tensors' own work on torch's stream."""
+
+    @classmethod
+    def setUpClass(cls):
+        os.environ.setdefault("SGEMM_E2E_BACKEND", "cuda")
+        cls.server = ServerProcess(unix=True)
+        cls.rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0, cls.server.log()
+
+    def test_dlpack_tensors_in_and_c_in_place(self):
+        torch = torch_cuda()
+        m, n, k = 211, 67, 129
+        a, b, c0 = random(self.rng, m, k), random(self.rng, k, n), random(self.rng, m, n)
+        # A and B made by torch's own kernels (a scale by 1) on its stream, so that the client must wait for them.
+        ta = torch.from_numpy(a).cuda() * 1.0
+        tb = torch.from_numpy(b).cuda() * 1.0
+        wide = torch.zeros((m, n + 7), dtype=torch.float32, device="cuda")
+        tc = wide[:, :n]  # row stride n + 7
+        tc.copy_(torch.from_numpy(c0))
+        with sgemm_client.Client(self.server.unix_target) as cl:
+            _, summary = cl.multiply(DLPackOnly(ta), DLPackOnly(tb), DLPackOnly(tc), alpha=0.5, beta=2.0,
+                                     out=DLPackOnly(tc), timeout=60)
+            self.assertEqual((summary.transport, summary.bytes_sent, summary.bytes_received), ("cuda-ipc", 0, 0))
+            self.assertLessEqual(max_error(tc.cpu().numpy(), a, b, c0, 0.5, 2.0), TOLERANCE)
+            self.assertTrue(torch.all(wide[:, n:] == 0).item(), "C's padding was written")
+            got, summary = cl.multiply(DLPackOnly(ta), DLPackOnly(tb), timeout=60)
+        self.assertIsInstance(got, np.ndarray)
+        self.assertEqual(summary.bytes_received, m * n * 4)
+        self.assertLessEqual(max_error(got, a, b), TOLERANCE)
 
 
 if __name__ == "__main__":
