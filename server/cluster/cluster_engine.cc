@@ -57,28 +57,19 @@ class ClusterEngine final : public Engine {
       return local_->run(job);
     // The cluster's data plane moves dense host matrices: operands kept on
     // this host's GPUs, or strided views of a larger region, run here.
-    if (!dense_host_operands(job)) {
-      StatusOr<GemmReport> rep = local_->run(job);
-      if (rep.ok())
-        rep->plan_reason += "; cluster not used: resident or strided operands (or device buffers) run on this host";
-      return rep;
-    }
+    if (!dense_host_operands(job))
+      return run_here(job, "cluster not used: resident or strided operands (or device buffers) run on this host");
     // No request waits for a communicator to form (a member that is slow or
     // never answers ready would hold it up to the connect timeout): while one
     // forms, requests run here. Asked again under the job lock, since a
     // member may have joined or left while this request waited for it.
-    if (StatusOr<ClusterView> formed = coord_.current_view(); !formed.ok()) {
-      StatusOr<GemmReport> rep = local_->run(job);
-      if (rep.ok()) rep->plan_reason += "; cluster not used: " + formed.status().message();
-      return rep;
-    }
+    if (StatusOr<ClusterView> formed = coord_.current_view(); !formed.ok())
+      return run_here(job, "cluster not used: " + formed.status().message());
     MutexLock jobs(coord_.job_mutex());
     StatusOr<ClusterView> view = coord_.current_view();
     if (!view.ok()) {
       jobs.unlock();
-      StatusOr<GemmReport> rep = local_->run(job);
-      if (rep.ok()) rep->plan_reason += "; cluster not used: " + view.status().message();
-      return rep;
+      return run_here(job, "cluster not used: " + view.status().message());
     }
     if (view->members == 0) {
       jobs.unlock();
@@ -107,9 +98,7 @@ class ClusterEngine final : public Engine {
     const ClusterPlan plan = make_cluster_plan(pr, options_.planner);
     if (!plan.use_cluster) {
       jobs.unlock();
-      StatusOr<GemmReport> rep = local_->run(job);
-      if (rep.ok()) rep->plan_reason += "; " + plan.reason;
-      return rep;
+      return run_here(job, plan.reason);
     }
     // The cluster path moves whole matrices: wait for every input.
     if (job.feed) {
@@ -154,6 +143,13 @@ class ClusterEngine final : public Engine {
   }
 
  private:
+  // `job` on this host's engine, `why` added to its plan's reason.
+  StatusOr<GemmReport> run_here(const GemmJob& job, const std::string& why) {
+    StatusOr<GemmReport> rep = local_->run(job);
+    if (rep.ok()) rep->plan_reason += "; " + why;
+    return rep;
+  }
+
   std::unique_ptr<Engine> local_;
   ClusterCoordinator& coord_;
   const ClusterEngineOptions options_;
