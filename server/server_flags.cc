@@ -174,6 +174,10 @@ void add_server_flags(CLI::App& app, CommandLine& opt) {
   app.add_flag("--reflection", opt.reflection,
                "offer gRPC server reflection (for grpcurl without the .proto); off by default: each reflection "
                "stream holds a server thread and needs no token (docs/security.md)");
+  app.add_option("--reflection-streams", opt.reflection_streams,
+                 "with --reflection, reflection streams served at once (a thread each); past it a call is refused "
+                 "RESOURCE_EXHAUSTED")
+      ->capture_default_str();
   app.add_option("--metrics-listen", opt.metrics_listen,
                  "serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 0.0.0.0:9090; port 0 picks one)")
       ->envname("SGEMM_METRICS_LISTEN");

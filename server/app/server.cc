@@ -63,6 +63,7 @@ Status validate(const ServerOptions& opt) {
   if (opt.max_streams_per_connection <= 0) return InvalidArgument("--max-streams-per-connection must be positive");
   if (opt.max_resets_per_second < 0) return InvalidArgument("--max-resets-per-second must not be negative");
   if (opt.grpc_memory_bytes < 0) return InvalidArgument("--grpc-memory-bytes must not be negative");
+  if (opt.reflection_streams < 1) return InvalidArgument("--reflection-streams must be at least 1");
   if (opt.cluster_timeout_s <= 0) return InvalidArgument("--cluster-timeout must be positive");
   if (opt.tls.enabled() && !opt.metrics_listen.empty() && !opt.metrics_plaintext &&
       !is_loopback_listen(opt.metrics_listen))
@@ -263,9 +264,13 @@ Status Server::start() {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, opt_.max_streams_per_connection);
   if (opt_.connection_idle_s > 0)
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, int(std::min(opt_.connection_idle_s * 1000, 2e9)));
-  if (opt_.grpc_memory_bytes > 0) {
+  if (opt_.grpc_memory_bytes > 0 || opt_.reflection) {
     quota_ = std::make_unique<grpc::ResourceQuota>("sgemm-server");
-    quota_->Resize(std::size_t(opt_.grpc_memory_bytes));
+    if (opt_.grpc_memory_bytes > 0) quota_->Resize(std::size_t(opt_.grpc_memory_bytes));
+    // Only gRPC's sync server draws threads from the quota; reflection is
+    // its one service (ours are callback services). One thread always waits
+    // for the next call, so N streams need N + 1.
+    if (opt_.reflection) quota_->SetMaxThreads(opt_.reflection_streams + 1);
     builder.SetResourceQuota(*quota_);
   }
   server_ = builder.BuildAndStart();

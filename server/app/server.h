@@ -77,7 +77,12 @@ struct ServerOptions {
   // The metrics endpoint speaks plain HTTP: with TLS on the service it may
   // listen only on a loopback address unless this says the operator knows.
   bool metrics_plaintext = false;
-  bool reflection = false;             // gRPC server reflection (each stream holds a thread: off unless asked for)
+  bool reflection = false;  // gRPC server reflection (each stream holds a thread: off unless asked for)
+  // Reflection streams served at once: each holds one of gRPC's sync-server
+  // threads; past it a call is answered RESOURCE_EXHAUSTED. gRPC joins an
+  // exited sync-server thread only when another exits, so the stacks of a
+  // burst's threads outlive it: the bound caps both.
+  int reflection_streams = 8;
   std::vector<std::string> grpc_args;  // --grpc-arg NAME=INT: extra gRPC server arguments (docs/transport.md)
   std::string cluster_listen;          // coordinator: address:port members join (docs/cluster.md); "" = no cluster
   std::string join;                    // member: the coordinator's cluster address; "" = not a member

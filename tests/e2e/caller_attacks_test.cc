@@ -809,6 +809,30 @@ TEST(ReflectionAttack, AThousandReflectionStreamsOnOneConnectionAreClosed) {
   testing::expect_rss_back(server.pid(), rss_start, "after the reflection streams");
 }
 
+// Each reflection stream holds a thread: --reflection-streams bounds them.
+// With that many held open, the next call is refused RESOURCE_EXHAUSTED (the
+// server stays up and serves); once they end, reflection serves again.
+TEST(ReflectionAttack, StreamsPastTheBoundAreRefused) {
+  ServerProcess server({"--reflection", "--reflection-streams", "2"});
+  ASSERT_TRUE(server.running()) << server.log();
+  testing::RawH2Client holder;
+  ASSERT_TRUE(holder.connect(server.port(), "127.0.0.2"));
+  ASSERT_TRUE(holder.open_streams("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", 2, false));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  grpc::Status third;
+  do {  // until both held streams have their threads
+    third = call_reflection(server.tcp_address());
+  } while (third.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.error_message();
+  expect_server_serves(server, "beside two held reflection streams");
+  holder.close_now();
+  grpc::Status again;
+  do {
+    again = call_reflection(server.tcp_address());
+  } while (!again.ok() && std::chrono::steady_clock::now() < deadline);
+  EXPECT_TRUE(again.ok()) << again.error_code() << " " << again.error_message();
+}
+
 // One client used to fill --max-open-streams with silent streams (and
 // PutMatrix streams were outside it): every other caller got UNAVAILABLE.
 // With tokens each client holds at most its share of the open streams.
