@@ -187,7 +187,6 @@ void MultiplyCall::OnDone() {
   {
     std::lock_guard lock(shared_.calls_mu);
     shared_.calls.erase(this);
-    ++shared_.calls_ended;
   }
   shared_.calls_cv.notify_all();
   unref();

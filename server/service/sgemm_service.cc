@@ -1,6 +1,5 @@
 #include "server/service/sgemm_service.h"
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 
 #include "proto/grpc_status.h"
 #include "server/service/codec.h"
+#include "server/service/heap_trim.h"
 #include "server/service/host_memory.h"
 #include "server/service/multiply_call.h"
 #include "server/service/peer_socket.h"
@@ -246,45 +246,25 @@ void SgemmService::watchdog() {
   // Idle waits are checked ten times per --idle-timeout (at most every 250 ms).
   const auto tick = std::clamp<std::chrono::milliseconds>(options_.idle_timeout / 10, std::chrono::milliseconds(10),
                                                           std::chrono::milliseconds(250));
-  // A burst of short calls (a reset storm: thousands of streams opened and
-  // reset at once) leaves gRPC's and our freed memory in malloc's arenas, and
-  // the resident set stays at its high water (0.3-0.8 GB after 20,000
-  // resets, measured). Once such a burst is over (a tick in which no call
-  // ended), or every 10 s under steady traffic, the heap is trimmed; and
-  // trimmed again 2 s and 10 s later, for what gRPC's transports free after
-  // our calls have ended (a storm's backlog is worked off for seconds on a
-  // loaded machine: once in CI, 390 MiB stayed after a single trim).
-  constexpr int64_t kTrimAfterCalls = 1000;  // calls ended since the last trim
-  constexpr auto kTrimAtLeastEvery = std::chrono::seconds(10);
-  constexpr std::chrono::seconds kTrimFollowUps[] = {std::chrono::seconds(2), std::chrono::seconds(10)};
-  int64_t trimmed_at_calls = 0, ended_last_tick = 0;
-  auto trimmed_at = std::chrono::steady_clock::now();
-  std::size_t follow_ups_left = 0;  // of kTrimFollowUps, after the last burst's trim
+  // Freed memory goes back to the system once a second at most, when enough
+  // of it is resident (heap_trim.h).
+  constexpr auto kHeapLookEvery = std::chrono::seconds(1);
+  HeapTrimPolicy heap;
+  auto heap_looked_at = std::chrono::steady_clock::now();
   std::unique_lock lock(watchdog_mu_);
   while (!watchdog_cv_.wait_for(lock, tick, [&] { return stopping_; })) {
     lock.unlock();
     const auto now = std::chrono::steady_clock::now();
-    bool trim = false;
     {
       std::lock_guard calls_lock(shared_->calls_mu);
       for (MultiplyCall* call : shared_->calls) call->check_idle(now);
       for (PutMatrixCall* put : shared_->puts) put->check_idle(now);
-      const int64_t ended = shared_->calls_ended;
-      if (ended - trimmed_at_calls >= kTrimAfterCalls &&
-          (ended == ended_last_tick || now - trimmed_at >= kTrimAtLeastEvery)) {
-        trim = true;
-        trimmed_at_calls = ended;
-        trimmed_at = now;
-        follow_ups_left = std::size(kTrimFollowUps);
-      } else if (follow_ups_left > 0 &&
-                 now - trimmed_at >= kTrimFollowUps[std::size(kTrimFollowUps) - follow_ups_left]) {
-        trim = true;
-        --follow_ups_left;
-      }
-      ended_last_tick = ended;
     }
     shared_->admission.purge(now);
-    if (trim) malloc_trim(0);
+    if (now - heap_looked_at >= kHeapLookEvery) {
+      heap_looked_at = now;
+      (void)trim_heap_if_grown(heap);
+    }
     if (options_.on_serving_change) {  // GPU faults: NOT_SERVING once no device is left
       const bool serving = shared_->engine.info().serving();
       if (serving != serving_) options_.on_serving_change(serving);

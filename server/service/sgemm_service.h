@@ -153,7 +153,6 @@ struct ServiceShared {
   std::condition_variable calls_cv;
   std::unordered_set<MultiplyCall*> calls;  // guarded by calls_mu
   std::unordered_set<PutMatrixCall*> puts;  // guarded by calls_mu: PutMatrix uploads, for the idle check
-  int64_t calls_ended = 0;                  // guarded by calls_mu: for the watchdog's heap trim
 };
 
 // The region RPCs (region_service.cc) sit under the Multiply and GetInfo methods.
