@@ -341,6 +341,7 @@ void Server::shutdown(std::chrono::steady_clock::time_point deadline) {
     for (auto& l : unix_listeners_) l->stop();
     server_->Shutdown(system_clock::now());
     server_->Wait();
+    unix_listeners_.clear();  // their socket files go with them, whether or not the process runs destructors
   }
   if (member_) member_->stop();
   if (coordinator_) coordinator_->shutdown();
