@@ -16,6 +16,13 @@ StatusOr<std::string> NcclClusterComm::new_unique_id() {
   return std::string(id.internal, sizeof id.internal);
 }
 
+Status NcclClusterComm::warm_up(const std::vector<int>& devices) {
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  SGEMM_NCCL_TRY(ncclCommInitAll(comms.data(), int(devices.size()), devices.data()));
+  for (ncclComm_t c : comms) (void)ncclCommDestroy(c);
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<NcclClusterComm>> NcclClusterComm::create(const std::string& unique_id, int nranks,
                                                                    int first_rank, const std::vector<int>& devices,
                                                                    const CancelToken* abort, int64_t timeout_ms) {

@@ -26,6 +26,10 @@ class NcclClusterComm {
  public:
   // A fresh ncclUniqueId's bytes (rank 0's process makes it; everyone joins with it).
   static StatusOr<std::string> new_unique_id();
+  // Pays NCCL's one-time costs on `devices` (its state, its kernels loaded
+  // into each GPU's context) with a single-process communicator over them,
+  // made and destroyed. One device is enough.
+  static Status warm_up(const std::vector<int>& devices);
   // Joins `devices` (CUDA ordinals) as ranks first_rank, first_rank + 1, ... of
   // `nranks`. Waits until every rank has joined, polling `abort` (its status
   // is returned) and the deadline (UNAVAILABLE); a failed join is aborted.
