@@ -656,6 +656,7 @@ StatusOr<std::unique_ptr<ClusterDataPlane>> make_cuda_cluster_plane(const CudaCl
   // looks like what a joining member left behind.
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int> ordinals;
+  ordinals.reserve(std::size_t(pool->size()));
   for (int i = 0; i < pool->size(); ++i) ordinals.push_back(pool->ordinal(i));
   if (Status warm = NcclClusterComm::warm_up(ordinals); !warm.ok())
     return warm.with_context("cluster data plane: NCCL on this process's GPUs");
