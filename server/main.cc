@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   // files removed. The process ends here, without destructors: gRPC 1.51's
   // global clean-up waits up to 10 s for connection objects that its stopped
   // pollers no longer free (SIGTERM beside a large product's connection
-  // overran --shutdown-grace by 10 s in 2 of 4 runs on an H100), and the
+  // overran --shutdown-grace by 10 s in 4 of 7 runs on an H100), and the
   // system returns GPU and page-locked memory faster than the engine's
   // teardown would. The logs flush every line; stdio is flushed here.
   log->flush();

@@ -648,22 +648,14 @@ StatusOr<std::unique_ptr<ClusterDataPlane>> make_cuda_cluster_plane(const CudaCl
   po.devices = options.devices;
   po.lanes_per_device = 1;  // cluster jobs run one at a time
   SGEMM_ASSIGN_OR_RETURN(std::unique_ptr<DevicePool> pool, DevicePool::create(po));
-  // NCCL's one-time costs (its global state, its kernels loaded into every
-  // GPU's context: 350 MiB of host memory on an H100, and the context busy
-  // meanwhile) are paid here, before serving, by a communicator over this
-  // process's GPUs made and dropped. Else the first cluster communicator pays
-  // them beside requests (one took 122 ms), and memory that never comes back
-  // looks like what a joining member left behind.
+  // Before serving: else the first cluster communicator pays NCCL's one-time costs beside requests (warm_up).
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<int> ordinals;
-  ordinals.reserve(std::size_t(pool->size()));
-  for (int i = 0; i < pool->size(); ++i) ordinals.push_back(pool->ordinal(i));
-  if (Status warm = NcclClusterComm::warm_up(ordinals); !warm.ok())
+  if (Status warm = NcclClusterComm::warm_up(pool->ordinals()); !warm.ok())
     return warm.with_context("cluster data plane: NCCL on this process's GPUs");
-  const double warm_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const auto warm_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   if (options.log)
     options.log("cluster data plane: " + std::to_string(pool->size()) + " GPU(s), one NCCL rank each (NCCL ready in " +
-                std::to_string(int64_t(warm_ms)) + " ms)");
+                std::to_string(warm_ms.count()) + " ms)");
   return std::unique_ptr<ClusterDataPlane>(new CudaClusterPlane(options, std::move(pool)));
 }
 
