@@ -161,8 +161,10 @@ class Worker:
                             job.cond.wait()
                         if job.cancelled:
                             return
-                    yield _wire.chunk_frame(matrix, off, view[base + off * 4:base + stop * 4])
+                    # Counted as it is handed to gRPC: code after the last yield runs only when gRPC asks
+                    # for another message, which may come after the response has ended.
                     job.bytes_sent += (stop - off) * 4
+                    yield _wire.chunk_frame(matrix, off, view[base + off * 4:base + stop * 4])
         finally:
             if view is not None:
                 view.release()
