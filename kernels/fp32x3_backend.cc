@@ -22,7 +22,9 @@ class Fp32x3Backend final : public GemmBackend {
   explicit Fp32x3Backend(int sm_count) : sm_count_(sm_count) {}
   KernelKind kind() const override { return KernelKind::kFp32x3; }
   Status can_implement(const GemmArgs& args) const override { return fp32x3_can_implement(args); }
-  std::size_t workspace_bytes(const GemmArgs& args) const override { return fp32x3_workspace_bytes(args.shape); }
+  std::size_t workspace_bytes(const GemmArgs& args) const override {
+    return fp32x3_workspace_bytes(args.shape, fp32x3_k_slices(args.shape), args.b_prepared != nullptr);
+  }
   Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
     return fp32x3_sgemm(args, workspace, workspace_bytes, stream);
   }
@@ -31,7 +33,12 @@ class Fp32x3Backend final : public GemmBackend {
     return select_kernel_row_of(KernelKind::kFp32x3, args.shape, kernel_layout(args), sm_count_);
   }
   std::size_t row_workspace_bytes(const KernelPick& pick, const GemmArgs& args) const override {
-    return fp32x3_workspace_bytes(args.shape, std::max<int64_t>(pick.k_slices, 1));
+    return fp32x3_workspace_bytes(args.shape, std::max<int64_t>(pick.k_slices, 1), args.b_prepared != nullptr);
+  }
+  // The split of B into tf32 planes, once for the products that share it.
+  std::size_t prepared_b_bytes(const GemmArgs& args) const override { return fp32x3_prepared_b_bytes(args.shape); }
+  Status prepare_b(const GemmArgs& args, void* prepared, std::size_t bytes, cudaStream_t stream) override {
+    return fp32x3_prepare_b(args, prepared, bytes, stream);
   }
   Status run_row(const KernelPick& pick, const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
                  cudaStream_t stream) override {

@@ -98,40 +98,62 @@ int current_sm_count() {
   return sms;
 }
 
+// Which operands one launch of kernel 1 splits.
+enum class SplitWhich { kBoth, kAOnly, kBOnly };
+
 // Kernel 1: A -> planes [2][m][kp] (where a_planes is null, A is split in kernel 2 and
 // this launch only looks for infinities in it); B -> Bt planes [2][n][kp]; one launch.
-Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, fp32x3::InfMark inf, cudaStream_t stream) {
+// kAOnly (B prepared earlier) also raises `inf` where the prepared B's mark `b_prior` is.
+Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, fp32x3::InfMark inf, cudaStream_t stream,
+                    SplitWhich which = SplitWhich::kBoth, fp32x3::InfMark b_prior = {nullptr, 0}) {
   const int64_t kp = padded_k(g.shape.k);
   const int64_t k_tiles = (g.shape.k + 31) / 32;
-  const int64_t tiles = std::max((g.shape.m + 31) / 32, (g.shape.n + 31) / 32) * k_tiles;  // the larger operand's
-  const dim3 grid(unsigned(std::min<int64_t>(tiles, int64_t(current_sm_count()) * 16)), 1, 2);
+  const int64_t rows = which == SplitWhich::kAOnly   ? g.shape.m
+                       : which == SplitWhich::kBOnly ? g.shape.n
+                                                     : std::max(g.shape.m, g.shape.n);  // the larger operand's
+  const int64_t tiles = (rows + 31) / 32 * k_tiles;
+  const dim3 grid(unsigned(std::min<int64_t>(tiles, int64_t(current_sm_count()) * 16)), 1,
+                  which == SplitWhich::kBoth ? 2 : 1);
+  const int first = which == SplitWhich::kBOnly ? 1 : 0;
   fp32x3::fp32x3_split_kernel<<<grid, dim3(32, 8), 0, stream>>>(g.a, g.lda, int(g.shape.m), g.b, g.ldb, int(g.shape.n),
-                                                                int(g.shape.k), a_planes, b_planes, kp, inf);
+                                                                int(g.shape.k), a_planes, b_planes, kp, inf, first,
+                                                                b_prior);
   return SGEMM_CUDA_STATUS(cudaGetLastError());
 }
 
-// Workspace: A's planes, B's planes, the slices' partial products (split K), the
-// infinity mark's word (in its own aligned slot, last).
-std::size_t workspace_bytes_for(const GemmShape& s, const Fp32x3Slices& slices) {
+// A prepared B (fp32x3_prepare_b): Bt planes [2][n][kp], then its infinity flag's word
+// in its own aligned slot (0, or 1 where B holds an infinity).
+int64_t b_planes_bytes(const GemmShape& s) {
+  return align_up(2 * s.n * padded_k(std::max<int64_t>(s.k, 1)) * 4, kAlignBytes);
+}
+fp32x3::InfMark prepared_b_mark(const void* prepared, const GemmShape& s) {
+  auto* word =
+      reinterpret_cast<unsigned long long*>(const_cast<char*>(static_cast<const char*>(prepared)) + b_planes_bytes(s));
+  return fp32x3::InfMark{word, 1};
+}
+
+// Workspace: A's planes, B's planes (none where B was prepared), the slices' partial
+// products (split K), the infinity mark's word (in its own aligned slot, last).
+std::size_t workspace_bytes_for(const GemmShape& s, const Fp32x3Slices& slices, bool own_b = true) {
   const int64_t kp = padded_k(std::max<int64_t>(s.k, 1));
   const int64_t partials = slices.count > 1 ? align_up(slices.count * s.m * s.n * 4, kAlignBytes) : 0;
-  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + align_up(2 * s.n * kp * 4, kAlignBytes) + partials +
+  return std::size_t(align_up(2 * s.m * kp * 4, kAlignBytes) + (own_b ? b_planes_bytes(s) : 0) + partials +
                      kAlignBytes);
 }
 
 // This launch's InfMark (fp32x3_sgemm.cuh): the workspace's last slot, and a value no
 // earlier launch of this process wrote there (a counter from a random start, so that a
 // word another process left is unlikely to match either).
-fp32x3::InfMark inf_mark_of(void* workspace, const GemmShape& s, const Fp32x3Slices& slices) {
+fp32x3::InfMark inf_mark_of(void* workspace, const GemmShape& s, const Fp32x3Slices& slices, bool own_b = true) {
   static std::atomic<unsigned long long> next{(static_cast<unsigned long long>(std::random_device{}()) << 32) ^
                                               std::random_device{}()};
-  auto* word = reinterpret_cast<unsigned long long*>(static_cast<char*>(workspace) + workspace_bytes_for(s, slices) -
-                                                     kAlignBytes);
+  auto* word = reinterpret_cast<unsigned long long*>(static_cast<char*>(workspace) +
+                                                     workspace_bytes_for(s, slices, own_b) - kAlignBytes);
   return fp32x3::InfMark{word, next.fetch_add(1, std::memory_order_relaxed)};
 }
 
 Status check_workspace(const GemmArgs& g, const Fp32x3Slices& slices, const void* workspace, std::size_t bytes) {
-  const std::size_t need = workspace_bytes_for(g.shape, slices);
+  const std::size_t need = workspace_bytes_for(g.shape, slices, g.b_prepared == nullptr);
   if (workspace == nullptr || bytes < need)
     return InvalidArgument("workspace: needs " + std::to_string(need) + " bytes, got " +
                            std::to_string(workspace == nullptr ? 0 : bytes));
@@ -142,10 +164,10 @@ float* a_planes_of(void* workspace) { return static_cast<float*>(workspace); }
 float* b_planes_of(void* workspace, const GemmShape& s) {
   return reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(2 * s.m * padded_k(s.k) * 4, kAlignBytes));
 }
-// The slices' partial products [slices][m][n], after both operands' planes.
-float* partials_of(void* workspace, const GemmShape& s) {
+// The slices' partial products [slices][m][n], after the operands' planes.
+float* partials_of(void* workspace, const GemmShape& s, bool own_b) {
   return reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(2 * s.m * padded_k(s.k) * 4, kAlignBytes) +
-                                  align_up(2 * s.n * padded_k(s.k) * 4, kAlignBytes));
+                                  (own_b ? b_planes_bytes(s) : 0));
 }
 
 template <class Cfg>
@@ -164,10 +186,17 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
   if (Cfg::kSplitAInKernel && !a_tma_describable(g))
     return InvalidArgument("a: this variant reads A with TMA: needs a 16-byte aligned a and lda % 4 == 0");
   float* a_planes = Cfg::kSplitAInKernel ? nullptr : a_planes_of(workspace);
-  float* b_planes = b_planes_of(workspace, g.shape);
+  // A prepared B (fp32x3_prepare_b) is read where it is: kernel 1 does A alone.
+  const bool own_b = g.b_prepared == nullptr;
+  float* b_planes = own_b ? b_planes_of(workspace, g.shape) : static_cast<float*>(const_cast<void*>(g.b_prepared));
   // Infinities in A or B: the kernels below step aside for the FFMA fallback (fp32x3_sgemm.cuh).
-  const fp32x3::InfMark inf = inf_mark_of(workspace, g.shape, slices);
-  SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, inf, stream));
+  const fp32x3::InfMark inf = inf_mark_of(workspace, g.shape, slices, own_b);
+  if (own_b) {
+    SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, inf, stream));
+  } else {
+    SGEMM_RETURN_IF_ERROR(
+        launch_split(g, a_planes, nullptr, inf, stream, SplitWhich::kAOnly, prepared_b_mark(g.b_prepared, g.shape)));
+  }
 
   constexpr int kCl = Cfg::kClusterM;
   CUtensorMap map_a, map_b;
@@ -185,7 +214,7 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
   // Split K: the kernel writes each slice's A*B into the workspace; the reduction applies
   // alpha and beta.
   const bool split = slices.count > 1;
-  float* const out = split ? partials_of(workspace, g.shape) : g.c;
+  float* const out = split ? partials_of(workspace, g.shape, own_b) : g.c;
   const int64_t ld_out = split ? g.shape.n : g.ldc;
   const int64_t split_stride = split ? g.shape.m * g.shape.n : 0;
   const float alpha = split ? 1.0f : g.alpha, beta = split ? 0.0f : g.beta;
@@ -286,6 +315,23 @@ std::size_t fp32x3_workspace_bytes(const GemmShape& s) {
 
 std::size_t fp32x3_workspace_bytes(const GemmShape& s, int64_t slices) {
   return workspace_bytes_for(s, fp32x3_slices_of_count(s, slices));
+}
+
+std::size_t fp32x3_workspace_bytes(const GemmShape& s, int64_t slices, bool b_prepared) {
+  return workspace_bytes_for(s, fp32x3_slices_of_count(s, slices), !b_prepared);
+}
+
+std::size_t fp32x3_prepared_b_bytes(const GemmShape& s) { return std::size_t(b_planes_bytes(s) + kAlignBytes); }
+
+Status fp32x3_prepare_b(const GemmArgs& args, void* prepared, std::size_t bytes, cudaStream_t stream) {
+  SGEMM_RETURN_IF_ERROR(fp32x3_can_implement(args));
+  const std::size_t need = fp32x3_prepared_b_bytes(args.shape);
+  if (prepared == nullptr || bytes < need)
+    return InvalidArgument("prepared: needs " + std::to_string(need) + " bytes, got " +
+                           std::to_string(prepared == nullptr ? 0 : bytes));
+  const fp32x3::InfMark mark = prepared_b_mark(prepared, args.shape);
+  SGEMM_CUDA_TRY(cudaMemsetAsync(mark.word, 0, sizeof(*mark.word), stream));
+  return launch_split(args, nullptr, static_cast<float*>(prepared), mark, stream, SplitWhich::kBOnly);
 }
 
 int64_t fp32x3_k_slices(const GemmShape& shape) {

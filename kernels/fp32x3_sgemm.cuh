@@ -198,16 +198,19 @@ struct InfMark {
 
 // One launch for both operands: blockIdx.z == 0 splits A (m x k) into [2][m][kp], or where
 // a_planes is null (A is split in the GEMM kernel) only looks for infinities in it;
-// blockIdx.z == 1 splits B (k x n) into Bt planes [2][n][kp]. Each operand's 32 x 32 tiles
+// blockIdx.z == 1 splits B (k x n) into Bt planes [2][n][kp]. first_operand = 1 with one
+// z-slice splits B alone (B prepared once for many products); one z-slice with
+// first_operand = 0 does A alone, and then raises `inf` also where `b_prepared` (the
+// prepared B's mark; word null: none) is raised. Each operand's 32 x 32 tiles
 // are numbered row by row and walked with a grid stride (one grid serves both operands,
 // whatever their shapes).
 __global__ void __launch_bounds__(256)
     fp32x3_split_kernel(const float* __restrict__ a, int64_t lda, int m, const float* __restrict__ b, int64_t ldb,
                         int n, int k, float* __restrict__ a_planes, float* __restrict__ b_planes, int64_t kp,
-                        InfMark inf) {
+                        InfMark inf, int first_operand, InfMark b_prepared) {
   __shared__ float tile[32][33];
   bool saw_inf = false;
-  const bool is_b = blockIdx.z == 1;
+  const bool is_b = blockIdx.z + first_operand == 1;
   const float* x = is_b ? b : a;
   const int64_t ldx = is_b ? ldb : lda;
   const int rows = is_b ? k : m, cols = is_b ? n : k;
@@ -216,6 +219,9 @@ __global__ void __launch_bounds__(256)
   const int64_t tiles_c = (cols + 31) / 32, tiles = ((rows + 31) / 32) * tiles_c;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x)
     split_tile(x, ldx, rows, cols, int(t / tiles_c) * 32, int(t % tiles_c) * 32, is_b, out, kp, plane, tile, saw_inf);
+  // B split earlier (fp32x3_prepare_b): its own mark says whether it held an infinity.
+  if (b_prepared.word != nullptr && blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0 && b_prepared.raised())
+    saw_inf = true;
   if (saw_inf) inf.raise();
 }
 

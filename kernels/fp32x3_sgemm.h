@@ -43,6 +43,16 @@ std::size_t fp32x3_workspace_bytes(const GemmShape& shape, int64_t slices);
 // beta applied.
 int64_t fp32x3_k_slices(const GemmShape& shape);
 
+// B split once for many products that share it (the row blocks of one job): its planes
+// and an infinity flag, fp32x3_prepared_b_bytes(shape) bytes (shape.k and shape.n count).
+// fp32x3_prepare_b enqueues the split of args.b into `prepared`; a product whose
+// args.b_prepared points there (same b, ldb, k, n; stream-ordered after it) reads the
+// planes instead of splitting B again, and needs fp32x3_workspace_bytes(shape, slices,
+// true) bytes of workspace. Results are the same bit for bit.
+std::size_t fp32x3_prepared_b_bytes(const GemmShape& shape);
+Status fp32x3_prepare_b(const GemmArgs& args, void* prepared, std::size_t bytes, cudaStream_t stream);
+std::size_t fp32x3_workspace_bytes(const GemmShape& shape, int64_t slices, bool b_prepared);
+
 // Enqueues C = alpha*A*B + beta*C on `stream` with the variant chosen for the shape.
 // `workspace` must hold fp32x3_workspace_bytes(args.shape) bytes of device memory.
 Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);

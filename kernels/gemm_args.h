@@ -25,6 +25,10 @@ struct GemmArgs {
   int64_t ldb = 0;
   float* c = nullptr;  // m x n, row-major, leading dimension ldc
   int64_t ldc = 0;
+  // B as the running backend's prepare_b left it for this b, ldb, k and n
+  // (GemmBackend::prepared_b_bytes); null: none. A backend with nothing to
+  // prepare ignores it.
+  const void* b_prepared = nullptr;
 };
 
 // Convenience: a densely packed problem (lda = k, ldb = n, ldc = n).

@@ -14,6 +14,11 @@ Status GemmBackend::check_row(const KernelPick& pick) const {
   return Status::Ok();
 }
 
+Status GemmBackend::prepare_b(const GemmArgs& /*args*/, void* /*prepared*/, std::size_t /*bytes*/,
+                              cudaStream_t /*stream*/) {
+  return FailedPrecondition("kernel '" + std::string(name()) + "' reads B as it is: there is nothing to prepare");
+}
+
 // A family with one row (cuBLAS) runs it as run() does.
 std::size_t GemmBackend::row_workspace_bytes(const KernelPick& /*pick*/, const GemmArgs& args) const {
   return workspace_bytes(args);

@@ -42,6 +42,14 @@ class GemmBackend {
   // must stay valid until the work on `stream` is done.
   virtual Status run(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) = 0;
 
+  // B prepared once for several products that share it (the row blocks of a job):
+  // the bytes of B's prepared form for `args`' B, or 0 (the default) where the
+  // backend reads B as it is. prepare_b enqueues it into `prepared` on `stream`;
+  // a run whose args.b_prepared points there, stream-ordered after it, skips
+  // that work, with the same result bit for bit.
+  virtual std::size_t prepared_b_bytes(const GemmArgs& /*args*/) const { return 0; }
+  virtual Status prepare_b(const GemmArgs& args, void* prepared, std::size_t bytes, cudaStream_t stream);
+
   // Pure: the kernel registry's row run() launches for `args` on this backend's
   // device (common/kernel_registry.h, select_kernel_row_of: the choice the planner's
   // select_kernel_row makes for the engine's layout).

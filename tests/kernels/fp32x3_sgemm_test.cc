@@ -414,6 +414,64 @@ TEST(Fp32x3Infinities, OneWorkspaceForProductsWithAndWithout) {
   }
 }
 
+// B prepared once (the engine's row blocks of one product): each block reading the
+// prepared planes gives C bit for bit as the block splitting B itself, and C is right
+// against the fp64 reference; infinities in the prepared B or in a block's A still send
+// that block to the fallback. Blocks of uneven heights; K long enough for split-K slices.
+TEST(Fp32x3PreparedB, RowBlocksOverOnePreparedBMatchTheirOwnSplitBitForBit) {
+  SGEMM_REQUIRE_SM90();
+  auto f = make_gemm_backend(KernelKind::kFp32x3);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  GemmBackend* be = f.value().get();
+  const Data datas[] = {Data::kUniform, Data::kInfinitiesInB, Data::kInfinitiesInA, Data::kWideExponent};
+  for (Case cs : {Case{301, 259, 1031, 1.0f, 0.5f, 1, 3, 5}, Case{200, 4096, 512}, Case{96, 64, 20001, -1.0f, 0.25f}}) {
+    for (Data d : datas) {
+      cs.data = d;
+      const Inputs in = make_inputs(cs);
+      SCOPED_TRACE(describe(cs) + " seed " + std::to_string(in.seed));
+      DeviceBuffer da(in.a.size() * 4), db(in.b.size() * 4), dc(in.c0.size() * 4);
+      ASSERT_EQ(cudaMemcpy(da.f(), in.a.data(), in.a.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(db.f(), in.b.data(), in.b.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      // Blocks of rows: uneven, the last the shortest.
+      const int64_t cuts[] = {0, cs.m / 2 + 1, cs.m - cs.m / 5, cs.m};
+      const GemmArgs first{{cuts[1], cs.n, cs.k}, cs.alpha, cs.beta, da.f(), in.lda, db.f(), in.ldb, dc.f(), in.ldc};
+      const size_t prep_bytes = be->prepared_b_bytes(first);
+      ASSERT_GT(prep_bytes, 0u);
+      DeviceBuffer prep(prep_bytes);
+      ASSERT_TRUE(be->prepare_b(first, prep.p, prep_bytes, nullptr).ok());
+      std::vector<float> with_prep(in.c0.size()), without(in.c0.size());
+      for (std::vector<float>* out : {&with_prep, &without}) {
+        ASSERT_EQ(cudaMemcpy(dc.f(), in.c0.data(), in.c0.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        for (int blk = 0; blk < 3; ++blk) {
+          const int64_t r0 = cuts[blk], r1 = cuts[blk + 1];
+          GemmArgs g{{r1 - r0, cs.n, cs.k}, cs.alpha, cs.beta, da.f() + r0 * in.lda, in.lda, db.f(), in.ldb,
+                     dc.f() + r0 * in.ldc,  in.ldc};
+          if (out == &with_prep) g.b_prepared = prep.p;
+          const size_t ws_bytes = be->workspace_bytes(g);
+          DeviceBuffer ws(ws_bytes);
+          const Status st = be->run(g, ws.p, ws_bytes, nullptr);
+          ASSERT_TRUE(st.ok()) << st.to_string();
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        }
+        ASSERT_EQ(cudaMemcpy(out->data(), dc.f(), out->size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      }
+      EXPECT_EQ(std::memcmp(with_prep.data(), without.data(), with_prep.size() * 4), 0)
+          << "a block over the prepared B differs from the same block splitting B itself";
+      const auto a = compact(in.a, cs.m, cs.k, in.lda), b = compact(in.b, cs.k, cs.n, in.ldb);
+      const auto c0 = compact(in.c0, cs.m, cs.n, in.ldc), c = compact(with_prep, cs.m, cs.n, in.ldc);
+      std::vector<int64_t> rows = rows_to_verify(cs.m, cs.n, cs.k, in.seed, 48);
+      rows.insert(rows.end(), {std::min<int64_t>(1, cs.m - 1), cs.m / 2});  // A's infinities (strided_random)
+      std::sort(rows.begin(), rows.end());
+      rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+      const VerifyResult v =
+          verify_gemm(cs.m, cs.n, cs.k, cs.alpha, a.data(), b.data(), cs.beta, c0.data(), c.data(), rows);
+      EXPECT_EQ(v.mismatched_nonfinite, 0)
+          << "non-finite output first at row " << v.worst_row << " col " << v.worst_col;
+      EXPECT_TRUE(v.passed(kSgemmTolerance)) << "error " << v.max_rel_error;
+    }
+  }
+}
+
 // The same inputs give bit-identical C run after run (no atomics, fixed order).
 TEST(Fp32x3Determinism, RunToRunBitIdentical) {
   SGEMM_REQUIRE_SM90();

@@ -129,9 +129,28 @@ Status JobRun::run_gemm(ShardWork& w, const GemmArgs& args) {
     be = fb;
     fallback_used_ = true;
   }
-  const std::size_t need = be->workspace_bytes(args);
+  // B prepared by the job's kernel (prepare_b), for the block reading that B.
+  GemmArgs run_args = args;
+  if (be == w.lane->backend(set_.kind) && w.b_prepared.floats() && args.b == w.b_prepared_for)
+    run_args.b_prepared = w.b_prepared.floats();
+  const std::size_t need = be->workspace_bytes(run_args);
   SGEMM_ASSIGN_OR_RETURN(void* ws, w.lane->workspace(need));
-  return be->run(args, ws, need, w.lane->compute());
+  return be->run(run_args, ws, need, w.lane->compute());
+}
+
+Status JobRun::prepare_b(ShardWork& w, const GemmArgs& args) {
+  GemmBackend* be = w.lane->backend(set_.kind);
+  if (!be || !be->can_implement(args).ok()) return Status::Ok();
+  const std::size_t bytes = be->prepared_b_bytes(args);
+  if (bytes == 0) return Status::Ok();
+  StatusOr<DeviceBuffer> buf = DeviceBuffer::allocate(w.lane->device(), bytes, w.lane->compute());
+  if (!buf.ok()) return Status::Ok();  // each block splits B itself
+  w.b_prepared = std::move(*buf);
+  w.b_prepared_for = args.b;
+  return timed(
+      w, w.kernel, w.lane->compute(),
+      [&] { return be->prepare_b(args, w.b_prepared.floats(), bytes, w.lane->compute()); }, nullptr,
+      Step{.row_begin = 0, .row_end = 0, .k_begin = 0, .k_end = args.shape.k});
 }
 
 Status JobRun::h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,

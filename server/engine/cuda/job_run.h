@@ -94,6 +94,11 @@ struct ShardWork {
   const float* b_rows(int64_t k0, int64_t ldb) const {
     return b_resident ? b_resident + (k0 - b_resident_row0) * ldb : b.floats() + k0 * ldb;
   }
+  // B as the job's kernel prepared it once for every block that reads it
+  // (JobRun::prepare_b: fp32x3's split into tf32 planes); empty where the
+  // kernel reads B as it is. b_prepared_for is the B it was made from.
+  DeviceBuffer b_prepared;
+  const float* b_prepared_for = nullptr;
   std::deque<cudaEvent_t> in_flight;  // end events of issued blocks not yet seen finished
   // The device's time reference: `origin` fired at origin_ms (host steady
   // clock, ms since the job's origin), so an event e happened at
@@ -195,6 +200,11 @@ class JobRun {
   // When the kernel refuses a block and the request did not name it, cuBLAS
   // takes that block (the report says so).
   Status run_gemm(ShardWork& w, const GemmArgs& args);
+  // Prepares `args`' B once on w's compute stream for the blocks that follow
+  // (GemmBackend::prepare_b); run_gemm then hands it to every block with that
+  // B. A kernel with nothing to prepare, or no memory for it, leaves every
+  // block to do its own (the same results).
+  Status prepare_b(ShardWork& w, const GemmArgs& args);
 
   Status h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,
                 int64_t height);

@@ -82,9 +82,19 @@ Status issue_row_pipeline(JobRun& run) {
     ShardWork& w = works[size_t(j)];
     SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), b_ready[size_t(j)]));
   }
+  const float beta = has_c ? job.request.beta : 0.0f;
+  // Every block of a device reads all of B: where the kernel transforms B
+  // first (fp32x3 splits it into tf32 planes, about 1 ms a block at 16384^2),
+  // that is done once per device, not once per block.
+  for (auto& w : works) {
+    const int64_t rows = w.shard.row_end - w.shard.row_begin;
+    const int64_t step = run.row_block(rows);
+    if (rows <= step) continue;
+    SGEMM_RETURN_IF_ERROR(run.prepare_b(w, GemmArgs{GemmShape{step, s.n, s.k}, job.request.alpha, beta, w.a.floats(),
+                                                    lda, w.b_rows(0, ldb), ldb, w.c.floats(), ldc}));
+  }
   // A (and C) by row blocks: copy in, kernel, copy out, each on its stream;
   // block i on every device, then block i+1.
-  const float beta = has_c ? job.request.beta : 0.0f;
   for (int64_t i = 0;; ++i) {
     bool issued = false;
     for (auto& w : works) {
