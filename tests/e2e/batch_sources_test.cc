@@ -5,7 +5,7 @@
 //   - regions: each operand one region reference covering the products'
 //     concatenated operands; C back as chunks, into an out region, or in place;
 //   - a resident B (or A, or both) read by every product of a strided batch
-//     (stride 0), on either backend;
+//     (stride 0), on either backend, check_finite looking at it too;
 //   - bad references (no such region, out of bounds, another client's region,
 //     regions over TCP, no such handle) refused naming the field, the server
 //     serving on, and the host memory budget back to 0 after each test.
@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -292,6 +293,35 @@ TEST_F(BatchSourcesE2E, ResidentOperandSharedByEveryProductOfAStridedBatch) {
                         .passed(kSgemmTolerance));
     }
     EXPECT_TRUE(alice_->remove(pa->handle).ok());
+    EXPECT_TRUE(alice_->remove(pb->handle).ok());
+  }
+  // check_finite looks at the shared matrix too: a NaN in it leaves out every
+  // product (each status names B), or fails the request with fail_fast.
+  {
+    std::vector<float> a(std::size_t(batch_layout(batch).a_elements)), b(std::size_t(s.k * s.n));
+    fill_random(a, 41);
+    fill_random(b, 42);
+    b[std::size_t(s.n + 3)] = std::nanf("");
+    auto pb = alice_->put(s.k, s.n, b.data());
+    ASSERT_TRUE(pb.ok()) << pb.status().to_string();
+    MultiplyOptions opt;
+    opt.b_handle = pb->handle;
+    for (bool fail_fast : {false, true}) {
+      SCOPED_TRACE(fail_fast ? "fail_fast" : "each product reported");
+      BatchProducts checked = batch;
+      checked.check_finite = true;
+      checked.fail_fast = fail_fast;
+      auto r = alice_->multiply_batch(checked, a.data(), nullptr, nullptr, opt);
+      if (fail_fast) {
+        expect_error(r.status(), StatusCode::kInvalidArgument, "product 0");
+        continue;
+      }
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(r->products_failed, 6);
+      EXPECT_EQ(r->bytes_received, 0);
+      for (const ProductResult& p : r->products)
+        expect_error(p.status, StatusCode::kInvalidArgument, "B holds a non-finite value");
+    }
     EXPECT_TRUE(alice_->remove(pb->handle).ok());
   }
   // A handle of the wrong shape names the field and the shape it must have.
