@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
+
+#include "client/matrix_files.h"
 
 namespace sgemm::cli {
 namespace {
@@ -18,7 +23,71 @@ std::vector<float> transposed(const float* x, int64_t rows, int64_t cols) {
   return t;
 }
 
+// Where the operands live on this side: vectors, or one shared-memory region
+// holding A, B and C (each at a 64-byte boundary). A shared operand (a
+// handle) has no storage here: its pointer is null.
+struct BatchOperands {
+  std::vector<float> a_vec, b_vec, c_vec;
+  std::unique_ptr<Region> region;
+  int64_t a_off = 0, b_off = 0, c_off = 0;  // bytes into the region
+  float* a = nullptr;
+  float* b = nullptr;
+  float* c = nullptr;  // the result (and, in a region, the input C before each run)
+};
+
+StatusOr<BatchOperands> make_operands(Client& client, const BatchLayout& l, const BatchArgs& args) {
+  BatchOperands x;
+  const int64_t a_n = args.a_handle.empty() ? l.a_elements : 0, b_n = args.b_handle.empty() ? l.b_elements : 0;
+  if (args.regions) {
+    auto align = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+    x.b_off = align(4 * a_n);
+    x.c_off = x.b_off + align(4 * b_n);
+    SGEMM_ASSIGN_OR_RETURN(x.region, client.create_region(x.c_off + 4 * l.c_elements));
+    char* base = static_cast<char*>(x.region->data());
+    x.a = reinterpret_cast<float*>(base + x.a_off);
+    x.b = reinterpret_cast<float*>(base + x.b_off);
+    x.c = reinterpret_cast<float*>(base + x.c_off);
+  } else {
+    x.a_vec.resize(std::size_t(a_n));
+    x.b_vec.resize(std::size_t(b_n));
+    x.c_vec.resize(std::size_t(l.c_elements));
+    x.a = x.a_vec.data();
+    x.b = x.b_vec.data();
+    x.c = x.c_vec.data();
+  }
+  if (a_n == 0) x.a = nullptr;
+  if (b_n == 0) x.b = nullptr;
+  return x;
+}
+
+// C of a strided batch as (count * m) x n, of a group as one row (BatchArgs::out_file).
+Status write_batch_c(const std::string& path, const BatchProducts& batch, const BatchLayout& l, const float* c) {
+  const int64_t rows = batch.group.empty() ? batch.count * batch.shape.m : 1;
+  const int64_t cols = batch.group.empty() ? batch.shape.n : l.c_elements;
+  return write_matrix_file(path, c, rows, cols, matrix_format_for_path(path));
+}
+
 }  // namespace
+
+Status check_batch_args(const BatchArgs& args) {
+  const bool handle = !args.a_handle.empty() || !args.b_handle.empty();
+  const char* which = !args.a_handle.empty() && !args.b_handle.empty() ? "--a-handle and --b-handle"
+                      : !args.a_handle.empty()                         ? "--a-handle"
+                                                                       : "--b-handle";
+  if (handle && !args.group_file.empty())
+    return InvalidArgument(std::string(which) +
+                           " with --group: a resident A or B is one matrix every product reads, so it needs one "
+                           "shape for every product: --batch N");
+  if (handle && args.regions)
+    return InvalidArgument(std::string(which) +
+                           " with --transport shm: the server takes a batch's operands from shared-memory regions or "
+                           "a resident matrix with the others sent on the stream, not both; use --transport grpc "
+                           "(auto does) with a handle");
+  if (handle && args.verify)
+    return InvalidArgument(std::string("--verify needs every operand's values here: not with ") + which +
+                           " (write C with --out and check it against the matrix you put)");
+  return Status::Ok();
+}
 
 StatusOr<std::vector<GemmShape>> read_group_file(const std::string& path) {
   std::ifstream in(path);
@@ -55,6 +124,10 @@ VerifyResult verify_batch_product(const BatchProducts& batch, const BatchLayout&
 }
 
 int batch_command(Client& client, const BatchArgs& args, MultiplyOptions options) {
+  if (Status st = check_batch_args(args); !st.ok()) {
+    std::fprintf(stderr, "sgemm-client: %s\n", st.message().c_str());
+    return 2;
+  }
   BatchProducts batch;
   batch.fail_fast = args.fail_fast;
   batch.check_finite = args.check_finite;
@@ -75,16 +148,28 @@ int batch_command(Client& client, const BatchArgs& args, MultiplyOptions options
   }
   const BatchLayout layout = batch_layout(batch);
   const uint64_t seed = args.seed ? args.seed : std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
-  std::vector<float> a(std::size_t(layout.a_elements)), b(std::size_t(layout.b_elements)), c0;
-  fill_random(a, seed);
-  fill_random(b, seed + 1);
+  options.a_handle = args.a_handle;
+  options.b_handle = args.b_handle;
+  // A and B generated where they are sent from (a region, or the vectors the stream reads);
+  // C comes back into one buffer every run reuses (in a region: computed in place).
+  auto made = make_operands(client, layout, args);
+  if (!made.ok()) {
+    std::fprintf(stderr, "sgemm-client: %s\n", made.status().to_string().c_str());
+    return 3;
+  }
+  BatchOperands& x = *made;
+  if (x.a) fill_random(x.a, layout.a_elements, seed);
+  if (x.b) fill_random(x.b, layout.b_elements, seed + 1);
+  std::vector<float> c0;
   if (args.with_c) {
     c0.resize(std::size_t(layout.c_elements));
     fill_random(c0, seed + 2);
   }
-  // C straight into one buffer every run reuses.
-  std::vector<float> c(std::size_t(layout.c_elements));
-  options.c_out = c.data();
+  const float* a = x.a;
+  const float* b = x.b;
+  float* c = x.c;
+  if (!args.regions) options.c_out = c;
+  const char* transport = args.regions ? "shm" : "grpc";
   const std::size_t count = layout.c_offset.size();
   const double flops = [&] {
     double f = 0;
@@ -94,7 +179,16 @@ int batch_command(Client& client, const BatchArgs& args, MultiplyOptions options
   std::vector<double> walls;
   int exit_code = 0;
   for (int rep = 0; rep < args.repeat; ++rep) {
-    auto r = client.multiply_batch(batch, a.data(), b.data(), args.with_c ? c0.data() : nullptr, options);
+    StatusOr<BatchResult> r = Internal("not run");
+    if (args.regions) {
+      // C in place: each run starts from the input C again.
+      if (args.with_c) std::memcpy(c, c0.data(), c0.size() * sizeof(float));
+      const RegionMatrix cm{x.region.get(), x.c_off, 0};
+      r = client.multiply_batch_regions(batch, {x.region.get(), x.a_off, 0}, {x.region.get(), x.b_off, 0},
+                                        args.with_c ? std::optional<RegionMatrix>(cm) : std::nullopt, cm, options);
+    } else {
+      r = client.multiply_batch(batch, a, b, args.with_c ? c0.data() : nullptr, options);
+    }
     if (!r.ok()) {
       if (args.json)
         std::printf("%s\n",
@@ -109,6 +203,7 @@ int batch_command(Client& client, const BatchArgs& args, MultiplyOptions options
     }
     walls.push_back(r->wall_ms);
     nlohmann::json j = {{"kind", batch.group.empty() ? "batch" : "group"},
+                        {"transport", transport},
                         {"products", count},
                         {"products_failed", r->products_failed},
                         {"backend", r->summary.backend},
@@ -122,9 +217,9 @@ int batch_command(Client& client, const BatchArgs& args, MultiplyOptions options
                         {"gflops", flops / (r->wall_ms * 1e6)},
                         {"seed", seed}};
     if (!args.json) {
-      std::printf("%s of %zu products: backend %s, kernel %s, precision %s\n",
+      std::printf("%s of %zu products: backend %s, kernel %s, precision %s, transport %s\n",
                   batch.group.empty() ? "strided batch" : "group", count, r->summary.backend.c_str(),
-                  r->summary.kernel.c_str(), r->summary.precision.c_str());
+                  r->summary.kernel.c_str(), r->summary.precision.c_str(), transport);
       std::printf("plan: %s\n", r->summary.plan_reason.c_str());
       std::printf("server: compute %.3f ms, total %.3f ms; client %.3f ms: %.0f products/s, %.1f GFLOP/s\n",
                   r->summary.compute_ms, r->summary.total_ms, r->wall_ms, double(count) / (r->wall_ms / 1e3),
@@ -148,7 +243,7 @@ int batch_command(Client& client, const BatchArgs& args, MultiplyOptions options
         if (!p.status.ok()) continue;
         const VerifyResult v =
             verify_batch_product(batch, layout, std::size_t(p.index), options.alpha, options.beta, options.op_a,
-                                 options.op_b, a.data(), b.data(), args.with_c ? c0.data() : nullptr, c.data(), seed);
+                                 options.op_b, a, b, args.with_c ? c0.data() : nullptr, c, seed);
         worst = std::max(worst, v.max_rel_error);
         checked += v.checked;
         if (!v.passed(tolerance)) {
@@ -169,6 +264,16 @@ int batch_command(Client& client, const BatchArgs& args, MultiplyOptions options
             "elements (tolerance %.0e): %s\n",
             worst, (long long)checked, tolerance, wrong == 0 ? "PASS" : "FAIL");
       if (wrong > 0 && exit_code == 0) exit_code = 1;
+    }
+    if (!args.out_file.empty() && rep + 1 == args.repeat) {
+      for (const ProductResult& p : r->products)  // a failed product's place holds no result
+        if (!p.status.ok()) std::fill(c + p.c_offset, c + p.c_offset + p.c_elements, 0.0f);
+      if (Status w = write_batch_c(args.out_file, batch, layout, c); !w.ok()) {
+        std::fprintf(stderr, "sgemm-client: %s\n", w.to_string().c_str());
+        return 3;
+      }
+      j["out"] = args.out_file;
+      if (!args.json) std::printf("out: %s\n", args.out_file.c_str());
     }
     if (args.json) std::printf("%s\n", j.dump().c_str());
   }

@@ -373,7 +373,6 @@ std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t
   return t;
 }
 
-// submit --batch / --group: the products' options from submit's, then batch_command().
 // The options every submit mode takes from the command line as they are
 // (the flags were validated when parsed).
 sgemm::MultiplyOptions multiply_options(const SubmitOptions& o) {
@@ -389,28 +388,29 @@ sgemm::MultiplyOptions multiply_options(const SubmitOptions& o) {
   return mopt;
 }
 
+// submit --batch / --group: the flags a batch cannot take refused (exit 2),
+// the transport resolved, then batch_command() with submit's product options.
 int submit_batch(const std::string& server, int64_t chunk_bytes, bool no_retry, const SubmitOptions& o,
                  const sgemm::ClientOptions& connection, const sgemm::GemmShape& shape) {
   if (o.batch > 0 && !o.group_file.empty()) {
     std::fprintf(stderr, "sgemm-client: --batch and --group are two kinds of request: give one\n");
     return 2;
   }
-  if (!o.a_file.empty() || !o.a_handle.empty() || !o.b_handle.empty() || !o.c_handle.empty() || o.keep ||
-      !o.out_file.empty() || o.transport == "shm") {
-    std::fprintf(stderr,
-                 "sgemm-client: --batch/--group send random operands over gRPC: not with --a/--b/--c, handles, "
-                 "--keep, --out or --transport shm\n");
-    return 2;
-  }
-  sgemm::ClientOptions copt = connection;
-  copt.chunk_bytes = chunk_bytes;
-  if (no_retry) copt.retry.max_attempts = 1;
-  std::string note;
-  SubmitOptions grpc_only = o;
-  grpc_only.transport = "grpc";
-  const std::string target = pick_target(server, grpc_only, &copt, &note);
-  auto client = sgemm::Client::connect(target, copt);
-  const sgemm::MultiplyOptions mopt = multiply_options(o);
+  // What one product's request can say and a batch cannot (batch_command.h checks the rest).
+  const std::pair<const char*, bool> refused[] = {
+      {"--a/--b/--c (a batch's operands are random)", !o.a_file.empty()},
+      {"--c-handle (a batch's input C is sent, --with-c)", !o.c_handle.empty()},
+      {"--a-at/--b-at/--c-at (a shared handle is the whole operand)",
+       !o.a_at.empty() || !o.b_at.empty() || !o.c_at.empty()},
+      {"--keep/--keep-evictable/--send-c (a batch's C comes back)", o.keep || o.keep_evictable || o.send_c},
+      {"--transport cuda-ipc", o.transport == "cuda-ipc"},
+      {"--split rows/k (a batch is split across GPUs by product)", o.split == "rows" || o.split == "k"},
+  };
+  for (const auto& [what, set] : refused)
+    if (set) {
+      std::fprintf(stderr, "sgemm-client: --batch/--group do not take %s\n", what);
+      return 2;
+    }
   sgemm::cli::BatchArgs args;
   args.count = o.batch;
   args.group_file = o.group_file;
@@ -422,13 +422,45 @@ int submit_batch(const std::string& server, int64_t chunk_bytes, bool no_retry, 
   args.repeat = o.repeat;
   args.verify = o.verify;
   args.json = o.json;
-  return sgemm::cli::batch_command(*client, args, mopt);
+  args.a_handle = o.a_handle;
+  args.b_handle = o.b_handle;
+  args.out_file = o.out_file;
+  // The transport as a single submit resolves it, except that a handle keeps
+  // auto on gRPC (the server takes regions or handles, not both): shm writes
+  // the operands into a region of this client's.
+  const bool handle = !o.a_handle.empty() || !o.b_handle.empty();
+  args.regions = o.transport == "shm";
+  if (sgemm::Status st = sgemm::cli::check_batch_args(args); !st.ok()) {
+    std::fprintf(stderr, "sgemm-client: %s\n", st.message().c_str());
+    return 2;
+  }
+  sgemm::ClientOptions copt = connection;
+  copt.chunk_bytes = chunk_bytes;
+  if (no_retry) copt.retry.max_attempts = 1;
+  std::string note;
+  SubmitOptions picked = o;
+  if (handle && o.transport == "auto") {
+    picked.transport = "grpc";
+    if (!o.unix_path.empty() || server.rfind("unix:", 0) == 0)
+      note = "transport auto: a resident operand (--a-handle/--b-handle): grpc";
+  }
+  const std::string target = pick_target(server, picked, &copt, &note);
+  if (!note.empty() && !o.json) std::fprintf(stderr, "sgemm-client: %s\n", note.c_str());
+  auto client = sgemm::Client::connect(target, copt);
+  const auto transport = client->transport();
+  if (!transport.ok()) {
+    std::fprintf(stderr, "sgemm-client: %s\n", transport.status().to_string().c_str());
+    return 3;
+  }
+  args.regions = *transport == sgemm::Transport::kShm;
+  return sgemm::cli::batch_command(*client, args, multiply_options(o));
 }
 
 int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, SubmitOptions o,
            const sgemm::ClientOptions& connection) {
   sgemm::GemmShape s{o.m, o.n, o.k};
   if (o.size > 0) s = {o.size, o.size, o.size};
+  if (o.batch > 0 || !o.group_file.empty()) return submit_batch(server, chunk_bytes, no_retry, o, connection, s);
   std::optional<sgemm::GemmInputs> files;
   // What is sent: the requested ops, flipped for a Fortran-order .npy A or B.
   sgemm::Op op_a = sgemm::parse_op(o.op_a).value_or(sgemm::Op::kN);
@@ -466,7 +498,6 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
       return 2;
     }
   }
-  if (o.batch > 0 || !o.group_file.empty()) return submit_batch(server, chunk_bytes, no_retry, o, connection, s);
   if (s.m < 1 || s.n < 1 || s.k < 1) {
     std::fprintf(stderr, "sgemm-client: give --size N or all of --m, --n, --k (each >= 1)\n");
     return 2;
@@ -694,7 +725,9 @@ int main(int argc, char** argv) {
   sub->add_option("--c", o.c_file, "C from a .npy or raw fp32 file (sent; see --beta)")
       ->check(CLI::ExistingFile)
       ->needs(a_opt);
-  sub->add_option("--out", o.out_file, "write C here (.npy when the name ends in .npy, else raw fp32)");
+  sub->add_option("--out", o.out_file,
+                  "write C here (.npy when the name ends in .npy, else raw fp32); with --batch the products' C "
+                  "stacked, (N*m) x n, with --group one row of every product's C in order");
   sub->add_flag("--discard", o.discard, "with --a/--b and no --out: compute C and throw it away (timing runs)");
   sub->add_flag(
       "--no-progress", [&o](int64_t) { o.progress = false; },
@@ -727,15 +760,21 @@ int main(int argc, char** argv) {
                   "matrix (a submatrix, multiplied in place)");
   sub->add_option("--b-at", o.b_at, "ROW,COL: with --b-handle, B is the block at this element");
   sub->add_option("--c-at", o.c_at, "ROW,COL: with --c-handle, the input C is the m x n block at this element");
-  sub->add_option("--a-handle", o.a_handle, "A is this resident matrix (sgemm-client put), not sent");
-  sub->add_option("--b-handle", o.b_handle, "B is this resident matrix, not sent");
+  sub->add_option("--a-handle", o.a_handle,
+                  "A is this resident matrix (sgemm-client put), not sent; with --batch every product reads it");
+  sub->add_option("--b-handle", o.b_handle, "B is this resident matrix, not sent; with --batch every product reads it");
   sub->add_option("--c-handle", o.c_handle, "the input C is this resident matrix (beta applies)");
   sub->add_flag("--keep", o.keep, "keep C resident on the server and print its handle (C is not sent back)");
   sub->add_flag("--keep-evictable", o.keep_evictable, "with --keep: the kept C may be evicted");
   sub->add_flag("--send-c", o.send_c, "with --keep: send C back as well");
-  sub->add_option("--batch", o.batch, "N products of the --size/--m --n --k shape in one request (strided batch)")
+  sub->add_option("--batch", o.batch,
+                  "N products of the --size/--m --n --k shape in one request (strided batch): random operands sent "
+                  "on the stream or, with --transport shm (auto on the Unix socket), written into one shared-memory "
+                  "region; --a-handle/--b-handle: one resident A or B every product reads (then gRPC, no --verify)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--group", o.group_file, "a group of products in one request: shapes 'm n k', one per line")
+  sub->add_option("--group", o.group_file,
+                  "a group of products in one request: shapes 'm n k', one per line (operands sent or in a region, "
+                  "as --batch; no handles)")
       ->check(CLI::ExistingFile);
   sub->add_flag("--fail-fast", o.fail_fast, "with --batch/--group: a failing product fails the whole request");
   sub->add_flag("--check-finite", o.check_finite,

@@ -36,10 +36,21 @@ StatusOr<std::unique_ptr<CublasBatchedGemm>> CublasBatchedGemm::create() {
 
 CublasBatchedGemm::~CublasBatchedGemm() { cublasDestroy(as_handle(handle_)); }
 
-Status CublasBatchedGemm::can_implement_strided(const GemmShape& shape, int64_t count) {
-  SGEMM_RETURN_IF_ERROR(check_gemm_shape(shape));
-  SGEMM_RETURN_IF_ERROR(check_int("count", count));
-  // Strides are long long in cuBLAS; the element counts of one product must fit int for the leading dimensions only.
+Status CublasBatchedGemm::can_implement_strided(const StridedBatchArgs& g) {
+  SGEMM_RETURN_IF_ERROR(check_gemm_shape(g.shape));
+  SGEMM_RETURN_IF_ERROR(check_int("count", g.count));
+  // Strides are long long in cuBLAS; leading dimensions are int.
+  const MatrixDims a = stored_a_dims(g.shape, g.op_a), b = stored_b_dims(g.shape, g.op_b);
+  for (auto [field, ld, width] : {std::tuple{"lda", g.lda, a.cols}, std::tuple{"ldb", g.ldb, b.cols}}) {
+    if (ld == 0) continue;
+    if (ld < width)
+      return InvalidArgument(std::string(field) + ": " + std::to_string(ld) + " is under the stored width " +
+                             std::to_string(width));
+    SGEMM_RETURN_IF_ERROR(check_int(field, ld));
+  }
+  for (auto [field, stride] : {std::pair{"stride_a", g.stride_a}, std::pair{"stride_b", g.stride_b}})
+    if (stride && *stride < 0)
+      return InvalidArgument(std::string(field) + ": must be >= 0, got " + std::to_string(*stride));
   return Status::Ok();
 }
 
@@ -51,15 +62,16 @@ Status CublasBatchedGemm::can_implement_group(const std::vector<GemmShape>& shap
 }
 
 Status CublasBatchedGemm::strided(const StridedBatchArgs& g, cudaStream_t stream) {
-  SGEMM_RETURN_IF_ERROR(can_implement_strided(g.shape, g.count));
+  SGEMM_RETURN_IF_ERROR(can_implement_strided(g));
   if (!g.a || !g.b || !g.c) return InvalidArgument("a, b, c: null pointer");
   const GemmShape& s = g.shape;
-  const int lda = int(stored_a_dims(s, g.op_a).cols);
-  const int ldb = int(stored_b_dims(s, g.op_b).cols);
+  const MatrixDims a = stored_a_dims(s, g.op_a), b = stored_b_dims(s, g.op_b);
+  const int64_t lda = g.lda > 0 ? g.lda : a.cols, ldb = g.ldb > 0 ? g.ldb : b.cols;
+  const int64_t stride_a = g.stride_a.value_or(a.rows * lda), stride_b = g.stride_b.value_or(b.rows * ldb);
   SGEMM_CUBLAS_TRY(cublasSetStream(as_handle(handle_), stream));
   SGEMM_CUBLAS_TRY(cublasGemmStridedBatchedEx(
       as_handle(handle_), cublas_op(g.op_b), cublas_op(g.op_a), int(s.n), int(s.m), int(s.k), &g.alpha, g.b, CUDA_R_32F,
-      ldb, (long long)(s.k * s.n), g.a, CUDA_R_32F, lda, (long long)(s.m * s.k), &g.beta, g.c, CUDA_R_32F, int(s.n),
+      int(ldb), (long long)stride_b, g.a, CUDA_R_32F, int(lda), (long long)stride_a, &g.beta, g.c, CUDA_R_32F, int(s.n),
       (long long)(s.m * s.n), int(g.count), compute_type(g.arithmetic), CUBLAS_GEMM_DEFAULT));
   return Status::Ok();
 }

@@ -1,6 +1,7 @@
 // cuBLAS's batched launches for many row-major products at once
 // (server/engine/batch.h): a strided batch (one shape, operands at a fixed
-// stride: cublasGemmStridedBatchedEx) and a group (each product its own shape:
+// stride: cublasGemmStridedBatchedEx; A or B may be one matrix every product
+// reads, stride 0, with a leading dimension of its own) and a group (each product its own shape:
 // cublasSgemmGroupedBatched in fp32, cublasGemmGroupedBatchedEx with the TF32
 // compute type; cuBLAS >= 12.5; products of one shape share a group). Row-major through the column-major trick of
 // cublas_sgemm.cc: C^T = op(B)^T op(A)^T, so cuBLAS is asked for the (n, m, k) product of B and A, each with its stored
@@ -21,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/gemm_types.h"
@@ -42,10 +44,18 @@ struct BatchedProduct {
 struct StridedBatchArgs {
   GemmShape shape;  // every product's
   int64_t count = 0;
-  // The first product's operands; product i's start i * (its element count) further.
+  // The first product's operands; product i's start i * (its element count)
+  // further, unless a stride below says otherwise. C is always dense.
   const float* a = nullptr;
   const float* b = nullptr;
   float* c = nullptr;
+  // Leading dimensions of the stored A and B in elements; 0: dense (the
+  // stored width, k or m for A, n or k for B). At least the width.
+  int64_t lda = 0, ldb = 0;
+  // Elements from one product's A (B) to the next's; nullopt: one stored
+  // matrix after another (its rows times its leading dimension). 0: every
+  // product reads the same matrix (a matrix shared by the batch).
+  std::optional<int64_t> stride_a, stride_b;
   float alpha = 1.0f, beta = 0.0f;  // beta 0: C is not read
   Op op_a = Op::kN, op_b = Op::kN;
   BatchedArithmetic arithmetic = BatchedArithmetic::kFp32;
@@ -58,9 +68,10 @@ class CublasBatchedGemm {
   CublasBatchedGemm(const CublasBatchedGemm&) = delete;
   CublasBatchedGemm& operator=(const CublasBatchedGemm&) = delete;
 
-  // Pure: INVALID_ARGUMENT naming the field when cuBLAS's int arguments cannot
-  // hold a dimension, a stride or the count.
-  static Status can_implement_strided(const GemmShape& shape, int64_t count);
+  // Pure (reads no operand): INVALID_ARGUMENT naming the field when cuBLAS's
+  // int arguments cannot hold a dimension, a leading dimension or the count,
+  // or a leading dimension is under its operand's width or a stride negative.
+  static Status can_implement_strided(const StridedBatchArgs& args);
   static Status can_implement_group(const std::vector<GemmShape>& shapes);
 
   // One launch of args.count products, enqueued on `stream`.

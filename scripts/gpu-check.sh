@@ -149,7 +149,8 @@ if has sanitize; then
 fi
 if has e2e; then
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test e2e_shm_test \
-    e2e_observability_test e2e_stripes_test e2e_auth_test e2e_tls_test e2e_ops_test e2e_batch_test; do
+    e2e_observability_test e2e_stripes_test e2e_auth_test e2e_tls_test e2e_ops_test e2e_batch_test \
+    e2e_batch_sources_test; do
     SGEMM_E2E_BACKEND=cuda step "$t" 300 "$BIN/$t" --gtest_brief=1
   done
   for t in e2e_multiply_test e2e_bad_input_test e2e_cli_lifecycle_test e2e_lifecycle_test; do  # over shared memory

@@ -4,8 +4,8 @@
 // reference on odd shapes, with every op(A)/op(B) and alpha, beta and C.
 //   - regions: each operand one region reference covering the products'
 //     concatenated operands; C back as chunks, into an out region, or in place;
-//   - a resident B (or A) read by every product of a strided batch (stride 0);
-//     on the cuda backend refused with FAILED_PRECONDITION naming the field;
+//   - a resident B (or A, or both) read by every product of a strided batch
+//     (stride 0), on either backend, check_finite looking at it too;
 //   - bad references (no such region, out of bounds, another client's region,
 //     regions over TCP, no such handle) refused naming the field, the server
 //     serving on, and the host memory budget back to 0 after each test.
@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -68,7 +69,6 @@ class BatchSourcesE2E : public ::testing::Test {
     alice_ = client(kAlice, server_->unix_address());
     auto info = alice_->info();
     ASSERT_TRUE(info.ok()) << info.status().to_string();
-    backend_ = info->backend;
   }
   void TearDown() override { expect_memory_returns(); }
 
@@ -195,7 +195,6 @@ class BatchSourcesE2E : public ::testing::Test {
   static inline InProcessServer* server_ = nullptr;
   static inline std::string* dir_ = nullptr;
   std::unique_ptr<Client> alice_;
-  std::string backend_;
 };
 
 TEST_F(BatchSourcesE2E, StridedBatchFromRegionsEveryOpScalarsAndDestination) {
@@ -213,7 +212,7 @@ TEST_F(BatchSourcesE2E, GroupFromRegionsEveryOpScalarsAndDestination) {
 
 // One resident matrix as B (then as A) of every product of a strided batch:
 // the common "same weights, many inputs" case. The CPU engine reads it in
-// place for every product; the cuda backend refuses it naming the field.
+// place for every product, the cuda backend from each GPU's copy.
 TEST_F(BatchSourcesE2E, ResidentOperandSharedByEveryProductOfAStridedBatch) {
   const GemmShape s{37, 23, 19};
   BatchProducts batch;
@@ -250,29 +249,25 @@ TEST_F(BatchSourcesE2E, ResidentOperandSharedByEveryProductOfAStridedBatch) {
           (b_shared ? opt.b_handle : opt.a_handle) = put->handle;
           auto r = alice_->multiply_batch(batch, b_shared ? a.data() : nullptr, b_shared ? nullptr : b.data(),
                                           sc.has_c ? c0.data() : nullptr, opt);
-          if (backend_ == "cuda") {
-            expect_error(r.status(), StatusCode::kFailedPrecondition, b_shared ? "header.b_handle" : "header.a_handle");
-          } else {
-            ASSERT_TRUE(r.ok()) << r.status().to_string();
-            EXPECT_EQ(r->products_failed, 0);
-            // Only the per-product operand (and C) crossed gRPC.
-            const int64_t sent = (b_shared ? l.a_elements : l.b_elements) + (sc.has_c ? l.c_elements : 0);
-            EXPECT_EQ(r->bytes_sent, sent * 4);
-            for (const ProductResult& p : r->products) {
-              SCOPED_TRACE("product " + std::to_string(p.index));
-              EXPECT_TRUE(p.status.ok()) << p.status.to_string();
-              const VerifyResult v =
-                  cli::verify_batch_product(batch, l, std::size_t(p.index), sc.alpha, sc.beta, op_a, op_b, a.data(),
-                                            b.data(), sc.has_c ? c0.data() : nullptr, r->c.data(), seed);
-              EXPECT_TRUE(v.passed(kSgemmTolerance))
-                  << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", " << v.worst_col << ")";
-            }
+          ASSERT_TRUE(r.ok()) << r.status().to_string();
+          EXPECT_EQ(r->products_failed, 0);
+          // Only the per-product operand (and C) crossed gRPC.
+          const int64_t sent = (b_shared ? l.a_elements : l.b_elements) + (sc.has_c ? l.c_elements : 0);
+          EXPECT_EQ(r->bytes_sent, sent * 4);
+          for (const ProductResult& p : r->products) {
+            SCOPED_TRACE("product " + std::to_string(p.index));
+            EXPECT_TRUE(p.status.ok()) << p.status.to_string();
+            const VerifyResult v =
+                cli::verify_batch_product(batch, l, std::size_t(p.index), sc.alpha, sc.beta, op_a, op_b, a.data(),
+                                          b.data(), sc.has_c ? c0.data() : nullptr, r->c.data(), seed);
+            EXPECT_TRUE(v.passed(kSgemmTolerance))
+                << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", " << v.worst_col << ")";
           }
           auto removed = alice_->remove(put->handle);
           EXPECT_TRUE(removed.ok()) << removed.status().to_string();
         }
   // A and B both resident: nothing but C (when given) is uploaded, and every product is the same A B + beta C_i.
-  if (backend_ != "cuda") {
+  {
     std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n)), c0(std::size_t(6 * s.m * s.n));
     fill_random(a, 31);
     fill_random(b, 32);
@@ -300,6 +295,35 @@ TEST_F(BatchSourcesE2E, ResidentOperandSharedByEveryProductOfAStridedBatch) {
     EXPECT_TRUE(alice_->remove(pa->handle).ok());
     EXPECT_TRUE(alice_->remove(pb->handle).ok());
   }
+  // check_finite looks at the shared matrix too: a NaN in it leaves out every
+  // product (each status names B), or fails the request with fail_fast.
+  {
+    std::vector<float> a(std::size_t(batch_layout(batch).a_elements)), b(std::size_t(s.k * s.n));
+    fill_random(a, 41);
+    fill_random(b, 42);
+    b[std::size_t(s.n + 3)] = std::nanf("");
+    auto pb = alice_->put(s.k, s.n, b.data());
+    ASSERT_TRUE(pb.ok()) << pb.status().to_string();
+    MultiplyOptions opt;
+    opt.b_handle = pb->handle;
+    for (bool fail_fast : {false, true}) {
+      SCOPED_TRACE(fail_fast ? "fail_fast" : "each product reported");
+      BatchProducts checked = batch;
+      checked.check_finite = true;
+      checked.fail_fast = fail_fast;
+      auto r = alice_->multiply_batch(checked, a.data(), nullptr, nullptr, opt);
+      if (fail_fast) {
+        expect_error(r.status(), StatusCode::kInvalidArgument, "product 0");
+        continue;
+      }
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(r->products_failed, 6);
+      EXPECT_EQ(r->bytes_received, 0);
+      for (const ProductResult& p : r->products)
+        expect_error(p.status, StatusCode::kInvalidArgument, "B holds a non-finite value");
+    }
+    EXPECT_TRUE(alice_->remove(pb->handle).ok());
+  }
   // A handle of the wrong shape names the field and the shape it must have.
   std::vector<float> wrong(std::size_t(s.k * (s.n + 1)), 1.0f);
   auto put = alice_->put(s.k, s.n + 1, wrong.data());
@@ -308,8 +332,7 @@ TEST_F(BatchSourcesE2E, ResidentOperandSharedByEveryProductOfAStridedBatch) {
   MultiplyOptions opt;
   opt.b_handle = put->handle;
   auto r = alice_->multiply_batch(batch, a.data(), nullptr, nullptr, opt);
-  expect_error(r.status(), backend_ == "cuda" ? StatusCode::kFailedPrecondition : StatusCode::kInvalidArgument,
-               "header.b_handle");
+  expect_error(r.status(), StatusCode::kInvalidArgument, "header.b_handle");
   EXPECT_TRUE(alice_->remove(put->handle).ok());
   expect_served();
 }
@@ -362,9 +385,7 @@ TEST_F(BatchSourcesE2E, BadReferencesAreRefusedNamingTheFieldAndTheServerServesO
   MultiplyOptions opt;
   opt.b_handle = "0123456789abcdef0123456789abcdef";
   auto no_handle = alice_->multiply_batch(batch, a.data(), nullptr, nullptr, opt);
-  // (The cuda backend refuses a shared operand before it looks the handle up.)
-  expect_error(no_handle.status(), backend_ == "cuda" ? StatusCode::kFailedPrecondition : StatusCode::kNotFound,
-               "header.b_handle");
+  expect_error(no_handle.status(), StatusCode::kNotFound, "header.b_handle");
   std::vector<float> b(std::size_t(7 * 11), 1.0f);
   auto put = alice_->put(7, 11, b.data());
   ASSERT_TRUE(put.ok()) << put.status().to_string();

@@ -5,14 +5,19 @@
 // each product against the fp64 reference; a product with a NaN input
 // reported alone (check_finite) or failing the request (fail_fast); bad
 // headers refused with INVALID_ARGUMENT naming the field; the CLI's --batch
-// and --group with --verify.
+// and --group with --verify, over gRPC and through a shared-memory region
+// (the Unix socket), and --batch with a resident A or B (--a-handle,
+// --b-handle) every product reads, its C (--out) checked here against fp64.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "client/batch_command.h"
@@ -262,6 +267,172 @@ TEST_F(BatchE2E, CliBatchAndGroupVerifyEveryProduct) {
   auto bad = testing::run_command(base + " --group " + group_file + " 2>&1");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("line 2"), std::string::npos) << bad.output;
+}
+
+// --transport shm (and auto on the Unix socket): the CLI writes the operands
+// into one region of its own and the server computes C in place; every run
+// of --repeat starts from the input C again, which --verify checks.
+TEST_F(BatchE2E, CliBatchAndGroupThroughARegion) {
+  const std::string group_file = ::testing::TempDir() + "/sgemm-batch-region-group.txt";
+  {
+    std::ofstream f(group_file);
+    f << "1 1 1\n33 17 29\n129 65 257\n5 1 7\n";
+  }
+  const std::string base =
+      testing::client_bin() + " submit --server " + server_->unix_address() + " --no-retry --json --verify";
+  for (const char* transport : {"shm", "auto"}) {
+    SCOPED_TRACE(transport);
+    auto batch = testing::run_command(base + " --transport " + transport +
+                                      " --batch 7 --m 33 --n 17 --k 29 --alpha -1.5 --beta 0.75 --op-a t --repeat 2");
+    ASSERT_EQ(batch.exit_code, 0) << batch.output;
+    std::istringstream lines(batch.output);
+    std::string line;
+    int runs = 0;
+    while (std::getline(lines, line)) {
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["transport"], "shm") << line;
+      EXPECT_EQ(j["products"], 7) << line;
+      EXPECT_EQ(j["verify"]["passed"], true) << line;
+      ++runs;
+    }
+    EXPECT_EQ(runs, 2) << batch.output;
+  }
+  auto group = testing::run_command(base + " --transport shm --group " + group_file + " --op-b t --with-c");
+  ASSERT_EQ(group.exit_code, 0) << group.output;
+  const auto j = nlohmann::json::parse(group.output);
+  EXPECT_EQ(j["transport"], "shm");
+  EXPECT_EQ(j["products"], 4);
+  EXPECT_EQ(j["verify"]["passed"], true);
+  // Over TCP a region cannot be named: shm is refused, saying what it needs.
+  auto tcp = testing::run_command(testing::client_bin() + " submit --server " + server_->tcp_address() +
+                                  " --no-retry --transport shm --batch 2 --size 8 2>&1");
+  EXPECT_EQ(tcp.exit_code, 3) << tcp.output;
+  EXPECT_NE(tcp.output.find("Unix socket"), std::string::npos) << tcp.output;
+}
+
+// A raw fp32 file (--out without .npy) of `elements` floats.
+std::vector<float> read_raw(const std::string& path, int64_t elements) {
+  std::vector<float> v(static_cast<std::size_t>(elements));
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+  EXPECT_EQ(f.gcount(), std::streamsize(v.size() * sizeof(float))) << path;
+  EXPECT_EQ(std::filesystem::file_size(path), v.size() * sizeof(float)) << path;
+  return v;
+}
+
+// --batch with one resident A or B (or both) that every product reads: the
+// matrix put by `sgemm-client put --seed S` (fill_random(S)), the other
+// operands the CLI's own (A from --seed T, B from T + 1, C from T + 2); C
+// written with --out and every product checked here against the fp64
+// reference, for every op and with alpha, beta and C. On the Unix socket the
+// handle keeps auto on gRPC.
+TEST_F(BatchE2E, CliBatchWithAResidentOperandEveryProductChecked) {
+  const GemmShape s{37, 23, 19};
+  const int64_t count = 6;
+  const std::string dir = ::testing::TempDir();
+  const std::string cli = testing::client_bin();
+  auto put = [&](int64_t rows, int64_t cols, uint64_t seed) {
+    auto r = testing::run_command(cli + " put --server " + server_->tcp_address() + " --json --rows " +
+                                  std::to_string(rows) + " --cols " + std::to_string(cols) + " --seed " +
+                                  std::to_string(seed));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.output)["handle"].get<std::string>() : std::string();
+  };
+  const std::vector<std::vector<MatrixId>> shared_sets = {{MatrixId::kB}, {MatrixId::kA}, {MatrixId::kA, MatrixId::kB}};
+  uint64_t seed = fresh_seed() % 1000000;
+  for (const auto& shared : shared_sets)
+    for (Op op_a : {Op::kN, Op::kT})
+      for (Op op_b : {Op::kN, Op::kT}) {
+        const bool a_shared = std::find(shared.begin(), shared.end(), MatrixId::kA) != shared.end();
+        const bool b_shared = std::find(shared.begin(), shared.end(), MatrixId::kB) != shared.end();
+        const uint64_t put_seed = seed += 10, run_seed = seed + 5;
+        SCOPED_TRACE(std::string(a_shared ? "A " : "") + (b_shared ? "B " : "") + "resident, op_a " +
+                     std::string(op_name(op_a)) + " op_b " + std::string(op_name(op_b)) + ", seeds " +
+                     std::to_string(put_seed) + " " + std::to_string(run_seed));
+        const MatrixDims da = stored_a_dims(s, op_a), db = stored_b_dims(s, op_b);
+        std::string flags;
+        std::vector<std::string> handles;
+        if (a_shared) {
+          handles.push_back(put(da.rows, da.cols, put_seed));
+          flags += " --a-handle " + handles.back();
+        }
+        if (b_shared) {
+          handles.push_back(put(db.rows, db.cols, put_seed + 1));
+          flags += " --b-handle " + handles.back();
+        }
+        for (const std::string& h : handles) ASSERT_FALSE(h.empty());
+        const std::string out = dir + "/sgemm-batch-resident-c.f32";
+        std::filesystem::remove(out);
+        auto r =
+            testing::run_command(cli + " submit --server " + server_->unix_address() + " --no-retry --json --batch " +
+                                 std::to_string(count) + " --m 37 --n 23 --k 19" + flags + " --op-a " +
+                                 std::string(op_name(op_a)) + " --op-b " + std::string(op_name(op_b)) +
+                                 " --alpha -1.5 --beta 0.75 --seed " + std::to_string(run_seed) + " --out " + out);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const auto j = nlohmann::json::parse(r.output);
+        EXPECT_EQ(j["transport"], "grpc");
+        EXPECT_EQ(j["products_failed"], 0);
+        // What the products read: the shared operand at offset 0 for every product.
+        BatchProducts batch;
+        batch.shape = s;
+        batch.count = count;
+        BatchLayout l = batch_layout(batch);
+        std::vector<float> a(std::size_t(l.a_elements)), b(std::size_t(l.b_elements)), c0(std::size_t(l.c_elements));
+        if (a_shared) {
+          std::fill(l.a_offset.begin(), l.a_offset.end(), 0);
+          a.resize(std::size_t(s.m * s.k));
+          fill_random(a, put_seed);
+        } else {
+          fill_random(a, run_seed);
+        }
+        if (b_shared) {
+          std::fill(l.b_offset.begin(), l.b_offset.end(), 0);
+          b.resize(std::size_t(s.k * s.n));
+          fill_random(b, put_seed + 1);
+        } else {
+          fill_random(b, run_seed + 1);
+        }
+        fill_random(c0, run_seed + 2);
+        const std::vector<float> c = read_raw(out, l.c_elements);
+        for (std::size_t i = 0; i < std::size_t(count); ++i) {
+          SCOPED_TRACE("product " + std::to_string(i));
+          const VerifyResult v = cli::verify_batch_product(batch, l, i, -1.5f, 0.75f, op_a, op_b, a.data(), b.data(),
+                                                           c0.data(), c.data(), run_seed);
+          EXPECT_TRUE(v.passed(kSgemmTolerance))
+              << "max rel error " << v.max_rel_error << " at (" << v.worst_row << ", " << v.worst_col << ")";
+          EXPECT_EQ(v.checked, s.m * s.n);
+        }
+        for (const std::string& h : handles) {
+          auto rm = testing::run_command(cli + " rm --server " + server_->tcp_address() + " " + h);
+          EXPECT_EQ(rm.exit_code, 0) << rm.output;
+        }
+      }
+}
+
+// What cannot work is refused before anything is sent (exit 2), naming the flags.
+TEST_F(BatchE2E, CliBatchRefusesCombinationsThatCannotWork) {
+  const std::string group_file = ::testing::TempDir() + "/sgemm-batch-refusal-group.txt";
+  std::ofstream(group_file) << "2 3 4\n";
+  const std::string base =
+      testing::client_bin() + " submit --server " + server_->unix_address() + " --no-retry --batch 3 --size 8";
+  const std::string h = " --b-handle 0123456789abcdef0123456789abcdef";
+  const std::pair<std::string, std::string> cases[] = {
+      {base + h + " --transport shm", "--b-handle with --transport shm"},
+      {base + h + " --verify", "--verify needs every operand's values here"},
+      {testing::client_bin() + " submit --server " + server_->unix_address() + " --group " + group_file + h,
+       "--b-handle with --group"},
+      {base + " --c-handle 0123456789abcdef0123456789abcdef", "--c-handle"},
+      {base + h + " --b-at 1,1", "--a-at/--b-at/--c-at"},
+      {base + " --keep", "--keep"},
+      {base + " --split rows", "--split rows/k"},
+      {base + " --transport cuda-ipc", "--transport cuda-ipc"},
+  };
+  for (const auto& [cmd, words] : cases) {
+    SCOPED_TRACE(cmd);
+    auto r = testing::run_command(cmd + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(words), std::string::npos) << r.output;
+  }
 }
 
 #ifdef SGEMM_LOAD_BIN

@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "kernels/cuda_status.h"
 #include "server/engine/cuda/job_run.h"
+#include "server/engine/cuda/resident_gpu.h"
 #include "server/planner/batch_plan.h"
 
 namespace sgemm {
@@ -31,9 +36,12 @@ struct DeviceShare {
   LaneLease lease;
   int index = -1;  // pool index
   ProductRange range;
-  int64_t a0 = 0, b0 = 0, c0 = 0;  // first element of the range's slice of each concatenated operand
-  int64_t a_n = 0, b_n = 0, c_n = 0;
+  int64_t a0 = 0, b0 = 0, c0 = 0;     // first element of the range's slice of each concatenated operand
+  int64_t a_n = 0, b_n = 0, c_n = 0;  // 0 for a shared operand: nothing is copied in
   DeviceBuffer a, b, c, pointers;
+  // A shared operand: this GPU's whole copy of the resident matrix (null: not shared).
+  const GpuPiece* a_shared = nullptr;
+  const GpuPiece* b_shared = nullptr;
   std::vector<BatchPiece> pieces;
 };
 
@@ -42,6 +50,23 @@ struct DeviceShare {
 // enough that each piece is worth its launch: about kPieceBytes of operands
 // each, at most the executor's max_pieces.
 constexpr int64_t kPieceBytes = int64_t{4} << 20;
+
+// The resident matrix's values, dense in host memory, read from any whole
+// copy of it: check_finite's view of a shared operand.
+StatusOr<std::vector<float>> resident_to_host(const ResidentMatrix& m) {
+  auto data = std::dynamic_pointer_cast<const GpuResident>(m.data());
+  if (!data) return Internal("resident matrix '" + m.handle + "' has no GPU data");
+  for (const auto& piece : data->pieces()) {
+    if (piece->where.row_begin != 0 || piece->where.row_end != m.rows) continue;
+    std::vector<float> host(std::size_t(m.rows * m.cols));
+    SGEMM_CUDA_TRY(cudaSetDevice(piece->where.device));
+    SGEMM_CUDA_TRY(cudaMemcpy2D(host.data(), std::size_t(m.cols) * sizeof(float), piece->data,
+                                std::size_t(piece->ld) * sizeof(float), std::size_t(m.cols) * sizeof(float),
+                                std::size_t(m.rows), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  return Internal("resident matrix '" + m.handle + "' has no whole copy on a GPU");
+}
 
 double elapsed_ms(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0;
@@ -66,15 +91,14 @@ StatusOr<BatchKernelSelection> BatchExecutor::select(const GemmRequest& r) const
 Status BatchExecutor::validate(const GemmRequest& r) const {
   SGEMM_RETURN_IF_ERROR(check_batch_request(r));
   const BatchSpec& spec = *r.batch;
-  // A resident operand lives on the GPUs in the resident store's layout, and
-  // the strided launch steps every operand by one product's matrix: a shared
-  // (stride 0) operand is the cpu backend's for now.
-  if (spec.shared_a || spec.shared_b)
-    return FailedPrecondition(std::string("header.") + (spec.shared_a ? "a_handle" : "b_handle") +
-                              ": a resident matrix shared by every product of a batch needs the cpu backend; on "
-                              "the cuda backend send that operand with the batch (or multiply one product per "
-                              "request with the handle)");
   SGEMM_RETURN_IF_ERROR(select(r).status());
+  // A shared operand is read in place, its rows padded (resident_ld): cuBLAS takes that as an int.
+  for (auto [shared, field, width] :
+       {std::tuple{spec.shared_a, "a_handle", r.a_dims().cols}, std::tuple{spec.shared_b, "b_handle", r.b_dims().cols}})
+    if (shared && resident_ld(width) > INT32_MAX)
+      return InvalidArgument(std::string("header.") + field + ": its rows of " + std::to_string(width) +
+                             " elements, padded to " + std::to_string(resident_ld(width)) +
+                             " on the GPU, are over cuBLAS's limit of 2^31 - 1 for a leading dimension");
   for (std::size_t i = 0; i < spec.products.size(); ++i) {
     const GemmShape& s = spec.products[i].shape;
     for (auto [dim, v] : {std::pair{'m', s.m}, std::pair{'n', s.n}, std::pair{'k', s.k}})
@@ -102,7 +126,11 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
   const BatchSpec& spec = *r.batch;
   if (Status v = validate(r); !v.ok())
     return Internal("a batch that was not validated reached run(): " + v.to_string());
-  if (!job.a || !job.b || !job.c) return Internal("a batch without its host matrices reached run()");
+  // A shared operand is the resident matrix; every other operand is in host memory.
+  if (spec.shared_a != (job.a_resident != nullptr) || spec.shared_b != (job.b_resident != nullptr))
+    return Internal("a batch's shared operands and its resident matrices disagree");
+  if ((!job.a && !spec.shared_a) || (!job.b && !spec.shared_b) || !job.c)
+    return Internal("a batch without its host matrices reached run()");
   if (healthy.empty()) return Unavailable("no GPU is in service");
   SGEMM_ASSIGN_OR_RETURN(const BatchKernelSelection sel, select(r));
   const BatchedArithmetic arithmetic =
@@ -117,12 +145,24 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
   report.precision = r.options.precision;
   report.product_status.assign(count, Status::Ok());
 
-  // Inputs with NaN or infinity, when asked: those products stay out of every launch.
+  // Inputs with NaN or infinity, when asked: those products stay out of every
+  // launch. A shared operand is checked from a host copy of it (one product's
+  // matrix), as the cpu backend checks it where it keeps it.
   std::vector<bool> runs(count, true);
   int failed = 0;
   if (spec.check_finite) {
+    GemmJob probe = job;
+    std::vector<float> shared_a, shared_b;
+    if (spec.shared_a) {
+      SGEMM_ASSIGN_OR_RETURN(shared_a, resident_to_host(*job.a_resident));
+      probe.a = shared_a.data();
+    }
+    if (spec.shared_b) {
+      SGEMM_ASSIGN_OR_RETURN(shared_b, resident_to_host(*job.b_resident));
+      probe.b = shared_b.data();
+    }
     for (std::size_t i = 0; i < count; ++i) {
-      Status finite = check_product_finite(job, i);
+      Status finite = check_product_finite(probe, i);
       if (finite.ok()) continue;
       if (spec.fail_fast) return finite;
       report.product_status[i] = std::move(finite);
@@ -148,6 +188,27 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
   auto slice_end = [&](int64_t end, int64_t BatchProduct::*offset, int64_t total) {
     return end < int64_t(count) ? spec.products[std::size_t(end)].*offset : total;
   };
+  // A shared operand: a whole copy on every GPU of the batch (added beside
+  // the copies the matrix has, never moved). Held until run() returns,
+  // after the streams are drained (declared before `shares`).
+  std::shared_ptr<const GpuResident> resident_a, resident_b;
+  if (spec.shared_a || spec.shared_b) {
+    const std::size_t used = ranges.size();
+    auto whole_on_each = [&](int64_t rows) {
+      Layout l;
+      for (std::size_t d = 0; d < used; ++d) l.push_back(Piece{pool_->ordinal(devices[d]), 0, rows});
+      return l;
+    };
+    if (spec.shared_a) {
+      SGEMM_ASSIGN_OR_RETURN(resident_a, ensure_layout(*store_, *job.a_resident, whole_on_each(job.a_resident->rows),
+                                                       /*additive=*/true));
+    }
+    if (spec.shared_b) {
+      SGEMM_ASSIGN_OR_RETURN(resident_b, ensure_layout(*store_, *job.b_resident, whole_on_each(job.b_resident->rows),
+                                                       /*additive=*/true));
+    }
+    steps.stamp("resident");
+  }
   std::vector<DeviceShare> shares(ranges.size());
   // Whichever way run() returns, no copy into the job's host buffers is still in flight.
   struct Drain {
@@ -168,9 +229,18 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
     sh.a0 = first.a_offset;
     sh.b0 = first.b_offset;
     sh.c0 = first.c_offset;
-    sh.a_n = slice_end(sh.range.end, &BatchProduct::a_offset, spec.a_elements) - sh.a0;
-    sh.b_n = slice_end(sh.range.end, &BatchProduct::b_offset, spec.b_elements) - sh.b0;
+    sh.a_n = spec.shared_a ? 0 : slice_end(sh.range.end, &BatchProduct::a_offset, spec.a_elements) - sh.a0;
+    sh.b_n = spec.shared_b ? 0 : slice_end(sh.range.end, &BatchProduct::b_offset, spec.b_elements) - sh.b0;
     sh.c_n = slice_end(sh.range.end, &BatchProduct::c_offset, spec.c_elements) - sh.c0;
+    const int ordinal = pool_->ordinal(sh.index);
+    if (resident_a) {
+      sh.a_shared = resident_a->find(ordinal, 0, job.a_resident->rows);
+      if (!sh.a_shared) return Internal("resident A has no whole copy on GPU " + std::to_string(ordinal));
+    }
+    if (resident_b) {
+      sh.b_shared = resident_b->find(ordinal, 0, job.b_resident->rows);
+      if (!sh.b_shared) return Internal("resident B has no whole copy on GPU " + std::to_string(ordinal));
+    }
     SGEMM_ASSIGN_OR_RETURN(sh.lease, pool_->acquire(sh.index, job.cancel));
   }
   steps.stamp("lanes");
@@ -189,21 +259,28 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
     lane.reset_events();
     SGEMM_ASSIGN_OR_RETURN(CublasBatchedGemm * gemm, handle_for(lane));
     // Buffers on the compute stream (where they are freed); the other streams wait for them below.
-    SGEMM_ASSIGN_OR_RETURN(sh.a, DeviceBuffer::allocate(ordinal, std::size_t(sh.a_n) * sizeof(float), compute));
-    SGEMM_ASSIGN_OR_RETURN(sh.b, DeviceBuffer::allocate(ordinal, std::size_t(sh.b_n) * sizeof(float), compute));
+    if (!sh.a_shared) {
+      SGEMM_ASSIGN_OR_RETURN(sh.a, DeviceBuffer::allocate(ordinal, std::size_t(sh.a_n) * sizeof(float), compute));
+    }
+    if (!sh.b_shared) {
+      SGEMM_ASSIGN_OR_RETURN(sh.b, DeviceBuffer::allocate(ordinal, std::size_t(sh.b_n) * sizeof(float), compute));
+    }
     SGEMM_ASSIGN_OR_RETURN(sh.c, DeviceBuffer::allocate(ordinal, std::size_t(sh.c_n) * sizeof(float), compute));
+    // A product's operands on this GPU (a shared one: the GPU's copy, for every product).
     auto dev = [&](const BatchProduct& p) {
-      return BatchedProduct{p.shape, sh.a.floats() + (p.a_offset - sh.a0), sh.b.floats() + (p.b_offset - sh.b0),
+      return BatchedProduct{p.shape, sh.a_shared ? sh.a_shared->data : sh.a.floats() + (p.a_offset - sh.a0),
+                            sh.b_shared ? sh.b_shared->data : sh.b.floats() + (p.b_offset - sh.b0),
                             sh.c.floats() + (p.c_offset - sh.c0)};
     };
-    // Cut the range into pieces of about equal operand bytes.
+    // Cut the range into pieces of about equal bytes copied (a shared operand is not copied).
     const int64_t bytes = (sh.a_n + sh.b_n + (r.has_c ? 2 : 1) * sh.c_n) * int64_t(sizeof(float));
     const int64_t pieces =
         std::clamp<int64_t>(bytes / kPieceBytes, 1, std::min<int64_t>(max_pieces_, sh.range.end - sh.range.begin));
     std::vector<double> piece_work;
     for (int64_t i = sh.range.begin; i < sh.range.end; ++i) {
       const BatchProduct& p = spec.products[std::size_t(i)];
-      piece_work.push_back(double(p.shape.m * p.shape.k + p.shape.k * p.shape.n + p.c_elements()));
+      piece_work.push_back(double((spec.shared_a ? 0 : p.shape.m * p.shape.k) +
+                                  (spec.shared_b ? 0 : p.shape.k * p.shape.n) + p.c_elements()));
     }
     for (const ProductRange& pr : split_products(piece_work, int(pieces))) {
       BatchPiece piece;
@@ -246,10 +323,12 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
       const int64_t b1 = end_of(piece.end, &BatchProduct::b_offset, spec.b_elements);
       const int64_t c1 = end_of(piece.end, &BatchProduct::c_offset, spec.c_elements);
       SGEMM_CUDA_TRY(cudaEventRecord(piece.in_start, h2d));
-      SGEMM_CUDA_TRY(cudaMemcpyAsync(sh.a.floats() + (first.a_offset - sh.a0), job.a + first.a_offset,
-                                     std::size_t(a1 - first.a_offset) * sizeof(float), cudaMemcpyHostToDevice, h2d));
-      SGEMM_CUDA_TRY(cudaMemcpyAsync(sh.b.floats() + (first.b_offset - sh.b0), job.b + first.b_offset,
-                                     std::size_t(b1 - first.b_offset) * sizeof(float), cudaMemcpyHostToDevice, h2d));
+      if (!sh.a_shared)
+        SGEMM_CUDA_TRY(cudaMemcpyAsync(sh.a.floats() + (first.a_offset - sh.a0), job.a + first.a_offset,
+                                       std::size_t(a1 - first.a_offset) * sizeof(float), cudaMemcpyHostToDevice, h2d));
+      if (!sh.b_shared)
+        SGEMM_CUDA_TRY(cudaMemcpyAsync(sh.b.floats() + (first.b_offset - sh.b0), job.b + first.b_offset,
+                                       std::size_t(b1 - first.b_offset) * sizeof(float), cudaMemcpyHostToDevice, h2d));
       if (r.has_c)
         SGEMM_CUDA_TRY(cudaMemcpyAsync(sh.c.floats() + (first.c_offset - sh.c0), job.c + first.c_offset,
                                        std::size_t(c1 - first.c_offset) * sizeof(float), cudaMemcpyHostToDevice, h2d));
@@ -277,6 +356,14 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
           args.op_a = r.op_a;
           args.op_b = r.op_b;
           args.arithmetic = arithmetic;
+          if (sh.a_shared) {  // every product reads the one copy: stride 0, its padded rows
+            args.lda = sh.a_shared->ld;
+            args.stride_a = 0;
+          }
+          if (sh.b_shared) {
+            args.ldb = sh.b_shared->ld;
+            args.stride_b = 0;
+          }
           SGEMM_RETURN_IF_ERROR(gemm->strided(args, compute));
           i = j;
         }
@@ -349,6 +436,12 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
                        std::to_string(count) + " products" +
                        (spec.kind == BatchKind::kStrided ? " of " + gemm_shape_text(spec.products[0].shape) : "") +
                        ", " + sel.row->name + " (one launch per GPU), split by product: " + where + sel.reason;
+  if (spec.shared_a || spec.shared_b)
+    report.plan_reason += std::string("; ") +
+                          (spec.shared_a && spec.shared_b ? "A and B"
+                           : spec.shared_a                ? "A"
+                                                          : "B") +
+                          " resident, read by every product from each GPU's copy (stride 0)";
   if (failed > 0) report.plan_reason += "; " + std::to_string(failed) + " not computed (see their status)";
   return report;
 }

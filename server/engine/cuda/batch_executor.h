@@ -7,7 +7,11 @@
 // h2d stream, its launch on compute, its C out on d2h, so the pieces' copies
 // and launches overlap; every GPU is issued before any is waited for, so they
 // run together. Products whose inputs fail check_finite are left out of the
-// launches.
+// launches. A resident A or B shared by every product of a strided batch
+// (BatchSpec::shared_a / shared_b) is not copied: each GPU of the batch gets
+// a whole copy of it (ensure_layout, added beside the copies it has) and its
+// launches read that copy with a stride of 0 and the copy's padded leading
+// dimension.
 //
 // Ownership and threads: owned by the CudaEngine, destroyed before its
 // DevicePool. run() and validate() may be called concurrently; each lane's
@@ -26,17 +30,21 @@
 #include "kernels/cublas_batched_sgemm.h"
 #include "server/devices/device_pool.h"
 #include "server/engine/engine.h"
+#include "server/engine/resident_store.h"
 #include "server/planner/kernel_choice.h"
 
 namespace sgemm {
 
 class BatchExecutor {
  public:
-  // `max_pieces` (>= 1): pieces of products per GPU (CudaEngineOptions::batch_max_pieces).
-  BatchExecutor(DevicePool* pool, int max_pieces) : pool_(pool), max_pieces_(std::max(1, max_pieces)) {}
+  // `max_pieces` (>= 1): pieces of products per GPU (CudaEngineOptions::batch_max_pieces);
+  // `store`: the engine's resident matrices (a shared operand's copies are charged to it).
+  BatchExecutor(DevicePool* pool, ResidentStore* store, int max_pieces)
+      : pool_(pool), store_(store), max_pieces_(std::max(1, max_pieces)) {}
 
   // check_batch_request(), the kernel row (select_batch_kernel), and cuBLAS's
-  // int limits on each product (INVALID_ARGUMENT naming the product's field).
+  // int limits on each product and on a shared operand's padded leading
+  // dimension (INVALID_ARGUMENT naming the product's field).
   Status validate(const GemmRequest& request) const;
 
   // Runs job.request.batch on the pool devices `healthy` (pool indices), or
@@ -49,6 +57,7 @@ class BatchExecutor {
   StatusOr<CublasBatchedGemm*> handle_for(const Lane& lane);
 
   DevicePool* const pool_;
+  ResidentStore* const store_;
   const int max_pieces_;
   Mutex mu_;
   std::map<const Lane*, std::unique_ptr<CublasBatchedGemm>> handles_ SGEMM_GUARDED_BY(mu_);

@@ -48,7 +48,7 @@ class CudaEngine final : public Engine {
         device_jobs_(std::make_unique<DeviceBufferJobs>(
             pool_.get(),
             DeviceBufferJobOptions{default_kind, options_.planner, options_.gpu_tflops, options_.peer_gbps})) {
-    batch_ = std::make_unique<BatchExecutor>(pool_.get(), options_.batch_max_pieces);
+    batch_ = std::make_unique<BatchExecutor>(pool_.get(), &store_, options_.batch_max_pieces);
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
       watchdog_ = std::thread([this] { watch_collectives(); });

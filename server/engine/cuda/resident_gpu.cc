@@ -13,12 +13,10 @@ namespace sgemm {
 
 namespace {
 
-int64_t padded(int64_t cols) { return (cols + 3) / 4 * 4; }
-
 StatusOr<std::shared_ptr<GpuPiece>> allocate_piece(const Piece& where, int64_t cols, ResidentBytes bytes) {
   auto p = std::make_shared<GpuPiece>();
   p->where = where;
-  p->ld = padded(cols);
+  p->ld = resident_ld(cols);
   SGEMM_CUDA_TRY(cudaSetDevice(where.device));
   void* mem = nullptr;
   SGEMM_CUDA_TRY(cudaMalloc(&mem, std::size_t(std::max<int64_t>(1, where.rows()) * p->ld) * sizeof(float)));

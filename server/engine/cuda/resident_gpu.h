@@ -16,6 +16,7 @@
 // layout mutex; everything else is immutable.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,10 @@
 
 namespace sgemm {
 
+// The leading dimension (elements) of a resident matrix of `cols` columns on
+// a GPU: `cols` rounded up to 4 floats, so every row starts 16-byte aligned.
+inline int64_t resident_ld(int64_t cols) { return (cols + 3) / 4 * 4; }
+
 struct GpuPiece {
   GpuPiece() = default;
   GpuPiece(const GpuPiece&) = delete;
@@ -33,7 +38,7 @@ struct GpuPiece {
   ~GpuPiece();  // cudaFree on its device, then the bytes go back to the budget
   Piece where;
   float* data = nullptr;  // row `where.row_begin` of the matrix
-  int64_t ld = 0;         // elements: pad4(cols)
+  int64_t ld = 0;         // elements: resident_ld(cols)
   ResidentBytes bytes;
   const float* row(int64_t r) const { return data + (r - where.row_begin) * ld; }
 };

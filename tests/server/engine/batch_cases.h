@@ -1,7 +1,8 @@
 // Batched and grouped products for engine tests (server/engine/batch.h): a
 // request with random operands laid out as the service lays them out, run
 // through any Engine, each product checked against the fp64 reference and
-// each computed product's C reported to the sink exactly once.
+// each computed product's C reported to the sink exactly once. A strided
+// batch's A or B may be one resident matrix every product reads (share()).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 
 #include "common/reference_gemm.h"
 #include "server/engine/engine.h"
+#include "tests/server/engine/resident_test_util.h"
 
 namespace sgemm::testing {
 
@@ -77,15 +79,34 @@ struct BatchRun {
   }
   const BatchSpec& spec() const { return *request.batch; }
 
+  // Makes `matrix` (A or B) of this strided batch one resident matrix that
+  // every product reads (share_batch_operand): product 0's stored operand,
+  // put into `e`'s store and pinned until this run goes (before the engine).
+  // verify() then reads that operand for every product: its offsets are all 0.
+  void share(Engine& e, MatrixId matrix) {
+    auto spec = std::make_shared<BatchSpec>(this->spec());
+    share_batch_operand(*spec, matrix);
+    request.batch = spec;
+    const GemmShape s = spec->products.front().shape;
+    const bool is_a = matrix == MatrixId::kA;
+    const MatrixDims dims = is_a ? stored_a_dims(s, request.op_a) : stored_b_dims(s, request.op_b);
+    (is_a ? a_lease : b_lease) = put_resident(e, (is_a ? a : b).data(), dims.rows, dims.cols);
+    name += is_a ? ", A resident and shared" : ", B resident and shared";
+  }
+
+  // The job: host operands, except a shared one, which the job names by its resident matrix.
   GemmJob job() {
     GemmJob j;
     j.request = request;
-    j.a = a.data();
-    j.b = b.data();
+    j.a = a_lease ? nullptr : a.data();
+    j.b = b_lease ? nullptr : b.data();
     j.c = c.data();
+    j.a_resident = a_lease.get();
+    j.b_resident = b_lease.get();
     j.sink = &sink;
     return j;
   }
+  ResidentStore::Lease a_lease, b_lease;  // share(): the shared operands' pins
 
   // The cols x rows transpose of the stored rows x cols block at `x`.
   static std::vector<float> transposed(const float* x, int64_t rows, int64_t cols) {

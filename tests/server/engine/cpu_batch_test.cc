@@ -97,19 +97,11 @@ TEST(CpuEngineBatch, OneResidentOperandForEveryProduct) {
           const GemmShape s{37, 23, 19};
           BatchRun run(BatchKind::kStrided, std::vector<GemmShape>(5, s), op_a, op_b, sc.alpha, sc.beta, sc.has_c,
                        seed += 5);
-          SCOPED_TRACE(run.name + (shared == MatrixId::kA ? " A shared" : " B shared"));
-          // The shared operand is product 0's; the reference (run.verify) reads it at offset 0 for every product.
-          auto spec = std::make_shared<BatchSpec>(run.spec());
-          share_batch_operand(*spec, shared);
-          run.request.batch = spec;
+          run.share(*e, shared);
+          SCOPED_TRACE(run.name);
+          ASSERT_TRUE(shared == MatrixId::kA ? run.a_lease : run.b_lease);
           ASSERT_TRUE(e->validate(run.request).ok());
-          const MatrixDims dims = shared == MatrixId::kA ? stored_a_dims(s, op_a) : stored_b_dims(s, op_b);
-          ResidentStore::Lease lease =
-              put_resident(*e, (shared == MatrixId::kA ? run.a : run.b).data(), dims.rows, dims.cols);
-          ASSERT_TRUE(lease);
           GemmJob job = run.job();
-          (shared == MatrixId::kA ? job.a : job.b) = nullptr;
-          (shared == MatrixId::kA ? job.a_resident : job.b_resident) = lease.get();
           auto r = e->run(job);
           ASSERT_TRUE(r.ok()) << r.status().to_string();
           run.expect_all_correct(*r);

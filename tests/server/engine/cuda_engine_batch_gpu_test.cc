@@ -3,9 +3,14 @@
 // request, every op(A)/op(B) with alpha, beta and C, each product against the
 // fp64 reference; the precision contract picks the row (fp32 and fp32-ffma:
 // cuBLAS SGEMM's arithmetic; tf32: the TF32 compute type; fp32x3 refused);
-// products with non-finite inputs left out of the launch.
+// products with non-finite inputs left out of the launch; a resident A or B
+// read by every product of a strided batch (stride 0, the resident copy's
+// padded leading dimension), alone, both at once, in several pieces, with
+// check_finite looking at the shared matrix too.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "tests/common/gpu_test.h"
 #include "tests/server/engine/batch_cases.h"
@@ -167,6 +172,119 @@ TEST(CudaEngineBatchGpu, PiecesOfALargeBatchWithProductsLeftOut) {
         }
       }
     }
+  }
+}
+
+// The shape's stored widths (k = 19, n = 23, m = 37) are not multiples of 4,
+// so the resident copy's leading dimension (padded to 4) differs from the
+// dense width every way the operand can be stored.
+constexpr GemmShape kSharedShape{37, 23, 19};
+
+TEST(CudaEngineBatchGpu, ResidentOperandSharedByEveryProduct) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto e = batch_engine(first_gpus(1));
+  ASSERT_TRUE(e);
+  uint64_t seed = 2100;
+  const std::vector<std::vector<MatrixId>> shared_sets = {{MatrixId::kA}, {MatrixId::kB}, {MatrixId::kA, MatrixId::kB}};
+  for (const auto& shared : shared_sets)
+    for (Op op_a : {Op::kN, Op::kT})
+      for (Op op_b : {Op::kN, Op::kT})
+        for (const Scalars& sc : kScalars) {
+          BatchRun run(BatchKind::kStrided, std::vector<GemmShape>(7, kSharedShape), op_a, op_b, sc.alpha, sc.beta,
+                       sc.has_c, seed += 7);
+          for (MatrixId m : shared) run.share(*e, m);
+          SCOPED_TRACE(run.name);
+          ASSERT_TRUE(run.a_lease || run.b_lease);
+          const Status v = e->validate(run.request);
+          ASSERT_TRUE(v.ok()) << v.to_string();
+          auto r = e->run(run.job());
+          ASSERT_TRUE(r.ok()) << r.status().to_string();
+          EXPECT_EQ(r->kernel_row, "cublas_sgemm_strided_batched");
+          EXPECT_NE(r->plan_reason.find("resident, read by every product"), std::string::npos) << r->plan_reason;
+          run.expect_all_correct(*r);
+        }
+  // TF32's compute type reads the shared copy the same way.
+  BatchRun tf32(BatchKind::kStrided, std::vector<GemmShape>(5, kSharedShape), Op::kT, Op::kN, 1.25f, 0.5f, true, 2199);
+  tf32.request.options.precision = Precision::kTf32;
+  tf32.share(*e, MatrixId::kB);
+  SCOPED_TRACE(tf32.name);
+  const Status v = e->validate(tf32.request);
+  if (v.code() == StatusCode::kFailedPrecondition) GTEST_SKIP() << "no tf32 kernel on this GPU: " << v.to_string();
+  ASSERT_TRUE(v.ok()) << v.to_string();
+  auto r = e->run(tf32.job());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->kernel_row, "cublas_tf32_strided_batched");
+  tf32.expect_all_correct(*r, /*tolerance=*/1e-2);
+}
+
+// A shared operand over several pieces per GPU (and one), products left out
+// by check_finite; a non-finite value in the shared matrix leaves out every
+// product (or fails the request with fail_fast), C untouched.
+TEST(CudaEngineBatchGpu, SharedOperandInPiecesAndCheckFinite) {
+  SGEMM_REQUIRE_GPUS(1);
+  for (int pieces : {4, 1}) {
+    CudaEngineOptions o;
+    o.devices = first_gpus(1);
+    o.batch_max_pieces = pieces;
+    auto made = make_cuda_engine(o);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    auto& e = *made;
+    for (MatrixId shared : {MatrixId::kA, MatrixId::kB}) {
+      BatchRun run(BatchKind::kStrided, std::vector<GemmShape>(900, GemmShape{65, 63, 61}), Op::kN, Op::kT, 1.5f, -0.5f,
+                   true, 51 + uint64_t(pieces));
+      run.share(*e, shared);
+      SCOPED_TRACE(run.name + ", " + std::to_string(pieces) + " pieces");
+      auto spec = std::make_shared<BatchSpec>(run.spec());
+      spec->check_finite = true;
+      run.request.batch = spec;
+      // Bad values in the operand that is not shared (product 0's would be the shared one's: skip it).
+      const std::vector<std::size_t> bad = {1, 299, 300, 301, 600, 899};
+      for (std::size_t i : bad) {
+        const BatchProduct& p = spec->products[i];
+        if (shared == MatrixId::kA)
+          run.b[std::size_t(p.b_offset + 7)] = std::nanf("");
+        else
+          run.a[std::size_t(p.a_offset + 7)] = std::nanf("");
+      }
+      auto r = e->run(run.job());
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      for (std::size_t i = 0; i < spec->products.size(); ++i) {
+        const bool left_out = std::find(bad.begin(), bad.end(), i) != bad.end();
+        const BatchProduct& p = spec->products[i];
+        ASSERT_EQ(r->product_status[i].ok(), !left_out) << "product " << i;
+        EXPECT_EQ(run.sink.covered(p.c_offset, p.c_offset + p.c_elements()), left_out ? 0 : p.c_elements());
+        if (!left_out) {
+          ASSERT_TRUE(run.verify(i, run.c).passed(kSgemmTolerance)) << "product " << i;
+        }
+      }
+    }
+  }
+  auto e = batch_engine(first_gpus(1));
+  ASSERT_TRUE(e);
+  for (bool fail_fast : {false, true}) {
+    BatchRun run(BatchKind::kStrided, std::vector<GemmShape>(6, kSharedShape), Op::kN, Op::kN, 1.0f, 1.0f, true, 61);
+    run.a[5] = std::numeric_limits<float>::infinity();  // product 0's A: the matrix every product reads
+    run.share(*e, MatrixId::kA);
+    SCOPED_TRACE(run.name + (fail_fast ? ", fail_fast" : ""));
+    auto spec = std::make_shared<BatchSpec>(run.spec());
+    spec->check_finite = true;
+    spec->fail_fast = fail_fast;
+    run.request.batch = spec;
+    const std::vector<float> c_before = run.c;
+    auto r = e->run(run.job());
+    if (fail_fast) {
+      ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+      EXPECT_NE(r.status().message().find("product 0"), std::string::npos) << r.status().to_string();
+    } else {
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      for (std::size_t i = 0; i < spec->products.size(); ++i) {
+        EXPECT_EQ(r->product_status[i].code(), StatusCode::kInvalidArgument) << "product " << i;
+        EXPECT_NE(r->product_status[i].message().find("A holds a non-finite value"), std::string::npos)
+            << r->product_status[i].to_string();
+      }
+    }
+    EXPECT_EQ(run.sink.total(), 0);
+    EXPECT_EQ(std::memcmp(run.c.data(), c_before.data(), c_before.size() * sizeof(float)), 0);
   }
 }
 
