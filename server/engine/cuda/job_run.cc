@@ -41,6 +41,7 @@ Status JobRun::execute(const SplitExecutor& executor, HostSteps& steps) {
     w.b.reset();
     w.c.reset();
     w.stage.reset();
+    w.b_prepared.reset();
   }
   steps.stamp("free");
   return s;

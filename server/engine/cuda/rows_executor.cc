@@ -1,14 +1,35 @@
-// Row split (and, through issue_row_pipeline, single GPU). B enters through
-// every device's host link, a slice each, and is completed on every device by
-// one NCCL broadcast per slice; A (and C) then stream in by row blocks, one
-// kernel per block, block i of every device before block i+1 of any, so the
-// devices start together and a cancelled job stops on all of them.
+// Row split (and, through issue_row_pipeline, single GPU). B enters by K
+// pieces (halves), each through every device's host link, a slice each, and
+// completed on every device by one NCCL broadcast per slice. The
+// first half of each device's rows accumulates over the pieces as they
+// arrive (A's matching columns come in beside them), so kernels start after
+// one piece of B rather than all of it. The other rows then stream in by row
+// blocks over all of B, one kernel per block, block i of every device before
+// block i+1 of any, so the devices start together and a cancelled job stops
+// on all of them.
 #include <algorithm>
 
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/split_executor.h"
 
 namespace sgemm {
+namespace {
+
+// Pieces B comes in by: two halves of K where K is long enough for a kernel
+// over half of it to run at the GPU's rate (kernels over 1024 of K ran ~30%
+// slower: 2026-11-27_h200x4_rows-pipeline), else one.
+int64_t b_pieces(int64_t k) { return k >= 4096 ? 2 : 1; }
+
+// The first rows of w's shard, computed piece by piece while B arrives: half
+// of them in whole 128-row tiles, where the shard has two blocks or more (the
+// kernels over the pieces then cover B's arrival); none otherwise.
+int64_t early_rows(const JobRun& run, const ShardWork& w) {
+  const int64_t rows = w.shard.row_end - w.shard.row_begin;
+  if (rows <= run.row_block(rows)) return 0;
+  return std::min(rows, round_up(ceil_div(rows, 2), 128));
+}
+
+}  // namespace
 
 Status issue_row_pipeline(JobRun& run) {
   const GemmJob& job = run.job();
@@ -36,71 +57,132 @@ Status issue_row_pipeline(JobRun& run) {
       SGEMM_ASSIGN_OR_RETURN(w.c, DeviceBuffer::allocate(dev, size_t(rows * ldc) * kFloatBytes, w.lane->h2d()));
     }
   }
-  // B: slice j of its rows comes in on device j.
-  const auto kb = split_range(s.k, std::vector<double>(size_t(p), 1.0), 16);
-  std::vector<cudaEvent_t> b_ready(static_cast<size_t>(p));
-  for (int j = 0; j < p && !b_resident; ++j) {
-    ShardWork& w = works[size_t(j)];
-    SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, run.b_prefix(kb[size_t(j) + 1])));
-    const int64_t r0 = kb[size_t(j)], r1 = kb[size_t(j) + 1];
-    SGEMM_RETURN_IF_ERROR(run.timed(
-        w, w.in, w.lane->h2d(),
-        [&] {
-          return run.h2d_op(w, op_b, w.b.floats() + r0 * ldb, ldb, w.b_src(job), w.b_src_ld(job), r0, r1, 0, s.n);
-        },
-        &b_ready[size_t(j)], Step{.bytes = (r1 - r0) * s.n * int64_t(kFloatBytes), .k_begin = r0, .k_end = r1}));
-  }
-  if (p > 1 && !b_resident) {
-    NcclCommunicator* comm = run.comm();
-    if (!comm || comm->size() != p) return Internal("row split without a communicator over its devices");
-    std::vector<Span> spans;
-    SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans, &b_ready));
-    {
-      NcclGroup group;
-      SGEMM_RETURN_IF_ERROR(group.start_status());
-      for (int root = 0; root < p; ++root) {
-        const int64_t r0 = kb[size_t(root)], r1 = kb[size_t(root) + 1];
-        if (r1 <= r0) continue;
-        for (int j = 0; j < p; ++j) {
-          ShardWork& w = works[size_t(j)];
-          float* slice = w.b.floats() + r0 * ldb;
-          SGEMM_NCCL_TRY(ncclBroadcast(slice, slice, size_t((r1 - r0) * ldb), ncclFloat, root, comm->comm(w.rank),
-                                       w.lane->comm()));
-        }
-      }
-      SGEMM_RETURN_IF_ERROR(group.end());
-    }
-    // Each device receives the slices it did not upload.
-    std::vector<int64_t> received;
-    received.reserve(std::size_t(p));
-    for (int j = 0; j < p; ++j)
-      received.push_back((s.k - (kb[size_t(j) + 1] - kb[size_t(j)])) * s.n * int64_t(kFloatBytes));
-    SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
-    for (int j = 0; j < p; ++j) b_ready[size_t(j)] = spans[size_t(j)].end;
-  }
-  for (int j = 0; j < p && !b_resident; ++j) {
-    ShardWork& w = works[size_t(j)];
-    SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), b_ready[size_t(j)]));
-  }
+  // B in K pieces; each piece in p slices, slice j over device j's host link,
+  // then completed on every device by one broadcast per slice (one NCCL
+  // group); ready[i][j]: piece i is on device j.
+  const int64_t pieces = b_resident ? 1 : b_pieces(s.k);
+  const int64_t piece = ceil_div(s.k, pieces);
+  std::vector<std::vector<cudaEvent_t>> ready(size_t(b_resident ? 0 : pieces), std::vector<cudaEvent_t>(size_t(p)));
+  // The first rows of each device (early_rows) accumulate over the pieces as
+  // they arrive, so the kernels start after one piece instead of all of B.
+  std::vector<int64_t> early(size_t(p), 0);
+  for (int j = 0; j < p; ++j) early[size_t(j)] = pieces > 1 ? early_rows(run, works[size_t(j)]) : 0;
   const float beta = has_c ? job.request.beta : 0.0f;
+  NcclCommunicator* comm = run.comm();
+  if (p > 1 && !b_resident && (!comm || comm->size() != p))
+    return Internal("row split without a communicator over its devices");
+  for (int64_t i = 0; i < pieces && !b_resident; ++i) {
+    const int64_t k0 = i * piece, k1 = std::min(s.k, k0 + piece);
+    SGEMM_RETURN_IF_ERROR(run.check_cancel());
+    std::vector<int64_t> kb = split_range(k1 - k0, std::vector<double>(size_t(p), 1.0), 16);
+    for (int64_t& v : kb) v += k0;
+    std::vector<cudaEvent_t>& up = ready[size_t(i)];
+    for (int j = 0; j < p; ++j) {
+      ShardWork& w = works[size_t(j)];
+      const int64_t r0 = kb[size_t(j)], r1 = kb[size_t(j) + 1];
+      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, run.b_prefix(r1)));
+      SGEMM_RETURN_IF_ERROR(run.timed(
+          w, w.in, w.lane->h2d(),
+          [&] {
+            return run.h2d_op(w, op_b, w.b.floats() + r0 * ldb, ldb, w.b_src(job), w.b_src_ld(job), r0, r1, 0, s.n);
+          },
+          &up[size_t(j)], Step{.bytes = (r1 - r0) * s.n * int64_t(kFloatBytes), .k_begin = r0, .k_end = r1}));
+    }
+    if (p > 1) {
+      std::vector<Span> spans;
+      SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans, &up));
+      {
+        NcclGroup group;
+        SGEMM_RETURN_IF_ERROR(group.start_status());
+        for (int root = 0; root < p; ++root) {
+          const int64_t r0 = kb[size_t(root)], r1 = kb[size_t(root) + 1];
+          if (r1 <= r0) continue;
+          for (int j = 0; j < p; ++j) {
+            ShardWork& w = works[size_t(j)];
+            float* slice = w.b.floats() + r0 * ldb;
+            SGEMM_NCCL_TRY(ncclBroadcast(slice, slice, size_t((r1 - r0) * ldb), ncclFloat, root, comm->comm(w.rank),
+                                         w.lane->comm()));
+          }
+        }
+        SGEMM_RETURN_IF_ERROR(group.end());
+      }
+      // Each device receives the slices it did not copy in.
+      std::vector<int64_t> received;
+      received.reserve(std::size_t(p));
+      for (int j = 0; j < p; ++j)
+        received.push_back(((k1 - k0) - (kb[size_t(j) + 1] - kb[size_t(j)])) * s.n * int64_t(kFloatBytes));
+      SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
+      for (int j = 0; j < p; ++j) up[size_t(j)] = spans[size_t(j)].end;
+    }
+    // The early rows' share of this piece: A's columns [k0, k1) (and, with
+    // the first piece, their rows of C), then a kernel over the piece.
+    for (int j = 0; j < p; ++j) {
+      ShardWork& w = works[size_t(j)];
+      const int64_t r0 = w.shard.row_begin, e1 = r0 + early[size_t(j)];
+      if (e1 == r0) continue;
+      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kA, run.a_prefix(e1)));
+      if (has_c && i == 0) SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kC, e1 * s.n));
+      cudaEvent_t in_done = nullptr, k_done = nullptr;
+      SGEMM_RETURN_IF_ERROR(run.timed(
+          w, w.in, w.lane->h2d(),
+          [&]() -> Status {
+            SGEMM_RETURN_IF_ERROR(
+                run.h2d_op(w, op_a, w.a.floats() + k0, lda, w.a_src(job), w.a_src_ld(job), r0, e1, k0, k1));
+            if (has_c && i == 0)
+              SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.c.floats(), ldc, job.c + r0 * hldc, hldc, s.n, e1 - r0));
+            return Status::Ok();
+          },
+          &in_done,
+          Step{.bytes = (e1 - r0) * ((k1 - k0) + (has_c && i == 0 ? s.n : 0)) * int64_t(kFloatBytes),
+               .row_begin = r0,
+               .row_end = e1,
+               .k_begin = k0,
+               .k_end = k1}));
+      SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
+      SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), ready[size_t(i)][size_t(j)]));
+      // C = alpha * A B + beta * C over the first piece, then + alpha * A B per piece.
+      GemmArgs args{GemmShape{e1 - r0, s.n, k1 - k0},
+                    job.request.alpha,
+                    i == 0 ? beta : 1.0f,
+                    w.a.floats() + k0,
+                    lda,
+                    w.b_rows(k0, ldb),
+                    ldb,
+                    w.c.floats(),
+                    ldc};
+      SGEMM_RETURN_IF_ERROR(run.timed(
+          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
+          Step{.row_begin = r0, .row_end = e1, .k_begin = k0, .k_end = k1}));
+      if (i == pieces - 1) SGEMM_RETURN_IF_ERROR(run.copy_out(w, w.c.floats(), r0, ldc, r0, e1, k_done));
+      SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
+    }
+  }
+  // The other rows read all of B: the last piece on a device means all of it
+  // (each device's pieces arrive in order on one stream).
+  for (int j = 0; j < p && !b_resident; ++j) {
+    ShardWork& w = works[size_t(j)];
+    SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), ready.back()[size_t(j)]));
+  }
   // Every block of a device reads all of B: where the kernel transforms B
   // first (fp32x3 splits it into tf32 planes, about 1 ms a block at 16384^2),
   // that is done once per device, not once per block.
-  for (auto& w : works) {
-    const int64_t rows = w.shard.row_end - w.shard.row_begin;
-    const int64_t step = run.row_block(rows);
+  for (int j = 0; j < p; ++j) {
+    ShardWork& w = works[size_t(j)];
+    const int64_t rows = w.shard.row_end - w.shard.row_begin - early[size_t(j)];
+    const int64_t step = run.row_block(w.shard.row_end - w.shard.row_begin);
     if (rows <= step) continue;
     SGEMM_RETURN_IF_ERROR(run.prepare_b(w, GemmArgs{GemmShape{step, s.n, s.k}, job.request.alpha, beta, w.a.floats(),
                                                     lda, w.b_rows(0, ldb), ldb, w.c.floats(), ldc}));
   }
-  // A (and C) by row blocks: copy in, kernel, copy out, each on its stream;
-  // block i on every device, then block i+1.
+  // A (and C) by row blocks after the early rows: copy in, kernel, copy out,
+  // each on its stream; block i on every device, then block i+1.
   for (int64_t i = 0;; ++i) {
     bool issued = false;
-    for (auto& w : works) {
+    for (int j = 0; j < p; ++j) {
+      ShardWork& w = works[size_t(j)];
       const int64_t r0 = w.shard.row_begin, r1 = w.shard.row_end;
       const int64_t step = run.row_block(r1 - r0);
-      const int64_t c0 = r0 + i * step;
+      const int64_t c0 = r0 + early[size_t(j)] + i * step;
       if (c0 >= r1) continue;
       issued = true;
       const int64_t c1 = std::min(r1, c0 + step);
