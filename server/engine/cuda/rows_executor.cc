@@ -51,7 +51,7 @@ Status issue_row_pipeline(JobRun& run) {
         &b_ready[size_t(j)], Step{.bytes = (r1 - r0) * s.n * int64_t(kFloatBytes), .k_begin = r0, .k_end = r1}));
   }
   if (p > 1 && !b_resident) {
-    NcclCommunicator* comm = run.comm();
+    Communicator* comm = run.comm();
     if (!comm || comm->size() != p) return Internal("row split without a communicator over its devices");
     std::vector<Span> spans;
     SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans, &b_ready));
