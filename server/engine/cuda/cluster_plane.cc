@@ -135,6 +135,11 @@ class CudaClusterPlane final : public ClusterDataPlane {
       const int rank = comm_->first_rank() + i;
       jr.add(&*leases.back(), rank, probe ? Shard{} : spec.ranks[size_t(rank)], pool_->info(i));
     }
+    // The coordinator picked the kernel from its own GPUs; where one of ours
+    // does not have it, cuBLAS runs the job here and the report says so.
+    bool kernel_missing = false;
+    for (const LaneLease& l : leases) kernel_missing = kernel_missing || (!probe && !l->backend(spec.kernel));
+    if (kernel_missing) jr.set_kind(KernelKind::kCublas);
     if (!probe) jr.set_rank_shards(spec.ranks);
     jr.watch_peers(abort, options_.job_timeout_ms);
     std::vector<std::pair<std::string, double>> host_ms;
@@ -145,7 +150,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
     ClusterRunResult out;
     out.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!ran.ok()) return ran;  // the JobRun aborted the communicator
-    out.fallback_used = jr.fallback_used();
+    out.fallback_used = (kernel_missing && spec.kernel != KernelKind::kCublas) || jr.fallback_used();
     std::vector<DeviceTiming> timings = jr.timings();
     if (!probe) {
       out.timings = std::move(timings);
