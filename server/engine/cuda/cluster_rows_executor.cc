@@ -57,10 +57,11 @@ Status issue(JobRun& run) {
     }
   }
   // Host -> rank 0: B, then the remote ranks' rows of A (and C), all that group 1 sends.
+  cudaEvent_t b_in = nullptr;  // rank 0's B is in
   if (root) {
     ShardWork& w = works[0];
     SGEMM_RETURN_IF_ERROR(run.timed(
-        w, w.in, w.lane->h2d(), [&] { return run.h2d_2d(w, w.b.floats(), ldb, job.b, hldb, s.n, s.k); }, nullptr,
+        w, w.in, w.lane->h2d(), [&] { return run.h2d_2d(w, w.b.floats(), ldb, job.b, hldb, s.n, s.k); }, &b_in,
         Step{.bytes = s.k * s.n * int64_t(kFloatBytes), .k_begin = 0, .k_end = s.k}));
     if (remote_rows > 0)
       SGEMM_RETURN_IF_ERROR(run.timed(
@@ -119,10 +120,21 @@ Status issue(JobRun& run) {
   SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
   // Every rank but 0 computes with the broadcast's B (a remote rank also with
   // its rows of A and C); rank 0 with the B it copied in.
-  for (size_t j = 0; j < works.size(); ++j)
-    if (works[j].rank != 0) SGEMM_RETURN_IF_ERROR(run.wait_on(works[j], works[j].lane->compute(), spans[j].end));
-  // The rows by blocks: block i on every rank, then block i + 1.
+  for (size_t j = 0; j < works.size(); ++j) {
+    ShardWork& w = works[j];
+    SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), w.rank == 0 ? b_in : spans[j].end));
+  }
   const float beta = has_c ? job.request.beta : 0.0f;
+  // Every block of a rank reads all of B: a kernel that transforms B first
+  // (JobRun::prepare_b) does it once per rank, as the local row pipeline does.
+  for (auto& w : works) {
+    const int64_t rows = w.shard.row_end - w.shard.row_begin;
+    const int64_t step = run.row_block(rows);
+    if (rows <= step) continue;
+    SGEMM_RETURN_IF_ERROR(run.prepare_b(w, GemmArgs{GemmShape{step, s.n, s.k}, job.request.alpha, beta, w.a.floats(),
+                                                    lda, w.b.floats(), ldb, w.c.floats(), ldc}));
+  }
+  // The rows by blocks: block i on every rank, then block i + 1.
   for (int64_t i = 0;; ++i) {
     bool issued = false;
     for (auto& w : works) {
