@@ -109,6 +109,10 @@ class CudaClusterPlane final : public ClusterDataPlane {
     if (!probe && int(spec.ranks.size()) != comm_->size())
       return Internal("cluster job with " + std::to_string(spec.ranks.size()) + " shards for " +
                       std::to_string(comm_->size()) + " ranks");
+    if (spec.kind == ClusterJobKind::kK)  // refused before any NCCL call: the communicator stays usable
+      for (const Shard& sh : spec.ranks)
+        if (sh.k_end <= sh.k_begin || sh.row_begin != 0 || sh.row_end != spec.shape.m)
+          return Internal("cluster K-split job with an empty K slice or a partial row range");
     const SplitExecutor* executor =
         probe ? nullptr
               : find_split_executor(spec.kind == ClusterJobKind::kK ? SplitMode::kK : SplitMode::kRows,
