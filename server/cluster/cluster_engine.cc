@@ -139,6 +139,12 @@ class ClusterEngine final : public Engine {
     rep.split = plan.split;
     rep.plan_reason = plan.reason + kernel_reason;
     rep.devices = std::move(res.timings);
+    if (res.fallback_used) {
+      rep.kernel = KernelKind::kCublas;
+      rep.precision = Precision::kFp32Ffma;
+      rep.plan_reason +=
+          "; " + std::string(kernel_kind_name(spec.kernel)) + " refused some blocks on this host: cublas ran them";
+    }
     return rep;
   }
 

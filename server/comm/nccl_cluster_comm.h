@@ -19,10 +19,11 @@
 
 #include "common/cancel_token.h"
 #include "common/status.h"
+#include "server/comm/communicator.h"
 
 namespace sgemm {
 
-class NcclClusterComm {
+class NcclClusterComm final : public Communicator {
  public:
   // A fresh ncclUniqueId's bytes (rank 0's process makes it; everyone joins with it).
   static StatusOr<std::string> new_unique_id();
@@ -38,25 +39,25 @@ class NcclClusterComm {
   static StatusOr<std::unique_ptr<NcclClusterComm>> create(const std::string& unique_id, int nranks, int first_rank,
                                                            const std::vector<int>& devices, const CancelToken* abort,
                                                            int64_t timeout_ms);
-  ~NcclClusterComm();
+  ~NcclClusterComm() override;
   NcclClusterComm(const NcclClusterComm&) = delete;
   NcclClusterComm& operator=(const NcclClusterComm&) = delete;
 
-  int local_size() const { return int(comms_.size()); }
-  int nranks() const { return nranks_; }
-  int first_rank() const { return first_rank_; }
+  int size() const override { return nranks_; }
+  int first_rank() const override { return first_rank_; }
+  int local_size() const override { return int(comms_.size()); }
   int device(int local) const { return devices_[size_t(local)]; }
-  ncclComm_t comm(int local) const { return comms_[size_t(local)]; }
+  ncclComm_t comm(int rank) const override { return comms_[size_t(rank - first_rank_)]; }
 
   // After ncclGroupEnd (or a single call) returned ncclSuccess or
   // ncclInProgress: waits until every local communicator has issued it.
-  Status wait_issued(const CancelToken* abort, int64_t timeout_ms);
+  Status wait_issued(const CancelToken* abort, int64_t timeout_ms) override;
   // An error NCCL found asynchronously on any local communicator (a peer gone,
   // a network error): UNAVAILABLE naming it; OK otherwise.
-  Status async_error() const;
+  Status async_error() const override;
   // ncclCommAbort on every local communicator: collectives under way end.
-  void abort();
-  bool aborted() const { return aborted_; }
+  void abort() override;
+  bool aborted() const override { return aborted_; }
 
  private:
   NcclClusterComm() = default;

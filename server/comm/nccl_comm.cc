@@ -46,6 +46,11 @@ Status NcclCommunicator::async_error(int rank) const {
   return nccl_status(async, comms_[size_t(rank)], "a collective (asynchronous error)", __FILE__, __LINE__);
 }
 
+Status NcclCommunicator::async_error() const {
+  for (int rank = 0; rank < size(); ++rank) SGEMM_RETURN_IF_ERROR(async_error(rank));
+  return Status::Ok();
+}
+
 Status NcclCommunicator::rebuild(const std::vector<int>& devices) {
   destroy();
   comms_.clear();
@@ -126,7 +131,8 @@ NcclGroup::~NcclGroup() {
 Status NcclGroup::end() {
   if (!open_) return start_;
   open_ = false;
-  return SGEMM_NCCL_STATUS(ncclGroupEnd());
+  const ncclResult_t r = ncclGroupEnd();
+  return r == ncclInProgress ? Status::Ok() : SGEMM_NCCL_STATUS(r);
 }
 
 }  // namespace sgemm

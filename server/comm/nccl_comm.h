@@ -7,7 +7,8 @@
 // per-rank calls of one collective are issued from one thread inside
 // ncclGroupStart/End; callers therefore hold `order_mutex()` from the first
 // enqueue of a multi-GPU job until its last collective is enqueued (the CUDA
-// engine holds it for the whole split job).
+// engine holds it for the whole split job). It is blocking: ncclGroupEnd
+// returns once the group is issued.
 #pragma once
 
 #include <nccl.h>
@@ -19,21 +20,24 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/comm/communicator.h"
 #include "server/comm/nccl_status.h"
 
 namespace sgemm {
 
-class NcclCommunicator {
+class NcclCommunicator final : public Communicator {
  public:
   // `devices`: CUDA ordinals; rank i is devices[i]. Needs at least 2 devices.
   static StatusOr<std::unique_ptr<NcclCommunicator>> create(const std::vector<int>& devices);
-  ~NcclCommunicator();
+  ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  int size() const { return aborted_ ? 0 : int(comms_.size()); }
+  int size() const override { return aborted_ ? 0 : int(comms_.size()); }
+  int first_rank() const override { return 0; }
+  int local_size() const override { return size(); }
   int device(int rank) const { return devices_[size_t(rank)]; }
-  ncclComm_t comm(int rank) const { return comms_[size_t(rank)]; }
+  ncclComm_t comm(int rank) const override { return comms_[size_t(rank)]; }
   // Serialises jobs that enqueue collectives (see the header comment).
   std::mutex& order_mutex() { return order_mutex_; }
 
@@ -44,10 +48,15 @@ class NcclCommunicator {
   // ncclCommAbort on every rank, in rank order (`before_rank(r)`, when given,
   // runs just before rank r is aborted): kernels waiting in a collective
   // return, and the communicator is unusable (size() is 0) until rebuild().
-  void abort(const std::function<void(int rank)>& before_rank = nullptr);
-  bool aborted() const { return aborted_; }
+  void abort(const std::function<void(int rank)>& before_rank);
+  void abort() override { abort(nullptr); }
+  bool aborted() const override { return aborted_; }
   // The asynchronous error NCCL recorded for `rank` (OK when none).
   Status async_error(int rank) const;
+  // Any rank's asynchronous error (OK when none).
+  Status async_error() const override;
+  // Blocking: every group is issued when ncclGroupEnd returns.
+  Status wait_issued(const CancelToken* /*abort*/, int64_t /*timeout_ms*/) override { return Status::Ok(); }
   // A new communicator over `devices` (>= 2; the old one is destroyed, or was
   // aborted). On failure size() is 0 and the error says why.
   Status rebuild(const std::vector<int>& devices);
@@ -68,7 +77,9 @@ class NcclCommunicator {
 };
 
 // ncclGroupStart in the constructor; end() runs ncclGroupEnd and reports its
-// result. A group not ended explicitly is ended by the destructor.
+// result (ncclInProgress, which only a non-blocking communicator returns, is
+// OK: the caller then waits with Communicator::wait_issued). A group not
+// ended explicitly is ended by the destructor.
 class NcclGroup {
  public:
   NcclGroup();

@@ -1,7 +1,8 @@
 // The data plane of a cluster (docs/cluster.md): what the gRPC control plane
 // (server/cluster/) asks of this process's GPUs, in plain structs. No CUDA,
 // no protobuf: the CUDA implementation is server/engine/cuda/cluster_plane.cc
-// (NCCL across processes), and tests drive the control plane with a fake.
+// (NCCL across processes, the splits run as rows of the CUDA engine's
+// executor table), and tests drive the control plane with a fake.
 //
 // Every process of a cluster owns its local GPUs, one NCCL rank each. The
 // coordinator's first GPU is rank 0 and holds the request's matrices; the
@@ -71,6 +72,8 @@ struct ClusterRunResult {
   // kProbe, rank 0: its sends of probe_bytes to every rank of another process,
   // issued at once (one NCCL group), timed together (0: no remote rank).
   double fanout_ms = 0;
+  // The job's kernel refused some of this process's blocks and cuBLAS ran them.
+  bool fallback_used = false;
 };
 
 class ClusterDataPlane {

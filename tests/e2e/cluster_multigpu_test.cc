@@ -7,6 +7,9 @@
 // of partial Cs); a member killed in the middle of a request
 // fails it with UNAVAILABLE naming the member, and the next request is served.
 // SGEMM_CLUSTER_PROCESSES (default: the GPU count, at most 4) processes.
+// ClusterTwoGpusEach runs both splits with two GPUs per process (4 GPUs), so
+// a process holds ranks besides rank 0 and the coordinator a rank that is not
+// rank 0.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -42,17 +45,22 @@ int free_port() {
   return port;
 }
 
-int processes() {
-  const int gpus = testing::cuda_device_count();
+int processes(int gpus_each) {
+  const int gpus = testing::cuda_device_count() / gpus_each;
   if (const char* e = std::getenv("SGEMM_CLUSTER_PROCESSES")) return std::min(gpus, std::atoi(e));
   return std::min(gpus, 4);
 }
 
-// A server that sees only GPU `gpu`.
-std::unique_ptr<ServerProcess> start_on_gpu(int gpu, std::vector<std::string> flags) {
+// A server that sees only GPUs [first, first + count).
+std::unique_ptr<ServerProcess> start_on_gpus(int first, int count, std::vector<std::string> flags) {
   const char* old = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string saved = old ? old : "";
-  setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu).c_str(), 1);
+  std::string visible;
+  for (int g = first; g < first + count; ++g) {
+    if (!visible.empty()) visible += ',';
+    visible += std::to_string(g);
+  }
+  setenv("CUDA_VISIBLE_DEVICES", visible.c_str(), 1);
   setenv("SGEMM_E2E_BACKEND", "cuda", 1);  // ServerProcess passes --backend from it
   auto p = std::make_unique<ServerProcess>(flags);
   if (old)
@@ -64,18 +72,23 @@ std::unique_ptr<ServerProcess> start_on_gpu(int gpu, std::vector<std::string> fl
 
 class Cluster : public ::testing::Test {
  protected:
+  // GPUs each server process sees (one NCCL rank each).
+  virtual int gpus_each() const { return 1; }
   void SetUp() override {
-    n_ = processes();
-    if (n_ < 2) GTEST_SKIP() << "needs 2 CUDA devices (one per server process), found " << n_;
+    n_ = processes(gpus_each());
+    if (n_ < 2)
+      GTEST_SKIP() << "needs " << 2 * gpus_each() << " CUDA devices (" << gpus_each() << " per server process), found "
+                   << testing::cuda_device_count();
     cluster_addr_ = "127.0.0.1:" + std::to_string(free_port());
-    coord_ = start_on_gpu(0, {"--cluster-listen", cluster_addr_, "--cluster-always", "--cluster-name", "coord"});
+    coord_ = start_on_gpus(0, gpus_each(),
+                           {"--cluster-listen", cluster_addr_, "--cluster-always", "--cluster-name", "coord"});
     ASSERT_TRUE(coord_->running()) << coord_->log();
     for (int i = 1; i < n_; ++i) {
       add_member(i);
       ASSERT_TRUE(coord_->log_has("'member-" + std::to_string(i) + "' joined", 60000)) << coord_->log();
     }
     client_ = Client::connect(coord_->address(), no_retry());
-    wait_cluster_ready(n_);
+    wait_cluster_ready(n_ * gpus_each());
   }
   // Requests run on the coordinator alone while the communicator forms: one
   // small request starts forming it, then the coordinator's log says it is
@@ -90,8 +103,8 @@ class Cluster : public ::testing::Test {
   }
   void add_member(int i) {
     if (members_.size() < size_t(i)) members_.resize(size_t(i));
-    members_[size_t(i - 1)] =
-        start_on_gpu(i, {"--join", cluster_addr_, "--cluster-name", "member-" + std::to_string(i)});
+    members_[size_t(i - 1)] = start_on_gpus(i * gpus_each(), gpus_each(),
+                                            {"--join", cluster_addr_, "--cluster-name", "member-" + std::to_string(i)});
   }
   static ClientOptions no_retry() {
     ClientOptions o;
@@ -230,6 +243,51 @@ TEST_F(Cluster, MemberKilledMidRequestFailsItAndTheNextIsServed) {
   StatusOr<MultiplyResult> again = multiply(GemmShape{1025, 777, 3001}, true, 4);
   ASSERT_TRUE(again.ok()) << again.status().to_string() << "\n" << coord_->log();
   EXPECT_EQ(int(again->summary.devices.size()), n_);
+}
+
+// Two GPUs per process: rank 0's process holds rank 1 too (it takes its rows
+// or slice over its own host link, B from the broadcast), a member holds two
+// ranks (both receive from rank 0, both send back).
+class ClusterTwoGpusEach : public Cluster {
+ protected:
+  int gpus_each() const override { return 2; }
+  void expect_hosts(const MultiplyResult& r) {
+    ASSERT_EQ(int(r.summary.devices.size()), 2 * n_);
+    for (int i = 0; i < 2 * n_; ++i)
+      EXPECT_EQ(r.summary.devices[size_t(i)].host, i < 2 ? "coord" : "member-" + std::to_string(i / 2));
+  }
+};
+
+TEST_F(ClusterTwoGpusEach, RowAndKSplitsMatchTheReference) {
+  for (auto [s, with_c] : {std::pair{GemmShape{1025, 777, 3001}, true}, std::pair{GemmShape{3, 5, 7}, true},
+                           std::pair{GemmShape{4099, 1000, 513}, false}}) {
+    StatusOr<MultiplyResult> r = multiply(s, with_c, uint64_t(s.m + s.k), true, SplitMode::kRows);
+    ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << coord_->log();
+    EXPECT_EQ(r->summary.split, "rows");
+    EXPECT_NE(r->summary.plan_reason.find("cluster rows"), std::string::npos) << r->summary.plan_reason;
+    expect_hosts(*r);
+    int64_t next = 0;
+    for (const auto& d : r->summary.devices) {
+      EXPECT_EQ(d.row_begin, next);
+      next = d.row_end;
+    }
+    EXPECT_EQ(next, s.m);
+  }
+  for (auto [s, with_c] : {std::pair{GemmShape{333, 257, 40001}, true}, std::pair{GemmShape{3, 5, 7}, true},
+                           std::pair{GemmShape{129, 63, 65537}, false}}) {
+    StatusOr<MultiplyResult> r = multiply(s, with_c, uint64_t(s.m * 3 + s.k), true, SplitMode::kK);
+    ASSERT_TRUE(r.ok()) << r.status().to_string() << "\n" << coord_->log();
+    EXPECT_EQ(r->summary.split, "k");
+    EXPECT_NE(r->summary.plan_reason.find("cluster K split"), std::string::npos) << r->summary.plan_reason;
+    expect_hosts(*r);
+    int64_t next = 0;
+    for (const auto& d : r->summary.devices) {
+      EXPECT_EQ(d.k_begin, next);
+      EXPECT_GT(d.k_end, d.k_begin);
+      next = d.k_end;
+    }
+    EXPECT_EQ(next, s.k);
+  }
 }
 
 }  // namespace

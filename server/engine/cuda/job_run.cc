@@ -21,15 +21,30 @@ void JobRun::add(Lane* lane, int rank, const Shard& shard, const DeviceInfo& inf
   works_.push_back(std::move(w));
 }
 
-Status JobRun::execute(const SplitExecutor& executor, HostSteps& steps) {
+Status JobRun::execute(const SplitExecutor& executor, HostSteps& steps) { return execute(executor.issue, steps); }
+
+void JobRun::watch_peers(const CancelToken* abort, int64_t timeout_ms) {
+  watching_ = true;
+  peer_abort_ = abort;
+  peer_timeout_ms_ = timeout_ms;
+}
+
+Status JobRun::execute(const std::function<Status(JobRun&)>& issue, HostSteps& steps) {
+  if (watching_) deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(peer_timeout_ms_);
   for (auto& w : works_) w.lane->reset_events();
   const Status origins = record_origins();
   steps.stamp("origins");
-  const Status issued = origins.ok() ? executor.issue(*this) : origins;
+  const Status issued = origins.ok() ? issue(*this) : origins;
   steps.stamp("issue");
-  const Status drained = drain();
+  // Peers in other processes wait on the calls a job that failed half-way
+  // never made: abort at once (the collectives issued end), then drain.
+  if (!issued.ok() && watching_) comm_->abort();
+  const Status drained = watching_ ? drain_watched() : drain();
   steps.stamp("drain");
   Status s = issued.ok() ? drained : issued;
+  // A peer that went away shows first as a failed enqueue, then as the
+  // UNAVAILABLE the wait gave up with: that names the cause.
+  if (watching_ && !issued.ok() && drained.code() == StatusCode::kUnavailable) s = drained;
   if (s.ok()) {
     report_outputs(/*all_done=*/true);
     steps.stamp("outputs");
@@ -42,7 +57,10 @@ Status JobRun::execute(const SplitExecutor& executor, HostSteps& steps) {
     w.c.reset();
     w.stage.reset();
     w.b_prepared.reset();
+    w.extra.clear();
   }
+  // A failed job leaves a communicator that spans processes in an unknown state.
+  if (!s.ok() && watching_ && !comm_->aborted()) comm_->abort();
   steps.stamp("free");
   return s;
 }
@@ -249,6 +267,30 @@ Status JobRun::end_comm_spans(const std::vector<Span>& spans, const std::vector<
   return Status::Ok();
 }
 
+Status JobRun::end_group(NcclGroup& group) {
+  SGEMM_RETURN_IF_ERROR(group.end());
+  if (!watching_) return comm_->wait_issued(nullptr, 0);
+  Status s = comm_->wait_issued(peer_abort_, remaining_ms());
+  if (s.code() == StatusCode::kUnavailable && std::chrono::steady_clock::now() >= deadline_)
+    return Unavailable("the cluster job did not finish within " + std::to_string(peer_timeout_ms_) + " ms");
+  return s;
+}
+
+int64_t JobRun::remaining_ms() const {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+  return std::max<int64_t>(1, left.count());
+}
+
+Status JobRun::give_up_status() const {
+  if (!watching_) return check_cancel();
+  if (peer_abort_ && !peer_abort_->status().ok()) return peer_abort_->status();
+  SGEMM_RETURN_IF_ERROR(check_cancel());
+  SGEMM_RETURN_IF_ERROR(comm_->async_error());
+  if (std::chrono::steady_clock::now() >= deadline_)
+    return Unavailable("the cluster job did not finish within " + std::to_string(peer_timeout_ms_) + " ms");
+  return Status::Ok();
+}
+
 Status JobRun::wait_event(ShardWork& w, cudaEvent_t e) {
   SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
   for (;;) {
@@ -256,7 +298,7 @@ Status JobRun::wait_event(ShardWork& w, cudaEvent_t e) {
     if (r == cudaSuccess) return Status::Ok();
     if (r != cudaErrorNotReady) return SGEMM_CUDA_STATUS(r);
     (void)cudaGetLastError();  // cudaErrorNotReady is not an error; keep the next launch check clean
-    SGEMM_RETURN_IF_ERROR(check_cancel());
+    SGEMM_RETURN_IF_ERROR(give_up_status());
     report_outputs(/*all_done=*/false);
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -306,6 +348,39 @@ Status JobRun::drain() {
     if (first.ok() && !s.ok()) first = s;
   }
   return first;
+}
+
+Status JobRun::drain_watched() {
+  Status why;
+  for (;;) {
+    bool busy = false;
+    for (auto& w : works_) {
+      why = SGEMM_CUDA_STATUS(cudaSetDevice(w.lane->device()));
+      for (cudaStream_t st : w.lane->streams()) {
+        if (!why.ok()) break;
+        const cudaError_t r = cudaStreamQuery(st);
+        if (r == cudaErrorNotReady) {
+          (void)cudaGetLastError();  // not an error
+          busy = true;
+        } else if (r != cudaSuccess) {
+          why = SGEMM_CUDA_STATUS(r);
+        }
+      }
+      if (!why.ok()) break;
+    }
+    if (why.ok() && !busy) return Status::Ok();
+    if (why.ok()) why = give_up_status();
+    if (!why.ok()) break;
+    report_outputs(/*all_done=*/false);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  comm_->abort();  // the collectives end, so the streams drain
+  for (auto& w : works_) {
+    (void)cudaSetDevice(w.lane->device());
+    for (cudaStream_t st : w.lane->streams()) (void)cudaStreamSynchronize(st);
+    (void)cudaGetLastError();
+  }
+  return why;
 }
 
 Status JobRun::collect_timings() {

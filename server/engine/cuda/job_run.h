@@ -3,8 +3,16 @@
 // out, the bounded issue-ahead that lets a cancelled job stop at a block
 // boundary). Private to the CUDA engine.
 //
-// Threads: a JobRun lives on the thread that called CudaEngine::run() and is
-// used by that thread only. Every Span's events come from its lane.
+// Threads: a JobRun lives on the thread that called CudaEngine::run() (or the
+// cluster data plane's job) and is used by that thread only. Every Span's
+// events come from its lane.
+//
+// A job's ranks may be partly in other processes (cluster mode,
+// docs/cluster.md): works() then holds this process's ranks only, and
+// rank_shards() every rank's shard. Such a job watches its peers
+// (watch_peers): every wait also polls an abort token and NCCL's
+// asynchronous error and has a deadline, and giving up aborts the
+// communicator, so collectives end, streams drain and buffers are freed.
 //
 // Device layouts are dense with leading dimensions rounded up to 4 floats, so
 // every block a kernel sees starts 16-byte aligned whatever the request shape;
@@ -17,14 +25,17 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/cancel_token.h"
 #include "common/status.h"
 #include "kernels/cuda_status.h"
 #include "kernels/gemm_args.h"
 #include "kernels/gemm_backend.h"
+#include "server/comm/communicator.h"
 #include "server/comm/nccl_comm.h"
 #include "server/devices/device_pool.h"
 #include "server/engine/engine.h"
@@ -61,11 +72,14 @@ struct Span {
 // One device's part of a running job.
 struct ShardWork {
   Lane* lane = nullptr;
-  int rank = 0;  // position in the pool, which is also the NCCL rank
+  int rank = 0;  // the NCCL rank (the local engine: the position in the pool)
   Shard shard;
   DeviceTiming timing;
   std::vector<Span> in, kernel, reduce, out;
   DeviceBuffer a, b, c;
+  // Buffers an executor needs besides a, b and c (the cluster's rank 0: the
+  // rows it sends to and receives from other processes); freed with them.
+  std::vector<DeviceBuffer> extra;
   // A resident B (docs/resident.md) already on this device: rows
   // [b_resident_row0, ...) with leading dimension pad4(n), read in place (no
   // copy of B, no broadcast). Null: B comes from the job's host matrix.
@@ -138,7 +152,7 @@ GemmArgs engine_probe_args(const GemmShape& s, float alpha, float beta);
 
 class JobRun {
  public:
-  JobRun(const GemmJob& job, const JobSettings& settings, NcclCommunicator* comm)
+  JobRun(const GemmJob& job, const JobSettings& settings, Communicator* comm)
       : job_(job), set_(settings), comm_(comm), origin_(job.origin.value_or(std::chrono::steady_clock::now())) {}
 
   void add(Lane* lane, int rank, const Shard& shard, const DeviceInfo& info);
@@ -147,6 +161,18 @@ class JobRun {
   // rows of C and collects timings. Device buffers are freed whatever happens.
   // Its host time is stamped step by step into `steps`.
   Status execute(const SplitExecutor& executor, HostSteps& steps);
+  // The same with an issue function outside the executor table (the cluster's
+  // link probe).
+  Status execute(const std::function<Status(JobRun&)>& issue, HostSteps& steps);
+
+  // The job's ranks reach other processes: every wait polls `abort` (its
+  // status is returned) and the communicator's asynchronous error, and gives
+  // up (UNAVAILABLE) `timeout_ms` after execute() began; a job that gives up
+  // or fails aborts the communicator. Call before execute().
+  void watch_peers(const CancelToken* abort, int64_t timeout_ms);
+  // Every rank's shard in rank order, when ranks are in other processes
+  // (works() has this process's only). Call before execute().
+  void set_rank_shards(std::vector<Shard> shards) { rank_shards_ = std::move(shards); }
 
   std::vector<DeviceTiming> timings() const;
   // Host time the job waited for the NCCL order before it ran (every device's
@@ -162,7 +188,8 @@ class JobRun {
   const GemmShape& shape() const { return job_.request.shape; }
   const JobSettings& settings() const { return set_; }
   std::vector<ShardWork>& works() { return works_; }
-  NcclCommunicator* comm() const { return comm_; }
+  Communicator* comm() const { return comm_; }
+  const std::vector<Shard>& rank_shards() const { return rank_shards_; }
 
   // The job's cancellation status (OK while it may go on).
   Status check_cancel() const { return job_.cancel ? job_.cancel->status() : Status::Ok(); }
@@ -231,6 +258,9 @@ class JobRun {
   // what device i receives (traces); empty = unknown.
   Status begin_comm_spans(std::vector<Span>* spans, const std::vector<cudaEvent_t>* wait_for = nullptr);
   Status end_comm_spans(const std::vector<Span>& spans, const std::vector<int64_t>& bytes = {});
+  // Ends `group` and waits until every local rank has issued it (at once on
+  // the local communicator; on a cluster's, polling as watch_peers says).
+  Status end_group(NcclGroup& group);
 
   // A block ending with `done` was issued on `w`. While more than blocks_ahead
   // blocks of `w` are unfinished, waits for the oldest, polling the job's
@@ -242,6 +272,11 @@ class JobRun {
 
  private:
   Status wait_event(ShardWork& w, cudaEvent_t e);
+  // Why a wait gives up now: the job's cancellation, and for a job that
+  // watches its peers the abort token, NCCL's asynchronous error and the
+  // deadline (OK: go on waiting).
+  Status give_up_status() const;
+  int64_t remaining_ms() const;
   Status record_origins();
   void charge_input_wait(ShardWork& w);
   double host_ms(std::chrono::steady_clock::time_point t) const {
@@ -249,6 +284,9 @@ class JobRun {
   }
   void report_outputs(bool all_done);
   Status drain();
+  // drain() for a job that watches its peers: polls give_up_status(); giving
+  // up aborts the communicator, then drains.
+  Status drain_watched();
   Status collect_timings();
 
   // A block of C rows on its way to host memory; `done` fires when it is there.
@@ -260,8 +298,14 @@ class JobRun {
 
   const GemmJob& job_;
   JobSettings set_;
-  NcclCommunicator* comm_;
+  Communicator* comm_;
   std::vector<ShardWork> works_;
+  std::vector<Shard> rank_shards_;
+  // watch_peers(): the token, the timeout and the deadline it sets at execute().
+  bool watching_ = false;
+  const CancelToken* peer_abort_ = nullptr;
+  int64_t peer_timeout_ms_ = 0;
+  std::chrono::steady_clock::time_point deadline_{};
   std::vector<OutBlock> outs_;
   bool fallback_used_ = false;
   const std::chrono::steady_clock::time_point origin_;

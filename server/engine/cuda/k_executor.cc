@@ -26,7 +26,7 @@ Status issue(JobRun& run) {
   const GemmShape& s = run.shape();
   auto& works = run.works();
   const int p = int(works.size());
-  NcclCommunicator* comm = run.comm();
+  Communicator* comm = run.comm();
   if (p < 2 || !comm || comm->size() != p) return Internal("K split without a communicator over its devices");
   const bool scatter = run.settings().k_reduce == KReduce::kReduceScatter;
   const int64_t m_pad = scatter ? round_up(s.m, p) : s.m;

@@ -68,7 +68,7 @@ Status issue_row_pipeline(JobRun& run) {
   std::vector<int64_t> early(size_t(p), 0);
   for (int j = 0; j < p; ++j) early[size_t(j)] = pieces > 1 ? early_rows(run, works[size_t(j)]) : 0;
   const float beta = has_c ? job.request.beta : 0.0f;
-  NcclCommunicator* comm = run.comm();
+  Communicator* comm = run.comm();
   if (p > 1 && !b_resident && (!comm || comm->size() != p))
     return Internal("row split without a communicator over its devices");
   for (int64_t i = 0; i < pieces && !b_resident; ++i) {

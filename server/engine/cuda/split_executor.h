@@ -20,15 +20,22 @@ struct SplitExecutor {
   bool spans_pool;
   // Issues the job's work on JobRun::works() (one per shard, in rank order).
   Status (*issue)(JobRun& run);
+  // The job's ranks reach other processes (cluster mode, docs/cluster.md):
+  // works() holds this process's ranks, JobRun::rank_shards() every rank's,
+  // and every process issues the same collectives in the same order.
+  bool spans_processes = false;
 };
 
-extern const SplitExecutor kSingleExecutor;  // single_executor.cc
-extern const SplitExecutor kRowsExecutor;    // rows_executor.cc
-extern const SplitExecutor kKExecutor;       // k_executor.cc
+extern const SplitExecutor kSingleExecutor;       // single_executor.cc
+extern const SplitExecutor kRowsExecutor;         // rows_executor.cc
+extern const SplitExecutor kKExecutor;            // k_executor.cc
+extern const SplitExecutor kClusterRowsExecutor;  // cluster_rows_executor.cc
+extern const SplitExecutor kClusterKExecutor;     // cluster_k_executor.cc
 
 std::span<const SplitExecutor* const> split_executors();
-// The executor of `mode`; null when there is none (kAuto).
-const SplitExecutor* find_split_executor(SplitMode mode);
+// The executor of `mode` among those whose ranks are all in this process (or,
+// with spans_processes, reach other processes); null when there is none.
+const SplitExecutor* find_split_executor(SplitMode mode, bool spans_processes = false);
 
 // The row pipeline single and rows share: B in over every device's host link
 // (a slice each) and completed by NCCL broadcast when there are several
