@@ -56,7 +56,7 @@ Status JobRun::execute(const std::function<Status(JobRun&)>& issue, HostSteps& s
     w.b.reset();
     w.c.reset();
     w.stage.reset();
-    w.b_prepared.reset();
+    w.b_prepared.clear();
     w.extra.clear();
   }
   // A failed job leaves a communicator that spans processes in an unknown state.
@@ -150,8 +150,10 @@ Status JobRun::run_gemm(ShardWork& w, const GemmArgs& args) {
   }
   // B prepared by the job's kernel (prepare_b), for the block reading that B.
   GemmArgs run_args = args;
-  if (be == w.lane->backend(set_.kind) && w.b_prepared.floats() && args.b == w.b_prepared_for)
-    run_args.b_prepared = w.b_prepared.floats();
+  if (be == w.lane->backend(set_.kind))
+    for (const ShardWork::PreparedB& p : w.b_prepared)
+      if (p.b == args.b && p.ldb == args.ldb && p.k == args.shape.k && p.n == args.shape.n)
+        run_args.b_prepared = p.buffer.floats();
   const std::size_t need = be->workspace_bytes(run_args);
   SGEMM_ASSIGN_OR_RETURN(void* ws, w.lane->workspace(need));
   return be->run(run_args, ws, need, w.lane->compute());
@@ -164,11 +166,15 @@ Status JobRun::prepare_b(ShardWork& w, const GemmArgs& args) {
   if (bytes == 0) return Status::Ok();
   StatusOr<DeviceBuffer> buf = DeviceBuffer::allocate(w.lane->device(), bytes, w.lane->compute());
   if (!buf.ok()) return Status::Ok();  // each block splits B itself
-  w.b_prepared = std::move(*buf);
-  w.b_prepared_for = args.b;
+  ShardWork::PreparedB& p = w.b_prepared.emplace_back();
+  p.buffer = std::move(*buf);
+  p.b = args.b;
+  p.ldb = args.ldb;
+  p.k = args.shape.k;
+  p.n = args.shape.n;
+  float* const into = p.buffer.floats();
   return timed(
-      w, w.kernel, w.lane->compute(),
-      [&] { return be->prepare_b(args, w.b_prepared.floats(), bytes, w.lane->compute()); }, nullptr,
+      w, w.kernel, w.lane->compute(), [&] { return be->prepare_b(args, into, bytes, w.lane->compute()); }, nullptr,
       Step{.row_begin = 0, .row_end = 0, .k_begin = 0, .k_end = args.shape.k});
 }
 

@@ -108,11 +108,16 @@ struct ShardWork {
   const float* b_rows(int64_t k0, int64_t ldb) const {
     return b_resident ? b_resident + (k0 - b_resident_row0) * ldb : b.floats() + k0 * ldb;
   }
-  // B as the job's kernel prepared it once for every block that reads it
-  // (JobRun::prepare_b: fp32x3's split into tf32 planes); empty where the
-  // kernel reads B as it is. b_prepared_for is the B it was made from.
-  DeviceBuffer b_prepared;
-  const float* b_prepared_for = nullptr;
+  // B (or pieces of it) as the job's kernel prepared it once for every block
+  // that reads it (JobRun::prepare_b: fp32x3's split into tf32 planes); none
+  // where the kernel reads B as it is. Each is for one B: its first element,
+  // leading dimension and shape.
+  struct PreparedB {
+    DeviceBuffer buffer;
+    const float* b = nullptr;
+    int64_t ldb = 0, k = 0, n = 0;
+  };
+  std::vector<PreparedB> b_prepared;
   std::deque<cudaEvent_t> in_flight;  // end events of issued blocks not yet seen finished
   // The device's time reference: `origin` fired at origin_ms (host steady
   // clock, ms since the job's origin), so an event e happened at

@@ -1,9 +1,9 @@
 // Row split (and, through issue_row_pipeline, single GPU). B enters by K
-// pieces (halves), each through every device's host link, a slice each, and
-// completed on every device by one NCCL broadcast per slice. The
-// first half of each device's rows accumulates over the pieces as they
-// arrive (A's matching columns come in beside them), so kernels start after
-// one piece of B rather than all of it. The other rows then stream in by row
+// pieces (halves over several devices), each through every device's host
+// link, a slice each, and completed on every device by one NCCL broadcast
+// per slice. The first half of each device's rows accumulates over the
+// pieces as they arrive (A's matching columns come in beside them), so
+// kernels start after one piece of B rather than all of it. The other rows then stream in by row
 // blocks over all of B, one kernel per block, block i of every device before
 // block i+1 of any, so the devices start together and a cancelled job stops
 // on all of them.
@@ -15,10 +15,13 @@
 namespace sgemm {
 namespace {
 
-// Pieces B comes in by: two halves of K where K is long enough for a kernel
-// over half of it to run at the GPU's rate (kernels over 1024 of K ran ~30%
-// slower: 2026-11-27_h200x4_rows-pipeline), else one.
-int64_t b_pieces(int64_t k) { return k >= 4096 ? 2 : 1; }
+// Pieces B comes in by: two halves of K where several devices share it and K
+// is long enough for a kernel over half of it to run at the GPU's rate (over
+// sixteenths the kernels ran ~30% slower), else one. On one device halves
+// cost more than they hide: its copies overlap best as whole row blocks
+// (4 H200, 2026-11-27_h200x4_rows-pipeline: 4 GPUs 16384^3 26.7 -> 25.4 ms,
+// 4096^3 1.59 -> 1.34 ms; one GPU 4096^3 3.08 -> 3.54 ms).
+int64_t b_pieces(int64_t k, int devices) { return devices > 1 && k >= 4096 ? 2 : 1; }
 
 // The first rows of w's shard, computed piece by piece while B arrives: half
 // of them in whole 128-row tiles, where the shard has two blocks or more (the
@@ -60,7 +63,7 @@ Status issue_row_pipeline(JobRun& run) {
   // B in K pieces; each piece in p slices, slice j over device j's host link,
   // then completed on every device by one broadcast per slice (one NCCL
   // group); ready[i][j]: piece i is on device j.
-  const int64_t pieces = b_resident ? 1 : b_pieces(s.k);
+  const int64_t pieces = b_resident ? 1 : b_pieces(s.k, p);
   const int64_t piece = ceil_div(s.k, pieces);
   std::vector<std::vector<cudaEvent_t>> ready(size_t(b_resident ? 0 : pieces), std::vector<cudaEvent_t>(size_t(p)));
   // The first rows of each device (early_rows) accumulate over the pieces as
@@ -150,6 +153,8 @@ Status issue_row_pipeline(JobRun& run) {
                     ldb,
                     w.c.floats(),
                     ldc};
+      // The other rows' blocks read this piece too: the kernel prepares it once.
+      if (w.shard.row_end > e1) SGEMM_RETURN_IF_ERROR(run.prepare_b(w, args));
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
           Step{.row_begin = r0, .row_end = e1, .k_begin = k0, .k_end = k1}));
@@ -165,8 +170,8 @@ Status issue_row_pipeline(JobRun& run) {
   }
   // Every block of a device reads all of B: where the kernel transforms B
   // first (fp32x3 splits it into tf32 planes, about 1 ms a block at 16384^2),
-  // that is done once per device, not once per block.
-  for (int j = 0; j < p; ++j) {
+  // that is done once per device, not once per block (B in pieces: above).
+  for (int j = 0; j < p && pieces == 1; ++j) {
     ShardWork& w = works[size_t(j)];
     const int64_t rows = w.shard.row_end - w.shard.row_begin - early[size_t(j)];
     const int64_t step = run.row_block(w.shard.row_end - w.shard.row_begin);
@@ -206,10 +211,22 @@ Status issue_row_pipeline(JobRun& run) {
                .k_begin = 0,
                .k_end = s.k}));
       SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
-      GemmArgs args{GemmShape{c1 - c0, s.n, s.k}, job.request.alpha, beta, da, lda, w.b_rows(0, ldb), ldb, dc, ldc};
-      SGEMM_RETURN_IF_ERROR(run.timed(
-          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
-          Step{.row_begin = c0, .row_end = c1, .k_begin = 0, .k_end = s.k}));
+      // One kernel per piece of B, each reading that piece as prepared.
+      for (int64_t q = 0; q < pieces; ++q) {
+        const int64_t k0 = q * piece, k1 = std::min(s.k, k0 + piece);
+        GemmArgs args{GemmShape{c1 - c0, s.n, k1 - k0},
+                      job.request.alpha,
+                      q == 0 ? beta : 1.0f,
+                      da + k0,
+                      lda,
+                      w.b_rows(k0, ldb),
+                      ldb,
+                      dc,
+                      ldc};
+        SGEMM_RETURN_IF_ERROR(run.timed(
+            w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
+            Step{.row_begin = c0, .row_end = c1, .k_begin = k0, .k_end = k1}));
+      }
       SGEMM_RETURN_IF_ERROR(run.copy_out(w, w.c.floats(), r0, ldc, c0, c1, k_done));
       SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
     }
