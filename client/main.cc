@@ -296,11 +296,20 @@ void print_info(const sgemm::ServerInfo& info) {
               (long long)info.resident_bytes_in_use, info.resident_bytes / 1073741824.0);
 }
 
+// "row x launches, row x launches" in the order the server listed them.
+std::string kernel_rows_text(const sgemm::MultiplySummary& sum) {
+  std::string text;
+  for (const auto& k : sum.kernel_rows)
+    text += (text.empty() ? "" : ", ") + k.name + " x " + std::to_string(k.launches);
+  return text;
+}
+
 void print_table(const sgemm::GemmShape& s, const sgemm::MultiplyResult& r) {
   const auto& sum = r.summary;
   std::printf("request %s: %lldx%lldx%lld on backend %s, kernel %s, precision %s, split %s\n", sum.request_id.c_str(),
               (long long)s.m, (long long)s.n, (long long)s.k, sum.backend.c_str(), sum.kernel.c_str(),
               sum.precision.c_str(), sum.split.c_str());
+  if (!sum.kernel_rows.empty()) std::printf("kernels: %s\n", kernel_rows_text(sum).c_str());
   if (!sum.plan_reason.empty()) std::printf("plan: %s\n", sum.plan_reason.c_str());
   // Each phase: working, then waiting (copy-in: for the client's data; kernel:
   // for copies in; reduce: for peer GPUs; copy-out: for kernels).
@@ -336,6 +345,7 @@ sgemm::TimingRecord to_record(const sgemm::GemmShape& s, bool has_c, const sgemm
   t.has_c = has_c;
   t.backend = sum.backend;
   t.kernel = sum.kernel;
+  for (const auto& k : sum.kernel_rows) t.kernel_rows.push_back(sgemm::KernelRowRecord{k.name, k.launches});
   t.precision = sum.precision;
   t.split = sum.split;
   t.plan = sum.plan_reason;

@@ -130,6 +130,7 @@ MultiplySummary summary_from_proto(const v1::MultiplySummary& s) {
   sum.request_id = s.request_id();
   sum.backend = s.backend();
   sum.kernel = s.kernel();
+  for (const auto& k : s.kernel_rows()) sum.kernel_rows.push_back(KernelRowResult{k.name(), k.launches()});
   sum.precision = precision_text(s.precision());
   switch (s.split()) {
     case v1::SPLIT_SINGLE:

@@ -213,8 +213,17 @@ struct DeviceTimingResult {
   std::string host{};  // the server owning the GPU in a cluster (docs/cluster.md); "" = the one asked
 };
 
+// A concrete kernel the server launched for the request, and how many times.
+struct KernelRowResult {
+  std::string name;
+  int64_t launches = 0;
+};
+
 struct MultiplySummary {
   std::string request_id, backend, kernel, split, plan_reason;
+  // Every concrete kernel that ran, in the order of first use, with its
+  // launches; `kernel` is the one with the most. Empty from an older server.
+  std::vector<KernelRowResult> kernel_rows;
   std::string precision;  // the arithmetic that ran: "fp32", "tf32", "fp32x3"
   std::vector<DeviceTimingResult> devices;
   double queue_ms = 0, receive_ms = 0, compute_ms = 0, total_ms = 0;

@@ -14,6 +14,10 @@ std::string timing_record_json(const TimingRecord& r, const std::string& extra_j
   j["has_c"] = r.has_c;
   j["backend"] = r.backend;
   j["kernel"] = r.kernel;
+  if (!r.kernel_rows.empty()) {
+    auto& kj = j["kernel_rows"] = nlohmann::ordered_json::array();
+    for (const KernelRowRecord& k : r.kernel_rows) kj.push_back({{"name", k.name}, {"launches", k.launches}});
+  }
   j["precision"] = r.precision;
   j["split"] = r.split;
   j["plan"] = r.plan;
@@ -83,6 +87,9 @@ StatusOr<TimingRecord> parse_timing_record(const std::string& json) {
     r.has_c = j.at("has_c").get<bool>();
     r.backend = j.at("backend").get<std::string>();
     r.kernel = j.at("kernel").get<std::string>();
+    if (j.contains("kernel_rows"))
+      for (const auto& kj : j.at("kernel_rows"))
+        r.kernel_rows.push_back(KernelRowRecord{kj.at("name").get<std::string>(), kj.at("launches").get<int64_t>()});
     r.precision = j.at("precision").get<std::string>();
     r.split = j.at("split").get<std::string>();
     r.plan = j.at("plan").get<std::string>();

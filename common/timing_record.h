@@ -35,6 +35,12 @@ struct DeviceTimingRecord {
   double order_wait_ms = 0;
 };
 
+// One concrete kernel the request launched and how many times.
+struct KernelRowRecord {
+  std::string name;
+  int64_t launches = 0;
+};
+
 // What only the client sees (present in the client's --json, absent in the log).
 struct ClientTimingRecord {
   double total_ms = 0;  // as the client saw it, retries included
@@ -50,6 +56,9 @@ struct TimingRecord {
   GemmShape shape;
   bool has_c = false;
   std::string backend, kernel, precision, split, plan;
+  // Every concrete kernel that ran, in the order of first use, with its
+  // launches; `kernel` is the one with the most. Empty: not reported.
+  std::vector<KernelRowRecord> kernel_rows;
   // The service's phases, in milliseconds (docs/observability.md).
   double receive_ms = 0, queue_ms = 0, compute_ms = 0, send_ms = 0, total_ms = 0;
   int64_t bytes_in = 0, bytes_out = 0;  // matrix payload the server received and sent

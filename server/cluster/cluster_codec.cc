@@ -1,5 +1,7 @@
 #include "server/cluster/cluster_codec.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace sgemm {
@@ -96,6 +98,25 @@ std::vector<DeviceTiming> timings_from_proto(const v1::ClusterJobDone& in) {
     d.shard.k_begin = p.k_begin();
     d.shard.k_end = p.k_end();
     v.push_back(std::move(d));
+  }
+  return v;
+}
+
+void kernel_rows_to_proto(const std::vector<KernelRowUse>& rows, v1::ClusterJobDone* out) {
+  for (const KernelRowUse& r : rows) {
+    v1::ClusterKernelRow* p = out->add_kernel_rows();
+    p->set_name(r.name);
+    p->set_launches(r.launches);
+  }
+}
+
+std::vector<KernelRowUse> kernel_rows_from_proto(const v1::ClusterJobDone& in) {
+  std::vector<KernelRowUse> v;
+  for (const auto& p : in.kernel_rows()) {
+    const std::string name = p.name().substr(0, kMaxClusterKernelRowName);
+    const bool listed = std::any_of(v.begin(), v.end(), [&](const KernelRowUse& k) { return k.name == name; });
+    if (!listed && int(v.size()) == kMaxClusterKernelRows) continue;  // a row past the bound is dropped
+    count_kernel_launches(&v, name, std::max<int64_t>(0, p.launches()));
   }
   return v;
 }

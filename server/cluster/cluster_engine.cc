@@ -139,6 +139,8 @@ class ClusterEngine final : public Engine {
     rep.split = plan.split;
     rep.plan_reason = plan.reason + kernel_reason;
     rep.devices = std::move(res.timings);
+    rep.kernel_rows = std::move(res.kernel_rows);
+    rep.kernel_row = most_launched_row(rep.kernel_rows);
     if (res.fallback_used) {
       rep.kernel = KernelKind::kCublas;
       rep.precision = Precision::kFp32Ffma;

@@ -98,6 +98,7 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
     m->done_ok = msg.done().ok();
     m->done_error = msg.done().error().substr(0, kMaxMemberText);
     m->done_timings = timings_from_proto(msg.done());
+    m->done_kernel_rows = kernel_rows_from_proto(msg.done());
   }
   cv_.notify_all();
 }
@@ -369,6 +370,7 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(MutexLock& lock, C
         }
         out.timings.push_back(std::move(t));
       }
+      for (const KernelRowUse& k : m.done_kernel_rows) count_kernel_launches(&out.kernel_rows, k.name, k.launches);
     }
   }
   abort_.reset();

@@ -101,6 +101,7 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
     bool done_ok = false;
     std::string done_error;
     std::vector<DeviceTiming> done_timings;
+    std::vector<KernelRowUse> done_kernel_rows;
   };
 
   // Reactor callbacks (gRPC threads).

@@ -195,7 +195,10 @@ void ClusterMember::worker_loop() {
         if (s.ok()) {
           StatusOr<ClusterRunResult> r = plane_.run_member(*spec, t.abort.get());
           s = r.status();
-          if (r.ok()) timings_to_proto(r->timings, done);
+          if (r.ok()) {
+            timings_to_proto(r->timings, done);
+            kernel_rows_to_proto(r->kernel_rows, done);
+          }
         }
         if (!s.ok()) {
           // The communicator may be broken: drop it; the coordinator builds a new one.

@@ -74,6 +74,10 @@ struct ClusterRunResult {
   double fanout_ms = 0;
   // The job's kernel refused some of this process's blocks and cuBLAS ran them.
   bool fallback_used = false;
+  // Every concrete kernel the job launched, in the order of first use, with its
+  // launches (GemmReport::kernel_rows): this process's ranks from run_root and
+  // run_member; the coordinator adds its members'.
+  std::vector<KernelRowUse> kernel_rows;
 };
 
 class ClusterDataPlane {

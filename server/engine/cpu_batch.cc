@@ -66,12 +66,14 @@ StatusOr<GemmReport> run_cpu_batch(const GemmJob& job, const std::string& device
                 job.a + p.a_offset, blasint(lda), job.b + p.b_offset, blasint(ldb), beta, job.c + p.c_offset,
                 blasint(s.n));
     kernel_ms += std::chrono::duration<double, std::milli>(Clock::now() - k0).count();
+    count_kernel_launches(&report.kernel_rows, kernel_kind_name(KernelKind::kOpenblas));
     // The sink counts elements of the concatenated C (batch.h).
     if (job.sink) job.sink->rows_ready(p.c_offset, p.c_offset + p.c_elements());
   }
   const auto t1 = Clock::now();
   report.backend = "cpu";
   report.kernel = KernelKind::kOpenblas;
+  report.kernel_row = std::string(kernel_kind_name(KernelKind::kOpenblas));
   report.precision = Precision::kFp32;
   report.split = SplitMode::kSingle;
   report.plan_reason = std::string("cpu backend: ") +

@@ -186,6 +186,7 @@ class CpuEngine final : public Engine {
     }
     waited(t0, (s.k * s.n + (r.has_c ? s.m * s.n : 0) + (a_whole ? s.m * s.k : 0)) * int64_t(sizeof(float)));
     double kernel_ms = 0;
+    int64_t launches = 0;  // cblas_sgemm calls, one per block of rows
     const float beta = r.has_c ? r.beta : 0.0f;
     // Resident operands are read where they are kept (at their submatrix's
     // first element, with the matrix's width as leading dimension); a
@@ -227,6 +228,7 @@ class CpuEngine final : public Engine {
       cblas_sgemm(CblasRowMajor, cblas_op(r.op_a), cblas_op(r.op_b), blasint(r1 - r0), blasint(s.n), blasint(s.k),
                   r.alpha, a_rows, blasint(lda), b, blasint(ldb), beta, job.c + r0 * ldc, blasint(ldc));
       const auto k1 = Clock::now();
+      ++launches;
       kernel_ms += std::chrono::duration<double, std::milli>(k1 - k0).count();
       steps.push_back(Step{.kind = StepKind::kKernel,
                            .start_ms = ms_since_origin(k0),
@@ -235,7 +237,8 @@ class CpuEngine final : public Engine {
                            .row_begin = r0,
                            .row_end = r1,
                            .k_begin = 0,
-                           .k_end = s.k});
+                           .k_end = s.k,
+                           .kernel_row = 0});  // kernel_rows' one row, openblas
       if (job.sink) job.sink->rows_ready(r0, r1);
     }
     if (kernel_ms > 0) {  // the rate estimate_ms() uses: the last product's
@@ -245,6 +248,8 @@ class CpuEngine final : public Engine {
     GemmReport report;
     report.backend = "cpu";
     report.kernel = KernelKind::kOpenblas;
+    report.kernel_row = std::string(kernel_kind_name(KernelKind::kOpenblas));
+    count_kernel_launches(&report.kernel_rows, report.kernel_row, launches);
     report.precision = Precision::kFp32;
     report.split = SplitMode::kSingle;
     report.plan_reason = "cpu backend: the whole product on the host";

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace sgemm {
 
@@ -12,6 +14,23 @@ Status check_gemm_request(const GemmRequest& r) {
   if (!std::isfinite(r.alpha)) return InvalidArgument("header.alpha must be finite, got " + std::to_string(r.alpha));
   if (!std::isfinite(r.beta)) return InvalidArgument("header.beta must be finite, got " + std::to_string(r.beta));
   return Status::Ok();
+}
+
+int count_kernel_launches(std::vector<KernelRowUse>* rows, std::string_view name, int64_t launches) {
+  for (std::size_t i = 0; i < rows->size(); ++i)
+    if ((*rows)[i].name == name) {
+      (*rows)[i].launches += launches;
+      return int(i);
+    }
+  rows->push_back(KernelRowUse{std::string(name), launches});
+  return int(rows->size()) - 1;
+}
+
+std::string most_launched_row(const std::vector<KernelRowUse>& rows) {
+  const KernelRowUse* best = nullptr;
+  for (const KernelRowUse& r : rows)
+    if (!best || r.launches > best->launches) best = &r;
+  return best ? best->name : std::string();
 }
 
 const char* step_kind_name(StepKind kind) {

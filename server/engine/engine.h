@@ -144,6 +144,9 @@ struct Step {
   // A collective: when the last device of the job reached it (peer_ready_ms);
   // before that this device's collective was waiting for a peer.
   double peer_ready_ms = 0;
+  // A kernel: the row it launched, an index into GemmReport::kernel_rows; -1
+  // where the engine did not say (then the report's kernel_row names it).
+  int kernel_row = -1;
 };
 
 // Where one device's time went, phase by phase, each split into working and
@@ -178,13 +181,34 @@ struct DeviceTiming {
   std::string host{};         // the server process owning the GPU in a cluster (docs/cluster.md); "" = this one
 };
 
+// One concrete kernel (a registry row, GemmBackend::kernel_name, or "openblas")
+// and how many launches of a job ran it.
+struct KernelRowUse {
+  std::string name;
+  int64_t launches = 0;
+};
+
+// Adds `launches` launches of row `name` to `rows`, which lists each row once,
+// in the order of its first launch; returns the row's index in `rows`.
+int count_kernel_launches(std::vector<KernelRowUse>* rows, std::string_view name, int64_t launches = 1);
+// The row of `rows` that ran the most launches (the first listed of those
+// tied); "" when `rows` is empty.
+std::string most_launched_row(const std::vector<KernelRowUse>& rows);
+
 struct GemmReport {
   std::string backend;                        // "cuda" or "cpu"
   KernelKind kernel = KernelKind::kPingpong;  // the kernel family that ran (cuBLAS when it took blocks ours refused)
-  // The concrete kernel that ran the plan's largest block (GemmBackend::kernel_name,
-  // e.g. "fp32x3_wgmma_coop_128x128_s4_promote1_splitA_group16"); "" where the
-  // engine has no such name (the CPU engine): report_kernel_name falls back to `kernel`.
+  // The concrete kernel that ran the most launches of the job (most_launched_row
+  // of kernel_rows; GemmBackend::kernel_name, e.g.
+  // "fp32x3_wgmma_coop_128x128_s4_promote1_splitA_group16"); "" where the engine
+  // has no such name: report_kernel_name falls back to `kernel`.
   std::string kernel_row;
+  // Every concrete kernel the job launched, in the order of first use, with its
+  // launches: a job's row blocks, K blocks and halves of B are launches, and the
+  // last, smaller block may run another row (or cuBLAS, where ours refused it).
+  // Empty where the engine did not count them (then kernel_row names the row
+  // chosen for the plan's largest block).
+  std::vector<KernelRowUse> kernel_rows;
   Precision precision = Precision::kFp32;  // the arithmetic that ran (the CPU engine: fp32 for every request)
   SplitMode split = SplitMode::kSingle;
   std::string plan_reason;  // why the planner chose this split

@@ -185,6 +185,11 @@ grpc::ByteBuffer encode_summary(const GemmReport& report, const SummaryFigures& 
   sum->set_request_id(f.request_id);
   sum->set_backend(report.backend);
   sum->set_kernel(report_kernel_name(report));
+  for (const KernelRowUse& k : report.kernel_rows) {
+    v1::MultiplySummary::KernelRow* row = sum->add_kernel_rows();
+    row->set_name(k.name);
+    row->set_launches(k.launches);
+  }
   sum->set_split(split_to_proto(report.split));
   sum->set_precision(precision_to_proto(report.precision));
   sum->set_plan_reason(report.plan_reason);

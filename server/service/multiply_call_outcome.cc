@@ -137,7 +137,9 @@ void MultiplyCall::log_outcome(const Status& st) {
       early_starts_ > 0, yields_, r.plan_reason);
   TimingRecord record = timing_record_of(facts_, r);
   if (client_) record.caller = client_->name();
-  if (shared_.metrics) shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, request_bytes_out(), &record);
+  if (shared_.metrics)  // a shared launch's kernels are counted once, by the coalescer's on_launch
+    shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, request_bytes_out(), &record,
+                            /*count_kernels=*/launch_products_ <= 1);
   if (shared_.timing_log)
     shared_.timing_log->info(timing_record_json(
         record, "{\"early_start\":" + std::string(early_starts_ > 0 ? "true" : "false") +

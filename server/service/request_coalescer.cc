@@ -60,7 +60,8 @@ Status check_coalesce_options(const CoalesceOptions& o) {
 }
 
 RequestCoalescer::RequestCoalescer(Engine& engine, CoalesceOptions options, int max_waiting,
-                                   std::function<void(int)> on_launch, std::function<void(const std::string&)> warn)
+                                   std::function<void(int, const GemmReport*)> on_launch,
+                                   std::function<void(const std::string&)> warn)
     : engine_(engine),
       options_(options),
       max_waiting_(std::max(1, max_waiting)),
@@ -186,7 +187,7 @@ void RequestCoalescer::run_here(ComputePool& pool) {
 void RequestCoalescer::run_alone(CoalescedRequest* request, ComputePool& pool) {
   request->coalesced_started();
   StatusOr<GemmReport> result = run_job(engine_, request->coalesced_job());
-  if (on_launch_) on_launch_(1);
+  if (on_launch_) on_launch_(1, result.ok() ? &*result : nullptr);
   pool.release_slot();  // computing is over: the rest hands results to gRPC
   request->coalesced_done(std::move(result), 1);
 }
@@ -253,13 +254,13 @@ void RequestCoalescer::run_group(std::vector<CoalescedRequest*>& requests, Compu
     alone.reserve(requests.size());
     for (CoalescedRequest* r : requests) {
       alone.push_back(run_job(engine_, r->coalesced_job()));
-      if (on_launch_) on_launch_(1);
+      if (on_launch_) on_launch_(1, alone.back().ok() ? &*alone.back() : nullptr);
     }
     pool.release_slot();
     for (int i = 0; i < n; ++i) requests[i]->coalesced_done(std::move(alone[i]), 1);
     return;
   }
-  if (on_launch_) on_launch_(n);
+  if (on_launch_) on_launch_(n, &*result);
   std::vector<StatusOr<GemmReport>> outcomes;
   outcomes.reserve(requests.size());
   const GemmReport& report = *result;

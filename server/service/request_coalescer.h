@@ -75,11 +75,11 @@ Status check_coalesce_options(const CoalesceOptions& options);
 class RequestCoalescer {
  public:
   // `max_waiting`: requests that may wait at once (more are refused, as a
-  // full pool queue refuses). `on_launch(products)` is called once per launch
-  // (for the metrics), `warn(line)` when a group launch failed as a whole
-  // (its requests then run alone), both on the launch's thread.
-  RequestCoalescer(Engine& engine, CoalesceOptions options, int max_waiting, std::function<void(int)> on_launch,
-                   std::function<void(const std::string&)> warn);
+  // full pool queue refuses). `on_launch(products, report)` is called once per
+  // launch (for the metrics; `report` is the launch's, null where it failed), `warn(line)` when a group launch failed
+  // as a whole (its requests then run alone), both on the launch's thread.
+  RequestCoalescer(Engine& engine, CoalesceOptions options, int max_waiting,
+                   std::function<void(int, const GemmReport*)> on_launch, std::function<void(const std::string&)> warn);
   ~RequestCoalescer();
   RequestCoalescer(const RequestCoalescer&) = delete;
   RequestCoalescer& operator=(const RequestCoalescer&) = delete;
@@ -121,7 +121,7 @@ class RequestCoalescer {
   Engine& engine_;
   const CoalesceOptions options_;
   const int max_waiting_;
-  const std::function<void(int)> on_launch_;
+  const std::function<void(int, const GemmReport*)> on_launch_;
   const std::function<void(const std::string&)> warn_;
 
   mutable std::mutex mu_;

@@ -1,5 +1,6 @@
 #include "server/service/request_report.h"
 
+#include <cstddef>
 #include <nlohmann/json.hpp>
 
 namespace sgemm {
@@ -20,6 +21,7 @@ TimingRecord timing_record_of(const RequestFacts& f, const GemmReport& r) {
   t.has_c = f.request.has_c;
   t.backend = r.backend;
   t.kernel = report_kernel_name(r);
+  for (const KernelRowUse& k : r.kernel_rows) t.kernel_rows.push_back(KernelRowRecord{k.name, k.launches});
   t.precision = precision_name(r.precision);
   t.split = split_mode_name(r.split);
   t.plan = r.plan_reason;
@@ -89,6 +91,8 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
                       {"dur", us(end_ms - start_ms)},
                       {"args", std::move(args)}});
   };
+  json rows = json::array();  // every concrete kernel that ran, with its launches
+  for (const KernelRowUse& k : r.kernel_rows) rows.push_back({{"name", k.name}, {"launches", k.launches}});
   const GemmShape& s = f.request.shape;
   const json whole = {{"m", s.m}, {"n", s.n}, {"k", s.k}};
   // The service's phases.
@@ -99,7 +103,10 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
   slice(0, kPhases, "receive", "service", 0, f.received_ms, {{"bytes", f.bytes_in}, {"shape", whole}});
   slice(0, kPhases, "queue", "service", queued_at(f), f.compute_start_ms, {{"shape", whole}});
   slice(0, kPhases, "compute", "service", f.compute_start_ms, f.compute_end_ms,
-        {{"split", split_mode_name(r.split)}, {"kernel", report_kernel_name(r)}, {"plan", r.plan_reason}});
+        {{"split", split_mode_name(r.split)},
+         {"kernel", report_kernel_name(r)},
+         {"kernel_rows", rows},
+         {"plan", r.plan_reason}});
   if (f.first_send_ms >= 0)
     slice(0, kSending, "send", "service", f.first_send_ms, f.summary_ms, {{"bytes", f.bytes_out}});
   // One process per device, one thread per stream.
@@ -133,7 +140,10 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
         case StepKind::kKernel: {
           const double flops = 2.0 * double(st.row_end - st.row_begin) * double(s.n) * double(st.k_end - st.k_begin);
           if (ms > 0) args["TFLOP_per_s"] = flops / (ms * 1e9);
-          slice(pid, kKernels, report_kernel_name(r), "kernel", st.start_ms, st.end_ms, std::move(args));
+          // The launch's own row where the engine said which; else the report's.
+          const bool own = st.kernel_row >= 0 && std::size_t(st.kernel_row) < r.kernel_rows.size();
+          slice(pid, kKernels, own ? r.kernel_rows[std::size_t(st.kernel_row)].name : report_kernel_name(r), "kernel",
+                st.start_ms, st.end_ms, std::move(args));
           break;
         }
         case StepKind::kCollective:
@@ -157,6 +167,7 @@ std::string chrome_trace_json(const RequestFacts& f, const GemmReport& r) {
                       {"shape", whole},
                       {"backend", r.backend},
                       {"kernel", report_kernel_name(r)},
+                      {"kernel_rows", rows},
                       {"precision", precision_name(r.precision)},
                       {"split", split_mode_name(r.split)},
                       {"plan", r.plan_reason},

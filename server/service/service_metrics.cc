@@ -268,6 +268,11 @@ struct ServiceMetrics::Impl {
   prometheus::Family<prometheus::Counter>* busy = nullptr;
   prometheus::Family<prometheus::Counter>* wait = nullptr;
   prometheus::Histogram* launch_products = nullptr;
+  prometheus::Family<prometheus::Counter>* kernel_launches = nullptr;
+
+  void count_kernels(const std::vector<KernelRowRecord>& rows) {
+    for (const KernelRowRecord& k : rows) kernel_launches->Add({{"row", k.name}}).Increment(double(k.launches));
+  }
 };
 
 StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::start(const std::string& listen, const BuildInfo& build,
@@ -310,6 +315,10 @@ StatusOr<std::unique_ptr<ServiceMetrics>> ServiceMetrics::start(const std::strin
                                .Help("Products per engine launch of small requests (coalescing; 1: ran alone)")
                                .Register(reg)
                                .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256});
+  impl->kernel_launches = &prometheus::BuildCounter()
+                               .Name("sgemm_kernel_launches_total")
+                               .Help("Engine launches of each concrete kernel (registry row) by successful requests")
+                               .Register(reg);
   impl->load = std::make_shared<LoadCollectable>(std::move(load));
   Impl* raw = impl.get();
   SGEMM_ASSIGN_OR_RETURN(impl->endpoint, MetricsEndpoint::listen(listen, [raw] {
@@ -328,10 +337,13 @@ ServiceMetrics::~ServiceMetrics() {
 
 int ServiceMetrics::port() const { return impl_->endpoint->port(); }
 
-void ServiceMetrics::record_launch(int products) { impl_->launch_products->Observe(double(products)); }
+void ServiceMetrics::record_launch(int products, const std::vector<KernelRowRecord>& kernel_rows) {
+  impl_->launch_products->Observe(double(products));
+  impl_->count_kernels(kernel_rows);
+}
 
 void ServiceMetrics::record(StatusCode code, const std::string& client, int64_t bytes_in, int64_t bytes_out,
-                            const TimingRecord* t) {
+                            const TimingRecord* t, bool count_kernels) {
   impl_->requests->Add({{"code", std::string(status_code_name(code))}, {"client", client}}).Increment();
   impl_->bytes_in->Increment(double(bytes_in));
   impl_->bytes_out->Increment(double(bytes_out));
@@ -348,6 +360,7 @@ void ServiceMetrics::record(StatusCode code, const std::string& client, int64_t 
                                                    {"send", t->send_ms},
                                                    {"total", t->total_ms}};
   for (const auto& [name, ms] : phases) impl_->phases->Add({{"phase", name}}, kBuckets).Observe(ms / 1000.0);
+  if (count_kernels) impl_->count_kernels(t->kernel_rows);
   for (const DeviceTimingRecord& d : t->devices) {
     const std::string dev = device_label(d.index);
     const std::pair<const char*, double> busy[] = {

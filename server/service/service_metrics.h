@@ -15,6 +15,8 @@
 //   sgemm_build_info{version,commit}             always 1: which build is running
 //   sgemm_launch_products                        histogram: products per launch of small requests that
 //                                                went through the coalescer (1: ran alone)
+//   sgemm_kernel_launches_total{row}             engine launches of each concrete kernel (registry row,
+//                                                "cublas_sgemm", "openblas"), of successful requests
 //
 // Threads: record() may be called from any thread; the gauges' source is
 // called on the HTTP server's threads at each scrape.
@@ -66,12 +68,15 @@ class ServiceMetrics {
 
   int port() const;  // the port bound
 
-  // One finished call: its code and payload; `timings` for a success (phases
-  // and per-device figures), null for a failure.
+  // One finished call: its code and payload; `timings` for a success (phases,
+  // per-device figures and, with `count_kernels`, its kernel launches), null
+  // for a failure. A request whose launch it shared with others counts no
+  // kernels here: record_launch() counts that launch's once.
   void record(StatusCode code, const std::string& client, int64_t bytes_in, int64_t bytes_out,
-              const TimingRecord* timings);
-  // One engine launch of coalesced requests (request_coalescer.h): how many products it ran.
-  void record_launch(int products);
+              const TimingRecord* timings, bool count_kernels = true);
+  // One engine launch of coalesced requests (request_coalescer.h): how many
+  // products it ran, and the kernels of a launch shared by several requests.
+  void record_launch(int products, const std::vector<KernelRowRecord>& kernel_rows = {});
 
  private:
   struct Impl;

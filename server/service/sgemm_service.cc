@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <vector>
 
 #include "proto/grpc_status.h"
 #include "server/service/codec.h"
@@ -54,8 +55,14 @@ ServiceShared::ServiceShared(Engine& e, const ServiceOptions& o, std::shared_ptr
       coalescer(
           e, o.coalesce,
           int(std::min<int64_t>(INT32_MAX, (int64_t(o.max_queued) + o.max_in_flight) * o.coalesce.max_products)),
-          [this](int products) {
-            if (metrics) metrics->record_launch(products);
+          [this](int products, const GemmReport* report) {
+            if (!metrics) return;
+            // A launch of several requests' products: its kernels are counted
+            // here, once; a request that ran alone counts its own (record()).
+            std::vector<KernelRowRecord> rows;
+            if (products > 1 && report)
+              for (const KernelRowUse& k : report->kernel_rows) rows.push_back(KernelRowRecord{k.name, k.launches});
+            metrics->record_launch(products, rows);
           },
           [this](const std::string& line) { log.write(spdlog::level::warn, line); }),
       pool(o.max_in_flight, o.max_queued),

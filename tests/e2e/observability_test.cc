@@ -73,9 +73,13 @@ TEST_F(ObservabilityE2E, MetricsCountRequestsBytesPhasesAndDeviceTime) {
 
   auto client = Client::connect(server_->address());
   const Inputs in = inputs({301, 67, 129}, 5);
+  int64_t listed_launches = 0;
+  std::string backend;
   for (int i = 0; i < 2; ++i) {
     auto r = client->multiply(in.s, in.a.data(), in.b.data(), nullptr, {});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
+    for (const KernelRowResult& k : r->summary.kernel_rows) listed_launches += k.launches;
+    backend = r->summary.backend;
     const auto v = verify_gemm(in.s.m, in.s.n, in.s.k, 1.0f, in.a.data(), in.b.data(), 0.0f, nullptr, r->c.data(), {});
     EXPECT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error;
   }
@@ -107,6 +111,16 @@ TEST_F(ObservabilityE2E, MetricsCountRequestsBytesPhasesAndDeviceTime) {
     if (key.rfind("sgemm_gpu_busy_seconds_total{", 0) == 0 && key.find("phase=\"kernel\"") != std::string::npos)
       kernel_busy += v;
   EXPECT_GT(kernel_busy, 0.0);
+  // Kernel launches by row: the two requests' launches, as their summaries listed them.
+  double launched = 0;
+  for (const auto& [key, v] : after)
+    if (key.rfind("sgemm_kernel_launches_total{", 0) == 0) launched += v - value(before, key);
+  EXPECT_EQ(launched, double(listed_launches));
+  if (backend == "cpu") {  // 301 rows: two blocks of 256 per request
+    EXPECT_EQ(value(after, R"(sgemm_kernel_launches_total{row="openblas"})") -
+                  value(before, R"(sgemm_kernel_launches_total{row="openblas"})"),
+              4.0);
+  }
 }
 
 TEST_F(ObservabilityE2E, TraceInSummaryInTraceDirAndTimingRecord) {
@@ -123,6 +137,7 @@ TEST_F(ObservabilityE2E, TraceInSummaryInTraceDirAndTimingRecord) {
   ASSERT_FALSE(r->summary.trace_json.empty());
   const auto trace = nlohmann::json::parse(r->summary.trace_json);
   std::map<std::string, int> names;
+  std::map<std::string, int64_t> launches;  // kernel slices over rows of C, by the row each names
   int64_t kernel_rows = 0;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "X") continue;
@@ -133,11 +148,29 @@ TEST_F(ObservabilityE2E, TraceInSummaryInTraceDirAndTimingRecord) {
       EXPECT_TRUE(e["args"].contains("shard"));
       const std::string rows = e["args"]["rows"];
       const auto dash = rows.find('-');
-      kernel_rows += std::stoll(rows.substr(dash + 1)) - std::stoll(rows.substr(0, dash));
+      const int64_t n_rows = std::stoll(rows.substr(dash + 1)) - std::stoll(rows.substr(0, dash));
+      kernel_rows += n_rows;
+      if (n_rows > 0) launches[e["name"].get<std::string>()]++;  // rows 0-0: B prepared once, not a product
     }
   }
   for (const char* phase : {"receive", "queue", "compute", "send"}) EXPECT_EQ(names[phase], 1) << phase;
   EXPECT_EQ(kernel_rows, in.s.m);  // the kernels' slices cover every row of C once
+
+  // The summary lists every concrete kernel that ran with its launches: the
+  // kernel slices, each named by its own launch's row; `kernel` ran the most.
+  ASSERT_FALSE(r->summary.kernel_rows.empty());
+  std::map<std::string, int64_t> listed;
+  const KernelRowResult* most = &r->summary.kernel_rows[0];
+  for (const KernelRowResult& k : r->summary.kernel_rows) {
+    EXPECT_TRUE(listed.emplace(k.name, k.launches).second) << k.name << " is listed twice";
+    if (k.launches > most->launches) most = &k;
+  }
+  EXPECT_EQ(listed, launches);
+  EXPECT_EQ(r->summary.kernel, most->name);
+  if (r->summary.backend == "cpu") {  // one cblas_sgemm call per 256 rows: 257 rows are 2
+    EXPECT_EQ(listed, (std::map<std::string, int64_t>{{"openblas", 2}}));
+  }
+  EXPECT_EQ(trace["otherData"]["kernel_rows"].size(), r->summary.kernel_rows.size());
 
   // The same trace in --trace-dir, named by the request id.
   const std::string path = trace_dir_ + "/trace-" + r->summary.request_id + ".json";
@@ -154,6 +187,12 @@ TEST_F(ObservabilityE2E, TraceInSummaryInTraceDirAndTimingRecord) {
   auto rec = parse_timing_record(last);
   ASSERT_TRUE(rec.ok()) << rec.status().to_string() << ": " << last;
   EXPECT_EQ(rec->request_id, r->summary.request_id);
+  EXPECT_EQ(rec->kernel, r->summary.kernel);
+  ASSERT_EQ(rec->kernel_rows.size(), r->summary.kernel_rows.size());
+  for (std::size_t i = 0; i < rec->kernel_rows.size(); ++i) {
+    EXPECT_EQ(rec->kernel_rows[i].name, r->summary.kernel_rows[i].name);
+    EXPECT_EQ(rec->kernel_rows[i].launches, r->summary.kernel_rows[i].launches);
+  }
   EXPECT_EQ(rec->shape.m, in.s.m);
   EXPECT_EQ(rec->bytes_in, 4 * (in.s.m * in.s.k + in.s.k * in.s.n));
   ASSERT_EQ(rec->devices.size(), r->summary.devices.size());
@@ -173,9 +212,23 @@ TEST_F(ObservabilityE2E, CliJsonIsATimingRecordAndTraceGoesToAFile) {
   ASSERT_TRUE(rec->client.has_value());
   EXPECT_EQ(rec->client->bytes_sent, 4 * (99 * 77 + 77 * 45));
   EXPECT_EQ(rec->bytes_in, rec->client->bytes_sent);  // the server's view and the client's agree
+  // The concrete kernels, with their launches (99 rows: one launch on the cpu backend).
+  ASSERT_FALSE(rec->kernel_rows.empty());
+  if (rec->backend == "cpu") {
+    ASSERT_EQ(rec->kernel_rows.size(), 1u);
+    EXPECT_EQ(rec->kernel_rows[0].name, "openblas");
+    EXPECT_EQ(rec->kernel_rows[0].launches, 1);
+  }
   std::ifstream f(trace);
   ASSERT_TRUE(f.good());
   EXPECT_FALSE(nlohmann::json::parse(f)["traceEvents"].empty());
+
+  // The table submit prints names every kernel with its launches.
+  auto table = testing::run_command(testing::client_bin() + " submit --server " + server_->address() +
+                                    " --m 99 --n 45 --k 77 --verify");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  const std::string line = "kernels: " + rec->kernel_rows[0].name + " x ";
+  EXPECT_NE(table.output.find(line), std::string::npos) << table.output;
 }
 
 }  // namespace

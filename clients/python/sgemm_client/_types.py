@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import grpc
 
@@ -51,7 +51,7 @@ class Handle(str):
 
 class Summary:
     """The server's sgemm.v1.MultiplySummary (each of its fields reads as an attribute: backend, kernel,
-    devices, queue_ms, receive_ms, compute_ms, total_ms, trace_json, result_handle, ...; the message itself
+    kernel_rows, devices, queue_ms, receive_ms, compute_ms, total_ms, trace_json, result_handle, ...; the message itself
     is `proto`), and what the client saw of the call."""
 
     __slots__ = ("proto", "wall_ms", "attempts", "bytes_sent", "bytes_received", "transport",
@@ -78,6 +78,12 @@ class Summary:
         """The arithmetic contract that ran: "fp32", "fp32-ffma", "tf32" or "fp32x3"."""
         return {pb2.PRECISION_TF32: "tf32", pb2.PRECISION_FP32X3: "fp32x3",
                 pb2.PRECISION_FP32_FFMA: "fp32-ffma"}.get(self.proto.precision, "fp32")
+
+    def kernel_launches(self) -> List[Tuple[str, int]]:
+        """Every concrete kernel that ran and its launches, in the order of first use:
+        [("fp32x3_wgmma_...", 7), ("cublas_sgemm", 1)]; `kernel` is the one with the most.
+        Empty from an older server."""
+        return [(r.name, r.launches) for r in self.proto.kernel_rows]
 
     def trace(self) -> Optional[dict]:
         """The Chrome trace-event JSON the server sent (multiply(..., trace=True)), parsed; None without one."""

@@ -365,10 +365,12 @@ StatusOr<GemmReport> BatchExecutor::run(const GemmJob& job, const std::vector<in
             args.stride_b = 0;
           }
           SGEMM_RETURN_IF_ERROR(gemm->strided(args, compute));
+          count_kernel_launches(&report.kernel_rows, sel.row->name);
           i = j;
         }
       } else if (piece.group) {
         SGEMM_RETURN_IF_ERROR(gemm->grouped(*piece.group, r.alpha, beta, arithmetic, compute));
+        count_kernel_launches(&report.kernel_rows, sel.row->name);
       }
       SGEMM_CUDA_TRY(cudaEventRecord(piece.k_done, compute));
       // C back: a product left out keeps what the host buffer held (it is not sent).

@@ -156,6 +156,7 @@ class CudaClusterPlane final : public ClusterDataPlane {
     if (!ran.ok()) return ran;  // the JobRun aborted the communicator
     out.fallback_used = (kernel_missing && spec.kernel != KernelKind::kCublas) || jr.fallback_used();
     std::vector<DeviceTiming> timings = jr.timings();
+    out.kernel_rows = jr.kernel_rows();
     if (!probe) {
       out.timings = std::move(timings);
       return out;

@@ -298,10 +298,12 @@ class CudaEngine final : public Engine {
       if (!fault.ok()) return fault;
       return ran;
     }
+    // What ran, launch by launch; the plan's largest block names it only where
+    // no launch was counted.
+    report.kernel_rows = jr.kernel_rows();
+    if (!report.kernel_rows.empty()) report.kernel_row = most_launched_row(report.kernel_rows);
     if (jr.fallback_used()) {
       report.kernel = KernelKind::kCublas;
-      if (const GemmBackend* be = leases[0]->backend(KernelKind::kCublas))
-        report.kernel_row = be->kernel_name(engine_probe_args(block, r.alpha, r.beta));
       report.precision = Precision::kFp32Ffma;
       report.plan_reason += "; " + std::string(kernel_kind_name(kind)) + " refused some blocks: cublas ran them";
       if (options_.log) options_.log("cuda engine: " + report.plan_reason);

@@ -382,8 +382,6 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
   }
 
   const float beta_c = r.has_c ? r.beta : 0.0f;
-  const GemmBackend* ran_backend = nullptr;
-  GemmArgs ran_args;
   bool fallback_used = false;
   std::vector<cudaEvent_t> sent(parts.size(), nullptr);  // K split: a part's partial C is on the primary
 
@@ -455,10 +453,7 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
     const std::size_t ws_bytes = be->workspace_bytes(args);
     SGEMM_ASSIGN_OR_RETURN(void* ws, p.lease->workspace(ws_bytes));
     SGEMM_RETURN_IF_ERROR(issue.timed(p, StepKind::kKernel, 0, [&] { return be->run(args, ws, ws_bytes, st); }));
-    if (!ran_backend) {
-      ran_backend = be;
-      ran_args = args;
-    }
+    p.timed.back().meta.kernel_row = count_kernel_launches(&report.kernel_rows, be->kernel_name(args));
     // A K split's partial C goes to the primary's GPU.
     if (k_split && i != primary) {
       Part& home_part = parts[primary];
@@ -559,7 +554,7 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
     }
     report.devices.push_back(std::move(p.timing));
   }
-  if (ran_backend) report.kernel_row = ran_backend->kernel_name(ran_args);
+  if (!report.kernel_rows.empty()) report.kernel_row = most_launched_row(report.kernel_rows);
   if (fallback_used) {
     report.kernel = KernelKind::kCublas;
     report.precision = Precision::kFp32Ffma;

@@ -156,7 +156,11 @@ Status JobRun::run_gemm(ShardWork& w, const GemmArgs& args) {
         run_args.b_prepared = p.buffer.floats();
   const std::size_t need = be->workspace_bytes(run_args);
   SGEMM_ASSIGN_OR_RETURN(void* ws, w.lane->workspace(need));
-  return be->run(run_args, ws, need, w.lane->compute());
+  SGEMM_RETURN_IF_ERROR(be->run(run_args, ws, need, w.lane->compute()));
+  const int row = count_kernel_launches(&kernel_rows_, be->kernel_name(run_args));
+  // timed() adds this launch's span to w.kernel next; collect_timings labels it.
+  launch_rows_.push_back(LaunchRow{&w, w.kernel.size(), row});
+  return Status::Ok();
 }
 
 Status JobRun::prepare_b(ShardWork& w, const GemmArgs& args) {
@@ -438,6 +442,8 @@ Status JobRun::collect_timings() {
     }
     w.timing.reduce_ms = reduce_work;
     w.timing.reduce_wait_ms = reduce_wait;
+    for (const LaunchRow& l : launch_rows_)
+      if (l.work == &w && l.span < w.kernel.size()) w.kernel[l.span].meta.kernel_row = l.row;
     for (auto* spans : {&w.in, &w.kernel, &w.reduce, &w.out})
       for (const Span& sp : *spans) w.timing.steps.push_back(sp.meta);
   }

@@ -184,6 +184,9 @@ class JobRun {
   // order_wait_ms).
   void set_order_wait_ms(double ms) { order_wait_ms_ = ms; }
   bool fallback_used() const { return fallback_used_; }
+  // Every concrete kernel run_gemm launched on this process's ranks, in the
+  // order of first use, with its launches (GemmReport::kernel_rows).
+  const std::vector<KernelRowUse>& kernel_rows() const { return kernel_rows_; }
   // The kernel every block runs, when it is settled after construction (the
   // engine times the kernels on a leased lane first: kernel_tuner.h).
   void set_kind(KernelKind kind) { set_.kind = kind; }
@@ -313,6 +316,15 @@ class JobRun {
   std::chrono::steady_clock::time_point deadline_{};
   std::vector<OutBlock> outs_;
   bool fallback_used_ = false;
+  std::vector<KernelRowUse> kernel_rows_;  // run_gemm's launches by row
+  // Each launch of run_gemm: its work, its span's index in work->kernel and its
+  // index in kernel_rows_ (Step::kernel_row).
+  struct LaunchRow {
+    const ShardWork* work = nullptr;
+    std::size_t span = 0;
+    int row = -1;
+  };
+  std::vector<LaunchRow> launch_rows_;
   const std::chrono::steady_clock::time_point origin_;
   double order_wait_ms_ = 0;
   // Input waits not yet charged to a device (see feed_wait).

@@ -98,6 +98,9 @@ class ClientAgainstServer(unittest.TestCase):
             # The cpu backend computes fp32 for every precision, and its summary says so.
             self.assertLessEqual(max_error(got, a, b), TOLERANCE, precision)
             self.assertEqual(summary.precision_name, "fp32")
+            # Every concrete kernel that ran, with its launches: 131 rows are one block of 256.
+            self.assertEqual(summary.kernel_launches(), [("openblas", 1)])
+            self.assertEqual(summary.kernel, "openblas")
         got, summary = self.client.multiply(a, b, split="single", timeout=60)
         self.assertEqual(summary.split, sgemm_client.pb2.SPLIT_SINGLE)
         with self.assertRaises(sgemm_client.SgemmError) as e:

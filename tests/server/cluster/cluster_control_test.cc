@@ -137,6 +137,14 @@ TEST_F(ClusterControl, JobsReachEveryRankAndTimingsCarryTheHost) {
       EXPECT_EQ(r->timings[1].host, "host-a");
       EXPECT_EQ(r->timings[2].host, "host-b");
       EXPECT_EQ(r->timings[3].host, "host-b");
+      // Every process's kernel launches, the members' sent back with their timings.
+      ASSERT_EQ(r->kernel_rows.size(), 3u);
+      EXPECT_EQ(r->kernel_rows[0].name, "fake_row_coordinator");
+      EXPECT_EQ(r->kernel_rows[0].launches, 1);
+      EXPECT_EQ(r->kernel_rows[1].name, "fake_row_host-a");
+      EXPECT_EQ(r->kernel_rows[1].launches, 1);
+      EXPECT_EQ(r->kernel_rows[2].name, "fake_row_host-b");
+      EXPECT_EQ(r->kernel_rows[2].launches, 2);
     }
   }
   // Every member saw the same job descriptions, in the same order.
@@ -400,6 +408,11 @@ TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
   EXPECT_EQ(r->devices[0].host, "coordinator");
   EXPECT_EQ(r->devices[1].host, "host-a");
   EXPECT_EQ(r->devices[1].shard.row_end, p.shape.m);
+  // The report lists both processes' kernels; the first names it (tied at one launch each).
+  ASSERT_EQ(r->kernel_rows.size(), 2u);
+  EXPECT_EQ(r->kernel_rows[0].name, "fake_row_coordinator");
+  EXPECT_EQ(r->kernel_rows[1].name, "fake_row_host-a");
+  EXPECT_EQ(r->kernel_row, "fake_row_coordinator");
   p.right();
 }
 

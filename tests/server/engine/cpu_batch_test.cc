@@ -35,6 +35,9 @@ TEST(CpuEngineBatch, StridedBatchAndGroupEveryOpAndScalars) {
           auto r = e->run(run.job());
           ASSERT_TRUE(r.ok()) << r.status().to_string();
           EXPECT_EQ(r->kernel, KernelKind::kOpenblas);
+          ASSERT_EQ(r->kernel_rows.size(), 1u);  // one cblas_sgemm call per product
+          EXPECT_EQ(r->kernel_rows[0].name, "openblas");
+          EXPECT_EQ(r->kernel_rows[0].launches, int64_t(shapes.size()));
           EXPECT_NE(r->plan_reason.find(kind == BatchKind::kStrided ? "strided batch of 7" : "a group of 8"),
                     std::string::npos)
               << r->plan_reason;
@@ -53,6 +56,8 @@ TEST(CpuEngineBatch, NonFiniteInputFailsOnlyItsProduct) {
   auto r = e->run(run.job());
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(r->product_status.size(), spec->products.size());
+  ASSERT_EQ(r->kernel_rows.size(), 1u);  // the product left out is not launched
+  EXPECT_EQ(r->kernel_rows[0].launches, int64_t(spec->products.size()) - 1);
   const Status& st = r->product_status[3];
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("product 3 (33x17x29): B holds a non-finite value"), std::string::npos) << st.to_string();

@@ -88,5 +88,52 @@ TEST(CpuEngineOps, TransposedAIsWaitedForWholeBeforeTheFirstBlock) {
   }
 }
 
+// The report lists the rows that ran with their launches: one cblas_sgemm
+// call per block of rows_per_block rows, the last block shorter; every kernel
+// step of the trace names its row.
+TEST(CpuEngineReport, ListsOpenblasWithOneLaunchPerBlockOfRows) {
+  auto e = cpu_engine(/*rows_per_block=*/16);
+  uint64_t seed = 300;
+  for (const auto& [shape, blocks] :
+       std::vector<std::pair<GemmShape, int64_t>>{{{40, 9, 11}, 3}, {{16, 5, 3}, 1}, {{17, 3, 7}, 2}, {{1, 1, 1}, 1}}) {
+    SCOPED_TRACE(gemm_shape_text(shape));
+    OpCase c;
+    c.shape = shape;
+    auto r = run_op_case(*e, c, SplitMode::kAuto, seed += 3);  // checks C against the fp64 reference
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->kernel_rows.size(), 1u);
+    EXPECT_EQ(r->kernel_rows[0].name, "openblas");
+    EXPECT_EQ(r->kernel_rows[0].launches, blocks);
+    EXPECT_EQ(r->kernel_row, "openblas");
+    EXPECT_EQ(report_kernel_name(*r), "openblas");
+    ASSERT_EQ(r->devices.size(), 1u);
+    int64_t kernel_steps = 0;
+    for (const Step& st : r->devices[0].steps)
+      if (st.kind == StepKind::kKernel) {
+        ++kernel_steps;
+        EXPECT_EQ(st.kernel_row, 0);
+      }
+    EXPECT_EQ(kernel_steps, blocks);
+  }
+}
+
+TEST(KernelRowUse, RowsAreListedInOrderOfFirstUseAndTheMostLaunchedNamesTheJob) {
+  std::vector<KernelRowUse> rows;
+  EXPECT_EQ(most_launched_row(rows), "");
+  EXPECT_EQ(count_kernel_launches(&rows, "simt_tma_128x256x32"), 0);
+  EXPECT_EQ(count_kernel_launches(&rows, "simt_cpasync_64x128x16"), 1);
+  EXPECT_EQ(most_launched_row(rows), "simt_tma_128x256x32");  // tied: the first listed
+  EXPECT_EQ(count_kernel_launches(&rows, "simt_cpasync_64x128x16", 2), 1);
+  EXPECT_EQ(count_kernel_launches(&rows, "simt_tma_128x256x32"), 0);
+  EXPECT_EQ(count_kernel_launches(&rows, "cublas_sgemm"), 2);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].name, "simt_tma_128x256x32");
+  EXPECT_EQ(rows[0].launches, 2);
+  EXPECT_EQ(rows[1].name, "simt_cpasync_64x128x16");
+  EXPECT_EQ(rows[1].launches, 3);
+  EXPECT_EQ(rows[2].launches, 1);
+  EXPECT_EQ(most_launched_row(rows), "simt_cpasync_64x128x16");
+}
+
 }  // namespace
 }  // namespace sgemm::testing

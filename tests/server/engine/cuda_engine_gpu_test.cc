@@ -1,9 +1,12 @@
 // The CUDA engine on one GPU (label gpu): correctness of every strategy the
 // one-GPU pool can run, beta with C, concurrency, streaming in and out.
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <string>
 #include <thread>
 
+#include "common/kernel_registry.h"
 #include "tests/common/gpu_test.h"
 #include "tests/server/engine/engine_test_util.h"
 
@@ -299,6 +302,80 @@ TEST(CudaEngineGpu, Fp32DefaultRunsFp32x3WhereTheContractAllowsAndNamesTheKernel
   const EngineInfo info = e->info();
   ASSERT_EQ(info.contracts.size(), info.precisions.size());
   for (const PrecisionContractInfo& c : info.contracts) EXPECT_FALSE(c.kernels.empty());
+}
+
+// The report lists every concrete kernel that ran, with its launches: 3073
+// rows in blocks of 128 leave a last block of one row, which the SIMT family
+// runs as a GEMV, another row than the full blocks'. Each kernel step names its
+// launch's row, which is the registry's choice for that step's block, and the
+// launches add up to the kernel steps issued; kernel_row is the most launched.
+TEST(CudaEngineGpu, ReportListsEveryKernelRowThatRanWithItsLaunches) {
+  SGEMM_REQUIRE_GPUS(1);
+  CudaEngineOptions o;
+  o.devices = {0};
+  o.chunk_rows = 128;
+  auto made = make_cuda_engine(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  auto& e = *made;
+  const int sm_count = e->info().devices[0].sm_count;
+  Problem p = make_problem(*e, {3073, 512, 512}, 61, true, 1.0f, 0.5f);
+  // A named kernel: no tuning and no cuBLAS fallback, so every block's row is
+  // the registry's choice for its shape.
+  auto r = e->run(job_of(p, SplitMode::kSingle, KernelKind::kPingpong));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(verify(p, true).passed(kSgemmTolerance));
+  ASSERT_EQ(r->devices.size(), 1u);
+  std::map<std::string, int64_t> expected;  // by the registry, from the steps' blocks
+  for (const Step& st : r->devices[0].steps) {
+    if (st.kind != StepKind::kKernel || st.row_end == st.row_begin) continue;  // B prepared once: not a product
+    const GemmShape block{st.row_end - st.row_begin, p.shape.n, st.k_end - st.k_begin};
+    const std::string row = select_kernel_row_of(KernelKind::kPingpong, block, KernelLayout{}, sm_count).name();
+    ++expected[row];
+    ASSERT_GE(st.kernel_row, 0) << gemm_shape_text(block);
+    ASSERT_LT(std::size_t(st.kernel_row), r->kernel_rows.size());
+    EXPECT_EQ(r->kernel_rows[std::size_t(st.kernel_row)].name, row) << gemm_shape_text(block);
+  }
+  std::map<std::string, int64_t> listed;
+  for (const KernelRowUse& k : r->kernel_rows) {
+    EXPECT_TRUE(listed.emplace(k.name, k.launches).second) << k.name << " listed twice";
+  }
+  EXPECT_EQ(listed, expected);
+  EXPECT_GE(listed.size(), 2u) << "the one-row block should run another row (gemv) than the full blocks";
+  EXPECT_EQ(listed.count("gemv"), 1u);
+  EXPECT_EQ(r->kernel_row, most_launched_row(r->kernel_rows));
+  EXPECT_NE(r->kernel_row, "gemv");  // one launch against many
+  EXPECT_EQ(report_kernel_name(*r), r->kernel_row);
+}
+
+// Whatever the engine chooses (fp32 by shape, the tuner, cuBLAS taking blocks
+// ours refuse), the list accounts for every kernel launch once.
+TEST(CudaEngineGpu, KernelRowsAccountForEveryLaunchOfTheDefaultChoice) {
+  SGEMM_REQUIRE_GPUS(1);
+  CudaEngineOptions o;
+  o.devices = {0};
+  o.chunk_rows = 256;
+  auto made = make_cuda_engine(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  auto& e = *made;
+  for (Precision prec : {Precision::kFp32, Precision::kFp32Ffma, Precision::kTf32}) {
+    SCOPED_TRACE(std::string(precision_name(prec)));
+    Problem p = make_problem(*e, {1537, 1024, 1000}, 62);
+    GemmJob j = job_of(p);
+    j.request.options.precision = prec;
+    auto r = e->run(j);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_TRUE(verify(p, false).passed(prec == Precision::kTf32 ? 5e-3 : kSgemmTolerance));
+    ASSERT_FALSE(r->kernel_rows.empty());
+    int64_t launches = 0, labelled = 0;
+    for (const KernelRowUse& k : r->kernel_rows) launches += k.launches;
+    for (const Step& st : r->devices[0].steps)
+      if (st.kind == StepKind::kKernel && st.kernel_row >= 0) {
+        ++labelled;
+        EXPECT_LT(std::size_t(st.kernel_row), r->kernel_rows.size());
+      }
+    EXPECT_EQ(labelled, launches);
+    EXPECT_EQ(r->kernel_row, most_launched_row(r->kernel_rows));
+  }
 }
 
 // Deterministic split-K needs scratch; the lane owns it (kernels/ keeps none).

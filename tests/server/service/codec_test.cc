@@ -32,6 +32,38 @@ TEST(Codec, CChunkDecodesAsAMultiplyResponse) {
   }
 }
 
+// The summary lists every concrete kernel that ran with its launches, in the
+// engine's order; `kernel` is the one with the most.
+TEST(Codec, SummaryListsEveryKernelRowWithItsLaunches) {
+  GemmReport report;
+  report.backend = "cuda";
+  report.kernel_rows = {
+      {"simt_tma_128x256x32_w64x64_t8x16_s4", 7}, {"simt_cpasync_64x128x16_w32x64_t8x8_s4", 1}, {"cublas_sgemm", 1}};
+  report.kernel_row = most_launched_row(report.kernel_rows);
+  SummaryFigures f;
+  f.request_id = "r1";
+  grpc::ByteBuffer bb = encode_summary(report, f);
+  v1::MultiplyResponse resp;
+  grpc::ProtoBufferReader reader(&bb);
+  ASSERT_TRUE(resp.ParseFromZeroCopyStream(&reader));
+  ASSERT_TRUE(resp.has_summary());
+  const v1::MultiplySummary& sum = resp.summary();
+  EXPECT_EQ(sum.kernel(), "simt_tma_128x256x32_w64x64_t8x16_s4");
+  ASSERT_EQ(sum.kernel_rows_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(sum.kernel_rows(i).name(), report.kernel_rows[std::size_t(i)].name);
+    EXPECT_EQ(sum.kernel_rows(i).launches(), report.kernel_rows[std::size_t(i)].launches);
+  }
+  // An engine that counted nothing: no list, and the family names the kernel.
+  GemmReport bare;
+  bare.kernel = KernelKind::kCublas;
+  grpc::ByteBuffer bb2 = encode_summary(bare, f);
+  grpc::ProtoBufferReader reader2(&bb2);
+  ASSERT_TRUE(resp.ParseFromZeroCopyStream(&reader2));
+  EXPECT_EQ(resp.summary().kernel_rows_size(), 0);
+  EXPECT_EQ(resp.summary().kernel(), "cublas");
+}
+
 std::string flatten(grpc::ByteBuffer& bb) {
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(bb.Dump(&slices).ok());

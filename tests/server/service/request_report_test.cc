@@ -4,6 +4,8 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 namespace sgemm {
 namespace {
@@ -68,6 +70,65 @@ TEST(RequestReport, ProcessesAreOrderedWithTheTraceFormatsSortIndexEvent) {
       EXPECT_EQ(e["args"]["bytes"], 64 * 32 * 4);
     }
   EXPECT_TRUE(send);
+}
+
+// timings.jsonl lists every concrete kernel with its launches (and reads back);
+// the trace's compute slice and metadata carry the list, and each kernel slice
+// is named by its own launch's row (the report's kernel where the engine did
+// not say which).
+TEST(RequestReport, TimingsAndTraceListEveryKernelRowAndEachKernelSliceNamesItsOwn) {
+  RequestFacts f = facts();
+  f.received_ms = 10;
+  GemmReport r;
+  r.backend = "cuda";
+  r.kernel_rows = {{"simt_tma_128x256x32", 2}, {"simt_cpasync_64x128x16", 1}};
+  r.kernel_row = most_launched_row(r.kernel_rows);
+  DeviceTiming d;
+  d.device = 0;
+  d.name = "GPU";
+  const int rows[] = {0, 0, 1, -1};  // the last: a kernel step the engine did not label
+  for (int i = 0; i < 4; ++i) {
+    Step st;
+    st.kind = StepKind::kKernel;
+    st.start_ms = 12 + i;
+    st.end_ms = 13 + i;
+    st.row_begin = 16 * i;
+    st.row_end = 16 * (i + 1);
+    st.k_end = 16;
+    st.kernel_row = rows[i];
+    d.steps.push_back(st);
+  }
+  r.devices.push_back(d);
+
+  const TimingRecord t = timing_record_of(f, r);
+  EXPECT_EQ(t.kernel, "simt_tma_128x256x32");
+  ASSERT_EQ(t.kernel_rows.size(), 2u);
+  EXPECT_EQ(t.kernel_rows[1].name, "simt_cpasync_64x128x16");
+  EXPECT_EQ(t.kernel_rows[1].launches, 1);
+  const std::string line = timing_record_json(t);
+  const auto j = nlohmann::json::parse(line);
+  ASSERT_TRUE(j.contains("kernel_rows")) << line;
+  EXPECT_EQ(j["kernel_rows"], nlohmann::json::parse(R"([{"name":"simt_tma_128x256x32","launches":2},)"
+                                                    R"({"name":"simt_cpasync_64x128x16","launches":1}])"));
+  StatusOr<TimingRecord> back = parse_timing_record(line);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_EQ(back->kernel_rows.size(), 2u);
+  EXPECT_EQ(back->kernel_rows[0].name, "simt_tma_128x256x32");
+  EXPECT_EQ(back->kernel_rows[0].launches, 2);
+  // A record without the list (an older server's line) still parses.
+  EXPECT_FALSE(nlohmann::json::parse(timing_record_json(timing_record_of(f, GemmReport{}))).contains("kernel_rows"));
+
+  const auto doc = nlohmann::json::parse(chrome_trace_json(f, r));
+  EXPECT_EQ(doc["otherData"]["kernel_rows"], j["kernel_rows"]);
+  std::vector<std::string> slices;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("cat", "") == "kernel") slices.push_back(e["name"].get<std::string>());
+    if (e["name"] == "compute") {
+      EXPECT_EQ(e["args"]["kernel_rows"], j["kernel_rows"]);
+    }
+  }
+  EXPECT_EQ(slices, (std::vector<std::string>{"simt_tma_128x256x32", "simt_tma_128x256x32", "simt_cpasync_64x128x16",
+                                              "simt_tma_128x256x32"}));
 }
 
 }  // namespace

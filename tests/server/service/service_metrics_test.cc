@@ -58,5 +58,26 @@ TEST(ServiceMetrics, NoUseSampleWhereNoDeviceKnowsIt) {
   EXPECT_FALSE(first_key(g, "sgemm_device_healthy{").empty());
 }
 
+// sgemm_kernel_launches_total{row}: a request's launches by row, counted once
+// per launch: a request that shared its launch with others counts nothing
+// itself, the shared launch counts its kernels once (record_launch).
+TEST(ServiceMetrics, KernelLaunchesAreCountedByRowOncePerLaunch) {
+  auto m = ServiceMetrics::start("127.0.0.1:0", BuildInfo{"test", "abc"}, two_devices);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  TimingRecord t;
+  t.kernel_rows = {{"simt_tma_128x256x32", 7}, {"cublas_sgemm", 1}};
+  (*m)->record(StatusCode::kOk, "", 0, 0, &t);
+  (*m)->record(StatusCode::kOk, "", 0, 0, &t);
+  TimingRecord shared;  // one of 4 requests of a coalesced launch
+  shared.kernel_rows = {{"cublas_sgemm_grouped", 1}};
+  for (int i = 0; i < 4; ++i) (*m)->record(StatusCode::kOk, "", 0, 0, &shared, /*count_kernels=*/false);
+  (*m)->record_launch(4, shared.kernel_rows);
+  (*m)->record(StatusCode::kInternal, "", 0, 0, nullptr);  // a failure counts no kernels
+  const auto g = samples(scrape((*m)->port()));
+  EXPECT_EQ(value(g, R"(sgemm_kernel_launches_total{row="simt_tma_128x256x32"})"), 14.0);
+  EXPECT_EQ(value(g, R"(sgemm_kernel_launches_total{row="cublas_sgemm"})"), 2.0);
+  EXPECT_EQ(value(g, R"(sgemm_kernel_launches_total{row="cublas_sgemm_grouped"})"), 1.0);
+}
+
 }  // namespace
 }  // namespace sgemm
