@@ -55,6 +55,9 @@ TEST(CudaEngineBatchGpu, StridedAndGroupedEveryOpAndScalars) {
             ASSERT_TRUE(r.ok()) << r.status().to_string();
             EXPECT_EQ(r->kernel_row,
                       kind == BatchKind::kStrided ? "cublas_sgemm_strided_batched" : "cublas_sgemm_grouped");
+            ASSERT_EQ(r->kernel_rows.size(), 1u);  // one batched row, launched at least once
+            EXPECT_EQ(r->kernel_rows[0].name, r->kernel_row);
+            EXPECT_GE(r->kernel_rows[0].launches, 1);
             EXPECT_EQ(r->kernel, KernelKind::kCublas);
             EXPECT_EQ(r->split, SplitMode::kSingle);
             ASSERT_EQ(r->devices.size(), 1u);

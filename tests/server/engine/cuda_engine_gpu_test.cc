@@ -365,16 +365,7 @@ TEST(CudaEngineGpu, KernelRowsAccountForEveryLaunchOfTheDefaultChoice) {
     auto r = e->run(j);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_TRUE(verify(p, false).passed(prec == Precision::kTf32 ? 5e-3 : kSgemmTolerance));
-    ASSERT_FALSE(r->kernel_rows.empty());
-    int64_t launches = 0, labelled = 0;
-    for (const KernelRowUse& k : r->kernel_rows) launches += k.launches;
-    for (const Step& st : r->devices[0].steps)
-      if (st.kind == StepKind::kKernel && st.kernel_row >= 0) {
-        ++labelled;
-        EXPECT_LT(std::size_t(st.kernel_row), r->kernel_rows.size());
-      }
-    EXPECT_EQ(labelled, launches);
-    EXPECT_EQ(r->kernel_row, most_launched_row(r->kernel_rows));
+    expect_kernel_rows_cover_launches(*r);
   }
 }
 

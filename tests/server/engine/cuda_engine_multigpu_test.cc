@@ -174,6 +174,16 @@ TEST(CudaEngineMultiGpu, Fp32x3UnderSplits) {
     EXPECT_EQ(r->split, mode);
     EXPECT_EQ(r->kernel, KernelKind::kFp32x3);
     EXPECT_TRUE(verify(p, true).passed(kSgemmTolerance));
+    // K >= 4096 over several GPUs: a row split runs a kernel per half of B in
+    // each block; every product launch is counted once, by its concrete row.
+    expect_kernel_rows_cover_launches(*r);
+    if (mode == SplitMode::kRows) {
+      int64_t launches = 0, product_steps = 0;
+      for (const KernelRowUse& k : r->kernel_rows) launches += k.launches;
+      for (const DeviceTiming& d : r->devices)
+        for (const Step& st : d.steps) product_steps += st.kind == StepKind::kKernel && st.row_end > st.row_begin;
+      EXPECT_EQ(launches, product_steps);
+    }
   }
 }
 

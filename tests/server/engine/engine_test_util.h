@@ -214,6 +214,27 @@ inline void expect_steps(const DeviceTiming& d) {
   EXPECT_NEAR(sums[int(StepKind::kWaitInput)], d.copy_in_wait_ms, 1e-6);
 }
 
+// The report's kernel_rows account for every launch once: each kernel step the
+// engine labelled names a listed row, the launches add up to the labelled steps,
+// and kernel_row is the most launched.
+inline void expect_kernel_rows_cover_launches(const GemmReport& r) {
+  ASSERT_FALSE(r.kernel_rows.empty()) << r.plan_reason;
+  int64_t launches = 0, labelled = 0;
+  for (const KernelRowUse& k : r.kernel_rows) {
+    EXPECT_GT(k.launches, 0) << k.name;
+    launches += k.launches;
+  }
+  for (const DeviceTiming& d : r.devices)
+    for (const Step& st : d.steps)
+      if (st.kind == StepKind::kKernel && st.kernel_row >= 0) {
+        ++labelled;
+        EXPECT_LT(std::size_t(st.kernel_row), r.kernel_rows.size());
+        EXPECT_GT(st.row_end, st.row_begin);  // a product, not B prepared for the blocks
+      }
+  EXPECT_EQ(labelled, launches);
+  EXPECT_EQ(r.kernel_row, most_launched_row(r.kernel_rows));
+}
+
 inline void expect_report(const GemmReport& r, SplitMode mode, std::size_t devices) {
   EXPECT_EQ(r.backend, "cuda");
   EXPECT_NE(r.kernel, KernelKind::kOpenblas);
@@ -228,6 +249,7 @@ inline void expect_report(const GemmReport& r, SplitMode mode, std::size_t devic
     EXPECT_GE(d.copy_out_ms, 0.0);
     expect_steps(d);
   }
+  expect_kernel_rows_cover_launches(r);
 }
 
 }  // namespace sgemm::testing
