@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "client/sgemm_client.h"
@@ -140,6 +141,25 @@ class Cluster : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
+// The summary lists the kernels every process's ranks launched (the members'
+// come back with their timings): each rank with work launched at least one,
+// and `kernel` names the most launched.
+void expect_every_rank_launched(const MultiplySummary& sum) {
+  ASSERT_FALSE(sum.kernel_rows.empty()) << sum.plan_reason;
+  int64_t launches = 0, most = 0, working = 0;
+  std::string most_name;
+  for (const KernelRowResult& k : sum.kernel_rows) {
+    launches += k.launches;
+    if (k.launches > most) {
+      most = k.launches;
+      most_name = k.name;
+    }
+  }
+  for (const auto& d : sum.devices) working += d.row_end > d.row_begin && d.k_end > d.k_begin;
+  EXPECT_GE(launches, working);
+  EXPECT_EQ(sum.kernel, most_name);
+}
+
 TEST_F(Cluster, RowSplitOverEveryProcessMatchesTheReference) {
   for (auto [s, with_c] : {std::pair{GemmShape{1025, 777, 3001}, true}, std::pair{GemmShape{4096, 4096, 4096}, false},
                            std::pair{GemmShape{3, 5, 7}, true}, std::pair{GemmShape{2049, 1000, 513}, false}}) {
@@ -157,6 +177,7 @@ TEST_F(Cluster, RowSplitOverEveryProcessMatchesTheReference) {
       next = d.row_end;
     }
     EXPECT_EQ(next, s.m);
+    expect_every_rank_launched(r->summary);
   }
 }
 
@@ -187,6 +208,7 @@ TEST_F(Cluster, KSplitOverEveryProcessMatchesTheReference) {
       next = d.k_end;
     }
     EXPECT_EQ(next, s.k);
+    expect_every_rank_launched(r->summary);
   }
   // The link was measured at join twice over: the broadcast and rank 0's
   // concurrent sends to every member (the fan-out), both logged.
