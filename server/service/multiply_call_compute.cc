@@ -3,6 +3,7 @@
 // Engine::run on that thread, and goes back to receiving when an early run
 // yields; the engine's finished rows go to their streams (route_rows).
 #include "server/service/multiply_call.h"
+#include "server/service/request_checks.h"
 
 namespace sgemm {
 
@@ -59,10 +60,7 @@ Status MultiplyCall::start_compute(bool early) {
     };
   } else if (!shared_.pool.submit([this] { run_compute(); })) {
     --refs_;
-    return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +
-                       std::to_string(shared_.pool.queued()) + " queued (--max-in-flight " +
-                       std::to_string(shared_.pool.threads()) + ", --max-queued " +
-                       std::to_string(shared_.pool.max_queued()) + "); retry with backoff");
+    return server_busy(shared_.pool);
   }
   t_submit_ = Clock::now();
   if (!move_to(early ? Phase::kEarly : Phase::kQueued)) return Status::Ok();

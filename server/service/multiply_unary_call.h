@@ -1,0 +1,125 @@
+// One MultiplyUnary call (sgemm.proto): a product whose request and answer
+// each fit in one message, answered through the same request path as a
+// Multiply stream (multiply_call.h), in the order a request goes through it:
+//
+//   start()      (the handler's thread) the message is read in place as the
+//                stream's messages are (codec.h decode_unary_request); the
+//                header gets the stream's checks (request_checks.h) and
+//                the unary limit; the upload row is bound (input_source.h),
+//                the footprint reserved against the one host-memory budget
+//                (no waiting: a unary request refuses when it has no room),
+//                the client's quota admitted, each chunk copied once into
+//                its matrix with the assembler's checks
+//   compute      as the compute-slot policy and the coalescer say, the one
+//                decision the stream asks too (compute_slot_policy.h): with
+//                other small requests in one launch, here on the handler's
+//                thread when a slot is idle and the product is quick
+//                (--inline-compute-ms), or queued on the pool
+//   computed()   C (one chunk over C's own buffer, no copy) and the summary
+//                in one message (request_outcome.h writes the log line,
+//                timings, metrics and trace as for the stream), then Finish
+//
+// Phases: the stream's RequestPhase table (request_phase.h), kHeader ->
+// kReceiving -> kQueued -> kComputing -> kSending -> kDone.
+//
+// Ownership: the call deletes itself when gRPC is done with it (OnDone) and
+// no compute task refers to it (refs_); its buffers and reservation go with it.
+//
+// Threads: start() on the handler's thread before the reactor is returned;
+// the engine on a pool thread, the handler's or a coalesced launch's;
+// OnCancel on gRPC's; abort() on the shutdown thread (shared.calls_mu held).
+// The phase and the answer are guarded by mu_; gRPC's Finish is called with
+// it held (gRPC never runs a reaction inline).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/cancel_token.h"
+#include "server/service/input_source.h"
+#include "server/service/request_coalescer.h"
+#include "server/service/request_outcome.h"
+#include "server/service/request_phase.h"
+#include "server/service/sgemm_service.h"
+
+namespace sgemm {
+
+class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private CoalescedRequest {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Registers itself with `shared`. A non-OK `refuse` (shutdown, the open
+  // stream limits, a bad token) is the answer; `client` is the caller's
+  // (--auth-tokens; null without); `ticket` its place among the open streams.
+  MultiplyUnaryCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, Status refuse,
+                    AuthClient* client, StreamAdmission::Ticket ticket);
+
+  // Answers `request` (the handler's thread): the engine may run on this
+  // thread before it returns. `request` need not outlive the call.
+  void start(const grpc::ByteBuffer& request);
+
+  void OnCancel() override;
+  void OnDone() override;
+  // Ends the call with `why` unless answered (shutdown). shared.calls_mu held.
+  void abort(const Status& why);
+
+ private:
+  using Phase = RequestPhase;
+
+  ~MultiplyUnaryCall() override;
+
+  // Decode, check, reserve, copy: the request ready to compute (mu_ held).
+  Status receive(const grpc::ByteBuffer& request);
+  // Hands the job to the coalescer or the pool, or keeps it for this thread
+  // (*here, run once mu_ is released). mu_ held.
+  Status submit(bool* here, bool* coalesced_here);
+  void run_compute();  // the engine (a pool thread or the handler's); ends the task's reference
+  // The engine returned: the answer goes out. Ends the task's reference.
+  void computed(StatusOr<GemmReport> result);
+  const GemmJob& coalesced_job() const override { return job_; }
+  void coalesced_started() override;
+  void coalesced_done(StatusOr<GemmReport> result, int launch_products) override;
+
+  bool move_to(Phase to);  // false (and the call ended INTERNAL) for an illegal move
+  bool done() const { return phase_ == Phase::kDone; }
+  void finish(const Status& status);  // the error (or, from computed(), OK) goes out; mu_ held
+  RequestOutcome outcome() const;
+  void unref();
+
+  ServiceShared& shared_;
+  grpc::CallbackServerContext* const ctx_;
+  grpc::ByteBuffer* const response_;
+  const std::string id_;
+  const Clock::time_point t_start_;
+  AuthClient* const client_;  // owned by the service's ClientAuth; null without --auth-tokens
+
+  std::mutex mu_;
+  std::atomic<int> refs_{1};      // gRPC (until OnDone) and the compute task
+  Phase phase_ = Phase::kHeader;  // guarded by mu_, as is everything below
+  Status refuse_;                 // the answer when not OK (start() sends it)
+  GemmRequest header_;
+  bool trace_ = false;
+  int64_t footprint_bytes_ = 0;
+  std::optional<MatrixAssembler> assembler_;
+  std::vector<std::unique_ptr<InputSource>> sources_;  // the upload row, bound at the header
+  MemoryBudget::Reservation reservation_;
+  AuthClient::Lease client_lease_;          // the client's quotas, until answered
+  StreamAdmission::Ticket stream_ticket_;   // one of the open streams, until answered
+  std::shared_ptr<HostBuffer> buffers_[3];  // A, B, C (C's also held by the answer until gRPC has sent it)
+  CancelToken cancel_;
+  GemmJob job_;
+  int launch_products_ = 1;
+  int64_t bytes_in_ = 0, bytes_out_ = 0;
+  Phase finish_phase_ = Phase::kHeader;
+  Clock::time_point t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{}, t_finish_{};
+  Clock::time_point t_first_send_{};  // the answer (C and the summary) went to gRPC
+};
+
+}  // namespace sgemm
