@@ -45,20 +45,27 @@ void MultiplyUnaryCall::unref() {
 }
 
 void MultiplyUnaryCall::start(const grpc::ByteBuffer& request) {
-  bool here = false, coalesced_here = false;
-  {
-    std::lock_guard lock(mu_);
-    Status st = refuse_.ok() ? receive(request) : refuse_;
-    if (st.ok() && !done()) st = submit(&here, &coalesced_here);
-    if (!st.ok()) finish(st);
-    if (done()) return;
-  }
-  // The engine on this thread (no lock held): no hand-off for a quick product.
-  if (coalesced_here) {
-    shared_.coalescer.run_here(shared_.pool);
-  } else if (here) {
+  std::unique_lock lock(mu_);
+  Status st = refuse_.ok() ? receive(request) : refuse_;
+  // Not waiting for memory: computing starts now, and may run on this thread.
+  if (st.ok() && phase_ == Phase::kReceiving) st = assemble_and_submit(/*on_handler_thread=*/true);
+  if (!st.ok()) finish(st);
+  after_unlock(lock);
+}
+
+void MultiplyUnaryCall::after_unlock(std::unique_lock<std::mutex>& lock) {
+  ServiceShared& shared = shared_;  // `this` may be gone once the waiter's reference is released
+  const uint64_t ticket = std::exchange(cancel_ticket_, 0);
+  const RunHere here = std::exchange(run_here_, RunHere::kNo);
+  lock.unlock();
+  if (ticket && shared.budget.cancel(ticket)) unref();  // the memory waiter's reference
+  // The engine on this thread, no lock held: no hand-off for a quick product
+  // (the compute task's reference keeps `this`).
+  if (here == RunHere::kCoalesced) {
+    shared.coalescer.run_here(shared.pool);
+  } else if (here == RunHere::kAlone) {
     run_compute();
-    shared_.pool.end_here();
+    shared.pool.end_here();
   }
 }
 
@@ -98,23 +105,62 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
   if (client_) {
     SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
   }
-  // Every byte is here already: the memory now, or a refusal (a unary call
-  // cannot stop reading to wait for it).
   for (std::size_t i = 1; i < messages.size(); ++i)
     if (messages[i].kind != RequestMessage::Kind::kChunk)
       return InvalidArgument("MultiplyUnaryRequest carries one header; field " + std::to_string(i + 1) +
                              " is a second header");
-  if (messages.size() > 1) {
+  if (messages.size() > 1) {  // a bad chunk is refused before it costs memory
     const RequestMessage& first = messages[1];
     SGEMM_RETURN_IF_ERROR(assembler_->check_chunk(first.matrix, first.offset, first.data_bytes));
   }
-  auto r = shared_.budget.try_reserve(footprint_bytes_);
-  if (!r)
-    return ResourceExhausted("the host memory budget has no room for the request's " +
-                             std::to_string(footprint_bytes_) + " bytes (--host-memory-bytes " +
-                             std::to_string(shared_.budget.capacity()) + ", " +
-                             std::to_string(shared_.budget.in_use()) + " in use); retry later");
-  reservation_ = std::move(*r);
+  pending_ = std::move(messages);
+  if (auto r = shared_.budget.try_reserve(footprint_bytes_)) {
+    reservation_ = std::move(*r);
+    return Status::Ok();
+  }
+  // No room now: the request waits for it as a stream's first chunk does,
+  // holding its message (and nothing of the budget), until the memory is
+  // granted or --idle-timeout passes (check_idle).
+  ++refs_;  // the waiter's reference
+  const uint64_t ticket = shared_.budget.enqueue(
+      footprint_bytes_, [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); });
+  if (ticket == 0) {
+    --refs_;
+    return memory_queue_full(shared_);
+  }
+  memory_ticket_ = ticket;
+  memory_since_ = Clock::now();
+  move_to(Phase::kWaitMemory);
+  return Status::Ok();
+}
+
+void MultiplyUnaryCall::on_memory_granted(MemoryBudget::Reservation reservation) {
+  std::unique_lock lock(mu_);
+  memory_ticket_ = 0;
+  if (done()) {
+    lock.unlock();
+    reservation.reset();  // may grant the next waiter: no lock held
+    unref();
+    return;
+  }
+  reservation_ = std::move(reservation);
+  // On the thread that freed the memory: computing is handed over, never run here.
+  Status st = move_to(Phase::kReceiving) ? assemble_and_submit(/*on_handler_thread=*/false) : Status::Ok();
+  if (!st.ok()) finish(st);
+  after_unlock(lock);
+  unref();  // the waiter's reference
+}
+
+void MultiplyUnaryCall::check_idle(Clock::time_point now) {
+  std::unique_lock lock(mu_);
+  if (phase_ == Phase::kWaitMemory && now - memory_since_ >= shared_.options.idle_timeout)
+    finish(memory_wait_timed_out(shared_, footprint_bytes_));
+  after_unlock(lock);
+}
+
+Status MultiplyUnaryCall::assemble_and_submit(bool on_handler_thread) {
+  std::vector<RequestMessage> messages = std::move(pending_);
+  pending_.clear();
   for (std::size_t i = 1; i < messages.size(); ++i) {
     RequestMessage& msg = messages[i];
     const int idx = static_cast<int>(msg.matrix);
@@ -135,7 +181,7 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
   t_received_ = Clock::now();
   const int c_idx = static_cast<int>(MatrixId::kC);
   if (!buffers_[c_idx]) {
-    auto got = shared_.engine.host_allocator().allocate(std::size_t(out_bytes));
+    auto got = shared_.engine.host_allocator().allocate(std::size_t(header_.shape.m * header_.shape.n) * sizeof(float));
     if (!got.ok()) return got.status().with_context("allocating C");
     buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
   }
@@ -145,25 +191,27 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
   job_.request = header_;
   job_.cancel = &cancel_;
   job_.origin = t_start_;
-  return Status::Ok();
+  return submit(on_handler_thread);
 }
 
-Status MultiplyUnaryCall::submit(bool* here, bool* coalesced_here) {
+Status MultiplyUnaryCall::submit(bool on_handler_thread) {
   // The stream's decision (multiply_call_compute.cc), on the same facts: the
-  // upload is complete on the thread that received it, and the call is unstriped.
+  // upload is complete (on the thread that received it, unless memory was
+  // granted later), and the call is unstriped.
   auto estimate = [this] { return shared_.engine.estimate_ms(job_); };
   ++refs_;  // the compute task's reference
   if (shared_.coalescer.eligible(job_, footprint_bytes_)) {
-    const bool may_run_here = shared_.slot_policy.complete(true, false, estimate) == ComputeSlotPolicy::Way::kHere;
+    const bool may_run_here =
+        shared_.slot_policy.complete(on_handler_thread, false, estimate) == ComputeSlotPolicy::Way::kHere;
     auto start = shared_.coalescer.submit(this, shared_.pool, may_run_here);
     if (!start.ok()) {
       --refs_;
       return start.status();
     }
-    *coalesced_here = *start == RequestCoalescer::Start::kHere;
-  } else if (shared_.slot_policy.complete(true, false, estimate) == ComputeSlotPolicy::Way::kHere &&
+    if (*start == RequestCoalescer::Start::kHere) run_here_ = RunHere::kCoalesced;
+  } else if (shared_.slot_policy.complete(on_handler_thread, false, estimate) == ComputeSlotPolicy::Way::kHere &&
              shared_.pool.reserve_here()) {
-    *here = true;
+    run_here_ = RunHere::kAlone;
   } else if (!shared_.pool.submit([this] { run_compute(); })) {
     --refs_;
     return server_busy(shared_.pool);
@@ -201,7 +249,7 @@ void MultiplyUnaryCall::coalesced_done(StatusOr<GemmReport> result, int launch_p
 
 void MultiplyUnaryCall::computed(StatusOr<GemmReport> result) {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     t_compute_end_ = Clock::now();
     for (auto& row : sources_) row->release();
     if (!done() && move_to(Phase::kSending)) {
@@ -217,6 +265,7 @@ void MultiplyUnaryCall::computed(StatusOr<GemmReport> result) {
         finish(Status::Ok());
       }
     }
+    after_unlock(lock);
   }
   unref();
 }
@@ -239,6 +288,8 @@ void MultiplyUnaryCall::finish(const Status& status) {
   phase_ = Phase::kDone;
   client_lease_.reset();  // answered: the client may send its next request
   stream_ticket_.reset();
+  pending_.clear();
+  cancel_ticket_ = std::exchange(memory_ticket_, 0);  // cancelled once mu_ is released (after_unlock)
   if (!status.ok()) {
     cancel_.cancel(status);  // the engine stops at its next block
     record_failure(shared_, outcome(), status.code(), status.message(), phase_name(finish_phase_), spdlog::level::warn);
@@ -268,17 +319,20 @@ RequestOutcome MultiplyUnaryCall::outcome() const {
 }
 
 void MultiplyUnaryCall::OnCancel() {
-  std::lock_guard lock(mu_);
-  if (done()) return;
-  if (std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline())
-    finish(DeadlineExceeded(std::string("deadline expired while ") + phase_name(phase_)));
-  else
-    finish(Cancelled(std::string("client cancelled or went away while ") + phase_name(phase_)));
+  std::unique_lock lock(mu_);
+  if (!done()) {
+    if (std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline())
+      finish(DeadlineExceeded(std::string("deadline expired while ") + phase_name(phase_)));
+    else
+      finish(Cancelled(std::string("client cancelled or went away while ") + phase_name(phase_)));
+  }
+  after_unlock(lock);
 }
 
 void MultiplyUnaryCall::abort(const Status& why) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   finish(why);
+  after_unlock(lock);
 }
 
 void MultiplyUnaryCall::OnDone() {

@@ -7,7 +7,8 @@
 //                header gets the stream's checks (request_checks.h) and
 //                the unary limit; the upload row is bound (input_source.h),
 //                the footprint reserved against the one host-memory budget
-//                (no waiting: a unary request refuses when it has no room),
+//                (or waited for, as a stream's first chunk waits, holding
+//                the message, up to --idle-timeout),
 //                the client's quota admitted, each chunk copied once into
 //                its matrix with the assembler's checks
 //   compute      as the compute-slot policy and the coalescer say, the one
@@ -20,14 +21,17 @@
 //                timings, metrics and trace as for the stream), then Finish
 //
 // Phases: the stream's RequestPhase table (request_phase.h), kHeader ->
-// kReceiving -> kQueued -> kComputing -> kSending -> kDone.
+// kReceiving (-> kWaitMemory -> kReceiving) -> kQueued -> kComputing ->
+// kSending -> kDone.
 //
 // Ownership: the call deletes itself when gRPC is done with it (OnDone) and
 // no compute task refers to it (refs_); its buffers and reservation go with it.
 //
 // Threads: start() on the handler's thread before the reactor is returned;
 // the engine on a pool thread, the handler's or a coalesced launch's;
-// OnCancel on gRPC's; abort() on the shutdown thread (shared.calls_mu held).
+// OnCancel on gRPC's; abort() on the shutdown thread and check_idle() on the
+// watchdog's (shared.calls_mu held); the memory grant on whichever thread
+// freed memory.
 // The phase and the answer are guarded by mu_; gRPC's Finish is called with
 // it held (gRPC never runs a reaction inline).
 #pragma once
@@ -40,9 +44,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cancel_token.h"
+#include "server/service/codec.h"
 #include "server/service/input_source.h"
 #include "server/service/request_coalescer.h"
 #include "server/service/request_outcome.h"
@@ -69,17 +75,27 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
   void OnDone() override;
   // Ends the call with `why` unless answered (shutdown). shared.calls_mu held.
   void abort(const Status& why);
+  // Watchdog: ends a wait for memory longer than --idle-timeout. shared.calls_mu held.
+  void check_idle(Clock::time_point now);
 
  private:
   using Phase = RequestPhase;
 
   ~MultiplyUnaryCall() override;
 
-  // Decode, check, reserve, copy: the request ready to compute (mu_ held).
+  // Decode, check, reserve (or queue for the memory: kWaitMemory). mu_ held.
   Status receive(const grpc::ByteBuffer& request);
-  // Hands the job to the coalescer or the pool, or keeps it for this thread
-  // (*here, run once mu_ is released). mu_ held.
-  Status submit(bool* here, bool* coalesced_here);
+  // The memory was granted (the thread that freed it).
+  void on_memory_granted(MemoryBudget::Reservation reservation);
+  // Copies the chunks into their matrices, then hands the job to the
+  // coalescer or the pool, or keeps it for this thread (run_here_) when the
+  // policy allows and `on_handler_thread`. mu_ held.
+  Status assemble_and_submit(bool on_handler_thread);
+  Status submit(bool on_handler_thread);
+  // Releases mu_, then cancels a memory wait the call ended (cancel_ticket_)
+  // and runs a compute kept for this thread (run_here_). Every step that
+  // holds mu_ ends through it.
+  void after_unlock(std::unique_lock<std::mutex>& lock);
   void run_compute();  // the engine (a pool thread or the handler's); ends the task's reference
   // The engine returned: the answer goes out. Ends the task's reference.
   void computed(StatusOr<GemmReport> result);
@@ -101,13 +117,19 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
   AuthClient* const client_;  // owned by the service's ClientAuth; null without --auth-tokens
 
   std::mutex mu_;
-  std::atomic<int> refs_{1};      // gRPC (until OnDone) and the compute task
+  std::atomic<int> refs_{1};      // gRPC (until OnDone), the memory waiter, the compute task
   Phase phase_ = Phase::kHeader;  // guarded by mu_, as is everything below
   Status refuse_;                 // the answer when not OK (start() sends it)
   GemmRequest header_;
   bool trace_ = false;
   int64_t footprint_bytes_ = 0;
   std::optional<MatrixAssembler> assembler_;
+  std::vector<RequestMessage> pending_;  // the decoded message (its slices) until assembled
+  uint64_t memory_ticket_ = 0;           // waiting for memory (kWaitMemory)
+  uint64_t cancel_ticket_ = 0;           // a wait the call ended: cancelled by after_unlock()
+  Clock::time_point memory_since_{};
+  enum class RunHere { kNo, kAlone, kCoalesced };
+  RunHere run_here_ = RunHere::kNo;                    // a compute start kept for this thread, run by after_unlock()
   std::vector<std::unique_ptr<InputSource>> sources_;  // the upload row, bound at the header
   MemoryBudget::Reservation reservation_;
   AuthClient::Lease client_lease_;          // the client's quotas, until answered

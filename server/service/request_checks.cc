@@ -1,5 +1,6 @@
 #include "server/service/request_checks.h"
 
+#include <cstdio>
 #include <string>
 
 #include "server/service/sgemm_service.h"
@@ -23,6 +24,22 @@ StatusOr<int64_t> request_footprint(const ServiceShared& shared, const GemmShape
                              " bytes of host memory for A, B and C, more than the server's whole budget of " +
                              std::to_string(shared.budget.capacity()) + " bytes (--host-memory-bytes)");
   return bytes;
+}
+
+Status memory_queue_full(const ServiceShared& shared) {
+  return ResourceExhausted("the host memory budget is full (--host-memory-bytes " +
+                           std::to_string(shared.budget.capacity()) + ", " + std::to_string(shared.budget.in_use()) +
+                           " in use) and " + std::to_string(shared.options.max_queued) +
+                           " requests already wait for it (--max-queued); retry later");
+}
+
+Status memory_wait_timed_out(const ServiceShared& shared, int64_t bytes) {
+  char idle[32];
+  std::snprintf(idle, sizeof idle, "%g s", shared.options.idle_timeout.count() / 1000.0);
+  return ResourceExhausted("waited " + std::string(idle) + " (--idle-timeout) for " + std::to_string(bytes) +
+                           " bytes of the host memory budget (--host-memory-bytes " +
+                           std::to_string(shared.budget.capacity()) + ", " + std::to_string(shared.budget.in_use()) +
+                           " in use); retry later");
 }
 
 Status server_busy(const ComputePool& pool) {

@@ -30,6 +30,12 @@ Status check_product_header(const ServiceShared& shared, const GemmRequest& head
 StatusOr<int64_t> request_footprint(const ServiceShared& shared, const GemmShape& shape,
                                     const std::vector<std::unique_ptr<InputSource>>& rows);
 
+// RESOURCE_EXHAUSTED: the host-memory budget is full and --max-queued
+// requests already wait for it.
+Status memory_queue_full(const ServiceShared& shared);
+// RESOURCE_EXHAUSTED: a request waited --idle-timeout for `bytes` of the budget.
+Status memory_wait_timed_out(const ServiceShared& shared, int64_t bytes);
+
 // UNAVAILABLE: every compute slot is busy and the queue is full (retry with backoff).
 Status server_busy(const ComputePool& pool);
 

@@ -273,6 +273,7 @@ void SgemmService::watchdog() {
       std::lock_guard calls_lock(shared_->calls_mu);
       for (MultiplyCall* call : shared_->calls) call->check_idle(now);
       for (PutMatrixCall* put : shared_->puts) put->check_idle(now);
+      for (MultiplyUnaryCall* call : shared_->unary) call->check_idle(now);
     }
     shared_->admission.purge(now);
     if (now - heap_looked_at >= kHeapLookEvery) {
