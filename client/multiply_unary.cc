@@ -13,20 +13,24 @@ namespace {
 // A varint at byte `pos` of `slices` (at most 10 bytes); false past the end.
 bool read_varint(const std::vector<grpc::Slice>& slices, std::size_t pos, uint64_t* v, std::size_t* next) {
   *v = 0;
-  std::size_t at = 0;
+  std::size_t at = 0;  // offset of the current slice's first byte
   int shift = 0;
   for (const grpc::Slice& s : slices) {
-    for (std::size_t i = 0; i < s.size(); ++i, ++at) {
-      if (at < pos) continue;
+    if (at + s.size() <= pos) {  // wholly before the varint
+      at += s.size();
+      continue;
+    }
+    for (std::size_t i = pos > at ? pos - at : 0; i < s.size(); ++i) {
       if (shift >= 70) return false;
       const uint8_t b = s.begin()[i];
       *v |= uint64_t(b & 0x7f) << shift;
       shift += 7;
       if (!(b & 0x80)) {
-        *next = at + 1;
+        *next = at + i + 1;
         return true;
       }
     }
+    at += s.size();
   }
   return false;
 }
