@@ -7,6 +7,7 @@
 #include "proto/grpc_status.h"
 #include "server/service/batch_request.h"
 #include "server/service/codec.h"
+#include "server/service/compute_start.h"
 #include "server/service/request_checks.h"
 
 namespace sgemm {
@@ -195,27 +196,21 @@ Status MultiplyUnaryCall::assemble_and_submit(bool on_handler_thread) {
 }
 
 Status MultiplyUnaryCall::submit(bool on_handler_thread) {
-  // The stream's decision (multiply_call_compute.cc), on the same facts: the
-  // upload is complete (on the thread that received it, unless memory was
-  // granted later), and the call is unstriped.
-  auto estimate = [this] { return shared_.engine.estimate_ms(job_); };
+  // The stream's decision (compute_start.h), on this request's facts: complete
+  // (on the thread that received it, unless memory was granted later), unstriped.
+  CompleteRequest facts;
+  facts.job = &job_;
+  facts.footprint_bytes = footprint_bytes_;
+  facts.may_coalesce = true;
+  facts.on_receiving_thread = on_handler_thread;
   ++refs_;  // the compute task's reference
-  if (shared_.coalescer.eligible(job_, footprint_bytes_)) {
-    const bool may_run_here =
-        shared_.slot_policy.complete(on_handler_thread, false, estimate) == ComputeSlotPolicy::Way::kHere;
-    auto start = shared_.coalescer.submit(this, shared_.pool, may_run_here);
-    if (!start.ok()) {
-      --refs_;
-      return start.status();
-    }
-    if (*start == RequestCoalescer::Start::kHere) run_here_ = RunHere::kCoalesced;
-  } else if (shared_.slot_policy.complete(on_handler_thread, false, estimate) == ComputeSlotPolicy::Way::kHere &&
-             shared_.pool.reserve_here()) {
-    run_here_ = RunHere::kAlone;
-  } else if (!shared_.pool.submit([this] { run_compute(); })) {
+  auto start = start_complete_request(shared_, facts, this, [this] { run_compute(); });
+  if (!start.ok()) {
     --refs_;
-    return server_busy(shared_.pool);
+    return start.status();
   }
+  if (*start == ComputeStart::kHereAlone) run_here_ = RunHere::kAlone;
+  if (*start == ComputeStart::kHereCoalesced) run_here_ = RunHere::kCoalesced;
   t_submit_ = Clock::now();
   move_to(Phase::kQueued);
   return Status::Ok();

@@ -11,11 +11,11 @@
 //                the message, up to --idle-timeout),
 //                the client's quota admitted, each chunk copied once into
 //                its matrix with the assembler's checks
-//   compute      as the compute-slot policy and the coalescer say, the one
-//                decision the stream asks too (compute_slot_policy.h): with
-//                other small requests in one launch, here on the handler's
-//                thread when a slot is idle and the product is quick
-//                (--inline-compute-ms), or queued on the pool
+//   compute      where the stream's complete requests compute, decided in
+//                the same place (compute_start.h): with other small
+//                requests in one launch, here on the handler's thread when
+//                the compute-slot policy allows it (--inline-compute-ms) and
+//                a slot is idle, or queued on the pool
 //   computed()   C (one chunk over C's own buffer, no copy) and the summary
 //                in one message (request_outcome.h writes the log line,
 //                timings, metrics and trace as for the stream), then Finish
