@@ -99,7 +99,8 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
                            " bytes each way (Limits.max_unary_bytes); use the Multiply stream");
   if (!move_to(Phase::kReceiving)) return Status::Ok();
   assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, max_chunk, header_.op_a, header_.op_b);
-  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources({}, {}, {}, &*assembler_));
+  // The stream's rows and their checks (an offset such as header.b_at without its handle).
+  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources({}, h.resident, {}, &*assembler_));
   const SourceContext source_ctx{shared_, client_, ctx_->peer(), header_};
   for (auto& row : sources_) SGEMM_RETURN_IF_ERROR(row->bind(source_ctx, job_));
   SGEMM_ASSIGN_OR_RETURN(footprint_bytes_, request_footprint(shared_, s, sources_));

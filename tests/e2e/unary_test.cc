@@ -185,6 +185,9 @@ TEST_F(UnaryE2E, BadHeadersGetTheStreamsStatusesNamingTheField) {
   r.mutable_header()->set_a_handle("0123456789abcdef0123456789abcdef");
   expect(call(r), StatusCode::INVALID_ARGUMENT, "use the Multiply stream");
   r = request(2, 2, 2);
+  r.mutable_header()->mutable_b_at()->set_row(0);  // an offset without its handle, as the stream says it
+  expect(call(r), StatusCode::INVALID_ARGUMENT, "header.b_at is set but header.b_handle is not");
+  r = request(2, 2, 2);
   r.mutable_header()->mutable_a_region()->set_region("r");
   expect(call(r), StatusCode::INVALID_ARGUMENT, "header.a_region");
 }
