@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/sgemm_client.h"
@@ -300,6 +302,75 @@ TEST(UnaryAuthE2E, TokensAndRightsApply) {
   EXPECT_EQ(server.stop(), 0);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+// Host memory: a unary request that finds the budget full waits for it as a
+// stream's first chunk does (queued, holding nothing of the budget), is
+// cancelled out of the queue by its deadline, and computes once memory is freed.
+TEST(UnaryMemoryE2E, AUnaryRequestWaitsForMemoryAndLeavesTheQueueAtItsDeadline) {
+  const int64_t budget = 4 << 20;
+  InProcessServer server([&](ServerOptions& o, EngineOptions&) {
+    o.service.host_memory_bytes = budget;
+    o.service.log_lines_per_second = 0;
+  });
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.tcp_address();
+  ClientOptions co;
+  co.rpc = MultiplyRpc::kUnary;
+  co.retry.max_attempts = 1;
+  auto c = Client::connect(addr, co);
+  // A stream holding 3 MiB of the 4: a 512^3 request whose A is in and whose B is not.
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext held_ctx;
+  auto held = stub->Multiply(&held_ctx);
+  v1::MultiplyRequest h;
+  h.mutable_header()->set_m(512);
+  h.mutable_header()->set_n(512);
+  h.mutable_header()->set_k(512);
+  ASSERT_TRUE(held->Write(h));
+  auto chunk = [](v1::Matrix m, float value) {
+    v1::MultiplyRequest r;
+    r.mutable_chunk()->set_matrix(m);
+    std::vector<float> v(512 * 512, value);
+    r.mutable_chunk()->set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+    return r;
+  };
+  ASSERT_TRUE(held->Write(chunk(v1::MATRIX_A, 1.0f)));
+  const int64_t held_bytes = 3 * 512 * 512 * 4;
+  EXPECT_EQ(
+      testing::info_when(*c, [&](const ServerInfo& i) { return i.host_bytes_in_use == held_bytes; }).host_bytes_in_use,
+      held_bytes);
+  // 256 x 512 x 512 needs 1.5 MiB more: it waits, and its deadline takes it out of the queue.
+  std::vector<float> a(256 * 512, 1.0f), b(512 * 512, 0.5f);
+  MultiplyOptions quick;
+  quick.timeout = std::chrono::milliseconds(300);
+  auto r = c->multiply({256, 512, 512}, a.data(), b.data(), nullptr, quick);
+  EXPECT_EQ(r.status().code(), sgemm::StatusCode::kDeadlineExceeded) << r.status().to_string();
+  EXPECT_EQ(testing::info_when(*c, [](const ServerInfo& i) { return i.queued == 0; }).queued, 0)
+      << "the cancelled wait stayed queued";
+  // Again without a deadline: it waits (queued) until the stream completes and frees its memory.
+  std::atomic<bool> done{false};
+  StatusOr<MultiplyResult> waited = Internal("not run");
+  std::thread second([&] {
+    waited = c->multiply({256, 512, 512}, a.data(), b.data(), nullptr, {});
+    done = true;
+  });
+  const ServerInfo waiting = testing::info_when(*c, [](const ServerInfo& i) { return i.queued >= 1; });
+  EXPECT_GE(waiting.queued, 1);
+  EXPECT_FALSE(done.load()) << "the unary request did not wait for memory";
+  EXPECT_LE(waiting.host_bytes_in_use, budget);
+  ASSERT_TRUE(held->Write(chunk(v1::MATRIX_B, 2.0f)));
+  held->WritesDone();
+  v1::MultiplyResponse resp;
+  while (held->Read(&resp)) {
+  }
+  EXPECT_TRUE(held->Finish().ok());
+  second.join();
+  ASSERT_TRUE(waited.ok()) << waited.status().to_string();
+  EXPECT_EQ(waited->rpc, MultiplyRpc::kUnary);
+  for (float x : waited->c) ASSERT_FLOAT_EQ(x, 256.0f);  // k * 1 * 0.5
+  testing::expect_released(*c, "memory held after the wait");
+  EXPECT_EQ(server.stop(), 0);
 }
 
 }  // namespace
