@@ -332,6 +332,10 @@ void MultiplyUnaryCall::abort(const Status& why) {
 }
 
 void MultiplyUnaryCall::OnDone() {
+  // The call's lock orders what the handler's thread wrote (start()) before
+  // this reaction reads it: gRPC's own hand-off between its threads is not
+  // visible to ThreadSanitizer.
+  { std::lock_guard lock(mu_); }
   {
     std::lock_guard lock(shared_.calls_mu);
     shared_.unary.erase(this);
