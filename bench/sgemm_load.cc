@@ -63,6 +63,8 @@ struct LoadOptions {
   double duration_s = 0;             // run for this long instead of a fixed count
   std::string sizes = "64,256,512";  // square sizes, or MxNxK shapes, comma-separated
   bool reactor_calls = false;        // ClientOptions::caller_thread_calls off
+  std::string rpc = "auto";          // ClientOptions::rpc: auto | stream | unary (single products)
+  std::string transport = "auto";    // ClientOptions::transport: auto | grpc | shm
   bool with_c = false;               // send C with beta = 0.5
   int64_t timeout_ms = 60000;        // deadline of each request
   bool no_retry = false;
@@ -312,6 +314,13 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "each request a strided batch of N products of its --sizes shape")
       ->check(CLI::PositiveNumber);
   app.add_flag("--group", o.group, "each request one group of every --sizes shape (different shapes in one request)");
+  app.add_option("--rpc", o.rpc,
+                 "single products: auto (MultiplyUnary when a product fits it), stream or unary (docs/transport.md)")
+      ->check(CLI::IsMember({"auto", "stream", "unary"}))
+      ->capture_default_str();
+  app.add_option("--transport", o.transport, "auto (shared memory on a Unix socket that offers it), grpc or shm")
+      ->check(CLI::IsMember({"auto", "grpc", "shm"}))
+      ->capture_default_str();
   app.add_flag("--reactor-calls", o.reactor_calls,
                "gRPC's callback threads drive each request's stream (the client's default: the calling thread)");
   // --resident: products against a resident B (docs/resident.md), bench/resident_load.h.
@@ -374,6 +383,7 @@ int main(int argc, char** argv) {
 
   std::mutex mu;
   std::vector<Sample> samples;
+  std::map<std::string, int64_t> rpcs_used;  // guarded by mu: single products by the RPC that carried them
   std::map<std::string, int64_t> statuses;
   std::map<std::string, std::string> first_message;
   std::atomic<int64_t> wrong{0}, retries{0}, unverified{0}, products_failed{0};
@@ -394,6 +404,8 @@ int main(int argc, char** argv) {
       sgemm::ClientOptions copt;
       if (o.no_retry) copt.retry.max_attempts = 1;
       copt.caller_thread_calls = !o.reactor_calls;
+      copt.rpc = sgemm::parse_multiply_rpc(o.rpc).value_or(sgemm::MultiplyRpc::kAuto);
+      copt.transport = sgemm::parse_transport(o.transport).value_or(sgemm::Transport::kAuto);
       // gRPC shares one connection among channels with equal arguments: a distinct
       // argument gives each client its own, as separate processes would have.
       if (!o.one_connection) copt.channel_args.emplace_back("sgemm.load.client", c);
@@ -487,6 +499,7 @@ int main(int argc, char** argv) {
         ++statuses[code];
         if (!res.ok() && !first_message.count(code)) first_message[code] = res.status().message();
         if (res.ok() && !bad_result) samples.push_back({ms, s, 1, s.flops(), res->summary.launch_products});
+        if (res.ok()) ++rpcs_used[sgemm::multiply_rpc_name(res->rpc)];
       }
     });
   }
@@ -538,6 +551,7 @@ int main(int argc, char** argv) {
   nlohmann::json shared = nlohmann::json::object();
   for (const auto& [n, requests] : launch_products) shared[std::to_string(n)] = requests;
   j["launch_products"] = shared;
+  j["rpc"] = {{"asked", o.rpc}, {"transport", o.transport}, {"used", rpcs_used}};  // batches always stream
   j["latency_ms"] = {{"p50", percentile(lat, 50)},
                      {"p90", percentile(lat, 90)},
                      {"p99", percentile(lat, 99)},
@@ -573,6 +587,12 @@ int main(int argc, char** argv) {
           "requests: %s; %ld products computed, %ld failed on the server\n",
           o.group ? "one group of every --sizes shape" : ("strided batches of " + std::to_string(o.batch)).c_str(),
           long(products_ok), long(products_failed.load()));
+    if (!batched) {
+      std::string used;
+      for (const auto& [name, n] : rpcs_used) used += (used.empty() ? "" : ", ") + name + " " + std::to_string(n);
+      std::printf("rpc: --rpc %s --transport %s; used: %s\n", o.rpc.c_str(), o.transport.c_str(),
+                  used.empty() ? "none" : used.c_str());
+    }
     std::printf("throughput %.1f requests/s, %.1f products/s, %.2f GFLOP/s\n", double(ok) / wall_s,
                 double(products_ok) / wall_s, flops / wall_s / 1e9);
     std::printf("latency ms: min %.2f p50 %.2f p90 %.2f p99 %.2f max %.2f\n", j["latency_ms"]["min"].get<double>(),

@@ -52,6 +52,7 @@ struct SubmitOptions {
   int64_t timeout_ms = 0;
   std::string a_file, b_file, c_file, out_file;  // matrices from/to files (client/matrix_files.h)
   std::string transport = "auto";                // auto | grpc | shm | cuda-ipc
+  std::string rpc = "auto";                      // auto | stream | unary (ClientOptions::rpc)
   int gpu = 0;                                   // cuda-ipc: the CUDA device holding A, B and C
   std::string unix_path;                         // the server's Unix socket (shared memory); "" = none
   std::string trace_file;                        // Chrome trace of the (last) request; "" = none
@@ -530,6 +531,7 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
   sgemm::ClientOptions copt = connection;
   copt.chunk_bytes = chunk_bytes;
   if (no_retry) copt.retry.max_attempts = 1;
+  copt.rpc = sgemm::parse_multiply_rpc(o.rpc).value_or(sgemm::MultiplyRpc::kAuto);
   std::string note;
   const std::string target = pick_target(server, o, &copt, &note);
   if (!note.empty() && !o.json) std::fprintf(stderr, "sgemm-client: %s\n", note.c_str());
@@ -612,7 +614,11 @@ int submit(const std::string& server, int64_t chunk_bytes, bool no_retry, Submit
     const sgemm::TimingRecord record = to_record(s, with_c, *r);
     nlohmann::json j;  // the CLI's own additions to the record: transport, verify, seed, out
     j["transport"] = sgemm::transport_name(*transport);
-    if (!o.json) print_table(s, *r);
+    j["rpc"] = sgemm::multiply_rpc_name(r->rpc);
+    if (!o.json) {
+      std::printf("rpc: %s\n", sgemm::multiply_rpc_name(r->rpc));
+      print_table(s, *r);
+    }
     if (!o.trace_file.empty()) {
       if (r->summary.trace_json.empty()) {
         std::fprintf(stderr, "sgemm-client: the server sent no trace (is it older than header.trace?)\n");
@@ -753,6 +759,11 @@ int main(int argc, char** argv) {
                   "auto (shared memory when the server answers on its Unix socket), grpc, shm, or cuda-ipc (A, B "
                   "and C in device memory of --gpu, exported through CUDA IPC; the Unix socket and a cuda server)")
       ->check(CLI::IsMember({"auto", "grpc", "shm", "cuda-ipc"}))
+      ->capture_default_str();
+  sub->add_option("--rpc", o.rpc,
+                  "auto (MultiplyUnary, one message each way, for a product that fits it on the grpc transport; "
+                  "else the Multiply stream), stream, or unary (docs/transport.md)")
+      ->check(CLI::IsMember({"auto", "stream", "unary"}))
       ->capture_default_str();
   sub->add_option("--gpu", o.gpu, "--transport cuda-ipc: the CUDA device (this host's ordinal) holding A, B and C")
       ->check(CLI::NonNegativeNumber);

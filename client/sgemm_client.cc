@@ -21,6 +21,7 @@
 #include "client/batch_call.h"
 #include "client/matrix_rpcs.h"
 #include "client/multiply_stream.h"
+#include "client/multiply_unary.h"
 #include "client/stripe_plan.h"
 #include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -472,12 +473,72 @@ class GrpcClient final : public Client {
 
   StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                     const MultiplyOptions& opt) override {
-    SGEMM_ASSIGN_OR_RETURN(const Transport t, transport());
     const bool resident = !opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty() || opt.keep_result;
+    const bool forced_unary = options_.rpc == MultiplyRpc::kUnary && !resident;
+    Transport t = Transport::kGrpc;
+    if (!forced_unary) {
+      SGEMM_ASSIGN_OR_RETURN(t, transport());
+    }
+    // One product in one message each way when it fits (multiply_unary.h); a
+    // Unix socket's shared memory and several connections keep the stream.
+    const bool unary = forced_unary || (options_.rpc == MultiplyRpc::kAuto && !resident && t == Transport::kGrpc &&
+                                        options_.connections <= 1 && a && b && fits_unary(shape, c != nullptr));
+    if (unary)
+      return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
+        return multiply_unary_once(shape, a, b, c, opt, deadline);
+      });
     if (t == Transport::kShm && !resident) return multiply_through_shm(shape, a, b, c, opt);
     return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
       return multiply_once(shape, a, b, c, nullptr, opt, deadline);
     });
+  }
+
+  // One MultiplyUnary call (multiply_unary.h): the header as the stream's, A, B (and C) whole.
+  StatusOr<MultiplyResult> multiply_unary_once(const GemmShape& shape, const float* a, const float* b, const float* c,
+                                               const MultiplyOptions& opt,
+                                               std::chrono::system_clock::time_point deadline) {
+    SGEMM_RETURN_IF_ERROR(setup_);
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    if (!a || !b) return InvalidArgument("multiply: A and B are required (or named by handle, on the stream)");
+    // Declared before the call so it outlives it: gRPC drops its last slices when the call is destroyed.
+    wire::SliceRefs refs;
+    StatusOr<MultiplyResult> result = Internal("not run");
+    {
+      grpc::ClientContext ctx;
+      prepare(ctx);
+      if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
+      v1::MultiplyRequest req;
+      v1::GemmHeader* h = req.mutable_header();
+      set_product_fields(shape, c != nullptr, opt, h);
+      SGEMM_RETURN_IF_ERROR(set_exec_fields(opt, h));
+      const int64_t total = shape.m * shape.n;
+      MultiplyResult r;
+      float* out = opt.c_out;
+      if (!out) {
+        r.c.resize(std::size_t(total));
+        out = r.c.data();
+      }
+      std::vector<UnaryInput> inputs = {{wire::WireMatrix::kA, a, shape.m * shape.k},
+                                        {wire::WireMatrix::kB, b, shape.k * shape.n}};
+      if (c) inputs.push_back({wire::WireMatrix::kC, c, total});
+      auto got = run_unary(*generic_, &ctx, req, inputs, out, total, &refs);
+      if (got.ok()) {
+        r.summary = summary_from_proto(got->summary);
+        r.bytes_sent = got->bytes_sent;
+        r.bytes_received = got->bytes_received;
+        r.rpc = MultiplyRpc::kUnary;
+        r.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (opt.on_sent)
+          for (const UnaryInput& in : inputs) opt.on_sent(in.elements * int64_t(sizeof(float)));
+        if (opt.on_chunk) opt.on_chunk(0, total);
+        result = std::move(r);
+      } else {
+        result = got.status();
+      }
+    }                  // the call (ClientContext) goes here
+    refs.wait_zero();  // gRPC holds no slice of the caller's A, B or C any more
+    return result;
   }
 
   StatusOr<MultiplyResult> multiply_regions(const GemmShape& shape, const RegionMatrix& a, const RegionMatrix& b,
@@ -502,6 +563,18 @@ class GrpcClient final : public Client {
     return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
       return multiply_once(shape, nullptr, nullptr, nullptr, &refs, opt, deadline);
     });
+  }
+
+  // A single product's header fields, the same on the stream and MultiplyUnary.
+  static void set_product_fields(const GemmShape& shape, bool has_c, const MultiplyOptions& opt, v1::GemmHeader* h) {
+    h->set_m(shape.m);
+    h->set_n(shape.n);
+    h->set_k(shape.k);
+    h->set_alpha(opt.alpha);
+    h->set_beta(opt.beta);
+    h->set_has_c(has_c);
+    h->set_trace(opt.trace);
+    matrix_rpcs::set_header_fields(opt, h);  // op(A), op(B), resident operands (matrix_rpcs.cc)
   }
 
   template <typename Once>
@@ -549,14 +622,7 @@ class GrpcClient final : public Client {
 
       v1::MultiplyRequest req;
       v1::GemmHeader* h = req.mutable_header();
-      h->set_m(shape.m);
-      h->set_n(shape.n);
-      h->set_k(shape.k);
-      h->set_alpha(opt.alpha);
-      h->set_beta(opt.beta);
-      h->set_has_c(regions ? regions->has_c() : c != nullptr);
-      h->set_trace(opt.trace);
-      matrix_rpcs::set_header_fields(opt, h);  // resident operands (matrix_rpcs.cc)
+      set_product_fields(shape, regions ? regions->has_c() : c != nullptr, opt, h);
       if (regions && regions->device) {
         set_device_ref(h->mutable_a_device(), regions->device->a);
         set_device_ref(h->mutable_b_device(), regions->device->b);
@@ -1032,6 +1098,25 @@ std::optional<Transport> parse_transport(std::string_view name) {
   if (name == "auto") return Transport::kAuto;
   if (name == "grpc") return Transport::kGrpc;
   if (name == "shm") return Transport::kShm;
+  return std::nullopt;
+}
+
+const char* multiply_rpc_name(MultiplyRpc rpc) {
+  switch (rpc) {
+    case MultiplyRpc::kAuto:
+      return "auto";
+    case MultiplyRpc::kStream:
+      return "stream";
+    case MultiplyRpc::kUnary:
+      return "unary";
+  }
+  return "?";
+}
+
+std::optional<MultiplyRpc> parse_multiply_rpc(std::string_view name) {
+  if (name == "auto") return MultiplyRpc::kAuto;
+  if (name == "stream") return MultiplyRpc::kStream;
+  if (name == "unary") return MultiplyRpc::kUnary;
   return std::nullopt;
 }
 

@@ -52,6 +52,17 @@ enum class Transport {
 };
 const char* transport_name(Transport t);
 std::optional<Transport> parse_transport(std::string_view name);  // "auto", "grpc", "shm"
+// Which RPC multiply() uses for a product sent as data (docs/transport.md,
+// "One product in one message").
+enum class MultiplyRpc {
+  kAuto,    // MultiplyUnary when the product fits it (A + B (+ C) and C each at most
+            // Limits.max_unary_bytes, no handle, one connection, transport not kShm), else the stream
+  kStream,  // always the Multiply stream
+  kUnary,   // always MultiplyUnary (a product over its limit is refused: INVALID_ARGUMENT)
+};
+const char* multiply_rpc_name(MultiplyRpc rpc);
+std::optional<MultiplyRpc> parse_multiply_rpc(std::string_view name);  // "auto", "stream", "unary"
+
 // TLS to the server (docs/security.md). Used when `enabled` or any file is set.
 struct TlsClientOptions {
   bool enabled = false;     // TLS with the system's root CAs even when no file is given
@@ -82,6 +93,9 @@ struct ClientOptions {
   // no hand-off between gRPC's threads and the caller at each step. false:
   // gRPC's callback threads drive it, as they drive striped requests.
   bool caller_thread_calls = true;
+  // The RPC for products sent as data: MultiplyUnary for those that fit
+  // (kAuto), or forced either way.
+  MultiplyRpc rpc = MultiplyRpc::kAuto;
 };
 
 // A POSIX shared-memory object this client created, mapped here and
@@ -246,6 +260,7 @@ struct MultiplyResult {
   // The first chunk of C arrived before the client had written all of its
   // input (the server started computing during the upload).
   bool first_c_before_upload_end = false;
+  MultiplyRpc rpc = MultiplyRpc::kStream;  // the RPC that carried it: kStream or kUnary
 };
 
 // Many products in one request (docs/transport.md, "Batches and groups"): a

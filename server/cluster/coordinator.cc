@@ -1,5 +1,6 @@
 #include "server/cluster/coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -99,6 +100,12 @@ void ClusterCoordinator::on_message(MemberReactor* r, const v1::ClusterMemberMes
     m->done_error = msg.done().error().substr(0, kMaxMemberText);
     m->done_timings = timings_from_proto(msg.done());
     m->done_kernel_rows = kernel_rows_from_proto(msg.done());
+    // A member that failed the job under way has aborted its ranks, so rank
+    // 0's collectives with them would wait until the job timeout (NCCL over
+    // NVLink does not see a peer's abort): its error ends the job now.
+    if (!m->done_ok && abort_ && m->done_job == abort_job_ &&
+        std::find(abort_members_.begin(), abort_members_.end(), m->id) != abort_members_.end())
+      abort_->cancel(Unavailable("cluster member '" + m->host + "' failed the job: " + m->done_error));
   }
   cv_.notify_all();
 }
@@ -259,6 +266,7 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
   }
   abort_.reset();
   abort_members_.clear();
+  abort_job_ = 0;
   if (!s.ok()) {
     // Members that did not join are dropped: they join again with a new stream.
     // One that never answered (while this side's part was up) is kept out for
@@ -332,6 +340,7 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(MutexLock& lock, C
   auto abort = std::make_shared<CancelToken>();
   abort_ = abort;
   abort_members_ = ids;
+  abort_job_ = spec.job_id;
   if (spec.kind != ClusterJobKind::kProbe)
     log("job " + std::to_string(spec.job_id) + (spec.kind == ClusterJobKind::kK ? " (K split): " : ": ") +
         gemm_shape_text(spec.shape) + " over " + std::to_string(ranks.size()) + " ranks");
@@ -375,6 +384,7 @@ StatusOr<ClusterRunResult> ClusterCoordinator::run_locked_job(MutexLock& lock, C
   }
   abort_.reset();
   abort_members_.clear();
+  abort_job_ = 0;
   if (!s.ok()) {
     ++generation_;  // the communicator may be broken: build a new one before the next job
     log("job " + std::to_string(spec.job_id) + " failed: " + s.to_string());

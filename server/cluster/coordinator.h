@@ -139,6 +139,7 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
   std::vector<uint64_t> view_members_ SGEMM_GUARDED_BY(mu_);   // member ids of view_, in rank order
   std::shared_ptr<CancelToken> abort_ SGEMM_GUARDED_BY(mu_);   // the job or rebuild under way
   std::vector<uint64_t> abort_members_ SGEMM_GUARDED_BY(mu_);  // the members it includes
+  uint64_t abort_job_ SGEMM_GUARDED_BY(mu_) = 0;               // its job id (0: a rebuild)
   bool shut_down_ SGEMM_GUARDED_BY(mu_) = false;
   bool building_ SGEMM_GUARDED_BY(mu_) = false;  // builder_ is running prepare()
   std::thread builder_ SGEMM_GUARDED_BY(mu_);

@@ -277,6 +277,61 @@ StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index,
   return slow;
 }
 
+namespace {
+
+// The bytes [begin, end) of `slices`, as slices over the same memory.
+std::vector<grpc::Slice> sub_slices(const std::vector<grpc::Slice>& slices, std::size_t begin, std::size_t end) {
+  std::vector<grpc::Slice> out;
+  std::size_t at = 0;
+  for (const grpc::Slice& sl : slices) {
+    const std::size_t s0 = at, s1 = at + sl.size();
+    at = s1;
+    if (s1 <= begin || s0 >= end) continue;
+    out.push_back(sl.sub(std::max(begin, s0) - s0, std::min(end, s1) - s0));
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<RequestMessage>> decode_unary_request(const grpc::ByteBuffer& buffer, int64_t max_chunk_bytes) {
+  const Status parse_error = InvalidArgument("the request (" + std::to_string(buffer.Length()) +
+                                             " bytes) does not parse as a sgemm.v1.MultiplyUnaryRequest");
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return parse_error;
+  std::vector<RequestMessage> out;
+  WireReader r(slices);
+  int chunks = 0;
+  while (r.pos() < r.size()) {
+    const std::size_t begin = r.pos();
+    uint32_t field, wire;
+    if (!r.tag(&field, &wire)) return parse_error;
+    if (field != 1 && field != 2) {  // not ours: skipped
+      if (!r.skip_field(wire)) return parse_error;
+      continue;
+    }
+    uint64_t len;
+    if (wire != 2 || !r.length(&len) || !r.skip(std::size_t(len))) return parse_error;
+    std::vector<grpc::Slice> one = sub_slices(slices, begin, r.pos());
+    grpc::ByteBuffer message(one.data(), one.size());
+    const std::string name = field == 1 ? std::string("header") : "chunks[" + std::to_string(chunks++) + "]";
+    auto decoded = decode_request(message, int64_t(out.size()) + 1, max_chunk_bytes);
+    // A header's own errors name their field already ("header.m").
+    if (!decoded.ok())
+      return field == 1 ? decoded.status() : decoded.status().with_context("MultiplyUnaryRequest." + name);
+    out.push_back(std::move(decoded).value());
+  }
+  return out;
+}
+
+grpc::ByteBuffer concat_messages(grpc::ByteBuffer& first, grpc::ByteBuffer& second) {
+  std::vector<grpc::Slice> slices, more;
+  (void)first.Dump(&slices);
+  (void)second.Dump(&more);
+  slices.insert(slices.end(), more.begin(), more.end());
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 StatusOr<PutMessage> decode_put_request(grpc::ByteBuffer& buffer, int64_t index) {
   const std::size_t bytes = buffer.Length();
   const Status parse_error =

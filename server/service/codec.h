@@ -56,6 +56,22 @@ struct RequestMessage {
 // enum values in the header or chunk.
 StatusOr<RequestMessage> decode_request(grpc::ByteBuffer& buffer, int64_t index, int64_t max_chunk_bytes);
 
+// MultiplyUnary's limit on the matrix payload each way (sgemm.proto,
+// Limits.max_unary_bytes): with the header or the summary, each message fits
+// gRPC's default 4 MiB message limit.
+inline constexpr int64_t kMaxUnaryBytes = (int64_t{4} << 20) - (int64_t{64} << 10);
+
+// Parses a MultiplyUnaryRequest: its top-level fields in order, each read in
+// place as the MultiplyRequest of that one field (MultiplyUnaryRequest has
+// MultiplyRequest's field numbers), with decode_request()'s checks and
+// statuses; errors name the field ("chunks[1]"). Fields it does not know are
+// skipped, as protobuf does.
+StatusOr<std::vector<RequestMessage>> decode_unary_request(const grpc::ByteBuffer& buffer, int64_t max_chunk_bytes);
+
+// One message of `first`'s bytes followed by `second`'s, without copying:
+// MultiplyResponse{chunk} then MultiplyResponse{summary} is MultiplyUnaryResponse{c, summary}.
+grpc::ByteBuffer concat_messages(grpc::ByteBuffer& first, grpc::ByteBuffer& second);
+
 // Converts the wire header; unknown enum values are INVALID_ARGUMENT.
 StatusOr<GemmRequest> header_from_proto(const sgemm::v1::GemmHeader& h);
 StatusOr<MatrixId> matrix_from_proto(sgemm::v1::Matrix m);

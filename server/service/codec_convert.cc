@@ -260,6 +260,7 @@ void info_to_proto(const EngineInfo& info, const InfoFigures& f, v1::GetInfoResp
   lim->set_max_chunk_bytes(f.max_chunk_bytes);
   lim->set_host_memory_bytes(f.host_memory_bytes);
   lim->set_max_stripes(f.max_stripes);
+  lim->set_max_unary_bytes(kMaxUnaryBytes);
   v1::Load* load = out->mutable_load();
   load->set_in_flight(f.in_flight);
   load->set_queued(f.queued);

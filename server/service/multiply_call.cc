@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "proto/grpc_status.h"
+#include "server/service/request_checks.h"
 
 namespace sgemm {
 
@@ -232,10 +233,7 @@ void MultiplyCall::check_idle(Clock::time_point now) {
     finish_stream(Cancelled("stream reset by the server: the client read no part of C for " + seconds_text(idle) +
                             " (--idle-timeout); C's buffer is freed"));
   } else if (phase_ == Phase::kWaitMemory && now - memory_since_ >= idle) {
-    finish(ResourceExhausted(
-        "waited " + seconds_text(idle) + " (--idle-timeout) for " + std::to_string(footprint_bytes_) +
-        " bytes of the host memory budget (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
-        std::to_string(shared_.budget.in_use()) + " in use); retry later"));
+    finish(memory_wait_timed_out(shared_, footprint_bytes_));
   }
   after_unlock(lock);
 }

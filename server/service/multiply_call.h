@@ -76,6 +76,7 @@
 #include "server/service/compute_slot_policy.h"
 #include "server/service/input_source.h"
 #include "server/service/request_coalescer.h"
+#include "server/service/request_outcome.h"
 #include "server/service/request_phase.h"
 #include "server/service/request_report.h"
 #include "server/service/sgemm_service.h"
@@ -171,8 +172,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   void send_more();
   void finish(const Status& status);
   void set_finished();  // Finish is being called: the stream no longer counts against --max-open-streams
-  void log_outcome(const Status& status);
-  std::string_view client_name() const;  // "-" without --auth-tokens
+  void log_outcome(const Status& status);  // a failure's line and metrics (a success's go with its summary)
+  RequestOutcome outcome() const;          // the facts request_outcome.h records
+  std::string_view client_name() const;    // "-" without --auth-tokens
 
   // Off the reactor.
   void run_compute();
@@ -276,11 +278,9 @@ class MultiplyCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   AuthClient::ResidentCharge keep_charge_;  // the kept C against the client's resident quota, until it is stored
   std::string result_handle_;
   // Observability (docs/observability.md): a trace asked for by the header,
-  // when the first chunk of C went out, the facts the summary was made from.
+  // when the first chunk of C went out.
   bool trace_ = false;
   std::optional<Clock::time_point> t_first_send_;
-  RequestFacts facts_;
-  std::string trace_json_;  // made once, for the summary and/or --trace-dir
 
   // Stripes. Primary: group_ until closed; secondary: group_ for its life.
   int stripe_ = 0;                            // this stream's stripe (0: the header's stream, or no stripes)

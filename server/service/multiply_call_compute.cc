@@ -2,6 +2,7 @@
 // compute-slot policy says (queued, here, or early and preemptible), runs
 // Engine::run on that thread, and goes back to receiving when an early run
 // yields; the engine's finished rows go to their streams (route_rows).
+#include "server/service/compute_start.h"
 #include "server/service/multiply_call.h"
 
 namespace sgemm {
@@ -35,34 +36,27 @@ Status MultiplyCall::start_compute(bool early) {
       return Status::Ok();  // no idle slot: compute once the upload is complete
     }
     ++early_starts_;
-  } else if (!group_ && !keep_.keep && shared_.coalescer.eligible(job_, footprint_bytes_)) {
-    // A small request: it waits in the coalescer, which may run it with others in one launch.
-    const bool here = shared_.slot_policy.complete(may_compute_here_, false, [this] {
-      return shared_.engine.estimate_ms(job_);
-    }) == ComputeSlotPolicy::Way::kHere;
-    auto start = shared_.coalescer.submit(this, shared_.pool, here);
+  } else {
+    // Complete: coalesced, here or queued (compute_start.h, as MultiplyUnary decides).
+    CompleteRequest facts;
+    facts.job = &job_;
+    facts.footprint_bytes = footprint_bytes_;
+    facts.may_coalesce = !group_ && !keep_.keep;
+    facts.on_receiving_thread = may_compute_here_;
+    facts.striped = group_ != nullptr;
+    auto start = start_complete_request(shared_, facts, this, [this] { run_compute(); });
     if (!start.ok()) {
       --refs_;
       return start.status();
     }
-    if (*start == RequestCoalescer::Start::kHere)
+    // Run on this thread once mu_ is released; the task's reference keeps `this` until run_compute()'s end.
+    if (*start == ComputeStart::kHereCoalesced)
       run_here_ = [coalescer = &shared_.coalescer, pool = &shared_.pool] { coalescer->run_here(*pool); };
-  } else if (shared_.slot_policy.complete(may_compute_here_, group_ != nullptr,
-                                          [this] { return shared_.engine.estimate_ms(job_); }) ==
-                 ComputeSlotPolicy::Way::kHere &&
-             shared_.pool.reserve_here()) {
-    // Run on this thread once mu_ is released: no hand-off for a quick product.
-    // The task's reference keeps `this` until run_compute()'s end.
-    run_here_ = [this, pool = &shared_.pool] {
-      run_compute();
-      pool->end_here();
-    };
-  } else if (!shared_.pool.submit([this] { run_compute(); })) {
-    --refs_;
-    return Unavailable("server busy: " + std::to_string(shared_.pool.running()) + " requests computing and " +
-                       std::to_string(shared_.pool.queued()) + " queued (--max-in-flight " +
-                       std::to_string(shared_.pool.threads()) + ", --max-queued " +
-                       std::to_string(shared_.pool.max_queued()) + "); retry with backoff");
+    else if (*start == ComputeStart::kHereAlone)
+      run_here_ = [this, pool = &shared_.pool] {
+        run_compute();
+        pool->end_here();
+      };
   }
   t_submit_ = Clock::now();
   if (!move_to(early ? Phase::kEarly : Phase::kQueued)) return Status::Ok();

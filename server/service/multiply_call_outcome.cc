@@ -1,6 +1,6 @@
 // MultiplyCall's outcome: C goes out one chunk at a time from C's own buffer
-// (send_more), then the summary with the status; and the request's log,
-// timing and metrics lines (log_outcome).
+// (send_more), then the summary with the status; the request's log, timing
+// and metrics lines are request_outcome.h's, from the call's facts (outcome()).
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
@@ -55,47 +55,44 @@ void MultiplyCall::send_more() {
   // Everything sent: the summary goes with the status.
   // Every stripe's bytes: the assembler counts each chunk as it commits it.
   if (assembler_) bytes_in_ = assembler_->bytes_received();
-  const Clock::time_point now = Clock::now();
-  facts_.request_id = id_;
-  facts_.unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  facts_.request = header_;
-  facts_.received_ms = ms_between(t_start_, t_received_);
-  facts_.submitted_ms = ms_between(t_start_, t_submit_);
-  facts_.compute_start_ms = ms_between(t_start_, t_compute_start_);
-  facts_.compute_end_ms = ms_between(t_start_, t_compute_end_);
-  facts_.first_send_ms = t_first_send_ ? ms_between(t_start_, *t_first_send_) : -1.0;
-  facts_.summary_ms = ms_between(t_start_, now);
-  facts_.bytes_in = bytes_in_;
-  facts_.bytes_out = request_bytes_out();
-  if (trace_ || !shared_.options.trace_dir.empty()) trace_json_ = chrome_trace_json(facts_, *result_);
-  SummaryFigures f;
-  f.request_id = id_;
-  f.queue_ms = ms_between(t_submit_, t_compute_start_);
-  f.receive_ms = ms_between(t_start_, t_received_);
-  f.compute_ms = ms_between(t_compute_start_, t_compute_end_);
-  f.total_ms = facts_.summary_ms;
-  f.send_ms = facts_.first_send_ms >= 0 ? facts_.summary_ms - facts_.first_send_ms : 0.0;
-  f.bytes_received = bytes_in_;
-  f.bytes_sent = request_bytes_out();
-  f.stripes = assembler_ ? assembler_->stripes() : 0;
-  if (trace_) f.trace_json = trace_json_;
-  f.result_handle = result_handle_;
-  f.batch = header_.batch;
-  f.launch_products = launch_products_;
-  out_ = encode_summary(*result_, f);
+  out_ = answer_success(shared_, outcome(), *result_);  // the log line, timings and metrics are written first
   final_status_ = Status::Ok();
   set_finished();
-  log_outcome(final_status_);  // before the client has its result: the timing line is there when it looks
-  writing_ = true;             // no OnWriteDone follows; the watchdog resets the stream if this never drains
+  writing_ = true;  // no OnWriteDone follows; the watchdog resets the stream if this never drains
   write_since_ = Clock::now();
   StartWriteAndFinish(&out_, grpc::WriteOptions(), to_grpc(Status::Ok()));
 }
 
+RequestOutcome MultiplyCall::outcome() const {
+  RequestOutcome o;
+  o.id = id_;
+  o.peer = ctx_->peer();
+  o.client = client_;
+  o.header = header_;
+  o.rpc = "stream";
+  o.start = t_start_;
+  o.received = t_received_;
+  o.submitted = t_submit_;
+  o.compute_start = t_compute_start_;
+  o.compute_end = t_compute_end_;
+  o.first_send = t_first_send_;
+  o.finished = t_finish_;
+  o.bytes_in = bytes_in_;
+  o.bytes_out = request_bytes_out();
+  o.stripes = assembler_ ? assembler_->stripes() : 0;
+  o.trace_asked = trace_;
+  o.result_handle = result_handle_;
+  o.launch_products = launch_products_;
+  o.early_starts = early_starts_;
+  o.yields = yields_;
+  return o;
+}
+
 void MultiplyCall::log_outcome(const Status& st) {
+  if (st.ok()) return;  // a success was recorded with its summary (answer_success)
   const double total_ms = ms_between(t_start_, t_finish_);
-  const GemmShape& s = header_.shape;
   if (stripe_ > 0) {  // a secondary stripe: its request's line is the primary's; failures say which stripe
-    if (st.ok() || !shared_.log.admit(spdlog::level::warn)) return;
+    if (!shared_.log.admit(spdlog::level::warn)) return;
     shared_.log.write(
         spdlog::level::warn,
         fmt::format("stripe {} of request id={} peer={} client={} status={} phase=\"{}\" total_ms={:.3f} "
@@ -104,54 +101,13 @@ void MultiplyCall::log_outcome(const Status& st) {
                     status_code_name(st.code()), phase_name(finish_phase_), total_ms, log_field(st.message())));
     return;
   }
-  if (!st.ok()) {
-    // A request ended by one of its stripes counts as that stripe's failure:
-    // a client that cancels one stream (Ctrl-C cancels them all) cancelled the
-    // request, though the other streams carry ABORTED (docs/transport.md).
-    const StatusCode code = st.code() == StatusCode::kAborted && fail_origin_ > 0 ? origin_code_ : st.code();
-    shared_.requests_failed.fetch_add(1);
-    if (shared_.metrics)
-      shared_.metrics->record(code, client_ ? client_->name() : std::string(), bytes_in_, request_bytes_out(), nullptr);
-    // Streams that never sent anything are the cheapest to open: log them at debug level.
-    const auto level = messages_ == 0 && code == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
-    if (!shared_.log.admit(level)) return;  // formatting is most of a reset stream's cost
-    shared_.log.write(
-        level,
-        fmt::format("request id={} peer={} client={} m={} n={} k={} status={} phase=\"{}\" total_ms={:.3f} "
-                    "bytes_in={} bytes_out={} error=\"{}\"",
-                    id_, ctx_->peer(), client_name(), s.m, s.n, s.k, status_code_name(code), phase_name(finish_phase_),
-                    total_ms, bytes_in_, request_bytes_out(), log_field(st.message())));
-    return;
-  }
-  const GemmReport& r = *result_;
-  const double queue_ms = ms_between(t_submit_, t_compute_start_);
-  const double receive_ms = ms_between(t_start_, t_received_);
-  const double compute_ms = ms_between(t_compute_start_, t_compute_end_);
-  shared_.log.logger().info(
-      "request id={} peer={} client={} m={} n={} k={} alpha={} beta={} has_c={} backend={} kernel={} split={} "
-      "status=OK queue_ms={:.3f} receive_ms={:.3f} compute_ms={:.3f} total_ms={:.3f} bytes_in={} "
-      "bytes_out={} gflops={:.1f} devices={} early_start={} yields={} plan=\"{}\"",
-      id_, ctx_->peer(), client_name(), s.m, s.n, s.k, header_.alpha, header_.beta, header_.has_c, r.backend,
-      report_kernel_name(r), split_mode_name(r.split), queue_ms, receive_ms, compute_ms, total_ms, bytes_in_,
-      request_bytes_out(), (header_.batch ? header_.batch->flops() : s.flops()) / (total_ms * 1e6), r.devices.size(),
-      early_starts_ > 0, yields_, r.plan_reason);
-  TimingRecord record = timing_record_of(facts_, r);
-  if (client_) record.caller = client_->name();
-  if (shared_.metrics)  // a shared launch's kernels are counted once, by the coalescer's on_launch
-    shared_.metrics->record(StatusCode::kOk, record.caller, bytes_in_, request_bytes_out(), &record,
-                            /*count_kernels=*/launch_products_ <= 1);
-  if (shared_.timing_log)
-    shared_.timing_log->info(timing_record_json(
-        record, "{\"early_start\":" + std::string(early_starts_ > 0 ? "true" : "false") +
-                    ",\"yields\":" + std::to_string(yields_) +
-                    ",\"launch_products\":" + std::to_string(launch_products_) + batch_timing_json(header_, r) + "}"));
-  if (!shared_.options.trace_dir.empty()) {
-    const std::string path = shared_.options.trace_dir + "/trace-" + id_ + ".json";
-    std::FILE* file = std::fopen(path.c_str(), "w");
-    if (!file || std::fwrite(trace_json_.data(), 1, trace_json_.size(), file) != trace_json_.size())
-      shared_.log.write(spdlog::level::warn, "request id=" + id_ + ": cannot write the trace " + path);
-    if (file) std::fclose(file);
-  }
+  // A request ended by one of its stripes counts as that stripe's failure:
+  // a client that cancels one stream (Ctrl-C cancels them all) cancelled the
+  // request, though the other streams carry ABORTED (docs/transport.md).
+  const StatusCode code = st.code() == StatusCode::kAborted && fail_origin_ > 0 ? origin_code_ : st.code();
+  // Streams that never sent anything are the cheapest to open: log them at debug level.
+  const auto level = messages_ == 0 && code == StatusCode::kCancelled ? spdlog::level::debug : spdlog::level::warn;
+  record_failure(shared_, outcome(), code, st.message(), phase_name(finish_phase_), level);
 }
 
 }  // namespace sgemm

@@ -8,6 +8,7 @@
 // handle the summary carries (docs/resident.md).
 #include "server/service/multiply_call.h"
 #include "server/service/put_matrix_call.h"
+#include "server/service/request_checks.h"
 
 namespace sgemm {
 
@@ -16,12 +17,8 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   if (header.batch) return on_batch_header(header, regions, resident);
   header_ = header;
   if (!resident.c.empty()) header_.has_c = true;  // a C named by handle is an input C
-  // One validation, before any data: the service's size limits, then the
-  // engine's rules for the request (shape, scalars, kernel, split, precision).
-  SGEMM_RETURN_IF_ERROR(check_limits(header_, shared_.options.limits));
-  SGEMM_RETURN_IF_ERROR(shared_.engine.validate(request()));
-  // A C the server holds is bounded by its inputs; one written into the caller's memory costs it nothing.
-  if (!regions.out && !device.out) SGEMM_RETURN_IF_ERROR(check_output_bound(header_, shared_.options.limits));
+  // One validation, before any data (request_checks.h, as MultiplyUnary's).
+  SGEMM_RETURN_IF_ERROR(check_product_header(shared_, request(), regions.out || device.out));
   const GemmShape& s = header_.shape;
   if (!regions.any() && !device.any())
     assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, shared_.options.limits.max_chunk_bytes,
@@ -41,12 +38,7 @@ Status MultiplyCall::on_header(const GemmRequest& header, const RegionOperands& 
   // (reserve_keep), so a header alone holds no resident bytes and evicts nothing.
   if (keep_.keep) SGEMM_RETURN_IF_ERROR(check_resident_quota(client_, *store, s.m * s.n * int64_t(sizeof(float))));
   // Host memory for what the rows need (what is uploaded), and for C.
-  footprint_bytes_ = s.m * s.n * int64_t(sizeof(float));
-  for (const auto& row : sources_) footprint_bytes_ += row->footprint(s);
-  if (footprint_bytes_ > shared_.budget.capacity())
-    return ResourceExhausted("the request needs " + std::to_string(footprint_bytes_) +
-                             " bytes of host memory for A, B and C, more than the server's whole budget of " +
-                             std::to_string(shared_.budget.capacity()) + " bytes (--host-memory-bytes)");
+  SGEMM_ASSIGN_OR_RETURN(footprint_bytes_, request_footprint(shared_, s, sources_));
   if (client_) {
     SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "server/service/multiply_call.h"
+#include "server/service/request_checks.h"
 
 namespace sgemm {
 
@@ -40,10 +41,7 @@ Status MultiplyCall::reserve_or_wait(bool* waiting) {
       footprint_bytes_, [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); });
   if (ticket == 0) {
     --refs_;
-    return ResourceExhausted(
-        "the host memory budget is full (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
-        std::to_string(shared_.budget.in_use()) + " in use) and " + std::to_string(shared_.options.max_queued) +
-        " requests already wait for it (--max-queued); retry later");
+    return memory_queue_full(shared_);
   }
   memory_ticket_ = ticket;
   if (!move_to(Phase::kWaitMemory)) return Status::Ok();

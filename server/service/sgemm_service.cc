@@ -12,6 +12,7 @@
 #include "server/service/heap_trim.h"
 #include "server/service/host_memory.h"
 #include "server/service/multiply_call.h"
+#include "server/service/multiply_unary_call.h"
 #include "server/service/peer_socket.h"
 #include "server/service/put_matrix_call.h"
 
@@ -118,6 +119,17 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* SgemmService::Multi
   auto ticket = admit_stream(ctx, client);
   return new MultiplyCall(*shared_, ctx, ticket.status(), client.ok() ? *client : nullptr,
                           ticket.ok() ? std::move(ticket).value() : StreamAdmission::Ticket());
+}
+
+grpc::ServerUnaryReactor* SgemmService::MultiplyUnary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  const HandlerScope scope(*this);
+  auto client = authenticate(ctx);
+  auto ticket = admit_stream(ctx, client);
+  auto* call = new MultiplyUnaryCall(*shared_, ctx, response, ticket.status(), client.ok() ? *client : nullptr,
+                                     ticket.ok() ? std::move(ticket).value() : StreamAdmission::Ticket());
+  call->start(*request);
+  return call;
 }
 
 StreamPeer SgemmService::stream_peer(const grpc::CallbackServerContext* ctx) const {
@@ -240,13 +252,15 @@ void SgemmService::begin_shutdown() {
 bool SgemmService::wait_for_no_calls(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(shared_->calls_mu);
   // Puts under way get the grace as requests do.
-  return shared_->calls_cv.wait_until(lock, deadline, [&] { return shared_->calls.empty() && shared_->puts.empty(); });
+  return shared_->calls_cv.wait_until(
+      lock, deadline, [&] { return shared_->calls.empty() && shared_->puts.empty() && shared_->unary.empty(); });
 }
 
 void SgemmService::cancel_all(const Status& why) {
   std::lock_guard lock(shared_->calls_mu);
   for (MultiplyCall* call : shared_->calls) call->abort(why);
   for (PutMatrixCall* put : shared_->puts) put->abort(why);
+  for (MultiplyUnaryCall* call : shared_->unary) call->abort(why);
 }
 
 void SgemmService::watchdog() {
@@ -266,6 +280,7 @@ void SgemmService::watchdog() {
       std::lock_guard calls_lock(shared_->calls_mu);
       for (MultiplyCall* call : shared_->calls) call->check_idle(now);
       for (PutMatrixCall* put : shared_->puts) put->check_idle(now);
+      for (MultiplyUnaryCall* call : shared_->unary) call->check_idle(now);
     }
     shared_->admission.purge(now);
     if (now - heap_looked_at >= kHeapLookEvery) {

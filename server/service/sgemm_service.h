@@ -111,6 +111,7 @@ struct ServiceOptions {
 int64_t default_host_memory_bytes();
 
 class MultiplyCall;
+class MultiplyUnaryCall;
 class PutMatrixCall;
 
 // What every call shares; owned by SgemmService.
@@ -151,8 +152,9 @@ struct ServiceShared {
   // Live calls (between creation and OnDone), for the watchdog and shutdown.
   std::mutex calls_mu;
   std::condition_variable calls_cv;
-  std::unordered_set<MultiplyCall*> calls;  // guarded by calls_mu
-  std::unordered_set<PutMatrixCall*> puts;  // guarded by calls_mu: PutMatrix uploads, for the idle check
+  std::unordered_set<MultiplyCall*> calls;       // guarded by calls_mu
+  std::unordered_set<PutMatrixCall*> puts;       // guarded by calls_mu: PutMatrix uploads, for the idle check
+  std::unordered_set<MultiplyUnaryCall*> unary;  // guarded by calls_mu: MultiplyUnary calls, for shutdown
 };
 
 // The region RPCs (region_service.cc) sit under the Multiply and GetInfo methods.
@@ -165,8 +167,9 @@ using MatrixMethods =
     sgemm::v1::Sgemm::WithRawCallbackMethod_PutMatrix<sgemm::v1::Sgemm::WithCallbackMethod_DeleteMatrix<
         sgemm::v1::Sgemm::WithCallbackMethod_ListMatrices<RegionMethods>>>;
 
-class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<
-                               sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<MatrixMethods>> {
+class SgemmService final
+    : public sgemm::v1::Sgemm::WithRawCallbackMethod_MultiplyUnary<sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<
+          sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<MatrixMethods>>> {
  public:
   // `engine` and the loggers must outlive the service. `timing_log` may be null.
   SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,
@@ -174,6 +177,9 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   ~SgemmService() override;
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Multiply(grpc::CallbackServerContext* ctx) override;
+  // One product in one message each way (multiply_unary_call.h).
+  grpc::ServerUnaryReactor* MultiplyUnary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx, const sgemm::v1::GetInfoRequest* request,
                                     sgemm::v1::GetInfoResponse* response) override;
   // Shared-memory regions (region_service.cc); the caller is found from
@@ -203,7 +209,7 @@ class SgemmService final : public sgemm::v1::Sgemm::WithRawCallbackMethod_Multip
   // Shutdown, step 1: refuse new calls (UNAVAILABLE) and end the calls (and
   // puts) that have not sent a header yet; those with a request carry on.
   void begin_shutdown();
-  // Step 2: waits until no call (Multiply or PutMatrix) is open or `deadline` passes; true when none is.
+  // Step 2: waits until no call (Multiply, MultiplyUnary or PutMatrix) is open or `deadline` passes; true when none is.
   bool wait_for_no_calls(std::chrono::steady_clock::time_point deadline);
   // Step 3: ends every open call with `why` (engines stop at their next block).
   void cancel_all(const Status& why);

@@ -123,6 +123,9 @@ class Cluster : public ::testing::Test {
     o.alpha = 0.75f;
     o.beta = with_c ? -1.25f : 0.0f;
     o.split = split;
+    // A request that stalls fails within the suite's time (the server's own
+    // cluster job timeout is ten minutes) and the assertion shows the log.
+    o.timeout = 60s;
     StatusOr<MultiplyResult> r = client_->multiply(s, a.data(), b.data(), with_c ? c.data() : nullptr, o);
     if (r.ok()) {
       const auto rows = all_rows ? std::vector<int64_t>{} : rows_to_verify(s.m, s.n, s.k, seed, 48);

@@ -349,7 +349,7 @@ class Request:
         proto = receiver.summary
         summary = Summary(proto, wall_ms=wall_ms, attempts=attempts, bytes_sent=receiver.bytes_sent,
                           bytes_received=receiver.received * 4, transport=self.transport,
-                          first_c_before_upload_end=receiver.first_c_early)
+                          first_c_before_upload_end=receiver.first_c_early, rpc=receiver.rpc)
         if self.keep and not self.send_c:
             return Handle(proto.result_handle, (self.m, self.n)), summary
         return (self.out if self.out is not None else self.result), summary
@@ -369,6 +369,7 @@ class Receiver:
         self.received = 0
         self.bytes_sent = 0
         self.first_c_early = False
+        self.rpc = "stream"  # the RPC that carried the request ("unary": MultiplyUnary)
         self._uploads_open = req.plan.stripes if req.mode == "stream" else 0
         self._lock = threading.Lock()
         self.t0 = time.monotonic()

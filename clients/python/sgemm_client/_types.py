@@ -55,10 +55,10 @@ class Summary:
     is `proto`), and what the client saw of the call."""
 
     __slots__ = ("proto", "wall_ms", "attempts", "bytes_sent", "bytes_received", "transport",
-                 "first_c_before_upload_end")
+                 "first_c_before_upload_end", "rpc")
 
     def __init__(self, proto: pb2.MultiplySummary, *, wall_ms: float, attempts: int, bytes_sent: int,
-                 bytes_received: int, transport: str, first_c_before_upload_end: bool):
+                 bytes_received: int, transport: str, first_c_before_upload_end: bool, rpc: str = "stream"):
         self.proto = proto
         self.wall_ms = wall_ms  # client wall time, retries included
         self.attempts = attempts  # 1 + retries after UNAVAILABLE
@@ -67,6 +67,7 @@ class Summary:
         self.transport = transport  # "grpc", "shm" (the caller's regions) or "shm-copy" (a scratch region)
         # The first chunk of C arrived before the upload ended: the server computed during the upload.
         self.first_c_before_upload_end = first_c_before_upload_end
+        self.rpc = rpc  # "stream" (Multiply) or "unary" (MultiplyUnary: one message each way)
 
     def __getattr__(self, name: str) -> Any:
         if name == "proto":  # not set yet (copying, unpickling): no message to forward to

@@ -31,6 +31,10 @@ MATRIX_A, MATRIX_B, MATRIX_C = pb2.MATRIX_A, pb2.MATRIX_B, pb2.MATRIX_C
 STRIPE_AUTO_THRESHOLD_BYTES = 16 << 20
 STRIPE_AUTO_CONNECTIONS = 4
 
+# MultiplyUnary's limit on the matrix payload each way (Limits.max_unary_bytes):
+# a product whose A + B (+ C) and C each fit travels as one message each way.
+UNARY_MAX_BYTES = (4 << 20) - (64 << 10)
+
 
 def _varint(n: int) -> bytes:
     out = bytearray()
@@ -110,6 +114,32 @@ def decode_response(data: bytes):
     if end != len(data) or pos != end:
         raise ValueError("a chunk of C overruns its message")
     return CChunk(data, matrix, offset, start, count)
+
+
+def fits_unary(m: int, n: int, k: int, has_c: bool) -> bool:
+    """Whether an m x n x k product (with an input C when has_c) fits MultiplyUnary."""
+    return 4 * (m * k + k * n + (m * n if has_c else 0)) <= UNARY_MAX_BYTES and 4 * m * n <= UNARY_MAX_BYTES
+
+
+def decode_unary_response(data: bytes) -> list:
+    """A MultiplyUnaryResponse (c = 1, summary = 2: MultiplyResponse's field numbers), as the messages
+    decode_response() makes of each field: C's chunk read in place, then the summary."""
+    view = memoryview(data)
+    out, pos = [], 0
+    while pos < len(data):
+        start = pos
+        tag, pos = _read_varint(data, pos)
+        if tag & 7 != 2:
+            raise ValueError(f"a MultiplyUnaryResponse field of wire type {tag & 7}")
+        n, pos = _read_varint(data, pos)
+        pos += n
+        if pos > len(data):
+            raise ValueError("a MultiplyUnaryResponse field overruns the message")
+        if tag >> 3 == 1:
+            out.append(decode_response(view[start:pos]))
+        elif tag >> 3 == 2:
+            out.append(decode_response(bytes(view[start:pos])))
+    return out
 
 
 def stripes_for(m: int, n: int, k: int, has_c: bool, requested: int) -> int:

@@ -47,6 +47,7 @@ TRANSPORTS = ("auto", "grpc", "shm")
 # Who drives the streams of a request spread over several connections: "threads" (one per stripe, in this
 # interpreter), "processes" (a worker process per stripe, _stripe_pool.py) or "auto" (processes where they win).
 STRIPE_WORKERS = ("auto", "threads", "processes")
+RPCS = ("auto", "stream", "unary")
 # "auto" takes processes when this process may run on at least this many CPUs: below it the workers' copies
 # and the client share too few cores to gain on the threads (docs/python.md, "Several connections").
 AUTO_PROCESSES_MIN_CPUS = 4
@@ -108,13 +109,15 @@ class ClientBase:
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None, chunk_bytes: int = 1 << 20, connections: int = 0,
                  retries: int = 5, backoff_s: float = 0.05, max_backoff_s: float = 2.0, transport: str = "auto",
-                 channel_options: Sequence[Tuple[str, Any]] = (), stripe_workers: str = "auto"):
+                 channel_options: Sequence[Tuple[str, Any]] = (), stripe_workers: str = "auto", rpc: str = "auto"):
         if not 4 <= chunk_bytes <= _wire.MAX_CHUNK_BYTES:
             raise ValueError(f"chunk_bytes must be in [4, {_wire.MAX_CHUNK_BYTES}], got {chunk_bytes}")
         if connections < 0:
             raise ValueError(f"connections must be >= 0 (0 = by size), got {connections}")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        if rpc not in RPCS:
+            raise ValueError(f"rpc must be one of {', '.join(RPCS)}, got {rpc!r}")
         if stripe_workers not in STRIPE_WORKERS:
             raise ValueError(f"stripe_workers must be one of {', '.join(STRIPE_WORKERS)}, got {stripe_workers!r}")
         if stripe_workers == "processes":  # checked before any channel exists
@@ -124,6 +127,7 @@ class ClientBase:
         self.target = target
         self.chunk_bytes = chunk_bytes
         self.stripe_workers = stripe_workers
+        self.rpc = rpc
         self.connections = connections
         self.retry = Retry(retries, backoff_s, max_backoff_s)
         self._want_transport = transport
@@ -169,6 +173,9 @@ class Client(ClientBase):
     connections: connections one multiply spreads over; 0 = by size (1 below 16 MiB of payload, else 4).
     retries, backoff_s, max_backoff_s: UNAVAILABLE retried `retries` times (Retry).
     transport: "auto" (shared memory on a unix: target whose server offers it, else gRPC), "grpc", "shm".
+    rpc: "auto" (a product sent as data on one connection goes through MultiplyUnary, one message each
+      way, when A + B (+ C) and C each fit its limit, _wire.UNARY_MAX_BYTES), "stream" (always the Multiply
+      stream) or "unary" (always MultiplyUnary; a product over the limit is refused); summary.rpc says which.
     channel_options: extra gRPC channel arguments, (name, value) pairs.
     stripe_workers: who drives the streams of a request over several connections: "processes" (a worker
       process per stripe, started on the first such request and kept; matrices pass through shared memory),
@@ -179,6 +186,8 @@ class Client(ClientBase):
     def _own_state(self) -> None:
         self._lock = threading.Lock()
         self._multiply_rpcs: Dict[int, Any] = {0: self._multiply_rpc(self._channel)}  # guarded by _lock
+        self._multiply_unary = self._channel.unary_unary("/sgemm.v1.Sgemm/MultiplyUnary", request_serializer=None,
+                                                         response_deserializer=None)
         self._stripe_channels: List[grpc.Channel] = []  # guarded by _lock
         self._workers: Optional[_stripe_pool.StripeWorkers] = None  # guarded by _lock; made on first use
         # _transport (resolved once), _scratch (the kept scratch region) and _handle_shapes: guarded by _lock
@@ -280,6 +289,8 @@ class Client(ClientBase):
                       handle_shapes=self._shapes(), op_a=op_a, op_b=op_b,
                       blocks={"a": a_at, "b": b_at, "c": c_at})
         once = self._through_scratch if req.mode == "scratch" else self._stream
+        if self._takes_unary(req):
+            once = self._unary_call
         receiver, attempts = self._with_retries(lambda: once(req, deadline), deadline)
         if keep:
             with self._lock:
@@ -414,6 +425,28 @@ class Client(ClientBase):
             raise SgemmError(grpc.StatusCode.INTERNAL, f"the server answered a request over {req.plan.stripes} "
                              "stripes without a StripeGrant (does it predate GemmHeader.stripes? use connections=1)")
         receiver.check()
+        return receiver
+
+    def _takes_unary(self, req: Request) -> bool:
+        """MultiplyUnary for a product sent as data on one stream (no handle, no kept result), when it fits
+        (rpc "auto") or always (rpc "unary"); docs/transport.md, "One product in one message"."""
+        if self.rpc == "stream" or req.mode != "stream" or req.skip or req.keep or req.plan.stripes != 1:
+            return False
+        return self.rpc == "unary" or _wire.fits_unary(req.m, req.n, req.k, req.has_c)
+
+    def _unary_call(self, req: Request, deadline: Optional[float]) -> Receiver:
+        """One attempt through MultiplyUnary: the stream's messages (header, then the chunks) joined as one
+        MultiplyUnaryRequest (the same field numbers); C and the summary in one answer."""
+        receiver = req.new_receiver()
+        body = b"".join(req.frames(0, b"", receiver))
+        try:
+            answer = self._multiply_unary(body, timeout=remaining(deadline), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_of(e) from None
+        for msg in _wire.decode_unary_response(answer):
+            receiver.on_message(msg)
+        receiver.check()
+        receiver.rpc = "unary"
         return receiver
 
     def _through_scratch(self, req: Request, deadline: Optional[float]) -> Receiver:

@@ -125,10 +125,36 @@ class ClientAgainstServer(unittest.TestCase):
         # says early_start=true). With A first, B would complete the upload and nothing could start early.
         m, n, k = 257, 129, 311
         a, b = self.random(m, k), self.random(k, n)
-        with sgemm_client.Client(self.server.address, chunk_bytes=16 << 10) as client:
+        # The stream (a product this small would otherwise go in one message: nothing to start early).
+        with sgemm_client.Client(self.server.address, chunk_bytes=16 << 10, rpc="stream") as client:
             got, summary = client.multiply(a, b, timeout=60)
         self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+        self.assertEqual(summary.rpc, "stream")
         self.assertIn("early_start=true", self.server.request_log_line(summary.request_id))
+
+    def test_one_message_each_way_when_the_product_fits(self):
+        # rpc "auto": MultiplyUnary for a product that fits, with the stream's results; the stream above it.
+        got, summary = self.check(37, 53, 29, with_c=True, alpha=1.5, beta=-0.5)
+        self.assertEqual(summary.rpc, "unary")
+        self.assertEqual(summary.bytes_received, 37 * 53 * 4)
+        self.assertIn("rpc=unary", self.server.request_log_line(summary.request_id))
+        got, summary = self.check(1100, 1100, 3, with_c=False)  # C alone is over the limit
+        self.assertEqual(summary.rpc, "stream")
+        a, b = self.random(64, 64), self.random(64, 64)
+        for rpc in ("stream", "unary"):
+            with sgemm_client.Client(self.server.address, rpc=rpc) as client:
+                got, summary = client.multiply(a, b, op_a="t", timeout=60)
+            self.assertEqual(summary.rpc, rpc)
+            self.assertLessEqual(max_error(got, a.T, b), TOLERANCE)
+        # Forced over the limit: refused, saying to use the stream.
+        big_a, big_b = self.random(1100, 3), self.random(3, 1100)
+        with sgemm_client.Client(self.server.address, rpc="unary", retries=0) as client:
+            with self.assertRaises(sgemm_client.SgemmError) as caught:
+                client.multiply(big_a, big_b, timeout=60)
+        self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("use the Multiply stream", str(caught.exception))
+        with self.assertRaises(ValueError):
+            sgemm_client.Client(self.server.address, rpc="carrier-pigeon")
 
     def test_one_request_over_several_connections(self):
         m, n, k = 515, 203, 389

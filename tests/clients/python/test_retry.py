@@ -58,7 +58,8 @@ class FlakyMultiply:
 
 
 def client_with(fake, **options):
-    client = sgemm_client.Client("127.0.0.1:1", backoff_s=0.001, max_backoff_s=0.002, **options)
+    # The fake is the Multiply stream: the products here are small enough for MultiplyUnary otherwise.
+    client = sgemm_client.Client("127.0.0.1:1", backoff_s=0.001, max_backoff_s=0.002, rpc="stream", **options)
     client._multiply_rpcs[0] = fake
     return client
 
@@ -99,7 +100,7 @@ class Retries(unittest.TestCase):
 
     def test_a_wait_past_the_deadline_ends_the_call(self):
         fake = FlakyMultiply(failures=10)
-        client = sgemm_client.Client("127.0.0.1:1", retries=10, backoff_s=5.0, max_backoff_s=5.0)
+        client = sgemm_client.Client("127.0.0.1:1", retries=10, backoff_s=5.0, max_backoff_s=5.0, rpc="stream")
         client._multiply_rpcs[0] = fake
         with client, self.assertRaisesRegex(sgemm_client.SgemmError, "deadline would pass"):
             client.multiply(np.ones((2, 2)), np.ones((2, 2)), timeout=1.0)

@@ -215,6 +215,32 @@ TEST_F(ClusterControl, MemberKilledMidJobFailsItNamingTheMemberAndTheNextRunsOnT
   EXPECT_EQ(a.connects()[1].nranks, 2);
 }
 
+// A member whose part of the job fails (its ranks aborted) ends the job at
+// once, naming it: rank 0's collectives with it would otherwise wait for the
+// cluster job timeout. The next job runs on a new communicator.
+TEST_F(ClusterControl, MemberFailingMidJobEndsItAtOnceNamingTheMember) {
+  add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  FakePlane& b = add_member("host-b", 2);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  StatusOr<ClusterView> v = prepare();
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  b.set_fail(Internal("kernel launch failed on gpu 1"));
+  auto failed = std::async(std::launch::async, [&] { return multiply(*v, GemmShape{67, 33, 19}, true, 11); });
+  ASSERT_EQ(failed.wait_for(10s), std::future_status::ready) << "the job waited past a member's failure";
+  StatusOr<ClusterRunResult> r = failed.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("host-b"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("kernel launch failed"), std::string::npos) << r.status().message();
+
+  b.set_fail(Status::Ok());
+  StatusOr<ClusterView> v2 = prepare();
+  ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+  StatusOr<ClusterRunResult> next = multiply(*v2, GemmShape{65, 31, 17}, false, 13);
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+}
+
 TEST_F(ClusterControl, JoinAndLeaveBetweenRequestsRebuildTheCommunicator) {
   add_member("host-a", 1);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));

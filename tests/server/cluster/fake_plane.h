@@ -113,6 +113,12 @@ class FakePlane final : public ClusterDataPlane {
     std::lock_guard lock(mu_);
     hang_ = h;
   }
+  // Told to fail: the job is refused on this process once it is under way,
+  // like a rank whose kernel failed (the ranks' collectives are aborted).
+  void set_fail(Status s) {
+    std::lock_guard lock(mu_);
+    fail_ = std::move(s);
+  }
   bool running() {
     std::lock_guard lock(mu_);
     return running_;
@@ -151,10 +157,12 @@ class FakePlane final : public ClusterDataPlane {
     Running running(this);
     int first = 0;
     bool hang = false;
+    Status fail;
     {
       std::lock_guard lock(mu_);
       first = comm_.first_rank;
       hang = hang_;
+      fail = fail_;
       if (comm_.epoch != spec.epoch) return Unavailable("fake plane: job for another epoch");
     }
     std::unique_lock lock(fabric_.mu);
@@ -163,6 +171,7 @@ class FakePlane final : public ClusterDataPlane {
       if (!hang && fabric_.job && fabric_.job_id == spec.job_id) break;
       fabric_.cv.wait_for(lock, std::chrono::milliseconds(5));
     }
+    if (!fail.ok()) return fail;
     const GemmJob& job = *fabric_.job;
     const auto& s = spec.shape;
     for (int rank = first; rank < first + gpus_; ++rank) {
@@ -207,6 +216,7 @@ class FakePlane final : public ClusterDataPlane {
   bool hang_ = false;                      // guarded by mu_
   bool hang_connect_ = false;              // guarded by mu_
   bool running_ = false;                   // guarded by mu_
+  Status fail_;                            // guarded by mu_
 };
 
 }  // namespace sgemm::testing

@@ -4,6 +4,7 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 namespace sgemm {
@@ -303,6 +304,74 @@ TEST(Codec, TagsProtobufRefusesAreRefusedInPlaceToo) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("does not parse"), std::string::npos) << r.status().message();
   }
+}
+
+// MultiplyUnaryRequest: each top-level field is read as the MultiplyRequest of
+// that field, in place, across slice boundaries anywhere in the message; unknown
+// fields are skipped; a chunk's errors name it.
+TEST(Codec, UnaryRequestDecodesFieldByFieldAcrossSlices) {
+  v1::MultiplyUnaryRequest u;
+  u.mutable_header()->set_m(2);
+  u.mutable_header()->set_n(3);
+  u.mutable_header()->set_k(4);
+  std::vector<float> a(8), b(12);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(i);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = -float(i);
+  auto* ca = u.add_chunks();
+  ca->set_matrix(v1::MATRIX_A);
+  ca->set_data(std::string(reinterpret_cast<const char*>(a.data()), a.size() * 4));
+  auto* cb = u.add_chunks();
+  cb->set_matrix(v1::MATRIX_B);
+  cb->set_data(std::string(reinterpret_cast<const char*>(b.data()), b.size() * 4));
+  const std::string bytes = u.SerializeAsString() + std::string("\xa0\x06\x07", 3);  // field 100 (varint 7): skipped
+  for (std::size_t cut = 1; cut < bytes.size(); cut += 7) {
+    grpc::Slice parts[2] = {grpc::Slice(bytes.substr(0, cut)), grpc::Slice(bytes.substr(cut))};
+    const grpc::ByteBuffer buffer(parts, 2);
+    auto m = decode_unary_request(buffer, 1 << 20);
+    ASSERT_TRUE(m.ok()) << "cut at " << cut << ": " << m.status().to_string();
+    ASSERT_EQ(m->size(), 3u);
+    EXPECT_EQ((*m)[0].kind, RequestMessage::Kind::kHeader);
+    EXPECT_EQ((*m)[0].header.shape.k, 4);
+    EXPECT_EQ((*m)[1].matrix, MatrixId::kA);
+    EXPECT_EQ((*m)[2].matrix, MatrixId::kB);
+    std::vector<float> got(12);
+    ASSERT_EQ((*m)[2].data_bytes, 48u);
+    (*m)[2].copy_data(got.data());
+    EXPECT_EQ(got, b);
+  }
+  v1::MultiplyUnaryRequest bad = u;
+  bad.mutable_chunks(1)->set_matrix(static_cast<v1::Matrix>(9));
+  const grpc::ByteBuffer bad_buffer = to_buffer(bad.SerializeAsString());
+  auto e = decode_unary_request(bad_buffer, 1 << 20);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("MultiplyUnaryRequest.chunks[1]: chunk.matrix has unknown value 9"),
+            std::string::npos)
+      << e.status().to_string();
+  const grpc::ByteBuffer junk = to_buffer(std::string("\x0a\x7f\x01", 3));  // a header longer than the message
+  EXPECT_EQ(decode_unary_request(junk, 1 << 20).status().code(), StatusCode::kInvalidArgument);
+}
+
+// MultiplyResponse{chunk} then MultiplyResponse{summary}, concatenated, is MultiplyUnaryResponse{c, summary}.
+TEST(Codec, ChunkThenSummaryIsAUnaryResponse) {
+  std::vector<float> c(6);
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = float(i) + 0.25f;
+  grpc::ByteBuffer chunk = encode_c_chunk(c.data(), 0, 6);
+  GemmReport report;
+  report.backend = "cpu";
+  SummaryFigures f;
+  f.request_id = "42";
+  grpc::ByteBuffer summary = encode_summary(report, f);
+  grpc::ByteBuffer both = concat_messages(chunk, summary);
+  v1::MultiplyUnaryResponse resp;
+  grpc::ProtoBufferReader reader(&both);
+  ASSERT_TRUE(resp.ParseFromZeroCopyStream(&reader));
+  EXPECT_EQ(resp.c().matrix(), v1::MATRIX_C);
+  ASSERT_EQ(resp.c().data().size(), 24u);
+  std::vector<float> got(6);
+  std::memcpy(got.data(), resp.c().data().data(), 24);
+  EXPECT_EQ(got, c);
+  EXPECT_EQ(resp.summary().request_id(), "42");
+  EXPECT_EQ(resp.summary().backend(), "cpu");
 }
 
 }  // namespace

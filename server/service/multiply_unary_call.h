@@ -1,0 +1,147 @@
+// One MultiplyUnary call (sgemm.proto): a product whose request and answer
+// each fit in one message, answered through the same request path as a
+// Multiply stream (multiply_call.h), in the order a request goes through it:
+//
+//   start()      (the handler's thread) the message is read in place as the
+//                stream's messages are (codec.h decode_unary_request); the
+//                header gets the stream's checks (request_checks.h) and
+//                the unary limit; the upload row is bound (input_source.h),
+//                the footprint reserved against the one host-memory budget
+//                (or waited for, as a stream's first chunk waits, holding
+//                the message, up to --idle-timeout),
+//                the client's quota admitted, each chunk copied once into
+//                its matrix with the assembler's checks
+//   compute      where the stream's complete requests compute, decided in
+//                the same place (compute_start.h): with other small
+//                requests in one launch, here on the handler's thread when
+//                the compute-slot policy allows it (--inline-compute-ms) and
+//                a slot is idle, or queued on the pool
+//   computed()   C (one chunk over C's own buffer, no copy) and the summary
+//                in one message (request_outcome.h writes the log line,
+//                timings, metrics and trace as for the stream), then Finish
+//
+// Phases: the stream's RequestPhase table (request_phase.h), kHeader ->
+// kReceiving (-> kWaitMemory -> kReceiving) -> kQueued -> kComputing ->
+// kSending -> kDone.
+//
+// Ownership: the call deletes itself when gRPC is done with it (OnDone) and
+// no compute task refers to it (refs_); its buffers and reservation go with it.
+//
+// Threads: start() on the handler's thread before the reactor is returned;
+// the engine on a pool thread, the handler's or a coalesced launch's;
+// OnCancel on gRPC's; abort() on the shutdown thread and check_idle() on the
+// watchdog's (shared.calls_mu held); the memory grant on whichever thread
+// freed memory.
+// The phase and the answer are guarded by mu_; gRPC's Finish is called with
+// it held (gRPC never runs a reaction inline).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/cancel_token.h"
+#include "server/service/codec.h"
+#include "server/service/input_source.h"
+#include "server/service/request_coalescer.h"
+#include "server/service/request_outcome.h"
+#include "server/service/request_phase.h"
+#include "server/service/sgemm_service.h"
+
+namespace sgemm {
+
+class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private CoalescedRequest {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Registers itself with `shared`. A non-OK `refuse` (shutdown, the open
+  // stream limits, a bad token) is the answer; `client` is the caller's
+  // (--auth-tokens; null without); `ticket` its place among the open streams.
+  MultiplyUnaryCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, Status refuse,
+                    AuthClient* client, StreamAdmission::Ticket ticket);
+
+  // Answers `request` (the handler's thread): the engine may run on this
+  // thread before it returns. `request` need not outlive the call.
+  void start(const grpc::ByteBuffer& request);
+
+  void OnCancel() override;
+  void OnDone() override;
+  // Ends the call with `why` unless answered (shutdown). shared.calls_mu held.
+  void abort(const Status& why);
+  // Watchdog: ends a wait for memory longer than --idle-timeout. shared.calls_mu held.
+  void check_idle(Clock::time_point now);
+
+ private:
+  using Phase = RequestPhase;
+
+  ~MultiplyUnaryCall() override;
+
+  // Decode, check, reserve (or queue for the memory: kWaitMemory). mu_ held.
+  Status receive(const grpc::ByteBuffer& request);
+  // The memory was granted (the thread that freed it).
+  void on_memory_granted(MemoryBudget::Reservation reservation);
+  // Copies the chunks into their matrices, then hands the job to the
+  // coalescer or the pool, or keeps it for this thread (run_here_) when the
+  // policy allows and `on_handler_thread`. mu_ held.
+  Status assemble_and_submit(bool on_handler_thread);
+  Status submit(bool on_handler_thread);
+  // Releases mu_, then cancels a memory wait the call ended (cancel_ticket_)
+  // and runs a compute kept for this thread (run_here_). Every step that
+  // holds mu_ ends through it.
+  void after_unlock(std::unique_lock<std::mutex>& lock);
+  void run_compute();  // the engine (a pool thread or the handler's); ends the task's reference
+  // The engine returned: the answer goes out. Ends the task's reference.
+  void computed(StatusOr<GemmReport> result);
+  const GemmJob& coalesced_job() const override { return job_; }
+  void coalesced_started() override;
+  void coalesced_done(StatusOr<GemmReport> result, int launch_products) override;
+
+  bool move_to(Phase to);  // false (and the call ended INTERNAL) for an illegal move
+  bool done() const { return phase_ == Phase::kDone; }
+  void finish(const Status& status);  // the error (or, from computed(), OK) goes out; mu_ held
+  RequestOutcome outcome() const;
+  void unref();
+
+  ServiceShared& shared_;
+  grpc::CallbackServerContext* const ctx_;
+  grpc::ByteBuffer* const response_;
+  const std::string id_;
+  const Clock::time_point t_start_;
+  AuthClient* const client_;  // owned by the service's ClientAuth; null without --auth-tokens
+
+  std::mutex mu_;
+  std::atomic<int> refs_{1};      // gRPC (until OnDone), the memory waiter, the compute task
+  Phase phase_ = Phase::kHeader;  // guarded by mu_, as is everything below
+  Status refuse_;                 // the answer when not OK (start() sends it)
+  GemmRequest header_;
+  bool trace_ = false;
+  int64_t footprint_bytes_ = 0;
+  std::optional<MatrixAssembler> assembler_;
+  std::vector<RequestMessage> pending_;  // the decoded message (its slices) until assembled
+  uint64_t memory_ticket_ = 0;           // waiting for memory (kWaitMemory)
+  uint64_t cancel_ticket_ = 0;           // a wait the call ended: cancelled by after_unlock()
+  Clock::time_point memory_since_{};
+  enum class RunHere { kNo, kAlone, kCoalesced };
+  RunHere run_here_ = RunHere::kNo;                    // a compute start kept for this thread, run by after_unlock()
+  std::vector<std::unique_ptr<InputSource>> sources_;  // the upload row, bound at the header
+  MemoryBudget::Reservation reservation_;
+  AuthClient::Lease client_lease_;          // the client's quotas, until answered
+  StreamAdmission::Ticket stream_ticket_;   // one of the open streams, until answered
+  std::shared_ptr<HostBuffer> buffers_[3];  // A, B, C (C's also held by the answer until gRPC has sent it)
+  CancelToken cancel_;
+  GemmJob job_;
+  int launch_products_ = 1;
+  int64_t bytes_in_ = 0, bytes_out_ = 0;
+  Phase finish_phase_ = Phase::kHeader;
+  Clock::time_point t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{}, t_finish_{};
+  Clock::time_point t_first_send_{};  // the answer (C and the summary) went to gRPC
+};
+
+}  // namespace sgemm

@@ -1,0 +1,42 @@
+// The checks of a single product's header and the host memory it needs, the
+// same for both RPCs that carry one (the Multiply stream, multiply_call.h, and
+// MultiplyUnary, multiply_unary_call.h), so that both refuse the same headers
+// with the same statuses.
+//
+// Threads: any; they read the service's options, engine and budget only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "server/engine/engine.h"
+#include "server/service/compute_pool.h"
+#include "server/service/input_source.h"
+
+namespace sgemm {
+
+struct ServiceShared;
+
+// Before any data: the service's size limits, then the engine's rules for
+// the request (shape, scalars, kernel, split, precision), then the bound on
+// a C the server holds (none when C is written into the caller's memory).
+Status check_product_header(const ServiceShared& shared, const GemmRequest& header, bool c_in_caller_memory);
+
+// The host memory a request holds: C's m x n, plus what each input row
+// needs (what is uploaded). RESOURCE_EXHAUSTED when it exceeds the whole
+// budget (no wait could ever grant it).
+StatusOr<int64_t> request_footprint(const ServiceShared& shared, const GemmShape& shape,
+                                    const std::vector<std::unique_ptr<InputSource>>& rows);
+
+// RESOURCE_EXHAUSTED: the host-memory budget is full and --max-queued
+// requests already wait for it.
+Status memory_queue_full(const ServiceShared& shared);
+// RESOURCE_EXHAUSTED: a request waited --idle-timeout for `bytes` of the budget.
+Status memory_wait_timed_out(const ServiceShared& shared, int64_t bytes);
+
+// UNAVAILABLE: every compute slot is busy and the queue is full (retry with backoff).
+Status server_busy(const ComputePool& pool);
+
+}  // namespace sgemm
