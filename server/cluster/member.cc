@@ -157,7 +157,11 @@ void ClusterMember::worker_loop() {
     }
     switch (t.kind) {
       case Task::kQuit:
+        // Said before and after: dropping the communicator waits on NCCL, and
+        // a stop that does not end must show where it stands.
+        log("leaving: dropping the cluster communicator");
         plane_.disconnect();
+        log("left: communicator dropped");
         return;
       case Task::kDisconnect:
         plane_.disconnect();
