@@ -267,6 +267,32 @@ TEST_F(ClusterControl, JoinAndLeaveBetweenRequestsRebuildTheCommunicator) {
   EXPECT_EQ(v4->members, 0);
 }
 
+// A member leaving between requests ends the communicator it held ranks in at
+// once: NCCL tears a process's ranks down only when every rank on its node lets
+// go, so a member waiting for the next request to do it would hang its stop.
+TEST_F(ClusterControl, AMemberLeavingBetweenRequestsEndsItsCommunicatorAtOnce) {
+  FakePlane& a = add_member("host-a", 2);
+  add_member("host-b", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 2; }));
+  StatusOr<ClusterView> v = prepare();
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  ASSERT_EQ(v->ranks.size(), 4u);
+  const int root_disconnects = root_plane_->disconnects();
+  members_[1]->stop();  // host-b leaves; no request follows
+  // This side aborts the old communicator and host-a gets a new one over the
+  // two processes left, without a request asking for it.
+  ASSERT_TRUE(eventually([&] { return a.connects().size() == 2; }));
+  ASSERT_TRUE(eventually([&] { return root_plane_->connects().size() == 2; }));
+  EXPECT_EQ(a.connects()[1].nranks, 3);
+  EXPECT_GT(a.connects()[1].epoch, a.connects()[0].epoch);
+  StatusOr<ClusterView> after = prepare();
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
+  EXPECT_EQ(after->ranks.size(), 3u);
+  ASSERT_TRUE(multiply(*after, GemmShape{37, 11, 29}, true, 12).ok());
+  members_[0]->stop();  // the last member leaves: this side drops its communicator
+  ASSERT_TRUE(eventually([&] { return root_plane_->disconnects() > root_disconnects; }));
+}
+
 TEST_F(ClusterControl, AMemberDropsItsCommunicatorWhenTheCoordinatorGoes) {
   FakePlane& a = add_member("host-a", 1);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
