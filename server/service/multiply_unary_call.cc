@@ -1,6 +1,7 @@
 #include "server/service/multiply_unary_call.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -19,6 +20,13 @@ Status stream_only(const std::string& field, const std::string& what) {
   return InvalidArgument(field + ": " + what +
                          " is not carried by MultiplyUnary, which takes one product sent whole; "
                          "use the Multiply stream");
+}
+
+// "30 s", as the stream's statuses name --idle-timeout.
+std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", d.count() / 1000.0);
+  return buf;
 }
 
 }  // namespace
@@ -154,9 +162,33 @@ void MultiplyUnaryCall::on_memory_granted(MemoryBudget::Reservation reservation)
 }
 
 void MultiplyUnaryCall::check_idle(Clock::time_point now) {
+  // Declared before the lock: freed after it is released (the buffers first,
+  // then the reservation, which may grant the next waiter).
+  MemoryBudget::Reservation freed;
+  std::shared_ptr<HostBuffer> dropped[3];
   std::unique_lock lock(mu_);
-  if (phase_ == Phase::kWaitMemory && now - memory_since_ >= shared_.options.idle_timeout)
+  const auto idle = shared_.options.idle_timeout;
+  if (phase_ == Phase::kWaitMemory && now - memory_since_ >= idle) {
     finish(memory_wait_timed_out(shared_, footprint_bytes_));
+  } else if (done() && refs_.load() == 1 && reservation_.bytes() > 0 && now - t_finish_ >= idle) {
+    // The answer went to gRPC (Finish) --idle-timeout ago and gRPC has not
+    // reported the call done: the client is not taking it (an answer larger
+    // than the HTTP/2 flow-control window waits for the client to read).
+    // Only gRPC refers to the call (no compute task, no memory waiter), so
+    // nothing uses the buffers: the call is reset and its memory goes back
+    // now (C's last reference, gRPC's copy of the answer, goes as the cancel
+    // completes). The reservation leaves reservation_: this happens once, and
+    // the destructor (after OnDone) has nothing left to release. Logged and
+    // counted (CANCELLED, as the client sees it) before the cancel, which
+    // leaves the context without its peer.
+    record_failure(shared_, outcome(), StatusCode::kCancelled,
+                   "call reset by the server: the client did not take its answer within " + seconds_text(idle) +
+                       " (--idle-timeout); its buffers are freed",
+                   phase_name(finish_phase_), spdlog::level::warn);
+    ctx_->TryCancel();
+    freed = std::move(reservation_);
+    for (int i = 0; i < 3; ++i) dropped[i] = std::move(buffers_[i]);
+  }
   after_unlock(lock);
 }
 

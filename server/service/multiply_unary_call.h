@@ -19,13 +19,20 @@
 //   computed()   C (one chunk over C's own buffer, no copy) and the summary
 //                in one message (request_outcome.h writes the log line,
 //                timings, metrics and trace as for the stream), then Finish
+//   check_idle() an answer gRPC has not delivered --idle-timeout after
+//                Finish (the client does not read it: an answer larger than
+//                the flow-control window waits for the client) is reset
+//                (TryCancel, CANCELLED in the log and metrics, as the stream
+//                resets a client that reads no part of C) and the call's
+//                reservation and buffers go back at once, not at OnDone
 //
 // Phases: the stream's RequestPhase table (request_phase.h), kHeader ->
 // kReceiving (-> kWaitMemory -> kReceiving) -> kQueued -> kComputing ->
 // kSending -> kDone.
 //
 // Ownership: the call deletes itself when gRPC is done with it (OnDone) and
-// no compute task refers to it (refs_); its buffers and reservation go with it.
+// no compute task refers to it (refs_); its buffers and reservation go with
+// it, unless check_idle() released them before (they are released once).
 //
 // Threads: start() on the handler's thread before the reactor is returned;
 // the engine on a pool thread, the handler's or a coalesced launch's;
@@ -75,7 +82,9 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
   void OnDone() override;
   // Ends the call with `why` unless answered (shutdown). shared.calls_mu held.
   void abort(const Status& why);
-  // Watchdog: ends a wait for memory longer than --idle-timeout. shared.calls_mu held.
+  // Watchdog: ends a wait for memory longer than --idle-timeout, and resets
+  // a call whose answer gRPC has not delivered --idle-timeout after Finish,
+  // releasing its memory. shared.calls_mu held.
   void check_idle(Clock::time_point now);
 
  private:
@@ -131,7 +140,7 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
   enum class RunHere { kNo, kAlone, kCoalesced };
   RunHere run_here_ = RunHere::kNo;                    // a compute start kept for this thread, run by after_unlock()
   std::vector<std::unique_ptr<InputSource>> sources_;  // the upload row, bound at the header
-  MemoryBudget::Reservation reservation_;
+  MemoryBudget::Reservation reservation_;   // until the call goes, or check_idle() resets an answer not taken
   AuthClient::Lease client_lease_;          // the client's quotas, until answered
   StreamAdmission::Ticket stream_ticket_;   // one of the open streams, until answered
   std::shared_ptr<HostBuffer> buffers_[3];  // A, B, C (C's also held by the answer until gRPC has sent it)

@@ -3,7 +3,10 @@
 // and never acknowledges the server's SETTINGS, so gRPC 1.51 does not hold it
 // to SETTINGS_MAX_CONCURRENT_STREAMS. It connects from a loopback address of
 // its own (127.0.0.2, ...), so the server tells it apart from the test's
-// normal client on 127.0.0.1. What the server sends is read and dropped.
+// normal client on 127.0.0.1. What the server sends is read, its frames
+// noted (the streams it reset, the DATA it sent) and dropped. It can also
+// send a unary call whose answer it never takes (open_unary): it never sends
+// WINDOW_UPDATE, so the server may send no more than HTTP/2's initial window.
 // connect_tls() speaks the same over TLS (ALPN h2, the server's certificate
 // not verified: the attacker needs no trust).
 #pragma once
@@ -21,8 +24,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 
 namespace sgemm::testing {
@@ -86,6 +91,10 @@ class RawH2Client {
       fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);  // reads and writes wait in poll()
     }
     next_id_ = 1;
+    in_.clear();
+    resets_.clear();
+    data_bytes_.clear();
+    headers_.clear();
     std::string out = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     frame(&out, 0x4, 0, 0, "");  // SETTINGS, empty; the server's are never acknowledged
     return send_all(out);
@@ -109,6 +118,51 @@ class RawH2Client {
     return send_all(out) && !closed_by_server();
   }
 
+  // Opens one stream on `path` carrying `message` (a serialized protobuf) as
+  // its one gRPC message, as a unary call's client does: HEADERS, then DATA
+  // that ends the stream. The message must fit HTTP/2's initial window
+  // (65,535 bytes), which the server grants before its own SETTINGS. The
+  // answer is never taken: no WINDOW_UPDATE is sent. Returns the stream's id;
+  // 0 once the connection is gone.
+  uint32_t open_unary(const std::string& path, const std::string& message) {
+    const uint32_t id = next_id_;
+    next_id_ += 2;
+    std::string grpc_message(5, '\0');  // uncompressed, then the length (big-endian)
+    const uint32_t len = uint32_t(message.size());
+    for (int i = 0; i < 4; ++i) grpc_message[std::size_t(1 + i)] = char(len >> (24 - 8 * i));
+    grpc_message += message;
+    data_bytes_[id] = 0;  // its frames are noted from now on
+    std::string out;
+    frame(&out, 0x1, 0x4, id, header_block(path));  // END_HEADERS
+    constexpr std::size_t kMaxFrame = 16384;        // SETTINGS_MAX_FRAME_SIZE's initial value
+    for (std::size_t at = 0; at < grpc_message.size(); at += kMaxFrame) {
+      const bool last = at + kMaxFrame >= grpc_message.size();
+      frame(&out, 0x0, last ? 0x1 : 0x0, id, grpc_message.substr(at, kMaxFrame));  // END_STREAM on the last
+    }
+    return send_all(out) && !closed_by_server() ? id : 0;
+  }
+
+  // Waits up to `ms` for the server to reset `stream` (RST_STREAM): its error
+  // code (0: NO_ERROR, 8: CANCEL, ...), or -1 when it did not (or closed the
+  // connection).
+  int64_t wait_reset(uint32_t stream, int ms) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    for (;;) {
+      const bool closed = closed_by_server();
+      if (auto it = resets_.find(stream); it != resets_.end()) return it->second;
+      if (closed || std::chrono::steady_clock::now() >= give_up) return -1;
+      pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+      poll(&p, 1, 10);
+    }
+  }
+  // The header blocks (HPACK) the server sent on `stream`, as read so far.
+  const std::string& headers(uint32_t stream) { return headers_[stream]; }
+  // Bytes of DATA payload the server sent on `stream`, as read so far.
+  int64_t data_bytes(uint32_t stream) const {
+    const auto it = data_bytes_.find(stream);
+    return it == data_bytes_.end() ? 0 : it->second;
+  }
+
   // Reads and drops what the server sent; true once it closed the connection.
   bool closed_by_server() {
     if (fd_ < 0) return true;
@@ -117,14 +171,20 @@ class RawH2Client {
       for (;;) {
         ERR_clear_error();  // SSL_get_error reads the thread's queue: another connection's error is not ours
         const int n = SSL_read(ssl_, buf, sizeof buf);
-        if (n > 0) continue;
+        if (n > 0) {
+          note_frames(buf, std::size_t(n));
+          continue;
+        }
         const int e = SSL_get_error(ssl_, n);
         return e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE;
       }
     }
     for (;;) {
       const ssize_t n = recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
-      if (n > 0) continue;
+      if (n > 0) {
+        note_frames(buf, std::size_t(n));
+        continue;
+      }
       if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
       return false;
     }
@@ -210,9 +270,35 @@ class RawH2Client {
     return true;
   }
 
+  // The server's frames as they arrive: the RST_STREAM and the DATA of a
+  // stream open_unary() opened are noted (a storm's streams are not, so
+  // that a long one costs no memory); the rest is dropped.
+  void note_frames(const char* data, std::size_t n) {
+    in_.append(data, n);
+    std::size_t at = 0;
+    while (in_.size() - at >= 9) {
+      const auto* h = reinterpret_cast<const unsigned char*>(in_.data() + at);
+      const std::size_t len = (std::size_t(h[0]) << 16) | (std::size_t(h[1]) << 8) | h[2];
+      if (in_.size() - at < 9 + len) break;
+      const uint32_t stream = ((uint32_t(h[5]) & 0x7f) << 24) | (uint32_t(h[6]) << 16) | (uint32_t(h[7]) << 8) | h[8];
+      if (const auto it = data_bytes_.find(stream); it != data_bytes_.end()) {
+        if (h[3] == 0x0) it->second += int64_t(len);
+        if (h[3] == 0x1) headers_[stream].append(in_, at + 9, len);
+        if (h[3] == 0x3 && len == 4)
+          resets_[stream] = (int64_t(h[9]) << 24) | (int64_t(h[10]) << 16) | (int64_t(h[11]) << 8) | h[12];
+      }
+      at += 9 + len;
+    }
+    in_.erase(0, at);
+  }
+
   int fd_ = -1;
   SSL* ssl_ = nullptr;
   uint32_t next_id_ = 1;
+  std::string in_;                           // the start of a frame not yet read whole
+  std::map<uint32_t, int64_t> data_bytes_;   // open_unary()'s streams -> DATA payload bytes
+  std::map<uint32_t, int64_t> resets_;       // those of them reset -> the RST_STREAM's error code
+  std::map<uint32_t, std::string> headers_;  // those of them -> their HEADERS' blocks, one after the other
 };
 
 }  // namespace sgemm::testing

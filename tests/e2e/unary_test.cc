@@ -3,7 +3,8 @@
 // op(A), op(B); the client's choice between it and the stream; bad input
 // refused with the stream's statuses, naming the field; a product over the
 // unary limit refused with a message that says to use the stream; tokens and
-// quotas; the timings record and the metrics of a unary request.
+// quotas; the timings record and the metrics of a unary request; an answer
+// the client never takes is reset at --idle-timeout and its memory freed.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +23,8 @@
 #include "common/reference_gemm.h"
 #include "sgemm/v1/sgemm.grpc.pb.h"
 #include "tests/e2e/in_process_server.h"
+#include "tests/e2e/metrics_scrape.h"
+#include "tests/e2e/raw_h2_client.h"
 #include "tests/e2e/server_process.h"
 
 namespace sgemm {
@@ -370,6 +373,89 @@ TEST(UnaryMemoryE2E, AUnaryRequestWaitsForMemoryAndLeavesTheQueueAtItsDeadline) 
   EXPECT_EQ(waited->rpc, MultiplyRpc::kUnary);
   for (float x : waited->c) ASSERT_FLOAT_EQ(x, 256.0f);  // k * 1 * 0.5
   testing::expect_released(*c, "memory held after the wait");
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// An answer the client never takes: a 1000 x 1000 C (4 MB, far over HTTP/2's
+// initial window of 64 KiB) for a raw client that never sends WINDOW_UPDATE,
+// so gRPC can neither deliver it nor report the call done. --idle-timeout
+// after the answer went to gRPC the server resets the call (RST_STREAM) and
+// frees its memory; a normal request from another client is served beside it.
+TEST(UnaryIdleE2E, AnAnswerTheClientNeverTakesIsResetAtTheIdleTimeoutAndItsMemoryFreed) {
+  // 2 s: the call is seen holding its memory well before the timeout ends it, even on a loaded machine.
+  InProcessServer server([](ServerOptions& o, EngineOptions&) {
+    o.idle_timeout_s = 2;
+    o.service.log_lines_per_second = 0;
+    o.metrics_listen = "127.0.0.1:0";
+  });
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string addr = server.tcp_address();
+  const int metrics = server.server().metrics_port();
+  const std::string cancelled = R"(sgemm_requests_total{client="",code="CANCELLED"})";
+  const double cancelled_before = testing::value(testing::samples(testing::scrape(metrics)), cancelled);
+  ClientOptions co;
+  co.rpc = MultiplyRpc::kUnary;
+  co.retry.max_attempts = 1;
+  co.transport = Transport::kGrpc;
+  auto probe = Client::connect(addr, co);
+
+  // k = 1: cheap to send and to compute; C alone is what the answer carries.
+  constexpr int64_t kM = 1000, kN = 1000;
+  v1::MultiplyUnaryRequest req = request(kM, kN, 1);
+  add_chunk(&req, v1::MATRIX_A, 0, kM, 1.0f);
+  add_chunk(&req, v1::MATRIX_B, 0, kN, 2.0f);
+  testing::RawH2Client stalled;
+  ASSERT_TRUE(stalled.connect(server.server().port(), "127.0.0.2"));
+  const uint32_t stream = stalled.open_unary("/sgemm.v1.Sgemm/MultiplyUnary", req.SerializeAsString());
+  ASSERT_NE(stream, 0u);
+  // The answer went to gRPC (its log line is written just before) and
+  // cannot leave: the call still holds C (and A and B).
+  ASSERT_TRUE(server.log_has("rpc=unary m=1000 n=1000 k=1 ")) << server.log();
+  const auto held = probe->info();
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  EXPECT_GE(held->host_bytes_in_use, kM * kN * 4) << "the stalled call holds no memory";
+
+  // Another client is served correctly beside it (odd shape, fp64 reference).
+  {
+    const GemmShape s{129, 63, 257};
+    const uint64_t seed = std::random_device{}();
+    std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
+    fill_random(a, seed);
+    fill_random(b, seed + 1);
+    auto r = Client::connect(addr, co)->multiply(s, a.data(), b.data(), nullptr, {});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->rpc, MultiplyRpc::kUnary);
+    const auto v = verify_gemm(s.m, s.n, s.k, 1.0f, a.data(), b.data(), 0.0f, nullptr, r->c.data(),
+                               rows_to_verify(s.m, s.n, s.k, seed));
+    EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+  }
+
+  // The server resets the stalled call and keeps the connection (gRPC ends
+  // the stream with its trailers, then RST_STREAM NO_ERROR).
+  EXPECT_GE(stalled.wait_reset(stream, testing::ServerLog::kEventWaitMs), 0) << "the stalled call was not reset";
+  EXPECT_LE(stalled.data_bytes(stream), 65535) << "more of the answer came than the window allows";
+  // Its status, before the reset: CANCELLED (gRPC writes the trailers' grpc-status as an HPACK literal).
+  EXPECT_NE(stalled.headers(stream).find(std::string("grpc-status\x01") + "1"), std::string::npos)
+      << "the trailers carry no grpc-status 1 (CANCELLED)";
+  EXPECT_FALSE(stalled.closed_by_server()) << "the server closed the connection instead of resetting the call";
+  // Its memory goes back: the budget is idle again, as GetInfo and /metrics say.
+  EXPECT_EQ(testing::info_when(*probe, [](const ServerInfo& i) { return i.host_bytes_in_use == 0; }).host_bytes_in_use,
+            0);
+  const auto after = testing::samples(testing::scrape(metrics));
+  EXPECT_EQ(testing::value(after, "sgemm_host_memory_in_use_bytes"), 0.0);
+  // Counted and logged as the stream counts a reset for an unread answer.
+  EXPECT_EQ(testing::value(after, cancelled) - cancelled_before, 1.0);
+  ASSERT_TRUE(server.log_has("reset by the server")) << server.log();
+  {
+    const std::string log = server.log();
+    const auto at = log.find("reset by the server");
+    const auto line_start = log.rfind('\n', at) + 1;
+    const std::string line = log.substr(line_start, at - line_start);
+    EXPECT_NE(line.find("peer=ipv4:127.0.0.2:"), std::string::npos) << line;
+    EXPECT_NE(line.find("rpc=unary m=1000 n=1000 k=1 status=CANCELLED"), std::string::npos) << line;
+    EXPECT_NE(log.find("--idle-timeout", at), std::string::npos) << log.substr(at);
+  }
+  testing::expect_released(*probe, "the reset call left memory held");
   EXPECT_EQ(server.stop(), 0);
 }
 
