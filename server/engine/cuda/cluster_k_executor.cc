@@ -18,9 +18,9 @@
 #include <algorithm>
 
 #include "server/engine/cluster_plane.h"
+#include "server/engine/cuda/executor_steps.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/split_executor.h"
-#include "server/planner/plan.h"
 
 namespace sgemm {
 namespace {
@@ -29,17 +29,13 @@ Status issue(JobRun& run) {
   const GemmJob& job = run.job();
   const GemmShape& s = run.shape();
   auto& works = run.works();
-  Communicator* comm = run.comm();
-  const std::vector<Shard>& shards = run.rank_shards();
-  if (!comm || works.empty() || int(shards.size()) != comm->size() || int(works.size()) != comm->local_size())
-    return Internal("cluster K split without a shard for every rank");
+  SGEMM_ASSIGN_OR_RETURN(const ClusterRanks ranks, cluster_ranks(run, "cluster K split"));
+  const std::vector<Shard>& shards = *ranks.shards;
+  const int nlocal = ranks.nlocal, nranks = ranks.nranks;
+  const bool root = ranks.root;
   for (const Shard& sh : shards)
     if (sh.k_end <= sh.k_begin || sh.row_begin != 0 || sh.row_end != s.m)
       return Internal("cluster K split with an empty K slice or a partial row range");
-  const int nlocal = comm->local_size();
-  const int nranks = comm->size();
-  const bool root = comm->first_rank() == 0;  // this process holds rank 0 and the matrices
-  if (root && (!job.a || !job.b || !job.c)) return Internal("rank 0 without the request's matrices");
   const int64_t ldb = pad4(s.n), ldc = ldb;
   const int64_t hlda = job.a_ld(), hldb = job.b_ld(), hldc = job.c_ld();
   const bool has_c = job.request.has_c;
@@ -71,36 +67,26 @@ Status issue(JobRun& run) {
       w.extra.push_back(std::move(b));
     }
   }
-  // Columns [k0, k1) of A and rows [k0, k1) of B, from the host (pitches a_ld and ldb).
-  auto slices_in = [&](ShardWork& w, int64_t k0, int64_t k1, float* a, int64_t a_ld, float* b) -> Status {
-    SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, a, a_ld, job.a + k0, hlda, k1 - k0, s.m));
-    return run.h2d_2d(w, b, ldb, job.b + k0 * hldb, hldb, s.n, k1 - k0);
-  };
   // Zeroed partials (the padding rows reduce to zero; rank 0's hold C for
   // beta), then on rank 0 the remote ranks' slices, all that group 1 sends.
   for (auto& w : works) {
     const bool owns_c = w.rank == 0 && has_c;
-    SGEMM_RETURN_IF_ERROR(run.timed(
-        w, w.in, w.lane->h2d(),
-        [&]() -> Status {
-          SGEMM_CUDA_TRY(cudaMemsetAsync(w.c.floats(), 0, size_t(padded_rows * ldc) * kFloatBytes, w.lane->h2d()));
-          if (owns_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.c.floats(), ldc, job.c, hldc, s.n, s.m));
-          return Status::Ok();
-        },
-        nullptr,
-        Step{.bytes = owns_c ? s.m * s.n * int64_t(kFloatBytes) : 0,
-             .row_begin = 0,
-             .row_end = s.m,
-             .k_begin = w.shard.k_begin,
-             .k_end = w.shard.k_end}));
+    SGEMM_RETURN_IF_ERROR(partial_c_in(run, w, [&]() -> Status {
+      SGEMM_CUDA_TRY(cudaMemsetAsync(w.c.floats(), 0, size_t(padded_rows * ldc) * kFloatBytes, w.lane->h2d()));
+      if (owns_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.c.floats(), ldc, job.c, hldc, s.n, s.m));
+      return Status::Ok();
+    }));
     if (w.rank == 0 && a_total > 0)
       SGEMM_RETURN_IF_ERROR(run.timed(
           w, w.in, w.lane->h2d(),
           [&]() -> Status {
             for (int r = nlocal; r < nranks; ++r) {
               const Shard& sh = shards[size_t(r)];
-              SGEMM_RETURN_IF_ERROR(slices_in(w, sh.k_begin, sh.k_end, w.extra[kARemote].floats() + a_off[size_t(r)],
-                                              pad4(slice(r)), w.extra[kBRemote].floats() + b_off[size_t(r)]));
+              // Columns [k_begin, k_end) of A and rows [k_begin, k_end) of B.
+              SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.extra[kARemote].floats() + a_off[size_t(r)], pad4(slice(r)),
+                                               job.a + sh.k_begin, hlda, slice(r), s.m));
+              SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.extra[kBRemote].floats() + b_off[size_t(r)], ldb,
+                                               job.b + sh.k_begin * hldb, hldb, s.n, slice(r)));
             }
             return Status::Ok();
           },
@@ -114,112 +100,59 @@ Status issue(JobRun& run) {
   // Group 1: the remote ranks' slices from rank 0. It starts after the
   // copies above; the local slices' copies issued below overlap it.
   for (auto& w : works) SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->h2d()));
-  std::vector<Span> spans;
-  SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans));
-  {
-    NcclGroup group;
-    SGEMM_RETURN_IF_ERROR(group.start_status());
-    for (auto& w : works) {
-      ncclComm_t c = comm->comm(w.rank);
-      cudaStream_t st = w.lane->comm();
-      if (w.rank == 0) {
-        for (int r = nlocal; r < nranks; ++r) {
-          SGEMM_NCCL_TRY(ncclSend(w.extra[kARemote].floats() + a_off[size_t(r)], size_t(s.m * pad4(slice(r))),
-                                  ncclFloat, r, c, st));
-          SGEMM_NCCL_TRY(
-              ncclSend(w.extra[kBRemote].floats() + b_off[size_t(r)], size_t(slice(r) * ldb), ncclFloat, r, c, st));
-        }
-      } else if (!root) {
-        SGEMM_NCCL_TRY(ncclRecv(w.a.floats(), size_t(s.m * pad4(slice(w.rank))), ncclFloat, 0, c, st));
-        SGEMM_NCCL_TRY(ncclRecv(w.b.floats(), size_t(slice(w.rank) * ldb), ncclFloat, 0, c, st));
-      }
-    }
-    SGEMM_RETURN_IF_ERROR(run.end_group(group));
-  }
   std::vector<int64_t> received;  // traces: what each local rank receives in each group
   received.reserve(works.size());
   for (auto& w : works) received.push_back(root ? 0 : slice(w.rank) * (s.m + s.n) * int64_t(kFloatBytes));
-  SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
+  std::vector<Span> spans;
+  SGEMM_RETURN_IF_ERROR(
+      cluster_group(run, &spans, received, [&](ShardWork& w, ncclComm_t c, cudaStream_t st) -> Status {
+        if (w.rank == 0) {
+          for (int r = nlocal; r < nranks; ++r) {
+            SGEMM_NCCL_TRY(ncclSend(w.extra[kARemote].floats() + a_off[size_t(r)], size_t(s.m * pad4(slice(r))),
+                                    ncclFloat, r, c, st));
+            SGEMM_NCCL_TRY(
+                ncclSend(w.extra[kBRemote].floats() + b_off[size_t(r)], size_t(slice(r) * ldb), ncclFloat, r, c, st));
+          }
+        } else if (!root) {
+          SGEMM_NCCL_TRY(ncclRecv(w.a.floats(), size_t(s.m * pad4(slice(w.rank))), ncclFloat, 0, c, st));
+          SGEMM_NCCL_TRY(ncclRecv(w.b.floats(), size_t(slice(w.rank) * ldb), ncclFloat, 0, c, st));
+        }
+        return Status::Ok();
+      }));
   // A remote rank computes on what group 1 brought; the coordinator's ranks
   // on the blocks they copy in.
   if (!root)
     for (size_t j = 0; j < works.size(); ++j)
       SGEMM_RETURN_IF_ERROR(run.wait_on(works[j], works[j].lane->compute(), spans[j].end));
-  // K blocks, block i on every rank before block i + 1 on any; beta * C once, on rank 0.
-  for (int64_t i = 0;; ++i) {
-    bool issued = false;
-    for (auto& w : works) {
-      const int64_t k0 = w.shard.k_begin, k1 = w.shard.k_end, kc = k1 - k0;
-      const int64_t step = pipeline_k_block(s, kc, run.settings().chunk_k, run.settings().pipeline_chunks);
-      const int64_t s0 = k0 + i * step;
-      if (s0 >= k1) continue;
-      issued = true;
-      const int64_t s1 = std::min(k1, s0 + step);
-      const int64_t lda = pad4(kc);
-      SGEMM_RETURN_IF_ERROR(run.check_cancel());
-      float* da = w.a.floats() + (s0 - k0);
-      float* db = w.b.floats() + (s0 - k0) * ldb;
-      if (root) {
-        cudaEvent_t in_done = nullptr;
-        SGEMM_RETURN_IF_ERROR(run.timed(
-            w, w.in, w.lane->h2d(), [&] { return slices_in(w, s0, s1, da, lda, db); }, &in_done,
-            Step{.bytes = (s1 - s0) * (s.m + s.n) * int64_t(kFloatBytes),
-                 .row_begin = 0,
-                 .row_end = s.m,
-                 .k_begin = s0,
-                 .k_end = s1}));
-        SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
-      }
-      const float beta = i == 0 ? (w.rank == 0 && has_c ? job.request.beta : 0.0f) : 1.0f;
-      cudaEvent_t k_done = nullptr;
-      GemmArgs args{GemmShape{s.m, s.n, s1 - s0}, job.request.alpha, beta, da, lda, db, ldb, w.c.floats(), ldc};
-      SGEMM_RETURN_IF_ERROR(run.timed(
-          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
-          Step{.row_begin = 0, .row_end = s.m, .k_begin = s0, .k_end = s1}));
-      SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
-    }
-    if (!issued) break;
-  }
+  // K blocks, block i on every rank before block i + 1 on any; beta * C once,
+  // on rank 0. Then each rank's comm stream waits for its kernels and copies.
+  SGEMM_RETURN_IF_ERROR(issue_k_blocks(run, root ? BlockInputs::kFromHost : BlockInputs::kOnDevice));
   // Group 2: the partials summed, rank r keeping block r (in place).
-  for (auto& w : works) {
-    SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->h2d()));
-    SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->compute()));
-  }
-  std::vector<Span> summed;
-  SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&summed));
-  {
-    NcclGroup group;
-    SGEMM_RETURN_IF_ERROR(group.start_status());
-    const size_t count = size_t(block * ldc);
-    for (auto& w : works)
-      SGEMM_NCCL_TRY(ncclReduceScatter(w.c.floats(), w.c.floats() + size_t(w.rank) * count, count, ncclFloat, ncclSum,
-                                       comm->comm(w.rank), w.lane->comm()));
-    SGEMM_RETURN_IF_ERROR(run.end_group(group));
-  }
   received.assign(works.size(), block * s.n * int64_t(nranks - 1) * int64_t(kFloatBytes));
-  SGEMM_RETURN_IF_ERROR(run.end_comm_spans(summed, received));
-  // Group 3: the remote ranks' blocks to rank 0, into the same rows of its partial.
-  SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans));
-  {
-    NcclGroup group;
-    SGEMM_RETURN_IF_ERROR(group.start_status());
-    for (auto& w : works) {
-      ncclComm_t c = comm->comm(w.rank);
-      cudaStream_t st = w.lane->comm();
-      if (w.rank == 0) {
-        for (int r = nlocal; r < nranks; ++r)
-          if (block_rows(r) > 0)
-            SGEMM_NCCL_TRY(ncclRecv(w.c.floats() + r * block * ldc, size_t(block_rows(r) * ldc), ncclFloat, r, c, st));
-      } else if (!root && block_rows(w.rank) > 0) {
+  std::vector<Span> summed;
+  SGEMM_RETURN_IF_ERROR(
+      cluster_group(run, &summed, received, [&](ShardWork& w, ncclComm_t c, cudaStream_t st) -> Status {
+        const size_t count = size_t(block * ldc);
         SGEMM_NCCL_TRY(
-            ncclSend(w.c.floats() + w.rank * block * ldc, size_t(block_rows(w.rank) * ldc), ncclFloat, 0, c, st));
-      }
-    }
-    SGEMM_RETURN_IF_ERROR(run.end_group(group));
-  }
+            ncclReduceScatter(w.c.floats(), w.c.floats() + size_t(w.rank) * count, count, ncclFloat, ncclSum, c, st));
+        return Status::Ok();
+      }));
+  // Group 3: the remote ranks' blocks to rank 0, into the same rows of its partial.
   received.assign(works.size(), 0);
   if (root) received[0] = (s.m - std::min(s.m, nlocal * block)) * s.n * int64_t(kFloatBytes);
-  SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
+  SGEMM_RETURN_IF_ERROR(
+      cluster_group(run, &spans, received, [&](ShardWork& w, ncclComm_t c, cudaStream_t st) -> Status {
+        if (w.rank == 0) {
+          for (int r = nlocal; r < nranks; ++r)
+            if (block_rows(r) > 0)
+              SGEMM_NCCL_TRY(
+                  ncclRecv(w.c.floats() + r * block * ldc, size_t(block_rows(r) * ldc), ncclFloat, r, c, st));
+        } else if (!root && block_rows(w.rank) > 0) {
+          SGEMM_NCCL_TRY(
+              ncclSend(w.c.floats() + w.rank * block * ldc, size_t(block_rows(w.rank) * ldc), ncclFloat, 0, c, st));
+        }
+        return Status::Ok();
+      }));
   if (!root) return Status::Ok();
   // To the host: every local rank its block once summed, rank 0 the remote blocks once they came.
   for (size_t j = 0; j < works.size(); ++j) {

@@ -14,6 +14,7 @@
 // gets its rows whole in group 1 and runs its kernels by the same blocks.
 #include <algorithm>
 
+#include "server/engine/cuda/executor_steps.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/split_executor.h"
 
@@ -24,14 +25,10 @@ Status issue(JobRun& run) {
   const GemmJob& job = run.job();
   const GemmShape& s = run.shape();
   auto& works = run.works();
-  Communicator* comm = run.comm();
-  const std::vector<Shard>& shards = run.rank_shards();
-  if (!comm || works.empty() || int(shards.size()) != comm->size() || int(works.size()) != comm->local_size())
-    return Internal("cluster row split without a shard for every rank");
-  const int nlocal = comm->local_size();
-  const int nranks = comm->size();
-  const bool root = comm->first_rank() == 0;  // this process holds rank 0 and the matrices
-  if (root && (!job.a || !job.b || !job.c)) return Internal("rank 0 without the request's matrices");
+  SGEMM_ASSIGN_OR_RETURN(const ClusterRanks ranks, cluster_ranks(run, "cluster row split"));
+  const std::vector<Shard>& shards = *ranks.shards;
+  const int nlocal = ranks.nlocal, nranks = ranks.nranks;
+  const bool root = ranks.root;
   const int64_t lda = pad4(s.k), ldb = pad4(s.n), ldc = ldb;
   const int64_t hlda = job.a_ld(), hldb = job.b_ld(), hldc = job.c_ld();
   const bool has_c = job.request.has_c;
@@ -84,123 +81,64 @@ Status issue(JobRun& run) {
   // Group 1 starts after the allocations and rank 0's copies above; the local
   // rows' copies issued below overlap it.
   for (auto& w : works) SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->h2d()));
-  std::vector<Span> spans;
-  SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans));
-  {
-    NcclGroup group;
-    SGEMM_RETURN_IF_ERROR(group.start_status());
-    for (auto& w : works) {
-      ncclComm_t c = comm->comm(w.rank);
-      cudaStream_t st = w.lane->comm();
-      const size_t rows = size_t(w.shard.row_end - w.shard.row_begin);
-      SGEMM_NCCL_TRY(ncclBroadcast(w.b.floats(), w.b.floats(), size_t(s.k * ldb), ncclFloat, 0, c, st));
-      if (w.rank == 0) {
-        for (int r = nlocal; r < nranks; ++r) {
-          const Shard& sh = shards[size_t(r)];
-          const size_t n_rows = size_t(sh.row_end - sh.row_begin);
-          if (n_rows == 0) continue;
-          const int64_t off = sh.row_begin - remote0;
-          SGEMM_NCCL_TRY(ncclSend(w.extra[kARemote].floats() + off * lda, n_rows * size_t(lda), ncclFloat, r, c, st));
-          if (has_c)
-            SGEMM_NCCL_TRY(ncclSend(w.extra[kCRemote].floats() + off * ldc, n_rows * size_t(ldc), ncclFloat, r, c, st));
-        }
-      } else if (!root && rows > 0) {
-        SGEMM_NCCL_TRY(ncclRecv(w.a.floats(), rows * size_t(lda), ncclFloat, 0, c, st));
-        if (has_c) SGEMM_NCCL_TRY(ncclRecv(w.c.floats(), rows * size_t(ldc), ncclFloat, 0, c, st));
-      }
-    }
-    SGEMM_RETURN_IF_ERROR(run.end_group(group));
-  }
   std::vector<int64_t> received;  // traces: what each local rank receives in group 1
   received.reserve(works.size());
   for (auto& w : works) {
     const int64_t rows = root ? 0 : w.shard.row_end - w.shard.row_begin;
     received.push_back(w.rank == 0 ? 0 : (s.k * s.n + rows * (s.k + (has_c ? s.n : 0))) * int64_t(kFloatBytes));
   }
-  SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
+  std::vector<Span> spans;
+  SGEMM_RETURN_IF_ERROR(
+      cluster_group(run, &spans, received, [&](ShardWork& w, ncclComm_t c, cudaStream_t st) -> Status {
+        const size_t rows = size_t(w.shard.row_end - w.shard.row_begin);
+        SGEMM_NCCL_TRY(ncclBroadcast(w.b.floats(), w.b.floats(), size_t(s.k * ldb), ncclFloat, 0, c, st));
+        if (w.rank == 0) {
+          for (int r = nlocal; r < nranks; ++r) {
+            const Shard& sh = shards[size_t(r)];
+            const size_t n_rows = size_t(sh.row_end - sh.row_begin);
+            if (n_rows == 0) continue;
+            const int64_t off = sh.row_begin - remote0;
+            SGEMM_NCCL_TRY(ncclSend(w.extra[kARemote].floats() + off * lda, n_rows * size_t(lda), ncclFloat, r, c, st));
+            if (has_c)
+              SGEMM_NCCL_TRY(
+                  ncclSend(w.extra[kCRemote].floats() + off * ldc, n_rows * size_t(ldc), ncclFloat, r, c, st));
+          }
+        } else if (!root && rows > 0) {
+          SGEMM_NCCL_TRY(ncclRecv(w.a.floats(), rows * size_t(lda), ncclFloat, 0, c, st));
+          if (has_c) SGEMM_NCCL_TRY(ncclRecv(w.c.floats(), rows * size_t(ldc), ncclFloat, 0, c, st));
+        }
+        return Status::Ok();
+      }));
   // Every rank but 0 computes with the broadcast's B (a remote rank also with
   // its rows of A and C); rank 0 with the B it copied in.
   for (size_t j = 0; j < works.size(); ++j) {
     ShardWork& w = works[j];
     SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), w.rank == 0 ? b_in : spans[j].end));
   }
-  const float beta = has_c ? job.request.beta : 0.0f;
-  // Every block of a rank reads all of B: a kernel that transforms B first
-  // (JobRun::prepare_b) does it once per rank, as the local row pipeline does.
-  for (auto& w : works) {
-    const int64_t rows = w.shard.row_end - w.shard.row_begin;
-    const int64_t step = run.row_block(rows);
-    if (rows <= step) continue;
-    SGEMM_RETURN_IF_ERROR(run.prepare_b(w, GemmArgs{GemmShape{step, s.n, s.k}, job.request.alpha, beta, w.a.floats(),
-                                                    lda, w.b.floats(), ldb, w.c.floats(), ldc}));
-  }
-  // The rows by blocks: block i on every rank, then block i + 1.
-  for (int64_t i = 0;; ++i) {
-    bool issued = false;
-    for (auto& w : works) {
-      const int64_t r0 = w.shard.row_begin, r1 = w.shard.row_end;
-      const int64_t step = run.row_block(r1 - r0);
-      const int64_t c0 = r0 + i * step;
-      if (c0 >= r1) continue;
-      issued = true;
-      const int64_t c1 = std::min(r1, c0 + step);
-      SGEMM_RETURN_IF_ERROR(run.check_cancel());
-      float* da = w.a.floats() + (c0 - r0) * lda;
-      float* dc = w.c.floats() + (c0 - r0) * ldc;
-      if (root) {
-        cudaEvent_t in_done = nullptr;
-        SGEMM_RETURN_IF_ERROR(run.timed(
-            w, w.in, w.lane->h2d(),
-            [&]() -> Status {
-              SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, da, lda, job.a + c0 * hlda, hlda, s.k, c1 - c0));
-              if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * hldc, hldc, s.n, c1 - c0));
-              return Status::Ok();
-            },
-            &in_done,
-            Step{.bytes = (c1 - c0) * (s.k + (has_c ? s.n : 0)) * int64_t(kFloatBytes),
-                 .row_begin = c0,
-                 .row_end = c1,
-                 .k_begin = 0,
-                 .k_end = s.k}));
-        SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
-      }
-      cudaEvent_t k_done = nullptr;
-      GemmArgs args{GemmShape{c1 - c0, s.n, s.k}, job.request.alpha, beta, da, lda, w.b.floats(), ldb, dc, ldc};
-      SGEMM_RETURN_IF_ERROR(run.timed(
-          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
-          Step{.row_begin = c0, .row_end = c1, .k_begin = 0, .k_end = s.k}));
-      if (root) SGEMM_RETURN_IF_ERROR(run.copy_out(w, w.c.floats(), r0, ldc, c0, c1, k_done));
-      SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
-    }
-    if (!issued) break;
-  }
+  // The rows by blocks: the coordinator's copied in from the host and out as
+  // they finish, a remote rank's from what group 1 brought.
+  SGEMM_RETURN_IF_ERROR(issue_row_blocks(run, root ? BlockInputs::kFromHost : BlockInputs::kOnDevice,
+                                         std::vector<int64_t>(works.size(), 0), /*b_pieces=*/1));
   // Group 2: the remote ranks' rows of C to rank 0, after every kernel.
   for (auto& w : works) SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->compute()));
-  SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans));
-  {
-    NcclGroup group;
-    SGEMM_RETURN_IF_ERROR(group.start_status());
-    for (auto& w : works) {
-      ncclComm_t c = comm->comm(w.rank);
-      cudaStream_t st = w.lane->comm();
-      const size_t rows = size_t(w.shard.row_end - w.shard.row_begin);
-      if (w.rank == 0) {
-        for (int r = nlocal; r < nranks; ++r) {
-          const Shard& sh = shards[size_t(r)];
-          const size_t n_rows = size_t(sh.row_end - sh.row_begin);
-          if (n_rows == 0) continue;
-          SGEMM_NCCL_TRY(ncclRecv(w.extra[kCRemote].floats() + (sh.row_begin - remote0) * ldc, n_rows * size_t(ldc),
-                                  ncclFloat, r, c, st));
-        }
-      } else if (!root && rows > 0) {
-        SGEMM_NCCL_TRY(ncclSend(w.c.floats(), rows * size_t(ldc), ncclFloat, 0, c, st));
-      }
-    }
-    SGEMM_RETURN_IF_ERROR(run.end_group(group));
-  }
   received.assign(works.size(), 0);
   if (root) received[0] = remote_rows * s.n * int64_t(kFloatBytes);
-  SGEMM_RETURN_IF_ERROR(run.end_comm_spans(spans, received));
+  SGEMM_RETURN_IF_ERROR(
+      cluster_group(run, &spans, received, [&](ShardWork& w, ncclComm_t c, cudaStream_t st) -> Status {
+        const size_t rows = size_t(w.shard.row_end - w.shard.row_begin);
+        if (w.rank == 0) {
+          for (int r = nlocal; r < nranks; ++r) {
+            const Shard& sh = shards[size_t(r)];
+            const size_t n_rows = size_t(sh.row_end - sh.row_begin);
+            if (n_rows == 0) continue;
+            SGEMM_NCCL_TRY(ncclRecv(w.extra[kCRemote].floats() + (sh.row_begin - remote0) * ldc, n_rows * size_t(ldc),
+                                    ncclFloat, r, c, st));
+          }
+        } else if (!root && rows > 0) {
+          SGEMM_NCCL_TRY(ncclSend(w.c.floats(), rows * size_t(ldc), ncclFloat, 0, c, st));
+        }
+        return Status::Ok();
+      }));
   if (!root || remote_rows == 0) return Status::Ok();
   // The remote rows of C, from rank 0 to the host.
   ShardWork& w0 = works[0];

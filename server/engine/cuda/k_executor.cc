@@ -5,21 +5,12 @@
 // (each device then copies out its own block of rows) or reduce to device 0.
 #include <algorithm>
 
+#include "server/engine/cuda/executor_steps.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/split_executor.h"
 
 namespace sgemm {
 namespace {
-
-// K per block (server/planner/plan.h): 1/pipeline_chunks of the slice, at least
-// 2048. When C is small (m*n <= 4 Mi elements) each block's product is too small
-// to fill the GPU and A's strided 2-D copy moves short rows, so blocks are at
-// least 16384 deep there (2xH200 sweep at 1024x1024x65536, docs/engine.md:
-// kernel plus reduce 1.49x with 4096-deep blocks, 1.92x with 16384).
-int64_t k_block(const JobRun& run, int64_t kc) {
-  const JobSettings& set = run.settings();
-  return pipeline_k_block(run.shape(), kc, set.chunk_k, set.pipeline_chunks);
-}
 
 Status issue(JobRun& run) {
   const GemmJob& job = run.job();
@@ -46,74 +37,18 @@ Status issue(JobRun& run) {
         SGEMM_ASSIGN_OR_RETURN(w.b, DeviceBuffer::allocate(dev, size_t(kc * ldb) * kFloatBytes, w.lane->h2d()));
       }
     }
-    // The partial C's starting value, on h2d so the kernels' waits cover it.
-    SGEMM_RETURN_IF_ERROR(run.timed(
-        w, w.in, w.lane->h2d(),
-        [&]() -> Status {
-          if (owns_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.c.floats(), ldc, job.c, job.c_ld(), s.n, s.m));
-          const int64_t zero_from = (kc > 0 || owns_c) ? s.m : 0;  // padding rows, or all when no kernel runs
-          if (m_pad > zero_from)
-            SGEMM_CUDA_TRY(cudaMemsetAsync(w.c.floats() + zero_from * ldc, 0,
-                                           size_t((m_pad - zero_from) * ldc) * kFloatBytes, w.lane->h2d()));
-          return Status::Ok();
-        },
-        nullptr,
-        Step{.bytes = owns_c ? s.m * s.n * int64_t(kFloatBytes) : 0,
-             .row_begin = 0,
-             .row_end = s.m,
-             .k_begin = w.shard.k_begin,
-             .k_end = w.shard.k_end}));
+    SGEMM_RETURN_IF_ERROR(partial_c_in(run, w, [&]() -> Status {
+      if (owns_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, w.c.floats(), ldc, job.c, job.c_ld(), s.n, s.m));
+      const int64_t zero_from = (kc > 0 || owns_c) ? s.m : 0;  // padding rows, or all when no kernel runs
+      if (m_pad > zero_from)
+        SGEMM_CUDA_TRY(cudaMemsetAsync(w.c.floats() + zero_from * ldc, 0,
+                                       size_t((m_pad - zero_from) * ldc) * kFloatBytes, w.lane->h2d()));
+      return Status::Ok();
+    }));
   }
-  // K blocks, block i on every device before block i+1 on any.
-  for (int64_t i = 0;; ++i) {
-    bool issued = false;
-    for (auto& w : works) {
-      const int64_t k0 = w.shard.k_begin, k1 = w.shard.k_end, kc = k1 - k0;
-      const int64_t step = k_block(run, kc);
-      const int64_t s0 = k0 + i * step;
-      if (s0 >= k1) continue;
-      issued = true;
-      const int64_t s1 = std::min(k1, s0 + step);
-      const int64_t lda = pad4(kc);
-      const bool owns_c = w.rank == 0 && has_c;
-      SGEMM_RETURN_IF_ERROR(run.check_cancel());
-      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kB, run.b_prefix(s1)));
-      float* da = w.a.floats() + (s0 - k0);
-      const float* db = w.b_resident ? w.b_rows(s0, ldb) : w.b.floats() + (s0 - k0) * ldb;
-      cudaEvent_t in_done = nullptr, k_done = nullptr;
-      SGEMM_RETURN_IF_ERROR(run.timed(
-          w, w.in, w.lane->h2d(),
-          [&]() -> Status {
-            // Columns [s0, s1) of op(A) and rows [s0, s1) of op(B): stored
-            // blocks, transposed on the device under op = t (JobRun::h2d_op).
-            SGEMM_RETURN_IF_ERROR(
-                run.h2d_op(w, job.request.op_a, da, lda, w.a_src(job), w.a_src_ld(job), 0, s.m, s0, s1));
-            if (w.b_resident) return Status::Ok();
-            return run.h2d_op(w, job.request.op_b, w.b.floats() + (s0 - k0) * ldb, ldb, w.b_src(job), w.b_src_ld(job),
-                              s0, s1, 0, s.n);
-          },
-          &in_done,
-          Step{.bytes = (s1 - s0) * (s.m + (w.b_resident ? 0 : s.n)) * int64_t(kFloatBytes),
-               .row_begin = 0,
-               .row_end = s.m,
-               .k_begin = s0,
-               .k_end = s1}));
-      SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
-      const float beta = i == 0 ? (owns_c ? job.request.beta : 0.0f) : 1.0f;
-      GemmArgs args{GemmShape{s.m, s.n, s1 - s0}, job.request.alpha, beta, da, lda, db, ldb, w.c.floats(), ldc};
-      SGEMM_RETURN_IF_ERROR(run.timed(
-          w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
-          Step{.row_begin = 0, .row_end = s.m, .k_begin = s0, .k_end = s1}));
-      SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
-    }
-    if (!issued) break;
-  }
-  // The reduce starts after each device's kernels and its h2d work (which is
-  // all there is when its slice is empty).
-  for (auto& w : works) {
-    SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->h2d()));
-    SGEMM_RETURN_IF_ERROR(run.order_after(w, w.lane->comm(), w.lane->compute()));
-  }
+  // K blocks, block i on every device before block i+1 on any; then each
+  // device's comm stream waits for its kernels and h2d work.
+  SGEMM_RETURN_IF_ERROR(issue_k_blocks(run, BlockInputs::kFromHost));
   SGEMM_RETURN_IF_ERROR(run.check_cancel());
   std::vector<Span> spans;
   SGEMM_RETURN_IF_ERROR(run.begin_comm_spans(&spans));

@@ -9,6 +9,7 @@
 // on all of them.
 #include <algorithm>
 
+#include "server/engine/cuda/executor_steps.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/split_executor.h"
 
@@ -168,71 +169,8 @@ Status issue_row_pipeline(JobRun& run) {
     ShardWork& w = works[size_t(j)];
     SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), ready.back()[size_t(j)]));
   }
-  // Every block of a device reads all of B: where the kernel transforms B
-  // first (fp32x3 splits it into tf32 planes, about 1 ms a block at 16384^2),
-  // that is done once per device, not once per block (B in pieces: above).
-  for (int j = 0; j < p && pieces == 1; ++j) {
-    ShardWork& w = works[size_t(j)];
-    const int64_t rows = w.shard.row_end - w.shard.row_begin - early[size_t(j)];
-    const int64_t step = run.row_block(w.shard.row_end - w.shard.row_begin);
-    if (rows <= step) continue;
-    SGEMM_RETURN_IF_ERROR(run.prepare_b(w, GemmArgs{GemmShape{step, s.n, s.k}, job.request.alpha, beta, w.a.floats(),
-                                                    lda, w.b_rows(0, ldb), ldb, w.c.floats(), ldc}));
-  }
-  // A (and C) by row blocks after the early rows: copy in, kernel, copy out,
-  // each on its stream; block i on every device, then block i+1.
-  for (int64_t i = 0;; ++i) {
-    bool issued = false;
-    for (int j = 0; j < p; ++j) {
-      ShardWork& w = works[size_t(j)];
-      const int64_t r0 = w.shard.row_begin, r1 = w.shard.row_end;
-      const int64_t step = run.row_block(r1 - r0);
-      const int64_t c0 = r0 + early[size_t(j)] + i * step;
-      if (c0 >= r1) continue;
-      issued = true;
-      const int64_t c1 = std::min(r1, c0 + step);
-      SGEMM_RETURN_IF_ERROR(run.check_cancel());
-      SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kA, run.a_prefix(c1)));
-      if (has_c) SGEMM_RETURN_IF_ERROR(run.feed_wait(MatrixId::kC, c1 * s.n));
-      float* da = w.a.floats() + (c0 - r0) * lda;
-      float* dc = w.c.floats() + (c0 - r0) * ldc;
-      cudaEvent_t in_done = nullptr, k_done = nullptr;
-      SGEMM_RETURN_IF_ERROR(run.timed(
-          w, w.in, w.lane->h2d(),
-          [&]() -> Status {
-            SGEMM_RETURN_IF_ERROR(run.h2d_op(w, op_a, da, lda, w.a_src(job), w.a_src_ld(job), c0, c1, 0, s.k));
-            if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + c0 * hldc, hldc, s.n, c1 - c0));
-            return Status::Ok();
-          },
-          &in_done,
-          Step{.bytes = (c1 - c0) * (s.k + (has_c ? s.n : 0)) * int64_t(kFloatBytes),
-               .row_begin = c0,
-               .row_end = c1,
-               .k_begin = 0,
-               .k_end = s.k}));
-      SGEMM_RETURN_IF_ERROR(run.wait_on(w, w.lane->compute(), in_done));
-      // One kernel per piece of B, each reading that piece as prepared.
-      for (int64_t q = 0; q < pieces; ++q) {
-        const int64_t k0 = q * piece, k1 = std::min(s.k, k0 + piece);
-        GemmArgs args{GemmShape{c1 - c0, s.n, k1 - k0},
-                      job.request.alpha,
-                      q == 0 ? beta : 1.0f,
-                      da + k0,
-                      lda,
-                      w.b_rows(k0, ldb),
-                      ldb,
-                      dc,
-                      ldc};
-        SGEMM_RETURN_IF_ERROR(run.timed(
-            w, w.kernel, w.lane->compute(), [&] { return run.run_gemm(w, args); }, &k_done,
-            Step{.row_begin = c0, .row_end = c1, .k_begin = k0, .k_end = k1}));
-      }
-      SGEMM_RETURN_IF_ERROR(run.copy_out(w, w.c.floats(), r0, ldc, c0, c1, k_done));
-      SGEMM_RETURN_IF_ERROR(run.throttle(w, k_done));
-    }
-    if (!issued) break;
-  }
-  return Status::Ok();
+  // A (and C) by row blocks after the early rows.
+  return issue_row_blocks(run, BlockInputs::kFromHost, early, pieces);
 }
 
 namespace {
