@@ -33,7 +33,7 @@ Status issue_row_blocks(JobRun& run, BlockInputs inputs, const std::vector<int64
   const bool has_c = job.request.has_c;
   const bool from_host = inputs == BlockInputs::kFromHost;
   const float beta = has_c ? job.request.beta : 0.0f;
-  const int64_t piece = ceil_div(s.k, b_pieces);
+  const int64_t piece = b_piece_k(s.k, b_pieces);
   // Every block of a device reads all of B: where the kernel transforms B
   // first (fp32x3 splits it into tf32 planes, about 1 ms a block at 16384^2),
   // that is done once per device, not once per block (B in pieces: the
@@ -85,6 +85,7 @@ Status issue_row_blocks(JobRun& run, BlockInputs inputs, const std::vector<int64
       cudaEvent_t k_done = nullptr;
       for (int64_t q = 0; q < b_pieces; ++q) {
         const int64_t k0 = q * piece, k1 = std::min(s.k, k0 + piece);
+        if (k1 <= k0) break;
         GemmArgs args{GemmShape{c1 - c0, s.n, k1 - k0},
                       job.request.alpha,
                       q == 0 ? beta : 1.0f,

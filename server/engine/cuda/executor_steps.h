@@ -34,7 +34,7 @@ enum class BlockInputs {
 // The rows of every work's shard after its first `skip[j]` rows, by row
 // blocks (JobRun::row_block of the shard), block i on every device before
 // block i+1 on any: per block, its rows of A (and of C with a C) in, then one
-// kernel per piece of B (K in `b_pieces` equal pieces, C = alpha A B + beta C
+// kernel per piece of B (K in `b_pieces` pieces of b_piece_k, C = alpha A B + beta C
 // over the first, + alpha A B over the others), its rows of C out, and
 // JobRun::throttle. With B in one piece, a kernel that transforms B first
 // does so once per device before the first block. Device buffers: w.a and w.c
@@ -42,6 +42,11 @@ enum class BlockInputs {
 // ShardWork::b_rows (all of it, leading dimension pad4(n)), and the compute
 // streams already wait for B.
 Status issue_row_blocks(JobRun& run, BlockInputs inputs, const std::vector<int64_t>& skip, int64_t b_pieces);
+
+// The K length of each of `pieces` pieces of B (the last may be shorter): a
+// multiple of 128 where there are several, so every piece's first column of
+// A and first row of B start on a 16-byte boundary and on a whole K tile.
+inline int64_t b_piece_k(int64_t k, int64_t pieces) { return pieces <= 1 ? k : round_up(ceil_div(k, pieces), 128); }
 
 // The K slice of every work's shard by K blocks (pipeline_k_block), block i
 // on every device before block i+1 on any, each device accumulating its

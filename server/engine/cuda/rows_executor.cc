@@ -64,8 +64,8 @@ Status issue_row_pipeline(JobRun& run) {
   // B in K pieces; each piece in p slices, slice j over device j's host link,
   // then completed on every device by one broadcast per slice (one NCCL
   // group); ready[i][j]: piece i is on device j.
-  const int64_t pieces = b_resident ? 1 : b_pieces(s.k, p);
-  const int64_t piece = ceil_div(s.k, pieces);
+  const int64_t piece = b_piece_k(s.k, b_resident ? 1 : b_pieces(s.k, p));
+  const int64_t pieces = ceil_div(s.k, piece);  // none empty
   std::vector<std::vector<cudaEvent_t>> ready(size_t(b_resident ? 0 : pieces), std::vector<cudaEvent_t>(size_t(p)));
   // The first rows of each device (early_rows) accumulate over the pieces as
   // they arrive, so the kernels start after one piece instead of all of B.
