@@ -24,6 +24,12 @@
 // N - 1 copies of it it starts), each shape with its split (--split, or the
 // shape's own :rows / :k), against the coordinator's GPU alone in the same
 // run, with the link measured when the cluster formed.
+//
+// Small requests (bench/engine_bench_small.h):
+//   engine-bench --small 64,256 [--submitters 1,16] [--duration-s S] [--lanes N] [--warmup N] [--kernel NAME]
+// many small products through GPU 0's engine from N threads at once: one line
+// per shape and submitter count with products/s, Engine::run p50/p99 and the
+// engine's host steps.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -38,6 +44,7 @@
 #include <vector>
 
 #include "common/reference_gemm.h"
+#include "engine_bench_small.h"
 #include "server/devices/pinned_host_pool.h"
 #include "server/engine/cuda/cuda_engine.h"
 #ifdef SGEMM_ENGINE_BENCH_CLUSTER
@@ -70,7 +77,40 @@ struct Args {
   SplitMode cluster_split = SplitMode::kRows;
   std::vector<SplitMode> shape_splits;
   std::string member_of, member_name;  // --cluster-member ADDR --cluster-name NAME: a member (started by the above)
+  // Small-request mode (--small): its shapes, submitter counts, seconds per case and lanes.
+  std::vector<GemmShape> small;
+  std::vector<int> submitters = {1, 16};
+  double duration_s = 2.0;
+  int lanes = 0;
+  bool warmup_given = false;
 };
+
+// "64,256x128x32": a number alone is a cube.
+std::vector<GemmShape> parse_small_shapes(const std::string& list) {
+  std::vector<GemmShape> out;
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    const std::string one = list.substr(pos, end - pos);
+    long long m = 0, n = 0, k = 0;
+    if (std::sscanf(one.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) m = n = k = std::atoll(one.c_str());
+    if (m < 1 || n < 1 || k < 1) return {};
+    out.push_back({m, n, k});
+    pos = end + 1;
+  }
+  return out;
+}
+
+std::vector<int> parse_counts(const std::string& list) {
+  std::vector<int> out;
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    const int v = std::atoi(list.substr(pos, end - pos).c_str());
+    if (v < 1) return {};
+    out.push_back(v);
+    pos = end + 1;
+  }
+  return out;
+}
 
 std::optional<SplitMode> parse_cluster_split(const std::string& s) {
   if (s == "rows" || s == "row") return SplitMode::kRows;
@@ -82,6 +122,7 @@ constexpr const char* kUsage =
     "usage: engine-bench [--iters N] [--warmup N] [--csv] [--csv-out FILE] [--kernel NAME] [--gpus 1,2,...]\n"
     "                    [--shapes MxNxK,...] [--sample ROWS] [--chunk-k K] [--chunk-rows R] [--no-kernel-autotune]\n"
     "       engine-bench --cluster N [--split rows|k] [--shapes MxNxK[:rows|:k],...] [options above]\n"
+    "       engine-bench --small 64,256 [--submitters 1,16] [--duration-s S] [--lanes N] [--warmup N] [--kernel NAME]\n"
     "\n"
     "Times the engine (no gRPC) on each shape over 1, 2, 4, 8 GPUs (up to those visible): checks C against an fp64\n"
     "reference first (--sample rows), then reports the median of --iters runs after --warmup untimed ones.\n"
@@ -95,6 +136,10 @@ constexpr const char* kUsage =
     "  --chunk-k K, --chunk-rows R   the engine's pipelining chunks (0: its defaults)\n"
     "  --no-kernel-autotune the measured table alone picks the fp32 kernel\n"
     "  --cluster N          N processes, one per GPU, as a cluster over NCCL (docs/cluster.md); --split rows|k\n"
+    "  --small LIST         small products (N or MxNxK, e.g. 64,256) from --submitters threads at once on GPU 0,\n"
+    "                       each for --duration-s seconds (default 2) after --warmup runs per thread (default 50):\n"
+    "                       one line each with products/s, Engine::run p50/p99 and the engine's host steps;\n"
+    "                       --lanes N sets the engine's lanes per GPU (default: the engine's)\n"
     "  -h, --help           this text\n"
     "Exit codes: 0 done; 1 a result was wrong or a run failed; 2 bad arguments.\n";
 
@@ -116,9 +161,22 @@ Args parse(int argc, char** argv) {
       std::exit(0);
     } else if (s == "--iters")
       a.iters = std::max(1, std::atoi(next().c_str()));
-    else if (s == "--warmup")
+    else if (s == "--warmup") {
       a.warmup = std::max(0, std::atoi(next().c_str()));
-    else if (s == "--csv")
+      a.warmup_given = true;
+    } else if (s == "--small") {
+      a.small = parse_small_shapes(next());
+      if (a.small.empty()) usage("--small takes sizes N or MxNxK, comma-separated");
+    } else if (s == "--submitters") {
+      a.submitters = parse_counts(next());
+      if (a.submitters.empty()) usage("--submitters takes counts >= 1, comma-separated");
+    } else if (s == "--duration-s") {
+      a.duration_s = std::atof(next().c_str());
+      if (!(a.duration_s > 0)) usage("--duration-s takes seconds > 0");
+    } else if (s == "--lanes") {
+      a.lanes = std::atoi(next().c_str());
+      if (a.lanes < 1) usage("--lanes takes a count >= 1");
+    } else if (s == "--csv")
       a.csv = true;
     else if (s == "--csv-out")
       a.csv_out = next();
@@ -200,6 +258,7 @@ struct Result {
 
 std::unique_ptr<Engine> engine_or_die(int gpus, KReduce reduce, std::optional<KernelKind> kernel) {
   std::vector<int> devices;
+  devices.reserve(std::size_t(gpus));
   for (int i = 0; i < gpus; ++i) devices.push_back(i);
   CudaEngineOptions o;
   o.chunk_k = g_chunk_k;
@@ -244,6 +303,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "engine-bench: --cluster needs a build with gRPC (SGEMM_BUILD_GRPC=ON)\n");
     return 2;
 #endif
+  }
+  if (!args.small.empty()) {
+    bench::SmallBenchArgs sb;
+    sb.shapes = args.small;
+    sb.submitters = args.submitters;
+    sb.duration_s = args.duration_s;
+    if (args.warmup_given) sb.warmup = args.warmup;
+    sb.lanes = args.lanes;
+    sb.kernel = args.kernel;
+    sb.kernel_autotune = g_kernel_autotune;
+    return bench::run_small_bench(sb);
   }
   for (SplitMode m : args.shape_splits)
     if (m != SplitMode::kAuto) usage("a shape's :rows / :k is for --cluster");

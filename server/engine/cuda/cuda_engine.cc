@@ -298,6 +298,10 @@ class CudaEngine final : public Engine {
       if (!fault.ok()) return fault;
       return ran;
     }
+    // The lanes go back before the report is put together: the job's events
+    // are read (execute collected the timings) and its buffers freed, so the
+    // next job waiting for a lane need not wait for this one's report.
+    leases.clear();
     // What ran, launch by launch; the plan's largest block names it only where
     // no launch was counted.
     report.kernel_rows = jr.kernel_rows();

@@ -223,20 +223,23 @@ int64_t JobRun::b_prefix(int64_t row_end) const {
 }
 
 Status JobRun::copy_out(ShardWork& w, const float* dev, int64_t dev_row0, int64_t ldc, int64_t begin, int64_t end,
-                        cudaEvent_t after) {
+                        cudaEvent_t after, cudaStream_t stream) {
   const int64_t n = shape().n;
   const int64_t hldc = job_.c_ld();  // the host C's stride (a region may be wider than n)
-  SGEMM_RETURN_IF_ERROR(wait_on(w, w.lane->d2h(), after));
+  const bool own_stream = !stream;
+  if (own_stream) {
+    stream = w.lane->d2h();
+    SGEMM_RETURN_IF_ERROR(wait_on(w, stream, after));
+  }
   cudaEvent_t done = nullptr;
   SGEMM_RETURN_IF_ERROR(timed(
-      w, w.out, w.lane->d2h(),
+      w, w.out, stream,
       [&] {
-        return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(job_.c + begin * hldc, size_t(hldc) * kFloatBytes,
-                                                   dev + (begin - dev_row0) * ldc, size_t(ldc) * kFloatBytes,
-                                                   size_t(n) * kFloatBytes, size_t(end - begin), cudaMemcpyDeviceToHost,
-                                                   w.lane->d2h()));
+        return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(
+            job_.c + begin * hldc, size_t(hldc) * kFloatBytes, dev + (begin - dev_row0) * ldc,
+            size_t(ldc) * kFloatBytes, size_t(n) * kFloatBytes, size_t(end - begin), cudaMemcpyDeviceToHost, stream));
       },
-      &done));
+      &done, Step{}, own_stream ? nullptr : after));
   w.out.back().meta.bytes = (end - begin) * n * int64_t(kFloatBytes);
   w.out.back().meta.row_begin = begin;
   w.out.back().meta.row_end = end;

@@ -209,13 +209,19 @@ class JobRun {
   // Records begin, enqueues, records end on `stream`; `end_out` gets the end
   // event, which later stages wait on. `meta` says what the step moves
   // (bytes, rows, K range) for traces; its kind follows from `into`.
+  // `begin_at`: an event recorded on `stream` with nothing enqueued after it
+  // (the previous span's end): the span starts there, and no second event is
+  // recorded for the same point of the stream.
   template <typename Enqueue>
   Status timed(ShardWork& w, std::vector<Span>& into, cudaStream_t stream, Enqueue&& enqueue, cudaEvent_t* end_out,
-               const Step& meta = {}) {
+               const Step& meta = {}, cudaEvent_t begin_at = nullptr) {
     SGEMM_CUDA_TRY(cudaSetDevice(w.lane->device()));
-    SGEMM_ASSIGN_OR_RETURN(cudaEvent_t begin, w.lane->next_event());
+    cudaEvent_t begin = begin_at;
+    if (!begin) {
+      SGEMM_ASSIGN_OR_RETURN(begin, w.lane->next_event());
+      SGEMM_CUDA_TRY(cudaEventRecord(begin, stream));
+    }
     SGEMM_ASSIGN_OR_RETURN(cudaEvent_t end, w.lane->next_event());
-    SGEMM_CUDA_TRY(cudaEventRecord(begin, stream));
     SGEMM_RETURN_IF_ERROR(enqueue());
     SGEMM_CUDA_TRY(cudaEventRecord(end, stream));
     Span span{begin, end, meta};
@@ -257,8 +263,11 @@ class JobRun {
   int64_t b_prefix(int64_t row_end) const;
   // Copies rows [begin, end) of C (device rows start at `dev_row0` of `dev`)
   // to the host once `after` (on this device) is done; queues them for rows_ready.
+  // On the lane's d2h stream (null `stream`), which waits for `after`; on
+  // another `stream`, `after` must be the last thing recorded there (the
+  // copy's span starts at it).
   Status copy_out(ShardWork& w, const float* dev, int64_t dev_row0, int64_t ldc, int64_t begin, int64_t end,
-                  cudaEvent_t after);
+                  cudaEvent_t after, cudaStream_t stream = nullptr);
 
   // Every device's comm stream brackets one collective: begin_comm_spans()
   // records the start on each (after `wait_for[i]` when given), end_comm_spans()

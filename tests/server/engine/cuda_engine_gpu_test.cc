@@ -1,6 +1,8 @@
 // The CUDA engine on one GPU (label gpu): correctness of every strategy the
 // one-GPU pool can run, beta with C, concurrency, streaming in and out.
 #include <algorithm>
+#include <atomic>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -484,6 +486,65 @@ TEST(CudaEngineGpu, PinnedHostMemoryIsReused) {
   auto again = e->host_allocator().allocate(3 << 20);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->data(), first);
+}
+
+// A job of one row block runs on the lane's compute stream alone (one device
+// allocation, spans sharing their boundary events). Many of them in a row on
+// the same lanes, with and without C, each checked in full against the fp64
+// reference and its report's timings, and from several threads at once: a
+// lane's reused events and its stream-ordered memory never mix two jobs.
+TEST(CudaEngineGpu, ManySmallJobsInARowStayRightWithHonestTimings) {
+  SGEMM_REQUIRE_GPUS(1);
+  auto e = make_engine({0}, KReduce::kReduceScatter, /*lanes=*/2);
+  ASSERT_TRUE(e);
+  const GemmShape shapes[] = {{65, 33, 17}, {1, 1, 1}, {17, 129, 3}, {64, 64, 64}, {255, 31, 513}, {512, 7, 9}};
+  std::vector<Problem> ps;
+  ps.reserve(std::size(shapes));
+  for (std::size_t i = 0; i < std::size(shapes); ++i) {
+    const bool has_c = i % 2 == 1;
+    ps.push_back(make_problem(*e, shapes[i], 300 + 5 * i, has_c, has_c ? -0.5f : 1.25f, has_c ? 1.5f : 0.0f));
+  }
+  for (int rep = 0; rep < 20; ++rep) {
+    for (Problem& p : ps) {
+      SCOPED_TRACE(std::to_string(p.shape.m) + "x" + std::to_string(p.shape.n) + "x" + std::to_string(p.shape.k) +
+                   " rep " + std::to_string(rep));
+      reset_c(p);
+      CountingSink sink(p.shape.m);
+      GemmJob j = job_of(p);
+      j.sink = &sink;
+      auto r = e->run(j);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      expect_report(*r, SplitMode::kSingle, 1);
+      sink.expect_each_row_once();
+      const DeviceTiming& d = r->devices[0];
+      EXPECT_GT(d.copy_in_ms, 0.0);
+      EXPECT_GT(d.copy_out_ms, 0.0);
+      for (const Step& st : d.steps) EXPECT_LT(st.end_ms, 60000.0) << step_kind_name(st.kind);
+      const VerifyResult v = verify(p, false);
+      ASSERT_TRUE(v.passed(kSgemmTolerance)) << v.max_rel_error << " at " << v.worst_row << "," << v.worst_col;
+    }
+  }
+  constexpr int kThreads = 4;
+  std::vector<Problem> mine;
+  mine.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t)
+    mine.push_back(make_problem(*e, {33 + 31 * t, 65 - 9 * t, 17 + 40 * t}, 400 + t, t % 2 == 0, 1.0f, 0.5f));
+  std::atomic<int> failures{0}, wrong{0};
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      Problem& p = mine[std::size_t(t)];
+      for (int rep = 0; rep < 50; ++rep) {
+        reset_c(p);
+        auto r = e->run(job_of(p));
+        if (!r.ok()) failures++;
+        if (!verify(p, false).passed(kSgemmTolerance)) wrong++;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 }  // namespace
