@@ -5,10 +5,11 @@
 // One block overlaps nothing: its copies in, its kernel and its copy out
 // depend on each other in turn. On one stream they need no cross-stream waits
 // (the row pipeline makes 3), one device allocation and free instead of three
-// of each, and each span starts at the previous one's end event: 5 events
-// recorded (the origin, 3 spans sharing their boundaries) instead of 9 (the
-// origin and both ends of 4 spans: B in, A and C in, kernel, copy out).
-// Every span is still timed on the device.
+// of each, and 6 events recorded instead of 9 (the origin and both ends of 4
+// spans: B in, A and C in, kernel, copy out). The kernel's span has its own
+// start: the time the device waits for the host to launch it is not kernel
+// time. The copy out, enqueued while the kernel runs, starts at the kernel's
+// end event. Every span is still timed on the device.
 #include <algorithm>
 
 #include "server/engine/cuda/job_run.h"
@@ -57,7 +58,7 @@ Status issue_one_block(JobRun& run) {
     return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(dst, size_t(dpitch) * kFloatBytes, src, size_t(spitch) * kFloatBytes,
                                                size_t(width) * kFloatBytes, size_t(height), cudaMemcpyDefault, stream));
   };
-  cudaEvent_t in_done = nullptr, k_done = nullptr;
+  cudaEvent_t k_done = nullptr;
   SGEMM_RETURN_IF_ERROR(run.timed(
       w, w.in, stream,
       [&]() -> Status {
@@ -66,7 +67,7 @@ Status issue_one_block(JobRun& run) {
         if (has_c) SGEMM_RETURN_IF_ERROR(copy_2d(dc, ldc, job.c + r0 * hldc, hldc, s.n, rows));
         return Status::Ok();
       },
-      &in_done,
+      nullptr,
       Step{.bytes = (rows * (s.k + (has_c ? s.n : 0)) + (copy_b ? s.k * s.n : 0)) * int64_t(kFloatBytes),
            .row_begin = r0,
            .row_end = r1,
@@ -76,7 +77,7 @@ Status issue_one_block(JobRun& run) {
       GemmShape{rows, s.n, s.k}, job.request.alpha, has_c ? job.request.beta : 0.0f, da, lda, b, ldb, dc, ldc};
   SGEMM_RETURN_IF_ERROR(run.timed(
       w, w.kernel, stream, [&] { return run.run_gemm(w, args); }, &k_done,
-      Step{.row_begin = r0, .row_end = r1, .k_begin = 0, .k_end = s.k}, in_done));
+      Step{.row_begin = r0, .row_end = r1, .k_begin = 0, .k_end = s.k}));
   return run.copy_out(w, dc, r0, ldc, r0, r1, k_done, stream);
 }
 
