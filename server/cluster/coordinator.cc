@@ -123,12 +123,10 @@ void ClusterCoordinator::on_left(MemberReactor* r, const std::string& why) {
   members_.erase(id);
   ++generation_;
   cv_.notify_all();
-  // The communicator it held ranks in ends now, not at the next request: NCCL
-  // frees a process's ranks only once every rank on the same node has let go
-  // of the communicator (a rank's proxy waits for its local peers), so the
-  // leaving member's own teardown waits on this process and on the members
-  // that stay. The rebuild aborts the old communicator here and hands the
-  // others a new one, which makes them abort theirs.
+  // Its communicator ends now, not at the next request: NCCL frees a process's
+  // ranks only once every rank on the node lets go (a rank's proxy waits for
+  // its local peers). The rebuild aborts this side's and hands the members
+  // left a new one, which makes them abort theirs.
   if (in_view && !shut_down_ && !building_) start_build_locked();
 }
 
