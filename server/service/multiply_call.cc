@@ -3,23 +3,12 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
 #include "proto/grpc_status.h"
 #include "server/service/request_checks.h"
 
 namespace sgemm {
-
-namespace {
-
-std::string seconds_text(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", d.count() / 1000.0);
-  return buf;
-}
-
-}  // namespace
 
 MultiplyCall::MultiplyCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, Status refuse, AuthClient* client,
                            StreamAdmission::Ticket ticket)

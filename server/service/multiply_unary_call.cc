@@ -1,7 +1,6 @@
 #include "server/service/multiply_unary_call.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -20,13 +19,6 @@ Status stream_only(const std::string& field, const std::string& what) {
   return InvalidArgument(field + ": " + what +
                          " is not carried by MultiplyUnary, which takes one product sent whole; "
                          "use the Multiply stream");
-}
-
-// "30 s", as the stream's statuses name --idle-timeout.
-std::string seconds_text(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", d.count() / 1000.0);
-  return buf;
 }
 
 }  // namespace

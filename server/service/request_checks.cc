@@ -33,11 +33,15 @@ Status memory_queue_full(const ServiceShared& shared) {
                            " requests already wait for it (--max-queued); retry later");
 }
 
+std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", double(d.count()) / 1000.0);
+  return buf;
+}
+
 Status memory_wait_timed_out(const ServiceShared& shared, int64_t bytes) {
-  char idle[32];
-  std::snprintf(idle, sizeof idle, "%g s", shared.options.idle_timeout.count() / 1000.0);
-  return ResourceExhausted("waited " + std::string(idle) + " (--idle-timeout) for " + std::to_string(bytes) +
-                           " bytes of the host memory budget (--host-memory-bytes " +
+  return ResourceExhausted("waited " + seconds_text(shared.options.idle_timeout) + " (--idle-timeout) for " +
+                           std::to_string(bytes) + " bytes of the host memory budget (--host-memory-bytes " +
                            std::to_string(shared.budget.capacity()) + ", " + std::to_string(shared.budget.in_use()) +
                            " in use); retry later");
 }

@@ -6,8 +6,10 @@
 // Threads: any; they read the service's options, engine and budget only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -35,6 +37,9 @@ StatusOr<int64_t> request_footprint(const ServiceShared& shared, const GemmShape
 Status memory_queue_full(const ServiceShared& shared);
 // RESOURCE_EXHAUSTED: a request waited --idle-timeout for `bytes` of the budget.
 Status memory_wait_timed_out(const ServiceShared& shared, int64_t bytes);
+
+// A duration as the statuses name a seconds flag: "30 s", "0.5 s".
+std::string seconds_text(std::chrono::milliseconds d);
 
 // UNAVAILABLE: every compute slot is busy and the queue is full (retry with backoff).
 Status server_busy(const ComputePool& pool);
