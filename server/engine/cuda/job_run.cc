@@ -183,11 +183,11 @@ Status JobRun::prepare_b(ShardWork& w, const GemmArgs& args) {
 }
 
 Status JobRun::h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,
-                      int64_t height) {
+                      int64_t height, cudaStream_t stream) {
   if (width <= 0 || height <= 0) return Status::Ok();
   return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(dst, size_t(dpitch) * kFloatBytes, src, size_t(spitch) * kFloatBytes,
                                              size_t(width) * kFloatBytes, size_t(height), cudaMemcpyDefault,
-                                             w.lane->h2d()));
+                                             stream ? stream : w.lane->h2d()));
 }
 
 Status JobRun::h2d_op(ShardWork& w, Op op, float* dst, int64_t dpitch, const float* src, int64_t spitch,

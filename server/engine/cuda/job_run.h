@@ -247,8 +247,10 @@ class JobRun {
   // block to do its own (the same results).
   Status prepare_b(ShardWork& w, const GemmArgs& args);
 
+  // A width x height block of floats into the device, on w's h2d stream (a
+  // null `stream`) or on `stream`.
   Status h2d_2d(ShardWork& w, float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,
-                int64_t height);
+                int64_t height, cudaStream_t stream = nullptr);
   // Rows [row_begin, row_end) x columns [col_begin, col_end) of op(X) into
   // `dst` (dense N layout, leading dimension dpitch) on w's h2d stream, where
   // X is stored at `src` (host or device) with leading dimension `spitch`.

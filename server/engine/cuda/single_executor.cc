@@ -54,17 +54,14 @@ Status issue_one_block(JobRun& run) {
   float* const db = copy_b ? da + a_floats : nullptr;
   float* const dc = da + a_floats + b_floats;
   const float* const b = copy_b ? db : w.b_rows(0, ldb);
-  auto copy_2d = [&](float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width, int64_t height) {
-    return SGEMM_CUDA_STATUS(cudaMemcpy2DAsync(dst, size_t(dpitch) * kFloatBytes, src, size_t(spitch) * kFloatBytes,
-                                               size_t(width) * kFloatBytes, size_t(height), cudaMemcpyDefault, stream));
-  };
   cudaEvent_t k_done = nullptr;
   SGEMM_RETURN_IF_ERROR(run.timed(
       w, w.in, stream,
       [&]() -> Status {
-        if (copy_b) SGEMM_RETURN_IF_ERROR(copy_2d(db, ldb, w.b_src(job), w.b_src_ld(job), s.n, s.k));
-        SGEMM_RETURN_IF_ERROR(copy_2d(da, lda, w.a_src(job) + r0 * w.a_src_ld(job), w.a_src_ld(job), s.k, rows));
-        if (has_c) SGEMM_RETURN_IF_ERROR(copy_2d(dc, ldc, job.c + r0 * hldc, hldc, s.n, rows));
+        if (copy_b) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, db, ldb, w.b_src(job), w.b_src_ld(job), s.n, s.k, stream));
+        SGEMM_RETURN_IF_ERROR(
+            run.h2d_2d(w, da, lda, w.a_src(job) + r0 * w.a_src_ld(job), w.a_src_ld(job), s.k, rows, stream));
+        if (has_c) SGEMM_RETURN_IF_ERROR(run.h2d_2d(w, dc, ldc, job.c + r0 * hldc, hldc, s.n, rows, stream));
         return Status::Ok();
       },
       nullptr,
