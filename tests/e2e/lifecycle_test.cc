@@ -14,6 +14,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -318,14 +319,15 @@ class StallingProxy {
   std::vector<std::thread> pumps_;  // likewise
 };
 
-// Streams that each send a valid header and then most of one large message
-// (its gRPC length prefix says 60 MiB, under --max-message-bytes) and stop.
+// Calls that each send most of one large message (its gRPC length prefix says
+// 60 MiB, under --max-message-bytes) and stop: Multiply streams after a valid
+// header, or MultiplyUnary calls, whose one message is the whole request.
 // gRPC 1.51 buffers a message whole before anything above the transport sees
 // it (grpc/grpc#43012): without a bound, 6 such streams made the server hold
 // 288 MiB outside the memory budget, and 1024 streams up to 64 GiB. The
 // --grpc-memory-bytes quota bounds it: gRPC closes the connections that hold
 // the most. A normal request is served, and nothing is left afterwards.
-TEST(StallingClientsE2E, UnfinishedLargeMessagesAreBoundedByTheGrpcMemoryQuota) {
+void unfinished_large_messages(bool unary) {
   constexpr int64_t kQuota = 64 << 20;
   ServerProcess server({"--idle-timeout", "30", "--grpc-memory-bytes", std::to_string(kQuota)});
   ASSERT_TRUE(server.running()) << server.log();
@@ -336,17 +338,28 @@ TEST(StallingClientsE2E, UnfinishedLargeMessagesAreBoundedByTheGrpcMemoryQuota) 
   auto proxy = std::make_unique<StallingProxy>(port, 48 << 20);  // per connection: 48 MiB of it reach the server
   const int64_t rss_before = testing::rss_bytes(server.pid());
   const v1::MultiplyRequest big = chunk_msg(v1::MATRIX_A, 0, kMessageFloats);
+  v1::MultiplyUnaryRequest big_unary;
+  *big_unary.mutable_header() = header_msg(4096, 4096, 4096).header();
+  *big_unary.add_chunks() = big.chunk();
   struct Held {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::Sgemm::Stub> stub;
-    std::unique_ptr<HeldStream> stream;
+    std::unique_ptr<HeldStream> stream;  // the stream's
     std::thread writer;
+    grpc::ClientContext unary_ctx;  // the unary call's, ended by its callback
+    v1::MultiplyUnaryResponse unary_answer;
+    std::promise<grpc::Status> unary_done;
   };
   std::vector<Held> held(kStreams);
   for (int i = 0; i < kStreams; ++i) {
     Held& h = held[std::size_t(i)];
     h.channel = own_channel(proxy->address(), 200 + i);
     h.stub = v1::Sgemm::NewStub(h.channel);
+    if (unary) {  // gRPC's threads send it: the call blocks at the proxy, not this thread
+      h.stub->async()->MultiplyUnary(&h.unary_ctx, &big_unary, &h.unary_answer,
+                                     [&h](const grpc::Status& st) { h.unary_done.set_value(st); });
+      continue;
+    }
     h.stream = std::make_unique<HeldStream>(*h.stub);
     Stream* st = h.stream->stream.get();
     h.writer = std::thread([st, &big] {
@@ -363,20 +376,35 @@ TEST(StallingClientsE2E, UnfinishedLargeMessagesAreBoundedByTheGrpcMemoryQuota) 
   }
   const int64_t growth = testing::rss_bytes(server.pid()) - rss_before;
   std::printf(
-      "%d streams, each a header and a 60 MiB message cut off at 48 MiB: %.1f MiB reached the server, its RSS "
+      "%d %s, each a 60 MiB message cut off at 48 MiB: %.1f MiB reached the server, its RSS "
       "%+.1f MiB (--grpc-memory-bytes %ld MiB)\n",
-      kStreams, proxy->forwarded() / 1048576.0, growth / 1048576.0, long(kQuota >> 20));
+      kStreams, unary ? "unary calls" : "streams after a header", proxy->forwarded() / 1048576.0, growth / 1048576.0,
+      long(kQuota >> 20));
   // The quota is soft (gRPC reclaims once past it): 76-95 MiB was seen on the 2-core VM (cpu
   // backend) and 115-130 MiB on a 32-core host with 2 GPUs (cuda backend: more malloc arenas),
   // against the 288 MiB the six streams push without it. Bound: half of that.
   EXPECT_LT(growth, kStreams * (int64_t{48} << 20) / 2) << "gRPC buffered unfinished messages past its quota";
   normal_request(server.address());  // served meanwhile
-  for (Held& h : held) h.stream->ctx->TryCancel();
+  for (Held& h : held) (unary ? &h.unary_ctx : h.stream->ctx.get())->TryCancel();
   proxy.reset();  // the connections close: a Write blocked on a full socket returns
-  for (Held& h : held) h.writer.join();
+  for (Held& h : held) {
+    if (unary) {
+      std::future<grpc::Status> done = h.unary_done.get_future();
+      ASSERT_EQ(done.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "a cancelled call did not end";
+      EXPECT_FALSE(done.get().ok());  // cancelled, or its connection closed by the quota
+    } else {
+      h.writer.join();
+    }
+  }
   held.clear();
   expect_all_freed(server.address());
   EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(StallingClientsE2E, UnfinishedLargeMessagesAreBoundedByTheGrpcMemoryQuota) { unfinished_large_messages(false); }
+
+TEST(StallingClientsE2E, UnfinishedLargeMessagesOfUnaryCallsAreBoundedByTheGrpcMemoryQuota) {
+  unfinished_large_messages(true);
 }
 
 int open_fds(pid_t pid) {
