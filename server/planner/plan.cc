@@ -106,6 +106,19 @@ int64_t pipeline_row_block(int64_t rows, int64_t chunk_rows, int pipeline_chunks
   return std::max<int64_t>(512, (per_chunk + 127) / 128 * 128);
 }
 
+std::vector<int64_t> pipeline_row_bounds(int64_t begin, int64_t end, int64_t step, int64_t n) {
+  std::vector<int64_t> bounds{begin};
+  if (end <= begin) return bounds;
+  step = std::max<int64_t>(1, step);
+  for (int64_t r = begin + step; r < end; r += step) bounds.push_back(r);
+  const int64_t last = end - bounds.back();
+  const int64_t tail = (last / 4 + 127) / 128 * 128;
+  constexpr int64_t kMinTailElements = int64_t{2} << 20;
+  if (2 * tail <= last && tail * n >= kMinTailElements) bounds.push_back(end - tail);
+  bounds.push_back(end);
+  return bounds;
+}
+
 int64_t pipeline_k_block(const GemmShape& s, int64_t kc, int64_t chunk_k, int pipeline_chunks) {
   if (chunk_k > 0) return chunk_k;
   const int64_t min_step = s.m * s.n <= (int64_t{4} << 20) ? 16384 : 2048;

@@ -141,6 +141,13 @@ Plan make_plan(const PlanRequest& request, const PlannerOptions& options = {});
 // least 512 (smaller blocks leave the kernel's grid too small to fill 132 SMs;
 // docs/engine.md). A shard smaller than that is one block.
 int64_t pipeline_row_block(int64_t rows, int64_t chunk_rows, int pipeline_chunks);
+// The row blocks of rows [begin, end) of a C `n` wide, in blocks of `step`:
+// boundaries, first `begin`, last `end`. The last block's rows of C go to the
+// host after its kernel with nothing left to hide the copy, so where that block
+// is large it is split, its last part a quarter of it (rounded up to 128 rows,
+// at most half of it), provided that part still fills the GPU (at least 2 Mi elements of C: 128
+// tiles of 128x128, about one wave on 132 SMs).
+std::vector<int64_t> pipeline_row_bounds(int64_t begin, int64_t end, int64_t step, int64_t n);
 // K of one block of a K slice of `kc` (K split of `s`): `chunk_k` when set, else
 // kc / pipeline_chunks rounded up to 16, at least 2048, or at least 16384 when C
 // is small (m * n <= 4 Mi elements: each block would not fill the GPU).

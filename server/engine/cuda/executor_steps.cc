@@ -34,30 +34,36 @@ Status issue_row_blocks(JobRun& run, BlockInputs inputs, const std::vector<int64
   const bool from_host = inputs == BlockInputs::kFromHost;
   const float beta = has_c ? job.request.beta : 0.0f;
   const int64_t piece = b_piece_k(s.k, b_pieces);
+  // Each device's blocks (pipeline_row_bounds: with C copied out, a large
+  // last block is split so that the copy no kernel hides is short).
+  std::vector<std::vector<int64_t>> bounds;
+  bounds.reserve(size_t(p));
+  for (int j = 0; j < p; ++j) {
+    const Shard& sh = works[size_t(j)].shard;
+    bounds.push_back(pipeline_row_bounds(sh.row_begin + skip[size_t(j)], sh.row_end,
+                                         run.row_block(sh.row_end - sh.row_begin), from_host ? s.n : 0));
+  }
   // Every block of a device reads all of B: where the kernel transforms B
   // first (fp32x3 splits it into tf32 planes, about 1 ms a block at 16384^2),
-  // that is done once per device, not once per block (B in pieces: the
-  // caller prepares each piece).
+  // that is done once per device with two blocks or more, not once per block
+  // (B in pieces: the caller prepares each piece).
   for (int j = 0; j < p && b_pieces == 1; ++j) {
     ShardWork& w = works[size_t(j)];
-    const int64_t rows = w.shard.row_end - w.shard.row_begin - skip[size_t(j)];
-    const int64_t step = run.row_block(w.shard.row_end - w.shard.row_begin);
-    if (rows <= step) continue;
-    SGEMM_RETURN_IF_ERROR(run.prepare_b(w, GemmArgs{GemmShape{step, s.n, s.k}, job.request.alpha, beta, w.a.floats(),
-                                                    lda, w.b_rows(0, ldb), ldb, w.c.floats(), ldc}));
+    const std::vector<int64_t>& b = bounds[size_t(j)];
+    if (b.size() <= 2) continue;
+    SGEMM_RETURN_IF_ERROR(run.prepare_b(w, GemmArgs{GemmShape{b[1] - b[0], s.n, s.k}, job.request.alpha, beta,
+                                                    w.a.floats(), lda, w.b_rows(0, ldb), ldb, w.c.floats(), ldc}));
   }
   // Copy in, kernels, copy out, each on its stream; block i on every device,
   // then block i+1.
-  for (int64_t i = 0;; ++i) {
+  for (size_t i = 0;; ++i) {
     bool issued = false;
     for (int j = 0; j < p; ++j) {
       ShardWork& w = works[size_t(j)];
-      const int64_t r0 = w.shard.row_begin, r1 = w.shard.row_end;
-      const int64_t step = run.row_block(r1 - r0);
-      const int64_t c0 = r0 + skip[size_t(j)] + i * step;
-      if (c0 >= r1) continue;
+      const int64_t r0 = w.shard.row_begin;
+      if (i + 1 >= bounds[size_t(j)].size()) continue;
       issued = true;
-      const int64_t c1 = std::min(r1, c0 + step);
+      const int64_t c0 = bounds[size_t(j)][i], c1 = bounds[size_t(j)][i + 1];
       SGEMM_RETURN_IF_ERROR(run.check_cancel());
       float* da = w.a.floats() + (c0 - r0) * lda;
       float* dc = w.c.floats() + (c0 - r0) * ldc;

@@ -32,7 +32,8 @@ enum class BlockInputs {
 };
 
 // The rows of every work's shard after its first `skip[j]` rows, by row
-// blocks (JobRun::row_block of the shard), block i on every device before
+// blocks (JobRun::row_block of the shard; pipeline_row_bounds splits a large
+// last block when C is copied out), block i on every device before
 // block i+1 on any: per block, its rows of A (and of C with a C) in, then one
 // kernel per piece of B (K in `b_pieces` pieces of b_piece_k, C = alpha A B + beta C
 // over the first, + alpha A B over the others), its rows of C out, and

@@ -188,6 +188,27 @@ TEST(PipelineBlocks, RowBlocksAreAnEighthRoundedTo128AndAtLeast512) {
   EXPECT_EQ(pipeline_row_block(8192, 0, 1), 8192);
 }
 
+TEST(PipelineBlocks, ALargeLastRowBlockEndsInAQuarterThatStillFillsTheGpu) {
+  using B = std::vector<int64_t>;
+  // 4096 rows of a 16384-wide C in 512-row blocks after 2048 early rows: the
+  // last block ends in 128 rows (2 Mi elements).
+  EXPECT_EQ(pipeline_row_bounds(2048, 4096, 512, 16384), (B{2048, 2560, 3072, 3584, 3968, 4096}));
+  // 16384 rows in 2048-row blocks: the last ends in 512 rows.
+  const B one = pipeline_row_bounds(0, 16384, 2048, 16384);
+  ASSERT_EQ(one.size(), 10U);
+  EXPECT_EQ(one[8], 15872);
+  EXPECT_EQ(one.back(), 16384);
+  // A shorter last block: a quarter rounded up to 128 rows, at most half of it.
+  EXPECT_EQ(pipeline_row_bounds(0, 1300, 512, 16384), (B{0, 512, 1024, 1172, 1300}));
+  EXPECT_EQ(pipeline_row_bounds(0, 1250, 512, 16384), (B{0, 512, 1024, 1250}));  // 226 rows: 128 is over half
+  // Too narrow a C for a quarter block to fill the GPU: unsplit.
+  EXPECT_EQ(pipeline_row_bounds(0, 4096, 512, 4096), (B{0, 512, 1024, 1536, 2048, 2560, 3072, 3584, 4096}));
+  // Not copied out (n = 0), empty, or one block.
+  EXPECT_EQ(pipeline_row_bounds(0, 4096, 512, 0).size(), 9U);
+  EXPECT_EQ(pipeline_row_bounds(100, 100, 512, 16384), (B{100}));
+  EXPECT_EQ(pipeline_row_bounds(0, 300, 512, 16384), (B{0, 172, 300}));
+}
+
 TEST(PipelineBlocks, KBlocksAreAnEighthAndDeeperForSmallC) {
   EXPECT_EQ(pipeline_k_block({4096, 4096, 0}, 65536, 0, 8), 8192);
   EXPECT_EQ(pipeline_k_block({4096, 4096, 0}, 8192, 0, 8), 2048);
