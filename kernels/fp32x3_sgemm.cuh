@@ -66,7 +66,7 @@
 
 #include <cstdint>
 
-#include "kernels/hopper_pipeline.cuh"
+#include "kernels/ptx_sm90.cuh"
 
 namespace sgemm::fp32x3 {
 
@@ -307,25 +307,25 @@ __global__ void __launch_bounds__(256)
 }
 
 // ---------------------------------------------------------------------------------
-// PTX wrappers (sm_90a); the pipeline ones (mbarrier, TMA, setmaxnreg, named barriers,
-// clusters) live in kernels/hopper_pipeline.cuh, shared with the TMA-fed SIMT kernel.
+// PTX wrappers (sm_90a) of the wgmma path; the pipeline ones (mbarrier, TMA, setmaxnreg,
+// named barriers, clusters) are in kernels/ptx_sm90.cuh.
 
-using hopper::cluster_cta_rank;
-using hopper::cluster_sync;
-using hopper::mbar_arrive;
-using hopper::mbar_arrive_cluster;
-using hopper::mbar_arrive_expect_tx;
-using hopper::mbar_init;
-using hopper::mbar_wait;
-using hopper::named_barrier_arrive;
-using hopper::named_barrier_sync;
-using hopper::setmaxnreg_dec;
-using hopper::setmaxnreg_inc;
-using hopper::smem_u32;
-using hopper::tma_load_2d;
-using hopper::tma_load_3d;
-using hopper::tma_load_3d_multicast;
-using hopper::tma_prefetch_descriptor;
+using ptx::cluster_cta_rank;
+using ptx::cluster_sync;
+using ptx::mbar_arrive;
+using ptx::mbar_arrive_cluster;
+using ptx::mbar_arrive_expect_tx;
+using ptx::mbar_init;
+using ptx::mbar_wait;
+using ptx::named_barrier_arrive;
+using ptx::named_barrier_sync;
+using ptx::setmaxnreg_dec;
+using ptx::setmaxnreg_inc;
+using ptx::smem_u32;
+using ptx::tma_load_2d;
+using ptx::tma_load_3d;
+using ptx::tma_load_3d_multicast;
+using ptx::tma_prefetch_descriptor;
 
 __device__ __forceinline__ float lds_f32(uint32_t addr) {
   float v;

@@ -45,6 +45,8 @@
 
 #include <cstdint>
 
+#include "kernels/ptx_sm80.cuh"
+
 namespace sgemm::pingpong {
 
 template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int TWM_, int TWN_, int TM_, int TN_, int STAGES_,
@@ -84,26 +86,11 @@ struct PingpongConfig {
                                  (BM * AKM_CHUNKS) % THREADS == 0 && BM % (THREADS / AKM_CHUNKS) == 0;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 4-byte async copy; src_bytes == 0 writes a zero and reads nothing.
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const float* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-// 16-byte async copy (L2 only); bytes past src_bytes are zero-filled.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const float* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::smem_u32;
+// cp.async.wait_group and __syncthreads order every access to a stage: no memory clobber.
+constexpr auto kCpFence = ptx::CpAsyncFence::kNone;
 
 template <class Cfg, bool kVectorized, bool kClusterReduce = false, bool kAKMajor = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
@@ -192,21 +179,22 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       if (rows_inside && k_inside) {
 #pragma unroll
         for (int i = 0; i < A_PER_THREAD; ++i)
-          cp_async_16(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE), a_next + i * a_rstep, 16);
+          ptx::cp_async_16<kCpFence>(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE), a_next + i * a_rstep, 16);
       } else {
         const int k_valid = max(0, min(4, k - (k0 + a_col)));  // of this thread's chunk
 #pragma unroll
         for (int i = 0; i < A_PER_THREAD; ++i) {
           const bool ok = ((a_row_ok >> i) & 1u) && k_valid > 0;
-          cp_async_16(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE), ok ? a_next + i * a_rstep : a,
-                      ok ? 4 * k_valid : 0);
+          ptx::cp_async_16<kCpFence>(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE),
+                                     ok ? a_next + i * a_rstep : a, ok ? 4 * k_valid : 0);
         }
       }
     } else if (rows_inside && k_inside) {  // interior: no predicates
 #pragma unroll
       for (int i = 0; i < A_PER_THREAD; ++i) {
         const int r = (i * A_RSTEP) % BM, kh = 8 * ((i * A_RSTEP) / BM);
-        cp_async_4(as_stage + 4u * uint32_t(kh * Cfg::A_STRIDE + r), a_next + (r / A_RSTEP) * a_rstep + kh, 4);
+        ptx::cp_async_4<kCpFence>(as_stage + 4u * uint32_t(kh * Cfg::A_STRIDE + r),
+                                  a_next + (r / A_RSTEP) * a_rstep + kh, 4);
       }
     } else {
 #pragma unroll
@@ -214,7 +202,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         const int r = (i * A_RSTEP) % BM, kh = 8 * ((i * A_RSTEP) / BM);
         const bool ok = ((a_row_ok >> i) & 1u) && (k0 + kh + a_col < k);
         const float* src = ok ? a_next + (r / A_RSTEP) * a_rstep + kh : a;
-        cp_async_4(as_stage + 4u * uint32_t(kh * Cfg::A_STRIDE + r), src, ok ? 4 : 0);
+        ptx::cp_async_4<kCpFence>(as_stage + 4u * uint32_t(kh * Cfg::A_STRIDE + r), src, ok ? 4 : 0);
       }
     }
     if (cols_inside && k_inside) {
@@ -222,9 +210,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       for (int i = 0; i < B_PER_THREAD; ++i) {
         const uint32_t dst = bs_stage + 4u * uint32_t(i * B_RSTEP * Cfg::B_STRIDE);
         if constexpr (kVectorized)
-          cp_async_16(dst, b_next + i * b_rstep, 16);
+          ptx::cp_async_16<kCpFence>(dst, b_next + i * b_rstep, 16);
         else
-          cp_async_4(dst, b_next + i * b_rstep, 4);
+          ptx::cp_async_4<kCpFence>(dst, b_next + i * b_rstep, 4);
       }
     } else {
 #pragma unroll
@@ -233,9 +221,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         const int valid = (k0 + i * B_RSTEP + b_row < k) ? b_cols_valid : 0;
         const float* src = valid > 0 ? b_next + i * b_rstep : b;
         if constexpr (kVectorized)
-          cp_async_16(dst, src, 4 * valid);
+          ptx::cp_async_16<kCpFence>(dst, src, 4 * valid);
         else
-          cp_async_4(dst, src, 4 * valid);
+          ptx::cp_async_4<kCpFence>(dst, src, 4 * valid);
       }
     }
     a_next += BK;

@@ -63,7 +63,7 @@
 
 #include <cstdint>
 
-#include "kernels/hopper_pipeline.cuh"
+#include "kernels/ptx_sm90.cuh"
 
 namespace sgemm::tma_simt {
 
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                                bool c_vec, int splits, int k_blocks_per_split, float* __restrict__ workspace,
                                int64_t ldw) {
   static_assert(Cfg::RINGS == 1, "one ring: the ring tiles run tma_simt_sgemm_kernel");
-  using namespace hopper;
+  using namespace ptx;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
   constexpr int STAGES = Cfg::STAGES;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -450,7 +450,7 @@ template <class Cfg, int kPt, bool kCopyA = true>
 __device__ __forceinline__ void cp_async_fill_stage(uint32_t stage, const float* __restrict__ a, int64_t lda,
                                                     const float* __restrict__ b, int64_t ldb, int m, int n, int k,
                                                     int m0, int n0, int k0, int pt) {
-  using hopper::cp_async_4;
+  using ptx::cp_async_4;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, WP = kPt / 32;  // producer warps of the ring
   constexpr int RPG = 8 / WP;                               // a warp's rows in an 8-row swizzle atom
   static_assert(kPt % 32 == 0 && 8 % WP == 0 && kBK % WP == 0, "a ring's producers are 1, 2, 4 or 8 warps");
@@ -521,7 +521,7 @@ template <class Cfg, int kPt>
 __device__ __forceinline__ void cp_async16_fill_stage(uint32_t stage, const float* __restrict__ a, int64_t lda,
                                                       const float* __restrict__ b, int64_t ldb, int m, int n, int k,
                                                       int m0, int n0, int k0, int pt) {
-  using hopper::cp_async_16;
+  using ptx::cp_async_16;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, WP = kPt / 32;
   static_assert(BM % (4 * WP) == 0 && BN % 128 == 0 && kBK % WP == 0, "whole copies per producer warp");
   const int wr = pt / 32, lane = pt % 32;
@@ -569,7 +569,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                           const float* __restrict__ a, int64_t lda, const float* __restrict__ b, int64_t ldb, int m,
                           int n, int k, float alpha, float beta, float* __restrict__ c, int64_t ldc, bool c_vec,
                           int splits, int k_blocks_per_split, float* __restrict__ workspace, int64_t ldw, StreamK sk) {
-  using namespace hopper;
+  using namespace ptx;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
   constexpr int STAGES = Cfg::STAGES, RINGS = Cfg::RINGS;
   extern __shared__ __align__(1024) uint8_t smem_raw[];

@@ -1,14 +1,12 @@
-// Hopper (sm_90a) pipeline primitives shared by the kernels that feed shared memory
-// from a producer warp through mbarriers: the fp32x3 wgmma kernel (fp32x3_sgemm.cuh)
-// and the TMA-fed SIMT SGEMM (tma_simt_sgemm.cuh). Thin PTX wrappers, no state:
+// PTX wrappers for sm_90a (Hopper): the kernels that feed shared memory from producer
+// warps through mbarriers (fp32x3_sgemm.cuh, tma_simt_sgemm.cuh) take them from here.
+// Thin, no state; the sm_80 ones (cp.async, named barriers) come with it from ptx_sm80.cuh.
 //   mbarrier   init / arrive / arrive.expect_tx / try_wait.parity (a stage's "full" and
 //              "empty" barriers of a ring), remote arrive inside a cluster;
 //   TMA        cp.async.bulk.tensor 2D/3D loads completing on an mbarrier (and the
 //              multicast form), tensor-map prefetch;
-//   cp.async   4-byte copies (zero-filled past src-size) and the mbarrier arrive that
-//              fires when the thread's earlier cp.async have landed;
-//   warps      named barriers, setmaxnreg (register hand-over between warp groups),
-//              cluster rank and barrier.
+//   warps      setmaxnreg (register hand-over between warp groups), cluster rank and
+//              barrier.
 // Only translation units built for sm_90a may include it (kernels/CMakeLists.txt).
 #pragma once
 
@@ -17,9 +15,9 @@
 
 #include <cstdint>
 
-namespace sgemm::hopper {
+#include "kernels/ptx_sm80.cuh"
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+namespace sgemm::ptx {
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -91,32 +89,6 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) 
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// A 4-byte cp.async of global `src` into shared `dst`; the src_bytes form reads src_bytes
-// (4 or 0) and zero-fills the rest (0: nothing is read).
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-// A 16-byte cp.async bypassing L1 (.cg); reads src_bytes (0..16) and zero-fills the rest.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-// Arrives on the mbarrier once all of this thread's earlier cp.async have completed; .noinc:
-// the arrival is one of the barrier's expected count (init the barrier with the number of
-// threads that signal it this way).
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
@@ -126,4 +98,4 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
-}  // namespace sgemm::hopper
+}  // namespace sgemm::ptx
