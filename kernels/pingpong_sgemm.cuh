@@ -45,6 +45,7 @@
 
 #include <cstdint>
 
+#include "kernels/epilogue.cuh"
 #include "kernels/ptx_sm80.cuh"
 
 namespace sgemm::pingpong {
@@ -413,27 +414,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
       float4 r = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
                              alpha * acc[i][4 * j4 + 3]);
-      if (kVectorized && (full_block || col + 3 < n)) {
-        float4* p = reinterpret_cast<float4*>(crow + col);
-        if (beta != 0.0f) {
-          const float4 old = *p;
-          r.x = fmaf(beta, old.x, r.x);
-          r.y = fmaf(beta, old.y, r.y);
-          r.z = fmaf(beta, old.z, r.z);
-          r.w = fmaf(beta, old.w, r.w);
-        }
-        *p = r;
-      } else {
-        const float v[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (col + q < n) {
-            float out = v[q];
-            if (beta != 0.0f) out = fmaf(beta, crow[col + q], out);
-            crow[col + q] = out;
-          }
-        }
-      }
+      SGEMM_EPILOGUE_STORE4(crow, col, n, r, beta, kVectorized && (full_block || col + 3 < n));
     }
   }
 }
