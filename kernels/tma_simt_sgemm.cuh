@@ -211,16 +211,12 @@ __device__ __forceinline__ int opaque(int x) {
   return x;
 }
 
-// The whole-tile (and split-K) kernel, one ring, kept as its own source:
-// tma_simt_sgemm_kernel below does the same work for RINGS == 1 and !kStreamK, but
-// ptxas compiles that more general source 1.5-2.5 points slower on one H100
-// (8192: 22.56 vs 22.92 ms for 192x128; 4096: 2.914 vs 2.962 ms for 128x256; the same
-// call, bench/results/2026-11-23_h100_whole-tile-regression/), and neither the mainloop's
-// register banks nor its LDS latencies tell the two apart (tools/sass_stats.py). This copy
-// compiles to the measured whole-tile kernel's SASS byte for byte (checked on the cubins):
-// change it only with a side-by-side run against that build (scripts/gpu-check.sh compare-builds). It is a copy on
-// purpose: moving the mainloop, or only the epilogue, into inline functions both kernels call
-// changed the SASS of all six production kernels.
+// The whole-tile (and split-K) kernel, one ring. tma_simt_sgemm_kernel below does the same
+// work for RINGS == 1 and !kStreamK, but ptxas compiles that more general kernel 1.5-2.5%
+// slower on one H100 (bench/results/2026-11-23_h100_whole-tile-regression/), so whole tiles
+// run this one. Both take their mainloop from tma_simt_mainloop.inc and their C store from
+// epilogue.cuh. Change either only with a side-by-side run against the previous build
+// (scripts/gpu-check.sh compare-builds): its SASS is what was measured.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     tma_simt_whole_tile_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
@@ -318,70 +314,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-    for (int kb = kb_begin; kb < kb_end; ++kb) {
-      mbar_wait(full_bar + 8 * s, phase);
-      const float* as = ring_f + s * (Cfg::STAGE_BYTES / 4) + a_thread;
-      const float* bs = ring_f + s * (Cfg::STAGE_BYTES / 4) + Cfg::A_BYTES / 4 + b_thread;
-      constexpr int kChunks = kBK / 4;
-      constexpr bool kFullUnroll = Cfg::UNROLL_Q == kChunks;
-      constexpr int AV = Cfg::A_VEC;
-      float a_piece[TM][AV];  // AV consecutive k of each of the thread's rows
-      // Piece p of a row: k = p*AV .. p*AV+AV-1, inside 16-byte chunk q = p*AV/4.
-      auto load_a_piece = [&](int i, int p) {
-        const int q = (p * AV) / 4;
-        const int col = (((q ^ ((i * TWM) & 7)) * 4) ^ lane_swz) + (p * AV) % 4;
-        if constexpr (AV == 4) {
-          const float4 v = *reinterpret_cast<const float4*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = v.x;
-          a_piece[i][1] = v.y;
-          a_piece[i][2] = v.z;
-          a_piece[i][3] = v.w;
-        } else {
-          const float2 v = *reinterpret_cast<const float2*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = v.x;
-          a_piece[i][1] = v.y;
-        }
-      };
-      float b_frag[2][TN];
-      auto load_b_frag = [&](int kk, int buf) {
-#pragma unroll
-        for (int j = 0; j < TN / 4; ++j) {
-          const float4 v = *reinterpret_cast<const float4*>(bs + kk * BN + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = v.x;
-          b_frag[buf][4 * j + 1] = v.y;
-          b_frag[buf][4 * j + 2] = v.z;
-          b_frag[buf][4 * j + 3] = v.w;
-        }
-      };
-#pragma unroll
-      for (int i = 0; i < TM; ++i) load_a_piece(i, 0);
-      load_b_frag(0, 0);
-      // 4 k per chunk; UNROLL_Q chunks per loop iteration (all 8 when UNROLL_Q == 8: no
-      // loop). A rolled loop loads past the stage's last k (B row 0, A piece 0 again: a few
-      // harmless loads) instead of testing for it.
-#pragma unroll 1
-      for (int q0 = 0; q0 < kChunks; q0 += Cfg::UNROLL_Q) {
-#pragma unroll
-        for (int kq = 0; kq < 4 * Cfg::UNROLL_Q; ++kq) {
-          const int q = q0 + kq / 4, kk = kq % 4, kx = 4 * q + kk;
-          const bool last = kFullUnroll && kx == kBK - 1;
-          if (!last) load_b_frag((kx + 1) % kBK, (kk + 1) & 1);
-#pragma unroll
-          for (int i = 0; i < TM; ++i) {
-#pragma unroll
-            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a_piece[i][kk % AV], b_frag[kk & 1][j], acc[i][j]);
-            if (kk % AV == AV - 1 && !last) load_a_piece(i, ((kx + 1) / AV) % (kBK / AV));
-          }
-        }
-      }
-      // Every load of this stage has been consumed: hand it back to the producer.
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
-      if (++s == STAGES) {
-        s = 0;
-        phase ^= 1u;
-      }
-    }
+#include "kernels/tma_simt_mainloop.inc"
 
     const int m0 = tm * BM, n0 = tn * BN;
     if (splits > 1) {
@@ -697,70 +630,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-    for (int kb = kb_begin; kb < kb_end; ++kb) {
-      mbar_wait(full_bar + 8 * s, phase);
-      const float* as = ring_f + s * (Cfg::STAGE_BYTES / 4) + a_thread;
-      const float* bs = ring_f + s * (Cfg::STAGE_BYTES / 4) + Cfg::A_BYTES / 4 + b_thread;
-      constexpr int kChunks = kBK / 4;
-      constexpr bool kFullUnroll = Cfg::UNROLL_Q == kChunks;
-      constexpr int AV = Cfg::A_VEC;
-      float a_piece[TM][AV];  // AV consecutive k of each of the thread's rows
-      // Piece p of a row: k = p*AV .. p*AV+AV-1, inside 16-byte chunk q = p*AV/4.
-      auto load_a_piece = [&](int i, int pc) {
-        const int q = (pc * AV) / 4;
-        const int col = (((q ^ ((i * TWM) & 7)) * 4) ^ lane_swz) + (pc * AV) % 4;
-        if constexpr (AV == 4) {
-          const float4 x = *reinterpret_cast<const float4*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = x.x;
-          a_piece[i][1] = x.y;
-          a_piece[i][2] = x.z;
-          a_piece[i][3] = x.w;
-        } else {
-          const float2 x = *reinterpret_cast<const float2*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = x.x;
-          a_piece[i][1] = x.y;
-        }
-      };
-      float b_frag[2][TN];
-      auto load_b_frag = [&](int kk, int buf) {
-#pragma unroll
-        for (int j = 0; j < TN / 4; ++j) {
-          const float4 x = *reinterpret_cast<const float4*>(bs + kk * BN + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = x.x;
-          b_frag[buf][4 * j + 1] = x.y;
-          b_frag[buf][4 * j + 2] = x.z;
-          b_frag[buf][4 * j + 3] = x.w;
-        }
-      };
-#pragma unroll
-      for (int i = 0; i < TM; ++i) load_a_piece(i, 0);
-      load_b_frag(0, 0);
-      // 4 k per chunk; UNROLL_Q chunks per loop iteration (all 8 when UNROLL_Q == 8: no
-      // loop). A rolled loop loads past the stage's last k (B row 0, A piece 0 again: a few
-      // harmless loads) instead of testing for it.
-#pragma unroll 1
-      for (int q0 = 0; q0 < kChunks; q0 += Cfg::UNROLL_Q) {
-#pragma unroll
-        for (int kq = 0; kq < 4 * Cfg::UNROLL_Q; ++kq) {
-          const int q = q0 + kq / 4, kk = kq % 4, kx = 4 * q + kk;
-          const bool last = kFullUnroll && kx == kBK - 1;
-          if (!last) load_b_frag((kx + 1) % kBK, (kk + 1) & 1);
-#pragma unroll
-          for (int i = 0; i < TM; ++i) {
-#pragma unroll
-            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a_piece[i][kk % AV], b_frag[kk & 1][j], acc[i][j]);
-            if (kk % AV == AV - 1 && !last) load_a_piece(i, ((kx + 1) / AV) % (kBK / AV));
-          }
-        }
-      }
-      // Every load of this stage has been consumed: hand it back to the producer.
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
-      if (++s == STAGES) {
-        s = 0;
-        phase ^= 1u;
-      }
-    }
+#include "kernels/tma_simt_mainloop.inc"
 
     // The piece again (it exists: it did above), for the epilogue.
     Piece p;
