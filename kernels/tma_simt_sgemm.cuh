@@ -214,9 +214,10 @@ __device__ __forceinline__ int opaque(int x) {
 // The whole-tile (and split-K) kernel, one ring. tma_simt_sgemm_kernel below does the same
 // work for RINGS == 1 and !kStreamK, but ptxas compiles that more general kernel 1.5-2.5%
 // slower on one H100 (bench/results/2026-11-23_h100_whole-tile-regression/), so whole tiles
-// run this one. Both take their mainloop from tma_simt_mainloop.inc and their C store from
-// epilogue.cuh. Change either only with a side-by-side run against the previous build
-// (scripts/gpu-check.sh compare-builds): its SASS is what was measured.
+// run this one. Both take their mainloop from tma_simt_mainloop.inc and the store of a unit
+// (split-K slice or C) from tma_simt_store_tile.inc. Change either only with a side-by-side
+// run against the previous build (scripts/gpu-check.sh compare-builds): its SASS is what was
+// measured.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     tma_simt_whole_tile_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
@@ -316,42 +317,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
 #include "kernels/tma_simt_mainloop.inc"
 
-    const int m0 = tm * BM, n0 = tn * BN;
-    if (splits > 1) {
-      // Split K: alpha * partial into this split's m x ldw workspace slice (ldw a multiple
-      // of 4, slices 16-byte aligned: whole float4 stores; columns in [n, ldw) get zeros,
-      // never read back); the launcher's reduction adds the slices in order.
-      float* slice = workspace + int64_t(u / tiles) * m * ldw;
-#pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const int row = m0 + row0 + i * TWM;
-        if (row >= m) continue;
-        float* wrow = slice + int64_t(row) * ldw;
-#pragma unroll
-        for (int j4 = 0; j4 < TN / 4; ++j4) {
-          const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-          if (col < ldw)
-            *reinterpret_cast<float4*>(wrow + col) =
-                make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                            alpha * acc[i][4 * j4 + 3]);
-        }
-      }
-      continue;
-    }
-    // ---- epilogue: C = alpha*acc + beta*C, float4 where C allows ----
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int row = m0 + row0 + i * TWM;
-      if (row >= m) continue;
-      float* crow = c + int64_t(row) * ldc;
-#pragma unroll
-      for (int j4 = 0; j4 < TN / 4; ++j4) {
-        const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-        float4 r = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                               alpha * acc[i][4 * j4 + 3]);
-        SGEMM_EPILOGUE_STORE4(crow, col, n, r, beta, c_vec && col + 3 < n);
-      }
-    }
+    const int split = u / tiles;
+#include "kernels/tma_simt_store_tile.inc"
   }
 }
 
@@ -695,42 +662,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     }
 
-    const int m0 = tm * BM, n0 = tn * BN;
-    if (splits > 1) {
-      // Split K: alpha * partial into this split's m x ldw workspace slice (ldw a multiple
-      // of 4, slices 16-byte aligned: whole float4 stores; columns in [n, ldw) get zeros,
-      // never read back); the launcher's reduction adds the slices in order.
-      float* slice = workspace + int64_t(p.split) * m * ldw;
-#pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const int row = m0 + row0 + i * TWM;
-        if (row >= m) continue;
-        float* wrow = slice + int64_t(row) * ldw;
-#pragma unroll
-        for (int j4 = 0; j4 < TN / 4; ++j4) {
-          const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-          if (col < ldw)
-            *reinterpret_cast<float4*>(wrow + col) =
-                make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                            alpha * acc[i][4 * j4 + 3]);
-        }
-      }
-      continue;
-    }
-    // ---- epilogue: C = alpha*acc + beta*C, float4 where C allows ----
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int row = m0 + row0 + i * TWM;
-      if (row >= m) continue;
-      float* crow = c + int64_t(row) * ldc;
-#pragma unroll
-      for (int j4 = 0; j4 < TN / 4; ++j4) {
-        const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-        float4 res = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                                 alpha * acc[i][4 * j4 + 3]);
-        SGEMM_EPILOGUE_STORE4(crow, col, n, res, beta, c_vec && col + 3 < n);
-      }
-    }
+    const int split = p.split;
+#include "kernels/tma_simt_store_tile.inc"
   }
 }
 
