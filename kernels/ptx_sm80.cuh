@@ -5,6 +5,7 @@
 //              and wait on groups (the multistage SIMT kernels) or an mbarrier arrive
 //              that fires once the thread's copies have landed (the producer warps of
 //              the TMA-fed kernel);
+//   loads      one float from a 32-bit shared address;
 //   warps      named barriers (bar.sync / bar.arrive with a thread count).
 #pragma once
 
@@ -56,6 +57,14 @@ __device__ __forceinline__ void cp_async_wait() {
 // threads that signal it this way).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// One float from the shared-state-space address `addr` (an LDS where the address is a
+// 32-bit shared address, as the swizzled layouts compute it).
+__device__ __forceinline__ float lds_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
 }
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
