@@ -263,6 +263,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     const int stage = kt % STAGES;
     const float* as = As + stage * A_STAGE + a_frag_off;
     const float* bs = Bs + stage * Cfg::B_STAGE + b_frag_off;
+    // B's fragment of step kk into buffer buf: TN floats in TN / 4 16-byte loads.
+    auto load_b_frag = [&](int kk, int buf) {
+#pragma unroll
+      for (int j = 0; j < TN / 4; ++j) {
+        const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
+        b_frag[buf][4 * j + 0] = v.x;
+        b_frag[buf][4 * j + 1] = v.y;
+        b_frag[buf][4 * j + 2] = v.z;
+        b_frag[buf][4 * j + 3] = v.w;
+      }
+    };
 
     if constexpr (kAKMajor) {
       // A: one 16-byte chunk (4 k) per row, reloaded row by row as the 4th k of a chunk
@@ -274,16 +285,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         a_chunk[i][1] = v.y;
         a_chunk[i][2] = v.z;
         a_chunk[i][3] = v.w;
-      };
-      auto load_b_frag = [&](int kk, int buf) {
-#pragma unroll
-        for (int j = 0; j < TN / 4; ++j) {
-          const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = v.x;
-          b_frag[buf][4 * j + 1] = v.y;
-          b_frag[buf][4 * j + 2] = v.z;
-          b_frag[buf][4 * j + 3] = v.w;
-        }
       };
 #pragma unroll
       for (int i = 0; i < TM; ++i) load_a_chunk(i, 0);
@@ -309,14 +310,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
           a_frag[buf][4 * i + 2] = v.z;
           a_frag[buf][4 * i + 3] = v.w;
         }
-#pragma unroll
-        for (int j = 0; j < TN / 4; ++j) {
-          const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = v.x;
-          b_frag[buf][4 * j + 1] = v.y;
-          b_frag[buf][4 * j + 2] = v.z;
-          b_frag[buf][4 * j + 3] = v.w;
-        }
+        load_b_frag(kk, buf);
       };
       load_frag(0, 0);
 #pragma unroll
