@@ -45,6 +45,9 @@
 
 #include <cstdint>
 
+#include "kernels/epilogue.cuh"
+#include "kernels/ptx_sm80.cuh"
+
 namespace sgemm::pingpong {
 
 template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int TWM_, int TWN_, int TM_, int TN_, int STAGES_,
@@ -84,26 +87,11 @@ struct PingpongConfig {
                                  (BM * AKM_CHUNKS) % THREADS == 0 && BM % (THREADS / AKM_CHUNKS) == 0;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 4-byte async copy; src_bytes == 0 writes a zero and reads nothing.
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const float* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-// 16-byte async copy (L2 only); bytes past src_bytes are zero-filled.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const float* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::smem_u32;
+// cp.async.wait_group and __syncthreads order every access to a stage: no memory clobber.
+constexpr auto kCpFence = ptx::CpAsyncFence::kNone;
 
 template <class Cfg, bool kVectorized, bool kClusterReduce = false, bool kAKMajor = false>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
@@ -192,21 +180,22 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       if (rows_inside && k_inside) {
 #pragma unroll
         for (int i = 0; i < A_PER_THREAD; ++i)
-          cp_async_16(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE), a_next + i * a_rstep, 16);
+          ptx::cp_async_16<kCpFence>(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE), a_next + i * a_rstep, 16);
       } else {
         const int k_valid = max(0, min(4, k - (k0 + a_col)));  // of this thread's chunk
 #pragma unroll
         for (int i = 0; i < A_PER_THREAD; ++i) {
           const bool ok = ((a_row_ok >> i) & 1u) && k_valid > 0;
-          cp_async_16(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE), ok ? a_next + i * a_rstep : a,
-                      ok ? 4 * k_valid : 0);
+          ptx::cp_async_16<kCpFence>(as_stage + 4u * uint32_t(i * A_RSTEP * Cfg::AKM_STRIDE),
+                                     ok ? a_next + i * a_rstep : a, ok ? 4 * k_valid : 0);
         }
       }
     } else if (rows_inside && k_inside) {  // interior: no predicates
 #pragma unroll
       for (int i = 0; i < A_PER_THREAD; ++i) {
         const int r = (i * A_RSTEP) % BM, kh = 8 * ((i * A_RSTEP) / BM);
-        cp_async_4(as_stage + 4u * uint32_t(kh * Cfg::A_STRIDE + r), a_next + (r / A_RSTEP) * a_rstep + kh, 4);
+        ptx::cp_async_4<kCpFence>(as_stage + 4u * uint32_t(kh * Cfg::A_STRIDE + r),
+                                  a_next + (r / A_RSTEP) * a_rstep + kh, 4);
       }
     } else {
 #pragma unroll
@@ -214,7 +203,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         const int r = (i * A_RSTEP) % BM, kh = 8 * ((i * A_RSTEP) / BM);
         const bool ok = ((a_row_ok >> i) & 1u) && (k0 + kh + a_col < k);
         const float* src = ok ? a_next + (r / A_RSTEP) * a_rstep + kh : a;
-        cp_async_4(as_stage + 4u * uint32_t(kh * Cfg::A_STRIDE + r), src, ok ? 4 : 0);
+        ptx::cp_async_4<kCpFence>(as_stage + 4u * uint32_t(kh * Cfg::A_STRIDE + r), src, ok ? 4 : 0);
       }
     }
     if (cols_inside && k_inside) {
@@ -222,9 +211,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       for (int i = 0; i < B_PER_THREAD; ++i) {
         const uint32_t dst = bs_stage + 4u * uint32_t(i * B_RSTEP * Cfg::B_STRIDE);
         if constexpr (kVectorized)
-          cp_async_16(dst, b_next + i * b_rstep, 16);
+          ptx::cp_async_16<kCpFence>(dst, b_next + i * b_rstep, 16);
         else
-          cp_async_4(dst, b_next + i * b_rstep, 4);
+          ptx::cp_async_4<kCpFence>(dst, b_next + i * b_rstep, 4);
       }
     } else {
 #pragma unroll
@@ -233,9 +222,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         const int valid = (k0 + i * B_RSTEP + b_row < k) ? b_cols_valid : 0;
         const float* src = valid > 0 ? b_next + i * b_rstep : b;
         if constexpr (kVectorized)
-          cp_async_16(dst, src, 4 * valid);
+          ptx::cp_async_16<kCpFence>(dst, src, 4 * valid);
         else
-          cp_async_4(dst, src, 4 * valid);
+          ptx::cp_async_4<kCpFence>(dst, src, 4 * valid);
       }
     }
     a_next += BK;
@@ -274,6 +263,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     const int stage = kt % STAGES;
     const float* as = As + stage * A_STAGE + a_frag_off;
     const float* bs = Bs + stage * Cfg::B_STAGE + b_frag_off;
+    // B's fragment of step kk into buffer buf: TN floats in TN / 4 16-byte loads.
+    auto load_b_frag = [&](int kk, int buf) {
+#pragma unroll
+      for (int j = 0; j < TN / 4; ++j) {
+        const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
+        b_frag[buf][4 * j + 0] = v.x;
+        b_frag[buf][4 * j + 1] = v.y;
+        b_frag[buf][4 * j + 2] = v.z;
+        b_frag[buf][4 * j + 3] = v.w;
+      }
+    };
 
     if constexpr (kAKMajor) {
       // A: one 16-byte chunk (4 k) per row, reloaded row by row as the 4th k of a chunk
@@ -285,16 +285,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
         a_chunk[i][1] = v.y;
         a_chunk[i][2] = v.z;
         a_chunk[i][3] = v.w;
-      };
-      auto load_b_frag = [&](int kk, int buf) {
-#pragma unroll
-        for (int j = 0; j < TN / 4; ++j) {
-          const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = v.x;
-          b_frag[buf][4 * j + 1] = v.y;
-          b_frag[buf][4 * j + 2] = v.z;
-          b_frag[buf][4 * j + 3] = v.w;
-        }
       };
 #pragma unroll
       for (int i = 0; i < TM; ++i) load_a_chunk(i, 0);
@@ -320,14 +310,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
           a_frag[buf][4 * i + 2] = v.z;
           a_frag[buf][4 * i + 3] = v.w;
         }
-#pragma unroll
-        for (int j = 0; j < TN / 4; ++j) {
-          const float4 v = *reinterpret_cast<const float4*>(bs + kk * Cfg::B_STRIDE + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = v.x;
-          b_frag[buf][4 * j + 1] = v.y;
-          b_frag[buf][4 * j + 2] = v.z;
-          b_frag[buf][4 * j + 3] = v.w;
-        }
+        load_b_frag(kk, buf);
       };
       load_frag(0, 0);
 #pragma unroll
@@ -425,27 +408,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
       float4 r = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
                              alpha * acc[i][4 * j4 + 3]);
-      if (kVectorized && (full_block || col + 3 < n)) {
-        float4* p = reinterpret_cast<float4*>(crow + col);
-        if (beta != 0.0f) {
-          const float4 old = *p;
-          r.x = fmaf(beta, old.x, r.x);
-          r.y = fmaf(beta, old.y, r.y);
-          r.z = fmaf(beta, old.z, r.z);
-          r.w = fmaf(beta, old.w, r.w);
-        }
-        *p = r;
-      } else {
-        const float v[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (col + q < n) {
-            float out = v[q];
-            if (beta != 0.0f) out = fmaf(beta, crow[col + q], out);
-            crow[col + q] = out;
-          }
-        }
-      }
+      SGEMM_EPILOGUE_STORE4(crow, col, n, r, beta, kVectorized && (full_block || col + 3 < n));
     }
   }
 }

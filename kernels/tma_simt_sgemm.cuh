@@ -63,7 +63,8 @@
 
 #include <cstdint>
 
-#include "kernels/hopper_pipeline.cuh"
+#include "kernels/epilogue.cuh"
+#include "kernels/ptx_sm90.cuh"
 
 namespace sgemm::tma_simt {
 
@@ -210,16 +211,13 @@ __device__ __forceinline__ int opaque(int x) {
   return x;
 }
 
-// The whole-tile (and split-K) kernel, one ring, kept as its own source:
-// tma_simt_sgemm_kernel below does the same work for RINGS == 1 and !kStreamK, but
-// ptxas compiles that more general source 1.5-2.5 points slower on one H100
-// (8192: 22.56 vs 22.92 ms for 192x128; 4096: 2.914 vs 2.962 ms for 128x256; the same
-// call, bench/results/2026-11-23_h100_whole-tile-regression/), and neither the mainloop's
-// register banks nor its LDS latencies tell the two apart (tools/sass_stats.py). This copy
-// compiles to the measured whole-tile kernel's SASS byte for byte (checked on the cubins):
-// change it only with a side-by-side run against that build (scripts/gpu-check.sh compare-builds). It is a copy on
-// purpose: moving the mainloop, or only the epilogue, into inline functions both kernels call
-// changed the SASS of all six production kernels.
+// The whole-tile (and split-K) kernel, one ring. tma_simt_sgemm_kernel below does the same
+// work for RINGS == 1 and !kStreamK, but ptxas compiles that more general kernel 1.5-2.5%
+// slower on one H100 (bench/results/2026-11-23_h100_whole-tile-regression/), so whole tiles
+// run this one. Both take their mainloop from tma_simt_mainloop.inc and the store of a unit
+// (split-K slice or C) from tma_simt_store_tile.inc. Change either only with a side-by-side
+// run against the previous build (scripts/gpu-check.sh compare-builds): its SASS is what was
+// measured.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     tma_simt_whole_tile_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
@@ -227,7 +225,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                                bool c_vec, int splits, int k_blocks_per_split, float* __restrict__ workspace,
                                int64_t ldw) {
   static_assert(Cfg::RINGS == 1, "one ring: the ring tiles run tma_simt_sgemm_kernel");
-  using namespace hopper;
+  using namespace ptx;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
   constexpr int STAGES = Cfg::STAGES;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -317,127 +315,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-    for (int kb = kb_begin; kb < kb_end; ++kb) {
-      mbar_wait(full_bar + 8 * s, phase);
-      const float* as = ring_f + s * (Cfg::STAGE_BYTES / 4) + a_thread;
-      const float* bs = ring_f + s * (Cfg::STAGE_BYTES / 4) + Cfg::A_BYTES / 4 + b_thread;
-      constexpr int kChunks = kBK / 4;
-      constexpr bool kFullUnroll = Cfg::UNROLL_Q == kChunks;
-      constexpr int AV = Cfg::A_VEC;
-      float a_piece[TM][AV];  // AV consecutive k of each of the thread's rows
-      // Piece p of a row: k = p*AV .. p*AV+AV-1, inside 16-byte chunk q = p*AV/4.
-      auto load_a_piece = [&](int i, int p) {
-        const int q = (p * AV) / 4;
-        const int col = (((q ^ ((i * TWM) & 7)) * 4) ^ lane_swz) + (p * AV) % 4;
-        if constexpr (AV == 4) {
-          const float4 v = *reinterpret_cast<const float4*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = v.x;
-          a_piece[i][1] = v.y;
-          a_piece[i][2] = v.z;
-          a_piece[i][3] = v.w;
-        } else {
-          const float2 v = *reinterpret_cast<const float2*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = v.x;
-          a_piece[i][1] = v.y;
-        }
-      };
-      float b_frag[2][TN];
-      auto load_b_frag = [&](int kk, int buf) {
-#pragma unroll
-        for (int j = 0; j < TN / 4; ++j) {
-          const float4 v = *reinterpret_cast<const float4*>(bs + kk * BN + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = v.x;
-          b_frag[buf][4 * j + 1] = v.y;
-          b_frag[buf][4 * j + 2] = v.z;
-          b_frag[buf][4 * j + 3] = v.w;
-        }
-      };
-#pragma unroll
-      for (int i = 0; i < TM; ++i) load_a_piece(i, 0);
-      load_b_frag(0, 0);
-      // 4 k per chunk; UNROLL_Q chunks per loop iteration (all 8 when UNROLL_Q == 8: no
-      // loop). A rolled loop loads past the stage's last k (B row 0, A piece 0 again: a few
-      // harmless loads) instead of testing for it.
-#pragma unroll 1
-      for (int q0 = 0; q0 < kChunks; q0 += Cfg::UNROLL_Q) {
-#pragma unroll
-        for (int kq = 0; kq < 4 * Cfg::UNROLL_Q; ++kq) {
-          const int q = q0 + kq / 4, kk = kq % 4, kx = 4 * q + kk;
-          const bool last = kFullUnroll && kx == kBK - 1;
-          if (!last) load_b_frag((kx + 1) % kBK, (kk + 1) & 1);
-#pragma unroll
-          for (int i = 0; i < TM; ++i) {
-#pragma unroll
-            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a_piece[i][kk % AV], b_frag[kk & 1][j], acc[i][j]);
-            if (kk % AV == AV - 1 && !last) load_a_piece(i, ((kx + 1) / AV) % (kBK / AV));
-          }
-        }
-      }
-      // Every load of this stage has been consumed: hand it back to the producer.
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
-      if (++s == STAGES) {
-        s = 0;
-        phase ^= 1u;
-      }
-    }
+#include "kernels/tma_simt_mainloop.inc"
 
-    const int m0 = tm * BM, n0 = tn * BN;
-    if (splits > 1) {
-      // Split K: alpha * partial into this split's m x ldw workspace slice (ldw a multiple
-      // of 4, slices 16-byte aligned: whole float4 stores; columns in [n, ldw) get zeros,
-      // never read back); the launcher's reduction adds the slices in order.
-      float* slice = workspace + int64_t(u / tiles) * m * ldw;
-#pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const int row = m0 + row0 + i * TWM;
-        if (row >= m) continue;
-        float* wrow = slice + int64_t(row) * ldw;
-#pragma unroll
-        for (int j4 = 0; j4 < TN / 4; ++j4) {
-          const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-          if (col < ldw)
-            *reinterpret_cast<float4*>(wrow + col) =
-                make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                            alpha * acc[i][4 * j4 + 3]);
-        }
-      }
-      continue;
-    }
-    // ---- epilogue: C = alpha*acc + beta*C, float4 where C allows ----
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int row = m0 + row0 + i * TWM;
-      if (row >= m) continue;
-      float* crow = c + int64_t(row) * ldc;
-#pragma unroll
-      for (int j4 = 0; j4 < TN / 4; ++j4) {
-        const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-        float4 r = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                               alpha * acc[i][4 * j4 + 3]);
-        if (c_vec && col + 3 < n) {
-          float4* p = reinterpret_cast<float4*>(crow + col);
-          if (beta != 0.0f) {
-            const float4 old = *p;
-            r.x = fmaf(beta, old.x, r.x);
-            r.y = fmaf(beta, old.y, r.y);
-            r.z = fmaf(beta, old.z, r.z);
-            r.w = fmaf(beta, old.w, r.w);
-          }
-          *p = r;
-        } else {
-          const float v[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if (col + q < n) {
-              float out = v[q];
-              if (beta != 0.0f) out = fmaf(beta, crow[col + q], out);
-              crow[col + q] = out;
-            }
-          }
-        }
-      }
-    }
+    const int split = u / tiles;
+#include "kernels/tma_simt_store_tile.inc"
   }
 }
 
@@ -450,7 +331,7 @@ template <class Cfg, int kPt, bool kCopyA = true>
 __device__ __forceinline__ void cp_async_fill_stage(uint32_t stage, const float* __restrict__ a, int64_t lda,
                                                     const float* __restrict__ b, int64_t ldb, int m, int n, int k,
                                                     int m0, int n0, int k0, int pt) {
-  using hopper::cp_async_4;
+  using ptx::cp_async_4;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, WP = kPt / 32;  // producer warps of the ring
   constexpr int RPG = 8 / WP;                               // a warp's rows in an 8-row swizzle atom
   static_assert(kPt % 32 == 0 && 8 % WP == 0 && kBK % WP == 0, "a ring's producers are 1, 2, 4 or 8 warps");
@@ -521,7 +402,7 @@ template <class Cfg, int kPt>
 __device__ __forceinline__ void cp_async16_fill_stage(uint32_t stage, const float* __restrict__ a, int64_t lda,
                                                       const float* __restrict__ b, int64_t ldb, int m, int n, int k,
                                                       int m0, int n0, int k0, int pt) {
-  using hopper::cp_async_16;
+  using ptx::cp_async_16;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, WP = kPt / 32;
   static_assert(BM % (4 * WP) == 0 && BN % 128 == 0 && kBK % WP == 0, "whole copies per producer warp");
   const int wr = pt / 32, lane = pt % 32;
@@ -569,7 +450,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                           const float* __restrict__ a, int64_t lda, const float* __restrict__ b, int64_t ldb, int m,
                           int n, int k, float alpha, float beta, float* __restrict__ c, int64_t ldc, bool c_vec,
                           int splits, int k_blocks_per_split, float* __restrict__ workspace, int64_t ldw, StreamK sk) {
-  using namespace hopper;
+  using namespace ptx;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, TM = Cfg::TM, TN = Cfg::TN, TWM = Cfg::TWM, TWN = Cfg::TWN;
   constexpr int STAGES = Cfg::STAGES, RINGS = Cfg::RINGS;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -716,70 +597,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
-    for (int kb = kb_begin; kb < kb_end; ++kb) {
-      mbar_wait(full_bar + 8 * s, phase);
-      const float* as = ring_f + s * (Cfg::STAGE_BYTES / 4) + a_thread;
-      const float* bs = ring_f + s * (Cfg::STAGE_BYTES / 4) + Cfg::A_BYTES / 4 + b_thread;
-      constexpr int kChunks = kBK / 4;
-      constexpr bool kFullUnroll = Cfg::UNROLL_Q == kChunks;
-      constexpr int AV = Cfg::A_VEC;
-      float a_piece[TM][AV];  // AV consecutive k of each of the thread's rows
-      // Piece p of a row: k = p*AV .. p*AV+AV-1, inside 16-byte chunk q = p*AV/4.
-      auto load_a_piece = [&](int i, int pc) {
-        const int q = (pc * AV) / 4;
-        const int col = (((q ^ ((i * TWM) & 7)) * 4) ^ lane_swz) + (pc * AV) % 4;
-        if constexpr (AV == 4) {
-          const float4 x = *reinterpret_cast<const float4*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = x.x;
-          a_piece[i][1] = x.y;
-          a_piece[i][2] = x.z;
-          a_piece[i][3] = x.w;
-        } else {
-          const float2 x = *reinterpret_cast<const float2*>(as + i * TWM * kBK + col);
-          a_piece[i][0] = x.x;
-          a_piece[i][1] = x.y;
-        }
-      };
-      float b_frag[2][TN];
-      auto load_b_frag = [&](int kk, int buf) {
-#pragma unroll
-        for (int j = 0; j < TN / 4; ++j) {
-          const float4 x = *reinterpret_cast<const float4*>(bs + kk * BN + j * TWN * 4);
-          b_frag[buf][4 * j + 0] = x.x;
-          b_frag[buf][4 * j + 1] = x.y;
-          b_frag[buf][4 * j + 2] = x.z;
-          b_frag[buf][4 * j + 3] = x.w;
-        }
-      };
-#pragma unroll
-      for (int i = 0; i < TM; ++i) load_a_piece(i, 0);
-      load_b_frag(0, 0);
-      // 4 k per chunk; UNROLL_Q chunks per loop iteration (all 8 when UNROLL_Q == 8: no
-      // loop). A rolled loop loads past the stage's last k (B row 0, A piece 0 again: a few
-      // harmless loads) instead of testing for it.
-#pragma unroll 1
-      for (int q0 = 0; q0 < kChunks; q0 += Cfg::UNROLL_Q) {
-#pragma unroll
-        for (int kq = 0; kq < 4 * Cfg::UNROLL_Q; ++kq) {
-          const int q = q0 + kq / 4, kk = kq % 4, kx = 4 * q + kk;
-          const bool last = kFullUnroll && kx == kBK - 1;
-          if (!last) load_b_frag((kx + 1) % kBK, (kk + 1) & 1);
-#pragma unroll
-          for (int i = 0; i < TM; ++i) {
-#pragma unroll
-            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a_piece[i][kk % AV], b_frag[kk & 1][j], acc[i][j]);
-            if (kk % AV == AV - 1 && !last) load_a_piece(i, ((kx + 1) / AV) % (kBK / AV));
-          }
-        }
-      }
-      // Every load of this stage has been consumed: hand it back to the producer.
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * s);
-      if (++s == STAGES) {
-        s = 0;
-        phase ^= 1u;
-      }
-    }
+#include "kernels/tma_simt_mainloop.inc"
 
     // The piece again (it exists: it did above), for the epilogue.
     Piece p;
@@ -844,62 +662,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     }
 
-    const int m0 = tm * BM, n0 = tn * BN;
-    if (splits > 1) {
-      // Split K: alpha * partial into this split's m x ldw workspace slice (ldw a multiple
-      // of 4, slices 16-byte aligned: whole float4 stores; columns in [n, ldw) get zeros,
-      // never read back); the launcher's reduction adds the slices in order.
-      float* slice = workspace + int64_t(p.split) * m * ldw;
-#pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const int row = m0 + row0 + i * TWM;
-        if (row >= m) continue;
-        float* wrow = slice + int64_t(row) * ldw;
-#pragma unroll
-        for (int j4 = 0; j4 < TN / 4; ++j4) {
-          const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-          if (col < ldw)
-            *reinterpret_cast<float4*>(wrow + col) =
-                make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                            alpha * acc[i][4 * j4 + 3]);
-        }
-      }
-      continue;
-    }
-    // ---- epilogue: C = alpha*acc + beta*C, float4 where C allows ----
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int row = m0 + row0 + i * TWM;
-      if (row >= m) continue;
-      float* crow = c + int64_t(row) * ldc;
-#pragma unroll
-      for (int j4 = 0; j4 < TN / 4; ++j4) {
-        const int col = n0 + warp_n * Cfg::WN + j4 * TWN * 4 + lane_n * 4;
-        float4 res = make_float4(alpha * acc[i][4 * j4 + 0], alpha * acc[i][4 * j4 + 1], alpha * acc[i][4 * j4 + 2],
-                                 alpha * acc[i][4 * j4 + 3]);
-        if (c_vec && col + 3 < n) {
-          float4* ptr = reinterpret_cast<float4*>(crow + col);
-          if (beta != 0.0f) {
-            const float4 old = *ptr;
-            res.x = fmaf(beta, old.x, res.x);
-            res.y = fmaf(beta, old.y, res.y);
-            res.z = fmaf(beta, old.z, res.z);
-            res.w = fmaf(beta, old.w, res.w);
-          }
-          *ptr = res;
-        } else {
-          const float vals[4] = {res.x, res.y, res.z, res.w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if (col + q < n) {
-              float out = vals[q];
-              if (beta != 0.0f) out = fmaf(beta, crow[col + q], out);
-              crow[col + q] = out;
-            }
-          }
-        }
-      }
-    }
+    const int split = p.split;
+#include "kernels/tma_simt_store_tile.inc"
   }
 }
 
