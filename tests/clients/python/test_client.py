@@ -11,6 +11,7 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import grpc
@@ -256,13 +257,25 @@ class ClientAgainstServer(unittest.TestCase):
         busy = ServerProcess("--max-in-flight", "1", "--max-queued", "0", "--cpu-threads", "1")
         try:
             with sgemm_client.Client(busy.address, retries=200, backoff_s=0.01, max_backoff_s=0.05) as client:
+                # One product holds the only slot (2048^3 on one CPU thread: a few tenths of a second at
+                # least); once the server counts it in flight, five more callers find no slot and no
+                # queue, are turned away, and retry until they get in.
+                big_a, big_b = self.random(2048, 2048), self.random(2048, 2048)
                 a, b = self.random(512, 512), self.random(512, 512)
                 with concurrent.futures.ThreadPoolExecutor(6) as pool:
-                    results = list(pool.map(lambda _: client.multiply(a, b, timeout=120)[0], range(6)))
+                    holder = pool.submit(lambda: client.multiply(big_a, big_b, timeout=120)[0])
+                    deadline = time.monotonic() + 60
+                    while client.info(timeout=10).load.in_flight < 1:
+                        self.assertFalse(holder.done(), "the holding product ended before it was seen in flight")
+                        self.assertLess(time.monotonic(), deadline, "the holding product never went in flight")
+                        time.sleep(0.005)
+                    results = list(pool.map(lambda _: client.multiply(a, b, timeout=120)[0], range(5)))
+                    held = holder.result()
+                np.testing.assert_allclose(held, big_a.astype(np.float64) @ big_b.astype(np.float64), rtol=0,
+                                           atol=2e-3)
                 ref = a.astype(np.float64) @ b.astype(np.float64)
                 for got in results:
                     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-3)
-                # Six callers on one slot and no queue: some were turned away, then retried.
                 self.assertGreater(client.unavailable_retries, 0)
             with sgemm_client.Client("127.0.0.1:1", retries=2, backoff_s=0.01) as nobody:
                 with self.assertRaises(sgemm_client.SgemmError) as e:
