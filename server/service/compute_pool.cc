@@ -68,28 +68,22 @@ bool ComputePool::reserve_here() {
 }
 
 void ComputePool::end_here() {
-  bool waiting;
   {
     std::lock_guard lock(mu_);
     if (!slot_released_) --running_;
     slot_released_ = false;
-    waiting = !tasks_.empty();
   }
-  if (waiting) cv_.notify_one();  // a queued task may have waited for this slot
+  cv_.notify_one();  // a queued task may have waited for this slot
 }
 
 void ComputePool::release_slot() {
-  bool waiting;
   {
     std::lock_guard lock(mu_);
     if (slot_released_) return;
     slot_released_ = true;
     --running_;
-    waiting = !tasks_.empty();
   }
-  // Only a queued task waits for a slot: waking an idle thread for nothing
-  // costs two context switches on every request.
-  if (waiting) cv_.notify_one();
+  cv_.notify_one();
 }
 
 int ComputePool::running() const {
