@@ -50,8 +50,8 @@ grpc::ByteBuffer sub_buffer(const std::vector<grpc::Slice>& slices, std::size_t 
 
 }  // namespace
 
-bool fits_unary(const GemmShape& s, bool has_c) {
-  const int64_t in = (s.m * s.k + s.k * s.n + (has_c ? s.m * s.n : 0)) * int64_t(sizeof(float));
+bool fits_unary(const GemmShape& s, int64_t sent_elements) {
+  const int64_t in = sent_elements * int64_t(sizeof(float));
   const int64_t out = s.m * s.n * int64_t(sizeof(float));
   return in <= kUnaryMaxBytes && out <= kUnaryMaxBytes;
 }

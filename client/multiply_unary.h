@@ -25,8 +25,10 @@ namespace sgemm {
 // MultiplyUnary's limit on the matrix payload each way (Limits.max_unary_bytes).
 inline constexpr int64_t kUnaryMaxBytes = (int64_t{4} << 20) - (int64_t{64} << 10);
 
-// Whether a product of `shape` (with an input C when `has_c`) fits MultiplyUnary.
-bool fits_unary(const GemmShape& shape, bool has_c);
+// Whether a product of `shape` fits MultiplyUnary when `sent_elements` floats
+// of its operands travel in the request (those named by handle do not) and C
+// comes back.
+bool fits_unary(const GemmShape& shape, int64_t sent_elements);
 
 struct UnaryInput {
   wire::WireMatrix matrix;

@@ -473,16 +473,25 @@ class GrpcClient final : public Client {
 
   StatusOr<MultiplyResult> multiply(const GemmShape& shape, const float* a, const float* b, const float* c,
                                     const MultiplyOptions& opt) override {
-    const bool resident = !opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty() || opt.keep_result;
-    const bool forced_unary = options_.rpc == MultiplyRpc::kUnary && !resident;
+    const bool named = !opt.a_handle.empty() || !opt.b_handle.empty() || !opt.c_handle.empty();
+    const bool resident = named || opt.keep_result;
+    // A kept result is the stream's alone; operands named by handle travel in
+    // MultiplyUnary's header as in the stream's.
+    const bool forced_unary = options_.rpc == MultiplyRpc::kUnary && !opt.keep_result;
     Transport t = Transport::kGrpc;
     if (!forced_unary) {
       SGEMM_ASSIGN_OR_RETURN(t, transport());
     }
+    const bool a_sent = opt.a_handle.empty(), b_sent = opt.b_handle.empty(), c_sent = c && opt.c_handle.empty();
+    const int64_t sent_elements =
+        (a_sent ? shape.m * shape.k : 0) + (b_sent ? shape.k * shape.n : 0) + (c_sent ? shape.m * shape.n : 0);
     // One product in one message each way when it fits (multiply_unary.h); a
-    // Unix socket's shared memory and several connections keep the stream.
-    const bool unary = forced_unary || (options_.rpc == MultiplyRpc::kAuto && !resident && t == Transport::kGrpc &&
-                                        options_.connections <= 1 && a && b && fits_unary(shape, c != nullptr));
+    // Unix socket's shared memory and several connections keep the stream,
+    // except for a product with resident operands, which shared memory does
+    // not carry.
+    const bool unary = forced_unary || (options_.rpc == MultiplyRpc::kAuto && !opt.keep_result &&
+                                        (t == Transport::kGrpc || named) && options_.connections <= 1 &&
+                                        (a || !a_sent) && (b || !b_sent) && fits_unary(shape, sent_elements));
     if (unary)
       return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
         return multiply_unary_once(shape, a, b, c, opt, deadline);
@@ -500,7 +509,9 @@ class GrpcClient final : public Client {
     SGEMM_RETURN_IF_ERROR(setup_);
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    if (!a || !b) return InvalidArgument("multiply: A and B are required (or named by handle, on the stream)");
+    if ((!a && opt.a_handle.empty()) || (!b && opt.b_handle.empty()))
+      return InvalidArgument(
+          "multiply: A and B are required (or named by handle: MultiplyOptions::a_handle, b_handle)");
     // Declared before the call so it outlives it: gRPC drops its last slices when the call is destroyed.
     wire::SliceRefs refs;
     StatusOr<MultiplyResult> result = Internal("not run");
@@ -519,9 +530,11 @@ class GrpcClient final : public Client {
         r.c.resize(std::size_t(total));
         out = r.c.data();
       }
-      std::vector<UnaryInput> inputs = {{wire::WireMatrix::kA, a, shape.m * shape.k},
-                                        {wire::WireMatrix::kB, b, shape.k * shape.n}};
-      if (c) inputs.push_back({wire::WireMatrix::kC, c, total});
+      // What is named by handle is not sent (the stream's rule).
+      std::vector<UnaryInput> inputs;
+      if (opt.a_handle.empty()) inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
+      if (opt.b_handle.empty()) inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
+      if (c && opt.c_handle.empty()) inputs.push_back({wire::WireMatrix::kC, c, total});
       auto got = run_unary(*generic_, &ctx, req, inputs, out, total, &refs);
       if (got.ok()) {
         r.summary = summary_from_proto(got->summary);

@@ -84,12 +84,17 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
   if (h.header.batch) return stream_only("header.batch / header.group", "a batch or group of products");
   if (h.regions.any()) return stream_only("header.a_region ...", "an operand in a shared-memory region");
   if (h.device.any()) return stream_only("header.a_device ...", "an operand in device memory");
-  if (h.resident.any()) return stream_only("header.a_handle ...", "a resident operand or keep_result");
+  if (h.resident.keep) return stream_only("header.keep_result", "a result kept resident");
   header_ = h.header;
   trace_ = h.trace;
+  // Operands named by handle (resident_source.cc) are not sent; a C named by handle is an input C.
+  const ResidentOperands& named = h.resident;
+  if (!named.c.empty()) header_.has_c = true;
   SGEMM_RETURN_IF_ERROR(check_product_header(shared_, header_, /*c_in_caller_memory=*/false));
   const GemmShape& s = header_.shape;
-  const int64_t in_bytes = (s.m * s.k + s.k * s.n + (header_.has_c ? s.m * s.n : 0)) * int64_t(sizeof(float));
+  const int64_t in_bytes = ((named.a.empty() ? s.m * s.k : 0) + (named.b.empty() ? s.k * s.n : 0) +
+                            (header_.has_c && named.c.empty() ? s.m * s.n : 0)) *
+                           int64_t(sizeof(float));
   const int64_t out_bytes = s.m * s.n * int64_t(sizeof(float));
   if (in_bytes > kMaxUnaryBytes || out_bytes > kMaxUnaryBytes)
     return InvalidArgument("header: a " + std::to_string(s.m) + " x " + std::to_string(s.n) + " x " +
@@ -211,8 +216,9 @@ Status MultiplyUnaryCall::assemble_and_submit(bool on_handler_thread) {
     if (!got.ok()) return got.status().with_context("allocating C");
     buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
   }
-  job_.a = buffers_[0]->floats();
-  job_.b = buffers_[1]->floats();
+  // A and B not uploaded are resident (job_.a_resident, job_.b_resident).
+  if (buffers_[0]) job_.a = buffers_[0]->floats();
+  if (buffers_[1]) job_.b = buffers_[1]->floats();
   job_.c = buffers_[c_idx]->floats();
   job_.request = header_;
   job_.cancel = &cancel_;

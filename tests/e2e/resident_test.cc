@@ -69,35 +69,78 @@ class ResidentE2E : public testing::SuiteServer<ResidentE2E> {
 };
 
 // A, B and C each sent or named by handle: all 8 combinations with an input C
-// and the 4 without, on an odd shape and a round one.
+// and the 4 without, on an odd shape and a round one, on the stream and on
+// MultiplyUnary (the header names the handles there too).
 TEST_F(ResidentE2E, EveryCombinationOfSentAndResidentOperands) {
-  for (const GemmShape s : {GemmShape{37, 29, 53}, GemmShape{128, 64, 256}}) {
-    const uint64_t seed = fresh_seed();
-    const auto a = random_matrix(s.m, s.k, seed), b = random_matrix(s.k, s.n, seed + 1),
-               c = random_matrix(s.m, s.n, seed + 2);
-    const std::string ha = put(a, s.m, s.k), hb = put(b, s.k, s.n), hc = put(c, s.m, s.n);
-    ASSERT_FALSE(ha.empty() || hb.empty() || hc.empty());
-    for (int with_c = 0; with_c < 2; ++with_c)
-      for (int mask = 0; mask < (with_c ? 8 : 4); ++mask) {
-        SCOPED_TRACE("shape " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " seed " +
-                     std::to_string(seed) + " mask " + std::to_string(mask) + " c " + std::to_string(with_c));
-        MultiplyOptions o;
-        o.alpha = 1.5f;
-        o.beta = with_c ? 0.5f : 0.0f;
-        if (mask & 1) o.a_handle = ha;
-        if (mask & 2) o.b_handle = hb;
-        if (mask & 4) o.c_handle = hc;
-        const float* c_sent = with_c && !(mask & 4) ? c.data() : nullptr;
-        auto r = client_->multiply(s, (mask & 1) ? nullptr : a.data(), (mask & 2) ? nullptr : b.data(), c_sent, o);
-        ASSERT_TRUE(r.ok()) << r.status().to_string();
-        const int64_t sent = ((mask & 1) ? 0 : s.m * s.k) + ((mask & 2) ? 0 : s.k * s.n) + (c_sent ? s.m * s.n : 0);
-        EXPECT_EQ(r->summary.bytes_in, sent * 4);
-        const auto v =
-            verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta, with_c ? c.data() : nullptr, r->c.data());
-        EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
-      }
-    for (const auto& h : {ha, hb, hc}) EXPECT_TRUE(client_->remove(h).ok());
+  for (const MultiplyRpc rpc : {MultiplyRpc::kStream, MultiplyRpc::kUnary}) {
+    ClientOptions co;
+    co.retry.max_attempts = 1;
+    co.rpc = rpc;
+    const auto client = Client::connect(server_->tcp_address(), co);
+    for (const GemmShape s : {GemmShape{37, 29, 53}, GemmShape{128, 64, 256}}) {
+      const uint64_t seed = fresh_seed();
+      const auto a = random_matrix(s.m, s.k, seed), b = random_matrix(s.k, s.n, seed + 1),
+                 c = random_matrix(s.m, s.n, seed + 2);
+      const std::string ha = put(a, s.m, s.k), hb = put(b, s.k, s.n), hc = put(c, s.m, s.n);
+      ASSERT_FALSE(ha.empty() || hb.empty() || hc.empty());
+      for (int with_c = 0; with_c < 2; ++with_c)
+        for (int mask = 0; mask < (with_c ? 8 : 4); ++mask) {
+          SCOPED_TRACE(std::string(multiply_rpc_name(rpc)) + " shape " + std::to_string(s.m) + "x" +
+                       std::to_string(s.n) + "x" + std::to_string(s.k) + " seed " + std::to_string(seed) + " mask " +
+                       std::to_string(mask) + " c " + std::to_string(with_c));
+          MultiplyOptions o;
+          o.alpha = 1.5f;
+          o.beta = with_c ? 0.5f : 0.0f;
+          if (mask & 1) o.a_handle = ha;
+          if (mask & 2) o.b_handle = hb;
+          if (mask & 4) o.c_handle = hc;
+          const float* c_sent = with_c && !(mask & 4) ? c.data() : nullptr;
+          auto r = client->multiply(s, (mask & 1) ? nullptr : a.data(), (mask & 2) ? nullptr : b.data(), c_sent, o);
+          ASSERT_TRUE(r.ok()) << r.status().to_string();
+          EXPECT_EQ(r->rpc, rpc);
+          const int64_t sent = ((mask & 1) ? 0 : s.m * s.k) + ((mask & 2) ? 0 : s.k * s.n) + (c_sent ? s.m * s.n : 0);
+          EXPECT_EQ(r->summary.bytes_in, sent * 4);
+          const auto v =
+              verify_gemm(s.m, s.n, s.k, o.alpha, a.data(), b.data(), o.beta, with_c ? c.data() : nullptr, r->c.data());
+          EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+        }
+      for (const auto& h : {ha, hb, hc}) EXPECT_TRUE(client_->remove(h).ok());
+    }
   }
+}
+
+// The client's own choice (rpc auto): a product whose operands are named by
+// handle and whose sent part fits goes as one MultiplyUnary; a kept result
+// takes the stream. A block of a resident B (b_at) on both.
+TEST_F(ResidentE2E, AutoSendsHandleProductsAsOneMessageAndKeptResultsOnTheStream) {
+  const int64_t m = 3, n = 41, k = 67;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const auto a = random_matrix(m, k, seed), big = random_matrix(k + 5, n + 9, seed + 1);
+  const std::string hb = put(big, k + 5, n + 9);
+  ASSERT_FALSE(hb.empty());
+  std::vector<float> b(std::size_t(k * n));  // the k x n block at (5, 9)
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < n; ++j) b[std::size_t(i * n + j)] = big[std::size_t((i + 5) * (n + 9) + j + 9)];
+  MultiplyOptions o;
+  o.b_handle = hb;
+  o.b_at = MatrixOffset{5, 9};
+  o.alpha = -0.75f;
+  for (const bool keep : {false, true}) {
+    o.keep_result = keep;
+    o.send_c = keep;
+    auto r = client_->multiply({m, n, k}, a.data(), nullptr, nullptr, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->rpc, keep ? MultiplyRpc::kStream : MultiplyRpc::kUnary);
+    EXPECT_EQ(r->summary.bytes_in, m * k * 4);
+    ASSERT_EQ(r->c.size(), std::size_t(m * n));
+    const auto v = verify_gemm(m, n, k, o.alpha, a.data(), b.data(), 0.0f, nullptr, r->c.data());
+    EXPECT_TRUE(v.passed(kSgemmTolerance)) << "max rel error " << v.max_rel_error;
+    if (keep) {
+      EXPECT_TRUE(client_->remove(r->summary.result_handle).ok());
+    }
+  }
+  EXPECT_TRUE(client_->remove(hb).ok());
 }
 
 // C1 = A B kept resident (its bytes not sent), then C2 = C1 B and C3 = C2 B
@@ -275,6 +318,18 @@ TEST_F(ResidentE2E, AChunkForAMatrixNamedByHandleIsRefused) {
   const grpc::Status st = stream->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("by handle"), std::string::npos) << st.error_message();
+  // The same in one MultiplyUnary message.
+  v1::MultiplyUnaryRequest unary;
+  *unary.mutable_header() = req.header();
+  auto* a_chunk = unary.add_chunks();
+  a_chunk->set_matrix(v1::MATRIX_A);
+  a_chunk->set_data(b.data(), b.size() * sizeof(float));
+  *unary.add_chunks() = chunk.chunk();
+  grpc::ClientContext unary_ctx;
+  v1::MultiplyUnaryResponse unary_resp;
+  const grpc::Status ust = stub->MultiplyUnary(&unary_ctx, unary, &unary_resp);
+  EXPECT_EQ(ust.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(ust.error_message().find("by handle"), std::string::npos) << ust.error_message();
   EXPECT_TRUE(client_->remove(hb).ok());
 }
 

@@ -187,8 +187,18 @@ TEST_F(UnaryE2E, BadHeadersGetTheStreamsStatusesNamingTheField) {
   r.mutable_header()->set_stripes(2);
   expect(call(r), StatusCode::INVALID_ARGUMENT, "header.stripes");
   r = request(2, 2, 2);
+  r.mutable_header()->set_keep_result(true);
+  expect(call(r), StatusCode::INVALID_ARGUMENT, "header.keep_result");
+  // A handle is carried (tests/e2e/resident_test.cc), and checked as on the stream.
+  r = request(2, 2, 2);
   r.mutable_header()->set_a_handle("0123456789abcdef0123456789abcdef");
-  expect(call(r), StatusCode::INVALID_ARGUMENT, "use the Multiply stream");
+  add_chunk(&r, v1::MATRIX_B, 0, 4);
+  expect(call(r), StatusCode::NOT_FOUND, "0123456789abcdef0123456789abcdef");
+  r = request(2, 2, 2);
+  r.mutable_header()->set_a_handle("0123456789abcdef0123456789abcdef");
+  add_chunk(&r, v1::MATRIX_A, 0, 4);  // a chunk of an operand named by handle
+  add_chunk(&r, v1::MATRIX_B, 0, 4);
+  expect(call(r), StatusCode::NOT_FOUND, "0123456789abcdef0123456789abcdef");
   r = request(2, 2, 2);
   r.mutable_header()->mutable_b_at()->set_row(0);  // an offset without its handle, as the stream says it
   expect(call(r), StatusCode::INVALID_ARGUMENT, "header.b_at is set but header.b_handle is not");

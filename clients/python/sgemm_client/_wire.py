@@ -116,9 +116,12 @@ def decode_response(data: bytes):
     return CChunk(data, matrix, offset, start, count)
 
 
-def fits_unary(m: int, n: int, k: int, has_c: bool) -> bool:
-    """Whether an m x n x k product (with an input C when has_c) fits MultiplyUnary."""
-    return 4 * (m * k + k * n + (m * n if has_c else 0)) <= UNARY_MAX_BYTES and 4 * m * n <= UNARY_MAX_BYTES
+def fits_unary(m: int, n: int, k: int, has_c: bool, named=frozenset()) -> bool:
+    """Whether an m x n x k product (with an input C when has_c) fits MultiplyUnary; the matrices in `named`
+    (MATRIX_A, MATRIX_B, MATRIX_C: named by handle) are not sent."""
+    sent = ((0 if MATRIX_A in named else m * k) + (0 if MATRIX_B in named else k * n) +
+            (m * n if has_c and MATRIX_C not in named else 0))
+    return 4 * sent <= UNARY_MAX_BYTES and 4 * m * n <= UNARY_MAX_BYTES
 
 
 def decode_unary_response(data: bytes) -> list:

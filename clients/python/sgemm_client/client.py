@@ -428,11 +428,12 @@ class Client(ClientBase):
         return receiver
 
     def _takes_unary(self, req: Request) -> bool:
-        """MultiplyUnary for a product sent as data on one stream (no handle, no kept result), when it fits
-        (rpc "auto") or always (rpc "unary"); docs/transport.md, "One product in one message"."""
-        if self.rpc == "stream" or req.mode != "stream" or req.skip or req.keep or req.plan.stripes != 1:
+        """MultiplyUnary for a product on one stream whose result is not kept (operands named by handle
+        are not sent), when what is sent fits (rpc "auto") or always (rpc "unary"); docs/transport.md, "One
+        product in one message"."""
+        if self.rpc == "stream" or req.mode != "stream" or req.keep or req.plan.stripes != 1:
             return False
-        return self.rpc == "unary" or _wire.fits_unary(req.m, req.n, req.k, req.has_c)
+        return self.rpc == "unary" or _wire.fits_unary(req.m, req.n, req.k, req.has_c, req.skip)
 
     def _unary_call(self, req: Request, deadline: Optional[float]) -> Receiver:
         """One attempt through MultiplyUnary: the stream's messages (header, then the chunks) joined as one

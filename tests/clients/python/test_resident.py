@@ -38,6 +38,8 @@ class Resident(unittest.TestCase):
         got, summary = self.client.multiply(a, h, timeout=60)
         self.assertLessEqual(max_error(got, a, b), TOLERANCE)
         self.assertGreater(summary.bytes_sent, 0)  # A still travels
+        self.assertEqual(summary.rpc, "unary")  # the handle in one message's header; B not sent
+        self.assertEqual(summary.bytes_sent, 4 * m * k)
         # A and C by handle too; alpha and beta apply.
         ha, hc = self.client.put(a), self.client.put(c0)
         got, _ = self.client.multiply(ha, h, hc, 0.5, -2.0, timeout=60)
@@ -45,6 +47,7 @@ class Resident(unittest.TestCase):
         # keep: C stays on the server; its handle goes on as the next product's A.
         kept, summary = self.client.multiply(a, h, keep=True, timeout=60)
         self.assertEqual(summary.bytes_received, 0)
+        self.assertEqual(summary.rpc, "stream")  # a kept result is the stream's
         self.assertEqual((str(kept), kept.shape), (summary.result_handle, (m, n)))
         w = random(self.rng, n, 29)
         got, _ = self.client.multiply(kept, w, timeout=60)
