@@ -502,14 +502,18 @@ class GrpcClient final : public Client {
     });
   }
 
-  // One MultiplyUnary call (multiply_unary.h): the header as the stream's, A, B (and C) whole.
+  // One MultiplyUnary call (multiply_unary.h): the header as the stream's, A,
+  // B (and C) whole but for those named by handle; with `regions` (shared
+  // memory) the header names them all and nothing is sent, and with an
+  // output region no C comes back.
   StatusOr<MultiplyResult> multiply_unary_once(const GemmShape& shape, const float* a, const float* b, const float* c,
                                                const MultiplyOptions& opt,
-                                               std::chrono::system_clock::time_point deadline) {
+                                               std::chrono::system_clock::time_point deadline,
+                                               const RegionRefs* regions = nullptr) {
     SGEMM_RETURN_IF_ERROR(setup_);
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    if ((!a && opt.a_handle.empty()) || (!b && opt.b_handle.empty()))
+    if (!regions && ((!a && opt.a_handle.empty()) || (!b && opt.b_handle.empty())))
       return InvalidArgument(
           "multiply: A and B are required (or named by handle: MultiplyOptions::a_handle, b_handle)");
     // Declared before the call so it outlives it: gRPC drops its last slices when the call is destroyed.
@@ -521,20 +525,28 @@ class GrpcClient final : public Client {
       if (deadline != std::chrono::system_clock::time_point::max()) ctx.set_deadline(deadline);
       v1::MultiplyRequest req;
       v1::GemmHeader* h = req.mutable_header();
-      set_product_fields(shape, c != nullptr, opt, h);
+      set_product_fields(shape, regions ? regions->has_c() : c != nullptr, opt, h);
+      if (regions) {
+        set_ref(h->mutable_a_region(), regions->a);
+        set_ref(h->mutable_b_region(), regions->b);
+        if (regions->c) set_ref(h->mutable_c_region(), *regions->c);
+        if (regions->out) set_ref(h->mutable_out_region(), *regions->out);
+      }
       SGEMM_RETURN_IF_ERROR(set_exec_fields(opt, h));
-      const int64_t total = shape.m * shape.n;
+      const int64_t total = regions && regions->has_out() ? 0 : shape.m * shape.n;
       MultiplyResult r;
       float* out = opt.c_out;
-      if (!out) {
+      if (!out && total > 0) {
         r.c.resize(std::size_t(total));
         out = r.c.data();
       }
-      // What is named by handle is not sent (the stream's rule).
+      // What is named by handle or in a region is not sent (the stream's rule).
       std::vector<UnaryInput> inputs;
-      if (opt.a_handle.empty()) inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
-      if (opt.b_handle.empty()) inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
-      if (c && opt.c_handle.empty()) inputs.push_back({wire::WireMatrix::kC, c, total});
+      if (!regions) {
+        if (opt.a_handle.empty()) inputs.push_back({wire::WireMatrix::kA, a, shape.m * shape.k});
+        if (opt.b_handle.empty()) inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
+        if (c && opt.c_handle.empty()) inputs.push_back({wire::WireMatrix::kC, c, total});
+      }
       auto got = run_unary(*generic_, &ctx, req, inputs, out, total, &refs);
       if (got.ok()) {
         r.summary = summary_from_proto(got->summary);
@@ -544,7 +556,7 @@ class GrpcClient final : public Client {
         r.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         if (opt.on_sent)
           for (const UnaryInput& in : inputs) opt.on_sent(in.elements * int64_t(sizeof(float)));
-        if (opt.on_chunk) opt.on_chunk(0, total);
+        if (opt.on_chunk && total > 0) opt.on_chunk(0, total);
         result = std::move(r);
       } else {
         result = got.status();
@@ -561,6 +573,14 @@ class GrpcClient final : public Client {
     RegionRefs refs{a, b, c, out};
     if (!a.region || !b.region || (c && !c->region) || (out && !out->region))
       return InvalidArgument("multiply_regions: every RegionMatrix given needs its region");
+    // Nothing travels but the header: one MultiplyUnary message each way
+    // whenever C comes back within its limit (or goes to `out`).
+    const bool unary = !opt.keep_result && (options_.rpc == MultiplyRpc::kUnary ||
+                                            (options_.rpc == MultiplyRpc::kAuto && (out || fits_unary(shape, 0))));
+    if (unary)
+      return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
+        return multiply_unary_once(shape, nullptr, nullptr, nullptr, opt, deadline, &refs);
+      });
     return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
       return multiply_once(shape, nullptr, nullptr, nullptr, &refs, opt, deadline);
     });

@@ -56,11 +56,7 @@ Status MultiplyCall::start_from_caller_memory() {
     // refused instead).
     footprint_bytes_ = request_matrix_elements(header_, MatrixId::kC) * int64_t(sizeof(float));
     auto r = shared_.budget.try_reserve(footprint_bytes_);
-    if (!r)
-      return ResourceExhausted("the host memory budget has no room for C's " + std::to_string(footprint_bytes_) +
-                               " bytes (--host-memory-bytes " + std::to_string(shared_.budget.capacity()) + ", " +
-                               std::to_string(shared_.budget.in_use()) +
-                               " in use); name an output (header.out_region, header.out_device) or retry later");
+    if (!r) return c_budget_full(shared_, footprint_bytes_);
     reservation_ = std::move(*r);
     const int c_idx = static_cast<int>(MatrixId::kC);
     auto got = shared_.engine.host_allocator().allocate(std::size_t(footprint_bytes_));

@@ -82,20 +82,23 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
   // What only the stream carries (resident handles and regions have their own RPCs and sources there).
   if (h.stripes > 1) return stream_only("header.stripes", "a request over several connections");
   if (h.header.batch) return stream_only("header.batch / header.group", "a batch or group of products");
-  if (h.regions.any()) return stream_only("header.a_region ...", "an operand in a shared-memory region");
   if (h.device.any()) return stream_only("header.a_device ...", "an operand in device memory");
   if (h.resident.keep) return stream_only("header.keep_result", "a result kept resident");
   header_ = h.header;
   trace_ = h.trace;
   // Operands named by handle (resident_source.cc) are not sent; a C named by handle is an input C.
+  // Operands in shared-memory regions (region_source.cc) are not sent either,
+  // and C written into an output region does not come back.
   const ResidentOperands& named = h.resident;
   if (!named.c.empty()) header_.has_c = true;
-  SGEMM_RETURN_IF_ERROR(check_product_header(shared_, header_, /*c_in_caller_memory=*/false));
+  const bool regions = h.regions.any();
+  SGEMM_RETURN_IF_ERROR(check_product_header(shared_, header_, /*c_in_caller_memory=*/h.regions.out.has_value()));
   const GemmShape& s = header_.shape;
-  const int64_t in_bytes = ((named.a.empty() ? s.m * s.k : 0) + (named.b.empty() ? s.k * s.n : 0) +
-                            (header_.has_c && named.c.empty() ? s.m * s.n : 0)) *
-                           int64_t(sizeof(float));
-  const int64_t out_bytes = s.m * s.n * int64_t(sizeof(float));
+  const int64_t in_bytes = regions ? 0
+                                   : ((named.a.empty() ? s.m * s.k : 0) + (named.b.empty() ? s.k * s.n : 0) +
+                                      (header_.has_c && named.c.empty() ? s.m * s.n : 0)) *
+                                         int64_t(sizeof(float));
+  const int64_t out_bytes = h.regions.out.has_value() ? 0 : s.m * s.n * int64_t(sizeof(float));
   if (in_bytes > kMaxUnaryBytes || out_bytes > kMaxUnaryBytes)
     return InvalidArgument("header: a " + std::to_string(s.m) + " x " + std::to_string(s.n) + " x " +
                            std::to_string(s.k) + " product sends " + std::to_string(in_bytes) +
@@ -103,12 +106,26 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
                            ", over MultiplyUnary's limit of " + std::to_string(kMaxUnaryBytes) +
                            " bytes each way (Limits.max_unary_bytes); use the Multiply stream");
   if (!move_to(Phase::kReceiving)) return Status::Ok();
-  assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, max_chunk, header_.op_a, header_.op_b);
-  // The stream's rows and their checks (an offset such as header.b_at without its handle).
-  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources({}, h.resident, {}, &*assembler_));
+  if (!regions) assembler_.emplace(s, header_.has_c, nullptr, nullptr, nullptr, max_chunk, header_.op_a, header_.op_b);
+  // The stream's rows and their checks (an offset such as header.b_at without
+  // its handle; regions and handles together).
+  SGEMM_ASSIGN_OR_RETURN(sources_, make_input_sources(h.regions, h.resident, {}, assembler_ ? &*assembler_ : nullptr));
+  if (regions && messages.size() > 1)
+    return InvalidArgument(
+        "MultiplyUnaryRequest.chunks: the header names shared-memory regions for A and B (and C), "
+        "so no chunk may follow");
   const SourceContext source_ctx{shared_, client_, ctx_->peer(), header_};
-  for (auto& row : sources_) SGEMM_RETURN_IF_ERROR(row->bind(source_ctx, job_));
-  SGEMM_ASSIGN_OR_RETURN(footprint_bytes_, request_footprint(shared_, s, sources_));
+  for (auto& row : sources_) {
+    SGEMM_RETURN_IF_ERROR(row->bind(source_ctx, job_));
+    if (auto* held = dynamic_cast<CallerMemorySource*>(row.get())) caller_memory_ = held;
+  }
+  if (caller_memory_) {
+    // Only a C sent back needs the budget; a request holding the caller's
+    // memory is refused rather than queued for it, as on the stream.
+    footprint_bytes_ = caller_memory_->writes_c() ? 0 : s.m * s.n * int64_t(sizeof(float));
+  } else {
+    SGEMM_ASSIGN_OR_RETURN(footprint_bytes_, request_footprint(shared_, s, sources_));
+  }
   if (client_) {
     SGEMM_ASSIGN_OR_RETURN(client_lease_, client_->admit(footprint_bytes_));
   }
@@ -125,6 +142,7 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
     reservation_ = std::move(*r);
     return Status::Ok();
   }
+  if (caller_memory_) return c_budget_full(shared_, footprint_bytes_);
   // No room now: the request waits for it as a stream's first chunk does,
   // holding its message (and nothing of the budget), until the memory is
   // granted or --idle-timeout passes (check_idle).
@@ -192,6 +210,7 @@ void MultiplyUnaryCall::check_idle(Clock::time_point now) {
 Status MultiplyUnaryCall::assemble_and_submit(bool on_handler_thread) {
   std::vector<RequestMessage> messages = std::move(pending_);
   pending_.clear();
+  if (caller_memory_) return submit_from_caller_memory(on_handler_thread);
   for (std::size_t i = 1; i < messages.size(); ++i) {
     RequestMessage& msg = messages[i];
     const int idx = static_cast<int>(msg.matrix);
@@ -221,6 +240,25 @@ Status MultiplyUnaryCall::assemble_and_submit(bool on_handler_thread) {
   if (buffers_[1]) job_.b = buffers_[1]->floats();
   job_.c = buffers_[c_idx]->floats();
   job_.request = header_;
+  job_.cancel = &cancel_;
+  job_.origin = t_start_;
+  return submit(on_handler_thread);
+}
+
+// A, B (and C) in the caller's regions: nothing was sent. C goes into the
+// output region, or into a buffer the answer carries.
+Status MultiplyUnaryCall::submit_from_caller_memory(bool on_handler_thread) {
+  t_received_ = Clock::now();
+  float* host_c = nullptr;
+  if (!caller_memory_->writes_c()) {
+    const int c_idx = static_cast<int>(MatrixId::kC);
+    auto got = shared_.engine.host_allocator().allocate(std::size_t(footprint_bytes_));
+    if (!got.ok()) return got.status().with_context("allocating C");
+    buffers_[c_idx] = std::make_shared<HostBuffer>(std::move(got).value());
+    host_c = buffers_[c_idx]->floats();
+  }
+  job_.request = header_;
+  caller_memory_->prepare_c(job_, host_c);
   job_.cancel = &cancel_;
   job_.origin = t_start_;
   return submit(on_handler_thread);
@@ -274,6 +312,11 @@ void MultiplyUnaryCall::coalesced_done(StatusOr<GemmReport> result, int launch_p
 }
 
 void MultiplyUnaryCall::computed(StatusOr<GemmReport> result) {
+  if (caller_memory_) {  // set at the header, read-only since
+    if (Status intact = caller_memory_->check_after_run(); result.ok() && !intact.ok()) result = intact;
+    // The engine is done with the caller's memory: an UnregisterRegion waiting on it may answer now.
+    caller_memory_->release();
+  }
   {
     std::unique_lock lock(mu_);
     t_compute_end_ = Clock::now();
@@ -281,6 +324,10 @@ void MultiplyUnaryCall::computed(StatusOr<GemmReport> result) {
     if (!done() && move_to(Phase::kSending)) {
       if (!result.ok()) {
         finish(result.status());
+      } else if (caller_memory_ && caller_memory_->writes_c()) {
+        t_first_send_ = Clock::now();  // C is in the caller's output region: the summary alone
+        *response_ = answer_success(shared_, outcome(), *result);
+        finish(Status::Ok());
       } else {
         const int64_t count = header_.shape.m * header_.shape.n;
         grpc::ByteBuffer c = encode_c_chunk(job_.c, 0, count, buffers_[static_cast<int>(MatrixId::kC)]);

@@ -10,7 +10,10 @@
 //                (or waited for, as a stream's first chunk waits, holding
 //                the message, up to --idle-timeout),
 //                the client's quota admitted, each chunk copied once into
-//                its matrix with the assembler's checks
+//                its matrix with the assembler's checks; operands named by
+//                handle or in the caller's shared-memory regions are bound
+//                by their rows and not sent (a C written into an output
+//                region does not come back)
 //   compute      where the stream's complete requests compute, decided in
 //                the same place (compute_start.h): with other small
 //                requests in one launch, here on the handler's thread when
@@ -100,6 +103,7 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
   // coalescer or the pool, or keeps it for this thread (run_here_) when the
   // policy allows and `on_handler_thread`. mu_ held.
   Status assemble_and_submit(bool on_handler_thread);
+  Status submit_from_caller_memory(bool on_handler_thread);
   Status submit(bool on_handler_thread);
   // Releases mu_, then cancels a memory wait the call ended (cancel_ticket_)
   // and runs a compute kept for this thread (run_here_). Every step that
@@ -139,7 +143,8 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
   Clock::time_point memory_since_{};
   enum class RunHere { kNo, kAlone, kCoalesced };
   RunHere run_here_ = RunHere::kNo;                    // a compute start kept for this thread, run by after_unlock()
-  std::vector<std::unique_ptr<InputSource>> sources_;  // the upload row, bound at the header
+  std::vector<std::unique_ptr<InputSource>> sources_;  // the request's rows, bound at the header
+  CallerMemorySource* caller_memory_ = nullptr;        // the region row of sources_, if any (set at the header)
   MemoryBudget::Reservation reservation_;   // until the call goes, or check_idle() resets an answer not taken
   AuthClient::Lease client_lease_;          // the client's quotas, until answered
   StreamAdmission::Ticket stream_ticket_;   // one of the open streams, until answered

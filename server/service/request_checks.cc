@@ -26,6 +26,13 @@ StatusOr<int64_t> request_footprint(const ServiceShared& shared, const GemmShape
   return bytes;
 }
 
+Status c_budget_full(const ServiceShared& shared, int64_t bytes) {
+  return ResourceExhausted("the host memory budget has no room for C's " + std::to_string(bytes) +
+                           " bytes (--host-memory-bytes " + std::to_string(shared.budget.capacity()) + ", " +
+                           std::to_string(shared.budget.in_use()) +
+                           " in use); name an output (header.out_region, header.out_device) or retry later");
+}
+
 Status memory_queue_full(const ServiceShared& shared) {
   return ResourceExhausted("the host memory budget is full (--host-memory-bytes " +
                            std::to_string(shared.budget.capacity()) + ", " + std::to_string(shared.budget.in_use()) +

@@ -35,6 +35,10 @@ StatusOr<int64_t> request_footprint(const ServiceShared& shared, const GemmShape
 // RESOURCE_EXHAUSTED: the host-memory budget is full and --max-queued
 // requests already wait for it.
 Status memory_queue_full(const ServiceShared& shared);
+// RESOURCE_EXHAUSTED: a request whose operands are in the caller's memory
+// found no room for the `bytes` of the C it sends back (such a request is
+// refused, not queued: it holds the caller's memory while it waits).
+Status c_budget_full(const ServiceShared& shared, int64_t bytes);
 // RESOURCE_EXHAUSTED: a request waited --idle-timeout for `bytes` of the budget.
 Status memory_wait_timed_out(const ServiceShared& shared, int64_t bytes);
 

@@ -79,41 +79,47 @@ void expect_matches(const GemmShape& s, float alpha, const std::vector<float>& a
                                          << v.worst_col << ")";
 }
 
+// On the stream and in one MultiplyUnary message each way (the header names the regions on both).
 TEST_F(ShmE2E, OddShapesLeadingDimensionsAndCInPlace) {
-  auto client = Client::connect(server_->unix_address());
-  auto t = client->transport();
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  EXPECT_EQ(*t, Transport::kShm);
-  for (GemmShape s : {GemmShape{1, 1, 1}, GemmShape{17, 33, 65}, GemmShape{513, 1025, 257}, GemmShape{1000, 1, 1000},
-                      GemmShape{1, 1000, 3}, GemmShape{128, 64, 256}}) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("shape " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) + " seed " +
-                 std::to_string(seed));
-    const int64_t lda = s.k + 3, ldb = s.n + 5, ldc = s.n + 7;  // wider than the matrices
-    const int64_t a_off = 256, b_off = a_off + 4 * s.m * lda + 64, c_off = b_off + 4 * s.k * ldb + 4;
-    auto region = client->create_region(c_off + 4 * s.m * ldc);
-    ASSERT_TRUE(region.ok()) << region.status().to_string();
-    const Region* r = region->get();
-    Placed pa{{r, a_off, lda}, s.m, s.k}, pb{{r, b_off, ldb}, s.k, s.n}, pc{{r, c_off, ldc}, s.m, s.n};
-    std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n)), c0(std::size_t(s.m * s.n));
-    fill_random(a, seed);
-    fill_random(b, seed + 1);
-    fill_random(c0, seed + 2);
-    pa.put(a);
-    pb.put(b);
-    pc.put(c0);
-    MultiplyOptions opt;
-    opt.alpha = 1.5f;
-    opt.beta = -0.75f;
-    auto res = client->multiply_regions(s, pa.where, pb.where, pc.where, pc.where, opt);  // C in place
-    ASSERT_TRUE(res.ok()) << res.status().to_string();
-    EXPECT_TRUE(res->c.empty());
-    EXPECT_EQ(res->bytes_received, 0);
-    EXPECT_EQ(res->bytes_sent, 0);
-    EXPECT_FALSE(res->summary.devices.empty()) << "the summary still comes back";
-    expect_matches(s, opt.alpha, a, b, opt.beta, &c0, pc.get(), seed);
-    EXPECT_TRUE(pc.padding_intact()) << "C's padding between rows was written";
-    EXPECT_EQ(pa.get(), a) << "A changed";
+  for (const MultiplyRpc rpc : {MultiplyRpc::kStream, MultiplyRpc::kUnary}) {
+    ClientOptions co;
+    co.rpc = rpc;
+    auto client = Client::connect(server_->unix_address(), co);
+    auto t = client->transport();
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(*t, Transport::kShm);
+    for (GemmShape s : {GemmShape{1, 1, 1}, GemmShape{17, 33, 65}, GemmShape{513, 1025, 257}, GemmShape{1000, 1, 1000},
+                        GemmShape{1, 1000, 3}, GemmShape{128, 64, 256}}) {
+      const uint64_t seed = fresh_seed();
+      SCOPED_TRACE(std::string(multiply_rpc_name(rpc)) + " shape " + std::to_string(s.m) + "x" + std::to_string(s.n) +
+                   "x" + std::to_string(s.k) + " seed " + std::to_string(seed));
+      const int64_t lda = s.k + 3, ldb = s.n + 5, ldc = s.n + 7;  // wider than the matrices
+      const int64_t a_off = 256, b_off = a_off + 4 * s.m * lda + 64, c_off = b_off + 4 * s.k * ldb + 4;
+      auto region = client->create_region(c_off + 4 * s.m * ldc);
+      ASSERT_TRUE(region.ok()) << region.status().to_string();
+      const Region* r = region->get();
+      Placed pa{{r, a_off, lda}, s.m, s.k}, pb{{r, b_off, ldb}, s.k, s.n}, pc{{r, c_off, ldc}, s.m, s.n};
+      std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n)), c0(std::size_t(s.m * s.n));
+      fill_random(a, seed);
+      fill_random(b, seed + 1);
+      fill_random(c0, seed + 2);
+      pa.put(a);
+      pb.put(b);
+      pc.put(c0);
+      MultiplyOptions opt;
+      opt.alpha = 1.5f;
+      opt.beta = -0.75f;
+      auto res = client->multiply_regions(s, pa.where, pb.where, pc.where, pc.where, opt);  // C in place
+      ASSERT_TRUE(res.ok()) << res.status().to_string();
+      EXPECT_EQ(res->rpc, rpc);
+      EXPECT_TRUE(res->c.empty());
+      EXPECT_EQ(res->bytes_received, 0);
+      EXPECT_EQ(res->bytes_sent, 0);
+      EXPECT_FALSE(res->summary.devices.empty()) << "the summary still comes back";
+      expect_matches(s, opt.alpha, a, b, opt.beta, &c0, pc.get(), seed);
+      EXPECT_TRUE(pc.padding_intact()) << "C's padding between rows was written";
+      EXPECT_EQ(pa.get(), a) << "A changed";
+    }
   }
 }
 
@@ -143,9 +149,11 @@ TEST_F(ShmE2E, OutputIntoAnotherRegionOrBackAsChunks) {
   std::vector<float> got((*out)->floats() + 1024, (*out)->floats() + 1024 + s.m * s.n);
   expect_matches(s, opt.alpha, a, b, opt.beta, &c0, got, seed);
   EXPECT_EQ(0, std::memcmp(r->floats() + s.m * s.k + s.k * s.n, c0.data(), c0.size() * 4));
-  // No output region: C comes back on the stream.
+  EXPECT_EQ(res->rpc, MultiplyRpc::kUnary);  // the client's choice: the header is all there is to send
+  // No output region: C comes back in the answer (it fits MultiplyUnary's limit).
   res = client->multiply_regions(s, ra, rb, rc, std::nullopt, opt);
   ASSERT_TRUE(res.ok()) << res.status().to_string();
+  EXPECT_EQ(res->rpc, MultiplyRpc::kUnary);
   EXPECT_EQ(res->bytes_received, s.m * s.n * 4);
   expect_matches(s, opt.alpha, a, b, opt.beta, &c0, res->c, seed);
   // Without C.

@@ -202,9 +202,16 @@ TEST_F(UnaryE2E, BadHeadersGetTheStreamsStatusesNamingTheField) {
   r = request(2, 2, 2);
   r.mutable_header()->mutable_b_at()->set_row(0);  // an offset without its handle, as the stream says it
   expect(call(r), StatusCode::INVALID_ARGUMENT, "header.b_at is set but header.b_handle is not");
+  // Regions are carried (tests/e2e/shm_test.cc) on the Unix socket alone, with no chunk besides.
   r = request(2, 2, 2);
   r.mutable_header()->mutable_a_region()->set_region("r");
-  expect(call(r), StatusCode::INVALID_ARGUMENT, "header.a_region");
+  r.mutable_header()->mutable_b_region()->set_region("r");
+  if (server_->address().rfind("unix:", 0) != 0) expect(call(r), StatusCode::FAILED_PRECONDITION, "Unix-domain socket");
+  add_chunk(&r, v1::MATRIX_A, 0, 4);
+  expect(call(r), StatusCode::INVALID_ARGUMENT, "no chunk may follow");
+  r = request(2, 2, 2);
+  r.mutable_header()->mutable_a_device()->set_device("GPU-0");
+  expect(call(r), StatusCode::INVALID_ARGUMENT, "header.a_device");
 }
 
 TEST_F(UnaryE2E, BadChunksGetTheStreamsStatusesNamingTheChunk) {
