@@ -79,16 +79,17 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
   if (messages.empty() || messages.front().kind != RequestMessage::Kind::kHeader)
     return InvalidArgument("MultiplyUnaryRequest.header is missing: the header comes first, then the chunks");
   RequestMessage& h = messages.front();
-  // What only the stream carries (resident handles and regions have their own RPCs and sources there).
+  // What only the stream carries: stripes, batches, device buffers and a kept result.
   if (h.stripes > 1) return stream_only("header.stripes", "a request over several connections");
   if (h.header.batch) return stream_only("header.batch / header.group", "a batch or group of products");
   if (h.device.any()) return stream_only("header.a_device ...", "an operand in device memory");
   if (h.resident.keep) return stream_only("header.keep_result", "a result kept resident");
   header_ = h.header;
   trace_ = h.trace;
-  // Operands named by handle (resident_source.cc) are not sent; a C named by handle is an input C.
-  // Operands in shared-memory regions (region_source.cc) are not sent either,
-  // and C written into an output region does not come back.
+  // Operands named by handle (resident_source.cc) are not sent, and a C named
+  // by handle is an input C; operands in shared-memory regions
+  // (region_source.cc) are not sent either, and a C written into an output
+  // region does not come back.
   const ResidentOperands& named = h.resident;
   if (!named.c.empty()) header_.has_c = true;
   const bool regions = h.regions.any();
