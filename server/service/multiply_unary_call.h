@@ -1,6 +1,8 @@
 // One MultiplyUnary call (sgemm.proto): a product whose request and answer
 // each fit in one message, answered through the same request path as a
-// Multiply stream (multiply_call.h), in the order a request goes through it:
+// Multiply stream (multiply_call.h), in the order a request goes through it
+// (the message read and the operands assembled in multiply_unary_receive.cc,
+// the rest in multiply_unary_call.cc):
 //
 //   start()      (the handler's thread) the message is read in place as the
 //                stream's messages are (codec.h decode_unary_request); the
