@@ -165,14 +165,29 @@ void ClusterCoordinator::start_build_locked() {
   building_ = true;
   // The last builder has set building_ = false, its last step under mu_.
   if (builder_.joinable()) builder_.join();
+  // It builds again while the view holds a member that has left since it was
+  // built: on_left starts no build while one runs, and the members left (or this
+  // side, when none is) must drop that member's communicator now, not at the
+  // next request. A build that failed to connect has dropped the view.
   builder_ = std::thread([this] {
-    {
-      MutexLock jobs(job_mu_);
-      (void)prepare();  // logs what it built, or why it failed
+    for (;;) {
+      {
+        MutexLock jobs(job_mu_);
+        (void)prepare();  // logs what it built, or why it failed
+      }
+      MutexLock lock(mu_);
+      if (shut_down_ || !view_lost_a_member_locked()) {
+        building_ = false;
+        return;
+      }
     }
-    MutexLock lock(mu_);
-    building_ = false;
   });
+}
+
+bool ClusterCoordinator::view_lost_a_member_locked() const {
+  for (uint64_t id : view_members_)
+    if (members_.find(id) == members_.end()) return true;
+  return false;
 }
 
 Status ClusterCoordinator::wait_members_locked(MutexLock& lock, const std::vector<uint64_t>& ids,
@@ -290,6 +305,8 @@ StatusOr<ClusterView> ClusterCoordinator::prepare() {
       it->second.reactor->finish(to_grpc(Unavailable("did not join communicator epoch " + std::to_string(epoch))));
     }
     ++generation_;
+    view_ = ClusterView{};  // this side's communicator, which the view described, ends here
+    view_members_.clear();
     lock.unlock();
     plane_.disconnect();
     log("epoch " + std::to_string(epoch) + " failed: " + s.to_string());

@@ -121,6 +121,8 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
   void log(const std::string& msg) const;
   // Starts builder_ (prepare() under job_mu_); building_ is false.
   void start_build_locked() SGEMM_REQUIRES(mu_);
+  // Whether a member of view_ has left since view_ was built.
+  bool view_lost_a_member_locked() const SGEMM_REQUIRES(mu_);
 
   ClusterDataPlane& plane_;
   const ClusterOptions options_;

@@ -293,6 +293,25 @@ TEST_F(ClusterControl, AMemberLeavingBetweenRequestsEndsItsCommunicatorAtOnce) {
   ASSERT_TRUE(eventually([&] { return root_plane_->disconnects() > root_disconnects; }));
 }
 
+// The same when the last member leaves while a build (here, its measurement of
+// the link) is under way: the build started for that member's departure ends,
+// and this side drops the communicator the build had made.
+TEST_F(ClusterControl, AMemberLeavingWhileTheCommunicatorIsBuiltEndsItAtOnce) {
+  add_member("host-a", 1);
+  ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));
+  root_plane_->set_hang_probe(true);
+  const int root_disconnects = root_plane_->disconnects();
+  EXPECT_FALSE(coord_->current_view().ok());  // not built yet: it starts the build
+  ASSERT_TRUE(eventually([&] {
+    const std::vector<ClusterJobSpec> jobs = root_plane_->jobs();
+    return !jobs.empty() && jobs.back().kind == ClusterJobKind::kProbe;
+  }));
+  members_[0]->stop();
+  ASSERT_TRUE(eventually([&] { return root_plane_->disconnects() > root_disconnects; }));
+  ASSERT_TRUE(eventually([&] { return coord_->current_view().ok(); }));
+  EXPECT_EQ(coord_->current_view()->members, 0);
+}
+
 TEST_F(ClusterControl, AMemberDropsItsCommunicatorWhenTheCoordinatorGoes) {
   FakePlane& a = add_member("host-a", 1);
   ASSERT_TRUE(eventually([&] { return coord_->member_count() == 1; }));

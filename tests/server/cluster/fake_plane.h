@@ -68,6 +68,15 @@ class FakePlane final : public ClusterDataPlane {
     record(spec);
     ClusterRunResult r;
     if (spec.kind == ClusterJobKind::kProbe) {
+      // Told to hang the probe: a link that never delivers, until aborted.
+      for (;;) {
+        {
+          std::lock_guard lock(mu_);
+          if (!hang_probe_) break;
+        }
+        if (abort && !abort->status().ok()) return abort->status();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       r.elapsed_ms = 1.0;  // the broadcast
       r.fanout_ms = 2.0;   // the sends to every remote rank
       return r;
@@ -108,6 +117,10 @@ class FakePlane final : public ClusterDataPlane {
   void set_hang_connect(bool h) {
     std::lock_guard lock(mu_);
     hang_connect_ = h;
+  }
+  void set_hang_probe(bool h) {
+    std::lock_guard lock(mu_);
+    hang_probe_ = h;
   }
   void set_hang(bool h) {
     std::lock_guard lock(mu_);
@@ -215,6 +228,7 @@ class FakePlane final : public ClusterDataPlane {
   int disconnects_ = 0;                    // guarded by mu_
   bool hang_ = false;                      // guarded by mu_
   bool hang_connect_ = false;              // guarded by mu_
+  bool hang_probe_ = false;                // guarded by mu_
   bool running_ = false;                   // guarded by mu_
   Status fail_;                            // guarded by mu_
 };
