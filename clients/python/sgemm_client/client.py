@@ -288,10 +288,11 @@ class Client(ClientBase):
                       regions=self._regions,
                       handle_shapes=self._shapes(), op_a=op_a, op_b=op_b,
                       blocks={"a": a_at, "b": b_at, "c": c_at})
-        once = self._through_scratch if req.mode == "scratch" else self._stream
-        if self._takes_unary(req):
-            once = self._unary_call
-        receiver, attempts = self._with_retries(lambda: once(req, deadline), deadline)
+        send = self._unary_call if self._takes_unary(req) else self._stream
+        if req.mode == "scratch":
+            receiver, attempts = self._with_retries(lambda: self._through_scratch(req, deadline, send), deadline)
+        else:
+            receiver, attempts = self._with_retries(lambda: send(req, deadline), deadline)
         if keep:
             with self._lock:
                 self._handle_shapes[receiver.summary.result_handle] = (req.m, req.n)
@@ -428,12 +429,17 @@ class Client(ClientBase):
         return receiver
 
     def _takes_unary(self, req: Request) -> bool:
-        """MultiplyUnary for a product on one stream whose result is not kept (operands named by handle
-        are not sent), when what is sent fits (rpc "auto") or always (rpc "unary"); docs/transport.md, "One
-        product in one message"."""
-        if self.rpc == "stream" or req.mode != "stream" or req.keep or req.plan.stripes != 1:
+        """MultiplyUnary for a product on one stream whose result is not kept, when what travels fits (rpc
+        "auto") or always (rpc "unary"): the operands that are sent (not those named by handle), or, for
+        operands in shared-memory regions (the scratch region too), the header alone, with C in the
+        answer unless it goes to a region; docs/transport.md, "One product in one message"."""
+        if self.rpc == "stream" or req.mode == "device" or req.keep or req.plan.stripes != 1:
             return False
-        return self.rpc == "unary" or _wire.fits_unary(req.m, req.n, req.k, req.has_c, req.skip)
+        if self.rpc == "unary":
+            return True
+        if req.mode == "stream":
+            return _wire.fits_unary(req.m, req.n, req.k, req.has_c, req.skip)
+        return not req.c_comes_back or 4 * req.m * req.n <= _wire.UNARY_MAX_BYTES
 
     def _unary_call(self, req: Request, deadline: Optional[float]) -> Receiver:
         """One attempt through MultiplyUnary: the stream's messages (header, then the chunks) joined as one
@@ -450,9 +456,11 @@ class Client(ClientBase):
         receiver.rpc = "unary"
         return receiver
 
-    def _through_scratch(self, req: Request, deadline: Optional[float]) -> Receiver:
+    def _through_scratch(self, req: Request, deadline: Optional[float],
+                         send: Callable[[Request, Optional[float]], Receiver]) -> Receiver:
         """Ordinary arrays over shared memory: copied into the client's scratch region (kept for the next call;
-        a call that needs more replaces it), C computed there and copied out by Request.finish."""
+        a call that needs more replaces it), C computed there and copied out by Request.finish. `send` is the
+        call that carries the header (_stream or _unary_call)."""
         for attempt in range(2):
             with self._lock:
                 region, self._scratch = self._scratch, None
@@ -463,7 +471,7 @@ class Client(ClientBase):
                 region = self._create_region(req.scratch_bytes, deadline)
             try:
                 req.use_scratch(region)
-                receiver = self._stream(req, deadline)
+                receiver = send(req, deadline)
             except SgemmError as e:
                 if e.code == grpc.StatusCode.NOT_FOUND and attempt == 0:
                     continue  # the connection that registered it closed: register a fresh one

@@ -49,6 +49,7 @@ class Regions(unittest.TestCase):
             self.assertLessEqual(max_error(z, x, y), TOLERANCE)
             self.assertEqual((summary.transport, summary.bytes_sent, summary.bytes_received), ("shm", 0, 0))
             self.assertEqual(summary.proto.bytes_received, 0)  # the server's count: no matrix byte on gRPC
+            self.assertEqual(summary.rpc, "unary")  # the header alone in one message, the summary back
         self.assertEqual(len(cl.regions().regions), registered)
         # C in place: C = 2 A B - 0.5 C.
         c0 = z.copy()
@@ -57,7 +58,16 @@ class Regions(unittest.TestCase):
         # Without out, C comes back through gRPC.
         c, summary = cl.multiply(x, y, timeout=60)
         self.assertEqual((summary.transport, summary.bytes_sent, summary.bytes_received), ("shm", 0, m * n * 4))
+        self.assertEqual(summary.rpc, "unary")  # C fits one answer
         self.assertLessEqual(max_error(c, x, y), TOLERANCE)
+        # A C too large for one answer takes the stream, its chunks as they are computed.
+        wide_m, wide_n = 1100, 1000
+        p, q = cl.empty((wide_m, 3)), cl.empty((3, wide_n))
+        p[...], q[...] = random(self.rng, wide_m, 3), random(self.rng, 3, wide_n)
+        c, summary = cl.multiply(p, q, timeout=60)
+        self.assertEqual((summary.transport, summary.rpc), ("shm", "stream"))
+        self.assertEqual(summary.bytes_received, wide_m * wide_n * 4)
+        self.assertLessEqual(max_error(c, p, q), TOLERANCE)
 
     def test_views_of_a_region_with_a_leading_dimension(self):
         cl = self.client
@@ -88,6 +98,7 @@ class Regions(unittest.TestCase):
             a, b, c0 = random(self.rng, 111, 57), random(self.rng, 57, 31), random(self.rng, 111, 31)
             got, summary = cl.multiply(a, b, c0, 1.5, 0.25, timeout=60)
             self.assertEqual((summary.transport, summary.bytes_sent, summary.bytes_received), ("shm-copy", 0, 0))
+            self.assertEqual(summary.rpc, "unary")
             self.assertLessEqual(max_error(got, a, b, c0, 1.5, 0.25), TOLERANCE)
             # Clients of one process share their connection to a target: look at what this one added.
             mine = lambda: {r.name for r in cl.regions().regions} - before  # noqa: E731
@@ -102,6 +113,11 @@ class Regions(unittest.TestCase):
             self.assertLessEqual(max_error(got, big_a, big_b), TOLERANCE)
             self.assertEqual(len(mine()), 1)
             self.assertNotEqual(mine(), first)
+        # rpc "stream": the same product, its header on a stream.
+        with sgemm_client.Client(self.server.unix_target, rpc="stream") as cl:
+            got, summary = cl.multiply(a, b, c0, 1.5, 0.25, timeout=60)
+            self.assertEqual((summary.transport, summary.rpc), ("shm-copy", "stream"))
+            self.assertLessEqual(max_error(got, a, b, c0, 1.5, 0.25), TOLERANCE)
         # transport "grpc" on the same socket: the bytes travel.
         with sgemm_client.Client(self.server.unix_target, transport="grpc") as cl:
             got, summary = cl.multiply(a, b, timeout=60)
