@@ -14,7 +14,7 @@
 //
 //   engine-bench [--gpus 1,2,4] [--iters N] [--warmup N] [--csv] [--kernel NAME] [--shapes MxNxK,...]
 //                [--sample ROWS] [--csv-out FILE] [--chunk-k K] [--chunk-rows R] [--no-kernel-autotune]
-// --no-kernel-autotune: the measured table alone picks each request's kernel (docs/engine.md).
+// --no-kernel-autotune: the measured speeds alone pick each request's kernel (docs/engine.md).
 // --gpus defaults to 1, 2, 4, 8 up to the GPUs visible; a count over that is an error.
 //
 // Cluster mode (built with gRPC; docs/cluster.md, bench/engine_bench_cluster.h):
@@ -134,7 +134,7 @@ constexpr const char* kUsage =
     "  --shapes LIST        MxNxK,... (default 4096^3, 8192^3, 16384^3, 1024x1024x65536)\n"
     "  --sample ROWS        rows of C checked against the fp64 reference (default 8)\n"
     "  --chunk-k K, --chunk-rows R   the engine's pipelining chunks (0: its defaults)\n"
-    "  --no-kernel-autotune the measured table alone picks the fp32 kernel\n"
+    "  --no-kernel-autotune the measured speeds alone pick the fp32 kernel\n"
     "  --cluster N          N processes, one per GPU, as a cluster over NCCL (docs/cluster.md); --split rows|k\n"
     "  --small LIST         small products (N or MxNxK, e.g. 64,256) from --submitters threads at once on GPU 0,\n"
     "                       each for --duration-s seconds (default 2) after --warmup runs per thread (default 50):\n"

@@ -27,7 +27,7 @@ struct ClusterBenchArgs {
   int iters = 3;
   int warmup = 1;
   int64_t sample = 8;                // rows verified against fp64
-  std::optional<KernelKind> kernel;  // nullopt: the measured table's choice, as the server makes it
+  std::optional<KernelKind> kernel;  // nullopt: the measured speeds' choice, as the server makes it
   bool csv = false;                  // CSV on stdout instead of the table
   std::string csv_out;               // also write the CSV here
 };

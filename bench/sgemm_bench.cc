@@ -7,6 +7,7 @@
 //   sgemm-bench [--shapes 1024,4096,8192x8192x1024] [--kernels pingpong,cublas,tf32,fp32x3]
 //               [--runs 30] [--warmup 5] [--csv FILE] [--variants] [--variant I] [--ref-rows 8]
 //               [--fp32x3-variants] [--accuracy uniform,wide-exponent,cancelling]
+//               [--speed-table FILE --commit SHA] [--engine-layout] [--speeds FILE]
 // --variants times every ping-pong tile configuration as well (for tuning);
 // --variant I times configuration I in place of the one the kernel would pick;
 // --fp32x3-variants times every fp32x3 schedule/tile variant (each checked against fp64).
@@ -22,6 +23,13 @@
 // componentwise error cw = max |c - ref| / (|A||B|) against cuBLAS DGEMM of the same
 // inputs (kernels/gemm_accuracy.h), and its ratio to cuBLAS SGEMM's cw: the fp32
 // contract holds where the fp32 default, when it is not FFMA, has a ratio <= 1.
+// --speed-table writes the rows the engine's FFMA kernel choice decides from
+// (server/planner/kernel_speeds.h): for each shape, the rate of each FFMA kernel's own
+// pick (ping-pong, cuBLAS) with A and B laid out as the engine stages them (rows padded
+// to 16 bytes). `--shapes classes` measures every shape class's probes
+// (server/planner/kernel_choice.h). --engine-layout lays A and B out that way without
+// writing the table; --speeds FILE makes the "engine default" lines read FILE (a speed
+// table) instead of the built-in one, to try a table on shapes it does not hold.
 // Exit status 1 if any verification fails.
 #include <cuda_runtime_api.h>
 
@@ -29,8 +37,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +87,10 @@ struct Options {
   std::vector<std::string> variant_match;   // time the ping-pong variants whose names contain one of these
   int64_t pad_ab = 0;                       // lda = k + pad_ab, ldb = n + pad_ab (odd: rows TMA cannot read)
   std::vector<InputDistribution> accuracy;  // non-empty: the accuracy table instead of timings
+  std::string speed_table;                  // also write the FFMA kernels' rates here (kernel_speeds.h)
+  std::string commit = "unknown";           // the commit the speed table's rows name
+  bool engine_layout = false;               // lda = pad4(k), ldb = pad4(n), as the engine stages A and B
+  std::string speeds;                       // the speed table the "engine default" lines read (default: built in)
 };
 
 // Tolerances of the checks, by kernel: tf32 rounds its inputs to 11 significant bits.
@@ -109,11 +124,13 @@ constexpr const char* kUsage =
     "usage: sgemm-bench [--shapes 1024,MxNxK,...] [--kernels pingpong,cublas,tf32,fp32x3] [--runs N] [--warmup N]\n"
     "                   [--csv FILE] [--ref-rows N] [--pad-ab P] [--variants] [--variant I] [--variant-match S,...]\n"
     "                   [--fp32x3-variants] [--fp32x3-slices N,...] [--accuracy uniform,wide-exponent,cancelling]\n"
+    "                   [--speed-table FILE --commit SHA] [--engine-layout] [--speeds FILE]\n"
     "\n"
     "Times each kernel on one GPU against cuBLAS: every result is checked first (against an fp64 reference on\n"
     "--ref-rows rows, and against cuBLAS), then timed with CUDA events (median of --runs after --warmup), with cold\n"
     "L2 between runs. Prints TFLOP/s and % of cuBLAS per shape and kernel.\n"
-    "  --shapes LIST      N (square) or MxNxK, comma-separated (default: 21 square, long-K and thin shapes)\n"
+    "  --shapes LIST      N (square) or MxNxK, comma-separated (default: 21 square, long-K and thin shapes);\n"
+    "                     'classes': the probes of every shape class of the engine's kernel choice\n"
     "  --kernels LIST     pingpong, cublas, tf32, fp32x3 (default: every GPU kernel this build has)\n"
     "  --runs N           timed runs per shape and kernel (default 30)\n"
     "  --warmup N         untimed runs first (default 5)\n"
@@ -127,6 +144,11 @@ constexpr const char* kUsage =
     "  --fp32x3-slices L  also fp32x3 with K cut into each of these slice counts (timings and --accuracy)\n"
     "  --accuracy LIST    time nothing: each kernel's error (cw against fp64) on these input distributions, and\n"
     "                     its ratio to cuBLAS SGEMM's (the fp32 contract)\n"
+    "  --speed-table FILE write each FFMA kernel's rate per shape as server/planner/kernel_speeds.csv holds them\n"
+    "                     (A and B laid out as the engine stages them: rows padded to 16 bytes)\n"
+    "  --commit SHA       the commit the speed table's rows name (the tree this build is from)\n"
+    "  --engine-layout    A and B laid out as the engine stages them (implied by --speed-table)\n"
+    "  --speeds FILE      the speed table the engine-default lines read (default: the built-in one)\n"
     "  -h, --help         this text\n"
     "Exit codes: 0 every check passed; 1 a result failed its check; 2 bad arguments, a CUDA or engine error, or\n"
     "the CSV file cannot be written.\n";
@@ -143,7 +165,14 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--shapes") {
-      for (auto& s : split(next(), ',')) o.shapes.push_back(parse_shape(s));
+      for (auto& s : split(next(), ','))
+        if (s == "classes") {
+          for (const KernelShapeClass& c : kernel_shape_classes())
+            for (const GemmShape& p : c.probes)
+              if (std::find(o.shapes.begin(), o.shapes.end(), p) == o.shapes.end()) o.shapes.push_back(p);
+        } else {
+          o.shapes.push_back(parse_shape(s));
+        }
     } else if (a == "--kernels") {
       for (auto& s : split(next(), ',')) {
         const auto k = parse_kernel_kind(s);
@@ -185,6 +214,15 @@ Options parse(int argc, char** argv) {
           std::exit(2);
         }
       }
+    } else if (a == "--speed-table") {
+      o.speed_table = next();
+      o.engine_layout = true;
+    } else if (a == "--engine-layout") {
+      o.engine_layout = true;
+    } else if (a == "--speeds") {
+      o.speeds = next();
+    } else if (a == "--commit") {
+      o.commit = next();
     } else if (a == "--ref-rows") {
       o.ref_rows = std::max(0, std::stoi(next()));
     } else {
@@ -246,11 +284,14 @@ std::string shape_name(const GemmShape& s) {
 
 // The kernel an fp32 request naming no kernel runs on `s` (the engine's select_kernel,
 // ping-pong its configured FFMA default).
-KernelKind fp32_default(const GemmShape& s, int sm_count, const std::vector<KernelKind>& available) {
+KernelKind fp32_default(const GemmShape& s, const cudaDeviceProp& prop, const std::vector<KernelKind>& available,
+                        const KernelSpeeds* speeds = nullptr) {
   KernelQuery q;
+  q.speeds = speeds;
   q.shape = s;
   q.available = available;
-  q.sm_count = sm_count;
+  q.sm_count = prop.multiProcessorCount;
+  q.device = prop.name;
   auto sel = select_kernel(q);
   return sel.ok() ? sel->kind : KernelKind::kCublas;
 }
@@ -316,7 +357,7 @@ int run_accuracy(const Options& opt, const cudaDeviceProp& prop,
         std::printf("%-18s %-14s %-10s %-52s %12.3e %10.3f\n", shape_name(s).c_str(), input_distribution_name(d),
                     "fp32x3", label.c_str(), e, base > 0 ? e / base : NAN);
       }
-      const KernelKind def = fp32_default(s, prop.multiProcessorCount, available);
+      const KernelKind def = fp32_default(s, prop, available);
       line("fp32", def);
       // FFMA is SGEMM's own arithmetic (its summation order may differ from cuBLAS's); the
       // contract is a question only where a tensor-core scheme serves fp32.
@@ -343,6 +384,21 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   BENCH_CHECK(cudaGetDeviceProperties(&prop, device));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  // The speed table the engine-default lines read.
+  KernelSpeeds speeds = KernelSpeeds::built_in();
+  std::string speeds_name = "built-in speeds";
+  if (!opt.speeds.empty()) {
+    std::ifstream in(opt.speeds);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    StatusOr<KernelSpeeds> read = KernelSpeeds::parse(text);
+    if (!in || !read.ok()) {
+      std::fprintf(stderr, "--speeds %s: %s\n", opt.speeds.c_str(),
+                   in ? read.status().message().c_str() : "cannot read the file");
+      return 2;
+    }
+    speeds = std::move(*read);
+    speeds_name = "speeds of " + opt.speeds;
+  }
 
   auto cublas_or = make_gemm_backend(KernelKind::kCublas);
   if (!cublas_or.ok()) check_status(cublas_or.status(), "cublas backend");
@@ -388,7 +444,9 @@ int main(int argc, char** argv) {
 
   for (const GemmShape& s : opt.shapes) {
     // With --pad-ab, A and B have leading dimensions k + pad and n + pad (C stays dense).
-    const int64_t lda = s.k + opt.pad_ab, ldb = s.n + opt.pad_ab;
+    // With --speed-table, as the engine stages them: rows padded to 4 floats.
+    const int64_t lda = opt.engine_layout ? (s.k + 3) / 4 * 4 : s.k + opt.pad_ab;
+    const int64_t ldb = opt.engine_layout ? (s.n + 3) / 4 * 4 : s.n + opt.pad_ab;
     const size_t na = size_t(s.m * lda), nb = size_t(s.k * ldb), nc = size_t(s.m * s.n);
     const size_t set_bytes = (na + nb + nc) * sizeof(float);
     // Enough sets that their total is well past the L2 size; at least two.
@@ -410,7 +468,8 @@ int main(int argc, char** argv) {
     // Host copies of set 0's inputs for the fp64 reference.
     fill_random(ha, 1000);
     fill_random(hb, 1001);
-    const std::vector<int64_t> ref_rows = opt.ref_rows > 0
+    // The fp64 reference reads dense inputs: padded ones are checked against cuBLAS only.
+    const std::vector<int64_t> ref_rows = opt.ref_rows > 0 && lda == s.k && ldb == s.n
                                               ? rows_to_verify(s.m, s.n, s.k, 7, std::min<int64_t>(opt.ref_rows, s.m))
                                               : std::vector<int64_t>{};
 
@@ -575,7 +634,7 @@ int main(int argc, char** argv) {
     if (cublas_ms > 0 && pingpong_auto_ms > 0 && fp32x3_auto_ms > 0) {
       // An fp32 request naming no kernel: the engine's select_kernel.
       const KernelKind def =
-          fp32_default(s, prop.multiProcessorCount, {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kFp32x3});
+          fp32_default(s, prop, {KernelKind::kPingpong, KernelKind::kCublas, KernelKind::kFp32x3}, &speeds);
       const double def_ms = def == KernelKind::kFp32x3   ? fp32x3_auto_ms
                             : def == KernelKind::kCublas ? cublas_ms
                                                          : pingpong_auto_ms;
@@ -589,12 +648,13 @@ int main(int argc, char** argv) {
     if (cublas_ms > 0 && pingpong_auto_ms > 0) {
       // What the engine runs on this shape when the request names no kernel (ping-pong is
       // its configured default; the table may send the shape to cuBLAS).
-      const KernelKind chosen = choose_kernel(s, KernelKind::kPingpong, {KernelKind::kPingpong, KernelKind::kCublas});
-      const KernelChoiceRow* row = find_kernel_choice(s);
+      const KernelKind chosen = choose_kernel(s, KernelKind::kPingpong, {KernelKind::kPingpong, KernelKind::kCublas},
+                                              {prop.name, prop.multiProcessorCount, &speeds})
+                                    .kind;
       const double chosen_ms = chosen == KernelKind::kCublas ? cublas_ms : pingpong_auto_ms;
       const double pct = 100.0 * std::min(cublas_ms, pingpong_auto_ms) / chosen_ms;
-      std::printf("%-16s engine default: %s (%s), %.1f%% of the better\n", shape_name(s).c_str(),
-                  std::string(kernel_kind_name(chosen)).c_str(), row ? row->shape_class : "no row: the default", pct);
+      std::printf("%-16s engine default: %s (class %s, %s), %.1f%% of the better\n", shape_name(s).c_str(),
+                  std::string(kernel_kind_name(chosen)).c_str(), kernel_shape_class(s).id, speeds_name.c_str(), pct);
       if (pct < worst_default_pct) {
         worst_default_pct = pct;
         worst_default_shape = shape_name(s);
@@ -619,6 +679,30 @@ int main(int argc, char** argv) {
       std::fprintf(f, "%s,%s,%lld,%lld,%lld,%s,%s,%.5f,%.5f,%.3f,%.2f,%.3e,%.3e,%d,%d\n", prop.name, r.shape.c_str(),
                    (long long)r.m, (long long)r.n, (long long)r.k, r.kernel.c_str(), r.variant.c_str(), r.median_ms,
                    r.min_ms, r.tflops, r.pct_cublas, r.err_vs_cublas, r.err_vs_fp64, opt.runs, r.ok ? 1 : 0);
+    std::fclose(f);
+  }
+  if (!opt.speed_table.empty()) {
+    // The FFMA kernels' own picks, verified: the rows the engine's choice reads.
+    FILE* f = std::fopen(opt.speed_table.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", opt.speed_table.c_str());
+      return 2;
+    }
+    std::fprintf(f, "%s\n", std::string(KernelSpeeds::kHeader).c_str());
+    for (const Row& r : rows) {
+      const std::optional<KernelKind> kind = parse_kernel_kind(r.kernel);
+      const bool own_pick = r.variant == "-" || r.variant.rfind("auto:", 0) == 0;
+      if (!r.ok || !kind || !own_pick || kernel_arithmetic(*kind) != ArithmeticClass::kFfma) continue;
+      KernelSpeed row;
+      row.device = prop.name;
+      row.sm_count = prop.multiProcessorCount;
+      row.commit = opt.commit;
+      row.shape = {r.m, r.n, r.k};
+      row.shape_class = kernel_shape_class(row.shape).id;
+      row.kernel = *kind;
+      row.tflops = r.tflops;
+      std::fprintf(f, "%s\n", KernelSpeeds::csv_row(row).c_str());
+    }
     std::fclose(f);
   }
   if (fp32x3_ws != nullptr) cudaFree(fp32x3_ws);

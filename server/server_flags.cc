@@ -16,7 +16,7 @@ void add_server_flags(CLI::App& app, CommandLine& opt) {
       ->envname("SGEMM_BACKEND")
       ->capture_default_str();
   app.add_option("--kernel", opt.kernel,
-                 "GPU kernel for shapes the measured kernel-choice table does not assign (default pingpong)")
+                 "GPU kernel where the measured kernel speeds have no rate for a shape's class (default pingpong)")
       ->check(CLI::IsMember({"pingpong", "cublas"}));
   app.add_option("--max-matrix-elements", opt.service.limits.max_matrix_elements,
                  "largest A, B or C accepted, in elements")
@@ -197,7 +197,7 @@ void add_server_flags(CLI::App& app, CommandLine& opt) {
   app.add_flag("--no-warm-up", opt.no_warm_up,
                "skip loading kernels and cuBLAS on every GPU at start-up (the first requests then pay for it)");
   app.add_flag("--no-kernel-autotune", opt.no_kernel_autotune,
-               "cuda: pick the fp32 kernel of a request that names none from the measured table alone, without "
+               "cuda: pick the fp32 kernel of a request that names none from the measured speeds alone, without "
                "timing ping-pong against cuBLAS on each new kernel shape (docs/engine.md, \"Kernel choice\")");
   app.add_option("--tls-cert", opt.tls.cert_file,
                  "PEM certificate chain: TCP listeners speak TLS only (reloaded on SIGHUP)")

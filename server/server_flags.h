@@ -26,7 +26,7 @@ struct CommandLine : sgemm::ServerOptions {
   // default (8 GiB per GPU, 1 GiB on cpu).
   int64_t resident_bytes = 0;
   bool no_warm_up = false;          // skip the start-up warm-up (to measure what it saves)
-  bool no_kernel_autotune = false;  // the measured table alone picks the fp32 kernel (docs/engine.md)
+  bool no_kernel_autotune = false;  // the measured speeds alone pick the fp32 kernel (docs/engine.md)
 };
 
 // Adds every flag of sgemm-server to `app`, each writing into `opt`.

@@ -114,7 +114,7 @@ class ClusterEngine final : public Engine {
     spec.beta = r.has_c ? r.beta : 0.0f;
     spec.has_c = r.has_c;
     spec.ranks = plan.shards;
-    // One kernel for every rank: the measured table's pick for the largest
+    // One kernel for every rank: the measured speeds' pick for the largest
     // shard (the K split: all rows, the longest slice of K), as the local
     // engine picks for a whole request.
     std::string kernel_reason;
@@ -126,8 +126,11 @@ class ClusterEngine final : public Engine {
         largest.m = std::max(largest.m, sh.row_end - sh.row_begin);
         largest.k = std::max(largest.k, sh.k_end - sh.k_begin);
       }
-      spec.kernel = choose_kernel(largest, info.default_kernel, info.kernels);
-      kernel_reason = kernel_choice_reason(largest, spec.kernel, info.default_kernel);
+      MeasuredOn on;
+      if (!info.devices.empty()) on = {info.devices[0].name, info.devices[0].sm_count, nullptr};
+      FfmaChoice choice = choose_kernel(largest, info.default_kernel, info.kernels, on);
+      spec.kernel = choice.kind;
+      kernel_reason = std::move(choice.reason);
     }
     SGEMM_ASSIGN_OR_RETURN(ClusterRunResult res, coord_.run(spec, job));
     jobs.unlock();

@@ -237,7 +237,7 @@ struct EngineInfo {
   std::string backend;  // "cuda" or "cpu"
   std::vector<DeviceInfo> devices;
   std::vector<KernelKind> kernels;                    // available kernels, the configured default first
-  KernelKind default_kernel = KernelKind::kPingpong;  // used where the kernel-choice table has no row
+  KernelKind default_kernel = KernelKind::kPingpong;  // used where the measured kernel speeds have no rate
   std::vector<Precision> precisions;                  // the arithmetic this backend offers, fp32 first
   std::vector<PrecisionContractInfo> contracts;       // per precision offered: the kernels that serve it
   double startup_ms = 0;                              // the engine's start-up, warm-up included (0: not measured)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -14,96 +16,123 @@ namespace {
 constexpr int64_t kFp32x3ContractMinK = 256;
 constexpr int64_t kFp32x3ContractMinCublasSumK = 400;
 
-// The registry's GEMV shapes (common/kernel_registry.h).
-bool single_row_or_column(const GemmShape& s) { return one_row_or_column(s); }
-// C at most 64 rows high, wide, with a long K: ping-pong's 32x128 and 64x128
-// tiles with split-K.
+// Thresholds of the classes' edges: where ping-pong's tile families change (its
+// GEMV rows, the 32- and 64-row tiles with split-K, the K-major thin tiles) and
+// where the earlier H100 measurements saw the faster kernel change
+// (docs/kernels.md, "Kernel choice").
+bool gemv(const GemmShape& s) { return one_row_or_column(s); }
 bool few_rows(const GemmShape& s) { return s.m <= 64 && s.n >= 1024 && s.k >= 2048; }
-// C at most 32 columns wide with a long K: ping-pong's K-major 128x32x32 tile
-// (16-byte copies of A). The engine pads A's rows to 16 bytes (lda = pad4(k)),
-// so an odd K runs it too (dense, as sgemm-bench lays it out, 8192x32x8191 falls
-// back to the transposed tile: 79%).
+// The engine pads A's rows to 16 bytes (lda = pad4(k)), so an odd K takes the
+// K-major thin tiles as well.
 bool narrow32(const GemmShape& s) { return s.n <= 32 && s.m >= 1024 && s.k >= 2048; }
-// 33 to 64 columns, 1024 to 4096 rows and K of 2048 to 8192 (A's rows padded as
-// above): ping-pong's K-major 64x64x32 tile with split-K beats cuBLAS there (the
-// engine's 1024-row blocks of 8192-row thin products among them).
 bool narrow64_mid(const GemmShape& s) {
   return s.n > 32 && s.n <= 64 && s.m >= 1024 && s.m <= 4096 && s.k >= 2048 && s.k <= 8192;
 }
-// C at most 128 columns wide, or 65 to 128 rows high, with the other side and K
-// long: ping-pong's thin tiles with split-K reach 82-96% of cuBLAS there, and
-// 26-73% on 512-row blocks (the engine's blocks of 4096-row thin products).
 bool narrow(const GemmShape& s) { return s.n <= 128 && s.m >= 512 && s.k >= 2048; }
 bool short_rows(const GemmShape& s) { return s.m > 64 && s.m <= 128 && s.n >= 1024 && s.k >= 2048; }
-// Large C: ping-pong's 64x128 tile reaches 90-96% of cuBLAS from 2048 up; the
-// engine's pipeline blocks of such products (512 to 2048 rows) likewise, with
-// exceptions either way (512x4096x4096 103%, 768x3584x3584 108%, 1024x8192x8192
-// 91%, 512x2048x2048 84%): those are what the engine's timing on the GPU settles.
 bool large(const GemmShape& s) { return s.m >= 512 && s.n >= 2048 && s.k >= 1000; }
-// Few output tiles and a long K: ping-pong splits K, 88-90% of cuBLAS.
 bool few_tiles_long_k(const GemmShape& s) { return s.m * s.n <= int64_t{2048} * 1024 && s.k >= 8192; }
+bool any(const GemmShape&) { return true; }
 
-// A class goes to the kernel measured faster there (sgemm-bench, one H100, the
-// same run as cuBLAS; bench/results/2026-11-22_h100_thin-gemv-tiles/call3 and
-// bench/results/2026-11-22_h100_thin-kmajor-a/), so that
-// the default is at least 98% of the better of the two on every measured class.
-// Shapes no row covers run the engine's configured default
-// (ping-pong: 103-109% of cuBLAS at 1024, 100.9% at 8192x64x1024).
-constexpr KernelChoiceRow kTable[] = {
-    {"m = 1 or n = 1", single_row_or_column, KernelKind::kPingpong,
-     "ping-pong's GEMV 103.4% of cuBLAS at 1x4096x4096, 104.9% at 1x8192x8192, 122.2% at 4096x1x4096, 121.4% at "
-     "8192x1x8192 (H100, 2026-11-22)"},
-    {"m <= 64 with n >= 1024, k >= 2048", few_rows, KernelKind::kPingpong,
-     "ping-pong 157.1% of cuBLAS at 32x8192x8192, 101.0% at 64x8192x8192 (H100, 2026-11-22)"},
-    {"n <= 32 with m >= 1024, k >= 2048", narrow32, KernelKind::kPingpong,
-     "ping-pong (K-major 128x32x32) 109.6-110.7% of cuBLAS at 8192x32x8192, 107.0-108.9% at 4096x32x4096 (H100, "
-     "2026-11-22); 142.2% at 1024x32x8192, 113% at 1024x32x8191 with A's rows padded as the engine pads them "
-     "(H100, 2026-11-23, bench/results/2026-11-23_h100_kernel-choice-timed/)"},
-    {"32 < n <= 64 with 1024 <= m <= 4096, 2048 <= k <= 8192", narrow64_mid, KernelKind::kPingpong,
-     "ping-pong (K-major 64x64x32) 98.5-109.5% of cuBLAS at 4096x64x4096 (H100, 2026-11-22, "
-     "bench/results/2026-11-22_h100_thin-kmajor-a/), 121.8% at 1024x64x4096, 113.1% at 1024x64x8192 (H100, 2026-11-23, "
-     "bench/results/2026-11-23_h100_engine-blocks/)"},
-    {"n <= 128 with m >= 512, k >= 2048", narrow, KernelKind::kCublas,
-     "ping-pong 93.1-96.5% of cuBLAS at 8192x64x8192, 89.2-90.6% at 8192x128x8192 (H100, 2026-11-22); 26.1-73.1% on "
-     "512-row blocks (512x32x2048 to 512x64x16384), 96.1% at 1024x128x8192 (H100, 2026-11-23); the rows above take "
-     "n <= 32 and 4096x64x4096"},
-    {"64 < m <= 128 with n >= 1024, k >= 2048", short_rows, KernelKind::kCublas,
-     "ping-pong 89.7% of cuBLAS at 128x8192x8192 (H100, 2026-11-22)"},
-    {"m >= 512, n >= 2048 with k >= 1000", large, KernelKind::kCublas,
-     "ping-pong 93.4% of cuBLAS at 2048, 93.1% at 4096, 94.7% at 8192, 94.9% at 8192x8192x1024, 89.4% at 4095, "
-     "90.7% at 8191x8193x1000; below the better on 26 of 37 pipeline-block shapes 512-1536 rows high, 83.7-108.2% "
-     "(H100, 2026-11-23, bench/results/2026-11-23_h100_engine-blocks/)"},
-    {"m * n <= 2048 * 1024 with k >= 8192", few_tiles_long_k, KernelKind::kCublas,
-     "ping-pong 90.1% of cuBLAS at 1024x1024x16384 (H100, 2026-11-22)"},
+// The probes: round and odd shapes spread over each class's sizes, the engine's
+// pipeline blocks of larger products among them (512 to 2048 rows).
+constexpr GemmShape kGemvProbes[] = {{1, 4096, 4096}, {1, 8192, 8192}, {4096, 1, 4096}, {8192, 1, 8192},
+                                     {1, 3001, 2999}, {1, 1024, 1024}, {2048, 1, 2048}, {1, 2048, 16384}};
+constexpr GemmShape kFewRowsProbes[] = {{32, 8192, 8192},  {64, 8192, 8192}, {64, 4096, 4096}, {16, 2048, 4096},
+                                        {48, 3001, 5003},  {8, 8192, 8192},  {64, 1024, 2048}, {32, 2048, 16384},
+                                        {64, 16384, 2048}, {48, 1536, 3072}, {60, 1500, 2500}, {20, 5000, 6000}};
+constexpr GemmShape kNarrow32Probes[] = {{8192, 32, 8192}, {4096, 32, 4096},  {1024, 32, 8192},  {1024, 32, 8191},
+                                         {4096, 17, 4096}, {2048, 16, 16384}, {16384, 32, 2048}, {1536, 8, 3072},
+                                         {4096, 24, 8192}, {2000, 24, 5000},  {6000, 8, 3000}};
+constexpr GemmShape kNarrow64MidProbes[] = {{4096, 64, 4096}, {1024, 64, 4096}, {1024, 64, 8192},
+                                            {3001, 60, 2500}, {2048, 48, 2048}, {4096, 40, 8192},
+                                            {1536, 64, 6144}, {2048, 36, 4096}, {2000, 50, 3000}};
+constexpr GemmShape kNarrowProbes[] = {{8192, 64, 8192},  {8192, 128, 8192}, {1024, 128, 8192},  {512, 64, 8192},
+                                       {512, 32, 4096},   {8192, 64, 4096},  {768, 100, 6144},   {16384, 96, 4096},
+                                       {2048, 128, 2048}, {600, 120, 12288}, {4096, 100, 16384}, {8192, 48, 16384},
+                                       {1024, 80, 3072},  {600, 120, 9000},  {6000, 96, 5000},   {512, 60, 2501}};
+constexpr GemmShape kShortRowsProbes[] = {{128, 8192, 8192}, {96, 4096, 4096},  {128, 2048, 2048},
+                                          {100, 5000, 3001}, {72, 16384, 4096}, {128, 1024, 16384},
+                                          {112, 2048, 6144}, {80, 6000, 3000},  {120, 3000, 7000}};
+constexpr GemmShape kLargeProbes[] = {{2048, 2048, 2048},  {4096, 4096, 4096},   {8192, 8192, 8192}, {8192, 8192, 1024},
+                                      {4095, 4095, 4095},  {512, 4096, 4096},    {1024, 8192, 8192}, {768, 3584, 3584},
+                                      {512, 2048, 2048},   {3072, 3072, 3072},   {6144, 2560, 1536}, {1024, 3072, 5120},
+                                      {2560, 6144, 12288}, {16384, 16384, 1024}, {640, 2048, 1024},  {3000, 3000, 3000},
+                                      {6000, 2500, 1500},  {1000, 3000, 5000}};
+constexpr GemmShape kFewTilesLongKProbes[] = {
+    {1024, 1024, 16384}, {512, 512, 16384},   {2048, 1024, 8192}, {256, 256, 65536}, {768, 1024, 32768},
+    {384, 384, 131072},  {1536, 1280, 12288}, {128, 256, 16384},  {700, 900, 20000}, {1500, 1300, 10000}};
+constexpr GemmShape kOtherProbes[] = {
+    {1024, 1024, 1024}, {512, 512, 512},   {256, 256, 256},  {64, 64, 64},       {200, 300, 100},   {8192, 64, 1024},
+    {1024, 1024, 4096}, {2048, 2048, 512}, {300, 2000, 800}, {1024, 1024, 2048}, {3000, 200, 1500}, {1536, 1536, 1024},
+    {2048, 1024, 1024}, {128, 2048, 1024}, {4096, 256, 512}, {768, 768, 2048},   {32, 32, 32},      {16, 512, 1024},
+    {512, 16, 1024},    {1500, 1500, 900}, {700, 700, 700},  {128, 128, 128}};
+
+constexpr KernelShapeClass kClasses[] = {
+    {"gemv", "m = 1 or n = 1", gemv, kGemvProbes},
+    {"few_rows", "m <= 64 with n >= 1024, k >= 2048", few_rows, kFewRowsProbes},
+    {"narrow32", "n <= 32 with m >= 1024, k >= 2048", narrow32, kNarrow32Probes},
+    {"narrow64_mid", "32 < n <= 64 with 1024 <= m <= 4096, 2048 <= k <= 8192", narrow64_mid, kNarrow64MidProbes},
+    {"narrow", "n <= 128 with m >= 512, k >= 2048", narrow, kNarrowProbes},
+    {"short_rows", "64 < m <= 128 with n >= 1024, k >= 2048", short_rows, kShortRowsProbes},
+    {"large", "m >= 512, n >= 2048 with k >= 1000", large, kLargeProbes},
+    {"few_tiles_long_k", "m * n <= 2048 * 1024 with k >= 8192", few_tiles_long_k, kFewTilesLongKProbes},
+    {"other", "every other shape", any, kOtherProbes},
 };
+
+std::string rate_text(double tflops) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", tflops);
+  return buf;
+}
 
 }  // namespace
 
-std::span<const KernelChoiceRow> kernel_choice_table() { return kTable; }
+std::span<const KernelShapeClass> kernel_shape_classes() { return kClasses; }
 
-const KernelChoiceRow* find_kernel_choice(const GemmShape& shape) {
-  for (const KernelChoiceRow& row : kTable)
-    if (row.matches(shape)) return &row;
-  return nullptr;
+const KernelShapeClass& kernel_shape_class(const GemmShape& shape) {
+  for (const KernelShapeClass& c : kClasses)
+    if (c.matches(shape)) return c;
+  return kClasses[std::size(kClasses) - 1];
 }
 
-KernelKind choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available) {
-  const KernelChoiceRow* row = find_kernel_choice(shape);
-  if (row && std::find(available.begin(), available.end(), row->kernel) != available.end()) return row->kernel;
-  return fallback;
+FfmaChoice choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available,
+                         const MeasuredOn& on) {
+  FfmaChoice out;
+  out.kind = fallback;
+  const KernelSpeeds& speeds = on.speeds ? *on.speeds : KernelSpeeds::built_in();
+  const std::string device = speeds.device_for(on.device, on.sm_count);
+  const KernelShapeClass& cls = kernel_shape_class(shape);
+  const std::optional<GemmShape> near = device.empty() ? std::nullopt : speeds.nearest(device, cls.id, shape);
+  if (!near) return out;
+  const bool fallback_available = std::find(available.begin(), available.end(), fallback) != available.end();
+  const double fallback_rate = speeds.rate(device, *near, fallback);
+  if (fallback_available && fallback_rate <= 0) return out;
+  KernelKind best = fallback;
+  double best_rate = fallback_available ? fallback_rate : 0.0;
+  for (KernelKind k : available) {
+    const double r = speeds.rate(device, *near, k);
+    if (r > best_rate) {
+      best = k;
+      best_rate = r;
+    }
+  }
+  if (best_rate <= 0) return out;
+  out.kind = best;
+  if (best != fallback) {
+    out.reason = "; kernel " + std::string(kernel_kind_name(best)) + " for " + gemm_shape_text(shape) + " (class " +
+                 cls.id + ": " + cls.description + "; at the nearest measured shape " + gemm_shape_text(*near) + ", " +
+                 rate_text(best_rate) + " TFLOP/s";
+    if (fallback_rate > 0)
+      out.reason += " against " + std::string(kernel_kind_name(fallback)) + "'s " + rate_text(fallback_rate);
+    out.reason += ", on " + device + ", server/planner/kernel_speeds.csv)";
+  }
+  return out;
 }
 
 KernelKind prefer_measured(KernelKind table_pick, double table_ms, KernelKind other, double other_ms, double margin) {
   if (other_ms > 0 && table_ms > 0 && other_ms < table_ms * (1.0 - margin)) return other;
   return table_pick;
-}
-
-std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, KernelKind fallback) {
-  if (chosen == fallback) return "";
-  const KernelChoiceRow* row = find_kernel_choice(shape);
-  if (!row) return "";
-  return "; kernel " + std::string(kernel_kind_name(chosen)) + " for " + row->shape_class +
-         " (measured table, server/planner/kernel_choice.cc)";
 }
 
 namespace {
@@ -194,8 +223,9 @@ StatusOr<KernelSelection> select_kernel(const KernelQuery& q) {
     return FailedPrecondition("precision " + name_of(q.precision) +
                               " needs an FFMA kernel; available: " + kernel_kind_list(av));
   const KernelKind fallback = has(ffma, q.ffma_default) ? q.ffma_default : ffma.front();
-  sel.kind = choose_kernel(q.shape, fallback, ffma);
-  sel.reason += kernel_choice_reason(q.shape, sel.kind, fallback);
+  FfmaChoice choice = choose_kernel(q.shape, fallback, ffma, {q.device, q.sm_count, q.speeds});
+  sel.kind = choice.kind;
+  sel.reason += choice.reason;
   return sel;
 }
 

@@ -1,55 +1,71 @@
-// Which GPU kernel runs a product when the request does not name one: a table
-// of shape classes with the kernel measured faster on each (sgemm-bench, the
-// same run as cuBLAS; bench/results/ holds the runs the rows cite). Pure C++:
-// the engine passes the kernels its devices offer. The engine asks about the
-// shape one kernel launch computes (plan.h, kernel_block_shape), and where it
-// can, times the table's pick against the other kernel on that shape on the
-// GPU once and keeps the faster (prefer_measured; docs/engine.md, "Kernel
-// choice").
-//
-// Ping-pong (with its GEMV and thin-tile variants) takes a single row or column
-// of C, C at most 64 rows high, and what no row covers (1024-sized and smaller
-// products, short K); cuBLAS takes the classes where ping-pong measured below 98%
-// of it: large C (90-96%), thin C with a long K (84-93%), few tiles with a very
-// long K (90%) (docs/kernels.md).
+// Which GPU kernel runs a product when the request does not name one. The FFMA
+// choice is data: shape classes (kernel_shape_classes(), each with the shapes
+// sgemm-bench --speed-table measures for it) and the measured rates of every
+// FFMA kernel on those shapes (kernel_speeds.h: server/planner/kernel_speeds.csv,
+// compiled in). A launch runs the kernel measured fastest at the nearest
+// measured shape of its class, on the GPU that runs it. Pure C++: the engine
+// passes the kernels its devices offer and the GPU's name. The engine asks about
+// the shape one kernel launch computes (plan.h, kernel_block_shape), and where it
+// can, times the pick against the other kernel on that exact shape on the GPU
+// once and keeps the faster (prefer_measured, the engine's tuner: a cache over
+// this choice; docs/engine.md, "Kernel choice").
 #pragma once
 
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/gemm_types.h"
 #include "common/kernel_registry.h"
 #include "common/status.h"
+#include "server/planner/kernel_speeds.h"
 
 namespace sgemm {
 
-struct KernelChoiceRow {
-  const char* shape_class;                  // "m = 1 or n = 1", for logs and docs
-  bool (*matches)(const GemmShape& shape);  // whether a shape is in the class
-  KernelKind kernel;                        // the faster kernel on this class
-  const char* evidence;                     // the measurement: ratio, device, results file
+// A class of shapes: the nearest measured shape of a launch is sought within its
+// class, so that a measurement never speaks for a shape of another tile family.
+struct KernelShapeClass {
+  const char* id;                       // "narrow32": the speed table's shape_class
+  const char* description;              // "n <= 32 with m >= 1024, k >= 2048", for logs and docs
+  bool (*matches)(const GemmShape& s);  // whether a shape is in the class
+  std::span<const GemmShape> probes;    // the shapes sgemm-bench --speed-table measures for it
 };
 
-// The rows in order; the first that matches decides.
-std::span<const KernelChoiceRow> kernel_choice_table();
+// The classes in order; the first that matches holds a shape. The last one
+// ("other") holds every shape.
+std::span<const KernelShapeClass> kernel_shape_classes();
+const KernelShapeClass& kernel_shape_class(const GemmShape& shape);
 
-// The first row whose class holds `shape`; null when none does.
-const KernelChoiceRow* find_kernel_choice(const GemmShape& shape);
+// The GPU a choice is for, and the data it reads.
+struct MeasuredOn {
+  std::string_view device;               // the GPU's name (DeviceInfo::name)
+  int sm_count = 132;                    // its SMs (KernelSpeeds::device_for)
+  const KernelSpeeds* speeds = nullptr;  // null: KernelSpeeds::built_in()
+};
 
-// The kernel for `shape`: the first matching row's kernel when `available`
-// has it, else `fallback` (the engine's configured default).
-KernelKind choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available);
+struct FfmaChoice {
+  KernelKind kind = KernelKind::kPingpong;
+  // "; kernel K for SHAPE (class C: ...; at the nearest measured shape S, R TFLOP/s
+  // against F's R', on DEVICE, server/planner/kernel_speeds.csv)" when the data
+  // chose other than `fallback`; "" otherwise.
+  std::string reason;
+};
 
-// Between the table's pick and the other kernel, both timed on the device on
+// The FFMA kernel for one launch of `shape`: among `available`, the one with the
+// highest rate at the nearest measured shape of `shape`'s class (KernelSpeeds::
+// nearest) on the device the data holds for `on` (a tie keeps `fallback`).
+// `fallback` (the engine's configured default) when the class has no rows for the
+// device, or the nearest shape none for `fallback` while `available` holds it: no
+// kernel is preferred to it without a measurement.
+FfmaChoice choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available,
+                         const MeasuredOn& on);
+
+// Between the choice's pick and the other kernel, both timed on the device on
 // the same shape: the other when it ran more than `margin` (a fraction) faster,
-// else the table's pick, so near-ties keep one answer from run to run.
+// else the pick, so near-ties keep one answer from run to run.
 KernelKind prefer_measured(KernelKind table_pick, double table_ms, KernelKind other, double other_ms, double margin);
-
-// What a plan's reason adds when the table, not the default, chose `chosen`
-// for `shape`: "; kernel K for CLASS (measured table, ...)"; "" otherwise.
-std::string kernel_choice_reason(const GemmShape& shape, KernelKind chosen, KernelKind fallback);
 
 // ---- The precision contract and the one selection -------------------------
 //
@@ -109,6 +125,8 @@ struct KernelQuery {
   int sm_count = 132;                               // SMs of the GPU that runs it
   float beta = 0.0f;                                // the request's beta (no rule reads it)
   KernelLayout layout;                              // A's alignment and lda (default: the engine's staging)
+  std::string device;                               // the GPU's name: whose measured speeds decide
+  const KernelSpeeds* speeds = nullptr;             // null: the built-in table (kernel_speeds.h)
 };
 
 struct KernelSelection {
@@ -120,7 +138,7 @@ struct KernelSelection {
 // cannot serve the precision; FAILED_PRECONDITION when the precision's or the
 // named kernel is not available. Pure.
 //   tf32, fp32x3:  their own kernel (naming another is an error).
-//   fp32-ffma:     the named FFMA kernel, else the measured table among the FFMA kernels.
+//   fp32-ffma:     the named FFMA kernel, else choose_kernel among the FFMA kernels.
 //   fp32:          the named FFMA kernel, else fp32x3 where it is available, faster and
 //                  keeps the contract, else cuBLAS SGEMM where fp32_needs_cublas, else as
 //                  fp32-ffma.

@@ -202,7 +202,7 @@ class CudaEngine final : public Engine {
     report.split = plan.mode;
     report.plan_reason = plan.reason;
     // A request that names no kernel: select_kernel on the shape one kernel
-    // launch computes (the plan's largest block); an FFMA pick from the table is
+    // launch computes (the plan's largest block); an FFMA pick from the speeds is
     // then timed against the other FFMA kernel on the GPU where the tuner has
     // not seen that shape yet.
     const bool chosen_by_shape =
@@ -316,9 +316,9 @@ class CudaEngine final : public Engine {
     return report;
   }
 
-  // The table's pick `table`, or the other fp32 kernel where the tuner timed
-  // both on `lane`'s GPU for `block` and the other was faster (kernel_tuner.h).
-  // A failed measurement is logged and the table's pick runs.
+  // The measured speeds' pick `table`, or the other fp32 kernel where the tuner
+  // timed both on `lane`'s GPU for `block` and the other was faster
+  // (kernel_tuner.h). A failed measurement is logged and the pick runs.
   KernelKind tuned_kernel(Lane& lane, const GemmShape& block, bool beta_nonzero, KernelKind table,
                           std::string* reason) {
     if (!options_.kernel_autotune) return table;
@@ -329,7 +329,7 @@ class CudaEngine final : public Engine {
     if (!d.ok()) {
       if (options_.log)
         options_.log("cuda engine: timing the kernels failed (" + d.status().to_string() + "); " +
-                     std::string(kernel_kind_name(table)) + " runs, as the table says");
+                     std::string(kernel_kind_name(table)) + " runs, as the measured speeds say");
       (void)cudaGetLastError();
       return table;
     }
@@ -394,6 +394,7 @@ class CudaEngine final : public Engine {
     q.ffma_default = default_kind_;
     q.available = pool_->kernels();
     q.sm_count = sm_count;
+    q.device = pool_->info(0).name;
     return q;
   }
   bool has_kernel(KernelKind k) const {

@@ -39,7 +39,7 @@ namespace sgemm {
 
 struct CudaEngineOptions {
   std::vector<int> devices;  // CUDA ordinals to own; empty = every visible GPU
-  // Kernel for shapes the measured kernel-choice table has no row for
+  // Kernel where the measured kernel speeds have no rate for a shape's class
   // (server/planner/kernel_choice.h); nullopt = pingpong.
   std::optional<KernelKind> default_kernel;
   int lanes_per_device = 2;  // concurrent streams (requests) per GPU
@@ -57,13 +57,13 @@ struct CudaEngineOptions {
   // initialise cuBLAS.
   bool warm_up = true;
   // Kernel choice by measurement (kernel_tuner.h, docs/engine.md): an fp32
-  // request that names no kernel runs the measured table's pick for the shape
+  // request that names no kernel runs the measured speeds' pick for the shape
   // of its largest pipeline block, unless the other fp32 kernel, timed against
   // it on the GPU the first time that shape comes, was more than 2% faster.
-  // Off: the table alone decides (sgemm-server --no-kernel-autotune).
+  // Off: the measured speeds alone decide (sgemm-server --no-kernel-autotune).
   bool kernel_autotune = true;
   // Device scratch one such timing may allocate (A, B and C of the block and
-  // the kernels' workspace); larger shapes keep the table's pick.
+  // the kernels' workspace); larger shapes keep the measured speeds' pick.
   std::size_t autotune_max_bytes = std::size_t{768} << 20;
   // Rows per block of the row pipeline (copy in, kernel, copy out, rows_ready);
   // 0 = the shard's rows / planner.pipeline_chunks, rounded up to 128, >= 512.

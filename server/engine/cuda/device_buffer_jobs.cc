@@ -341,6 +341,7 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
   q.ffma_default = options_.ffma_default;
   q.available = pool_->kernels();
   q.sm_count = pool_->info(home_idx).sm_count;
+  q.device = pool_->info(home_idx).name;
   StatusOr<KernelSelection> sel = select_kernel(q);
   if (!sel.ok()) return Internal("the kernel selection failed after validation: " + sel.status().to_string());
   report.kernel = sel->kind;

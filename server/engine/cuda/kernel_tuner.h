@@ -1,10 +1,11 @@
 // Kernel choice by measurement: the first time a device runs a kernel shape
-// (the largest block of a plan, server/planner/plan.h), the table's pick and the
-// other fp32 kernel are timed on it, on that device, and the faster is kept for
-// that shape from then on (server/planner/kernel_choice.h, prefer_measured).
-// The measured table's classes are coarse; what ping-pong and cuBLAS each do
-// with a given shape's last wave is not (512x4096x4096: ping-pong 103% of
-// cuBLAS, 512x6144x6144: 78%; docs/engine.md, "Kernel choice").
+// (the largest block of a plan, server/planner/plan.h), the measured speeds'
+// pick and the other fp32 kernel are timed on it, on that device, and the
+// faster is kept for that shape from then on (server/planner/kernel_choice.h,
+// prefer_measured). The speeds are measured on a few shapes per class; what
+// ping-pong and cuBLAS each do with a given shape's last wave is not
+// (512x4096x4096: ping-pong 103% of cuBLAS, 512x6144x6144: 78%; docs/engine.md,
+// "Kernel choice").
 //
 // A measurement runs on the lane of the request that meets the shape first,
 // on zero-filled scratch operands laid out as the engine lays out its blocks
@@ -26,23 +27,23 @@ namespace sgemm {
 
 struct KernelTunerOptions {
   // Scratch A, B and C (and the kernels' workspace) one measurement may
-  // allocate; a larger shape keeps the table's pick. 768 MiB covers the
+  // allocate; a larger shape keeps the measured speeds' pick. 768 MiB covers the
   // 1536x12288x12288 blocks of a 12288^3 product on one GPU.
   std::size_t max_bytes = std::size_t{768} << 20;
-  // Shapes of fewer flops (2mnk) keep the table's pick: their times are mostly
+  // Shapes of fewer flops (2mnk) keep the measured speeds' pick: their times are mostly
   // launch overhead. 2^26 (a 512x64x2048 block) still takes 18 us in cuBLAS and
   // 69 us in ping-pong on an H100: timed.
   double min_flops = double(int64_t{1} << 26);
   // Timed rounds, each running every candidate once, after one untimed run each;
   // the median per kernel is compared.
   int rounds = 5;
-  // The other kernel must be this much faster (a fraction) to replace the table's pick.
+  // The other kernel must be this much faster (a fraction) to replace the measured speeds' pick.
   double margin = 0.02;
 };
 
 struct KernelDecision {
   KernelKind kind = KernelKind::kCublas;  // what runs
-  bool measured = false;                  // false: the table's pick, not timed (note says why)
+  bool measured = false;                  // false: the speeds' pick, not timed (note says why)
   KernelKind table_pick = KernelKind::kCublas;
   KernelKind other = KernelKind::kPingpong;
   double table_ms = 0, other_ms = 0;  // medians, when measured
