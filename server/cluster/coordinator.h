@@ -110,10 +110,11 @@ class ClusterCoordinator final : public v1::Cluster::WithRawCallbackMethod_Join<
   void forget(MemberReactor* r) SGEMM_EXCLUDES(mu_);
   Member* find_locked(MemberReactor* r) SGEMM_REQUIRES(mu_);
   // Waits (mu_ held through `lock`) until `done(member)` for every member of
-  // `ids`, a member of them leaves, `abort` is cancelled or the deadline passes.
+  // `ids`, a member of them leaves, `abort` is cancelled or the deadline passes
+  // (then *timed_out, when given, is set: only then did a member stay silent).
   Status wait_members_locked(MutexLock& lock, const std::vector<uint64_t>& ids, const CancelToken& abort,
                              int64_t timeout_ms, const char* what, bool (*done)(const Member&, uint64_t),
-                             uint64_t value) SGEMM_REQUIRES(mu_);
+                             uint64_t value, bool* timed_out = nullptr) SGEMM_REQUIRES(mu_);
   // Runs a job on the current communicator. mu_ is held through `lock` on
   // entry and on return, and released while rank 0's part runs.
   StatusOr<ClusterRunResult> run_locked_job(MutexLock& lock, ClusterJobSpec spec, const GemmJob* job)

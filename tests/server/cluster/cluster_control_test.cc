@@ -587,7 +587,10 @@ TEST_F(ClusterControl, AMemberThatNeverAnswersReadyHoldsNoRequest) {
   }
   EXPECT_EQ(local->runs, 3);
   ASSERT_TRUE(eventually([&] { return coord_log_.has("member 'silent' did not answer ready"); })) << coord_log_.all();
+  // Dropped at once, under the lock that logged it: no build counts it while its stream closes.
+  EXPECT_EQ(coord_->member_count(), 1);
   ASSERT_TRUE(cluster_ready(*coord_, 1)) << coord_log_.all();
+  EXPECT_FALSE(coord_log_.has("member 'steady' did not answer ready")) << coord_log_.all();
   Product q({65, 31, 23}, -1.0f, 0.25f, 8);
   StatusOr<GemmReport> r = engine->run(q.job);
   ASSERT_TRUE(r.ok()) << r.status().to_string();

@@ -45,14 +45,7 @@ class FakePlane final : public ClusterDataPlane {
   }
   Status connect(const ClusterCommSpec& spec, const CancelToken* abort, int64_t) override {
     // Told to hang: like a rank that never calls ncclCommInitRank, until aborted.
-    for (;;) {
-      {
-        std::lock_guard lock(mu_);
-        if (!hang_connect_) break;
-      }
-      if (abort && !abort->status().ok()) return abort->status();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    if (Status s = hang_while(&FakePlane::hang_connect_, abort); !s.ok()) return s;
     std::lock_guard lock(mu_);
     connects_.push_back(spec);
     comm_ = spec;
@@ -69,14 +62,7 @@ class FakePlane final : public ClusterDataPlane {
     ClusterRunResult r;
     if (spec.kind == ClusterJobKind::kProbe) {
       // Told to hang the probe: a link that never delivers, until aborted.
-      for (;;) {
-        {
-          std::lock_guard lock(mu_);
-          if (!hang_probe_) break;
-        }
-        if (abort && !abort->status().ok()) return abort->status();
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
+      if (Status s = hang_while(&FakePlane::hang_probe_, abort); !s.ok()) return s;
       r.elapsed_ms = 1.0;  // the broadcast
       r.fanout_ms = 2.0;   // the sends to every remote rank
       return r;
@@ -150,6 +136,18 @@ class FakePlane final : public ClusterDataPlane {
   }
 
  private:
+  // Returns once the flag (one of the hang_ members) is clear, or with the
+  // abort's status: a peer that never answers, until aborted. Polls every 5 ms.
+  Status hang_while(bool FakePlane::*flag, const CancelToken* abort) {
+    for (;;) {
+      {
+        std::lock_guard lock(mu_);
+        if (!(this->*flag)) return Status::Ok();
+      }
+      if (abort && !abort->status().ok()) return abort->status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   void record(const ClusterJobSpec& spec) {
     std::lock_guard lock(mu_);
     jobs_.push_back(spec);
