@@ -110,6 +110,16 @@ int main(int argc, char** argv) {
   eopt.pinned_pool_bytes = std::size_t(opt.pinned_pool_bytes);
   eopt.warm_up = !opt.no_warm_up;
   eopt.kernel_autotune = !opt.no_kernel_autotune;
+  if (!opt.kernel_speeds.empty()) {
+    auto speeds = sgemm::load_kernel_speeds(opt.kernel_speeds);
+    if (!speeds.ok()) {
+      log->error("{}", speeds.status().message());
+      return 2;
+    }
+    eopt.kernel_speeds = std::move(speeds).value();
+    log->info("kernel speeds: {} measured rows ({} built in, the rest from {})", eopt.kernel_speeds->rows().size(),
+              sgemm::KernelSpeeds::built_in().rows().size(), opt.kernel_speeds);
+  }
   if (opt.resident_bytes > 0) eopt.resident_bytes = opt.resident_bytes;
   eopt.collective_timeout_s = opt.collective_timeout_s;
   eopt.log = [log](std::string_view msg) { log->info("engine: {}", msg); };

@@ -199,6 +199,10 @@ void add_server_flags(CLI::App& app, CommandLine& opt) {
   app.add_flag("--no-kernel-autotune", opt.no_kernel_autotune,
                "cuda: pick the fp32 kernel of a request that names none from the measured speeds alone, without "
                "timing ping-pong against cuBLAS on each new kernel shape (docs/engine.md, \"Kernel choice\")");
+  app.add_option("--kernel-speeds", opt.kernel_speeds,
+                 "cuda: kernel speeds measured on this host's GPUs (sgemm-bench --speed-table), added to the built-in "
+                 "ones; a GPU named there decides its fp32 kernel from them (docs/kernels.md, \"One selection\")")
+      ->check(CLI::ExistingFile);
   app.add_option("--tls-cert", opt.tls.cert_file,
                  "PEM certificate chain: TCP listeners speak TLS only (reloaded on SIGHUP)")
       ->check(CLI::ExistingFile);

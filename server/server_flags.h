@@ -27,6 +27,7 @@ struct CommandLine : sgemm::ServerOptions {
   int64_t resident_bytes = 0;
   bool no_warm_up = false;          // skip the start-up warm-up (to measure what it saves)
   bool no_kernel_autotune = false;  // the measured speeds alone pick the fp32 kernel (docs/engine.md)
+  std::string kernel_speeds;        // sgemm-bench --speed-table rows for this host's GPUs, added to the built-in
 };
 
 // Adds every flag of sgemm-server to `app`, each writing into `opt`.

@@ -1,5 +1,11 @@
 #include "server/engine/engine_factory.h"
 
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "server/engine/cpu_engine.h"
 #include "server/engine/cuda/cuda_cluster_plane.h"
 #include "server/engine/cuda/cuda_engine.h"
@@ -38,6 +44,7 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   if (options.resident_bytes) cuda_options.resident_bytes = *options.resident_bytes;
   cuda_options.warm_up = options.warm_up;
   cuda_options.kernel_autotune = options.kernel_autotune;
+  cuda_options.kernel_speeds = options.kernel_speeds;
   cuda_options.collective_timeout = std::chrono::milliseconds(int64_t(options.collective_timeout_s * 1000));
   auto cuda = make_cuda_engine(cuda_options);
   if (cuda.ok()) {
@@ -50,6 +57,15 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   built.fell_back = true;
   built.engine = make_cpu_engine(cpu_options);
   return built;
+}
+
+StatusOr<std::shared_ptr<const KernelSpeeds>> load_kernel_speeds(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument("--kernel-speeds " + path + ": cannot read the file");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  StatusOr<KernelSpeeds> speeds = KernelSpeeds::built_in_and(text);
+  if (!speeds.ok()) return InvalidArgument("--kernel-speeds " + path + ": " + speeds.status().message());
+  return std::make_shared<const KernelSpeeds>(std::move(*speeds));
 }
 
 StatusOr<std::unique_ptr<ClusterDataPlane>> make_cluster_plane(const EngineOptions& options) {

@@ -12,6 +12,7 @@
 #include "common/gemm_types.h"
 #include "server/engine/cluster_plane.h"
 #include "server/engine/engine.h"
+#include "server/planner/kernel_speeds.h"
 
 namespace sgemm {
 
@@ -27,6 +28,9 @@ struct EngineOptions {
   std::optional<std::size_t> pinned_pool_bytes;  // cuda: pinned at start-up; nullopt = the engine's default (none)
   bool warm_up = true;                           // cuda: a small product per kernel and lane before serving
   bool kernel_autotune = true;  // cuda: time both fp32 kernels on each new kernel shape (docs/engine.md)
+  // cuda: the measured kernel speeds the fp32 kernel choice reads; null = the
+  // built-in ones (load_kernel_speeds adds a file's rows to them).
+  std::shared_ptr<const KernelSpeeds> kernel_speeds;
   // Resident matrices (docs/resident.md, --resident-bytes): device memory
   // per GPU (cuda), host memory (cpu); nullopt = the engine's default
   // (8 GiB per GPU, 1 GiB on cpu).
@@ -43,6 +47,11 @@ struct BuiltEngine {
 };
 
 StatusOr<BuiltEngine> make_engine(const EngineOptions& options);
+
+// The built-in kernel speeds and the rows of the file at `path` (sgemm-server
+// --kernel-speeds); INVALID_ARGUMENT naming the file, and the line and field
+// that are wrong.
+StatusOr<std::shared_ptr<const KernelSpeeds>> load_kernel_speeds(const std::string& path);
 
 // The data plane of cluster mode on options.devices (docs/cluster.md): this
 // process's GPUs as NCCL ranks. UNAVAILABLE without a usable GPU.

@@ -2,8 +2,8 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -87,6 +87,13 @@ const KernelSpeeds& KernelSpeeds::built_in() {
     return parsed.ok() ? std::move(*parsed) : KernelSpeeds();
   }();
   return table;
+}
+
+StatusOr<KernelSpeeds> KernelSpeeds::built_in_and(std::string_view csv) {
+  SGEMM_ASSIGN_OR_RETURN(KernelSpeeds more, parse(csv));
+  KernelSpeeds out = built_in();
+  out.rows_.insert(out.rows_.end(), more.rows_.begin(), more.rows_.end());
+  return out;
 }
 
 std::string_view KernelSpeeds::built_in_csv() { return kKernelSpeedsCsv; }

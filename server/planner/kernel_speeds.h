@@ -43,6 +43,10 @@ class KernelSpeeds {
   static const KernelSpeeds& built_in();
   static std::string_view built_in_csv();  // the file's text
 
+  // The built-in rows followed by the rows of `csv` (a file sgemm-bench wrote for
+  // other GPUs, or newer runs); `csv`'s errors as parse's.
+  static StatusOr<KernelSpeeds> built_in_and(std::string_view csv);
+
   static constexpr std::string_view kHeader = "device,sm_count,commit,shape_class,m,n,k,kernel,tflops";
   // One row as the file holds it (no newline).
   static std::string csv_row(const KernelSpeed& row);

@@ -3,7 +3,8 @@
 // log says where the memory budgets came from and GetInfo and /metrics report
 // them; the build, device and budget gauges; a request striped over several
 // connections counts every byte of C in the summary, the log line,
-// timings.jsonl, its trace and sgemm_sent_bytes_total.
+// timings.jsonl, its trace and sgemm_sent_bytes_total; a kernel speeds file
+// is read at start-up, and a bad one stops the server.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -57,6 +58,43 @@ TEST_F(OperationsE2E, ASecondServerOnABusyPortExitsNonZeroNamingThePort) {
   // The first server still answers.
   auto info = Client::connect(busy)->info();
   EXPECT_TRUE(info.ok()) << info.status().to_string();
+}
+
+// --kernel-speeds: a file sgemm-bench --speed-table wrote for this host's GPUs is
+// read at start-up, added to the built-in rows; a bad one stops the server
+// before it listens, naming the file, the line and the field.
+TEST(KernelSpeedsE2E, AFileIsAddedAtStartUpAndABadOneStopsTheServerNamingLineAndField) {
+  const std::string dir = testing::make_temp_dir();
+  const std::string good = dir + "/speeds.csv", bad = dir + "/bad.csv";
+  std::ofstream(good) << "# measured on this host\n"
+                         "device,sm_count,commit,shape_class,m,n,k,kernel,tflops\n"
+                         "Host GPU,84,abc1234,large,4096,4096,4096,cublas,30.5\n"
+                         "Host GPU,84,abc1234,large,4096,4096,4096,pingpong,31.5\n";
+  std::ofstream(bad) << "device,sm_count,commit,shape_class,m,n,k,kernel,tflops\n"
+                        "Host GPU,84,abc1234,large,4096,4096,4096,cublas,30.5\n"
+                        "Host GPU,84,abc1234,large,4096,4096,4096,magma,31.5\n";
+  {
+    ServerProcess server({"--kernel-speeds", good});
+    ASSERT_TRUE(server.running()) << server.log();
+    EXPECT_TRUE(server.log_has("kernel speeds: ")) << server.log();
+    EXPECT_TRUE(server.log_has("the rest from " + good)) << server.log();
+    EXPECT_TRUE(Client::connect(server.address())->info().ok());
+    EXPECT_EQ(server.stop(), 0);
+  }
+  const auto r =
+      testing::run_command("timeout 60 " + testing::server_bin() +
+                           " --backend cpu --no-warm-up --listen 127.0.0.1:0 --kernel-speeds " + bad + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--kernel-speeds " + bad + ": kernel speeds, line 3: kernel 'magma' is not a kernel name"),
+            std::string::npos)
+      << r.output;
+  const auto missing =
+      testing::run_command("timeout 60 " + testing::server_bin() +
+                           " --backend cpu --listen 127.0.0.1:0 --kernel-speeds " + dir + "/none.csv 2>&1");
+  EXPECT_NE(missing.exit_code, 0) << missing.output;
+  EXPECT_NE(missing.output.find("--kernel-speeds"), std::string::npos) << missing.output;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST_F(OperationsE2E, BudgetsAreLoggedAtStartUpAndReported) {

@@ -46,8 +46,8 @@ class CudaEngine final : public Engine {
         faults_(faults),
         store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}),
         device_jobs_(std::make_unique<DeviceBufferJobs>(
-            pool_.get(),
-            DeviceBufferJobOptions{default_kind, options_.planner, options_.gpu_tflops, options_.peer_gbps})) {
+            pool_.get(), DeviceBufferJobOptions{default_kind, options_.planner, options_.gpu_tflops, options_.peer_gbps,
+                                                options_.kernel_speeds})) {
     batch_ = std::make_unique<BatchExecutor>(pool_.get(), &store_, options_.batch_max_pieces);
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
@@ -395,6 +395,7 @@ class CudaEngine final : public Engine {
     q.available = pool_->kernels();
     q.sm_count = sm_count;
     q.device = pool_->info(0).name;
+    q.speeds = options_.kernel_speeds.get();
     return q;
   }
   bool has_kernel(KernelKind k) const {

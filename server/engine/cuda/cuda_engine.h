@@ -33,6 +33,7 @@
 #include "common/gemm_types.h"
 #include "common/status.h"
 #include "server/engine/engine.h"
+#include "server/planner/kernel_speeds.h"
 #include "server/planner/plan.h"
 
 namespace sgemm {
@@ -62,6 +63,9 @@ struct CudaEngineOptions {
   // it on the GPU the first time that shape comes, was more than 2% faster.
   // Off: the measured speeds alone decide (sgemm-server --no-kernel-autotune).
   bool kernel_autotune = true;
+  // The measured kernel speeds the fp32 choice reads (kernel_speeds.h); null =
+  // the built-in ones.
+  std::shared_ptr<const KernelSpeeds> kernel_speeds;
   // Device scratch one such timing may allocate (A, B and C of the block and
   // the kernels' workspace); larger shapes keep the measured speeds' pick.
   std::size_t autotune_max_bytes = std::size_t{768} << 20;

@@ -342,6 +342,7 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
   q.available = pool_->kernels();
   q.sm_count = pool_->info(home_idx).sm_count;
   q.device = pool_->info(home_idx).name;
+  q.speeds = options_.kernel_speeds.get();
   StatusOr<KernelSelection> sel = select_kernel(q);
   if (!sel.ok()) return Internal("the kernel selection failed after validation: " + sel.status().to_string());
   report.kernel = sel->kind;

@@ -30,15 +30,17 @@
 #include "server/devices/device_pool.h"
 #include "server/engine/device_memory.h"
 #include "server/engine/engine.h"
+#include "server/planner/kernel_speeds.h"
 #include "server/planner/plan.h"
 
 namespace sgemm {
 
 struct DeviceBufferJobOptions {
-  KernelKind ffma_default = KernelKind::kPingpong;  // the engine's FFMA kernel where the table has no row
+  KernelKind ffma_default = KernelKind::kPingpong;  // the engine's FFMA kernel where the speeds have no rate
   PlannerOptions planner;                           // shard geometry for a named split
   double gpu_tflops = 47.0;                         // the planner's rates (CudaEngineOptions)
   double peer_gbps = 310.0;
+  std::shared_ptr<const KernelSpeeds> kernel_speeds;  // the FFMA choice's data; null = the built-in
 };
 
 class DeviceBufferJobs final : public DeviceMemoryAccess {

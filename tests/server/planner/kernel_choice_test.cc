@@ -196,6 +196,20 @@ TEST(KernelSpeeds, TheBuiltInTableParsesAndMeasuresEveryProbeOnEachOfItsGpus) {
           EXPECT_GT(t->rate(d, p, k), 0.0) << d << " " << gemm_shape_text(p) << " " << kernel_kind_name(k);
 }
 
+TEST(KernelSpeeds, AnOperatorsFileIsAddedToTheBuiltInRows) {
+  const std::string more =
+      std::string(KernelSpeeds::kHeader) +
+      "\nHost GPU,84,c,large,4096,4096,4096,cublas,30\nHost GPU,84,c,large,4096,4096,4096,pingpong,31\n";
+  StatusOr<KernelSpeeds> t = KernelSpeeds::built_in_and(more);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->rows().size(), KernelSpeeds::built_in().rows().size() + 2);
+  // The host's GPU decides from its own rows, by name.
+  EXPECT_EQ(t->device_for("Host GPU", 132), "Host GPU");
+  EXPECT_EQ(choose_kernel({4096, 4096, 4096}, KernelKind::kCublas, kBoth, {"Host GPU", 84, &*t}).kind,
+            KernelKind::kPingpong);
+  EXPECT_EQ(KernelSpeeds::built_in_and("bad\n").status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(KernelChoice, AMeasuredKernelWinsOnlyByMoreThanTheMargin) {
   const KernelKind c = KernelKind::kCublas, p = KernelKind::kPingpong;
   EXPECT_EQ(prefer_measured(c, 0.409, p, 0.383, 0.02), p);  // 6.4% faster
