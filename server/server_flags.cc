@@ -200,7 +200,7 @@ void add_server_flags(CLI::App& app, CommandLine& opt) {
                "cuda: pick the fp32 kernel of a request that names none from the measured speeds alone, without "
                "timing ping-pong against cuBLAS on each new kernel shape (docs/engine.md, \"Kernel choice\")");
   app.add_option("--kernel-speeds", opt.kernel_speeds,
-                 "cuda: kernel speeds measured on this host's GPUs (sgemm-bench --speed-table), added to the built-in "
+                 "cuda: a file of kernel speeds measured on this host's GPUs by sgemm-bench, added to the built-in "
                  "ones; a GPU named there decides its fp32 kernel from them (docs/kernels.md, \"One selection\")")
       ->check(CLI::ExistingFile);
   app.add_option("--tls-cert", opt.tls.cert_file,
