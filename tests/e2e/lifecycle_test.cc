@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -622,6 +623,59 @@ TEST(MemoryBudgetE2E, AWaitForMemoryEndsAtTheIdleTimeoutOrWhenTheClientLeavesHol
   holder.finish();
   normal_request(addr, {300, 200, 100});
   expect_all_freed(addr);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// A product in the caller's shared memory asks the budget only for the C it
+// sends back; with no room for it now, it is refused at once (it holds the
+// caller's memory, so it does not queue), on the stream and on MultiplyUnary,
+// naming the budget and the way out: an output region, which needs no budget.
+TEST(MemoryBudgetE2E, RegionsWithNoRoomForTheirCAreRefusedAtOnceAndAnOutputRegionStillRuns) {
+  ServerProcess server({"--host-memory-bytes", std::to_string(4 << 20), "--min-upload-rate", "0"});
+  ASSERT_TRUE(server.running()) << server.log();
+  // The holder keeps 3 MiB of the 4 reserved over TCP.
+  auto stub = v1::Sgemm::NewStub(own_channel(server.tcp_address(), 0));
+  HeldStream holder(*stub);
+  ASSERT_TRUE(holder.stream->Write(header_msg(512, 512, 512)));
+  ASSERT_TRUE(holder.stream->Write(chunk_msg(v1::MATRIX_A, 0, 1024)));
+  auto probe = Client::connect(server.tcp_address());
+  ASSERT_EQ(testing::info_when(*probe, [](const ServerInfo& i) { return i.host_bytes_in_use > 0; }).host_bytes_in_use,
+            3 * 512 * 512 * 4);
+
+  const GemmShape s{311, 1000, 77};  // C: 1,244,000 bytes, more than the 1 MiB left
+  const uint64_t seed = testing::fresh_seed();
+  std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
+  fill_random(a, seed);
+  fill_random(b, seed + 1);
+  for (const MultiplyRpc rpc : {MultiplyRpc::kStream, MultiplyRpc::kUnary}) {
+    SCOPED_TRACE(multiply_rpc_name(rpc));
+    ClientOptions co;
+    co.rpc = rpc;
+    auto client = Client::connect(server.unix_address(), co);
+    auto in = client->create_region(4 * (s.m * s.k + s.k * s.n));
+    auto out = client->create_region(4 * s.m * s.n);
+    ASSERT_TRUE(in.ok() && out.ok());
+    std::memcpy((*in)->floats(), a.data(), a.size() * 4);
+    std::memcpy((*in)->floats() + s.m * s.k, b.data(), b.size() * 4);
+    const RegionMatrix ra{in->get(), 0, 0}, rb{in->get(), 4 * s.m * s.k, 0};
+    auto refused = client->multiply_regions(s, ra, rb, std::nullopt, std::nullopt, {});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().to_string();
+    for (const char* part : {"no room for C's 1244000 bytes", "--host-memory-bytes 4194304", "name an output"})
+      EXPECT_NE(refused.status().message().find(part), std::string::npos) << refused.status().message();
+    EXPECT_EQ(info_of(server.tcp_address()).queued, 0) << "a product in the caller's memory must not queue";
+    // C into a region: no host budget, so it runs beside the holder.
+    auto ran = client->multiply_regions(s, ra, rb, std::nullopt, RegionMatrix{out->get(), 0, 0}, {});
+    ASSERT_TRUE(ran.ok()) << ran.status().to_string();
+    EXPECT_EQ(ran->rpc, rpc);
+    std::vector<float> c((*out)->floats(), (*out)->floats() + s.m * s.n);
+    EXPECT_TRUE(
+        verify_gemm(s.m, s.n, s.k, 1, a.data(), b.data(), 0, nullptr, c.data(), rows_to_verify(s.m, s.n, s.k, seed))
+            .passed(kSgemmTolerance));
+  }
+  holder.ctx->TryCancel();
+  holder.finish();
+  expect_all_freed(server.tcp_address());
   EXPECT_EQ(server.stop(), 0);
 }
 
