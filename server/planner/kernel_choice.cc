@@ -103,15 +103,15 @@ FfmaChoice choose_kernel(const GemmShape& shape, KernelKind fallback, const std:
   const KernelSpeeds& speeds = on.speeds ? *on.speeds : KernelSpeeds::built_in();
   const std::string device = speeds.device_for(on.device, on.sm_count);
   const KernelShapeClass& cls = kernel_shape_class(shape);
-  const std::optional<GemmShape> near = device.empty() ? std::nullopt : speeds.nearest(device, cls.id, shape);
+  const MeasuredShape* near = device.empty() ? nullptr : speeds.nearest_measured(device, cls.id, shape);
   if (!near) return out;
   const bool fallback_available = std::find(available.begin(), available.end(), fallback) != available.end();
-  const double fallback_rate = speeds.rate(device, *near, fallback);
+  const double fallback_rate = near->rate(fallback);
   if (fallback_available && fallback_rate <= 0) return out;
   KernelKind best = fallback;
   double best_rate = fallback_available ? fallback_rate : 0.0;
   for (KernelKind k : available) {
-    const double r = speeds.rate(device, *near, k);
+    const double r = near->rate(k);
     if (r > best_rate) {
       best = k;
       best_rate = r;
@@ -121,8 +121,8 @@ FfmaChoice choose_kernel(const GemmShape& shape, KernelKind fallback, const std:
   out.kind = best;
   if (best != fallback) {
     out.reason = "; kernel " + std::string(kernel_kind_name(best)) + " for " + gemm_shape_text(shape) + " (class " +
-                 cls.id + ": " + cls.description + "; at the nearest measured shape " + gemm_shape_text(*near) + ", " +
-                 rate_text(best_rate) + " TFLOP/s";
+                 cls.id + ": " + cls.description + "; at the nearest measured shape " + gemm_shape_text(near->shape) +
+                 ", " + rate_text(best_rate) + " TFLOP/s";
     if (fallback_rate > 0)
       out.reason += " against " + std::string(kernel_kind_name(fallback)) + "'s " + rate_text(fallback_rate);
     out.reason += ", on " + device + ", server/planner/kernel_speeds.csv)";

@@ -1,5 +1,6 @@
 #include "server/planner/kernel_speeds.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -78,6 +79,7 @@ StatusOr<KernelSpeeds> KernelSpeeds::parse(std::string_view csv) {
     out.rows_.push_back(std::move(row));
   }
   if (!header_seen) return InvalidArgument("kernel speeds: no header line ('" + std::string(kHeader) + "')");
+  out.index();
   return out;
 }
 
@@ -93,6 +95,7 @@ StatusOr<KernelSpeeds> KernelSpeeds::built_in_and(std::string_view csv) {
   SGEMM_ASSIGN_OR_RETURN(KernelSpeeds more, parse(csv));
   KernelSpeeds out = built_in();
   out.rows_.insert(out.rows_.end(), more.rows_.begin(), more.rows_.end());
+  out.index();
   return out;
 }
 
@@ -106,43 +109,100 @@ std::string KernelSpeeds::csv_row(const KernelSpeed& r) {
          std::string(kernel_kind_name(r.kernel)) + "," + rate;
 }
 
-std::string KernelSpeeds::device_for(std::string_view device, int sm_count) const {
-  for (const KernelSpeed& r : rows_)
-    if (r.device == device) return r.device;
-  const KernelSpeed* nearest = nullptr;
-  for (const KernelSpeed& r : rows_)
-    if (!nearest || std::abs(r.sm_count - sm_count) < std::abs(nearest->sm_count - sm_count)) nearest = &r;
-  return nearest ? nearest->device : "";
+double MeasuredShape::rate(KernelKind kernel) const {
+  for (const auto& [k, r] : rates)
+    if (k == kernel) return r;
+  return 0.0;
 }
 
-std::optional<GemmShape> KernelSpeeds::nearest(std::string_view device, std::string_view shape_class,
-                                               const GemmShape& shape) const {
+void KernelSpeeds::index() {
+  devices_.clear();
+  classes_.clear();
+  // Per measured shape and kernel: the sum of the logs of its runs' rates and their count.
+  struct Runs {
+    KernelKind kernel;
+    double log_sum = 0;
+    int count = 0;
+  };
+  std::vector<std::vector<std::vector<Runs>>> runs;  // [class][shape][kernel]
+  for (const KernelSpeed& r : rows_) {
+    if (std::none_of(devices_.begin(), devices_.end(), [&](const Device& d) { return d.name == r.device; }))
+      devices_.push_back({r.device, r.sm_count});
+    auto cls = std::find_if(classes_.begin(), classes_.end(), [&](const ClassShapes& c) {
+      return c.device == r.device && c.shape_class == r.shape_class;
+    });
+    if (cls == classes_.end()) {
+      classes_.push_back({r.device, r.shape_class, {}});
+      runs.emplace_back();
+      cls = classes_.end() - 1;
+    }
+    std::vector<std::vector<Runs>>& cls_runs = runs[size_t(cls - classes_.begin())];
+    auto shape = std::find_if(cls->shapes.begin(), cls->shapes.end(),
+                              [&](const MeasuredShape& m) { return m.shape == r.shape; });
+    if (shape == cls->shapes.end()) {
+      cls->shapes.push_back({r.shape, {}});
+      cls_runs.emplace_back();
+      shape = cls->shapes.end() - 1;
+    }
+    std::vector<Runs>& kernels = cls_runs[size_t(shape - cls->shapes.begin())];
+    auto k = std::find_if(kernels.begin(), kernels.end(), [&](const Runs& x) { return x.kernel == r.kernel; });
+    if (k == kernels.end()) {
+      kernels.push_back({r.kernel});
+      k = kernels.end() - 1;
+    }
+    k->log_sum += std::log(r.tflops);
+    ++k->count;
+  }
+  for (size_t c = 0; c < classes_.size(); ++c)
+    for (size_t s = 0; s < classes_[c].shapes.size(); ++s)
+      for (const Runs& k : runs[c][s])
+        classes_[c].shapes[s].rates.emplace_back(k.kernel, std::exp(k.log_sum / k.count));
+}
+
+std::string KernelSpeeds::device_for(std::string_view device, int sm_count) const {
+  for (const Device& d : devices_)
+    if (d.name == device) return d.name;
+  const Device* nearest = nullptr;
+  for (const Device& d : devices_)
+    if (!nearest || std::abs(d.sm_count - sm_count) < std::abs(nearest->sm_count - sm_count)) nearest = &d;
+  return nearest ? nearest->name : "";
+}
+
+const MeasuredShape* KernelSpeeds::nearest_measured(std::string_view device, std::string_view shape_class,
+                                                    const GemmShape& shape) const {
   const auto distance = [&](const GemmShape& m) {
     return std::fabs(std::log2(double(m.m) / double(shape.m))) + std::fabs(std::log2(double(m.n) / double(shape.n))) +
            std::fabs(std::log2(double(m.k) / double(shape.k)));
   };
-  std::optional<GemmShape> best;
-  double best_distance = 0;
-  for (const KernelSpeed& r : rows_) {
-    if (r.device != device || r.shape_class != shape_class) continue;
-    const double d = distance(r.shape);
-    if (!best || d < best_distance) {
-      best = r.shape;
-      best_distance = d;
+  for (const ClassShapes& c : classes_) {
+    if (c.device != device || c.shape_class != shape_class) continue;
+    const MeasuredShape* best = nullptr;
+    double best_distance = 0;
+    for (const MeasuredShape& m : c.shapes) {
+      const double d = distance(m.shape);
+      if (!best || d < best_distance) {
+        best = &m;
+        best_distance = d;
+      }
     }
+    return best;
   }
-  return best;
+  return nullptr;
+}
+
+std::optional<GemmShape> KernelSpeeds::nearest(std::string_view device, std::string_view shape_class,
+                                               const GemmShape& shape) const {
+  const MeasuredShape* m = nearest_measured(device, shape_class, shape);
+  return m ? std::optional<GemmShape>(m->shape) : std::nullopt;
 }
 
 double KernelSpeeds::rate(std::string_view device, const GemmShape& shape, KernelKind kernel) const {
-  double log_sum = 0;
-  int runs = 0;
-  for (const KernelSpeed& r : rows_)
-    if (r.device == device && r.shape == shape && r.kernel == kernel) {
-      log_sum += std::log(r.tflops);
-      ++runs;
-    }
-  return runs ? std::exp(log_sum / runs) : 0.0;
+  for (const ClassShapes& c : classes_) {
+    if (c.device != device) continue;
+    for (const MeasuredShape& m : c.shapes)
+      if (m.shape == shape) return m.rate(kernel);
+  }
+  return 0.0;
 }
 
 }  // namespace sgemm

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/gemm_types.h"
@@ -31,6 +32,15 @@ struct KernelSpeed {
   GemmShape shape;
   KernelKind kernel = KernelKind::kPingpong;
   double tflops = 0;
+};
+
+// One measured shape of one device and class, with each kernel's rate there (the
+// geometric mean of its runs).
+struct MeasuredShape {
+  GemmShape shape;
+  std::vector<std::pair<KernelKind, double>> rates;
+  // `kernel`'s rate; 0 when not measured.
+  double rate(KernelKind kernel) const;
 };
 
 class KernelSpeeds {
@@ -58,16 +68,34 @@ class KernelSpeeds {
   std::string device_for(std::string_view device, int sm_count) const;
   // The shape of `shape_class` measured on `device` nearest to `shape`: the
   // smallest sum over m, n and k of |log2(measured / asked)| (the first of equally
-  // near ones); nullopt when the class has no rows for the device.
+  // near ones); null when the class has no rows for the device. Reads the index
+  // built with the rows: no scan of the rows, as it runs on every launch choice.
+  const MeasuredShape* nearest_measured(std::string_view device, std::string_view shape_class,
+                                        const GemmShape& shape) const;
+  // nearest_measured's shape; nullopt where it is null.
   std::optional<GemmShape> nearest(std::string_view device, std::string_view shape_class, const GemmShape& shape) const;
-  // `kernel`'s rate on `shape` on `device`: the geometric mean of its runs; 0 when
-  // not measured.
+  // `kernel`'s rate on the measured `shape` on `device`: the geometric mean of its
+  // runs; 0 when not measured.
   double rate(std::string_view device, const GemmShape& shape, KernelKind kernel) const;
 
   std::span<const KernelSpeed> rows() const { return rows_; }
 
  private:
+  // The measured shapes of one device and class, in the order the rows first name them.
+  struct ClassShapes {
+    std::string device;
+    std::string shape_class;
+    std::vector<MeasuredShape> shapes;
+  };
+  struct Device {
+    std::string name;
+    int sm_count = 0;
+  };
+  void index();  // builds devices_ and classes_ from rows_
+
   std::vector<KernelSpeed> rows_;
+  std::vector<Device> devices_;       // in the order the rows first name them
+  std::vector<ClassShapes> classes_;  // one per (device, class)
 };
 
 }  // namespace sgemm
