@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "server/engine/kernel_site.h"
 #include "server/planner/cluster_plan.h"
 #include "server/planner/kernel_choice.h"
 
@@ -114,24 +115,24 @@ class ClusterEngine final : public Engine {
     spec.beta = r.has_c ? r.beta : 0.0f;
     spec.has_c = r.has_c;
     spec.ranks = plan.shards;
-    // One kernel for every rank: the measured speeds' pick for the largest
-    // shard (the K split: all rows, the longest slice of K), as the local
-    // engine picks for a whole request.
-    std::string kernel_reason;
-    if (r.options.kernel) {
-      spec.kernel = *r.options.kernel;
-    } else {
-      GemmShape largest{0, r.shape.n, 0};
-      for (const Shard& sh : plan.shards) {
-        largest.m = std::max(largest.m, sh.row_end - sh.row_begin);
-        largest.k = std::max(largest.k, sh.k_end - sh.k_begin);
-      }
-      MeasuredOn on;
-      if (!info.devices.empty()) on = {info.devices[0].name, info.devices[0].sm_count, nullptr};
-      FfmaChoice choice = choose_kernel(largest, info.default_kernel, info.kernels, on);
-      spec.kernel = choice.kind;
-      kernel_reason = std::move(choice.reason);
+    // One kernel for every rank, chosen as the local engine chooses for a
+    // whole request (the same query, the local engine's measured speeds) for
+    // the largest shard (the K split: all rows, the longest slice of K). The
+    // ranks run FFMA kernels only, so the fp32 contract picks among them.
+    GemmShape largest{0, r.shape.n, 0};
+    for (const Shard& sh : plan.shards) {
+      largest.m = std::max(largest.m, sh.row_end - sh.row_begin);
+      largest.k = std::max(largest.k, sh.k_end - sh.k_begin);
     }
+    KernelSite site{{}, info.default_kernel, info.kernel_speeds};
+    for (KernelKind k : info.kernels)
+      if (kernel_arithmetic(k) == ArithmeticClass::kFfma) site.available.push_back(k);
+    StatusOr<KernelSelection> sel =
+        select_kernel(site.query(r, largest, info.devices.empty() ? DeviceInfo{} : info.devices[0]));
+    if (!sel.ok())
+      return Internal("the cluster's kernel selection failed after validation: " + sel.status().to_string());
+    spec.kernel = sel->kind;
+    std::string kernel_reason = std::move(sel->reason);
     SGEMM_ASSIGN_OR_RETURN(ClusterRunResult res, coord_.run(spec, job));
     jobs.unlock();
     if (job.sink) job.sink->rows_ready(0, r.shape.m);

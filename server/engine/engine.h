@@ -32,6 +32,8 @@
 
 namespace sgemm {
 
+class KernelSpeeds;  // server/planner/kernel_speeds.h
+
 enum class MatrixId { kA = 0, kB = 1, kC = 2 };
 
 class InputFeed {
@@ -238,10 +240,13 @@ struct EngineInfo {
   std::vector<DeviceInfo> devices;
   std::vector<KernelKind> kernels;                    // available kernels, the configured default first
   KernelKind default_kernel = KernelKind::kPingpong;  // used where the measured kernel speeds have no rate
-  std::vector<Precision> precisions;                  // the arithmetic this backend offers, fp32 first
-  std::vector<PrecisionContractInfo> contracts;       // per precision offered: the kernels that serve it
-  double startup_ms = 0;                              // the engine's start-up, warm-up included (0: not measured)
-  int64_t pinned_pool_bytes = 0;  // page-locked host memory set aside at start-up for request buffers
+  // The measured kernel speeds the kernel choice reads (server/planner/kernel_speeds.h);
+  // null: the built-in ones. A wrapper (the cluster engine) chooses with the same.
+  std::shared_ptr<const KernelSpeeds> kernel_speeds;
+  std::vector<Precision> precisions;             // the arithmetic this backend offers, fp32 first
+  std::vector<PrecisionContractInfo> contracts;  // per precision offered: the kernels that serve it
+  double startup_ms = 0;                         // the engine's start-up, warm-up included (0: not measured)
+  int64_t pinned_pool_bytes = 0;                 // page-locked host memory set aside at start-up for request buffers
   // Per device (same order): "" while healthy, else why it was taken out of
   // service (a sticky CUDA error, a failed collective). Empty = all healthy.
   std::vector<std::string> unhealthy;

@@ -27,6 +27,7 @@
 #include "server/engine/cuda/kernel_tuner.h"
 #include "server/engine/cuda/resident_gpu.h"
 #include "server/engine/cuda/split_executor.h"
+#include "server/engine/kernel_site.h"
 #include "server/planner/kernel_choice.h"
 
 namespace sgemm {
@@ -41,13 +42,13 @@ class CudaEngine final : public Engine {
         comm_(std::move(comm)),
         host_pool_(options_.pinned_cache_bytes),
         default_kind_(default_kind),
+        site_{pool_->kernels(), default_kind, options_.kernel_speeds},
         tuner_(KernelTunerOptions{.max_bytes = options_.autotune_max_bytes}),
         health_(pool_->size()),
         faults_(faults),
         store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}),
         device_jobs_(std::make_unique<DeviceBufferJobs>(
-            pool_.get(), DeviceBufferJobOptions{default_kind, options_.planner, options_.gpu_tflops, options_.peer_gbps,
-                                                options_.kernel_speeds})) {
+            pool_.get(), DeviceBufferJobOptions{site_, options_.planner, options_.gpu_tflops, options_.peer_gbps})) {
     batch_ = std::make_unique<BatchExecutor>(pool_.get(), &store_, options_.batch_max_pieces);
     if (comm_) {
       comm_ordinals_ = pool_->ordinals();
@@ -82,6 +83,7 @@ class CudaEngine final : public Engine {
       if (healthy) info.devices.back().memory_used_bytes = pool_->memory_used(i);
     }
     info.default_kernel = default_kind_;
+    info.kernel_speeds = options_.kernel_speeds;
     info.kernels.push_back(default_kind_);
     for (KernelKind k : pool_->kernels())
       if (k != default_kind_) info.kernels.push_back(k);
@@ -182,7 +184,6 @@ class CudaEngine final : public Engine {
     report.backend = "cuda";
     report.kernel = kind;
     report.precision = r.options.precision;
-    const int sm_count = pool_->info(0).sm_count;
 
     // Only healthy devices are planned over; a split needs the communicator
     // to cover exactly them (it is rebuilt when one drops out).
@@ -210,7 +211,7 @@ class CudaEngine final : public Engine {
     const GemmShape block =
         kernel_block_shape(plan, r.shape, options_.chunk_rows, options_.chunk_k, options_.planner.pipeline_chunks);
     if (chosen_by_shape) {
-      StatusOr<KernelSelection> sel = select_kernel(kernel_query(r, block, sm_count));
+      StatusOr<KernelSelection> sel = select_kernel(site_.query(r, block, pool_->info(0)));
       if (!sel.ok()) return Internal("the kernel selection failed after validation: " + sel.status().to_string());
       kind = sel->kind;
       report.plan_reason += sel->reason;
@@ -384,20 +385,6 @@ class CudaEngine final : public Engine {
     return req;
   }
 
-  // What select_kernel is asked for request `r` on kernel shape `shape`.
-  KernelQuery kernel_query(const GemmRequest& r, const GemmShape& shape, int sm_count) const {
-    KernelQuery q;
-    q.shape = shape;
-    q.product = r.shape;
-    q.precision = r.options.precision;
-    q.named = r.options.kernel;
-    q.ffma_default = default_kind_;
-    q.available = pool_->kernels();
-    q.sm_count = sm_count;
-    q.device = pool_->info(0).name;
-    q.speeds = options_.kernel_speeds.get();
-    return q;
-  }
   bool has_kernel(KernelKind k) const {
     const auto& ks = pool_->kernels();
     return std::find(ks.begin(), ks.end(), k) != ks.end();
@@ -423,7 +410,7 @@ class CudaEngine final : public Engine {
   // The kernel a request runs, as select_kernel decides it for the whole
   // shape (run() decides again for the plan's block): validation's answer.
   StatusOr<KernelKind> resolve_kernel(const GemmRequest& r) const {
-    SGEMM_ASSIGN_OR_RETURN(const KernelSelection sel, select_kernel(kernel_query(r, r.shape, pool_->info(0).sm_count)));
+    SGEMM_ASSIGN_OR_RETURN(const KernelSelection sel, select_kernel(site_.query(r, r.shape, pool_->info(0))));
     return sel.kind;
   }
 
@@ -686,7 +673,8 @@ class CudaEngine final : public Engine {
   std::unique_ptr<NcclCommunicator> comm_;  // null with one device
   PinnedHostPool host_pool_;
   const KernelKind default_kind_;
-  KernelTuner tuner_;  // kernel choice by measurement, per kernel shape and GPU
+  const KernelSite site_;  // what the kernel choice is asked with (kernel_site.h)
+  KernelTuner tuner_;      // kernel choice by measurement, per kernel shape and GPU
   DeviceHealth health_;
   const FaultInjection faults_;
   ResidentStore store_;                            // resident matrices (docs/resident.md); cleared before the pool goes

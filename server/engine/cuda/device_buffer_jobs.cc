@@ -333,17 +333,7 @@ StatusOr<GemmReport> DeviceBufferJobs::run(const GemmJob& job) {
     block.m = std::max(block.m, sh.row_end - sh.row_begin);
     block.k = std::max(block.k, sh.k_end - sh.k_begin);
   }
-  KernelQuery q;
-  q.shape = block;
-  q.product = s;
-  q.precision = r.options.precision;
-  q.named = r.options.kernel;
-  q.ffma_default = options_.ffma_default;
-  q.available = pool_->kernels();
-  q.sm_count = pool_->info(home_idx).sm_count;
-  q.device = pool_->info(home_idx).name;
-  q.speeds = options_.kernel_speeds.get();
-  StatusOr<KernelSelection> sel = select_kernel(q);
+  StatusOr<KernelSelection> sel = select_kernel(options_.kernels.query(r, block, pool_->info(home_idx)));
   if (!sel.ok()) return Internal("the kernel selection failed after validation: " + sel.status().to_string());
   report.kernel = sel->kind;
   report.plan_reason += sel->reason;

@@ -30,17 +30,16 @@
 #include "server/devices/device_pool.h"
 #include "server/engine/device_memory.h"
 #include "server/engine/engine.h"
-#include "server/planner/kernel_speeds.h"
+#include "server/engine/kernel_site.h"
 #include "server/planner/plan.h"
 
 namespace sgemm {
 
 struct DeviceBufferJobOptions {
-  KernelKind ffma_default = KernelKind::kPingpong;  // the engine's FFMA kernel where the speeds have no rate
-  PlannerOptions planner;                           // shard geometry for a named split
-  double gpu_tflops = 47.0;                         // the planner's rates (CudaEngineOptions)
+  KernelSite kernels;        // what the kernel choice is asked with: the engine's own
+  PlannerOptions planner;    // shard geometry for a named split
+  double gpu_tflops = 47.0;  // the planner's rates (CudaEngineOptions)
   double peer_gbps = 310.0;
-  std::shared_ptr<const KernelSpeeds> kernel_speeds;  // the FFMA choice's data; null = the built-in
 };
 
 class DeviceBufferJobs final : public DeviceMemoryAccess {

@@ -14,6 +14,8 @@
 #include "server/cluster/cluster_engine.h"
 #include "server/cluster/coordinator.h"
 #include "server/cluster/member.h"
+#include "server/planner/kernel_choice.h"
+#include "server/planner/kernel_speeds.h"
 #include "tests/server/cluster/cluster_fixture.h"
 #include "tests/server/cluster/fake_plane.h"
 #include "tests/server/engine/fake_engine_base.h"
@@ -330,6 +332,8 @@ class LocalEngine final : public testing::FakeEngineBase {
     EngineInfo i;
     i.backend = "cuda";
     i.devices.push_back(DeviceInfo{0, "local gpu", 0, 0, 0, 0});
+    i.kernels = {KernelKind::kPingpong, KernelKind::kCublas};
+    i.kernel_speeds = speeds;
     return i;
   }
   HostAllocator& host_allocator() override { return alloc_; }
@@ -350,6 +354,7 @@ class LocalEngine final : public testing::FakeEngineBase {
     return Status::Ok();
   }
   int runs = 0;
+  std::shared_ptr<const KernelSpeeds> speeds;  // what info() reports the kernel choice reads
   std::vector<std::pair<void*, std::size_t>> locked;
   std::vector<void*> unlocked;
 
@@ -485,6 +490,38 @@ TEST_F(ClusterControl, TheEngineSpreadsEveryRequestWhenToldAlways) {
   EXPECT_EQ(r->kernel_rows[1].name, "fake_row_host-a");
   EXPECT_EQ(r->kernel_row, "fake_row_coordinator");
   p.right();
+}
+
+// The ranks' kernel is chosen as the local engine chooses, from the measured
+// speeds the local engine reads (an operator's --kernel-speeds reaches it).
+TEST_F(ClusterControl, TheRanksKernelIsChosenFromTheLocalEnginesMeasuredSpeeds) {
+  AlwaysCluster cluster(fabric_, *root_plane_);
+  ASSERT_TRUE(cluster.server);
+  ASSERT_TRUE(eventually([&] { return cluster.coordinator->member_count() == 1; }));
+  ASSERT_TRUE(cluster_ready(*cluster.coordinator, 1));
+  for (const KernelKind faster : {KernelKind::kCublas, KernelKind::kPingpong}) {
+    SCOPED_TRACE(std::string(kernel_kind_name(faster)) + " measured faster");
+    // One shape of every class measured on "local gpu": whatever the shard's class, `faster` wins.
+    std::string csv = std::string(KernelSpeeds::kHeader) + "\n";
+    for (const KernelShapeClass& c : kernel_shape_classes())
+      for (const KernelKind k : {KernelKind::kCublas, KernelKind::kPingpong})
+        csv +=
+            KernelSpeeds::csv_row({"local gpu", 132, "test", c.id, c.probes[0], k, k == faster ? 40.0 : 10.0}) + "\n";
+    StatusOr<KernelSpeeds> speeds = KernelSpeeds::parse(csv);
+    ASSERT_TRUE(speeds.ok()) << speeds.status().to_string();
+    cluster.local->speeds = std::make_shared<const KernelSpeeds>(std::move(*speeds));
+    Product p({77, 33, 19}, 1.0f, 0.0f, 11);
+    StatusOr<GemmReport> r = cluster.engine->run(p.job);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(cluster.local->runs, 0);
+    ASSERT_FALSE(cluster.plane.jobs().empty());
+    EXPECT_EQ(cluster.plane.jobs().back().kernel, faster);
+    EXPECT_EQ(r->kernel, faster);
+    // Away from the default (ping-pong) the reason names the measurement and the GPU.
+    EXPECT_EQ(r->plan_reason.find("on local gpu") != std::string::npos, faster != KernelKind::kPingpong)
+        << r->plan_reason;
+    p.right();
+  }
 }
 
 // The cluster's data plane moves dense matrices: a strided view of a larger
