@@ -23,10 +23,10 @@
 // componentwise error cw = max |c - ref| / (|A||B|) against cuBLAS DGEMM of the same
 // inputs (kernels/gemm_accuracy.h), and its ratio to cuBLAS SGEMM's cw: the fp32
 // contract holds where the fp32 default, when it is not FFMA, has a ratio <= 1.
-// --speed-table writes the rows the engine's FFMA kernel choice decides from
-// (server/planner/kernel_speeds.h): for each shape, the rate of each FFMA kernel's own
-// pick (ping-pong, cuBLAS) with A and B laid out as the engine stages them (rows padded
-// to 16 bytes). `--shapes classes` measures every shape class's probes
+// --speed-table writes the rows the engine's kernel choice decides from
+// (server/planner/kernel_speeds.h): for each shape, the rate of each fp32 kernel's own
+// pick (ping-pong, cuBLAS, fp32x3) with A and B laid out as the engine stages them (rows
+// padded to 16 bytes). `--shapes classes` measures every shape class's probes
 // (server/planner/kernel_choice.h). --engine-layout lays A and B out that way without
 // writing the table; --speeds FILE makes the "engine default" lines read FILE (a speed
 // table) instead of the built-in one, to try a table on shapes it does not hold.
@@ -144,8 +144,9 @@ constexpr const char* kUsage =
     "  --fp32x3-slices L  also fp32x3 with K cut into each of these slice counts (timings and --accuracy)\n"
     "  --accuracy LIST    time nothing: each kernel's error (cw against fp64) on these input distributions, and\n"
     "                     its ratio to cuBLAS SGEMM's (the fp32 contract)\n"
-    "  --speed-table FILE write each FFMA kernel's rate per shape as server/planner/kernel_speeds.csv holds them\n"
-    "                     (A and B laid out as the engine stages them: rows padded to 16 bytes)\n"
+    "  --speed-table FILE write each fp32 kernel's rate per shape (FFMA, fp32x3) as\n"
+    "                     server/planner/kernel_speeds.csv holds them (A and B laid out as the engine\n"
+    "                     stages them: rows padded to 16 bytes)\n"
     "  --commit SHA       the commit the speed table's rows name (the tree this build is from)\n"
     "  --engine-layout    A and B laid out as the engine stages them (implied by --speed-table)\n"
     "  --speeds FILE      the speed table the engine-default lines read (default: the built-in one)\n"
@@ -275,6 +276,7 @@ struct Row {
   int64_t m, n, k;
   double median_ms, min_ms, tflops, pct_cublas, err_vs_cublas, err_vs_fp64;
   bool ok;
+  bool own_pick;  // the backend's own choice of variant and slices, as the engine runs it
 };
 
 std::string shape_name(const GemmShape& s) {
@@ -437,8 +439,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   bool all_ok = true;
   // The engine's default against the better of cuBLAS and the ping-pong pick: the worst shape.
-  double worst_default_pct = INFINITY;
-  std::string worst_default_shape;
+  double worst_default_pct = INFINITY, worst_fp32_pct = INFINITY;
+  std::string worst_default_shape, worst_fp32_shape;
   std::printf("%-16s %-9s %-30s %10s %9s %9s %12s %12s %s\n", "shape", "kernel", "variant", "median_ms", "TFLOP/s",
               "%cuBLAS", "err_vs_cublas", "err_vs_fp64", "check");
 
@@ -623,7 +625,8 @@ int main(int argc, char** argv) {
             pct,
             err_cublas,
             err_fp64,
-            ok};
+            ok,
+            job.variant < 0 && job.slices == 0};
       rows.push_back(r);
       std::printf("%-16s %-9s %-30s %10.4f %9.2f %8.1f%% %12.3e %12.3e %s\n", r.shape.c_str(), r.kernel.c_str(),
                   r.variant.c_str(), r.median_ms, r.tflops, r.pct_cublas, r.err_vs_cublas, r.err_vs_fp64,
@@ -638,12 +641,20 @@ int main(int argc, char** argv) {
       const double def_ms = def == KernelKind::kFp32x3   ? fp32x3_auto_ms
                             : def == KernelKind::kCublas ? cublas_ms
                                                          : pingpong_auto_ms;
-      const double best_ms = std::min({cublas_ms, pingpong_auto_ms, fp32x3_auto_ms});
+      // The fastest kernel that keeps the fp32 contract on this product (select_kernel's candidates).
+      double best_ms = fp32_needs_cublas(s) ? cublas_ms : std::min(cublas_ms, pingpong_auto_ms);
+      if (fp32x3_keeps_fp32_contract(s, prop.multiProcessorCount)) best_ms = std::min(best_ms, fp32x3_auto_ms);
       GemmBackend* def_be = def == KernelKind::kCublas ? cublas.get() : backends.at(def).get();
-      std::printf("%-16s fp32 default: %s (%s) %.2f TFLOP/s, %.2fx cuBLAS SGEMM, %.1f%% of the fastest kernel\n",
-                  shape_name(s).c_str(), std::string(kernel_kind_name(def)).c_str(),
-                  def_be->kernel_name(args_for(0)).c_str(), s.flops() / (def_ms * 1e-3) / 1e12, cublas_ms / def_ms,
-                  100.0 * best_ms / def_ms);
+      const double pct = 100.0 * best_ms / def_ms;
+      std::printf(
+          "%-16s fp32 default: %s (%s) %.2f TFLOP/s, %.2fx cuBLAS SGEMM, %.1f%% of the fastest kernel that keeps "
+          "the contract\n",
+          shape_name(s).c_str(), std::string(kernel_kind_name(def)).c_str(), def_be->kernel_name(args_for(0)).c_str(),
+          s.flops() / (def_ms * 1e-3) / 1e12, cublas_ms / def_ms, pct);
+      if (pct < worst_fp32_pct) {
+        worst_fp32_pct = pct;
+        worst_fp32_shape = shape_name(s);
+      }
     }
     if (cublas_ms > 0 && pingpong_auto_ms > 0) {
       // What the engine runs on this shape when the request names no kernel (ping-pong is
@@ -682,7 +693,7 @@ int main(int argc, char** argv) {
     std::fclose(f);
   }
   if (!opt.speed_table.empty()) {
-    // The FFMA kernels' own picks, verified: the rows the engine's choice reads.
+    // The fp32 kernels' own picks, verified: the rows the engine's choice reads.
     FILE* f = std::fopen(opt.speed_table.c_str(), "w");
     if (!f) {
       std::fprintf(stderr, "cannot write %s\n", opt.speed_table.c_str());
@@ -691,8 +702,9 @@ int main(int argc, char** argv) {
     std::fprintf(f, "%s\n", std::string(KernelSpeeds::kHeader).c_str());
     for (const Row& r : rows) {
       const std::optional<KernelKind> kind = parse_kernel_kind(r.kernel);
-      const bool own_pick = r.variant == "-" || r.variant.rfind("auto:", 0) == 0;
-      if (!r.ok || !kind || !own_pick || kernel_arithmetic(*kind) != ArithmeticClass::kFfma) continue;
+      if (!r.ok || !kind || !r.own_pick) continue;
+      if (kernel_arithmetic(*kind) != ArithmeticClass::kFfma && kernel_arithmetic(*kind) != ArithmeticClass::kFp32x3)
+        continue;
       KernelSpeed row;
       row.device = prop.name;
       row.sm_count = prop.multiProcessorCount;
@@ -709,6 +721,9 @@ int main(int argc, char** argv) {
   cudaEventDestroy(ev0);
   cudaEventDestroy(ev1);
   cudaStreamDestroy(stream);
+  if (!worst_fp32_shape.empty())
+    std::printf("fp32 default: worst %.1f%% of the fastest kernel that keeps the contract, at %s\n", worst_fp32_pct,
+                worst_fp32_shape.c_str());
   if (!worst_default_shape.empty())
     std::printf("engine default: worst %.1f%% of the better of cuBLAS and ping-pong, at %s\n", worst_default_pct,
                 worst_default_shape.c_str());

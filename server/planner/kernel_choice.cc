@@ -96,14 +96,16 @@ const KernelShapeClass& kernel_shape_class(const GemmShape& shape) {
   return kClasses[std::size(kClasses) - 1];
 }
 
-FfmaChoice choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available,
-                         const MeasuredOn& on) {
-  FfmaChoice out;
+KernelChoice choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available,
+                           const MeasuredOn& on) {
+  KernelChoice out;
   out.kind = fallback;
   const KernelSpeeds& speeds = on.speeds ? *on.speeds : KernelSpeeds::built_in();
   const std::string device = speeds.device_for(on.device, on.sm_count);
   const KernelShapeClass& cls = kernel_shape_class(shape);
   const MeasuredShape* near = device.empty() ? nullptr : speeds.nearest_measured(device, cls.id, shape);
+  for (KernelKind k : available)
+    if (!near || near->rate(k) <= 0) out.unmeasured.push_back(k);
   if (!near) return out;
   const bool fallback_available = std::find(available.begin(), available.end(), fallback) != available.end();
   const double fallback_rate = near->rate(fallback);
@@ -194,38 +196,48 @@ StatusOr<KernelSelection> select_kernel(const KernelQuery& q) {
     sel.kind = *q.named;
     return sel;
   }
-  const GemmShape product = q.product.m > 0 ? q.product : q.shape;
-  if (q.precision == Precision::kFp32) {
-    const bool keeps = fp32x3_keeps_fp32_contract(product, q.sm_count);
-    if (has(av, KernelKind::kFp32x3)) {
-      const bool faster = fp32x3_outruns_ffma(q.shape, q.sm_count);
-      if (faster && keeps) {
-        sel.kind = KernelKind::kFp32x3;
-        sel.reason = "; fp32 contract: fp32x3 for " + gemm_shape_text(q.shape) +
-                     " (faster than FFMA there; its error no larger than cuBLAS SGEMM's on " +
-                     gemm_shape_text(product) + ")";
-        return sel;
-      }
-      sel.reason = std::string("; fp32 contract: FFMA for ") + gemm_shape_text(q.shape) + " (" +
-                   (keeps ? "fp32x3 is not faster there" : "fp32x3's error not proven within cuBLAS SGEMM's") + ")";
-    }
-    if (fp32_needs_cublas(product) && has(av, KernelKind::kCublas)) {
-      sel.kind = KernelKind::kCublas;
-      sel.reason += "; fp32 contract: cuBLAS SGEMM for " + gemm_shape_text(product) +
-                    " (cuBLAS splits K there; no other kernel is measured within its error)";
-      return sel;
-    }
-  }
   std::vector<KernelKind> ffma;
   for (KernelKind k : av)
     if (kernel_arithmetic(k) == ArithmeticClass::kFfma) ffma.push_back(k);
   if (ffma.empty())
     return FailedPrecondition("precision " + name_of(q.precision) +
                               " needs an FFMA kernel; available: " + kernel_kind_list(av));
-  const KernelKind fallback = has(ffma, q.ffma_default) ? q.ffma_default : ffma.front();
-  FfmaChoice choice = choose_kernel(q.shape, fallback, ffma, {q.device, q.sm_count, q.speeds});
+  KernelKind fallback = has(ffma, q.ffma_default) ? q.ffma_default : ffma.front();
+  const MeasuredOn on{q.device, q.sm_count, q.speeds};
+  if (q.precision == Precision::kFp32Ffma) {
+    KernelChoice choice = choose_kernel(q.shape, fallback, ffma, on);
+    sel.kind = choice.kind;
+    sel.reason = std::move(choice.reason);
+    return sel;
+  }
+  // fp32: the kernels that keep the contract on the whole product, then the
+  // fastest of them as measured.
+  const GemmShape product = q.product.m > 0 ? q.product : q.shape;
+  std::vector<KernelKind> keeping = ffma;
+  const bool cublas_only = fp32_needs_cublas(product) && has(av, KernelKind::kCublas);
+  if (cublas_only) keeping = {fallback = KernelKind::kCublas};
+  const bool fp32x3_offered = has(av, KernelKind::kFp32x3);
+  const bool fp32x3_keeps = fp32x3_offered && fp32x3_keeps_fp32_contract(product, q.sm_count);
+  if (fp32x3_keeps) keeping.push_back(KernelKind::kFp32x3);
+  const KernelChoice choice = choose_kernel(q.shape, fallback, keeping, on);
   sel.kind = choice.kind;
-  sel.reason += choice.reason;
+  // Where no rate of fp32x3 was measured near this launch, the tile rule stands in.
+  const bool by_rule = fp32x3_keeps && sel.kind != KernelKind::kFp32x3 && has(choice.unmeasured, KernelKind::kFp32x3);
+  if (by_rule && fp32x3_outruns_ffma(q.shape, q.sm_count)) sel.kind = KernelKind::kFp32x3;
+  if (sel.kind == KernelKind::kFp32x3) {
+    sel.reason = "; fp32 contract: fp32x3 for " + gemm_shape_text(q.shape) + " (" +
+                 (by_rule ? "no rate measured for it here; its tiles fill the GPU, where it outruns FFMA"
+                          : "faster than FFMA there") +
+                 "; its error no larger than cuBLAS SGEMM's on " + gemm_shape_text(product) + ")";
+  } else if (fp32x3_offered) {
+    sel.reason = std::string("; fp32 contract: FFMA for ") + gemm_shape_text(q.shape) + " (" +
+                 (fp32x3_keeps ? "fp32x3 is not faster there" : "fp32x3's error not proven within cuBLAS SGEMM's") +
+                 ")";
+  }
+  if (sel.kind == KernelKind::kCublas && cublas_only)
+    sel.reason += "; fp32 contract: cuBLAS SGEMM for " + gemm_shape_text(product) +
+                  " (cuBLAS splits K there; no other FFMA kernel is measured within its error)";
+  if (sel.kind != KernelKind::kFp32x3 || !by_rule) sel.reason += choice.reason;
   return sel;
 }
 

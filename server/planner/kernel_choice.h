@@ -1,14 +1,15 @@
-// Which GPU kernel runs a product when the request does not name one. The FFMA
-// choice is data: shape classes (kernel_shape_classes(), each with the shapes
-// sgemm-bench --speed-table measures for it) and the measured rates of every
-// FFMA kernel on those shapes (kernel_speeds.h: server/planner/kernel_speeds.csv,
-// compiled in). A launch runs the kernel measured fastest at the nearest
-// measured shape of its class, on the GPU that runs it. Pure C++: the engine
-// passes the kernels its devices offer and the GPU's name. The engine asks about
-// the shape one kernel launch computes (plan.h, kernel_block_shape), and where it
-// can, times the pick against the other kernel on that exact shape on the GPU
-// once and keeps the faster (prefer_measured, the engine's tuner: a cache over
-// this choice; docs/engine.md, "Kernel choice").
+// Which GPU kernel runs a product when the request does not name one. The choice
+// is data: shape classes (kernel_shape_classes(), each with the shapes
+// sgemm-bench --speed-table measures for it) and the measured rates of every fp32
+// kernel (FFMA and fp32x3) on those shapes (kernel_speeds.h:
+// server/planner/kernel_speeds.csv, compiled in). A launch runs, among the kernels
+// that keep the request's precision contract, the one measured fastest at the
+// nearest measured shape of its class, on the GPU that runs it. Pure C++: the
+// engine passes the kernels its devices offer and the GPU's name. The engine asks
+// about the shape one kernel launch computes (plan.h, kernel_block_shape), and
+// where it can, times an FFMA pick against the other FFMA kernel on that exact
+// shape on the GPU once and keeps the faster (prefer_measured, the engine's tuner:
+// a cache over this choice; docs/engine.md, "Kernel choice").
 #pragma once
 
 #include <optional>
@@ -45,22 +46,25 @@ struct MeasuredOn {
   const KernelSpeeds* speeds = nullptr;  // null: KernelSpeeds::built_in()
 };
 
-struct FfmaChoice {
+struct KernelChoice {
   KernelKind kind = KernelKind::kPingpong;
   // "; kernel K for SHAPE (class C: ...; at the nearest measured shape S, R TFLOP/s
   // against F's R', on DEVICE, server/planner/kernel_speeds.csv)" when the data
   // chose other than `fallback`; "" otherwise.
   std::string reason;
+  // The kernels of `available` with no rate at the nearest measured shape (all of
+  // them where the class has no rows for the device).
+  std::vector<KernelKind> unmeasured;
 };
 
-// The FFMA kernel for one launch of `shape`: among `available`, the one with the
+// The kernel for one launch of `shape`: among `available`, the one with the
 // highest rate at the nearest measured shape of `shape`'s class (KernelSpeeds::
 // nearest) on the device the data holds for `on` (a tie keeps `fallback`).
 // `fallback` (the engine's configured default) when the class has no rows for the
 // device, or the nearest shape none for `fallback` while `available` holds it: no
 // kernel is preferred to it without a measurement.
-FfmaChoice choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available,
-                         const MeasuredOn& on);
+KernelChoice choose_kernel(const GemmShape& shape, KernelKind fallback, const std::vector<KernelKind>& available,
+                           const MeasuredOn& on);
 
 // Between the choice's pick and the other kernel, both timed on the device on
 // the same shape: the other when it ran more than `margin` (a fraction) faster,
@@ -103,10 +107,10 @@ Fp32x3ContractRule fp32x3_contract_rule();
 // `sm_count` SMs.
 bool fp32x3_keeps_fp32_contract(const GemmShape& shape, int sm_count);
 // Pure: whether fp32x3 runs the launch `shape` faster than the FFMA kernels on a
-// GPU with `sm_count` SMs: no side thinner than 256, K at least 256, and its work
-// units (128x128 tiles times the slices of K it cuts, common/fp32x3_slices.h) at
-// least a quarter of a wave (sgemm-bench, one H100: 1.1-1.4x cuBLAS SGEMM at 256^2
-// with K 4096-131072, 1.2-2.5x from 512 wide, 2.3-2.6x from 2048^3 up).
+// GPU with `sm_count` SMs, for a GPU whose measured speeds hold no fp32x3 rate: no side thinner than 256, K at least
+// 256, and its work units (128x128 tiles times the slices of K it cuts, common/fp32x3_slices.h) at least a quarter of a
+// wave (sgemm-bench, one H100: 1.1-1.4x cuBLAS SGEMM at 256^2 with K 4096-131072, 1.2-2.5x from 512 wide, 2.3-2.6x from
+// 2048^3 up).
 bool fp32x3_outruns_ffma(const GemmShape& shape, int sm_count);
 // Pure: whether cuBLAS SGEMM's own error is what a product's fp32 contract is
 // held to when fp32x3 does not serve it: the region where cuBLAS splits K
@@ -139,9 +143,12 @@ struct KernelSelection {
 // named kernel is not available. Pure.
 //   tf32, fp32x3:  their own kernel (naming another is an error).
 //   fp32-ffma:     the named FFMA kernel, else choose_kernel among the FFMA kernels.
-//   fp32:          the named FFMA kernel, else fp32x3 where it is available, faster and
-//                  keeps the contract, else cuBLAS SGEMM where fp32_needs_cublas, else as
-//                  fp32-ffma.
+//   fp32:          the named FFMA kernel, else choose_kernel among the kernels that keep
+//                  the contract on the product: cuBLAS SGEMM where fp32_needs_cublas,
+//                  else the FFMA kernels; and fp32x3 where fp32x3_keeps_fp32_contract.
+//                  Where the measured speeds hold no fp32x3 rate at the launch's nearest
+//                  measured shape, fp32x3_outruns_ffma decides between fp32x3 and the
+//                  FFMA pick.
 StatusOr<KernelSelection> select_kernel(const KernelQuery& query);
 
 // The one choice of the concrete kernel: select_kernel's family for the query, then

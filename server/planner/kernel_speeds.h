@@ -1,4 +1,4 @@
-// Measured kernel speeds: the data the FFMA kernel choice decides from
+// Measured kernel speeds: the data the fp32 kernel choice decides from
 // (kernel_choice.h). sgemm-bench --speed-table writes the rows on a GPU, one per
 // shape and kernel (bench/sgemm_bench.cc); the repository keeps them in
 // server/planner/kernel_speeds.csv, which the build compiles into the planner.

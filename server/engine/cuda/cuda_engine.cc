@@ -373,8 +373,8 @@ class CudaEngine final : public Engine {
     req.forced = r.options.split;
     req.k_reduce = options_.k_reduce;
     for (int i : healthy) {
-      req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r.options.precision, r.shape),
-                                       options_.host_link_gbps, options_.peer_gbps, pool_->busy_lanes(i)});
+      req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r), options_.host_link_gbps, options_.peer_gbps,
+                                       pool_->busy_lanes(i)});
     }
     if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
     // The planner is told where a resident B lives, so a request goes to it.
@@ -385,26 +385,24 @@ class CudaEngine final : public Engine {
     return req;
   }
 
+  // The planner's rate for request `r`: the measured TFLOP/s of the kernel family
+  // select_kernel picks for its whole product.
+  double rate_tflops(const GemmRequest& r) const {
+    const StatusOr<KernelKind> kind = resolve_kernel(r);
+    if (!kind.ok()) return options_.gpu_tflops;
+    switch (kernel_arithmetic(*kind)) {
+      case ArithmeticClass::kFp32x3:
+        return options_.fp32x3_tflops;
+      case ArithmeticClass::kTf32:
+        return options_.tf32_tflops;
+      case ArithmeticClass::kFfma:
+        break;
+    }
+    return options_.gpu_tflops;
+  }
   bool has_kernel(KernelKind k) const {
     const auto& ks = pool_->kernels();
     return std::find(ks.begin(), ks.end(), k) != ks.end();
-  }
-  // The planner's rate for a precision (its kernel's measured TFLOP/s).
-  double rate_tflops(Precision p, const GemmShape& shape) const {
-    switch (p) {
-      case Precision::kFp32:
-        return has_kernel(KernelKind::kFp32x3) && fp32x3_keeps_fp32_contract(shape, pool_->info(0).sm_count) &&
-                       fp32x3_outruns_ffma(shape, pool_->info(0).sm_count)
-                   ? options_.fp32x3_tflops
-                   : options_.gpu_tflops;
-      case Precision::kFp32Ffma:
-        return options_.gpu_tflops;
-      case Precision::kTf32:
-        return options_.tf32_tflops;
-      case Precision::kFp32x3:
-        return options_.fp32x3_tflops;
-    }
-    return options_.gpu_tflops;
   }
 
   // The kernel a request runs, as select_kernel decides it for the whole

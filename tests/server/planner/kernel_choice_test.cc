@@ -70,7 +70,7 @@ TEST(KernelChoice, EachClassGoesToTheKernelMeasuredFastestOnIt) {
 }
 
 TEST(KernelChoice, TheReasonNamesTheClassTheMeasurementAndTheDevice) {
-  const FfmaChoice c =
+  const KernelChoice c =
       choose_kernel({4100, 4100, 4100}, KernelKind::kPingpong, kBoth, {"Test GPU", 132, &test_speeds()});
   EXPECT_EQ(c.kind, KernelKind::kCublas);
   for (const char* part : {"kernel cublas for 4100x4100x4100 (class large: m >= 512, n >= 2048 with k >= 1000",
@@ -143,7 +143,7 @@ TEST(KernelChoice, TheNearestMeasuredShapeOfTheClassDecides) {
   const MeasuredOn on{"G", 132, &t};
   EXPECT_EQ(choose_kernel({6000, 7000, 9000}, KernelKind::kPingpong, kBoth, on).kind, KernelKind::kCublas);
   EXPECT_EQ(choose_kernel({6000, 7000, 1200}, KernelKind::kCublas, kBoth, on).kind, KernelKind::kPingpong);
-  const FfmaChoice c = choose_kernel({6000, 7000, 1200}, KernelKind::kCublas, kBoth, on);
+  const KernelChoice c = choose_kernel({6000, 7000, 1200}, KernelKind::kCublas, kBoth, on);
   EXPECT_NE(c.reason.find("at the nearest measured shape 8192x8192x1024, 44.0 TFLOP/s against cublas's 40.0"),
             std::string::npos)
       << c.reason;
@@ -308,6 +308,66 @@ TEST(SelectKernel, Fp32FallsBackToFfmaWhereFp32x3IsSlowerOrUnproven) {
   EXPECT_EQ(
       selected(query({8192, 8192, 8192}, Precision::kFp32, std::nullopt, {KernelKind::kPingpong, KernelKind::kCublas})),
       KernelKind::kCublas);
+}
+
+// With fp32x3 measured, the measurement decides between it and the FFMA kernels
+// wherever fp32x3 keeps the contract, and only there.
+TEST(SelectKernel, Fp32RunsTheKernelMeasuredFastestAmongThoseThatKeepTheContract) {
+  // Made up: fp32x3 measured slowest on the large class, fastest on "few_rows" (m <= 64,
+  // where the tile rule would never run it) and on "other".
+  std::string csv = std::string(KernelSpeeds::kHeader) + "\n";
+  for (const KernelShapeClass& c : kernel_shape_classes())
+    for (const GemmShape& p : c.probes) {
+      const std::string id = c.id;
+      const double fp32x3 = id == "large" ? 20.0 : id == "few_rows" || id == "other" ? 90.0 : 0.0;
+      csv += KernelSpeeds::csv_row({"Test GPU", 132, "abc1234", id, p, KernelKind::kPingpong, 40.0}) + "\n";
+      csv += KernelSpeeds::csv_row({"Test GPU", 132, "abc1234", id, p, KernelKind::kCublas, 45.0}) + "\n";
+      if (fp32x3 > 0)
+        csv += KernelSpeeds::csv_row({"Test GPU", 132, "abc1234", id, p, KernelKind::kFp32x3, fp32x3}) + "\n";
+    }
+  const StatusOr<KernelSpeeds> speeds = KernelSpeeds::parse(csv);
+  ASSERT_TRUE(speeds.ok()) << speeds.status().to_string();
+  const auto fp32 = [&](GemmShape s) {
+    KernelQuery q = query(s, Precision::kFp32);
+    q.speeds = &*speeds;
+    return select_kernel(q);
+  };
+  // Large: the tile rule says fp32x3, the measurement cuBLAS.
+  for (GemmShape s : {GemmShape{8192, 8192, 8192}, GemmShape{4096, 4096, 4096}}) {
+    ASSERT_TRUE(fp32x3_outruns_ffma(s, 132));
+    auto sel = fp32(s);
+    ASSERT_TRUE(sel.ok());
+    EXPECT_EQ(sel->kind, KernelKind::kCublas) << gemm_shape_text(s);
+    EXPECT_NE(sel->reason.find("fp32 contract: FFMA for " + gemm_shape_text(s) + " (fp32x3 is not faster there)"),
+              std::string::npos)
+        << sel->reason;
+  }
+  // Few rows: measured fastest and keeping the contract, though the tile rule says no.
+  const GemmShape few{32, 8192, 8192};
+  ASSERT_FALSE(fp32x3_outruns_ffma(few, 132));
+  ASSERT_TRUE(fp32x3_keeps_fp32_contract(few, 132));
+  auto sel = fp32(few);
+  ASSERT_TRUE(sel.ok());
+  EXPECT_EQ(sel->kind, KernelKind::kFp32x3);
+  EXPECT_NE(sel->reason.find("fp32 contract: fp32x3 for 32x8192x8192 (faster than FFMA there"), std::string::npos)
+      << sel->reason;
+  EXPECT_NE(sel->reason.find("90.0 TFLOP/s"), std::string::npos) << sel->reason;
+  // Measured fastest but outside the contract: never.
+  for (GemmShape s : {GemmShape{100, 200, 100}, GemmShape{512, 512, 2048}}) {
+    ASSERT_FALSE(fp32x3_keeps_fp32_contract(s, 132)) << gemm_shape_text(s);
+    auto o = fp32(s);
+    ASSERT_TRUE(o.ok());
+    EXPECT_NE(o->kind, KernelKind::kFp32x3) << gemm_shape_text(s);
+    EXPECT_NE(o->reason.find("fp32x3's error not proven"), std::string::npos) << o->reason;
+  }
+  // A class with no fp32x3 rate: the tile rule stands in, and the reason says so.
+  const GemmShape long_k{1024, 1024, 16384};
+  ASSERT_STREQ(kernel_shape_class(long_k).id, "few_tiles_long_k");
+  ASSERT_TRUE(fp32x3_outruns_ffma(long_k, 132) && fp32x3_keeps_fp32_contract(long_k, 132));
+  auto by_rule = fp32(long_k);
+  ASSERT_TRUE(by_rule.ok());
+  EXPECT_EQ(by_rule->kind, KernelKind::kFp32x3);
+  EXPECT_NE(by_rule->reason.find("no rate measured for it here"), std::string::npos) << by_rule->reason;
 }
 
 TEST(SelectKernel, Fp32FfmaNeverRunsTensorCores) {
