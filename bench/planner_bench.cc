@@ -35,30 +35,28 @@ std::vector<GemmShape> class_shapes() {
   return out;
 }
 
-void select_over_classes(benchmark::State& state, sgemm::Precision precision) {
+// Times `choose` over one query per class, in turn.
+template <typename Choose>
+void over_classes(benchmark::State& state, sgemm::Precision precision, Choose choose) {
   std::vector<KernelQuery> queries;
   for (const GemmShape& s : class_shapes()) queries.push_back(query(s, precision));
   size_t i = 0;
   for (auto _ : state) {
-    auto sel = sgemm::select_kernel(queries[i]);
+    auto sel = choose(queries[i]);
     benchmark::DoNotOptimize(sel);
     i = (i + 1) % queries.size();
   }
   state.SetItemsProcessed(state.iterations());
 }
 
-void BM_SelectKernelFp32(benchmark::State& state) { select_over_classes(state, sgemm::Precision::kFp32); }
-void BM_SelectKernelFp32Ffma(benchmark::State& state) { select_over_classes(state, sgemm::Precision::kFp32Ffma); }
+void BM_SelectKernelFp32(benchmark::State& state) {
+  over_classes(state, sgemm::Precision::kFp32, sgemm::select_kernel);
+}
+void BM_SelectKernelFp32Ffma(benchmark::State& state) {
+  over_classes(state, sgemm::Precision::kFp32Ffma, sgemm::select_kernel);
+}
 void BM_SelectKernelRow(benchmark::State& state) {
-  std::vector<KernelQuery> queries;
-  for (const GemmShape& s : class_shapes()) queries.push_back(query(s, sgemm::Precision::kFp32));
-  size_t i = 0;
-  for (auto _ : state) {
-    auto sel = sgemm::select_kernel_row(queries[i]);
-    benchmark::DoNotOptimize(sel);
-    i = (i + 1) % queries.size();
-  }
-  state.SetItemsProcessed(state.iterations());
+  over_classes(state, sgemm::Precision::kFp32, sgemm::select_kernel_row);
 }
 
 }  // namespace
