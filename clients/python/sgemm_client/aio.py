@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
@@ -30,7 +30,7 @@ from ._batch import BatchRequest
 from ._request import Matrix, Receiver, Request, first_failure, handles_without_shape, put_messages
 from ._types import Handle, SgemmError, Summary, error_of
 from .client import (ClientBase, Shape, _timeout_within, deadline_of, remaining, resolve_transport, shape_tuple,
-                     uses_processes)
+                     unary_answer, unary_request, uses_processes)
 from .regions import SharedRegion
 
 __all__ = ["Client"]
@@ -47,6 +47,8 @@ class Client(ClientBase):
         # The stripe worker processes (stripe_workers, _stripe_pool.py), made on first use; a request on them
         # waits in a thread of the event loop's executor, as the pool's calls block.
         self._workers: Optional[_stripe_pool.StripeWorkers] = None
+        self._multiply_unary = self._channel.unary_unary("/sgemm.v1.Sgemm/MultiplyUnary", request_serializer=None,
+                                                         response_deserializer=None)
 
     async def close(self) -> None:
         channels = [self._channel, *self._stripe_channels.values()]
@@ -109,11 +111,12 @@ class Client(ClientBase):
                       regions=self._regions,
                       handle_shapes=dict(self._handle_shapes), op_a=op_a, op_b=op_b,
                       blocks={"a": a_at, "b": b_at, "c": c_at})
-        once = self._through_scratch if req.mode == "scratch" else self._stream
+        send = self._unary_call if self._takes_unary(req) else self._stream
         attempt = 0
         while True:
             try:
-                receiver = await once(req, deadline)
+                receiver = await (self._through_scratch(req, deadline, send) if req.mode == "scratch" else
+                                  send(req, deadline))
                 break
             except SgemmError as e:
                 pause = self.retry.pause(e, attempt, deadline)
@@ -232,7 +235,17 @@ class Client(ClientBase):
         receiver.check()
         return receiver
 
-    async def _through_scratch(self, req: Request, deadline: Optional[float]) -> Receiver:
+    async def _unary_call(self, req: Request, deadline: Optional[float]) -> Receiver:
+        """One attempt through MultiplyUnary (sgemm_client.Client._unary_call)."""
+        receiver, body = unary_request(req)
+        try:
+            answer = await self._multiply_unary(body, timeout=remaining(deadline), metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_of(e) from None
+        return unary_answer(receiver, answer)
+
+    async def _through_scratch(self, req: Request, deadline: Optional[float],
+                               send: Callable[[Request, Optional[float]], Awaitable[Receiver]]) -> Receiver:
         for attempt in range(2):
             region, self._scratch = self._scratch, None
             if region is not None and region.nbytes < req.scratch_bytes:
@@ -242,7 +255,7 @@ class Client(ClientBase):
                 region = await self._create_region(req.scratch_bytes, deadline)
             try:
                 req.use_scratch(region)
-                receiver = await self._stream(req, deadline)
+                receiver = await send(req, deadline)
             except SgemmError as e:
                 if e.code == grpc.StatusCode.NOT_FOUND and attempt == 0:
                     continue  # the connection that registered it closed: register a fresh one

@@ -150,6 +150,19 @@ class ClientBase:
     def _own_state(self) -> None:
         """The subclass's own state, made at the end of __init__."""
 
+    def _takes_unary(self, req: Request) -> bool:
+        """MultiplyUnary for a product on one stream whose result is not kept, when what travels fits (rpc
+        "auto") or always (rpc "unary"): the operands that are sent (not those named by handle), or, for
+        operands in shared-memory regions (the scratch region too), the header alone, with C in the
+        answer unless it goes to a region; docs/transport.md, "One product in one message"."""
+        if self.rpc == "stream" or req.mode == "device" or req.keep or req.plan.stripes != 1:
+            return False
+        if self.rpc == "unary":
+            return True
+        if req.mode == "stream":
+            return _wire.fits_unary(req.m, req.n, req.k, req.has_c, req.skip)
+        return not req.c_comes_back or 4 * req.m * req.n <= _wire.UNARY_MAX_BYTES
+
 
 def uses_processes(stripe_workers: str, req: Union[Request, BatchRequest]) -> bool:
     """Whether a client with `stripe_workers` drives `req`'s stripes in worker processes (_stripe_pool.py)."""
@@ -160,6 +173,22 @@ def uses_processes(stripe_workers: str, req: Union[Request, BatchRequest]) -> bo
     if stripe_workers == "processes":
         return True
     return _stripe_pool.available() is None and len(os.sched_getaffinity(0)) >= AUTO_PROCESSES_MIN_CPUS
+
+
+def unary_request(req: Request) -> Tuple[Receiver, bytes]:
+    """A MultiplyUnary attempt's receiver and body: the stream's messages of stripe 0 joined (the same field
+    numbers)."""
+    receiver = req.new_receiver()
+    return receiver, b"".join(req.frames(0, b"", receiver))
+
+
+def unary_answer(receiver: Receiver, answer: bytes) -> Receiver:
+    """The receiver fed MultiplyUnary's answer (C and the summary) and checked."""
+    for msg in _wire.decode_unary_response(answer):
+        receiver.on_message(msg)
+    receiver.check()
+    receiver.rpc = "unary"
+    return receiver
 
 
 class Client(ClientBase):
@@ -428,33 +457,15 @@ class Client(ClientBase):
         receiver.check()
         return receiver
 
-    def _takes_unary(self, req: Request) -> bool:
-        """MultiplyUnary for a product on one stream whose result is not kept, when what travels fits (rpc
-        "auto") or always (rpc "unary"): the operands that are sent (not those named by handle), or, for
-        operands in shared-memory regions (the scratch region too), the header alone, with C in the
-        answer unless it goes to a region; docs/transport.md, "One product in one message"."""
-        if self.rpc == "stream" or req.mode == "device" or req.keep or req.plan.stripes != 1:
-            return False
-        if self.rpc == "unary":
-            return True
-        if req.mode == "stream":
-            return _wire.fits_unary(req.m, req.n, req.k, req.has_c, req.skip)
-        return not req.c_comes_back or 4 * req.m * req.n <= _wire.UNARY_MAX_BYTES
-
     def _unary_call(self, req: Request, deadline: Optional[float]) -> Receiver:
         """One attempt through MultiplyUnary: the stream's messages (header, then the chunks) joined as one
         MultiplyUnaryRequest (the same field numbers); C and the summary in one answer."""
-        receiver = req.new_receiver()
-        body = b"".join(req.frames(0, b"", receiver))
+        receiver, body = unary_request(req)
         try:
             answer = self._multiply_unary(body, timeout=remaining(deadline), metadata=self._metadata)
         except grpc.RpcError as e:
             raise error_of(e) from None
-        for msg in _wire.decode_unary_response(answer):
-            receiver.on_message(msg)
-        receiver.check()
-        receiver.rpc = "unary"
-        return receiver
+        return unary_answer(receiver, answer)
 
     def _through_scratch(self, req: Request, deadline: Optional[float],
                          send: Callable[[Request, Optional[float]], Receiver]) -> Receiver:

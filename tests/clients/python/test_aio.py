@@ -50,6 +50,29 @@ class AsyncClient(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(await cl.health(), "SERVING")
             self.assertEqual((await cl.info()).backend, "cpu")
 
+    async def test_one_message_each_way_when_the_product_fits(self):
+        # rpc "auto": MultiplyUnary for a product whose operands and C fit one message each way, as the
+        # blocking client; the stream above the limit, or when asked for.
+        a, b, c0 = random(self.rng, 37, 29), random(self.rng, 29, 53), random(self.rng, 37, 53)
+        async with sgemm_client.aio.Client(self.server.address) as cl:
+            got, summary = await cl.multiply(a, b, c0, 1.5, -0.5, timeout=60)
+            self.assertEqual(summary.rpc, "unary")
+            self.assertLessEqual(max_error(got, a, b, c0, 1.5, -0.5), TOLERANCE)
+            self.assertIn("rpc=unary", self.server.request_log_line(summary.request_id))
+            big_a, big_b = random(self.rng, 1100, 3), random(self.rng, 3, 1100)
+            got, summary = await cl.multiply(big_a, big_b, timeout=60)  # C alone is over the limit
+            self.assertEqual(summary.rpc, "stream")
+            self.assertLessEqual(max_error(got, big_a, big_b), TOLERANCE)
+        async with sgemm_client.aio.Client(self.server.address, rpc="stream") as cl:
+            got, summary = await cl.multiply(a, b, timeout=60)
+            self.assertEqual(summary.rpc, "stream")
+            self.assertLessEqual(max_error(got, a, b), TOLERANCE)
+        # Over shared memory (the scratch region): the header alone goes, C comes back in the answer.
+        async with sgemm_client.aio.Client(self.server.unix_target) as cl:
+            got, summary = await cl.multiply(a, b, c0, 2.0, 0.5, timeout=60)
+            self.assertEqual((summary.transport, summary.rpc), ("shm-copy", "unary"))
+            self.assertLessEqual(max_error(got, a, b, c0, 2.0, 0.5), TOLERANCE)
+
     async def test_resident_matrices(self):
         async with sgemm_client.aio.Client(self.server.address) as cl:
             a, b = random(self.rng, 71, 39), random(self.rng, 39, 23)
