@@ -112,20 +112,13 @@ class Client(ClientBase):
                       handle_shapes=dict(self._handle_shapes), op_a=op_a, op_b=op_b,
                       blocks={"a": a_at, "b": b_at, "c": c_at})
         send = self._unary_call if self._takes_unary(req) else self._stream
-        attempt = 0
-        while True:
-            try:
-                receiver = await (self._through_scratch(req, deadline, send) if req.mode == "scratch" else
-                                  send(req, deadline))
-                break
-            except SgemmError as e:
-                pause = self.retry.pause(e, attempt, deadline)
-            attempt += 1
-            self.unavailable_retries += 1
-            await asyncio.sleep(pause)
+        if req.mode == "scratch":
+            receiver, attempts = await self._with_retries(lambda: self._through_scratch(req, deadline, send), deadline)
+        else:
+            receiver, attempts = await self._with_retries(lambda: send(req, deadline), deadline)
         if keep:
             self._handle_shapes[receiver.summary.result_handle] = (req.m, req.n)
-        return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempt + 1)
+        return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempts)
 
     async def multiply_batch(self, a_list: Sequence[Matrix], b_list: Sequence[Matrix],
                              c_list: Optional[Sequence[Matrix]] = None, alpha: float = 1.0, beta: float = 0.0, *,
@@ -143,17 +136,22 @@ class Client(ClientBase):
                            op_a=op_a, op_b=op_b, fail_fast=fail_fast, check_finite=check_finite, trace=trace,
                            chunk_bytes=self.chunk_bytes, regions=self._regions,
                            handle_shapes=dict(self._handle_shapes), out=out)
+        receiver, attempts = await self._with_retries(lambda: self._stream(req, deadline), deadline)
+        return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempts)
+
+    async def _with_retries(self, once: Callable[[], Awaitable[Receiver]],
+                            deadline: Optional[float]) -> Tuple[Receiver, int]:
+        """`once()` awaited until it succeeds or the retry policy gives up (sgemm_client.Client._with_retries);
+        the receiver and the number of attempts."""
         attempt = 0
         while True:
             try:
-                receiver = await self._stream(req, deadline)
-                break
+                return await once(), attempt + 1
             except SgemmError as e:
                 pause = self.retry.pause(e, attempt, deadline)
             attempt += 1
             self.unavailable_retries += 1
             await asyncio.sleep(pause)
-        return req.finish(receiver, (time.monotonic() - t0) * 1e3, attempt + 1)
 
     def _multiply_rpc(self, stripe: int):
         if stripe == 0:
