@@ -36,14 +36,9 @@ Status MultiplyCall::reserve_or_wait(bool* waiting) {
     reservation_ = std::move(*r);
     return Status::Ok();
   }
-  ++refs_;  // the waiter's reference
-  const uint64_t ticket = shared_.budget.enqueue(
-      footprint_bytes_, [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); });
-  if (ticket == 0) {
-    --refs_;
-    return memory_queue_full(shared_);
-  }
-  memory_ticket_ = ticket;
+  SGEMM_ASSIGN_OR_RETURN(memory_ticket_,
+                         queue_for_memory(shared_, footprint_bytes_, refs_,
+                                          [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); }));
   if (!move_to(Phase::kWaitMemory)) return Status::Ok();
   memory_since_ = Clock::now();
   *waiting = true;

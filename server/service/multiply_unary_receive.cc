@@ -102,14 +102,9 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
   // No room now: the request waits for it as a stream's first chunk does,
   // holding its message (and nothing of the budget), until the memory is
   // granted or --idle-timeout passes (check_idle).
-  ++refs_;  // the waiter's reference
-  const uint64_t ticket = shared_.budget.enqueue(
-      footprint_bytes_, [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); });
-  if (ticket == 0) {
-    --refs_;
-    return memory_queue_full(shared_);
-  }
-  memory_ticket_ = ticket;
+  SGEMM_ASSIGN_OR_RETURN(memory_ticket_,
+                         queue_for_memory(shared_, footprint_bytes_, refs_,
+                                          [this](MemoryBudget::Reservation r) { on_memory_granted(std::move(r)); }));
   memory_since_ = Clock::now();
   move_to(Phase::kWaitMemory);
   return Status::Ok();

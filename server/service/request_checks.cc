@@ -40,6 +40,17 @@ Status memory_queue_full(const ServiceShared& shared) {
                            " requests already wait for it (--max-queued); retry later");
 }
 
+StatusOr<uint64_t> queue_for_memory(ServiceShared& shared, int64_t bytes, std::atomic<int>& refs,
+                                    MemoryBudget::Grant grant) {
+  ++refs;  // before the grant can run, on whichever thread frees the memory
+  const uint64_t ticket = shared.budget.enqueue(bytes, std::move(grant));
+  if (ticket == 0) {
+    --refs;
+    return memory_queue_full(shared);
+  }
+  return ticket;
+}
+
 std::string seconds_text(std::chrono::milliseconds d) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g s", double(d.count()) / 1000.0);

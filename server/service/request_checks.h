@@ -6,6 +6,7 @@
 // Threads: any; they read the service's options, engine and budget only.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "server/engine/engine.h"
 #include "server/service/compute_pool.h"
 #include "server/service/input_source.h"
+#include "server/service/memory_budget.h"
 
 namespace sgemm {
 
@@ -35,6 +37,11 @@ StatusOr<int64_t> request_footprint(const ServiceShared& shared, const GemmShape
 // RESOURCE_EXHAUSTED: the host-memory budget is full and --max-queued
 // requests already wait for it.
 Status memory_queue_full(const ServiceShared& shared);
+// Queues a request for `bytes` of the budget, holding one of the request's
+// references (`refs`) for the waiter until `grant` runs: the ticket, or
+// memory_queue_full's status with that reference given back.
+StatusOr<uint64_t> queue_for_memory(ServiceShared& shared, int64_t bytes, std::atomic<int>& refs,
+                                    MemoryBudget::Grant grant);
 // RESOURCE_EXHAUSTED: a request whose operands are in the caller's memory
 // found no room for the `bytes` of the C it sends back (such a request is
 // refused, not queued: it holds the caller's memory while it waits).
