@@ -122,8 +122,10 @@ class AsyncClient(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
         busy = ServerProcess("--max-in-flight", "1", "--max-queued", "0", "--cpu-threads", "1")
         try:
+            # Streams: each holds the one slot while its operands arrive, so five at once overlap and
+            # some are refused (five MultiplyUnary products may each finish before the next arrives).
             async with sgemm_client.aio.Client(busy.address, retries=200, backoff_s=0.01,
-                                               max_backoff_s=0.05) as cl:
+                                               max_backoff_s=0.05, rpc="stream") as cl:
                 a, b = random(self.rng, 384, 384), random(self.rng, 384, 384)
                 results = await asyncio.gather(*(cl.multiply(a, b, timeout=120) for _ in range(5)))
                 for got, _ in results:
