@@ -372,9 +372,11 @@ class CudaEngine final : public Engine {
     req.has_c = r.has_c;
     req.forced = r.options.split;
     req.k_reduce = options_.k_reduce;
+    // One selection for the whole product: every GPU of the pool runs the same kernels.
+    const double rate = rate_tflops(r);
     for (int i : healthy) {
-      req.devices.push_back(DeviceCaps{pool_->ordinal(i), rate_tflops(r), options_.host_link_gbps, options_.peer_gbps,
-                                       pool_->busy_lanes(i)});
+      req.devices.push_back(
+          DeviceCaps{pool_->ordinal(i), rate, options_.host_link_gbps, options_.peer_gbps, pool_->busy_lanes(i)});
     }
     if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
     // The planner is told where a resident B lives, so a request goes to it.
