@@ -336,10 +336,13 @@ void Server::shutdown(std::chrono::steady_clock::time_point deadline) {
                                        fmt::format("{}", opt_.shutdown_grace_s) + " s); retry"));
       service_->wait_for_no_calls(steady_clock::now() + seconds(2));
     }
-    // Nothing of ours is left: a short deadline, after which gRPC drops idle
-    // connections instead of waiting for their clients to close them.
+    // Nothing of ours is left. gRPC sends GOAWAY and waits for each client to
+    // close its connection; past this deadline it closes them itself (an idle
+    // client may keep its connection open, so the deadline is short). With no
+    // deadline at all a connection could close under a client still reading its
+    // last response's trailers, which it would then see as UNAVAILABLE.
     for (auto& l : unix_listeners_) l->stop();
-    server_->Shutdown(system_clock::now());
+    server_->Shutdown(system_clock::now() + milliseconds(250));
     server_->Wait();
     unix_listeners_.clear();  // their socket files go with them, whether or not the process runs destructors
   }
