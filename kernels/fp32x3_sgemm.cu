@@ -170,6 +170,37 @@ float* partials_of(void* workspace, const GemmShape& s, bool own_b) {
                                   (own_b ? b_planes_bytes(s) : 0));
 }
 
+// Products of at most this many flops launch their kernels after the first as programmatic
+// dependents (fp32x3_sgemm.cuh, "Launch chain"). The gap this hides is a few microseconds:
+// on one H200 it made 1024^3 10-14% faster, 512^2 x 8192 5-8%, 2048^3 2%, and left 4096^3
+// unchanged, while 8192^3 and 16384^3 ran 0-4% slower in some runs
+// (bench/results/2026-12-02_h200_fp32x3-dependent-launch).
+constexpr double kDependentLaunchMaxFlops = 0x1p35;  // 2048^3 is 2^34
+
+// Launches `kernel` on `stream` after the kernel before it, with clusters of `cluster`
+// CTAs where cluster > 1; as that kernel's programmatic dependent where `dependent` (it
+// may be placed while that one drains, and waits for it in the kernel).
+template <class... Params, class... Args>
+Status launch_after(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block, int smem_bytes, int cluster,
+                    cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = unsigned(cluster);
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = std::size_t(smem_bytes);
+  config.stream = stream;
+  config.attrs = dependent ? attrs : attrs + 1;
+  config.numAttrs = (dependent ? 1 : 0) + (cluster > 1 ? 1 : 0);
+  SGEMM_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args...));
+  return SGEMM_CUDA_STATUS(cudaGetLastError());
+}
+
 template <class Cfg>
 Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace, std::size_t bytes,
                   cudaStream_t stream) {
@@ -219,27 +250,22 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
   const int64_t split_stride = split ? g.shape.m * g.shape.n : 0;
   const float alpha = split ? 1.0f : g.alpha, beta = split ? 0.0f : g.beta;
   const bool c_pairs = (reinterpret_cast<uintptr_t>(out) & 7u) == 0 && ld_out % 2 == 0;
+  const bool dependent = 2.0 * double(m) * double(n) * double(g.shape.k) <= kDependentLaunchMaxFlops;
   // After the GEMM kernel: the slices' sum (split K), then the fallback for infinities.
   auto finish = [&]() -> Status {
     if (split) {
       const int64_t blocks = std::min<int64_t>((g.shape.m * g.shape.n + 255) / 256, int64_t(dev.sm_count) * 8);
-      fp32x3::fp32x3_reduce_splits_kernel<<<unsigned(blocks), 256, 0, stream>>>(out, int(slices.count), split_stride, m,
-                                                                                n, g.alpha, g.beta, g.c, g.ldc, inf);
-      SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
+      SGEMM_RETURN_IF_ERROR(launch_after(dependent, fp32x3::fp32x3_reduce_splits_kernel, dim3(unsigned(blocks)),
+                                         dim3(256), 0, 1, stream, static_cast<const float*>(out), int(slices.count),
+                                         split_stride, m, n, g.alpha, g.beta, g.c, g.ldc, inf));
     }
     const int64_t tiles = ((g.shape.m + 63) / 64) * ((g.shape.n + 63) / 64);
-    fp32x3::
-        fp32x3_ffma_fallback_kernel<<<unsigned(std::min<int64_t>(tiles, int64_t(dev.sm_count) * 4)), 256, 0, stream>>>(
-            g.a, g.lda, g.b, g.ldb, g.c, g.ldc, m, n, int(g.shape.k), g.alpha, g.beta, inf);
-    return SGEMM_CUDA_STATUS(cudaGetLastError());
+    return launch_after(dependent, fp32x3::fp32x3_ffma_fallback_kernel,
+                        dim3(unsigned(std::min<int64_t>(tiles, int64_t(dev.sm_count) * 4))), dim3(256), 0, 1, stream,
+                        g.a, g.lda, g.b, g.ldb, g.c, g.ldc, m, n, int(g.shape.k), g.alpha, g.beta, inf);
   };
-  if constexpr (kCl == 1) {
-    const unsigned grid = unsigned(std::min<int64_t>(units, dev.sm_count));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_a, map_b, m, n, k_blocks, int(slices.slice_blocks),
-                                                             split_stride, alpha, beta, out, ld_out, c_pairs, inf);
-    SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
-    return finish();
-  } else {
+  int64_t grid = std::min<int64_t>(units, dev.sm_count / kCl) * kCl;
+  if constexpr (kCl > 1) {
     cudaLaunchConfig_t config{};
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
@@ -248,19 +274,18 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
     attr.val.clusterDim.z = 1;
     config.blockDim = dim3(Cfg::kThreads);
     config.dynamicSmemBytes = Cfg::kSmemBytes;
-    config.stream = stream;
     config.attrs = &attr;
     config.numAttrs = 1;
-    config.gridDim = dim3(unsigned(std::min<int64_t>(units, dev.sm_count / kCl) * kCl));
+    config.gridDim = dim3(unsigned(grid));
     int clusters = 0;  // how many clusters fit at once (GPC sizes limit it below #SMs / 2)
     SGEMM_CUDA_TRY(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
     if (clusters < 1) return Internal("fp32x3: no cluster of " + std::to_string(kCl) + " CTAs fits on this device");
-    config.gridDim = dim3(unsigned(std::min<int64_t>(units, clusters) * kCl));
-    SGEMM_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, map_a, map_b, m, n, k_blocks, int(slices.slice_blocks),
-                                      split_stride, alpha, beta, out, ld_out, c_pairs, inf));
-    SGEMM_RETURN_IF_ERROR(SGEMM_CUDA_STATUS(cudaGetLastError()));
-    return finish();
+    grid = std::min<int64_t>(units, clusters) * kCl;
   }
+  SGEMM_RETURN_IF_ERROR(launch_after(dependent, kernel, dim3(unsigned(grid)), dim3(Cfg::kThreads), Cfg::kSmemBytes, kCl,
+                                     stream, map_a, map_b, m, n, k_blocks, int(slices.slice_blocks), split_stride,
+                                     alpha, beta, out, ld_out, c_pairs, inf));
+  return finish();
 }
 
 struct Variant {

@@ -41,6 +41,13 @@
 //     major, so the CTAs of one wave read the same K range of B. Slice s writes its own
 //     partial product, alpha and beta as passed (the launcher passes 1 and 0), to
 //     c + s * split_stride; fp32x3_reduce_splits_kernel sums the slices pairwise.
+//   Launch chain: kernel 1 starts a product as any kernel does. On short products the
+//     launcher (kDependentLaunchMaxFlops) launches the GEMM kernel, the reduction and the
+//     fallback (below) as programmatic dependents (ptx_sm90.cuh): each may be placed
+//     while its predecessor drains, sets up what needs no memory (barriers), then waits
+//     for the predecessor's grid before reading anything, which hides the few
+//     microseconds between dependent launches. Every kernel waits whichever way it was
+//     launched (the wait is a no-op without the attribute).
 //   Edges: TMA zero-fills rows >= m (n) and k >= K, so any m, n, k >= 1 run; the
 //     epilogue (straight from registers, float2 where C allows) stores in-range elements
 //     only and reads C only when beta != 0.
@@ -209,6 +216,7 @@ __global__ void __launch_bounds__(256)
                         int n, int k, float* __restrict__ a_planes, float* __restrict__ b_planes, int64_t kp,
                         InfMark inf, int first_operand, InfMark b_prepared) {
   __shared__ float tile[32][33];
+  ptx::allow_dependents_launch();  // the GEMM kernel's blocks may be placed (they wait for this grid)
   bool saw_inf = false;
   const bool is_b = blockIdx.z + first_operand == 1;
   const float* x = is_b ? b : a;
@@ -241,6 +249,7 @@ __global__ void __launch_bounds__(256)
     fp32x3_ffma_fallback_kernel(const float* __restrict__ a, int64_t lda, const float* __restrict__ b, int64_t ldb,
                                 float* __restrict__ c, int64_t ldc, int m, int n, int k, float alpha, float beta,
                                 InfMark inf) {
+  ptx::grid_dependency_wait();  // the kernels before it have finished (the mark is final)
   if (!inf.raised()) return;
   __shared__ float as[16][65], bs[16][65];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -285,6 +294,8 @@ __global__ void __launch_bounds__(256)
 __global__ void __launch_bounds__(256)
     fp32x3_reduce_splits_kernel(const float* __restrict__ partials, int splits, int64_t split_stride, int m, int n,
                                 float alpha, float beta, float* __restrict__ c, int64_t ldc, InfMark inf) {
+  ptx::grid_dependency_wait();  // the slices' partial products are written
+  ptx::allow_dependents_launch();
   if (inf.raised()) return;       // the fallback computes C (infinities, above)
   constexpr int kMaxLevels = 32;  // a count below 2^32 slices
   const int64_t total = int64_t(m) * n;
@@ -309,9 +320,11 @@ __global__ void __launch_bounds__(256)
 // ---------------------------------------------------------------------------------
 // PTX wrappers (kernels/ptx_sm80.cuh, kernels/ptx_sm90.cuh).
 
+using ptx::allow_dependents_launch;
 using ptx::cluster_cta_rank;
 using ptx::cluster_sync;
 using ptx::fence_registers;
+using ptx::grid_dependency_wait;
 using ptx::lds_f32;
 using ptx::mbar_arrive;
 using ptx::mbar_arrive_cluster;
@@ -341,8 +354,7 @@ __global__ void __launch_bounds__(384, 1)
     fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
                        int n, int k_blocks, int kb_per_split, int64_t split_stride, float alpha, float beta,
                        float* __restrict__ c, int64_t ldc, bool c_pairs, InfMark inf) {
-  // Every CTA of a cluster reads the same flag (written by an earlier launch), so all return.
-  if (inf.raised()) return;  // the fallback computes C (infinities, above)
+  allow_dependents_launch();  // the next kernel may be placed where this grid leaves room
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;                      // stage s at ring + s * kStageBytes
@@ -375,6 +387,9 @@ __global__ void __launch_bounds__(384, 1)
   } else {
     __syncthreads();
   }
+  grid_dependency_wait();  // kernel 1 has written the planes and the mark
+  // Every CTA of a cluster reads the same flag (written by kernel 1), so all return.
+  if (inf.raised()) return;  // the fallback computes C (infinities, above)
 
   // Unit t -> (tile row, tile column) of this CTA, rasterized in groups of kGroupM unit
   // rows, and its K slice: k-blocks [kb0, kb0 + kbn) of slice `split`.

@@ -7,6 +7,7 @@
 //              multicast form), tensor-map prefetch;
 //   warps      setmaxnreg (register hand-over between warp groups), cluster rank and
 //              barrier;
+//   grids      griddepcontrol wait / launch_dependents (programmatic dependent launch);
 //   wgmma      fence / commit / wait, the 128-byte-swizzle shared-memory descriptor, and
 //              m64n128k8 / m64n256k8 tf32 MMAs with A from shared memory or registers.
 // Only translation units built for sm_90a may include it (kernels/CMakeLists.txt).
@@ -90,6 +91,16 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
+
+// Programmatic dependent launch: a kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start before the kernel ahead of
+// it on the stream has finished; it must wait (grid_dependency_wait: until that grid has
+// completed and its writes are visible) before it touches memory the earlier kernels
+// write, and before it exits. allow_dependents_launch lets the next such kernel start
+// its blocks early (without it, each block allows it as it exits). Both are no-ops in a
+// kernel launched without the attribute / with no such successor.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void allow_dependents_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
