@@ -8,23 +8,19 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
-#include <thread>
 
 #include "kernels/cuda_status.h"
-#include "kernels/fault_kernels.h"
 #include "kernels/gemm_backend.h"
 #include "server/comm/nccl_comm.h"
-#include "server/devices/device_health.h"
 #include "server/devices/device_pool.h"
 #include "server/devices/pinned_host_pool.h"
 #include "server/engine/cuda/batch_executor.h"
 #include "server/engine/cuda/device_buffer_jobs.h"
 #include "server/engine/cuda/job_run.h"
 #include "server/engine/cuda/kernel_tuner.h"
+#include "server/engine/cuda/pool_health.h"
 #include "server/engine/cuda/resident_gpu.h"
 #include "server/engine/cuda/split_executor.h"
 #include "server/engine/kernel_site.h"
@@ -44,32 +40,22 @@ class CudaEngine final : public Engine {
         default_kind_(default_kind),
         site_{pool_->kernels(), default_kind, options_.kernel_speeds},
         tuner_(KernelTunerOptions{.max_bytes = options_.autotune_max_bytes}),
-        health_(pool_->size()),
-        faults_(faults),
+        health_(std::make_unique<PoolHealth>(pool_.get(), comm_.get(), faults,
+                                             PoolHealthOptions{options_.collective_timeout, options_.log})),
         store_(ResidentStoreOptions{options_.resident_bytes, pool_->ordinals()}),
         device_jobs_(std::make_unique<DeviceBufferJobs>(
             pool_.get(), DeviceBufferJobOptions{site_, options_.planner, options_.gpu_tflops, options_.peer_gbps})) {
     batch_ = std::make_unique<BatchExecutor>(pool_.get(), &store_, options_.batch_max_pieces);
-    if (comm_) {
-      comm_ordinals_ = pool_->ordinals();
-      watchdog_ = std::thread([this] { watch_collectives(); });
-    }
   }
 
   ~CudaEngine() override {
-    {
-      std::lock_guard lock(watch_mu_);
-      watch_stop_ = true;
-    }
-    watch_cv_.notify_all();
-    if (watchdog_.joinable()) watchdog_.join();
-    release_spin();
+    health_->stop();       // the watchdog, before the communicator goes
     batch_.reset();        // its cuBLAS handles while the devices are ours
     store_.clear();        // resident pieces (device memory) while the devices are ours
     device_jobs_.reset();  // IPC mappings are held by jobs, not here; its cuBLAS handles go
     comm_.reset();         // communicators before the pool's streams
     pool_.reset();
-    if (spin_flag_) (void)cudaFreeHost(spin_flag_);
+    health_.reset();
   }
 
   EngineInfo info() const override {
@@ -77,8 +63,8 @@ class CudaEngine final : public Engine {
     info.backend = "cuda";
     for (int i = 0; i < pool_->size(); ++i) {
       info.devices.push_back(pool_->info(i));
-      const bool healthy = health_.healthy(i);
-      info.unhealthy.push_back(healthy ? std::string() : health_.reason(i));
+      const bool healthy = health_->devices().healthy(i);
+      info.unhealthy.push_back(healthy ? std::string() : health_->devices().reason(i));
       // A device out of service is not asked: its context may be lost.
       if (healthy) info.devices.back().memory_used_bytes = pool_->memory_used(i);
     }
@@ -166,7 +152,7 @@ class CudaEngine final : public Engine {
   }
 
   StatusOr<GemmReport> run(const GemmJob& job) override {
-    if (job.request.batch) return batch_->run(job, healthy_devices());  // batch_executor.h
+    if (job.request.batch) return batch_->run(job, health_->healthy_devices());  // batch_executor.h
     if (job.device) return device_jobs_->run(job);  // operands in a caller's GPU memory: device_buffer_jobs.h
     const GemmRequest& r = job.request;
     // validate() ran before the data moved; here only what run() relies on is
@@ -187,9 +173,9 @@ class CudaEngine final : public Engine {
 
     // Only healthy devices are planned over; a split needs the communicator
     // to cover exactly them (it is rebuilt when one drops out).
-    const std::vector<int> healthy = healthy_devices();
-    if (healthy.empty()) return Unavailable(no_device_left());
-    ensure_comm(healthy, job.cancel);
+    const std::vector<int> healthy = health_->healthy_devices();
+    if (healthy.empty()) return Unavailable(health_->no_device_left());
+    health_->ensure_comm(healthy, job.cancel);
     const Plan plan = make_plan(plan_request(job, healthy), options_.planner);
     steps.stamp("plan");
     // Resident operands laid out as the plan needs (docs/resident.md); held
@@ -239,10 +225,10 @@ class CudaEngine final : public Engine {
       jr.add(&*leases.back(), idx, plan.shards[0], pool_->info(idx));
     } else {
       const auto t_order = std::chrono::steady_clock::now();
-      SGEMM_ASSIGN_OR_RETURN(order, lock_order(job.cancel));
+      SGEMM_ASSIGN_OR_RETURN(order, health_->lock_order(job.cancel));
       jr.set_order_wait_ms(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_order).count());
-      if (!comm_covers(healthy) || plan.shards.size() != healthy.size())
+      if (!health_->comm_covers(healthy) || plan.shards.size() != healthy.size())
         return Unavailable("the split plan's devices changed while it waited (a GPU failed); retry");
       for (std::size_t rank = 0; rank < healthy.size(); ++rank) {
         SGEMM_ASSIGN_OR_RETURN(LaneLease lease, pool_->acquire(healthy[rank], job.cancel));
@@ -290,15 +276,8 @@ class CudaEngine final : public Engine {
                             "come in, the kernel multiplies n,n";
     if (const GemmBackend* be = leases[0]->backend(kind))
       report.kernel_row = be->kernel_name(engine_probe_args(block, r.alpha, r.beta));
-    SGEMM_RETURN_IF_ERROR(inject_faults(executor->spans_pool, leases, used));
-    if (executor->spans_pool) arm_watchdog();
-    Status ran = jr.execute(*executor, steps);
-    const bool timed_out = executor->spans_pool && disarm_watchdog();
-    if (timed_out || !ran.ok()) {
-      Status fault = on_job_failure(ran, timed_out, executor->spans_pool, leases, used, &order, job.cancel);
-      if (!fault.ok()) return fault;
-      return ran;
-    }
+    SGEMM_RETURN_IF_ERROR(health_->guarded(executor->spans_pool, leases, used, &order, job.cancel,
+                                           [&] { return jr.execute(*executor, steps); }));
     // The lanes go back before the report is put together: the job's events
     // are read (execute collected the timings) and its buffers freed, so the
     // next job waiting for a lane need not wait for this one's report.
@@ -341,7 +320,7 @@ class CudaEngine final : public Engine {
   // No estimate while any GPU's lanes are in use: a job would wait for them.
   double estimate_ms(const GemmJob& job) const override {
     if (job.request.batch) return -1;  // no cost model for batches: computed on the pool
-    const std::vector<int> healthy = healthy_devices();
+    const std::vector<int> healthy = health_->healthy_devices();
     if (healthy.empty() || !check_gemm_request(job.request).ok()) return -1;
     for (int i : healthy)
       if (pool_->busy_lanes(i) > 0) return -1;
@@ -355,13 +334,6 @@ class CudaEngine final : public Engine {
   static bool b_in_place(const GemmJob& job) {
     return job.b_resident && job.request.op_b == Op::kN && job.b_at.zero() &&
            job.b_resident->rows == job.request.shape.k && job.b_resident->cols == job.request.shape.n;
-  }
-
-  std::vector<int> healthy_devices() const {
-    std::vector<int> healthy;
-    for (int i = 0; i < pool_->size(); ++i)
-      if (health_.healthy(i)) healthy.push_back(i);
-    return healthy;
   }
 
   // What the planner is told about `job` on the `healthy` devices.
@@ -378,7 +350,7 @@ class CudaEngine final : public Engine {
       req.devices.push_back(
           DeviceCaps{pool_->ordinal(i), rate, options_.host_link_gbps, options_.peer_gbps, pool_->busy_lanes(i)});
     }
-    if (healthy.size() > 1 && !comm_covers(healthy)) req.forced = SplitMode::kSingle;
+    if (healthy.size() > 1 && !health_->comm_covers(healthy)) req.forced = SplitMode::kSingle;
     // The planner is told where a resident B lives, so a request goes to it.
     if (b_in_place(job))
       if (const auto cur = job.b_resident->data())
@@ -464,203 +436,6 @@ class CudaEngine final : public Engine {
     return Status::Ok();
   }
 
-  // The communicator's order, waited for while the job is still wanted.
-  StatusOr<std::unique_lock<std::mutex>> lock_order(const CancelToken* cancel) {
-    std::unique_lock<std::mutex> lock(comm_->order_mutex(), std::defer_lock);
-    while (!lock.try_lock()) {
-      if (cancel) SGEMM_RETURN_IF_ERROR(cancel->status());
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    return lock;
-  }
-
-  // ---- Faults -------------------------------------------------------------
-
-  std::string device_name(int idx) const {
-    return "GPU " + std::to_string(pool_->ordinal(idx)) + " (" + pool_->info(idx).name + ")";
-  }
-
-  std::string no_device_left() const {
-    std::string msg = "no healthy GPU left on this server:";
-    // Appended piece by piece: GCC 12's -Wrestrict misreads the temporaries of a chained + here.
-    for (int i = 0; i < pool_->size(); ++i) {
-      msg += ' ';
-      msg += device_name(i);
-      msg += ": ";
-      msg += health_.reason(i);
-      msg += ';';
-    }
-    msg += " restart it (or send requests to another replica)";
-    return msg;
-  }
-
-  // Whether the communicator's ranks are exactly these pool indices, in order.
-  // Reads the copy of its devices (comm_state_mu_), so no order mutex is needed.
-  bool comm_covers(const std::vector<int>& idx) const {
-    std::lock_guard lock(comm_state_mu_);
-    if (comm_ordinals_.size() != idx.size()) return false;
-    for (std::size_t r = 0; r < idx.size(); ++r)
-      if (comm_ordinals_[r] != pool_->ordinal(idx[r])) return false;
-    return true;
-  }
-
-  // Rebuilds the communicator over the healthy devices (order mutex held).
-  void rebuild_comm() {
-    if (!comm_) return;
-    std::vector<int> ordinals;
-    for (int i = 0; i < pool_->size(); ++i)
-      if (health_.healthy(i)) ordinals.push_back(pool_->ordinal(i));
-    rebuilt_for_ = int(ordinals.size());
-    Status s = InvalidArgument("fewer than 2 healthy GPUs");
-    if (ordinals.size() < 2) {
-      comm_->abort();  // nothing to rebuild over: single-GPU jobs only from now on
-    } else {
-      s = comm_->rebuild(ordinals);
-    }
-    {
-      std::lock_guard lock(comm_state_mu_);
-      comm_ordinals_ = s.ok() ? ordinals : std::vector<int>();
-    }
-    log(s.ok() ? "NCCL communicator rebuilt over " + std::to_string(ordinals.size()) + " healthy GPU(s)"
-               : "NCCL communicator retired (split jobs off): " + s.message());
-  }
-
-  // A communicator that does not cover the healthy devices (its rebuild was
-  // skipped, e.g. the failing job was cancelled first) is rebuilt by the next
-  // job, once per change in the healthy count.
-  void ensure_comm(const std::vector<int>& healthy, const CancelToken* cancel) {
-    if (!comm_ || healthy.size() < 2 || comm_covers(healthy)) return;
-    auto order = lock_order(cancel);
-    if (!order.ok() || rebuilt_for_ == health_.healthy_count() || comm_covers(healthy)) return;
-    rebuild_comm();
-  }
-
-  // SGEMM_FAULT_INJECT: each hook fires once, on the first job that uses its device.
-  Status inject_faults(bool spans_pool, std::vector<LaneLease>& leases, const std::vector<int>& used) {
-    if (!faults_.any()) return Status::Ok();
-    for (std::size_t i = 0; i < used.size(); ++i) {
-      const int ordinal = pool_->ordinal(used[i]);
-      if (ordinal == faults_.fail_device && !fail_fired_.exchange(true)) {
-        const std::string why = "injected failure (SGEMM_FAULT_INJECT=fail:" + std::to_string(ordinal) + ")";
-        mark_unhealthy(used[i], why);
-        if (spans_pool) rebuild_comm();  // the order mutex is held
-        return Unavailable(device_name(used[i]) + " failed and is out of service: " + why + "; retry");
-      }
-      if (ordinal == faults_.trap_device && !trap_fired_.exchange(true)) {
-        SGEMM_CUDA_TRY(cudaSetDevice(ordinal));
-        SGEMM_CUDA_TRY(launch_trap_kernel(leases[i]->compute()));
-        log("fault injection: a trapping kernel launched on " + device_name(used[i]));
-      }
-    }
-    if (spans_pool && faults_.hang_collective && leases.size() > 1 && !hang_fired_.exchange(true)) {
-      if (!spin_flag_) {
-        SGEMM_CUDA_TRY(cudaHostAlloc(&spin_flag_, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
-      }
-      *static_cast<volatile int*>(spin_flag_) = 0;
-      SGEMM_CUDA_TRY(cudaSetDevice(leases[1]->device()));
-      SGEMM_CUDA_TRY(launch_spin_kernel(static_cast<const volatile int*>(spin_flag_), leases[1]->comm()));
-      log("fault injection: the collective's second rank held back on " + device_name(used[1]));
-    }
-    return Status::Ok();
-  }
-
-  void release_spin() {
-    if (spin_flag_) *static_cast<volatile int*>(spin_flag_) = 1;
-  }
-
-  void mark_unhealthy(int idx, const std::string& why) {
-    if (health_.mark_unhealthy(idx, why))
-      log(device_name(idx) + " marked unhealthy: " + why + " (" + std::to_string(health_.healthy_count()) +
-          " healthy GPU(s) left)");
-  }
-
-  // After a failed (or timed-out) job: finds the devices at fault, marks them,
-  // and rebuilds the communicator. Returns the job's status when a fault was
-  // found (UNAVAILABLE naming the device), else OK (the error stands).
-  Status on_job_failure(const Status& ran, bool timed_out, bool spans_pool, std::vector<LaneLease>& leases,
-                        const std::vector<int>& used, std::unique_lock<std::mutex>* order, const CancelToken* cancel) {
-    std::string failed;
-    for (std::size_t i = 0; i < used.size(); ++i) {
-      (void)cudaSetDevice(pool_->ordinal(used[i]));
-      const cudaError_t e = cudaStreamQuery(leases[i]->compute());
-      if (is_sticky_cuda_error(e)) {
-        // CUDA: after a sticky error "the process must be terminated and
-        // relaunched" (measured on 4 H200s: a trap on GPU 0 made every later
-        // call on GPUs 1-3 fail with it too). So every GPU of the process goes
-        // out of service at once, health turns NOT_SERVING, and the
-        // orchestrator's liveness probe restarts the server.
-        const std::string why = std::string("sticky CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                                ") on " + device_name(used[i]) + "; CUDA needs the process restarted";
-        for (int d = 0; d < pool_->size(); ++d) mark_unhealthy(d, why);
-        failed += (failed.empty() ? "" : ", ") + device_name(used[i]);
-        continue;
-      }
-      (void)cudaGetLastError();
-      if (spans_pool && !timed_out && comm_) {
-        const Status a = comm_->async_error(int(i));
-        if (!a.ok()) {
-          mark_unhealthy(used[i], "NCCL error on its rank: " + a.message());
-          failed += (failed.empty() ? "" : ", ") + device_name(used[i]);
-        }
-      }
-    }
-    if (failed.empty() && !timed_out) return Status::Ok();
-    if (comm_) {
-      if (!order->owns_lock()) {
-        auto lock = lock_order(cancel);
-        if (lock.ok()) *order = std::move(lock).value();
-      }
-      if (order->owns_lock()) rebuild_comm();
-    }
-    const std::string left = std::to_string(health_.healthy_count()) + " healthy GPU(s) left";
-    if (timed_out)
-      return Unavailable("a collective did not finish within --collective-timeout (" +
-                         std::to_string(options_.collective_timeout.count() / 1000.0) +
-                         " s): the NCCL communicator was aborted and rebuilt over the healthy GPUs" +
-                         (failed.empty() ? "" : "; failed: " + failed) + "; " + left + "; retry");
-    return Unavailable(failed + " failed and is out of service (" + ran.message() + "); " + left + "; retry");
-  }
-
-  void log(const std::string& msg) const {
-    if (options_.log) options_.log("cuda engine: " + msg);
-  }
-
-  // The collective watchdog: one thread; at most one split job is armed at a
-  // time (they hold the order mutex).
-  void arm_watchdog() {
-    std::lock_guard lock(watch_mu_);
-    watch_deadline_ = std::chrono::steady_clock::now() + options_.collective_timeout;
-    watch_armed_ = true;
-    watch_fired_ = false;
-    watch_cv_.notify_all();
-  }
-  bool disarm_watchdog() {
-    std::lock_guard lock(watch_mu_);
-    watch_armed_ = false;
-    return watch_fired_;
-  }
-  void watch_collectives() {
-    std::unique_lock lock(watch_mu_);
-    while (!watch_stop_) {
-      if (!watch_armed_) {
-        watch_cv_.wait(lock);
-        continue;
-      }
-      const auto deadline = watch_deadline_;
-      watch_cv_.wait_until(lock, deadline);
-      if (watch_stop_ || !watch_armed_ || std::chrono::steady_clock::now() < watch_deadline_) continue;
-      watch_armed_ = false;
-      watch_fired_ = true;
-      // Aborted with watch_mu_ held: the job's disarm_watchdog() (and so its
-      // rebuild of the communicator) waits until the abort is over.
-      log("a split job's collectives did not finish within the collective timeout: aborting the NCCL communicator");
-      // A collective held back by fault injection is released just before its rank is aborted.
-      comm_->abort([this](int rank) {
-        if (rank == 1) release_spin();
-      });
-    }
-  }
-
   int index_of(int ordinal) const {
     for (int i = 0; i < pool_->size(); ++i)
       if (pool_->ordinal(i) == ordinal) return i;
@@ -675,24 +450,11 @@ class CudaEngine final : public Engine {
   const KernelKind default_kind_;
   const KernelSite site_;  // what the kernel choice is asked with (kernel_site.h)
   KernelTuner tuner_;      // kernel choice by measurement, per kernel shape and GPU
-  DeviceHealth health_;
-  const FaultInjection faults_;
+  // Devices in service, the communicator over them, faults; stopped first, freed last.
+  std::unique_ptr<PoolHealth> health_;
   ResidentStore store_;                            // resident matrices (docs/resident.md); cleared before the pool goes
   std::unique_ptr<DeviceBufferJobs> device_jobs_;  // device-buffer jobs and IPC opening; reset before the pool goes
   std::unique_ptr<BatchExecutor> batch_;           // batched and grouped products; reset before the pool goes
-  std::atomic<bool> trap_fired_{false}, fail_fired_{false}, hang_fired_{false};
-  void* spin_flag_ = nullptr;  // host-mapped int releasing the injected hang; allocated on first use
-  int rebuilt_for_ = -1;       // guarded by the order mutex: healthy count of the last rebuild attempt
-  mutable std::mutex comm_state_mu_;
-  std::vector<int> comm_ordinals_;  // guarded by comm_state_mu_: the devices the communicator spans now
-
-  std::mutex watch_mu_;
-  std::condition_variable watch_cv_;
-  bool watch_stop_ = false;                               // guarded by watch_mu_
-  bool watch_armed_ = false;                              // guarded by watch_mu_
-  bool watch_fired_ = false;                              // guarded by watch_mu_
-  std::chrono::steady_clock::time_point watch_deadline_;  // guarded by watch_mu_
-  std::thread watchdog_;
 };
 
 }  // namespace
