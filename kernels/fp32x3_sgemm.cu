@@ -106,12 +106,17 @@ enum class SplitWhich { kBoth, kAOnly, kBOnly };
 // kAOnly (B prepared earlier) also raises `inf` where the prepared B's mark `b_prior` is.
 Status launch_split(const GemmArgs& g, float* a_planes, float* b_planes, fp32x3::InfMark inf, cudaStream_t stream,
                     SplitWhich which = SplitWhich::kBoth, fp32x3::InfMark b_prior = {nullptr, 0}) {
+  using fp32x3::kSplitCols, fp32x3::kSplitRows;
   const int64_t kp = padded_k(g.shape.k);
-  const int64_t k_tiles = (g.shape.k + 31) / 32;
-  const int64_t rows = which == SplitWhich::kAOnly   ? g.shape.m
-                       : which == SplitWhich::kBOnly ? g.shape.n
-                                                     : std::max(g.shape.m, g.shape.n);  // the larger operand's
-  const int64_t tiles = (rows + 31) / 32 * k_tiles;
+  const auto tiles_of = [](int64_t rows, int64_t cols) {
+    return (rows + kSplitRows - 1) / kSplitRows * ((cols + kSplitCols - 1) / kSplitCols);
+  };
+  const int64_t a_tiles = tiles_of(g.shape.m, g.shape.k), b_tiles = tiles_of(g.shape.k, g.shape.n);
+  const int64_t tiles = which == SplitWhich::kAOnly   ? a_tiles
+                        : which == SplitWhich::kBOnly ? b_tiles
+                                                      : std::max(a_tiles, b_tiles);  // one grid for both
+  // At most 16 blocks per SM and operand, the rest by the grid stride: measured faster than
+  // a grid of only the blocks an SM holds at once (5).
   const dim3 grid(unsigned(std::min<int64_t>(tiles, int64_t(current_sm_count()) * 16)), 1,
                   which == SplitWhich::kBoth ? 2 : 1);
   const int first = which == SplitWhich::kBOnly ? 1 : 0;

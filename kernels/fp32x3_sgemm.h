@@ -48,7 +48,9 @@ int64_t fp32x3_k_slices(const GemmShape& shape);
 // fp32x3_prepare_b enqueues the split of args.b into `prepared`; a product whose
 // args.b_prepared points there (same b, ldb, k, n; stream-ordered after it) reads the
 // planes instead of splitting B again, and needs fp32x3_workspace_bytes(shape, slices,
-// true) bytes of workspace. Results are the same bit for bit.
+// true) bytes of workspace. Results are the same bit for bit. The buffer starts with B's
+// planes, B transposed: hi[n][kp] then lo[n][kp], kp = k rounded up to a multiple of 4,
+// hi = x rounded to TF32 (nearest, ties away), lo = (x - hi) rounded the same way.
 std::size_t fp32x3_prepared_b_bytes(const GemmShape& shape);
 Status fp32x3_prepare_b(const GemmArgs& args, void* prepared, std::size_t bytes, cudaStream_t stream);
 std::size_t fp32x3_workspace_bytes(const GemmShape& shape, int64_t slices, bool b_prepared);
@@ -58,7 +60,9 @@ std::size_t fp32x3_workspace_bytes(const GemmShape& shape, int64_t slices, bool 
 Status fp32x3_sgemm(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 
 // Schedule/tile variants, for tuning, tests and benchmarks.
-// Only the first kernel (the split into tf32 hi/lo planes), for timing its share.
+// Only the first kernel (the split into tf32 hi/lo planes), for timing its share and
+// for tests: the workspace then starts with A's planes, hi[m][kp] then lo[m][kp] (as B's
+// above, not transposed).
 Status fp32x3_split_operands(const GemmArgs& args, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 
 // The picked variant with K cut into `slices` instead of the rule's count (for tuning

@@ -472,6 +472,67 @@ TEST(Fp32x3PreparedB, RowBlocksOverOnePreparedBMatchTheirOwnSplitBitForBit) {
   }
 }
 
+// x rounded to TF32, to nearest with ties away from zero (cvt.rna.tf32.f32), on finite x.
+float tf32_rna(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  b = (b + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+// Compares planes hi[rows][kp], lo[rows][kp] with the split of x (as `at(row, i)` for
+// i < k); names the first element that differs.
+template <typename At>
+void expect_planes(const std::vector<float>& planes, int64_t rows, int64_t k, int64_t kp, At at) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < k; ++i) {
+      const float x = at(r, i), hi = tf32_rna(x), lo = tf32_rna(x - hi);
+      const float got_hi = planes[size_t(r * kp + i)], got_lo = planes[size_t((rows + r) * kp + i)];
+      if (std::memcmp(&got_hi, &hi, 4) != 0 || std::memcmp(&got_lo, &lo, 4) != 0) {
+        ADD_FAILURE() << "row " << r << " k " << i << ": x " << x << " hi " << got_hi << " (want " << hi << ") lo "
+                      << got_lo << " (want " << lo << ")";
+        return;
+      }
+    }
+}
+
+// The split pass writes each element's TF32 hi and lo, bit for bit, on odd and round
+// shapes, with rows that are and are not 16-byte aligned (the pass reads aligned rows
+// four elements at a time): B's planes transposed (prepare_b), A's as they are (where A
+// is not split in the GEMM kernel).
+TEST(Fp32x3Split, PlanesHoldEachElementsTf32HiAndLoBitForBit) {
+  SGEMM_REQUIRE_SM90();
+  // {m, n, k, alpha, beta, lda_pad, ldb_pad, ldc_pad, a_off, b_off}: lda and ldb multiples
+  // of 4 or not, bases 16-byte aligned or one float off, ragged last tiles in both directions.
+  for (Case cs : {Case{1, 1, 1}, Case{5, 3, 7}, Case{33, 130, 129}, Case{129, 257, 301, 1, 0, 3, 3},
+                  Case{64, 128, 256, 1, 0, 1, 3}, Case{96, 256, 64, 1, 0, 0, 0, 0, 1, 1}, Case{300, 520, 1000}}) {
+    for (Data d : {Data::kUniform, Data::kWideExponent}) {
+      cs.data = d;
+      const Inputs in = make_inputs(cs);
+      SCOPED_TRACE(describe(cs) + " seed " + std::to_string(in.seed));
+      const int64_t kp = (cs.k + 3) / 4 * 4;
+      DeviceBuffer da((in.a.size() + cs.a_off) * 4), db((in.b.size() + cs.b_off) * 4), dc(in.c0.size() * 4);
+      ASSERT_EQ(cudaMemcpy(da.f() + cs.a_off, in.a.data(), in.a.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(db.f() + cs.b_off, in.b.data(), in.b.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      const GemmArgs g{
+          {cs.m, cs.n, cs.k}, 1.0f, 0.0f, da.f() + cs.a_off, in.lda, db.f() + cs.b_off, in.ldb, dc.f(), in.ldc};
+      const size_t prep_bytes = fp32x3_prepared_b_bytes(g.shape);
+      DeviceBuffer prep(prep_bytes);
+      ASSERT_TRUE(fp32x3_prepare_b(g, prep.p, prep_bytes, nullptr).ok());
+      const size_t ws_bytes = fp32x3_workspace_bytes(g.shape);
+      DeviceBuffer ws(ws_bytes);
+      ASSERT_TRUE(fp32x3_split_operands(g, ws.p, ws_bytes, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> b_planes(size_t(2 * cs.n * kp)), a_planes(size_t(2 * cs.m * kp));
+      ASSERT_EQ(cudaMemcpy(b_planes.data(), prep.p, b_planes.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(a_planes.data(), ws.p, a_planes.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      expect_planes(b_planes, cs.n, cs.k, kp, [&](int64_t col, int64_t i) { return in.b[size_t(i * in.ldb + col)]; });
+      expect_planes(a_planes, cs.m, cs.k, kp, [&](int64_t row, int64_t i) { return in.a[size_t(row * in.lda + i)]; });
+    }
+  }
+}
+
 // The same inputs give bit-identical C run after run (no atomics, fixed order).
 TEST(Fp32x3Determinism, RunToRunBitIdentical) {
   SGEMM_REQUIRE_SM90();
