@@ -98,6 +98,9 @@ int current_sm_count() {
   return sms;
 }
 
+// The shortest K at which the GEMM kernel looks for A's infinities itself (run_config).
+constexpr int64_t kCheckAMinK = 2048;
+
 // Which operands one launch of kernel 1 splits.
 enum class SplitWhich { kBoth, kAOnly, kBOnly };
 
@@ -215,9 +218,21 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
   if (dev.major != 9 || dev.minor != 0)
     return FailedPrecondition("device: fp32x3 needs an sm_90 GPU (Hopper), this one is sm_" +
                               std::to_string(dev.major) + std::to_string(dev.minor));
-  static std::atomic<uint64_t> smem_raised{0};
+  // Where the GEMM kernel splits A and K is split and long, it looks for A's infinities
+  // itself (kCheckA: C is not written before the slices' sum, so the mark is soon enough),
+  // and kernel 1 does B alone (a prepared B keeps kernel 1 for A, which carries B's mark).
+  // Measured on one H200: K from 4096 to 40000 with split K 5-7% faster; 1024^3 (split
+  // in two) 1-2% slower; K whole no faster (the read leaves A in L2 for the GEMM kernel),
+  // with the check costing up to 1% (bench/results/2026-12-02_h200_fp32x3-split-pass).
+  constexpr bool kCanCheckA = Cfg::kSplitAInKernel && Cfg::kClusterM == 1;
+  const bool a_checked_in_kernel =
+      kCanCheckA && slices.count > 1 && g.shape.k >= kCheckAMinK && g.b_prepared == nullptr;
+  static std::atomic<uint64_t> smem_raised{0}, smem_raised_check_a{0};
   auto kernel = fp32x3::fp32x3_gemm_kernel<Cfg>;
-  SGEMM_RETURN_IF_ERROR(ensure_smem_limit(kernel, Cfg::kSmemBytes, smem_raised));
+  if constexpr (kCanCheckA)
+    if (a_checked_in_kernel) kernel = fp32x3::fp32x3_gemm_kernel<Cfg, true>;
+  SGEMM_RETURN_IF_ERROR(
+      ensure_smem_limit(kernel, Cfg::kSmemBytes, a_checked_in_kernel ? smem_raised_check_a : smem_raised));
 
   if (Cfg::kSplitAInKernel && !a_tma_describable(g))
     return InvalidArgument("a: this variant reads A with TMA: needs a 16-byte aligned a and lda % 4 == 0");
@@ -227,7 +242,9 @@ Status run_config(const GemmArgs& g, const Fp32x3Slices& slices, void* workspace
   float* b_planes = own_b ? b_planes_of(workspace, g.shape) : static_cast<float*>(const_cast<void*>(g.b_prepared));
   // Infinities in A or B: the kernels below step aside for the FFMA fallback (fp32x3_sgemm.cuh).
   const fp32x3::InfMark inf = inf_mark_of(workspace, g.shape, slices, own_b);
-  if (own_b) {
+  if (own_b && a_checked_in_kernel) {
+    SGEMM_RETURN_IF_ERROR(launch_split(g, nullptr, b_planes, inf, stream, SplitWhich::kBOnly));
+  } else if (own_b) {
     SGEMM_RETURN_IF_ERROR(launch_split(g, a_planes, b_planes, inf, stream));
   } else {
     SGEMM_RETURN_IF_ERROR(

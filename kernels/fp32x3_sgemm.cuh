@@ -302,6 +302,10 @@ __global__ void __launch_bounds__(kSplitThreads)
 // fp32x3_ffma_fallback_kernel computes the product with fp32 FMAs (IEEE propagation of
 // infinities and NaNs, as SGEMM). It returns at once when the mark is not raised.
 // NaN inputs need no fallback: every term with a NaN is a NaN in both schemes.
+// Where the GEMM kernel splits A and K is split (the slices go to the workspace, C is
+// untouched until their sum), the split pass does not read A: the GEMM kernel, launched
+// with kCheckA, raises the mark when a fragment of A is an infinity or a NaN (CTAs that
+// start later return at once), and the sum steps aside for the fallback.
 
 // C = alpha * A * B + beta * C in fp32 FMAs, k in order, for inputs holding an infinity
 // (see above); 64 x 64 tiles of C, 16 x 16 threads of 4 x 4 elements each.
@@ -409,11 +413,16 @@ using ptx::wgmma_wait;
 
 // ---------------------------------------------------------------------------------
 // The GEMM kernel (kernel 2). tmap_a: A planes {k, m, 2}; tmap_b: Bt planes {k, n, 2}.
-template <class Cfg>
+// kCheckA: the kernel looks for infinities in A's fragments and raises `inf` (see
+// "Infinities"), where the split pass did not read A.
+template <class Cfg, bool kCheckA = false>
 __global__ void __launch_bounds__(384, 1)
     fp32x3_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b, int m,
                        int n, int k_blocks, int kb_per_split, int64_t split_stride, float alpha, float beta,
                        float* __restrict__ c, int64_t ldc, bool c_pairs, InfMark inf) {
+  static_assert(!kCheckA || (Cfg::kSplitAInKernel && Cfg::kClusterM == 1),
+                "A's fragments are seen where the kernel splits A; and the kernel may raise the mark while "
+                "CTAs start: one that then returns at once would leave a cluster peer waiting");
   allow_dependents_launch();  // the next kernel may be placed where this grid leaves room
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -528,8 +537,9 @@ __global__ void __launch_bounds__(384, 1)
   float acc[Cfg::kMmaM][Cfg::kAccRegs];
   float sum[Cfg::kMmaM][Cfg::kPromoteEvery > 0 ? Cfg::kAccRegs : 1];
 
-  int j = 0;            // local tile index in this CTA
-  uint32_t g_next = 0;  // the producer's k-block counter at the start of unit t
+  bool a_nonfinite = false;  // kCheckA: an infinity or NaN of A seen in its fragments
+  int j = 0;                 // local tile index in this CTA
+  uint32_t g_next = 0;       // the producer's k-block counter at the start of unit t
   for (int t = unit0; t < units; t += unit_stride, ++j) {
     int split, kb0, kbn;
     k_slice(t, split, kb0, kbn);
@@ -572,6 +582,7 @@ __global__ void __launch_bounds__(384, 1)
                                 lds_f32(row0 + 8 * kRowBytes + c1)};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
+              if constexpr (kCheckA) a_nonfinite |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
               if constexpr (Cfg::kAluRound) {
                 tf32_split_alu(x[i], hi[mi][kk][i], lo[mi][kk][i]);
               } else {
@@ -746,6 +757,9 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
     }
+  }
+  if constexpr (kCheckA) {
+    if (a_nonfinite) inf.raise();  // the fallback computes C
   }
   if constexpr (kCl > 1) cluster_sync();  // the peer may still arrive on this CTA's barriers until here
 }
