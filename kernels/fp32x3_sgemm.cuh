@@ -302,10 +302,10 @@ __global__ void __launch_bounds__(kSplitThreads)
 // fp32x3_ffma_fallback_kernel computes the product with fp32 FMAs (IEEE propagation of
 // infinities and NaNs, as SGEMM). It returns at once when the mark is not raised.
 // NaN inputs need no fallback: every term with a NaN is a NaN in both schemes.
-// Where the GEMM kernel splits A and K is split (the slices go to the workspace, C is
-// untouched until their sum), the split pass does not read A: the GEMM kernel, launched
-// with kCheckA, raises the mark when a fragment of A is an infinity or a NaN (CTAs that
-// start later return at once), and the sum steps aside for the fallback.
+// Where the GEMM kernel splits A and K is split and long (run_config says where: the slices
+// go to the workspace, C is untouched until their sum), the split pass does not read A: the
+// GEMM kernel, launched with kCheckA, raises the mark when a fragment of A is an infinity or
+// a NaN (CTAs that start later return at once), and the sum steps aside for the fallback.
 
 // C = alpha * A * B + beta * C in fp32 FMAs, k in order, for inputs holding an infinity
 // (see above); 64 x 64 tiles of C, 16 x 16 threads of 4 x 4 elements each.

@@ -380,8 +380,8 @@ std::vector<Case> infinity_cases() {
     c.data = Data::kInfinities;
     v.push_back(c);
   }
-  // One operand only: A (also where the GEMM kernel splits A itself, and then, with beta 0
-  // or split K, is the one to see A's infinities) or B.
+  // One operand only: A (also where the GEMM kernel splits A itself, and then, with K split
+  // and long, is the one to see A's infinities) or B.
   for (Data d : {Data::kInfinitiesInA, Data::kInfinitiesInB})
     for (Case c : {Case{1024, 1024, 1024}, Case{2048, 512, 4096, 1.0f, 0.5f}, Case{257, 259, 20001},
                    Case{257, 259, 20001, 1.0f, 0.5f}, Case{33, 65, 7}}) {
