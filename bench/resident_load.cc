@@ -77,6 +77,7 @@ Figures timed_run(const ResidentLoadOptions& o, int count, One&& one) {
       ClientOptions co;
       co.chunk_bytes = o.chunk_bytes;
       co.caller_thread_calls = !o.reactor_calls;
+      co.rpc = o.rpc;
       co.retry.max_attempts = 1;
       co.channel_args.push_back({"sgemm.bench.client", c});  // a connection per client
       auto client = Client::connect(o.server, co);
@@ -137,7 +138,8 @@ int run_resident_load(const ResidentLoadOptions& o) {
                         {"clients", o.clients},
                         {"requests_per_client", o.requests},
                         {"sent_requests_per_client", o.sent_requests},
-                        {"calls_driven_by", o.reactor_calls ? "grpc-threads" : "caller-thread"}};
+                        {"calls_driven_by", o.reactor_calls ? "grpc-threads" : "caller-thread"},
+                        {"rpc", multiply_rpc_name(o.rpc)}};
   if (!info->devices.empty()) out["device"] = info->devices[0].name;
   auto& rows = out["streams"] = nlohmann::json::array();
   std::mt19937_64 rng{std::random_device{}()};

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "client/sgemm_client.h"
+
 namespace sgemm::bench {
 
 struct ResidentLoadOptions {
@@ -19,7 +21,8 @@ struct ResidentLoadOptions {
   int keep_requests = 10;             // the kept-result comparison's repetitions (0: skip it)
   int64_t keep_dim = 4096;            // its A, B and C are keep_dim square
   int64_t chunk_bytes = 1 << 20;
-  bool reactor_calls = false;  // ClientOptions::caller_thread_calls off: gRPC's threads drive each call
+  MultiplyRpc rpc = MultiplyRpc::kAuto;  // ClientOptions::rpc of the clients that multiply (--rpc)
+  bool reactor_calls = false;            // ClientOptions::caller_thread_calls off: gRPC's threads drive each call
   bool json = false;
 };
 

@@ -65,7 +65,7 @@ struct LoadOptions {
   double duration_s = 0;             // run for this long instead of a fixed count
   std::string sizes = "64,256,512";  // square sizes, or MxNxK shapes, comma-separated
   bool reactor_calls = false;        // ClientOptions::caller_thread_calls off
-  std::string rpc = "auto";          // ClientOptions::rpc: auto | stream | unary (single products)
+  std::string rpc = "auto";          // ClientOptions::rpc: auto | stream | unary | ring (single products)
   std::string transport = "auto";    // ClientOptions::transport: auto | grpc | shm
   bool with_c = false;               // send C with beta = 0.5
   int64_t timeout_ms = 60000;        // deadline of each request
@@ -320,8 +320,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--group", o.group, "each request one group of every --sizes shape (different shapes in one request)");
   app.add_option("--rpc", o.rpc,
-                 "single products: auto (MultiplyUnary when a product fits it), stream or unary (docs/transport.md)")
-      ->check(CLI::IsMember({"auto", "stream", "unary"}))
+                 "single products: auto (MultiplyUnary when a product fits it), stream, unary, or ring (auto's "
+                 "MultiplyUnary messages through a request ring in shared memory; docs/transport.md)")
+      ->check(CLI::IsMember({"auto", "stream", "unary", "ring"}))
       ->capture_default_str();
   app.add_option("--transport", o.transport, "auto (shared memory on a Unix socket that offers it), grpc or shm")
       ->check(CLI::IsMember({"auto", "grpc", "shm"}))
@@ -354,6 +355,7 @@ int main(int argc, char** argv) {
     ro.requests = o.requests;
     ro.json = o.json;
     ro.reactor_calls = o.reactor_calls;
+    ro.rpc = sgemm::parse_multiply_rpc(o.rpc).value_or(sgemm::MultiplyRpc::kAuto);
     return sgemm::bench::run_resident_load(ro);
   }
   const auto shapes = parse_shapes(o.sizes);

@@ -56,8 +56,25 @@ bool fits_unary(const GemmShape& s, int64_t sent_elements) {
   return in <= kUnaryMaxBytes && out <= kUnaryMaxBytes;
 }
 
-StatusOr<UnaryOutcome> run_unary(grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>& stub,
-                                 grpc::ClientContext* ctx, const v1::MultiplyRequest& header,
+UnaryExchange grpc_unary_exchange(grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>& stub,
+                                  grpc::ClientContext* ctx) {
+  return [&stub, ctx](const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+    grpc::Status status;
+    grpc::CompletionQueue cq;
+    auto call = stub.PrepareUnaryCall(ctx, "/sgemm.v1.Sgemm/MultiplyUnary", request, &cq);
+    call->StartCall();
+    call->Finish(response, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    (void)cq.Next(&tag, &ok);  // the call's one event: its answer
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return from_grpc(status);
+  };
+}
+
+StatusOr<UnaryOutcome> run_unary(const UnaryExchange& exchange, const v1::MultiplyRequest& header,
                                  const std::vector<UnaryInput>& inputs, float* c, int64_t c_elements,
                                  wire::SliceRefs* refs) {
   UnaryOutcome outcome;
@@ -74,20 +91,7 @@ StatusOr<UnaryOutcome> run_unary(grpc::TemplatedGenericStub<grpc::ByteBuffer, gr
   slices.clear();  // the request holds its own references
 
   grpc::ByteBuffer response;
-  grpc::Status status;
-  {
-    grpc::CompletionQueue cq;
-    auto call = stub.PrepareUnaryCall(ctx, "/sgemm.v1.Sgemm/MultiplyUnary", request, &cq);
-    call->StartCall();
-    call->Finish(&response, &status, reinterpret_cast<void*>(1));
-    void* tag = nullptr;
-    bool ok = false;
-    (void)cq.Next(&tag, &ok);  // the call's one event: its answer
-    cq.Shutdown();
-    while (cq.Next(&tag, &ok)) {
-    }
-  }
-  if (!status.ok()) return from_grpc(status);
+  SGEMM_RETURN_IF_ERROR(exchange(request, &response));
 
   // MultiplyUnaryResponse: each top-level field decodes as the
   // MultiplyResponse of that one field (c = chunk, summary).

@@ -22,6 +22,7 @@
 #include "client/matrix_rpcs.h"
 #include "client/multiply_stream.h"
 #include "client/multiply_unary.h"
+#include "client/request_ring.h"
 #include "client/stripe_plan.h"
 #include "client/wire_codec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -167,6 +168,12 @@ MultiplySummary summary_from_proto(const v1::MultiplySummary& s) {
 }
 
 bool is_unix_target(const std::string& target) { return target.rfind("unix:", 0) == 0; }
+
+// A call's deadline on the steady clock (the request ring waits on it).
+std::chrono::steady_clock::time_point steady_deadline(std::chrono::system_clock::time_point deadline) {
+  if (deadline == std::chrono::system_clock::time_point::max()) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() + (deadline - std::chrono::system_clock::now());
+}
 
 // A shared-memory object created and mapped here, registered with the server
 // over `channel` (the Unix connection the registration belongs to).
@@ -489,9 +496,12 @@ class GrpcClient final : public Client {
     // Unix socket's shared memory and several connections keep the stream,
     // except for a product with resident operands, which shared memory does
     // not carry.
-    const bool unary = forced_unary || (options_.rpc == MultiplyRpc::kAuto && !opt.keep_result &&
-                                        (t == Transport::kGrpc || named) && options_.connections <= 1 &&
-                                        (a || !a_sent) && (b || !b_sent) && fits_unary(shape, sent_elements));
+    // The request ring carries what MultiplyUnary would (auto's choice), with
+    // a Unix socket's shared memory for the operands as auto's stream would.
+    const bool by_message = options_.rpc == MultiplyRpc::kAuto || options_.rpc == MultiplyRpc::kRing;
+    const bool unary = forced_unary || (by_message && !opt.keep_result && (t == Transport::kGrpc || named) &&
+                                        options_.connections <= 1 && (a || !a_sent) && (b || !b_sent) &&
+                                        fits_unary(shape, sent_elements));
     if (unary)
       return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
         return multiply_unary_once(shape, a, b, c, opt, deadline);
@@ -547,12 +557,27 @@ class GrpcClient final : public Client {
         if (opt.b_handle.empty()) inputs.push_back({wire::WireMatrix::kB, b, shape.k * shape.n});
         if (c && opt.c_handle.empty()) inputs.push_back({wire::WireMatrix::kC, c, total});
       }
-      auto got = run_unary(*generic_, &ctx, req, inputs, out, total, &refs);
+      // The request ring carries what fits its slots: the request, and C with
+      // room for the summary (a trace may not fit: it goes as MultiplyUnary).
+      RequestRing* ring = nullptr;
+      int64_t sent_bytes = 0;
+      for (const UnaryInput& in : inputs) sent_bytes += in.elements * int64_t(sizeof(float));
+      if (options_.rpc == MultiplyRpc::kRing && !opt.trace &&
+          std::max(sent_bytes, total * int64_t(sizeof(float))) + kRingSummaryRoom <=
+              kRingOptions.slot_bytes - ring::kSlotHeaderBytes) {
+        SGEMM_ASSIGN_OR_RETURN(ring, request_ring());
+      }
+      UnaryExchange exchange = grpc_unary_exchange(*generic_, &ctx);
+      if (ring)
+        exchange = [ring, deadline](const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+          return ring->exchange(request, response, steady_deadline(deadline));
+        };
+      auto got = run_unary(exchange, req, inputs, out, total, &refs);
       if (got.ok()) {
         r.summary = summary_from_proto(got->summary);
         r.bytes_sent = got->bytes_sent;
         r.bytes_received = got->bytes_received;
-        r.rpc = MultiplyRpc::kUnary;
+        r.rpc = ring ? MultiplyRpc::kRing : MultiplyRpc::kUnary;
         r.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         if (opt.on_sent)
           for (const UnaryInput& in : inputs) opt.on_sent(in.elements * int64_t(sizeof(float)));
@@ -575,7 +600,7 @@ class GrpcClient final : public Client {
       return InvalidArgument("multiply_regions: every RegionMatrix given needs its region");
     // Nothing travels but the header: one MultiplyUnary message each way
     // whenever C comes back within its limit (or goes to `out`).
-    const bool unary = !opt.keep_result && (options_.rpc == MultiplyRpc::kUnary ||
+    const bool unary = !opt.keep_result && (options_.rpc == MultiplyRpc::kUnary || options_.rpc == MultiplyRpc::kRing ||
                                             (options_.rpc == MultiplyRpc::kAuto && (out || fits_unary(shape, 0))));
     if (unary)
       return with_retries(opt, [&](std::chrono::system_clock::time_point deadline) {
@@ -1094,6 +1119,26 @@ class GrpcClient final : public Client {
     return stub.get();
   }
 
+  // The request ring (MultiplyRpc::kRing), opened on first use in a region of its own.
+  StatusOr<RequestRing*> request_ring() {
+    std::lock_guard lock(ring_mu_);
+    if (ring_) return ring_.get();
+    if (!unix_target_)
+      return FailedPrecondition("a request ring needs the server's Unix socket (unix:PATH); this client's target is " +
+                                target_);
+    SGEMM_ASSIGN_OR_RETURN(ring_region_, create_region(ring::ring_bytes(kRingOptions.slots, kRingOptions.slot_bytes)));
+    SGEMM_ASSIGN_OR_RETURN(ring_, RequestRing::open(
+                                      channel_, [this](grpc::ClientContext& ctx) { prepare(ctx); },
+                                      ring_region_->name(), ring_region_->data(), kRingOptions));
+    return ring_.get();
+  }
+
+  // A request ring's slots: 1 MiB of payload each, as many as a client's
+  // threads usually run products at once.
+  static constexpr RingOptions kRingOptions{4, (int64_t{1} << 20) + ring::kSlotHeaderBytes,
+                                            std::chrono::microseconds(1000)};
+  static constexpr int64_t kRingSummaryRoom = 64 << 10;  // an answer's summary without a trace fits in this
+
   const std::string target_;
   const ClientOptions options_;
   const bool unix_target_ = false;
@@ -1111,6 +1156,9 @@ class GrpcClient final : public Client {
   std::mutex stripe_mu_;
   // guarded by stripe_mu_: stripe_stub()'s, by stripe (index 0 unused: stripe 0 is generic_)
   std::vector<std::unique_ptr<grpc::TemplatedGenericStub<grpc::ByteBuffer, grpc::ByteBuffer>>> stripe_stubs_;
+  std::mutex ring_mu_;
+  std::unique_ptr<Region> ring_region_;  // guarded by ring_mu_; outlives ring_ (declared first, goes last)
+  std::unique_ptr<RequestRing> ring_;    // guarded by ring_mu_ until made; used unlocked after
 };
 
 }  // namespace
@@ -1142,6 +1190,8 @@ const char* multiply_rpc_name(MultiplyRpc rpc) {
       return "stream";
     case MultiplyRpc::kUnary:
       return "unary";
+    case MultiplyRpc::kRing:
+      return "ring";
   }
   return "?";
 }
@@ -1150,6 +1200,7 @@ std::optional<MultiplyRpc> parse_multiply_rpc(std::string_view name) {
   if (name == "auto") return MultiplyRpc::kAuto;
   if (name == "stream") return MultiplyRpc::kStream;
   if (name == "unary") return MultiplyRpc::kUnary;
+  if (name == "ring") return MultiplyRpc::kRing;
   return std::nullopt;
 }
 

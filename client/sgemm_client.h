@@ -59,9 +59,13 @@ enum class MultiplyRpc {
             // Limits.max_unary_bytes, no handle, one connection, transport not kShm), else the stream
   kStream,  // always the Multiply stream
   kUnary,   // always MultiplyUnary (a product over its limit is refused: INVALID_ARGUMENT)
+  kRing,    // as kUnary, but each request and answer go through a request ring in shared memory (the
+            // server's Unix socket only; docs/transport.md "Request rings"): no gRPC call per product.
+            // The ring is opened on first use; a product whose message or answer does not fit its
+            // slots (1 MiB each), or that asks for a trace, goes as MultiplyUnary.
 };
 const char* multiply_rpc_name(MultiplyRpc rpc);
-std::optional<MultiplyRpc> parse_multiply_rpc(std::string_view name);  // "auto", "stream", "unary"
+std::optional<MultiplyRpc> parse_multiply_rpc(std::string_view name);  // "auto", "stream", "unary", "ring"
 
 // TLS to the server (docs/security.md). Used when `enabled` or any file is set.
 struct TlsClientOptions {
@@ -260,7 +264,7 @@ struct MultiplyResult {
   // The first chunk of C arrived before the client had written all of its
   // input (the server started computing during the upload).
   bool first_c_before_upload_end = false;
-  MultiplyRpc rpc = MultiplyRpc::kStream;  // the RPC that carried it: kStream or kUnary
+  MultiplyRpc rpc = MultiplyRpc::kStream;  // what carried it: kStream, kUnary or kRing
 };
 
 // Many products in one request (docs/transport.md, "Batches and groups"): a

@@ -87,6 +87,16 @@ void add_server_flags(CLI::App& app, CommandLine& opt) {
                  "--coalesce-max-products, counted from the oldest's arrival; 0 = take what waits (no wait added "
                  "to an idle server); at most 100000 (docs/lifecycle.md)")
       ->capture_default_str();
+  app.add_option("--max-rings", opt.service.max_rings,
+                 "request rings open at once, all callers together (each holds a thread while open); more get "
+                 "RESOURCE_EXHAUSTED (docs/transport.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--ring-spin-us", opt.ring_spin_us,
+                 "microseconds a request ring's thread polls the ring after its last request or answer before it "
+                 "sleeps until the caller posts (a busy core meanwhile; docs/transport.md)")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
+      ->capture_default_str();
   app.add_option("--coalesce-max-products", opt.service.coalesce.max_products,
                  "most small requests the server runs as one group launch (natural batching: those that waited "
                  "while the compute slots were busy); 1 = no coalescing (docs/lifecycle.md)")

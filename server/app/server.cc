@@ -182,6 +182,7 @@ Status Server::build() {
   sopt.idle_timeout = std::chrono::milliseconds(int64_t(opt_.idle_timeout_s * 1000));
   sopt.feed_wait_budget = std::chrono::milliseconds(int64_t(opt_.feed_wait_budget_s * 1000));
   sopt.coalesce.window = std::chrono::microseconds(opt_.coalesce_window_us);
+  sopt.ring_spin = std::chrono::microseconds(opt_.ring_spin_us);
   sopt.max_streams_per_connection = opt_.max_streams_per_connection;  // gRPC's HTTP/2 limit, and the service's own
   // The budgets' defaults are shares of what this process may use: half for
   // requests' buffers, a quarter for shared-memory regions.

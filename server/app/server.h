@@ -62,6 +62,7 @@ struct ServerOptions {
   double connection_idle_s = 300;  // a connection with no call open this long is closed (GOAWAY); 0 = never
   double feed_wait_budget_s = 1;   // --feed-wait-budget, into service.feed_wait_budget
   int64_t coalesce_window_us = 0;  // --coalesce-window-us, into service.coalesce.window
+  int64_t ring_spin_us = 200;      // --ring-spin-us, into service.ring_spin
   double shutdown_grace_s = 30;    // shutdown() without a deadline: how long requests in flight may take
   int max_streams_per_connection = 256;  // HTTP/2 concurrent streams one connection may open
   // HTTP/2 rapid reset (connection_guard.h): RST_STREAM frames one connection

@@ -14,9 +14,11 @@ bool ComputeSlotPolicy::start_early(const UploadFacts& f) const {
   return left_bytes / rate <= 0.5 * std::chrono::duration<double>(budget_).count();
 }
 
-ComputeSlotPolicy::Way ComputeSlotPolicy::complete(bool on_receiving_thread, bool striped,
+ComputeSlotPolicy::Way ComputeSlotPolicy::complete(Receiver receiver, bool striped,
                                                    const std::function<double()>& estimate_ms) const {
-  if (inline_ms_ <= 0 || !on_receiving_thread || striped) return Way::kQueued;
+  if (striped || receiver == Receiver::kOther) return Way::kQueued;
+  if (receiver == Receiver::kRing) return Way::kHere;
+  if (inline_ms_ <= 0) return Way::kQueued;
   const double est = estimate_ms();
   return est >= 0 && est <= inline_ms_ ? Way::kHere : Way::kQueued;
 }

@@ -9,8 +9,10 @@
 //           it or when it has waited the budget in all for A; the request goes
 //           back to receiving, and rows of C already sent are not sent again.
 //   here    a complete upload whose product the engine estimates within
-//           --inline-compute-ms, on the thread that received its last message
-//           (unstriped only; the pool must have a slot idle)
+//           --inline-compute-ms, on the gRPC thread that received its last
+//           message; or any complete request on a request ring's own thread
+//           (ring_call.h), which serves one caller and would only poll the
+//           ring meanwhile (unstriped only; the pool must have a slot idle)
 //   queued  every other complete upload: a pool thread, in FIFO order
 //
 // An input C never starts early: a second run after a yield would need C's
@@ -38,6 +40,13 @@ struct UploadFacts {
   double seconds_since_first_data = 0;
 };
 
+// The thread a complete request is decided on.
+enum class Receiver {
+  kOther,  // not one that received the request (the thread that freed memory, say)
+  kGrpc,   // the gRPC thread that received its last message (shared by every caller)
+  kRing,   // a request ring's own thread (one caller's)
+};
+
 class ComputeSlotPolicy {
  public:
   enum class Way { kHere, kQueued };
@@ -48,8 +57,8 @@ class ComputeSlotPolicy {
 
   bool start_early(const UploadFacts& f) const;
   // A complete upload: here or queued. `estimate_ms()` (< 0: the engine
-  // cannot say) is asked only when running here is possible at all.
-  Way complete(bool on_receiving_thread, bool striped, const std::function<double()>& estimate_ms) const;
+  // cannot say) is asked only when it decides.
+  Way complete(Receiver receiver, bool striped, const std::function<double()>& estimate_ms) const;
   // How long an early run may wait for A, in all, before it yields.
   std::chrono::milliseconds feed_wait_budget() const { return budget_; }
 

@@ -10,9 +10,8 @@ namespace sgemm {
 StatusOr<ComputeStart> start_complete_request(ServiceShared& shared, const CompleteRequest& r,
                                               CoalescedRequest* request, std::function<void()> run) {
   const auto here_allowed = [&] {
-    return shared.slot_policy.complete(r.on_receiving_thread, r.striped, [&] {
-      return shared.engine.estimate_ms(*r.job);
-    }) == ComputeSlotPolicy::Way::kHere;
+    return shared.slot_policy.complete(r.receiver, r.striped, [&] { return shared.engine.estimate_ms(*r.job); }) ==
+           ComputeSlotPolicy::Way::kHere;
   };
   if (r.may_coalesce && shared.coalescer.eligible(*r.job, r.footprint_bytes)) {
     // A small request: it waits in the coalescer, which may run it with others in one launch.

@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "server/engine/engine.h"
+#include "server/service/compute_slot_policy.h"
 #include "server/service/request_coalescer.h"
 
 namespace sgemm {
@@ -23,11 +24,11 @@ struct ServiceShared;
 
 // The facts the decision looks at.
 struct CompleteRequest {
-  const GemmJob* job = nullptr;      // every operand in place
-  int64_t footprint_bytes = 0;       // A + B + C of host memory
-  bool may_coalesce = false;         // one stream or one message, no kept result: it may share a launch
-  bool on_receiving_thread = false;  // the caller is the gRPC thread that received its last message
-  bool striped = false;              // spread over several streams
+  const GemmJob* job = nullptr;          // every operand in place
+  int64_t footprint_bytes = 0;           // A + B + C of host memory
+  bool may_coalesce = false;             // one stream or one message, no kept result: it may share a launch
+  Receiver receiver = Receiver::kOther;  // the thread deciding (compute_slot_policy.h)
+  bool striped = false;                  // spread over several streams
 };
 
 enum class ComputeStart {

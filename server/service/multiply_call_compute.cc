@@ -42,7 +42,7 @@ Status MultiplyCall::start_compute(bool early) {
     facts.job = &job_;
     facts.footprint_bytes = footprint_bytes_;
     facts.may_coalesce = !group_ && !keep_.keep;
-    facts.on_receiving_thread = may_compute_here_;
+    facts.receiver = may_compute_here_ ? Receiver::kGrpc : Receiver::kOther;
     facts.striped = group_ != nullptr;
     auto start = start_complete_request(shared_, facts, this, [this] { run_compute(); });
     if (!start.ok()) {

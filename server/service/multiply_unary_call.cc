@@ -10,12 +10,10 @@
 
 namespace sgemm {
 
-MultiplyUnaryCall::MultiplyUnaryCall(ServiceShared& shared, grpc::CallbackServerContext* ctx,
-                                     grpc::ByteBuffer* response, Status refuse, AuthClient* client,
-                                     StreamAdmission::Ticket ticket)
+MultiplyUnaryCall::MultiplyUnaryCall(ServiceShared& shared, std::unique_ptr<UnaryReply> reply, Status refuse,
+                                     AuthClient* client, StreamAdmission::Ticket ticket)
     : shared_(shared),
-      ctx_(ctx),
-      response_(response),
+      reply_(std::move(reply)),
       id_(std::to_string(shared.next_id.fetch_add(1))),
       t_start_(Clock::now()),
       client_(client),
@@ -84,21 +82,21 @@ void MultiplyUnaryCall::check_idle(Clock::time_point now) {
   if (phase_ == Phase::kWaitMemory && now - memory_since_ >= idle) {
     finish(memory_wait_timed_out(shared_, footprint_bytes_));
   } else if (done() && refs_.load() == 1 && reservation_.bytes() > 0 && now - t_finish_ >= idle) {
-    // The answer went to gRPC (Finish) --idle-timeout ago and gRPC has not
+    // The answer went to the transport --idle-timeout ago and it has not
     // reported the call done: the client is not taking it (an answer larger
     // than the HTTP/2 flow-control window waits for the client to read).
-    // Only gRPC refers to the call (no compute task, no memory waiter), so
-    // nothing uses the buffers: the call is reset and its memory goes back
-    // now (C's last reference, gRPC's copy of the answer, goes as the cancel
-    // completes). The reservation leaves reservation_: this happens once, and
-    // the destructor (after OnDone) has nothing left to release. Logged and
-    // counted (CANCELLED, as the client sees it) before the cancel, which
-    // leaves the context without its peer.
+    // Only the transport refers to the call (no compute task, no memory
+    // waiter), so nothing uses the buffers: the call is reset and its memory
+    // goes back now (C's last reference, the transport's copy of the answer,
+    // goes as the reset completes). The reservation leaves reservation_: this
+    // happens once, and the destructor (after transport_done) has nothing
+    // left to release. Logged and counted (CANCELLED, as the client sees it)
+    // before the reset.
     record_failure(shared_, outcome(), StatusCode::kCancelled,
                    "call reset by the server: the client did not take its answer within " + seconds_text(idle) +
                        " (--idle-timeout); its buffers are freed",
                    phase_name(finish_phase_), spdlog::level::warn);
-    ctx_->TryCancel();
+    reply_->reset();
     freed = std::move(reservation_);
     for (int i = 0; i < 3; ++i) dropped[i] = std::move(buffers_[i]);
   }
@@ -112,7 +110,7 @@ Status MultiplyUnaryCall::submit(bool on_handler_thread) {
   facts.job = &job_;
   facts.footprint_bytes = footprint_bytes_;
   facts.may_coalesce = true;
-  facts.on_receiving_thread = on_handler_thread;
+  facts.receiver = on_handler_thread ? reply_->receiver() : Receiver::kOther;
   ++refs_;  // the compute task's reference
   auto start = start_complete_request(shared_, facts, this, [this] { run_compute(); });
   if (!start.ok()) {
@@ -167,16 +165,14 @@ void MultiplyUnaryCall::computed(StatusOr<GemmReport> result) {
         finish(result.status());
       } else if (caller_memory_ && caller_memory_->writes_c()) {
         t_first_send_ = Clock::now();  // C is in the caller's output region: the summary alone
-        *response_ = answer_success(shared_, outcome(), *result);
-        finish(Status::Ok());
+        finish(Status::Ok(), answer_success(shared_, outcome(), *result));
       } else {
         const int64_t count = header_.shape.m * header_.shape.n;
         grpc::ByteBuffer c = encode_c_chunk(job_.c, 0, count, buffers_[static_cast<int>(MatrixId::kC)]);
         bytes_out_ = count * int64_t(sizeof(float));
-        t_first_send_ = Clock::now();  // C goes to gRPC with the summary, in one message
+        t_first_send_ = Clock::now();  // C goes out with the summary, in one message
         grpc::ByteBuffer summary = answer_success(shared_, outcome(), *result);
-        *response_ = concat_messages(c, summary);
-        finish(Status::Ok());
+        finish(Status::Ok(), concat_messages(c, summary));
       }
     }
     after_unlock(lock);
@@ -195,7 +191,7 @@ bool MultiplyUnaryCall::move_to(Phase to) {
   return false;
 }
 
-void MultiplyUnaryCall::finish(const Status& status) {
+void MultiplyUnaryCall::finish(const Status& status, grpc::ByteBuffer answer) {
   if (done()) return;
   finish_phase_ = phase_;
   t_finish_ = Clock::now();
@@ -208,16 +204,16 @@ void MultiplyUnaryCall::finish(const Status& status) {
     cancel_.cancel(status);  // the engine stops at its next block
     record_failure(shared_, outcome(), status.code(), status.message(), phase_name(finish_phase_), spdlog::level::warn);
   }
-  Finish(to_grpc(status));
+  reply_->send(status, std::move(answer));
 }
 
 RequestOutcome MultiplyUnaryCall::outcome() const {
   RequestOutcome o;
   o.id = id_;
-  o.peer = ctx_->peer();
+  o.peer = reply_->peer();
   o.client = client_;
   o.header = header_;
-  o.rpc = "unary";
+  o.rpc = reply_->rpc();
   o.start = t_start_;
   o.received = t_received_;
   o.submitted = t_submit_;
@@ -232,10 +228,10 @@ RequestOutcome MultiplyUnaryCall::outcome() const {
   return o;
 }
 
-void MultiplyUnaryCall::OnCancel() {
+void MultiplyUnaryCall::transport_cancelled(bool deadline) {
   std::unique_lock lock(mu_);
   if (!done()) {
-    if (std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline())
+    if (deadline)
       finish(DeadlineExceeded(std::string("deadline expired while ") + phase_name(phase_)));
     else
       finish(Cancelled(std::string("client cancelled or went away while ") + phase_name(phase_)));
@@ -249,7 +245,7 @@ void MultiplyUnaryCall::abort(const Status& why) {
   after_unlock(lock);
 }
 
-void MultiplyUnaryCall::OnDone() {
+void MultiplyUnaryCall::transport_done() {
   // The call's lock orders what the handler's thread wrote (start()) before
   // this reaction reads it: gRPC's own hand-off between its threads is not
   // visible to ThreadSanitizer.
@@ -261,5 +257,19 @@ void MultiplyUnaryCall::OnDone() {
   shared_.calls_cv.notify_all();
   unref();
 }
+
+GrpcUnaryReply::GrpcUnaryReply(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response)
+    : ctx_(ctx), response_(response), peer_(ctx->peer()) {}
+
+void GrpcUnaryReply::send(const Status& status, grpc::ByteBuffer answer) {
+  if (status.ok()) *response_ = std::move(answer);
+  Finish(to_grpc(status));
+}
+
+void GrpcUnaryReply::OnCancel() {
+  call_->transport_cancelled(std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline());
+}
+
+void GrpcUnaryReply::OnDone() { call_->transport_done(); }  // may delete the call, and this reply with it
 
 }  // namespace sgemm

@@ -1,10 +1,13 @@
-// One MultiplyUnary call (sgemm.proto): a product whose request and answer
-// each fit in one message, answered through the same request path as a
-// Multiply stream (multiply_call.h), in the order a request goes through it
+// One product whose request and answer each fit in one message (sgemm.proto
+// MultiplyUnary, or a request ring's slot: OpenRing), answered through the
+// same request path as a Multiply stream (multiply_call.h). The answer leaves
+// through the call's UnaryReply (unary_reply.h: gRPC's reactor or the ring's
+// slot), which is all the call knows of its transport. In the order a
+// request goes through it
 // (the message read and the operands assembled in multiply_unary_receive.cc,
 // the rest in multiply_unary_call.cc):
 //
-//   start()      (the handler's thread) the message is read in place as the
+//   start()      (the handler's or the ring's thread) the message is read in place as the
 //                stream's messages are (codec.h decode_unary_request); the
 //                header gets the stream's checks (request_checks.h) and
 //                the unary limit; the upload row is bound (input_source.h),
@@ -23,29 +26,32 @@
 //                a slot is idle, or queued on the pool
 //   computed()   C (one chunk over C's own buffer, no copy) and the summary
 //                in one message (request_outcome.h writes the log line,
-//                timings, metrics and trace as for the stream), then Finish
-//   check_idle() an answer gRPC has not delivered --idle-timeout after
-//                Finish (the client does not read it: an answer larger than
-//                the flow-control window waits for the client) is reset
-//                (TryCancel, CANCELLED in the log and metrics, as the stream
+//                timings, metrics and trace as for the stream), then the
+//                reply sends it
+//   check_idle() an answer the transport has not delivered --idle-timeout
+//                after it was sent (the client does not read it: an answer
+//                larger than the flow-control window waits for the client)
+//                is reset (CANCELLED in the log and metrics, as the stream
 //                resets a client that reads no part of C) and the call's
-//                reservation and buffers go back at once, not at OnDone
+//                reservation and buffers go back at once, not at the
+//                transport's end
 //
 // Phases: the stream's RequestPhase table (request_phase.h), kHeader ->
 // kReceiving (-> kWaitMemory -> kReceiving) -> kQueued -> kComputing ->
 // kSending -> kDone.
 //
-// Ownership: the call deletes itself when gRPC is done with it (OnDone) and
-// no compute task refers to it (refs_); its buffers and reservation go with
-// it, unless check_idle() released them before (they are released once).
+// Ownership: the call owns its reply and deletes itself when the transport is
+// done with it (transport_done) and no compute task refers to it (refs_);
+// its buffers and reservation go with it, unless check_idle() released them
+// before (they are released once).
 //
-// Threads: start() on the handler's thread before the reactor is returned;
-// the engine on a pool thread, the handler's or a coalesced launch's;
-// OnCancel on gRPC's; abort() on the shutdown thread and check_idle() on the
-// watchdog's (shared.calls_mu held); the memory grant on whichever thread
-// freed memory.
-// The phase and the answer are guarded by mu_; gRPC's Finish is called with
-// it held (gRPC never runs a reaction inline).
+// Threads: start() on the handler's (or ring's) thread before the reactor is
+// returned; the engine on a pool thread, the handler's or a coalesced
+// launch's; transport_cancelled and transport_done on the transport's;
+// abort() on the shutdown thread and check_idle() on the watchdog's
+// (shared.calls_mu held); the memory grant on whichever thread freed memory.
+// The phase and the answer are guarded by mu_; the reply sends with it held
+// (no transport runs a reaction inline).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -66,25 +72,28 @@
 #include "server/service/request_outcome.h"
 #include "server/service/request_phase.h"
 #include "server/service/sgemm_service.h"
+#include "server/service/unary_reply.h"
 
 namespace sgemm {
 
-class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private CoalescedRequest {
+class MultiplyUnaryCall final : private CoalescedRequest {
  public:
   using Clock = std::chrono::steady_clock;
 
   // Registers itself with `shared`. A non-OK `refuse` (shutdown, the open
   // stream limits, a bad token) is the answer; `client` is the caller's
   // (--auth-tokens; null without); `ticket` its place among the open streams.
-  MultiplyUnaryCall(ServiceShared& shared, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, Status refuse,
-                    AuthClient* client, StreamAdmission::Ticket ticket);
+  MultiplyUnaryCall(ServiceShared& shared, std::unique_ptr<UnaryReply> reply, Status refuse, AuthClient* client,
+                    StreamAdmission::Ticket ticket);
 
   // Answers `request` (the handler's thread): the engine may run on this
   // thread before it returns. `request` need not outlive the call.
   void start(const grpc::ByteBuffer& request);
 
-  void OnCancel() override;
-  void OnDone() override;
+  // The caller went away (`deadline`: its deadline passed) before the answer.
+  void transport_cancelled(bool deadline);
+  // The transport is done with the call (gRPC's OnDone; the ring's answer delivered or dropped).
+  void transport_done();
   // Ends the call with `why` unless answered (shutdown). shared.calls_mu held.
   void abort(const Status& why);
   // Watchdog: ends a wait for memory longer than --idle-timeout, and resets
@@ -95,7 +104,7 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
  private:
   using Phase = RequestPhase;
 
-  ~MultiplyUnaryCall() override;
+  ~MultiplyUnaryCall();
 
   // Decode, check, reserve (or queue for the memory: kWaitMemory). mu_ held.
   Status receive(const grpc::ByteBuffer& request);
@@ -120,19 +129,19 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
 
   bool move_to(Phase to);  // false (and the call ended INTERNAL) for an illegal move
   bool done() const { return phase_ == Phase::kDone; }
-  void finish(const Status& status);  // the error (or, from computed(), OK) goes out; mu_ held
+  // The error (or, from computed(), OK with the answer) goes out; mu_ held.
+  void finish(const Status& status, grpc::ByteBuffer answer = {});
   RequestOutcome outcome() const;
   void unref();
 
   ServiceShared& shared_;
-  grpc::CallbackServerContext* const ctx_;
-  grpc::ByteBuffer* const response_;
+  const std::unique_ptr<UnaryReply> reply_;
   const std::string id_;
   const Clock::time_point t_start_;
   AuthClient* const client_;  // owned by the service's ClientAuth; null without --auth-tokens
 
   std::mutex mu_;
-  std::atomic<int> refs_{1};      // gRPC (until OnDone), the memory waiter, the compute task
+  std::atomic<int> refs_{1};      // the transport (until transport_done), the memory waiter, the compute task
   Phase phase_ = Phase::kHeader;  // guarded by mu_, as is everything below
   Status refuse_;                 // the answer when not OK (start() sends it)
   GemmRequest header_;
@@ -157,7 +166,29 @@ class MultiplyUnaryCall final : public grpc::ServerUnaryReactor, private Coalesc
   int64_t bytes_in_ = 0, bytes_out_ = 0;
   Phase finish_phase_ = Phase::kHeader;
   Clock::time_point t_received_{}, t_submit_{}, t_compute_start_{}, t_compute_end_{}, t_finish_{};
-  Clock::time_point t_first_send_{};  // the answer (C and the summary) went to gRPC
+  Clock::time_point t_first_send_{};  // the answer (C and the summary) went to the reply
+};
+
+// The MultiplyUnary RPC's transport: gRPC's reactor for the call, owned by
+// the call it answers (bound before the handler returns it to gRPC).
+class GrpcUnaryReply final : public grpc::ServerUnaryReactor, public UnaryReply {
+ public:
+  GrpcUnaryReply(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response);
+  void bind(MultiplyUnaryCall* call) { call_ = call; }
+
+  const std::string& peer() const override { return peer_; }
+  const char* rpc() const override { return "unary"; }
+  Receiver receiver() const override { return Receiver::kGrpc; }
+  void send(const Status& status, grpc::ByteBuffer answer) override;
+  void reset() override { ctx_->TryCancel(); }
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  grpc::CallbackServerContext* const ctx_;
+  grpc::ByteBuffer* const response_;
+  const std::string peer_;  // read once: a reset context has none
+  MultiplyUnaryCall* call_ = nullptr;
 };
 
 }  // namespace sgemm

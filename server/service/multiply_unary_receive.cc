@@ -70,7 +70,7 @@ Status MultiplyUnaryCall::receive(const grpc::ByteBuffer& request) {
     return InvalidArgument(
         "MultiplyUnaryRequest.chunks: the header names shared-memory regions for A and B (and C), "
         "so no chunk may follow");
-  const SourceContext source_ctx{shared_, client_, ctx_->peer(), header_};
+  const SourceContext source_ctx{shared_, client_, reply_->peer(), header_};
   for (auto& row : sources_) {
     SGEMM_RETURN_IF_ERROR(row->bind(source_ctx, job_));
     if (auto* held = dynamic_cast<CallerMemorySource*>(row.get())) caller_memory_ = held;

@@ -1,9 +1,11 @@
-// SgemmService's shared-memory region RPCs (docs/transport.md). The caller is
-// the Unix connection behind ctx->peer() (unix_connections.h); over TCP every
-// one of them is FAILED_PRECONDITION. UnregisterRegion answers when the last
+// SgemmService's shared-memory region RPCs, and OpenRing, which opens a
+// request ring in a region (docs/transport.md). The caller is the Unix
+// connection behind ctx->peer() (unix_connections.h); over TCP every one of
+// them is FAILED_PRECONDITION. UnregisterRegion answers when the last
 // request using the region lets go of it, from that request's thread.
 #include "proto/grpc_status.h"
 #include "server/service/region_registry.h"
+#include "server/service/ring_call.h"
 #include "server/service/sgemm_service.h"
 #include "server/service/unix_connections.h"
 
@@ -19,6 +21,25 @@ StatusOr<RegionCaller> SgemmService::region_caller(const grpc::CallbackServerCon
     caller.may_register = client->quota().multiply;
   }
   return caller;
+}
+
+grpc::ServerWriteReactor<v1::RingEvent>* SgemmService::OpenRing(grpc::CallbackServerContext* ctx,
+                                                                const v1::OpenRingRequest* req) {
+  const HandlerScope scope(*this);
+  RingCall::Caller who{ctx->peer(), 0, stream_peer(ctx), nullptr};
+  std::shared_ptr<const MappedRegion> region;
+  Status refuse;
+  auto caller = region_caller(ctx);  // the token first, then the Unix connection
+  if (caller.ok()) {
+    auto got = regions_->acquire(*caller, req->region());
+    if (got.ok()) region = *std::move(got);
+    refuse = got.status();
+    who.connection = caller->connection;
+    who.client = *authenticate(ctx);
+  } else {
+    refuse = caller.status();
+  }
+  return new RingCall(*shared_, *req, std::move(region), std::move(who), refuse);
 }
 
 grpc::ServerUnaryReactor* SgemmService::RegisterRegion(grpc::CallbackServerContext* ctx,

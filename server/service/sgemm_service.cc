@@ -15,6 +15,7 @@
 #include "server/service/multiply_unary_call.h"
 #include "server/service/peer_socket.h"
 #include "server/service/put_matrix_call.h"
+#include "server/service/ring_call.h"
 
 namespace sgemm {
 
@@ -126,10 +127,13 @@ grpc::ServerUnaryReactor* SgemmService::MultiplyUnary(grpc::CallbackServerContex
   const HandlerScope scope(*this);
   auto client = authenticate(ctx);
   auto ticket = admit_stream(ctx, client);
-  auto* call = new MultiplyUnaryCall(*shared_, ctx, response, ticket.status(), client.ok() ? *client : nullptr,
+  auto reply = std::make_unique<GrpcUnaryReply>(ctx, response);
+  GrpcUnaryReply* reactor = reply.get();  // owned by the call from here
+  auto* call = new MultiplyUnaryCall(*shared_, std::move(reply), ticket.status(), client.ok() ? *client : nullptr,
                                      ticket.ok() ? std::move(ticket).value() : StreamAdmission::Ticket());
+  reactor->bind(call);
   call->start(*request);
-  return call;
+  return reactor;
 }
 
 StreamPeer SgemmService::stream_peer(const grpc::CallbackServerContext* ctx) const {
@@ -247,6 +251,8 @@ void SgemmService::begin_shutdown() {
     if (!call->has_header()) call->abort(Unavailable("server shutting down; no request was under way on this stream"));
   for (PutMatrixCall* put : shared_->puts)
     put->abort_if_no_header(Unavailable("server shutting down; no put was under way on this stream"));
+  // A ring takes no new request; those it started carry on as the RPC's do.
+  for (RingCall* ring : shared_->rings) ring->stop(Unavailable("server shutting down; the ring is closed"));
 }
 
 bool SgemmService::wait_for_no_calls(std::chrono::steady_clock::time_point deadline) {
@@ -261,6 +267,7 @@ void SgemmService::cancel_all(const Status& why) {
   for (MultiplyCall* call : shared_->calls) call->abort(why);
   for (PutMatrixCall* put : shared_->puts) put->abort(why);
   for (MultiplyUnaryCall* call : shared_->unary) call->abort(why);
+  for (RingCall* ring : shared_->rings) ring->stop(why);
 }
 
 void SgemmService::watchdog() {

@@ -98,6 +98,11 @@ struct ServiceOptions {
   // together (RESOURCE_EXHAUSTED past it); 0 = a quarter of region_bytes. With
   // tokens the token file's max_region_bytes bounds each client instead.
   int64_t region_bytes_per_user = 0;
+  // Request rings (ring_call.h, docs/transport.md "Request rings"): open at
+  // once, all callers together (each holds a thread), and how long a ring's
+  // thread polls after its last request or answer before it sleeps.
+  int max_rings = 16;
+  std::chrono::microseconds ring_spin{200};
   std::string trace_dir;  // write a Chrome trace of every request here (trace-<id>.json); "" = only on request
   std::shared_ptr<const ClientAuth> auth;  // bearer tokens and per-client quotas (--auth-tokens);
                                            // null = calls need no token
@@ -113,6 +118,7 @@ int64_t default_host_memory_bytes();
 class MultiplyCall;
 class MultiplyUnaryCall;
 class PutMatrixCall;
+class RingCall;
 
 // What every call shares; owned by SgemmService.
 struct ServiceShared {
@@ -155,6 +161,7 @@ struct ServiceShared {
   std::unordered_set<MultiplyCall*> calls;       // guarded by calls_mu
   std::unordered_set<PutMatrixCall*> puts;       // guarded by calls_mu: PutMatrix uploads, for the idle check
   std::unordered_set<MultiplyUnaryCall*> unary;  // guarded by calls_mu: MultiplyUnary calls, for shutdown
+  std::unordered_set<RingCall*> rings;           // guarded by calls_mu: open request rings (--max-rings)
 };
 
 // The region RPCs (region_service.cc) sit under the Multiply and GetInfo methods.
@@ -167,9 +174,12 @@ using MatrixMethods =
     sgemm::v1::Sgemm::WithRawCallbackMethod_PutMatrix<sgemm::v1::Sgemm::WithCallbackMethod_DeleteMatrix<
         sgemm::v1::Sgemm::WithCallbackMethod_ListMatrices<RegionMethods>>>;
 
+// Request rings (ring_call.h) under those.
+using RingMethods = sgemm::v1::Sgemm::WithCallbackMethod_OpenRing<MatrixMethods>;
+
 class SgemmService final
-    : public sgemm::v1::Sgemm::WithRawCallbackMethod_MultiplyUnary<sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<
-          sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<MatrixMethods>>> {
+    : public sgemm::v1::Sgemm::WithRawCallbackMethod_MultiplyUnary<
+          sgemm::v1::Sgemm::WithRawCallbackMethod_Multiply<sgemm::v1::Sgemm::WithCallbackMethod_GetInfo<RingMethods>>> {
  public:
   // `engine` and the loggers must outlive the service. `timing_log` may be null.
   SgemmService(Engine& engine, ServiceOptions options, std::shared_ptr<spdlog::logger> request_log,
@@ -192,6 +202,10 @@ class SgemmService final
                                              sgemm::v1::UnregisterRegionResponse* response) override;
   grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* ctx, const sgemm::v1::ListRegionsRequest* request,
                                         sgemm::v1::ListRegionsResponse* response) override;
+
+  // A request ring in one of the caller's regions (ring_call.h).
+  grpc::ServerWriteReactor<sgemm::v1::RingEvent>* OpenRing(grpc::CallbackServerContext* ctx,
+                                                           const sgemm::v1::OpenRingRequest* request) override;
 
   // Resident matrices (matrix_service.cc): the engine's ResidentStore.
   grpc::ServerReadReactor<grpc::ByteBuffer>* PutMatrix(grpc::CallbackServerContext* ctx,

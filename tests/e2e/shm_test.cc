@@ -81,7 +81,7 @@ void expect_matches(const GemmShape& s, float alpha, const std::vector<float>& a
 
 // On the stream and in one MultiplyUnary message each way (the header names the regions on both).
 TEST_F(ShmE2E, OddShapesLeadingDimensionsAndCInPlace) {
-  for (const MultiplyRpc rpc : {MultiplyRpc::kStream, MultiplyRpc::kUnary}) {
+  for (const MultiplyRpc rpc : {MultiplyRpc::kStream, MultiplyRpc::kUnary, MultiplyRpc::kRing}) {
     ClientOptions co;
     co.rpc = rpc;
     auto client = Client::connect(server_->unix_address(), co);

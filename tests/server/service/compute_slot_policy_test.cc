@@ -58,14 +58,29 @@ TEST(ComputeSlotPolicy, RunsHereOnlyAQuickUnstripedProductOnItsReceivingThread) 
   };
   using Way = ComputeSlotPolicy::Way;
   const ComputeSlotPolicy policy(milliseconds(0), 0.5);
-  EXPECT_EQ(policy.complete(true, false, estimate(0.2)), Way::kHere);
-  EXPECT_EQ(policy.complete(true, false, estimate(0.7)), Way::kQueued);
-  EXPECT_EQ(policy.complete(true, false, estimate(-1)), Way::kQueued) << "no estimate: hand over";
+  EXPECT_EQ(policy.complete(Receiver::kGrpc, false, estimate(0.2)), Way::kHere);
+  EXPECT_EQ(policy.complete(Receiver::kGrpc, false, estimate(0.7)), Way::kQueued);
+  EXPECT_EQ(policy.complete(Receiver::kGrpc, false, estimate(-1)), Way::kQueued) << "no estimate: hand over";
   EXPECT_EQ(asked, 3);
-  EXPECT_EQ(policy.complete(false, false, estimate(0.2)), Way::kQueued);
-  EXPECT_EQ(policy.complete(true, true, estimate(0.2)), Way::kQueued);
-  EXPECT_EQ(ComputeSlotPolicy(milliseconds(0), 0).complete(true, false, estimate(0.2)), Way::kQueued);
+  EXPECT_EQ(policy.complete(Receiver::kOther, false, estimate(0.2)), Way::kQueued);
+  EXPECT_EQ(policy.complete(Receiver::kGrpc, true, estimate(0.2)), Way::kQueued);
+  EXPECT_EQ(ComputeSlotPolicy(milliseconds(0), 0).complete(Receiver::kGrpc, false, estimate(0.2)), Way::kQueued);
   EXPECT_EQ(asked, 3) << "the estimate is asked only when running here is possible";
+}
+
+TEST(ComputeSlotPolicy, ARingsOwnThreadRunsWhatItReceivedWhateverItsSize) {
+  int asked = 0;
+  const auto estimate = [&asked] {
+    ++asked;
+    return 50.0;
+  };
+  using Way = ComputeSlotPolicy::Way;
+  // The ring's thread serves one caller and would only poll meanwhile: no
+  // estimate is needed, and --inline-compute-ms 0 does not apply to it.
+  EXPECT_EQ(ComputeSlotPolicy(milliseconds(0), 0).complete(Receiver::kRing, false, estimate), Way::kHere);
+  EXPECT_EQ(ComputeSlotPolicy(milliseconds(0), 0.5).complete(Receiver::kRing, false, estimate), Way::kHere);
+  EXPECT_EQ(ComputeSlotPolicy(milliseconds(0), 0.5).complete(Receiver::kRing, true, estimate), Way::kQueued);
+  EXPECT_EQ(asked, 0);
 }
 
 TEST(SentRows, ARunAfterAYieldSendsOnlyTheRowsTheYieldedRunDidNot) {
