@@ -26,10 +26,9 @@ RequestRing::RequestRing(ring::RingView view, RingOptions options) : view_(view)
 
 StatusOr<std::unique_ptr<RequestRing>> RequestRing::open(const std::shared_ptr<grpc::Channel>& channel,
                                                          const std::function<void(grpc::ClientContext&)>& prepare,
-                                                         const std::string& region, void* memory,
-                                                         RingOptions options) {
-  SGEMM_RETURN_IF_ERROR(ring::check_layout(0, options.slots, options.slot_bytes,
-                                           ring::ring_bytes(options.slots, options.slot_bytes)));
+                                                         const std::string& region, void* memory, RingOptions options) {
+  SGEMM_RETURN_IF_ERROR(
+      ring::check_layout(0, options.slots, options.slot_bytes, ring::ring_bytes(options.slots, options.slot_bytes)));
   std::unique_ptr<RequestRing> r(new RequestRing(ring::RingView(memory, options.slots, options.slot_bytes), options));
   r->view_.format();
   r->stub_ = v1::Sgemm::NewStub(channel);
@@ -142,8 +141,7 @@ Status RequestRing::exchange(const grpc::ByteBuffer& request, grpc::ByteBuffer* 
     }
     h->caller_waiting.store(1, std::memory_order_seq_cst);
     state = h->state.load(std::memory_order_seq_cst);
-    if (state != ring::kAnswered)
-      ring::futex_wait(&h->state, state, std::min<int64_t>(us_until(deadline), 50000));
+    if (state != ring::kAnswered) ring::futex_wait(&h->state, state, std::min<int64_t>(us_until(deadline), 50000));
     h->caller_waiting.store(0, std::memory_order_relaxed);
     state = h->state.load(std::memory_order_acquire);
   }

@@ -59,7 +59,7 @@ class RequestRing {
 
  private:
   RequestRing(ring::RingView view, RingOptions options);
-  void watch();                   // the thread reading the OpenRing call until it ends
+  void watch();  // the thread reading the OpenRing call until it ends
   StatusOr<int> take_slot(std::chrono::steady_clock::time_point deadline);
   void give_back(int slot);
 

@@ -10,7 +10,6 @@
 #include <ctime>
 #include <string>
 
-
 namespace sgemm::ring {
 
 int64_t ring_bytes(int slots, int64_t slot_bytes) { return kHeaderBytes + int64_t(slots) * slot_bytes; }

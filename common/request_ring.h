@@ -64,11 +64,11 @@ struct RingHeader {
 static_assert(sizeof(RingHeader) == kHeaderBytes, "the ring's header is 64 bytes on both sides");
 
 struct SlotHeader {
-  std::atomic<uint32_t> state;  // SlotState; the caller sleeps on it for the answer
-  uint32_t request_bytes;       // the request in the payload (the caller's)
-  uint32_t answer_bytes;        // the answer in the payload (the server's): a response, or a status message
-  int32_t status_code;          // the answer's gRPC status code (0: OK, the payload is the response)
-  uint64_t sequence;            // the caller's own; the server leaves it alone
+  std::atomic<uint32_t> state;           // SlotState; the caller sleeps on it for the answer
+  uint32_t request_bytes;                // the request in the payload (the caller's)
+  uint32_t answer_bytes;                 // the answer in the payload (the server's): a response, or a status message
+  int32_t status_code;                   // the answer's gRPC status code (0: OK, the payload is the response)
+  uint64_t sequence;                     // the caller's own; the server leaves it alone
   std::atomic<uint32_t> caller_waiting;  // 1 while the caller sleeps on `state` (the server then wakes it)
   uint8_t reserved[36];
 };
@@ -86,8 +86,8 @@ Status check_layout(int64_t offset, int64_t slots, int64_t slot_bytes, int64_t r
 class RingView {
  public:
   RingView() = default;
-  RingView(void* base, int slots, int64_t slot_bytes) : base_(static_cast<uint8_t*>(base)), slots_(slots),
-                                                        slot_bytes_(slot_bytes) {}
+  RingView(void* base, int slots, int64_t slot_bytes)
+      : base_(static_cast<uint8_t*>(base)), slots_(slots), slot_bytes_(slot_bytes) {}
 
   RingHeader* header() const { return reinterpret_cast<RingHeader*>(base_); }
   SlotHeader* slot(int i) const {

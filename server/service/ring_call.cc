@@ -20,11 +20,11 @@ struct RingState {
   RingCall::Caller caller;
 
   std::mutex mu;
-  std::vector<bool> taken;                    // guarded by mu: a slot whose call has not answered yet
-  std::vector<MultiplyUnaryCall*> answered;   // guarded by mu: calls whose transport_done the thread runs
-  int open_calls = 0;                         // guarded by mu: calls started and not yet done
-  bool stopping = false;                      // guarded by mu
-  Status end = Status::Ok();                  // guarded by mu: the OpenRing call's status
+  std::vector<bool> taken;                   // guarded by mu: a slot whose call has not answered yet
+  std::vector<MultiplyUnaryCall*> answered;  // guarded by mu: calls whose transport_done the thread runs
+  int open_calls = 0;                        // guarded by mu: calls started and not yet done
+  bool stopping = false;                     // guarded by mu
+  Status end = Status::Ok();                 // guarded by mu: the OpenRing call's status
 
   // Wakes the ring's thread (it may sleep on the doorbell): a change of the
   // word makes a wait that read the old value return at once.
@@ -120,6 +120,7 @@ RingCall::RingCall(ServiceShared& shared, const v1::OpenRingRequest& req, std::s
     }
   }
   if (!st.ok()) {
+    std::lock_guard lock(state_->mu);  // as below: OnDone reads registered_
     Finish(to_grpc(st));
     return;
   }
@@ -128,6 +129,7 @@ RingCall::RingCall(ServiceShared& shared, const v1::OpenRingRequest& req, std::s
   opened_.set_opened(true);
   opened_.set_spin_us(shared_.options.ring_spin.count());
   StartWrite(&opened_);
+  std::lock_guard lock(state_->mu);  // orders this constructor's writes before gRPC's reactions read them
   thread_ = std::thread([this] { run(); });
 }
 
@@ -148,14 +150,18 @@ void RingCall::OnWriteDone(bool) {}
 void RingCall::OnCancel() {
   {
     std::lock_guard lock(state_->mu);
-    if (state_->stopping) return;
+    if (state_->stopping || !registered_) return;
     state_->stopping = true;
     state_->end = Cancelled("the caller closed the ring");
   }
-  if (registered_) state_->wake_thread();
+  state_->wake_thread();
 }
 
 void RingCall::OnDone() {
+  // The state's lock orders what the constructor wrote (on the handler's
+  // thread) before this reaction reads it: gRPC's own hand-off between its
+  // threads is not visible to ThreadSanitizer.
+  { std::lock_guard lock(state_->mu); }
   if (thread_.joinable()) thread_.join();
   if (registered_) {
     std::lock_guard lock(shared_.calls_mu);
@@ -209,7 +215,8 @@ void RingCall::run() {
                                    std::to_string(n) + " bytes");
         else if (shared_.connections && shared_.connections->find(st.caller.peer).connection != st.caller.connection)
           refuse = Unavailable("the ring's connection has closed");
-        StatusOr<StreamAdmission::Ticket> ticket = Unavailable("server shutting down; retry on another replica or later");
+        StatusOr<StreamAdmission::Ticket> ticket =
+            Unavailable("server shutting down; retry on another replica or later");
         if (refuse.ok() && !shared_.shutting_down.load())
           ticket = shared_.admission.open(st.caller.admission, st.caller.client);
         if (refuse.ok() && !ticket.ok()) refuse = ticket.status();
@@ -241,8 +248,7 @@ void RingCall::run() {
       pending = !st.answered.empty() || st.stopping;
       // A slot posted again while its call runs does not count: it would keep the thread awake.
       for (int i = 0; i < st.view.slots() && !pending; ++i)
-        pending = !st.taken[std::size_t(i)] &&
-                  st.view.slot(i)->state.load(std::memory_order_seq_cst) == ring::kPosted;
+        pending = !st.taken[std::size_t(i)] && st.view.slot(i)->state.load(std::memory_order_seq_cst) == ring::kPosted;
     }
     if (!pending) ring::futex_wait(&header->doorbell, seen, /*timeout_us=*/100000);
     header->server_waiting.store(0, std::memory_order_relaxed);

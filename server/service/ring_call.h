@@ -44,10 +44,10 @@ class RingCall final : public grpc::ServerWriteReactor<v1::RingEvent> {
  public:
   // Everything a slot's call needs of the OpenRing call that opened it.
   struct Caller {
-    std::string peer;       // gRPC's peer string: the caller's regions are found by it
-    uint64_t connection;    // its Unix connection (unix_connections.h)
-    StreamPeer admission;   // as StreamAdmission counts it
-    AuthClient* client;     // null without --auth-tokens
+    std::string peer;      // gRPC's peer string: the caller's regions are found by it
+    uint64_t connection;   // its Unix connection (unix_connections.h)
+    StreamPeer admission;  // as StreamAdmission counts it
+    AuthClient* client;    // null without --auth-tokens
   };
 
   // Opens the ring `req` names in `region` and starts watching it, or

@@ -22,12 +22,12 @@ TEST(RequestRing, LayoutChecksNameTheField) {
     int64_t offset, slots, slot_bytes, region;
     const char* field;
   };
-  for (const Bad& b : {Bad{3, 4, 4096, fits, "offset"}, Bad{-64, 4, 4096, fits, "offset"},
-                       Bad{0, 0, 4096, fits, "slots"}, Bad{0, kMaxSlots + 1, 4096, int64_t(1) << 40, "slots"},
-                       Bad{0, 4, 4000, fits, "slot_bytes"}, Bad{0, 4, 4096 + 32, fits, "slot_bytes"},
-                       Bad{0, 1, kMaxSlotBytes + 64, int64_t(1) << 30, "slot_bytes"},
-                       Bad{64, 4, 4096, fits, "does not fit"}, Bad{0, 4, 4096, fits - 1, "does not fit"},
-                       Bad{int64_t(1) << 40, 1, 4096, fits, "does not fit"}}) {
+  for (const Bad& b :
+       {Bad{3, 4, 4096, fits, "offset"}, Bad{-64, 4, 4096, fits, "offset"}, Bad{0, 0, 4096, fits, "slots"},
+        Bad{0, kMaxSlots + 1, 4096, int64_t(1) << 40, "slots"}, Bad{0, 4, 4000, fits, "slot_bytes"},
+        Bad{0, 4, 4096 + 32, fits, "slot_bytes"}, Bad{0, 1, kMaxSlotBytes + 64, int64_t(1) << 30, "slot_bytes"},
+        Bad{64, 4, 4096, fits, "does not fit"}, Bad{0, 4, 4096, fits - 1, "does not fit"},
+        Bad{int64_t(1) << 40, 1, 4096, fits, "does not fit"}}) {
     const Status st = check_layout(b.offset, b.slots, b.slot_bytes, b.region);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << b.field;
     EXPECT_NE(st.message().find(b.field), std::string::npos) << st.message();

@@ -53,9 +53,9 @@ class RingE2E : public testing::SuiteServer<RingE2E> {
     RingOptions o;
     o.slots = slots;
     o.slot_bytes = slot_bytes;
-    SGEMM_ASSIGN_OR_RETURN(h.ring, RequestRing::open(grpc::CreateChannel(server_->unix_address(),
-                                                                         grpc::InsecureChannelCredentials()),
-                                                     nullptr, h.region->name(), h.region->data(), o));
+    SGEMM_ASSIGN_OR_RETURN(
+        h.ring, RequestRing::open(grpc::CreateChannel(server_->unix_address(), grpc::InsecureChannelCredentials()),
+                                  nullptr, h.region->name(), h.region->data(), o));
     h.view = ring::RingView(h.region->data(), slots, slot_bytes);
     return h;
   }
