@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   if (!opt.kernel.empty()) eopt.kernel = sgemm::parse_kernel_kind(opt.kernel);
   eopt.cpu_threads = opt.cpu_threads;
   eopt.pinned_pool_bytes = std::size_t(opt.pinned_pool_bytes);
+  eopt.lanes_per_gpu = opt.lanes_per_gpu;
   eopt.warm_up = !opt.no_warm_up;
   eopt.kernel_autotune = !opt.no_kernel_autotune;
   if (!opt.kernel_speeds.empty()) {

@@ -204,6 +204,11 @@ void add_server_flags(CLI::App& app, CommandLine& opt) {
                  "matrices are dropped least recently used first when it is full (0 = 8 GiB per GPU, 1 GiB on cpu)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--lanes-per-gpu", opt.lanes_per_gpu,
+                 "cuda: requests each GPU runs at once, each on its own streams (a lane); more lanes overlap more "
+                 "small products' copies and launches (docs/engine.md)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_flag("--no-warm-up", opt.no_warm_up,
                "skip loading kernels and cuBLAS on every GPU at start-up (the first requests then pay for it)");
   app.add_flag("--no-kernel-autotune", opt.no_kernel_autotune,

@@ -25,6 +25,7 @@ struct CommandLine : sgemm::ServerOptions {
   // memory (cpu) that PutMatrix and kept results may hold; 0 = the engine's
   // default (8 GiB per GPU, 1 GiB on cpu).
   int64_t resident_bytes = 0;
+  int lanes_per_gpu = 2;            // cuda: requests one GPU runs at once (each a lane: its streams and buffers)
   bool no_warm_up = false;          // skip the start-up warm-up (to measure what it saves)
   bool no_kernel_autotune = false;  // the measured speeds alone pick the fp32 kernel (docs/engine.md)
   std::string kernel_speeds;        // sgemm-bench --speed-table rows for this host's GPUs, added to the built-in

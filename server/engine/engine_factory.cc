@@ -42,6 +42,7 @@ StatusOr<BuiltEngine> make_engine(const EngineOptions& options) {
   cuda_options.log = options.log;
   if (options.pinned_pool_bytes) cuda_options.pinned_pool_bytes = *options.pinned_pool_bytes;
   if (options.resident_bytes) cuda_options.resident_bytes = *options.resident_bytes;
+  cuda_options.lanes_per_device = options.lanes_per_gpu;
   cuda_options.warm_up = options.warm_up;
   cuda_options.kernel_autotune = options.kernel_autotune;
   cuda_options.kernel_speeds = options.kernel_speeds;

@@ -26,6 +26,7 @@ struct EngineOptions {
   std::optional<KernelKind> kernel;              // default GPU kernel; nullopt = the engine's (pingpong)
   int cpu_threads = 0;                           // OpenBLAS threads; 0 = all cores
   std::optional<std::size_t> pinned_pool_bytes;  // cuda: pinned at start-up; nullopt = the engine's default (none)
+  int lanes_per_gpu = 2;                         // cuda: requests one GPU runs at once (--lanes-per-gpu)
   bool warm_up = true;                           // cuda: a small product per kernel and lane before serving
   bool kernel_autotune = true;  // cuda: time both fp32 kernels on each new kernel shape (docs/engine.md)
   // cuda: the measured kernel speeds the fp32 kernel choice reads; null = the
