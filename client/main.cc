@@ -762,8 +762,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sub->add_option("--rpc", o.rpc,
                   "auto (MultiplyUnary, one message each way, for a product that fits it on the grpc transport; "
-                  "else the Multiply stream), stream, or unary (docs/transport.md)")
-      ->check(CLI::IsMember({"auto", "stream", "unary"}))
+                  "else the Multiply stream), stream, unary, or ring (auto's MultiplyUnary messages through a request "
+                  "ring in shared memory, on the server's Unix socket; docs/transport.md)")
+      ->check(CLI::IsMember({"auto", "stream", "unary", "ring"}))
       ->capture_default_str();
   sub->add_option("--gpu", o.gpu, "--transport cuda-ipc: the CUDA device (this host's ordinal) holding A, B and C")
       ->check(CLI::NonNegativeNumber);

@@ -288,6 +288,18 @@ TEST_F(RingE2E, ClosingARingReleasesItsRegion) {
   EXPECT_LE(*waited, 1) << "only the ring's own hold, if its end has not reached the region yet";
 }
 
+TEST_F(RingE2E, CliSubmitThroughTheRingVerifies) {
+  const std::string cli = testing::client_bin();
+  for (const char* transport : {"grpc", "shm"}) {
+    SCOPED_TRACE(transport);
+    auto r = testing::run_command(cli + " submit --server " + server_->unix_address() + " --transport " + transport +
+                                  " --rpc ring --m 67 --n 31 --k 45 --op-a t --beta 0.5 --verify 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("rpc: ring"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+  }
+}
+
 TEST_F(RingE2E, TheRingNeedsTheUnixSocket) {
   ClientOptions co;
   co.rpc = MultiplyRpc::kRing;
