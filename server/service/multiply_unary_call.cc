@@ -204,7 +204,7 @@ void MultiplyUnaryCall::finish(const Status& status, grpc::ByteBuffer answer) {
     cancel_.cancel(status);  // the engine stops at its next block
     record_failure(shared_, outcome(), status.code(), status.message(), phase_name(finish_phase_), spdlog::level::warn);
   }
-  reply_->send(status, std::move(answer));
+  reply_->send(status, answer);  // a ByteBuffer copy shares its slices
 }
 
 RequestOutcome MultiplyUnaryCall::outcome() const {
@@ -262,14 +262,17 @@ GrpcUnaryReply::GrpcUnaryReply(grpc::CallbackServerContext* ctx, grpc::ByteBuffe
     : ctx_(ctx), response_(response), peer_(ctx->peer()) {}
 
 void GrpcUnaryReply::send(const Status& status, grpc::ByteBuffer answer) {
-  if (status.ok()) *response_ = std::move(answer);
+  if (status.ok()) *response_ = answer;
   Finish(to_grpc(status));
 }
 
 void GrpcUnaryReply::OnCancel() {
-  call_->transport_cancelled(std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline());
+  call_.load(std::memory_order_acquire)
+      ->transport_cancelled(std::chrono::system_clock::now() + std::chrono::milliseconds(250) >= ctx_->deadline());
 }
 
-void GrpcUnaryReply::OnDone() { call_->transport_done(); }  // may delete the call, and this reply with it
+void GrpcUnaryReply::OnDone() {
+  call_.load(std::memory_order_acquire)->transport_done();
+}  // may delete the call, and this reply with it
 
 }  // namespace sgemm

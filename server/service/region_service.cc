@@ -32,8 +32,8 @@ grpc::ServerWriteReactor<v1::RingEvent>* SgemmService::OpenRing(grpc::CallbackSe
   auto caller = region_caller(ctx);  // the token first, then the Unix connection
   if (caller.ok()) {
     auto got = regions_->acquire(*caller, req->region());
-    if (got.ok()) region = *std::move(got);
     refuse = got.status();
+    if (got.ok()) region = *std::move(got);
     who.connection = caller->connection;
     who.client = *authenticate(ctx);
   } else {

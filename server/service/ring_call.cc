@@ -120,7 +120,7 @@ RingCall::RingCall(ServiceShared& shared, const v1::OpenRingRequest& req, std::s
     }
   }
   if (!st.ok()) {
-    std::lock_guard lock(state_->mu);  // as below: OnDone reads registered_
+    std::lock_guard lock(made_mu_);  // as below
     Finish(to_grpc(st));
     return;
   }
@@ -129,7 +129,10 @@ RingCall::RingCall(ServiceShared& shared, const v1::OpenRingRequest& req, std::s
   opened_.set_opened(true);
   opened_.set_spin_us(shared_.options.ring_spin.count());
   StartWrite(&opened_);
-  std::lock_guard lock(state_->mu);  // orders this constructor's writes before gRPC's reactions read them
+  // Held until the constructor returns: it orders the constructor's writes
+  // before gRPC's reactions read them (gRPC's own hand-off between its
+  // threads is not visible to ThreadSanitizer).
+  std::lock_guard lock(made_mu_);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -148,6 +151,7 @@ void RingCall::stop(const Status& why) {
 void RingCall::OnWriteDone(bool) {}
 
 void RingCall::OnCancel() {
+  { std::lock_guard made(made_mu_); }  // the constructor's writes first
   {
     std::lock_guard lock(state_->mu);
     if (state_->stopping || !registered_) return;
@@ -158,10 +162,7 @@ void RingCall::OnCancel() {
 }
 
 void RingCall::OnDone() {
-  // The state's lock orders what the constructor wrote (on the handler's
-  // thread) before this reaction reads it: gRPC's own hand-off between its
-  // threads is not visible to ThreadSanitizer.
-  { std::lock_guard lock(state_->mu); }
+  { std::lock_guard made(made_mu_); }  // the constructor's writes first
   if (thread_.joinable()) thread_.join();
   if (registered_) {
     std::lock_guard lock(shared_.calls_mu);

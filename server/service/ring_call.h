@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -69,6 +70,7 @@ class RingCall final : public grpc::ServerWriteReactor<v1::RingEvent> {
   ServiceShared& shared_;
   std::shared_ptr<RingState> state_;  // shared with the slots' replies
   v1::RingEvent opened_;              // the first message: gRPC reads it until the write is done
+  std::mutex made_mu_;                // orders the constructor's writes before the reactions (ring_call.cc)
   std::thread thread_;
   bool registered_ = false;  // in shared.rings (set in the constructor, read at OnDone)
 };
