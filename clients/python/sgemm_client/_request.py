@@ -319,6 +319,14 @@ class Request:
             h.out_region.region, h.out_region.offset, h.out_region.ld = region.name, c_off, 0
         self._scratch_c = view(c_off, m, n)
 
+    def copy_out_scratch(self) -> None:
+        """Scratch mode, once the server answered: C out of the scratch region into the result, before the
+        region goes back to the client for another call (another thread may take it at once)."""
+        scratch_c = getattr(self, "_scratch_c", None)  # set by use_scratch
+        if self.mode == "scratch" and self.out_ref is None and scratch_c is not None:
+            self.result[...] = scratch_c
+        self._scratch_c = None
+
     def header_message(self) -> bytes:
         return pb2.MultiplyRequest(header=self.header).SerializeToString()
 
@@ -342,8 +350,7 @@ class Request:
         """(C, Summary) once the call succeeded."""
         from ._types import Summary
 
-        if self.mode == "scratch" and self.out_ref is None:
-            self.result[...] = self._scratch_c
+        self.copy_out_scratch()  # done already where the scratch region went back (_through_scratch)
         if self.out is not None and self.result is not None and self.result is not self.out:
             self.out[...] = self.result
         proto = receiver.summary

@@ -41,6 +41,9 @@ class Client(ClientBase):
     since they register with the server)."""
 
     _make_channel = staticmethod(_channel.aio_channel)
+    # No "ring": a coroutine cannot wait on the ring's futex, and polling it from a thread would add the
+    # hand-off the ring exists to avoid.
+    rpcs = ("auto", "stream", "unary")
 
     def _own_state(self) -> None:
         self._stripe_channels: Dict[int, Any] = {}
@@ -259,6 +262,7 @@ class Client(ClientBase):
                     continue  # the connection that registered it closed: register a fresh one
                 await self._keep_scratch(region)
                 raise
+            req.copy_out_scratch()  # before the region goes back: another call may take it at once
             await self._keep_scratch(region)
             return receiver
         raise AssertionError("unreachable")

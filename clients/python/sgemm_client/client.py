@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 import grpc
 import numpy as np
 
-from . import _channel, _stripe_pool, _wire
+from . import _channel, _ring, _stripe_pool, _wire
 from ._proto import health_pb2, health_pb2_grpc
 from ._proto import sgemm_pb2 as pb2
 from ._proto import sgemm_pb2_grpc as pb2_grpc
@@ -47,7 +47,8 @@ TRANSPORTS = ("auto", "grpc", "shm")
 # Who drives the streams of a request spread over several connections: "threads" (one per stripe, in this
 # interpreter), "processes" (a worker process per stripe, _stripe_pool.py) or "auto" (processes where they win).
 STRIPE_WORKERS = ("auto", "threads", "processes")
-RPCS = ("auto", "stream", "unary")
+RPCS = ("auto", "stream", "unary", "ring")
+RING_SUMMARY_ROOM = 64 << 10  # an answer's summary without a trace fits in this
 # "auto" takes processes when this process may run on at least this many CPUs: below it the workers' copies
 # and the client share too few cores to gain on the threads (docs/python.md, "Several connections").
 AUTO_PROCESSES_MIN_CPUS = 4
@@ -104,6 +105,7 @@ class ClientBase:
     per-client state both keep. `_own_state()` adds what only the subclass keeps."""
 
     _make_channel: Callable[..., Any] = staticmethod(_channel.sync_channel)
+    rpcs: Tuple[str, ...] = RPCS  # the `rpc` values this client takes
 
     def __init__(self, target: str = "localhost:50051", *, token: Optional[str] = None, tls: bool = False,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
@@ -116,8 +118,8 @@ class ClientBase:
             raise ValueError(f"connections must be >= 0 (0 = by size), got {connections}")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-        if rpc not in RPCS:
-            raise ValueError(f"rpc must be one of {', '.join(RPCS)}, got {rpc!r}")
+        if rpc not in self.rpcs:
+            raise ValueError(f"rpc must be one of {', '.join(self.rpcs)}, got {rpc!r}")
         if stripe_workers not in STRIPE_WORKERS:
             raise ValueError(f"stripe_workers must be one of {', '.join(STRIPE_WORKERS)}, got {stripe_workers!r}")
         if stripe_workers == "processes":  # checked before any channel exists
@@ -158,7 +160,7 @@ class ClientBase:
         if self.rpc == "stream" or req.mode == "device" or req.keep or req.plan.stripes != 1:
             return False
         if self.rpc == "unary":
-            return True
+            return True  # "ring" decides as "auto" does: what auto sends as MultiplyUnary goes through the ring
         if req.mode == "stream":
             return _wire.fits_unary(req.m, req.n, req.k, req.has_c, req.skip)
         return not req.c_comes_back or 4 * req.m * req.n <= _wire.UNARY_MAX_BYTES
@@ -204,7 +206,10 @@ class Client(ClientBase):
     transport: "auto" (shared memory on a unix: target whose server offers it, else gRPC), "grpc", "shm".
     rpc: "auto" (a product sent as data on one connection goes through MultiplyUnary, one message each
       way, when A + B (+ C) and C each fit its limit, _wire.UNARY_MAX_BYTES), "stream" (always the Multiply
-      stream) or "unary" (always MultiplyUnary; a product over the limit is refused); summary.rpc says which.
+      stream), "unary" (always MultiplyUnary; a product over the limit is refused) or "ring" (what "auto"
+      sends as MultiplyUnary goes through a request ring in shared memory instead of a gRPC call: unix:
+      targets only; a request or answer larger than a slot's 1 MiB, or a traced one, still goes as
+      MultiplyUnary; docs/transport.md, "Request rings"); summary.rpc says which.
     channel_options: extra gRPC channel arguments, (name, value) pairs.
     stripe_workers: who drives the streams of a request over several connections: "processes" (a worker
       process per stripe, started on the first such request and kept; matrices pass through shared memory),
@@ -217,6 +222,10 @@ class Client(ClientBase):
         self._multiply_rpcs: Dict[int, Any] = {0: self._multiply_rpc(self._channel)}  # guarded by _lock
         self._multiply_unary = self._channel.unary_unary("/sgemm.v1.Sgemm/MultiplyUnary", request_serializer=None,
                                                          response_deserializer=None)
+        self._open_ring = self._channel.unary_stream("/sgemm.v1.Sgemm/OpenRing",
+                                                     request_serializer=pb2.OpenRingRequest.SerializeToString,
+                                                     response_deserializer=pb2.RingEvent.FromString)
+        self._ring: Optional[_ring.RequestRing] = None  # guarded by _lock; opened on the first rpc "ring" product
         self._stripe_channels: List[grpc.Channel] = []  # guarded by _lock
         self._workers: Optional[_stripe_pool.StripeWorkers] = None  # guarded by _lock; made on first use
         # _transport (resolved once), _scratch (the kept scratch region) and _handle_shapes: guarded by _lock
@@ -229,8 +238,12 @@ class Client(ClientBase):
             channels = [self._channel, *self._stripe_channels]
             self._stripe_channels = []
             workers, self._workers = self._workers, None
+            ring, self._ring = self._ring, None
         if workers is not None:
             workers.close()
+        if ring is not None:
+            ring.close()
+            self._unregister_quietly(ring.region)
         for ch in channels:
             ch.close()
 
@@ -461,11 +474,35 @@ class Client(ClientBase):
         """One attempt through MultiplyUnary: the stream's messages (header, then the chunks) joined as one
         MultiplyUnaryRequest (the same field numbers); C and the summary in one answer."""
         receiver, body = unary_request(req)
+        answer_bytes = 4 * req.m * req.n if req.c_comes_back else 0
+        if (self.rpc == "ring" and not req.header.trace and
+                max(len(body), answer_bytes + RING_SUMMARY_ROOM) <= _ring.DEFAULT_SLOT_BYTES - _ring.SLOT_HEADER_BYTES):
+            answer = self._request_ring(deadline).exchange(body, deadline)
+            receiver = unary_answer(receiver, answer)
+            receiver.rpc = "ring"
+            return receiver
         try:
             answer = self._multiply_unary(body, timeout=remaining(deadline), metadata=self._metadata)
         except grpc.RpcError as e:
             raise error_of(e) from None
         return unary_answer(receiver, answer)
+
+    def _request_ring(self, deadline: Optional[float]) -> "_ring.RequestRing":
+        """The client's request ring, opened on first use in a region of its own (rpc "ring")."""
+        with self._lock:
+            if self._ring is not None:
+                return self._ring
+            self._need_unix()
+            why_not = _ring.available()
+            if why_not:
+                raise SgemmError(grpc.StatusCode.FAILED_PRECONDITION, why_not)
+            region = self._create_region(_ring.RequestRing.ring_bytes(), deadline)
+            try:
+                self._ring = _ring.RequestRing(region, self._open_ring, self._metadata)
+            except BaseException:
+                self._unregister_quietly(region)
+                raise
+            return self._ring
 
     def _through_scratch(self, req: Request, deadline: Optional[float],
                          send: Callable[[Request, Optional[float]], Receiver]) -> Receiver:
@@ -488,6 +525,7 @@ class Client(ClientBase):
                     continue  # the connection that registered it closed: register a fresh one
                 self._keep_scratch(region)
                 raise
+            req.copy_out_scratch()  # before the region goes back: another call may take it at once
             self._keep_scratch(region)
             return receiver
         raise AssertionError("unreachable")

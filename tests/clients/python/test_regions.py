@@ -69,6 +69,69 @@ class Regions(unittest.TestCase):
         self.assertEqual(summary.bytes_received, wide_m * wide_n * 4)
         self.assertLessEqual(max_error(c, p, q), TOLERANCE)
 
+    def _threads_through_scratch(self, cl, rpc):
+        """6 threads of ordinary arrays through `cl`'s scratch region at once; the failures."""
+        import threading
+        errors = []
+
+        def worker(seed):
+            rng = np.random.default_rng(seed)
+            for i in range(20):
+                u, v = random(rng, 3 + i % 10, 11), random(rng, 11, 7 + seed % 5)
+                got, summ = cl.multiply(u, v, timeout=60)
+                if summ.rpc != rpc or max_error(got, u, v) > TOLERANCE:
+                    errors.append((seed, i, summ.rpc))
+
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return errors
+
+    def test_threads_share_the_scratch_region_safely(self):
+        # C is copied out of the scratch region before the region goes back for another thread's call.
+        with sgemm_client.Client(self.server.unix_target) as cl:
+            self.assertEqual(self._threads_through_scratch(cl, "unary"), [])
+
+    def test_a_request_ring_carries_what_auto_sends_as_one_message(self):
+        # rpc "ring": MultiplyUnary's bytes through a ring in shared memory, no gRPC call per product
+        # (docs/transport.md, "Request rings"); odd shapes, ops, C, regions, ordinary arrays, threads.
+        with sgemm_client.Client(self.server.unix_target, rpc="ring") as cl:
+            m, n, k = 37, 19, 53
+            x, y, z = cl.empty((m, k)), cl.empty((k, n)), cl.empty((m, n))
+            x[...], y[...] = random(self.rng, m, k), random(self.rng, k, n)
+            got, summary = cl.multiply(x, y, out=z, timeout=60)  # operands and C in regions
+            self.assertEqual((summary.transport, summary.rpc, summary.bytes_sent), ("shm", "ring", 0))
+            self.assertLessEqual(max_error(z, x, y), TOLERANCE)
+            a, b, c0 = random(self.rng, k, m), random(self.rng, n, k), random(self.rng, m, n)
+            c, summary = cl.multiply(a, b, c0, 1.5, -0.5, op_a="t", op_b="t", timeout=60)  # the scratch region
+            self.assertEqual(summary.rpc, "ring")
+            self.assertLessEqual(max_error(c, a.T, b.T, c0, 1.5, -0.5), TOLERANCE)
+            self.assertEqual(self._threads_through_scratch(cl, "ring"), [])
+            ring_region = cl._ring.region.name
+            self.assertIn(ring_region, [r.name for r in cl.regions().regions])
+        # Closed with the client: the server let go of the ring's region.
+        self.assertNotIn(ring_region, [r.name for r in self.client.regions().regions])
+        # Over the operands in the message, on the same socket.
+        with sgemm_client.Client(self.server.unix_target, rpc="ring", transport="grpc") as cl:
+            a, b = random(self.rng, 64, 64), random(self.rng, 64, 64)
+            c, summary = cl.multiply(a, b, timeout=60)
+            self.assertEqual((summary.transport, summary.rpc), ("grpc", "ring"))
+            self.assertLessEqual(max_error(c, a, b), TOLERANCE)
+            # A C larger than a slot's 1 MiB still fits MultiplyUnary: it goes that way.
+            p, q = random(self.rng, 600, 5), random(self.rng, 5, 600)
+            c, summary = cl.multiply(p, q, timeout=60)
+            self.assertEqual(summary.rpc, "unary")
+            self.assertLessEqual(max_error(c, p, q), TOLERANCE)
+        # Only on the Unix socket; the asyncio client takes no ring.
+        with sgemm_client.Client(self.server.address, rpc="ring") as cl:
+            with self.assertRaises(sgemm_client.SgemmError) as e:
+                cl.multiply(random(self.rng, 2, 2), random(self.rng, 2, 2), timeout=60)
+            self.assertEqual(e.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        with self.assertRaises(ValueError):
+            sgemm_client.aio.Client(self.server.unix_target, rpc="ring")
+
     def test_views_of_a_region_with_a_leading_dimension(self):
         cl = self.client
         big = cl.empty((300, 200))
