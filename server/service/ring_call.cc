@@ -246,9 +246,11 @@ void RingCall::run() {
     bool pending = false;
     {
       std::lock_guard lock(st.mu);
-      pending = !st.answered.empty() || st.stopping;
-      // A slot posted again while its call runs does not count: it would keep the thread awake.
-      for (int i = 0; i < st.view.slots() && !pending; ++i)
+      // Stopping, the thread waits (asleep) for the calls it started; a slot
+      // posted again while its call runs does not count: it would keep the
+      // thread awake.
+      pending = !st.answered.empty() || (st.stopping && st.open_calls == 0);
+      for (int i = 0; i < st.view.slots() && !pending && !st.stopping; ++i)
         pending = !st.taken[std::size_t(i)] && st.view.slot(i)->state.load(std::memory_order_seq_cst) == ring::kPosted;
     }
     if (!pending) ring::futex_wait(&header->doorbell, seen, /*timeout_us=*/100000);

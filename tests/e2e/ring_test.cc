@@ -310,5 +310,24 @@ TEST_F(RingE2E, TheRingNeedsTheUnixSocket) {
   EXPECT_NE(res.status().message().find("unix:"), std::string::npos) << res.status().to_string();
 }
 
+// A server that stops closes its rings (UNAVAILABLE), and a client's next
+// product through its ring says so instead of waiting for an answer.
+TEST(RingShutdownE2E, AServerThatStopsClosesItsRingsAndTheClientIsTold) {
+  testing::InProcessServer server;
+  ASSERT_TRUE(server.running()) << server.log();
+  ClientOptions co;
+  co.rpc = MultiplyRpc::kRing;
+  co.transport = Transport::kGrpc;
+  co.retry.max_attempts = 1;
+  auto client = Client::connect(server.unix_address(), co);
+  std::vector<float> a(12, 1.0f), b(12, 2.0f);
+  auto first = client->multiply({3, 4, 4}, a.data(), b.data(), nullptr, {});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->rpc, MultiplyRpc::kRing);
+  EXPECT_EQ(server.stop(), 0) << "the open ring does not hold the server up";
+  auto after = client->multiply({3, 4, 4}, a.data(), b.data(), nullptr, {});
+  EXPECT_EQ(after.status().code(), StatusCode::kUnavailable) << after.status().to_string();
+}
+
 }  // namespace
 }  // namespace sgemm
