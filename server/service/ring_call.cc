@@ -152,13 +152,7 @@ void RingCall::OnWriteDone(bool) {}
 
 void RingCall::OnCancel() {
   { std::lock_guard made(made_mu_); }  // the constructor's writes first
-  {
-    std::lock_guard lock(state_->mu);
-    if (state_->stopping || !registered_) return;
-    state_->stopping = true;
-    state_->end = Cancelled("the caller closed the ring");
-  }
-  state_->wake_thread();
+  if (registered_) stop(Cancelled("the caller closed the ring"));
 }
 
 void RingCall::OnDone() {

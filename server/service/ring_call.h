@@ -56,7 +56,7 @@ class RingCall final : public grpc::ServerWriteReactor<v1::RingEvent> {
   RingCall(ServiceShared& shared, const v1::OpenRingRequest& req, std::shared_ptr<const MappedRegion> region,
            Caller caller, Status refuse);
 
-  // Ends the ring with `why` (shutdown). shared.calls_mu held.
+  // Ends the ring with `why` (shutdown, with shared.calls_mu held; or the caller's cancel).
   void stop(const Status& why);
 
   void OnWriteDone(bool ok) override;
