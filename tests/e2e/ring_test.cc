@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -227,6 +228,102 @@ TEST_F(RingE2E, ABadSlotGetsItsStatusAndTheRingServesOn) {
   ASSERT_EQ(answer.c().data().size(), std::size_t(s.m * s.n) * sizeof(float));
   const float* c = reinterpret_cast<const float*>(answer.c().data().data());
   for (int64_t i = 0; i < s.m * s.n; ++i) ASSERT_EQ(c[i], 6.0f) << "element " << i;
+}
+
+// An unfriendly ring caller, by what it costs the server: rings opened and
+// never used (and a thousand more asked for), answers never read, a request
+// at the slot's size limit, a request whose operands stop short. A normal
+// caller is served correctly throughout, and nothing is held afterwards.
+TEST_F(RingE2E, UnfriendlyRingCallersCostBoundedResources) {
+  auto client = Client::connect(server_->unix_address());
+  ClientOptions normal_options;
+  normal_options.rpc = MultiplyRpc::kUnary;  // the rings are all taken by the unfriendly caller
+  auto normal = Client::connect(server_->unix_address(), normal_options);
+  const auto served_right = [&](const char* beside) {
+    const GemmShape s{45, 29, 71};
+    const uint64_t seed = fresh_seed();
+    std::vector<float> a(std::size_t(s.m * s.k)), b(std::size_t(s.k * s.n));
+    fill_random(a, seed);
+    fill_random(b, seed + 1);
+    auto res = normal->multiply(s, a.data(), b.data(), nullptr, {});
+    ASSERT_TRUE(res.ok()) << beside << ": " << res.status().to_string();
+    expect_product(s, Op::kN, Op::kN, 1.0f, 0.0f, a, b, nullptr, res->c, seed);
+  };
+
+  // Idle rings: --max-rings (3) of them, each a sleeping thread; a thousand more are refused at once.
+  std::vector<HandRing> rings;
+  for (int i = 0; i < 3; ++i) {
+    auto h = hand_ring(*client);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    rings.push_back(std::move(*h));
+  }
+  auto stub = v1::Sgemm::NewStub(grpc::CreateChannel(server_->unix_address(), grpc::InsecureChannelCredentials()));
+  int refused = 0;
+  for (int i = 0; i < 1000; ++i) {
+    grpc::ClientContext ctx;
+    v1::OpenRingRequest req;
+    req.set_region(rings[0].region->name());  // a formatted ring of the same caller's
+    req.set_slots(2);
+    req.set_slot_bytes(64 << 10);
+    auto reader = stub->OpenRing(&ctx, req);
+    v1::RingEvent e;
+    if (!reader->Read(&e) && reader->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++refused;
+  }
+  EXPECT_EQ(refused, 1000) << "a ring past --max-rings was not refused with RESOURCE_EXHAUSTED";
+  served_right("beside 3 idle rings and 1,000 refused");
+
+  // Answers never read: the server answers into the caller's memory and holds nothing for it.
+  HandRing& h = rings[0];
+  const GemmShape s{30, 20, 10};
+  v1::MultiplyRequest head;
+  head.mutable_header()->set_m(s.m);
+  head.mutable_header()->set_n(s.n);
+  head.mutable_header()->set_k(s.k);
+  auto chunk = [](v1::Matrix id, int64_t count) {
+    v1::MultiplyRequest r;
+    r.mutable_chunk()->set_matrix(id);
+    r.mutable_chunk()->set_data(std::string(std::size_t(count) * sizeof(float), '\0'));
+    return r.SerializeAsString();
+  };
+  const std::string product =
+      head.SerializeAsString() + chunk(v1::MATRIX_A, s.m * s.k) + chunk(v1::MATRIX_B, s.k * s.n);
+  const auto post = [&](int slot, const std::string& bytes) {
+    std::memcpy(h.view.payload(slot), bytes.data(), bytes.size());
+    h.view.slot(slot)->request_bytes = uint32_t(bytes.size());
+    h.view.slot(slot)->state.store(ring::kPosted, std::memory_order_seq_cst);
+    h.view.header()->doorbell.fetch_add(1);
+    ring::futex_wake_all(&h.view.header()->doorbell);
+  };
+  const auto answered = [&](int slot) {
+    ring::SlotHeader* sh = h.view.slot(slot);
+    const auto until = Clock::now() + std::chrono::seconds(30);
+    while (sh->state.load(std::memory_order_acquire) != ring::kAnswered && Clock::now() < until)
+      ring::futex_wait(&sh->state, sh->state.load(), 10000);
+    return sh->state.load() == ring::kAnswered ? sh->status_code : -1;
+  };
+  post(0, product);
+  post(1, product);
+  EXPECT_EQ(answered(0), 0);
+  EXPECT_EQ(answered(1), 0);
+  testing::expect_released(*client, "with two answers never read");
+  served_right("beside two answers never read");
+
+  // A request of exactly the slot's payload (a header, then padding that is no message).
+  std::string at_limit = head.SerializeAsString();
+  at_limit.resize(std::size_t(h.view.payload_capacity()), '\xff');
+  post(0, at_limit);
+  EXPECT_EQ(answered(0), int32_t(grpc::StatusCode::INVALID_ARGUMENT));
+  // Operands that stop short: A's chunk covers half of A.
+  post(1, head.SerializeAsString() + chunk(v1::MATRIX_A, s.m * s.k / 2) + chunk(v1::MATRIX_B, s.k * s.n));
+  EXPECT_EQ(answered(1), int32_t(grpc::StatusCode::INVALID_ARGUMENT));
+  const std::string message(reinterpret_cast<const char*>(h.view.payload(1)), h.view.slot(1)->answer_bytes);
+  EXPECT_NE(message.find("A"), std::string::npos) << message;
+  served_right("after the refused slots");
+
+  // Closed: the rings' threads and regions go, and nothing is held.
+  rings.clear();
+  testing::expect_released(*client, "after the rings closed");
+  served_right("after the rings closed");
 }
 
 TEST_F(RingE2E, OpeningIsCheckedAndBounded) {
