@@ -79,8 +79,15 @@ namespace sgemm::fp32x3 {
 
 constexpr int kBK = 32;             // k per stage: one 128-byte swizzle row of fp32
 constexpr int kRowBytes = kBK * 4;  // 128
-constexpr int kConsumerRegs = 232;  // setmaxnreg for the two consumer warp groups
-constexpr int kProducerRegs = 40;   // and for the producer: 128*40 + 256*232 <= 64K
+// setmaxnreg of the two consumer warp groups and of the producer. The consumers' increase
+// waits until the producer's decrease has freed registers, and the pool is what the CTA got
+// at launch (384 threads x 168, __launch_bounds__(384, 1)), not the SM's 64K: a sum past it
+// leaves the consumers waiting forever.
+constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 40;
+constexpr int kLaunchRegs = 168;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * kLaunchRegs,
+              "the consumers' setmaxnreg.inc must be met by what the producer gives up");
 
 template <int kWgM_, int kBN_, int kStages_, bool kPingpong_, int kPromoteEvery_, int kClusterM_ = 1,
           bool kSplitAInKernel_ = false, bool kAluRound_ = true, int kGroupM_ = 8>
@@ -387,6 +394,7 @@ __global__ void __launch_bounds__(256)
 using ptx::allow_dependents_launch;
 using ptx::cluster_cta_rank;
 using ptx::cluster_sync;
+using ptx::fence_proxy_async_shared;
 using ptx::fence_registers;
 using ptx::grid_dependency_wait;
 using ptx::lds_f32;
@@ -448,17 +456,23 @@ __global__ void __launch_bounds__(384, 1)
       mbar_init(empty_bar + 8 * s, Cfg::kConsumerArrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
-  // Barriers initialised before any CTA of the cluster signals or fills them.
-  if constexpr (kCl > 1) {
-    cluster_sync();
-  } else {
-    __syncthreads();
+    fence_proxy_async_shared();
   }
   grid_dependency_wait();  // kernel 1 has written the planes and the mark
-  // Every CTA of a cluster reads the same flag (written by kernel 1), so all return.
-  if (inf.raised()) return;  // the fallback computes C (infinities, above)
+  // Barriers initialised before any CTA of the cluster signals or fills them; and the
+  // CTA decides once whether it steps aside for the fallback (infinities, above). With
+  // kCheckA another CTA may raise the mark while this one reads it: every warp must take
+  // the same branch, or the warp groups that stayed would wait forever on the barriers of
+  // those that returned. Every CTA of a cluster reads the same word, written by kernel 1
+  // (no kCheckA with clusters), so all of them return or none does.
+  bool step_aside;
+  if constexpr (kCl > 1) {
+    cluster_sync();
+    step_aside = inf.raised();
+  } else {
+    step_aside = __syncthreads_or(inf.raised()) != 0;
+  }
+  if (step_aside) return;
 
   // Unit t -> (tile row, tile column) of this CTA, rasterized in groups of kGroupM unit
   // rows, and its K slice: k-blocks [kb0, kb0 + kbn) of slice `split`.

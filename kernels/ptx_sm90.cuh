@@ -102,6 +102,13 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) 
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void allow_dependents_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
+// Orders this thread's earlier ordinary stores to shared memory before later reads of the
+// async proxy (wgmma operands, TMA): a thread that wrote an operand tile itself fences
+// before it signals the barrier its readers wait on.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
