@@ -151,13 +151,14 @@ std::size_t workspace_bytes_for(const GemmShape& s, const Fp32x3Slices& slices, 
 
 // This launch's InfMark (fp32x3_sgemm.cuh): the workspace's last slot, and a value no
 // earlier launch of this process wrote there (a counter from a random start, so that a
-// word another process left is unlikely to match either).
+// word another process left is unlikely to match either). Even, in steps of two: the GEMM
+// kernel's own mark is value ^ 1.
 fp32x3::InfMark inf_mark_of(void* workspace, const GemmShape& s, const Fp32x3Slices& slices, bool own_b = true) {
-  static std::atomic<unsigned long long> next{(static_cast<unsigned long long>(std::random_device{}()) << 32) ^
-                                              std::random_device{}()};
+  static std::atomic<unsigned long long> next{
+      ((static_cast<unsigned long long>(std::random_device{}()) << 32) ^ std::random_device{}()) & ~1ull};
   auto* word = reinterpret_cast<unsigned long long*>(static_cast<char*>(workspace) +
                                                      workspace_bytes_for(s, slices, own_b) - kAlignBytes);
-  return fp32x3::InfMark{word, next.fetch_add(1, std::memory_order_relaxed)};
+  return fp32x3::InfMark{word, next.fetch_add(2, std::memory_order_relaxed)};
 }
 
 Status check_workspace(const GemmArgs& g, const Fp32x3Slices& slices, const void* workspace, std::size_t bytes) {

@@ -261,11 +261,21 @@ __device__ __forceinline__ void split_tile(const float* __restrict__ x, int64_t 
 // earlier launch holds another value, so the word needs no clearing (no extra launch); a
 // word that held this value by chance would only send the product to the fallback, which
 // computes it correctly.
+// Two writers: the split pass writes `value`, which is final before the GEMM kernel starts,
+// so every thread of it reads the same answer (raised()); the GEMM kernel itself, looking at
+// A's fragments (kCheckA), writes value ^ 1 while other CTAs may be starting, and only the
+// kernels after it read that (raised_anywhere()). Values are even, so value ^ 1 is never
+// another launch's value.
 struct InfMark {
   unsigned long long* word;
   unsigned long long value;
   __device__ __forceinline__ void raise() const { *word = value; }
+  __device__ __forceinline__ void raise_in_gemm() const { *word = value ^ 1ull; }
   __device__ __forceinline__ bool raised() const { return *word == value; }
+  __device__ __forceinline__ bool raised_anywhere() const {
+    const unsigned long long w = *word;
+    return w == value || w == (value ^ 1ull);
+  }
 };
 
 // One launch for both operands: blockIdx.z == 0 splits A (m x k) into [2][m][kp], or where
@@ -311,8 +321,8 @@ __global__ void __launch_bounds__(kSplitThreads)
 // NaN inputs need no fallback: every term with a NaN is a NaN in both schemes.
 // Where the GEMM kernel splits A and K is split and long (run_config says where: the slices
 // go to the workspace, C is untouched until their sum), the split pass does not read A: the
-// GEMM kernel, launched with kCheckA, raises the mark when a fragment of A is an infinity or
-// a NaN (CTAs that start later return at once), and the sum steps aside for the fallback.
+// GEMM kernel, launched with kCheckA, raises the mark (its own value, InfMark) when a
+// fragment of A is an infinity or a NaN, and the sum steps aside for the fallback.
 
 // C = alpha * A * B + beta * C in fp32 FMAs, k in order, for inputs holding an infinity
 // (see above); 64 x 64 tiles of C, 16 x 16 threads of 4 x 4 elements each.
@@ -321,7 +331,7 @@ __global__ void __launch_bounds__(256)
                                 float* __restrict__ c, int64_t ldc, int m, int n, int k, float alpha, float beta,
                                 InfMark inf) {
   ptx::grid_dependency_wait();  // the kernels before it have finished (the mark is final)
-  if (!inf.raised()) return;
+  if (!inf.raised_anywhere()) return;
   __shared__ float as[16][65], bs[16][65];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int tiles_n = (n + 63) / 64, tiles = ((m + 63) / 64) * tiles_n;
@@ -367,8 +377,8 @@ __global__ void __launch_bounds__(256)
                                 float alpha, float beta, float* __restrict__ c, int64_t ldc, InfMark inf) {
   ptx::grid_dependency_wait();  // the slices' partial products are written
   ptx::allow_dependents_launch();
-  if (inf.raised()) return;       // the fallback computes C (infinities, above)
-  constexpr int kMaxLevels = 32;  // a count below 2^32 slices
+  if (inf.raised_anywhere()) return;  // the fallback computes C (infinities, above)
+  constexpr int kMaxLevels = 32;      // a count below 2^32 slices
   const int64_t total = int64_t(m) * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     // Binary-counter pairwise sum: after slice s, stack[l] holds the sum of a complete
@@ -429,8 +439,7 @@ __global__ void __launch_bounds__(384, 1)
                        int n, int k_blocks, int kb_per_split, int64_t split_stride, float alpha, float beta,
                        float* __restrict__ c, int64_t ldc, bool c_pairs, InfMark inf) {
   static_assert(!kCheckA || (Cfg::kSplitAInKernel && Cfg::kClusterM == 1),
-                "A's fragments are seen where the kernel splits A; and the kernel may raise the mark while "
-                "CTAs start: one that then returns at once would leave a cluster peer waiting");
+                "A's fragments are seen where the kernel splits A (written and measured without clusters)");
   allow_dependents_launch();  // the next kernel may be placed where this grid leaves room
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -458,21 +467,16 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     fence_proxy_async_shared();
   }
-  grid_dependency_wait();  // kernel 1 has written the planes and the mark
-  // Barriers initialised before any CTA of the cluster signals or fills them; and the
-  // CTA decides once whether it steps aside for the fallback (infinities, above). With
-  // kCheckA another CTA may raise the mark while this one reads it: every warp must take
-  // the same branch, or the warp groups that stayed would wait forever on the barriers of
-  // those that returned. Every CTA of a cluster reads the same word, written by kernel 1
-  // (no kCheckA with clusters), so all of them return or none does.
-  bool step_aside;
+  // Barriers initialised before any CTA of the cluster signals or fills them.
   if constexpr (kCl > 1) {
     cluster_sync();
-    step_aside = inf.raised();
   } else {
-    step_aside = __syncthreads_or(inf.raised()) != 0;
+    __syncthreads();
   }
-  if (step_aside) return;
+  grid_dependency_wait();  // kernel 1 has written the planes and the mark
+  // Kernel 1's mark (raised(), not what CTAs of this grid raise: InfMark), so every thread
+  // of every CTA, and of a cluster, takes the same branch.
+  if (inf.raised()) return;  // the fallback computes C (infinities, above)
 
   // Unit t -> (tile row, tile column) of this CTA, rasterized in groups of kGroupM unit
   // rows, and its K slice: k-blocks [kb0, kb0 + kbn) of slice `split`.
@@ -773,7 +777,7 @@ __global__ void __launch_bounds__(384, 1)
     }
   }
   if constexpr (kCheckA) {
-    if (a_nonfinite) inf.raise();  // the fallback computes C
+    if (a_nonfinite) inf.raise_in_gemm();  // the fallback computes C
   }
   if constexpr (kCl > 1) cluster_sync();  // the peer may still arrive on this CTA's barriers until here
 }
