@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
 
 #include "client/sgemm_client.h"
 #include "tests/e2e/normal_traffic.h"
@@ -54,6 +55,25 @@ inline void expect_traffic_served(const NormalTraffic& t, const char* what, doub
   EXPECT_LT(t.max(), bound_ms) << what << ": the slowest normal request took " << t.max() << " ms";
   std::printf("[ info ] %s: %zu normal requests, p50 %.1f ms, the slowest %.1f ms\n", what, t.count(), t.pct(0.5),
               t.max());
+}
+
+// The server exits 0 on SIGTERM once the attack is over. A sanitizer report
+// in the server ends it with exit 66 (at once under halt_on_error=1, as CI
+// runs it), which its callers see only as connections reset: the failure
+// names the exit code and quotes the report from the server's log.
+inline void expect_clean_exit(ServerProcess& server, const char* what) {
+  const int code = server.stop();
+  if (code == 0) return;
+  const std::string log = server.log();
+  const std::size_t report = log.find("Sanitizer");
+  if (report != std::string::npos) {
+    const std::size_t line = log.rfind('\n', report);
+    ADD_FAILURE() << what << ": the server exited " << code << ", not 0, on SIGTERM; a sanitizer reported:\n"
+                  << log.substr(line == std::string::npos ? 0 : line + 1, 8000);
+  } else {
+    ADD_FAILURE() << what << ": the server exited " << code << ", not 0, on SIGTERM; the end of its log:\n"
+                  << log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
+  }
 }
 
 // An attack made of single requests, repeated so that it is in flight while

@@ -94,6 +94,7 @@ TEST(TransportAttacks, SilentStreamsFromOneAddressCannotLockOthersOut) {
   hogs.clear();
   testing::expect_released(*watcher, "after the silent streams' connections closed");
   testing::expect_rss_back(server.pid(), rss_start, "after the silent streams");
+  testing::expect_clean_exit(server, "after the silent streams");
 }
 
 // ---- HTTP/2 rapid reset ------------------------------------------------------
