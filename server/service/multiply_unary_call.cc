@@ -1,15 +1,12 @@
 #include "server/service/multiply_unary_call.h"
 
-#if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-#endif
-
 #include <string>
 #include <utility>
 
 #include "proto/grpc_status.h"
 #include "server/service/codec.h"
 #include "server/service/compute_start.h"
+#include "server/service/reactor_handoff.h"
 #include "server/service/request_checks.h"
 
 namespace sgemm {
@@ -276,16 +273,12 @@ void GrpcUnaryReply::OnCancel() {
 }
 
 bool GrpcUnaryReply::InternalInlineable() {
-#if defined(__SANITIZE_THREAD__)
-  __tsan_release(this);
-#endif
+  reactor_handoff_release(this);
   return false;
 }
 
 void GrpcUnaryReply::OnDone() {
-#if defined(__SANITIZE_THREAD__)
-  __tsan_acquire(this);  // after every look gRPC took at this reactor before handing it here
-#endif
+  reactor_handoff_acquire(this);  // after every look gRPC took at this reactor before handing it here
   call_.load(std::memory_order_acquire)->transport_done();
 }  // may delete the call, and this reply with it
 

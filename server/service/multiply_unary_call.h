@@ -188,12 +188,9 @@ class GrpcUnaryReply final : public grpc::ServerUnaryReactor, public UnaryReply 
   // gRPC's unary handler asks this, a virtual call that reads this reactor's
   // vtable, on the thread that ran the handler or the Finish, just before it
   // hands OnDone to its executor; OnDone deletes this reactor with the call.
-  // That hand-off is not visible to ThreadSanitizer, and its suppression
-  // (scripts/tsan.supp, race_top:grpc::internal::) matches only while the
-  // asking thread's stack can still be restored, which a busy server loses.
-  // So under TSan the ask releases, and OnDone acquires, this reactor (an
-  // annotation, no memory touched). The answer is gRPC's default: OnDone and
-  // OnCancel run on its executor, never inline.
+  // The ask releases, and OnDone acquires, this reactor (reactor_handoff.h
+  // says why; an annotation under TSan only). The answer is gRPC's default:
+  // OnDone and OnCancel run on its executor, never inline.
   bool InternalInlineable() override;
 
  private:

@@ -10,6 +10,7 @@
 #include "common/request_ring.h"
 #include "proto/grpc_status.h"
 #include "server/service/multiply_unary_call.h"
+#include "server/service/reactor_handoff.h"
 
 namespace sgemm {
 
@@ -148,7 +149,11 @@ void RingCall::stop(const Status& why) {
   state_->wake_thread();
 }
 
-void RingCall::OnWriteDone(bool) {}
+// Nothing to do once the opening event is written, but gRPC called this
+// through the vtable and may hand OnDone, which deletes this reactor, to
+// another thread: the reaction orders itself before OnDone
+// (reactor_handoff.h).
+void RingCall::OnWriteDone(bool) { reactor_handoff_release(this); }
 
 void RingCall::OnCancel() {
   { std::lock_guard made(made_mu_); }  // the constructor's writes first
@@ -156,6 +161,7 @@ void RingCall::OnCancel() {
 }
 
 void RingCall::OnDone() {
+  reactor_handoff_acquire(this);       // after OnWriteDone's call
   { std::lock_guard made(made_mu_); }  // the constructor's writes first
   if (thread_.joinable()) thread_.join();
   if (registered_) {
