@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       mbar_init(empty_bar + 8 * s, Cfg::CONSUMER_WARPS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async_shared();
   }
   __syncthreads();
 
@@ -473,7 +473,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       mbar_init(empty_bar0 + 8 * s, Cfg::RING_WARPS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async_shared();
   }
   __syncthreads();
 
