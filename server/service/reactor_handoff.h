@@ -23,14 +23,6 @@
 #pragma once
 
 #if defined(__SANITIZE_THREAD__)
-#define SGEMM_REACTOR_HANDOFF_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SGEMM_REACTOR_HANDOFF_TSAN 1
-#endif
-#endif
-
-#if defined(SGEMM_REACTOR_HANDOFF_TSAN)
 #include <sanitizer/tsan_interface.h>
 #endif
 
@@ -38,7 +30,7 @@ namespace sgemm {
 
 // The end of a virtual call gRPC made on `reactor` (before it hands OnDone on).
 inline void reactor_handoff_release(void* reactor) {
-#if defined(SGEMM_REACTOR_HANDOFF_TSAN)
+#if defined(__SANITIZE_THREAD__)
   __tsan_release(reactor);
 #else
   (void)reactor;
@@ -47,7 +39,7 @@ inline void reactor_handoff_release(void* reactor) {
 
 // The start of `reactor`'s OnDone: after every call released above.
 inline void reactor_handoff_acquire(void* reactor) {
-#if defined(SGEMM_REACTOR_HANDOFF_TSAN)
+#if defined(__SANITIZE_THREAD__)
   __tsan_acquire(reactor);
 #else
   (void)reactor;
